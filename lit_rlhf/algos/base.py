@@ -1,0 +1,248 @@
+"""RLHFModule: the rollout and the manual-optimization update loop shared by RLOO and PPO.
+
+Shapes: B prompts per rank, K samples per prompt, N = B*K sequences, P prompt length,
+R response length, V vocab.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+import lightning as L
+import torch
+
+from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
+from lit_rlhf.algos.sampling import pure_sampling_config, stop_token_id
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models import Reward, load_policy, load_tokenizer
+from lit_rlhf.ops import (
+    KL_ESTIMATORS,
+    clipped_policy_loss,
+    contains_stop,
+    entropy_from_logits,
+    kl_per_token,
+    logprobs_from_logits,
+    masked_mean,
+    truncate_after_stop,
+)
+
+
+class RLHFModule(L.LightningModule):
+    """Holds the policy, its reference and the reward; subclasses define the advantages.
+
+    `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
+    `configure_model`, so the module can be built and configured without them.
+    """
+
+    samples_per_prompt: int = 1
+
+    def __init__(self, model: dict[str, Any], reward: Reward, optimizer: Callable | None = None,
+                 lr_scheduler: Callable | None = None, response_length: int = 32, temperature: float = 0.7,
+                 stop_token: str = "eos", missing_eos_penalty: float | None = None, kl_coef: float = 0.05,
+                 kl_estimator: str = "k1", cliprange: float = 0.2, num_ppo_epochs: int = 1,
+                 num_mini_batches: int = 1, gradient_accumulation_steps: int = 1,
+                 max_grad_norm: float | None = 1.0, forward_batch_size: int | None = None,
+                 generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False):
+        super().__init__()
+        self.save_hyperparameters(ignore=["reward"])
+        self.automatic_optimization = False
+        if kl_estimator not in KL_ESTIMATORS:
+            raise ConfigError(f"algo.kl_estimator={kl_estimator!r} is not one of {KL_ESTIMATORS}.")
+        for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps"):
+            if getattr(self.hparams, name) < 1:
+                raise ConfigError(f"algo.{name}={getattr(self.hparams, name)} must be >= 1.")
+        self.reward = reward
+        self.kl_coef = float(kl_coef)  # a KL controller callback may change it during training
+        self.episode = 0  # sequences trained on, over all ranks
+        self.tokenizer = self.policy = self.reference = self.generation_config = None
+        self.last_stats: dict[str, float] = {}
+        self._fit_start_time = None
+
+    # ---- weights ---------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        if self.policy is not None:
+            return
+        spec = dict(self.hparams.model)
+        self.tokenizer = load_tokenizer(spec["name_or_path"], trust_remote_code=spec.get("trust_remote_code", False))
+        self.policy, self.reference = load_policy(tokenizer=self.tokenizer, **spec)
+        self.frozen_reference = self.reference.frozen_copy  # registered, so it follows the device
+        hp = self.hparams
+        self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
+        self.generation_config = pure_sampling_config(
+            hp.response_length, hp.temperature, self.stop_token_id, self.tokenizer.pad_token_id,
+            hp.generation_kwargs, hp.allow_biased_sampling)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def configure_optimizers(self):
+        if self.hparams.optimizer is None:
+            raise ConfigError("no optimizer: pass optimizer=functools.partial(torch.optim.AdamW, lr=...).")
+        optimizer = self.hparams.optimizer(params=self.trainable_parameters())
+        if self.hparams.lr_scheduler is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.hparams.lr_scheduler(optimizer=optimizer),
+                                                         "interval": "step"}}
+
+    # ---- rollout ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None) -> Rollout:
+        """Samples K responses per prompt and scores them: everything the update needs."""
+        k = samples_per_prompt or self.samples_per_prompt
+        hp = self.hparams
+        was_training = self.policy.training
+        self.policy.eval()  # no dropout: old logprobs must describe the sampling distribution
+        queries = batch["input_ids"].repeat_interleave(k, dim=0)  # N,P
+        query_mask = batch["attention_mask"].repeat_interleave(k, dim=0)  # N,P
+        prompt_index = torch.arange(len(batch["input_ids"]), device=queries.device).repeat_interleave(k)  # N
+        responses, response_mask = self.generate(queries, query_mask)  # N,R
+        logprobs = batched_logprobs(self.policy, queries, query_mask, responses, response_mask,
+                                    hp.temperature, hp.forward_batch_size)  # N,R
+        with self.reference.active() as reference:
+            ref_logprobs = batched_logprobs(reference, queries, query_mask, responses, response_mask,
+                                            hp.temperature, hp.forward_batch_size)  # N,R
+        self.policy.train(was_training)
+        prompts = self.tokenizer.batch_decode(queries, skip_special_tokens=True)
+        completions = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        has_stop = contains_stop(responses, self.stop_token_id)  # N
+        raw_scores = self.score(prompts, completions)  # N
+        scores = self.transform_scores(raw_scores, prompts, completions)
+        if hp.missing_eos_penalty is not None:
+            scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
+        return Rollout(queries, query_mask, responses, response_mask, prompt_index, logprobs, ref_logprobs,
+                       scores, raw_scores, has_stop, prompts, completions)
+
+    def generate(self, queries: torch.Tensor, query_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pure sampling, then truncation after the stop token. -> responses (N,R), response_mask (N,R)"""
+        sequences = self.policy.generate(input_ids=queries, attention_mask=query_mask,
+                                         generation_config=self.generation_config)  # N,P+R'
+        responses = sequences[:, queries.shape[1]:]  # N,R'  (R' < R when every sequence stopped early)
+        missing = self.hparams.response_length - responses.shape[1]
+        responses = torch.nn.functional.pad(responses, (0, missing), value=self.tokenizer.pad_token_id)  # N,R
+        return truncate_after_stop(responses, self.stop_token_id, self.tokenizer.pad_token_id)
+
+    def score(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
+        scores = torch.as_tensor(self.reward(prompts, completions)).to(self.device, torch.float32)
+        if scores.shape != (len(completions),):
+            raise ConfigError(f"the reward returned shape {tuple(scores.shape)}; it must return one score per "
+                              f"completion, shape ({len(completions)},).")
+        return scores
+
+    def transform_scores(self, scores: torch.Tensor, prompts: list[str], completions: list[str]) -> torch.Tensor:
+        """Hook for reward normalization (applied before advantages). Identity by default."""
+        return scores
+
+    def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop. -> (N,R), (N,R)"""
+        kl = kl_per_token(rollout.logprobs, rollout.ref_logprobs, self.hparams.kl_estimator)  # N,R
+        kl = kl * rollout.response_mask
+        return kl, -self.kl_coef * kl
+
+    def objective_stats(self, rollout: Rollout, kl: torch.Tensor, non_score_reward: torch.Tensor,
+                        rlhf_reward: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The objective/* metrics, named as in TRL's RLOO and PPO trainers."""
+        return {
+            "objective/kl": kl.sum(1).mean(),
+            "objective/entropy": (-rollout.logprobs * rollout.response_mask).sum(1).mean(),
+            "objective/non_score_reward": non_score_reward.sum(1).mean(),
+            "objective/rlhf_reward": rlhf_reward.mean(),
+            "objective/scores": rollout.raw_scores.mean(),
+        }
+
+    # ---- update ----------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        rollout = self.rollout(batch)
+        advantages, objective_stats = self.compute_advantages(rollout)
+        update_stats = self.update(rollout, advantages)
+        self.log_stats(rollout, {**objective_stats, **update_stats})
+
+    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""
+        raise NotImplementedError
+
+    def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+        """num_ppo_epochs x num_mini_batches clipped-ratio steps, each accumulating micro-batches."""
+        hp = self.hparams
+        n = len(rollout)
+        minibatch = self._divide(n, hp.num_mini_batches, "num_mini_batches", "sequences per rank")
+        micro = self._divide(minibatch, hp.gradient_accumulation_steps, "gradient_accumulation_steps",
+                             "sequences per minibatch")
+        optimizer = self.optimizers()
+        stats = defaultdict(list)
+        for _ in range(hp.num_ppo_epochs):
+            order = torch.randperm(n, device=self.device)  # N
+            for minibatch_idx in order.split(minibatch):
+                for micro_idx in minibatch_idx.split(micro):
+                    loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx)
+                    self.manual_backward(loss / hp.gradient_accumulation_steps)
+                    for key, value in micro_stats.items():
+                        stats[key].append(value.detach())
+                if hp.max_grad_norm is not None:
+                    self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
+                optimizer.step()
+                optimizer.zero_grad()
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()
+        return {key: torch.stack(values).mean() for key, values in stats.items()}
+
+    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
+        """Clipped policy loss on sequences idx. -> loss, stats"""
+        temperature = self.hparams.temperature
+        responses, mask = rollout.responses[idx], rollout.response_mask[idx]  # M,R
+        logits = response_logits(self.policy, rollout.queries[idx], rollout.query_mask[idx], responses, mask)  # M,R,V
+        new_logprobs = logprobs_from_logits(logits, responses, temperature)  # M,R
+        pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
+                                                self.hparams.cliprange)
+        entropy = masked_mean(entropy_from_logits(logits.detach(), temperature), mask)
+        return pg_loss, {
+            "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],
+            "loss/policy_avg": pg_loss, "policy/entropy_avg": entropy,
+            "val/ratio": pg_stats["ratio"], "val/ratio_var": pg_stats["ratio_var"],
+        }
+
+    def _divide(self, total: int, parts: int, name: str, what: str) -> int:
+        if total % parts:
+            raise ConfigError(f"algo.{name}={parts} does not divide the {total} {what}; pick a divisor of {total}.")
+        return total // parts
+
+    # ---- logging ---------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        self._fit_start_time = time.time()
+        self._episode_at_start = self.episode
+
+    def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
+        self.episode += len(rollout) * self.trainer.world_size
+        elapsed = max(time.time() - self._fit_start_time, 1e-9)
+        stats = {
+            **stats,
+            "val/num_eos_tokens": rollout.contains_stop.sum().float(),
+            "lr": torch.tensor(self.optimizers().param_groups[0]["lr"]),
+            "episode": torch.tensor(float(self.episode)),
+            "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),
+        }
+        self.last_stats = {k: float(v) for k, v in stats.items()}
+        distributed = self.trainer.world_size > 1
+        self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False,
+                      sync_dist=distributed, batch_size=len(rollout))
+        self.log_dict({"score": stats["objective/scores"], "kl": stats["objective/kl"]}, prog_bar=True,
+                      logger=False, on_step=True, on_epoch=False, batch_size=len(rollout))
+
+    # ---- validation: held-out prompts, one sample each -----------------------------------------
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(batch_idx)  # same samples at every validation: comparable, and training RNG untouched
+            rollout = self.rollout(batch, samples_per_prompt=1)
+        kl, _ = self.kl_and_non_score_reward(rollout)
+        self.log_dict({"eval/scores": rollout.raw_scores.mean(), "eval/kl": kl.sum(1).mean()},
+                      batch_size=len(rollout), sync_dist=self.trainer.world_size > 1)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rlhf_state"] = {"episode": self.episode, "kl_coef": self.kl_coef}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("rlhf_state", {})
+        self.episode = state.get("episode", 0)
+        self.kl_coef = state.get("kl_coef", self.kl_coef)

@@ -1,0 +1,62 @@
+"""What a rollout holds, and the forward pass that scores responses.
+
+Shapes: N sequences, P prompt length, R response length, V vocab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from lit_rlhf.ops import logprobs_from_logits
+
+
+@dataclass
+class Rollout:
+    queries: torch.Tensor  # N,P  left-padded prompts
+    query_mask: torch.Tensor  # N,P
+    responses: torch.Tensor  # N,R  padded after the stop token
+    response_mask: torch.Tensor  # N,R  True up to and including the stop token
+    prompt_index: torch.Tensor  # N    which prompt of the batch each sequence answers
+    logprobs: torch.Tensor  # N,R  policy at sampling time ("old")
+    ref_logprobs: torch.Tensor  # N,R
+    scores: torch.Tensor  # N    reward after normalization and the missing-EOS penalty
+    raw_scores: torch.Tensor  # N    what the reward returned
+    contains_stop: torch.Tensor  # N
+    prompts: list[str] = field(default_factory=list)
+    completions: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return self.responses.shape[0]
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
+
+
+def response_logits(model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
+                    responses: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Logits that predict each response token. -> (N,R,V)
+
+    Position ids count real tokens only, as generate() does for left-padded prompts, so that
+    these logits are the ones the tokens were sampled from.
+    """
+    attention_mask = torch.cat([query_mask, response_mask.to(query_mask.dtype)], dim=1)  # N,P+R
+    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # N,P+R
+    length = responses.shape[1]
+    out = model(input_ids=torch.cat([queries, responses], dim=1), attention_mask=attention_mask,
+                position_ids=position_ids, use_cache=False, logits_to_keep=length + 1)
+    return out.logits[:, :-1]  # N,R,V
+
+
+@torch.no_grad()
+def batched_logprobs(model: torch.nn.Module, queries, query_mask, responses, response_mask,
+                     temperature: float, batch_size: int | None = None) -> torch.Tensor:
+    """No-grad logprobs of the responses, in chunks of batch_size sequences. -> (N,R)"""
+    chunks = []
+    step = batch_size or len(responses)
+    for i in range(0, len(responses), step):
+        s = slice(i, i + step)
+        logits = response_logits(model, queries[s], query_mask[s], responses[s], response_mask[s])
+        chunks.append(logprobs_from_logits(logits, responses[s], temperature))
+    return torch.cat(chunks)

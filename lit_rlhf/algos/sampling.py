@@ -1,0 +1,52 @@
+"""Pure sampling for rollouts: temperature only, unless the user explicitly opts into bias."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from lit_rlhf.errors import ConfigError
+
+# Settings that make generate() sample from a distribution other than softmax(logits / T).
+NEUTRAL_VALUES = {
+    "top_k": (None, 0), "top_p": (None, 1.0), "min_length": (None, 0, -1), "min_new_tokens": (None, 0),
+    "typical_p": (None, 1.0), "min_p": (None, 0.0), "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0),
+    "repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,),
+    "suppress_tokens": (None,), "begin_suppress_tokens": (None,), "forced_eos_token_id": (None,),
+}
+FAQ_REASON = ("the policy would not sample from the distribution its logprobs describe, so the KL to the "
+              "reference can go negative and be exploited as reward (TRL training FAQ, 'Why is the "
+              "KL-divergence negative')")
+
+
+def check_unbiased(generation_kwargs: dict[str, Any], allow_biased_sampling: bool) -> None:
+    biased = {k: v for k, v in generation_kwargs.items() if k in NEUTRAL_VALUES and v not in NEUTRAL_VALUES[k]}
+    if biased and not allow_biased_sampling:
+        raise ConfigError(f"algo.generation_kwargs {biased} bias sampling: {FAQ_REASON}. Remove them, or set "
+                          f"algo.allow_biased_sampling=true to accept that.")
+
+
+def stop_token_id(tokenizer: PreTrainedTokenizerBase, stop_token: str) -> int:
+    """'eos' -> the EOS id; otherwise the id of that token, which must be one token of the vocabulary."""
+    if stop_token == "eos":
+        return tokenizer.eos_token_id
+    token_id = tokenizer.convert_tokens_to_ids(stop_token)
+    if token_id is None or token_id == tokenizer.unk_token_id and stop_token != tokenizer.unk_token:
+        raise ConfigError(f"algo.stop_token={stop_token!r} is not a token of the vocabulary; use 'eos' or one token.")
+    return token_id
+
+
+def pure_sampling_config(response_length: int, temperature: float, stop_id: int, pad_id: int,
+                         generation_kwargs: dict[str, Any] | None = None,
+                         allow_biased_sampling: bool = False) -> GenerationConfig:
+    if temperature <= 0:
+        raise ConfigError(f"algo.temperature={temperature} must be > 0: RLHF rollouts sample.")
+    if response_length < 1:
+        raise ConfigError(f"algo.response_length={response_length} must be >= 1.")
+    generation_kwargs = dict(generation_kwargs or {})
+    check_unbiased(generation_kwargs, allow_biased_sampling)
+    settings = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, min_new_tokens=0,
+                    max_new_tokens=response_length, eos_token_id=stop_id, pad_token_id=pad_id)
+    settings.update(generation_kwargs)
+    return GenerationConfig(**settings)

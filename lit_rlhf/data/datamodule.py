@@ -1,0 +1,107 @@
+"""PromptDataModule: left-padded prompt batches, a fixed held-out subset, per-rank batch sizes.
+
+Shapes: B prompts per rank (local_batch_size), P prompt length.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader, RandomSampler
+
+from lit_rlhf.data.sources import load_prompt_texts
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.tokenizer import load_tokenizer
+
+
+def local_size(global_size: int, world_size: int, name: str) -> int:
+    """Per-rank share of a global batch size; refuses sizes that do not divide exactly."""
+    if global_size % world_size:
+        raise ConfigError(f"{name}={global_size} does not divide by world_size={world_size}; "
+                          f"use a multiple of {world_size}.")
+    return global_size // world_size
+
+
+def collate_left_padded(rows: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)  # B,P
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # B,P
+    for i, ids in enumerate(rows):
+        if ids:
+            input_ids[i, -len(ids):] = torch.tensor(ids)
+            attention_mask[i, -len(ids):] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+class PromptDataModule(L.LightningDataModule):
+    """Prompts for RLHF from the bundled set ("sentiment"), local files, or a hub dataset.
+
+    batch_size is the global number of prompts per RL step; each rank gets batch_size / world_size.
+    The first num_eval_prompts of a seeded permutation are held out for validation and samples.
+    """
+
+    def __init__(self, tokenizer: str, dataset: str = "sentiment", prompt_column: str = "prompt",
+                 split: str = "train", subset: str | None = None, batch_size: int = 8,
+                 max_prompt_length: int = 64, apply_chat_template: bool = False, num_eval_prompts: int = 16,
+                 eval_batch_size: int = 16, seed: int = 0, num_workers: int = 0, trust_remote_code: bool = False):
+        super().__init__()
+        self.save_hyperparameters()
+        if batch_size < 1 or max_prompt_length < 1:
+            raise ConfigError(f"data.batch_size={batch_size} and data.max_prompt_length={max_prompt_length} must be >= 1.")
+        self.tokenizer = None
+        self.train_prompts: list[list[int]] = []
+        self.eval_prompts: list[list[int]] = []
+        self.num_truncated = 0
+
+    @property
+    def local_batch_size(self) -> int:
+        world_size = self.trainer.world_size if self.trainer is not None else 1
+        return local_size(self.hparams.batch_size, world_size, "data.batch_size")
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        hp = self.hparams
+        self.tokenizer = load_tokenizer(hp.tokenizer, trust_remote_code=hp.trust_remote_code)
+        texts = load_prompt_texts(hp.dataset, hp.prompt_column, hp.split, hp.subset)
+        if len(texts) <= hp.num_eval_prompts:
+            raise ConfigError(f"data.dataset={hp.dataset!r} has {len(texts)} prompts, not more than "
+                              f"data.num_eval_prompts={hp.num_eval_prompts}; lower num_eval_prompts.")
+        rows = [self._tokenize(text) for text in texts]
+        if self.num_truncated:
+            rank_zero_warn(f"{self.num_truncated} of {len(rows)} prompts are longer than "
+                           f"data.max_prompt_length={hp.max_prompt_length} and were truncated on the left.")
+        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(hp.seed)).tolist()
+        self.eval_prompts = [rows[i] for i in order[: hp.num_eval_prompts]]
+        self.train_prompts = [rows[i] for i in sorted(order[hp.num_eval_prompts :])]
+        _ = self.local_batch_size  # fails early on a batch size that does not divide
+
+    def _tokenize(self, text: str) -> list[int]:
+        add_special_tokens = True
+        if self.hparams.apply_chat_template:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                      add_generation_prompt=True)
+            add_special_tokens = False  # the template already holds them
+        ids = self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        if len(ids) > self.hparams.max_prompt_length:
+            self.num_truncated += 1
+            ids = ids[-self.hparams.max_prompt_length :]  # keep the end: generation continues from it
+        return ids
+
+    def _collate(self):
+        return partial(collate_left_padded, pad_token_id=self.tokenizer.pad_token_id)
+
+    def train_dataloader(self) -> DataLoader:
+        if len(self.train_prompts) < self.hparams.batch_size:
+            raise ConfigError(f"data.batch_size={self.hparams.batch_size} exceeds the {len(self.train_prompts)} "
+                              f"training prompts; lower it.")
+        sampler = RandomSampler(self.train_prompts, generator=torch.Generator().manual_seed(self.hparams.seed))
+        return DataLoader(self.train_prompts, batch_size=self.local_batch_size, sampler=sampler, drop_last=True,
+                          collate_fn=self._collate(), num_workers=self.hparams.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.eval_prompts, batch_size=self.hparams.eval_batch_size, shuffle=False,
+                          collate_fn=self._collate(), num_workers=self.hparams.num_workers)

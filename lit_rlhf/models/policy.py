@@ -1,0 +1,88 @@
+"""The policy (an AutoModelForCausalLM, with LoRA through peft) and its reference.
+
+Three kinds of reference, chosen from the model spec:
+- LoRA (default): the policy with adapters disabled. One copy of the weights.
+- adapter_path set: the run starts from a trained adapter, so "adapters off" would be the wrong
+  model; a frozen copy of that adapter, loaded beside the trainable one, is the reference.
+- lora: null (full fine-tuning): a frozen copy of the initial model.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
+
+from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+
+TRAINABLE_ADAPTER, REFERENCE_ADAPTER = "default", "reference"
+
+
+class Reference:
+    """Gives the module that computes reference logprobs, for the length of a `with` block."""
+
+    def __init__(self, policy: torch.nn.Module, frozen_copy: torch.nn.Module | None = None):
+        self.policy = policy
+        self.frozen_copy = frozen_copy
+
+    @property
+    def kind(self) -> str:
+        if self.frozen_copy is not None:
+            return "frozen_copy"
+        if REFERENCE_ADAPTER in getattr(self.policy, "peft_config", {}):
+            return "reference_adapter"
+        return "adapters_disabled"
+
+    @contextmanager
+    def active(self) -> Iterator[torch.nn.Module]:
+        kind = self.kind
+        if kind == "frozen_copy":
+            yield self.frozen_copy
+        elif kind == "adapters_disabled":
+            with self.policy.disable_adapter():
+                yield self.policy
+        else:
+            self.policy.set_adapter(REFERENCE_ADAPTER, inference_mode=True)
+            try:
+                yield self.policy
+            finally:
+                self.policy.set_adapter(TRAINABLE_ADAPTER)  # re-enables grads of the trained adapter only
+
+
+def load_policy(
+    name_or_path: str,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: str | None = "float32",
+    lora: dict[str, Any] | None = None,
+    adapter_path: str | None = None,
+    trust_remote_code: bool = False,
+    gradient_checkpointing: bool = False,
+) -> tuple[torch.nn.Module, Reference]:
+    """Loads the causal LM and wraps it for training; returns (policy, reference)."""
+    model = from_pretrained(
+        AutoModelForCausalLM.from_pretrained, name_or_path, "model",
+        dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code,
+    )
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:  # a pad token was added
+        model.resize_token_embeddings(len(tokenizer))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    if adapter_path is not None:
+        policy = from_pretrained(
+            lambda path: PeftModel.from_pretrained(model, path, adapter_name=TRAINABLE_ADAPTER, is_trainable=True),
+            adapter_path, "adapter",
+        )
+        policy.load_adapter(adapter_path, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+        policy.set_adapter(TRAINABLE_ADAPTER)
+        return policy, Reference(policy)
+    if lora is not None:
+        policy = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+        return policy, Reference(policy)
+    frozen = copy.deepcopy(model).requires_grad_(False).eval()
+    return model, Reference(model, frozen_copy=frozen)

@@ -1,0 +1,84 @@
+"""Rewards: one protocol, prompts + completions -> scores of shape (N,).
+
+- VaderSentiment: the VADER analyzer (Hutto & Gilbert 2014, PyPI `vaderSentiment`), offline.
+- SequenceClassifierReward: a Hugging Face sequence-classification reward model.
+- WeightedSum: a weighted sum of other rewards.
+Any callable with the same signature works, e.g. a plain Python function.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+
+from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+
+
+class Reward(Protocol):
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor: ...
+
+
+class VaderSentiment:
+    """Positivity of the completion: VADER's compound score in [-1, 1]."""
+
+    def __init__(self, include_prompt: bool = False):
+        from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+        self.analyzer = SentimentIntensityAnalyzer()
+        self.include_prompt = include_prompt
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+        texts = [p + c for p, c in zip(prompts, completions)] if self.include_prompt else completions
+        return torch.tensor([self.analyzer.polarity_scores(t)["compound"] for t in texts], dtype=torch.float32)
+
+
+class SequenceClassifierReward:
+    """Logit `label_index` of an AutoModelForSequenceClassification on prompt + completion.
+
+    Weights load on first call, so the config can be instantiated without them.
+    """
+
+    def __init__(self, name_or_path: str, dtype: str = "float32", label_index: int = 0,
+                 batch_size: int = 16, max_length: int = 1024, device: str | None = None):
+        self.name_or_path, self.dtype, self.label_index = name_or_path, dtype, label_index
+        self.batch_size, self.max_length, self.device = batch_size, max_length, device
+        self.model = self.tokenizer = None
+
+    def load(self) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.tokenizer = from_pretrained(AutoTokenizer.from_pretrained, self.name_or_path, "reward tokenizer")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token  # only for batching; masks come from attention
+        self.model = from_pretrained(
+            AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
+            dtype=resolve_dtype(self.dtype),
+        ).eval().requires_grad_(False)
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        if self.device:
+            self.model.to(self.device)
+
+    @torch.no_grad()
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+        if self.model is None:
+            self.load()
+        texts = [p + c for p, c in zip(prompts, completions)]
+        scores = []
+        for start in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True,
+                                 truncation=True, max_length=self.max_length).to(self.model.device)
+            scores.append(self.model(**enc).logits[:, self.label_index].float().cpu())
+        return torch.cat(scores)
+
+
+class WeightedSum:
+    """sum_i weight_i * reward_i(prompts, completions)."""
+
+    def __init__(self, rewards: Sequence[Reward], weights: Sequence[float]):
+        if len(rewards) != len(weights):
+            raise ValueError(f"WeightedSum got {len(rewards)} rewards and {len(weights)} weights; give one weight per reward.")
+        self.rewards, self.weights = list(rewards), list(weights)
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+        return sum(w * r(prompts, completions).float() for r, w in zip(self.rewards, self.weights))

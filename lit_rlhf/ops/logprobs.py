@@ -1,0 +1,23 @@
+"""Token log-probabilities and entropies from logits.
+
+Shapes: N sequences, R response length, V vocab. Logits are divided by the sampling temperature
+in every logprob computation, so that logprobs are those of the distribution actually sampled.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(token) under softmax(logits / temperature). (N,R,V), (N,R) -> (N,R)"""
+    logits = logits.float() / temperature
+    token_logits = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # N,R
+    return token_logits - torch.logsumexp(logits, dim=-1)  # N,R
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of softmax(logits / temperature) at every position. (N,R,V) -> (N,R)"""
+    logits = logits.float() / temperature
+    probs = torch.softmax(logits, dim=-1)  # N,R,V
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)  # N,R

@@ -1,0 +1,59 @@
+"""Masks from stop-token positions, and masked statistics.
+
+Shapes: N sequences, R response length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def first_stop_index(responses: torch.Tensor, stop_token_id: int) -> torch.Tensor:
+    """Index of the first stop token in each response, or R where there is none. (N,R) -> (N,)"""
+    is_stop = responses == stop_token_id  # N,R
+    length = responses.shape[1]
+    positions = torch.arange(length, device=responses.device).expand_as(responses)  # N,R
+    return torch.where(is_stop, positions, length).min(dim=1).values  # N
+
+
+def response_mask_from_stop(responses: torch.Tensor, stop_token_id: int) -> torch.Tensor:
+    """True on real response tokens, up to and including the first stop token. (N,R) -> (N,R)"""
+    stop_at = first_stop_index(responses, stop_token_id)  # N
+    positions = torch.arange(responses.shape[1], device=responses.device)  # R
+    return positions.unsqueeze(0) <= stop_at.unsqueeze(1)  # N,R
+
+
+def truncate_after_stop(responses: torch.Tensor, stop_token_id: int, pad_token_id: int):
+    """Replaces everything after the first stop token by padding; returns (responses, response_mask)."""
+    response_mask = response_mask_from_stop(responses, stop_token_id)  # N,R
+    return responses.masked_fill(~response_mask, pad_token_id), response_mask
+
+
+def contains_stop(responses: torch.Tensor, stop_token_id: int) -> torch.Tensor:
+    """Whether each response has a stop token. (N,R) -> (N,) bool"""
+    return (responses == stop_token_id).any(dim=1)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    mask = mask.to(values.dtype)
+    if dim is None:
+        return (values * mask).sum() / mask.sum().clamp(min=1)
+    return (values * mask).sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    mean = masked_mean(values, mask)
+    count = mask.sum()
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased and count > 1:
+        variance = variance * count / (count - 1)
+    return variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(x - mean) / std over the masked entries; masked-out entries are returned as 0."""
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask.to(values.dtype)
