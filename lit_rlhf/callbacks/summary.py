@@ -1,0 +1,88 @@
+"""TrainingSummary: what changed, shown at the end of fit.
+
+On the held-out prompts, with the same sampling seed before and after training (so the two columns
+differ only by the policy): mean score, mean KL to the reference, and a table of completions.
+It also reports the training metrics of the first and last RL steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+from rich.console import Console
+from rich.table import Table
+
+TRACKED = ("objective/scores", "objective/kl", "objective/rlhf_reward", "objective/entropy")
+
+
+class TrainingSummary(L.Callback):
+    def __init__(self, num_samples: int = 6, seed: int = 0, max_chars: int = 160):
+        self.num_samples, self.seed, self.max_chars = num_samples, seed, max_chars
+        self.before: dict[str, Any] | None = None
+        self.after: dict[str, Any] | None = None
+        self.first_step: dict[str, float] = {}
+        self.last_step: dict[str, float] = {}
+
+    def sample(self, trainer: L.Trainer, module) -> dict[str, Any] | None:
+        """One sample per held-out prompt under a fixed seed, without touching the training RNG."""
+        if trainer.datamodule is None:
+            return None
+        batch = next(iter(trainer.datamodule.val_dataloader()))
+        batch = {k: v.to(module.device) for k, v in batch.items()}
+        with torch.random.fork_rng(devices=[module.device] if module.device.type == "cuda" else []):
+            torch.manual_seed(self.seed)
+            rollout = module.rollout(batch, samples_per_prompt=1)
+        kl, _ = module.kl_and_non_score_reward(rollout)
+        return {"prompts": rollout.prompts, "completions": rollout.completions,
+                "scores": rollout.raw_scores.tolist(), "kl": kl.sum(1).tolist(),
+                "mean_score": rollout.raw_scores.mean().item(), "mean_kl": kl.sum(1).mean().item()}
+
+    def on_fit_start(self, trainer: L.Trainer, module) -> None:
+        self.before = self.sample(trainer, module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        stats = {k: v for k, v in module.last_stats.items() if k in TRACKED}
+        if not self.first_step:
+            self.first_step = stats
+        self.last_step = stats
+
+    def on_fit_end(self, trainer: L.Trainer, module) -> None:
+        self.after = self.sample(trainer, module)
+        self.print()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"first_step": self.first_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.first_step = state.get("first_step", {})
+
+    @rank_zero_only
+    def print(self) -> None:
+        console = Console()
+        if self.first_step:
+            steps = Table(title="Training metrics: first vs last RL step")
+            for column in ("metric", "first", "last"):
+                steps.add_column(column)
+            for key in TRACKED:
+                steps.add_row(key, f"{self.first_step.get(key, float('nan')):.3f}",
+                              f"{self.last_step.get(key, float('nan')):.3f}")
+            console.print(steps)
+        if self.before is None or self.after is None:
+            return
+        console.print(f"Held-out prompts (same sampling seed): mean score {self.before['mean_score']:.3f} -> "
+                      f"{self.after['mean_score']:.3f}, mean KL to reference {self.before['mean_kl']:.3f} -> "
+                      f"{self.after['mean_kl']:.3f}")
+        samples = Table(title="Sample completions before and after training", show_lines=True)
+        for column, style in (("prompt", "bold"), ("before", None), ("score", None), ("after", None), ("score", None)):
+            samples.add_column(column, style=style)
+        for i in range(min(self.num_samples, len(self.before["prompts"]))):
+            samples.add_row(self.before["prompts"][i], self._cut(self.before["completions"][i]),
+                            f"{self.before['scores'][i]:.2f}", self._cut(self.after["completions"][i]),
+                            f"{self.after['scores'][i]:.2f}")
+        console.print(samples)
+
+    def _cut(self, text: str) -> str:
+        return text if len(text) <= self.max_chars else text[: self.max_chars] + "..."

@@ -1,0 +1,47 @@
+"""The Hydra application behind train.py: instantiate everything from the config and fit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_info
+from omegaconf import DictConfig, OmegaConf
+
+from lit_rlhf.errors import ConfigError, UnavailableError
+
+
+def instantiate_group(group: DictConfig | None) -> list[Any]:
+    """Callbacks or loggers: a dict of {name: config with _target_}; a null entry switches one off."""
+    return [instantiate(conf) for conf in (group or {}).values() if conf is not None and "_target_" in conf]
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fits cfg.algo on cfg.data; returns the final metrics."""
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = instantiate(cfg.data)
+    module = instantiate(cfg.algo, _convert_="all")
+    loggers = instantiate_group(cfg.get("logger"))
+    trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
+    for logger in loggers:
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    output_dir = Path(cfg.paths.output_dir)
+    rank_zero_info(f"\nRun directory: {output_dir}")
+    for logger in loggers:
+        rank_zero_info(f"  {type(logger).__name__}: {logger.log_dir}")
+    if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
+        rank_zero_info(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """train() with user mistakes reported as one line (exit code 2) instead of a stack trace."""
+    try:
+        return train(cfg)
+    except (ConfigError, UnavailableError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

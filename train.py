@@ -1,0 +1,19 @@
+"""Train a causal LM with RLHF. `python train.py algo=rloo model=pythia-1b`; see README.md."""
+
+import hydra
+from omegaconf import DictConfig
+
+from lit_rlhf.cli import run
+from lit_rlhf.resolvers import register_resolvers
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    metrics = run(cfg)
+    return metrics.get(cfg.get("optimized_metric") or "", None)
+
+
+if __name__ == "__main__":
+    main()
