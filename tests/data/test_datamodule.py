@@ -1,0 +1,95 @@
+import json
+
+import pytest
+import torch
+
+from lit_rlhf.data import collate_left_padded, local_size
+from lit_rlhf.errors import ConfigError, UnavailableError
+from tests.conftest import make_datamodule
+
+
+def test_collate_pads_on_the_left():
+    batch = collate_left_padded([[5, 6, 7], [8]], pad_token_id=1)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [1, 1, 8]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_per_rank_batch_size_divides_exactly():
+    assert local_size(8, 2, "data.batch_size") == 4
+    with pytest.raises(ConfigError, match="data.batch_size=6 does not divide by world_size=4"):
+        local_size(6, 4, "data.batch_size")
+
+
+def test_bundled_prompts_held_out_split_is_fixed_and_disjoint():
+    a, b = make_datamodule(), make_datamodule(seed=1)
+    a.setup(), b.setup()
+    assert len(a.eval_prompts) == 8 and len(a.train_prompts) == 1000 - 8
+    train = {tuple(p) for p in a.train_prompts}
+    assert not train & {tuple(p) for p in a.eval_prompts}
+    again = make_datamodule()
+    again.setup()
+    assert again.eval_prompts == a.eval_prompts and a.eval_prompts != b.eval_prompts
+
+
+def test_shuffling_is_deterministic_by_seed():
+    def first_batches(seed):
+        dm = make_datamodule(seed=seed)
+        dm.setup()
+        loader = iter(dm.train_dataloader())
+        return [next(loader)["input_ids"].tolist() for _ in range(3)]
+
+    assert first_batches(0) == first_batches(0)
+    assert first_batches(0) != first_batches(1)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
+def test_local_files_with_a_prompt_column(tmp_path, suffix):
+    from datasets import Dataset
+
+    rows = {"text": [f"prompt number {i} is here" for i in range(20)], "other": list(range(20))}
+    path = tmp_path / f"prompts.{suffix}"
+    getattr(Dataset.from_dict(rows), {"jsonl": "to_json", "csv": "to_csv", "parquet": "to_parquet"}[suffix])(str(path))
+    dm = make_datamodule(dataset=str(path), prompt_column="text", num_eval_prompts=4)
+    dm.setup()
+    assert len(dm.train_prompts) == 16
+    with pytest.raises(ConfigError, match="prompt_column='prompt' is not a column"):
+        make_datamodule(dataset=str(path), num_eval_prompts=4).setup()
+
+
+def test_long_prompts_are_truncated_on_the_left_counted_and_warned_once(tmp_path):
+    path = tmp_path / "p.jsonl"
+    long = "The movie was good and the acting was bad and the plot was slow " * 3
+    path.write_text("\n".join(json.dumps({"prompt": p}) for p in [long] * 5 + ["I loved it"] * 5))
+    dm = make_datamodule(dataset=str(path), max_prompt_length=6, num_eval_prompts=2)
+    with pytest.warns(UserWarning, match="5 of 10 prompts") as record:
+        dm.setup()
+    assert len([w for w in record if "truncated" in str(w.message)]) == 1
+    assert dm.num_truncated == 5
+    full = dm.tokenizer(long)["input_ids"]
+    assert max(map(len, dm.train_prompts + dm.eval_prompts)) == 6
+    assert full[-6:] in dm.train_prompts + dm.eval_prompts
+
+
+def test_chat_template_wraps_prompts(tiny_path, tmp_path):
+    from lit_rlhf.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_path)
+    tokenizer.chat_template = "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}Review:"
+    tokenizer.save_pretrained(tmp_path / "tok")
+    dm = make_datamodule(tokenizer=str(tmp_path / "tok"), apply_chat_template=True)
+    dm.setup()
+    text = dm.tokenizer.decode(dm.train_prompts[0])
+    assert text.startswith("User: ") and text.endswith("Review:")
+
+
+def test_unavailable_hub_dataset_is_one_clear_line():
+    with pytest.raises(UnavailableError) as err:
+        make_datamodule(dataset="someone/not-a-dataset").setup()
+    assert "someone/not-a-dataset" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_batches_hold_local_batch_size_prompts():
+    dm = make_datamodule(batch_size=4)
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape[0] == 4 and batch["input_ids"].dtype == torch.long

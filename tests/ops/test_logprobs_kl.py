@@ -1,0 +1,35 @@
+import math
+
+import pytest
+import torch
+
+from lit_rlhf.ops import entropy_from_logits, kl_per_token, logprobs_from_logits
+
+
+def test_logprobs_and_entropy_match_a_slow_loop_with_temperature():
+    torch.manual_seed(0)
+    logits, tokens, temperature = torch.randn(3, 4, 7), torch.randint(0, 7, (3, 4)), 0.7
+    fast_lp = logprobs_from_logits(logits, tokens, temperature)
+    fast_h = entropy_from_logits(logits, temperature)
+    for n in range(3):
+        for t in range(4):
+            z = [math.exp(x / temperature) for x in logits[n, t].tolist()]
+            probs = [v / sum(z) for v in z]
+            assert fast_lp[n, t].item() == pytest.approx(math.log(probs[tokens[n, t]]), abs=1e-5)
+            assert fast_h[n, t].item() == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-5)
+
+
+def test_kl_estimators_against_hand_values():
+    logprobs, ref_logprobs = torch.tensor([[math.log(0.5)]]), torch.tensor([[math.log(0.25)]])
+    # log r = log(0.25 / 0.5) = -log 2
+    assert kl_per_token(logprobs, ref_logprobs, "k1").item() == pytest.approx(math.log(2))
+    assert kl_per_token(logprobs, ref_logprobs, "k2").item() == pytest.approx(0.5 * math.log(2) ** 2)
+    assert kl_per_token(logprobs, ref_logprobs, "k3").item() == pytest.approx(0.5 - 1 + math.log(2))
+
+
+def test_kl_is_exactly_zero_for_equal_logprobs_and_unknown_estimator_is_refused():
+    lp = torch.randn(2, 5)
+    for estimator in ("k1", "k2", "k3"):
+        assert torch.equal(kl_per_token(lp, lp.clone(), estimator), torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="k4"):
+        kl_per_token(lp, lp, "k4")
