@@ -8,8 +8,9 @@ from typing import Any
 
 import lightning as L
 from hydra.utils import instantiate
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.errors import ConfigError, UnavailableError
 
@@ -17,6 +18,11 @@ from lit_rlhf.errors import ConfigError, UnavailableError
 def instantiate_group(group: DictConfig | None) -> list[Any]:
     """Callbacks or loggers: a dict of {name: config with _target_}; a null entry switches one off."""
     return [instantiate(conf) for conf in (group or {}).values() if conf is not None and "_target_" in conf]
+
+
+@rank_zero_only
+def report(line: str) -> None:
+    print(line, flush=True)
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -30,18 +36,33 @@ def train(cfg: DictConfig) -> dict[str, float]:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     output_dir = Path(cfg.paths.output_dir)
-    rank_zero_info(f"\nRun directory: {output_dir}")
+    report(f"\nRun directory: {output_dir}")
     for logger in loggers:
-        rank_zero_info(f"  {type(logger).__name__}: {logger.log_dir}")
+        report(f"  {type(logger).__name__}: {logger.log_dir}")
     if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
-        rank_zero_info(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
+        report(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one-line message for a mistake the user can fix, looking through Hydra's instantiate wrapper."""
+    while err is not None:
+        if isinstance(err, (ConfigError, UnavailableError)):
+            return str(err)
+        if isinstance(err, MissingMandatoryValue):
+            return (f"{err.full_key or err} is required (marked ??? in conf/); set it on the command line, "
+                    f"e.g. model.name_or_path=NAME_OR_PATH for model=causal_lm.")
+        err = err.__cause__
+    return None
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
     """train() with user mistakes reported as one line (exit code 2) instead of a stack trace."""
     try:
         return train(cfg)
-    except (ConfigError, UnavailableError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:
+        message = user_error(err)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         sys.exit(2)

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import torch
+from review_grammar import prompt_from, review
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
-
-from review_grammar import prompt_from, review
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "lit_rlhf" / "data" / "sentiment"

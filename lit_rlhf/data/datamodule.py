@@ -50,7 +50,8 @@ class PromptDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         if batch_size < 1 or max_prompt_length < 1:
-            raise ConfigError(f"data.batch_size={batch_size} and data.max_prompt_length={max_prompt_length} must be >= 1.")
+            raise ConfigError(f"data.batch_size={batch_size} and data.max_prompt_length={max_prompt_length} "
+                              f"must be >= 1.")
         self.tokenizer = None
         self.train_prompts: list[list[int]] = []
         self.eval_prompts: list[list[int]] = []

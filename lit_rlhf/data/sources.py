@@ -18,7 +18,8 @@ def load_prompt_texts(dataset: str, prompt_column: str = "prompt", split: str = 
     path = BUNDLED.get(dataset, Path(dataset))
     if path.suffix in FILE_BUILDERS:
         if not path.exists():
-            raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing .jsonl, .csv or .parquet path.")
+            raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing .jsonl, .csv or "
+                              f".parquet path.")
         data = load_dataset(FILE_BUILDERS[path.suffix], data_files=str(path), split="train")
     else:
         try:

@@ -10,8 +10,9 @@ Three kinds of reference, chosen from the model spec:
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model

@@ -8,7 +8,8 @@ Any callable with the same signature works, e.g. a plain Python function.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
@@ -29,7 +30,7 @@ class VaderSentiment:
         self.include_prompt = include_prompt
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
-        texts = [p + c for p, c in zip(prompts, completions)] if self.include_prompt else completions
+        texts = [p + c for p, c in zip(prompts, completions, strict=True)] if self.include_prompt else completions
         return torch.tensor([self.analyzer.polarity_scores(t)["compound"] for t in texts], dtype=torch.float32)
 
 
@@ -63,7 +64,7 @@ class SequenceClassifierReward:
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
         if self.model is None:
             self.load()
-        texts = [p + c for p, c in zip(prompts, completions)]
+        texts = [p + c for p, c in zip(prompts, completions, strict=True)]
         scores = []
         for start in range(0, len(texts), self.batch_size):
             enc = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True,
@@ -77,8 +78,9 @@ class WeightedSum:
 
     def __init__(self, rewards: Sequence[Reward], weights: Sequence[float]):
         if len(rewards) != len(weights):
-            raise ValueError(f"WeightedSum got {len(rewards)} rewards and {len(weights)} weights; give one weight per reward.")
+            raise ValueError(f"WeightedSum got {len(rewards)} rewards and {len(weights)} weights; "
+                             f"give one weight per reward.")
         self.rewards, self.weights = list(rewards), list(weights)
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
-        return sum(w * r(prompts, completions).float() for r, w in zip(self.rewards, self.weights))
+        return sum(w * r(prompts, completions).float() for r, w in zip(self.rewards, self.weights, strict=True))

@@ -11,7 +11,8 @@ KNOWN_PAD_TOKENS = ("<|padding|>", "<pad>", "[PAD]", "<|pad|>")
 
 
 def load_tokenizer(name_or_path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
-    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer", trust_remote_code=trust_remote_code)
+    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer",
+                                trust_remote_code=trust_remote_code)
     tokenizer.padding_side = "left"  # generation continues from the last prompt token
     ensure_pad_token(tokenizer)
     return tokenizer

@@ -1,0 +1,78 @@
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from lit_rlhf.resolvers import register_resolvers
+
+ROOT = Path(__file__).resolve().parents[1]
+TRL_RLOO_METRICS = {
+    "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward", "objective/scores",
+    "policy/approxkl_avg", "policy/clipfrac_avg", "loss/policy_avg", "policy/entropy_avg", "val/ratio",
+    "val/ratio_var", "val/num_eos_tokens", "lr", "episode", "eps",
+}
+
+
+def compose_train(*overrides, tmp_path):
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        return compose("train", overrides=[f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}", *overrides])
+
+
+@pytest.mark.parametrize("model", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
+def test_every_model_composes_with_rloo_and_instantiates_without_weights(model, tmp_path):
+    name = ["model.name_or_path=gpt2"] if model == "causal_lm" else []
+    cfg = compose_train("algo=rloo", f"model={model}", *name, tmp_path=tmp_path)
+    module = instantiate(cfg.algo, _convert_="all")
+    assert module.policy is None  # weights load in configure_model, not here
+    assert module.hparams.model["name_or_path"] == cfg.model.name_or_path
+    datamodule = instantiate(cfg.data)
+    assert datamodule.hparams.tokenizer == cfg.model.name_or_path
+    trainer = instantiate(cfg.trainer, logger=False)
+    assert trainer.max_steps == cfg.steps * cfg.algo.num_ppo_epochs * cfg.algo.num_mini_batches
+
+
+def test_pythia_1b_rloo_composes_a_real_config(tmp_path):
+    cfg = compose_train("algo=rloo", "model=pythia-1b", "reward=reward_model", "data=tldr", tmp_path=tmp_path)
+    assert cfg.model.name_or_path == "EleutherAI/pythia-1b" and cfg.model.dtype == "bfloat16"
+    assert cfg.model.lora.target_modules == "all-linear"
+    reward = instantiate(cfg.reward)
+    assert reward.model is None and reward.name_or_path.startswith("cleanrl/")
+    assert cfg.data.dataset == "trl-internal-testing/tldr-preference-sft-trl-style"
+
+
+def run_train(*overrides, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", *overrides],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_train_py_runs_logs_trl_metrics_and_prints_a_summary(tmp_path):
+    result = run_train("steps=3", "trainer.val_check_interval=3", "data.num_eval_prompts=4",
+                       "algo.response_length=12", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "csv" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert TRL_RLOO_METRICS <= set(rows[0])
+    assert [float(r["episode"]) for r in rows if r["episode"]] == [32.0, 64.0, 96.0]
+    assert "Held-out prompts (same sampling seed)" in result.stdout
+    assert f"Run directory: {tmp_path}" in result.stdout
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("algo.rloo_k=1", "error: algo.rloo_k=1"),
+    ("data.batch_size=0", "error: data.batch_size=0"),
+    ("model=pythia-14m", "error: tokenizer 'EleutherAI/pythia-14m' is not available here"),
+    ("model=causal_lm", "error: data.tokenizer is required"),
+])
+def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tmp_path):
+    result = run_train(override, "steps=1", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(expected), result.stderr[-2000:]
