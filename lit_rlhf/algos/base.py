@@ -68,6 +68,7 @@ class RLHFModule(L.LightningModule):
         spec = dict(self.hparams.model)
         self.tokenizer = load_tokenizer(spec["name_or_path"], trust_remote_code=spec.get("trust_remote_code", False))
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, **spec)
+        self.policy.train()  # dropout (e.g. lora_dropout) acts in updates; rollouts switch to eval
         self.frozen_reference = self.reference.frozen_copy  # registered, so it follows the device
         hp = self.hparams
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)

@@ -18,3 +18,24 @@ def test_weighted_sum_and_plain_functions():
     torch.testing.assert_close(total, 0.5 * torch.tensor([2.0, 4.0]) + 2.0 * vader)
     with pytest.raises(ValueError, match="one weight per reward"):
         WeightedSum([length], [1.0, 2.0])
+
+
+def test_sequence_classifier_reward_loads_lazily_and_scores_prompt_plus_completion(tmp_path, tiny_path):
+    from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForSequenceClassification
+
+    from lit_rlhf.models import SequenceClassifierReward
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, num_labels=1, pad_token_id=1)
+    torch.manual_seed(0)
+    model = GPTNeoXForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    reward = SequenceClassifierReward(str(tmp_path), batch_size=2)
+    assert reward.model is None
+    scores = reward(["The movie", "The plot", "It"], [" was great.", " was bad and long.", " is fine"])
+    assert scores.shape == (3,)
+    with torch.no_grad():
+        alone = model(**tokenizer("The plot was bad and long.", return_tensors="pt")).logits[0, 0]
+    assert scores[1].item() == pytest.approx(alone.item(), abs=1e-5)  # padding in the batch changes nothing
