@@ -57,6 +57,7 @@ class RLHFModule(L.LightningModule):
         self.reward = reward
         self.kl_coef = float(kl_coef)  # a KL controller callback may change it during training
         self.episode = 0  # sequences trained on, over all ranks
+        self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = self.generation_config = None
         self.last_stats: dict[str, float] = {}
         self._fit_start_time = None
@@ -82,7 +83,8 @@ class RLHFModule(L.LightningModule):
     def configure_optimizers(self):
         if self.hparams.optimizer is None:
             raise ConfigError("no optimizer: pass optimizer=functools.partial(torch.optim.AdamW, lr=...).")
-        optimizer = self.hparams.optimizer(params=self.trainable_parameters())
+        self._trainable = self.trainable_parameters()
+        optimizer = self.hparams.optimizer(params=self._trainable)
         if self.hparams.lr_scheduler is None:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.hparams.lr_scheduler(optimizer=optimizer),
@@ -100,8 +102,7 @@ class RLHFModule(L.LightningModule):
         query_mask = batch["attention_mask"].repeat_interleave(k, dim=0)  # N,P
         prompt_index = torch.arange(len(batch["input_ids"]), device=queries.device).repeat_interleave(k)  # N
         responses, response_mask = self.generate(queries, query_mask)  # N,R
-        logprobs = batched_logprobs(self.policy, queries, query_mask, responses, response_mask,
-                                    hp.temperature, hp.forward_batch_size)  # N,R
+        logprobs, values = self.old_logprobs_and_values(queries, query_mask, responses, response_mask)  # N,R
         with self.reference.active() as reference:
             ref_logprobs = batched_logprobs(reference, queries, query_mask, responses, response_mask,
                                             hp.temperature, hp.forward_batch_size)  # N,R
@@ -113,8 +114,10 @@ class RLHFModule(L.LightningModule):
         scores = self.transform_scores(raw_scores, prompts, completions)
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
-        return Rollout(queries, query_mask, responses, response_mask, prompt_index, logprobs, ref_logprobs,
-                       scores, raw_scores, has_stop, prompts, completions)
+        return Rollout(queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
+                       prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=ref_logprobs, scores=scores,
+                       raw_scores=raw_scores, contains_stop=has_stop, values=values, prompts=prompts,
+                       completions=completions)
 
     def generate(self, queries: torch.Tensor, query_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pure sampling, then truncation after the stop token. -> responses (N,R), response_mask (N,R)"""
@@ -124,6 +127,12 @@ class RLHFModule(L.LightningModule):
         missing = self.hparams.response_length - responses.shape[1]
         responses = torch.nn.functional.pad(responses, (0, missing), value=self.tokenizer.pad_token_id)  # N,R
         return truncate_after_stop(responses, self.stop_token_id, self.tokenizer.pad_token_id)
+
+    def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
+        """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""
+        logprobs = batched_logprobs(self.policy, queries, query_mask, responses, response_mask,
+                                    self.hparams.temperature, self.hparams.forward_batch_size)
+        return logprobs, None
 
     def score(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
         scores = torch.as_tensor(self.reward(prompts, completions)).to(self.device, torch.float32)
@@ -159,6 +168,7 @@ class RLHFModule(L.LightningModule):
         advantages, objective_stats = self.compute_advantages(rollout)
         update_stats = self.update(rollout, advantages)
         self.log_stats(rollout, {**objective_stats, **update_stats})
+        self.rl_step += 1
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""
@@ -171,6 +181,8 @@ class RLHFModule(L.LightningModule):
         minibatch = self._divide(n, hp.num_mini_batches, "num_mini_batches", "sequences per rank")
         micro = self._divide(minibatch, hp.gradient_accumulation_steps, "gradient_accumulation_steps",
                              "sequences per minibatch")
+        for param in self._trainable:  # peft's adapter switches (reference, critic) toggle requires_grad
+            param.requires_grad_(True)
         optimizer = self.optimizers()
         stats = defaultdict(list)
         for _ in range(hp.num_ppo_epochs):
@@ -192,9 +204,13 @@ class RLHFModule(L.LightningModule):
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
         """Clipped policy loss on sequences idx. -> loss, stats"""
+        logits = response_logits(self.policy, *rollout.sequences(idx))  # M,R,V
+        return self.policy_loss(logits, rollout, advantages, idx)
+
+    def policy_loss(self, logits: torch.Tensor, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
+        """The clipped surrogate for logits (M,R,V) of sequences idx, and the policy statistics."""
         temperature = self.hparams.temperature
         responses, mask = rollout.responses[idx], rollout.response_mask[idx]  # M,R
-        logits = response_logits(self.policy, rollout.queries[idx], rollout.query_mask[idx], responses, mask)  # M,R,V
         new_logprobs = logprobs_from_logits(logits, responses, temperature)  # M,R
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
                                                 self.hparams.cliprange)
@@ -242,9 +258,10 @@ class RLHFModule(L.LightningModule):
                       batch_size=len(rollout), sync_dist=self.trainer.world_size > 1)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rlhf_state"] = {"episode": self.episode, "kl_coef": self.kl_coef}
+        checkpoint["rlhf_state"] = {"episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlhf_state", {})
         self.episode = state.get("episode", 0)
+        self.rl_step = state.get("rl_step", 0)
         self.kl_coef = state.get("kl_coef", self.kl_coef)

@@ -24,29 +24,46 @@ class Rollout:
     scores: torch.Tensor  # N    reward after normalization and the missing-EOS penalty
     raw_scores: torch.Tensor  # N    what the reward returned
     contains_stop: torch.Tensor  # N
+    values: torch.Tensor | None = None  # N,R  critic's values at rollout time (PPO)
+    returns: torch.Tensor | None = None  # N,R  value targets (PPO)
     prompts: list[str] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return self.responses.shape[0]
 
+    def sequences(self, idx: torch.Tensor | slice = slice(None)) -> tuple[torch.Tensor, ...]:
+        """(queries, query_mask, responses, response_mask) of sequences idx."""
+        return self.queries[idx], self.query_mask[idx], self.responses[idx], self.response_mask[idx]
+
     def tensors(self) -> dict[str, torch.Tensor]:
         return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
 
 
-def response_logits(model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
-                    responses: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Logits that predict each response token. -> (N,R,V)
-
-    Position ids count real tokens only, as generate() does for left-padded prompts, so that
-    these logits are the ones the tokens were sampled from.
-    """
+def sequence_inputs(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor,
+                    response_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Model inputs for prompt + response. Position ids count real tokens only, as generate() does
+    for left-padded prompts, so that a forward sees the tokens where they were sampled."""
     attention_mask = torch.cat([query_mask, response_mask.to(query_mask.dtype)], dim=1)  # N,P+R
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # N,P+R
+    return {"input_ids": torch.cat([queries, responses], dim=1), "attention_mask": attention_mask,
+            "position_ids": position_ids}
+
+
+def response_forward(model: torch.nn.Module, queries, query_mask, responses, response_mask,
+                     with_hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits that predict each response token (N,R,V) and, if asked, the last hidden states at
+    those positions (N,R,H): the states a value head reads before each response token."""
     length = responses.shape[1]
-    out = model(input_ids=torch.cat([queries, responses], dim=1), attention_mask=attention_mask,
-                position_ids=position_ids, use_cache=False, logits_to_keep=length + 1)
-    return out.logits[:, :-1]  # N,R,V
+    out = model(**sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
+                logits_to_keep=length + 1, output_hidden_states=with_hidden)
+    hidden = out.hidden_states[-1][:, -(length + 1):-1] if with_hidden else None  # N,R,H
+    return out.logits[:, :-1], hidden  # N,R,V
+
+
+def response_logits(model: torch.nn.Module, queries, query_mask, responses, response_mask) -> torch.Tensor:
+    """Logits that predict each response token. -> (N,R,V)"""
+    return response_forward(model, queries, query_mask, responses, response_mask)[0]
 
 
 @torch.no_grad()

@@ -26,15 +26,35 @@ def rloo_advantages(rewards: torch.Tensor, prompt_index: torch.Tensor) -> torch.
     return rewards - leave_one_out_baseline(rewards, prompt_index)
 
 
+def discounted_reverse_cumsum(values: torch.Tensor, discount: float) -> torch.Tensor:
+    """out_t = sum_{u >= t} discount^(u-t) x_u along the last dim, as one matmul. (N,R) -> (N,R)"""
+    length = values.shape[-1]
+    positions = torch.arange(length, device=values.device)
+    offset = positions.unsqueeze(0) - positions.unsqueeze(1)  # R,R  u - t
+    weights = torch.pow(torch.tensor(float(discount), dtype=torch.float64, device=values.device),
+                        offset.clamp(min=0).double())  # R,R  (0^0 = 1 keeps lam = 0 exact)
+    weights = (weights * (offset >= 0)).to(values.dtype)  # upper triangle: only u >= t
+    return values @ weights.T  # N,R
+
+
 def reward_to_go(token_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """G_t = sum_{t' >= t} gamma^(t'-t) r_t' over the masked response. (N,R) -> (N,R)"""
-    rewards = token_rewards * response_mask.to(token_rewards.dtype)  # N,R
-    returns = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[:, 0])  # N
-    for t in reversed(range(rewards.shape[1])):
-        running = rewards[:, t] + gamma * running
-        returns[:, t] = running
-    return returns * response_mask.to(rewards.dtype)
+    mask = response_mask.to(token_rewards.dtype)
+    return discounted_reverse_cumsum(token_rewards * mask, gamma) * mask
+
+
+def gae_advantages(token_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
+                   gamma: float, lam: float) -> torch.Tensor:
+    """Generalized advantage estimation (Schulman et al. 2016) over the response. (N,R) x3 -> (N,R)
+
+    delta_t = r_t + gamma * V_{t+1} - V_t, with V = 0 after the last response token;
+    A_t = sum_{u >= t} (gamma * lam)^(u-t) delta_u.
+    """
+    mask = response_mask.to(values.dtype)
+    values = values * mask
+    next_values = torch.nn.functional.pad(values[:, 1:], (0, 1))  # N,R  V_{t+1}, 0 past the end
+    deltas = (token_rewards + gamma * next_values - values) * mask  # N,R
+    return discounted_reverse_cumsum(deltas, gamma * lam) * mask
 
 
 def place_score_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

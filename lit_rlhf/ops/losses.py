@@ -32,3 +32,19 @@ def clipped_policy_loss(
             "ratio_var": masked_var(ratio, response_mask),
         }
     return pg_loss, stats
+
+
+def clipped_value_loss(
+    vpred: torch.Tensor,  # M,R  values under the critic being updated
+    values: torch.Tensor,  # M,R  values at rollout time
+    returns: torch.Tensor,  # M,R
+    response_mask: torch.Tensor,  # M,R
+    cliprange_value: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """0.5 * token-mean of max((V - G)^2, (clip(V, V_old +- eps) - G)^2), and the clipped fraction."""
+    vpredclipped = torch.clamp(vpred, values - cliprange_value, values + cliprange_value)  # M,R
+    vf_losses1 = (vpred - returns) ** 2  # M,R
+    vf_losses2 = (vpredclipped - returns) ** 2  # M,R
+    vf_loss = 0.5 * masked_mean(torch.max(vf_losses1, vf_losses2), response_mask)
+    vf_clipfrac = masked_mean((vf_losses2 > vf_losses1).float(), response_mask)
+    return vf_loss, vf_clipfrac.detach()

@@ -1,0 +1,133 @@
+"""PPOModule: PPO with a learned value function and GAE (Schulman et al. 2017; Ziegler et al. 2019).
+
+Shapes: B prompts per rank, K samples per prompt, N = B*K sequences, R response length, V vocab.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.rollout import Rollout, response_forward, sequence_inputs
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.value import (
+    CRITIC_KINDS,
+    ValueHead,
+    add_critic_adapter,
+    critic_adapter_active,
+    load_reward_model_critic,
+    reward_model_values,
+)
+from lit_rlhf.ops import (
+    clipped_value_loss,
+    entropy_from_logits,
+    gae_advantages,
+    logprobs_from_logits,
+    masked_mean,
+    masked_var,
+    masked_whiten,
+    place_score_on_last_token,
+)
+
+
+class PPOModule(RLHFModule):
+    """PPO on per-token rewards: -kl_coef * KL_t at every response token, plus the score on the last
+    response token (the stop token when there is one). Padding after it carries no reward, no KL and
+    no value loss.
+
+    critic: "shared" (a value head on the policy's last hidden state: one forward gives logits and
+    values), "adapter" (a second LoRA adapter on the same base weights, with its own head) or
+    "reward_model" (backbone and head of critic_model_path, a separate model).
+    """
+
+    def __init__(self, *args, samples_per_prompt: int = 1, vf_coef: float = 0.1, cliprange_value: float = 0.2,
+                 gamma: float = 1.0, lam: float = 0.95, whiten_rewards: bool = False,
+                 whiten_advantages: bool = True, entropy_coef: float = 0.0, critic: str = "shared",
+                 critic_model_path: str | None = None, critic_warmup_steps: int = 0, **kwargs):
+        kwargs.setdefault("num_ppo_epochs", 4)
+        super().__init__(*args, **kwargs)
+        if critic not in CRITIC_KINDS:
+            raise ConfigError(f"algo.critic={critic!r} is not one of {CRITIC_KINDS}.")
+        if critic == "reward_model" and not critic_model_path:
+            raise ConfigError("algo.critic=reward_model needs algo.critic_model_path (a sequence-classification model).")
+        if samples_per_prompt < 1:
+            raise ConfigError(f"algo.samples_per_prompt={samples_per_prompt} must be >= 1.")
+        self.save_hyperparameters(ignore=["reward"])
+        self.samples_per_prompt = samples_per_prompt
+        self.value_head = self.critic_backbone = None
+
+    def configure_model(self) -> None:
+        super().configure_model()
+        if self.value_head is not None:
+            return
+        hp, spec = self.hparams, self.hparams.model
+        if hp.critic == "reward_model":
+            self.critic_backbone, self.value_head = load_reward_model_critic(
+                hp.critic_model_path, spec.get("dtype"), spec.get("lora"))
+            return
+        if hp.critic == "adapter":
+            add_critic_adapter(self.policy, spec.get("lora"))
+        self.value_head = ValueHead(self.policy.config.hidden_size)
+
+    @property
+    def warming_up(self) -> bool:
+        """During critic warm-up only the critic learns (in shared mode: only the value head)."""
+        return self.rl_step < self.hparams.critic_warmup_steps
+
+    def policy_and_values(self, queries, query_mask, responses, response_mask):
+        """One forward of the policy (and of the critic when separate). -> logits (N,R,V), values (N,R)"""
+        kind, length = self.hparams.critic, responses.shape[1]
+        logits, hidden = response_forward(self.policy, queries, query_mask, responses, response_mask,
+                                          with_hidden=kind == "shared")
+        if kind == "shared":
+            return logits, self.value_head(hidden.detach() if self.warming_up else hidden)
+        if kind == "adapter":
+            with critic_adapter_active(self.policy) as critic:
+                _, hidden = response_forward(critic, queries, query_mask, responses, response_mask, with_hidden=True)
+            return logits, self.value_head(hidden)
+        inputs = sequence_inputs(queries, query_mask, responses, response_mask)
+        return logits, reward_model_values(self.critic_backbone, self.value_head, inputs, length)
+
+    @torch.no_grad()
+    def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
+        step = self.hparams.forward_batch_size or len(responses)
+        logprobs, values = [], []
+        for i in range(0, len(responses), step):
+            s = slice(i, i + step)
+            logits, chunk_values = self.policy_and_values(queries[s], query_mask[s], responses[s], response_mask[s])
+            logprobs.append(logprobs_from_logits(logits, responses[s], self.hparams.temperature))
+            values.append(chunk_values.float())
+        return torch.cat(logprobs), torch.cat(values)  # N,R ; N,R
+
+    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        hp, mask = self.hparams, rollout.response_mask  # N,R
+        kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
+        token_rewards = non_score_reward + place_score_on_last_token(rollout.scores, mask)  # N,R
+        if hp.whiten_rewards:
+            token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
+        values = rollout.values * mask  # N,R
+        advantages = gae_advantages(token_rewards, values, mask, hp.gamma, hp.lam)  # N,R
+        rollout.returns = advantages + values  # N,R
+        stats = self.objective_stats(rollout, kl, non_score_reward, rollout.scores + non_score_reward.sum(1))
+        stats.update({
+            "val/var_explained": 1 - masked_var(rollout.returns - values, mask) / masked_var(rollout.returns, mask),
+            "val/mean": masked_mean(values, mask), "val/var": masked_var(values, mask),
+            "returns/mean": masked_mean(rollout.returns, mask), "returns/var": masked_var(rollout.returns, mask),
+            "policy/advantages_mean": masked_mean(advantages, mask),
+        })
+        if hp.whiten_advantages:
+            advantages = masked_whiten(advantages, mask)
+        return advantages, stats
+
+    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
+        hp, mask = self.hparams, rollout.response_mask[idx]  # M,R
+        logits, vpred = self.policy_and_values(*rollout.sequences(idx))  # M,R,V ; M,R
+        pg_loss, stats = self.policy_loss(logits, rollout, advantages, idx)
+        vf_loss, vf_clipfrac = clipped_value_loss(vpred.float(), rollout.values[idx], rollout.returns[idx], mask,
+                                                  hp.cliprange_value)
+        loss = hp.vf_coef * vf_loss
+        if not self.warming_up:
+            loss = loss + pg_loss
+            if hp.entropy_coef:
+                loss = loss - hp.entropy_coef * masked_mean(entropy_from_logits(logits, hp.temperature), mask)
+        return loss, {**stats, "loss/value_avg": vf_loss.detach(), "val/clipfrac_avg": vf_clipfrac}

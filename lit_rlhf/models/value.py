@@ -1,0 +1,78 @@
+"""Critics for PPO: a value head on the policy's hidden states, a second LoRA adapter, or a reward model.
+
+Shapes: N sequences, R response length, H hidden size.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForSequenceClassification
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+from lit_rlhf.models.policy import TRAINABLE_ADAPTER
+
+CRITIC_ADAPTER = "critic"
+CRITIC_KINDS = ("shared", "adapter", "reward_model")
+
+
+class ValueHead(torch.nn.Module):
+    """A scalar per position from the last hidden state; starts at 0 everywhere."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.summary = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.summary.weight)
+        torch.nn.init.zeros_(self.summary.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # N,R,H -> N,R
+        return self.summary(hidden.to(self.summary.weight.dtype)).squeeze(-1)
+
+
+def add_critic_adapter(policy: torch.nn.Module, lora: dict[str, Any] | None) -> None:
+    """A second LoRA adapter on the policy's base weights: the critic's own backbone, no second copy."""
+    if lora is None or not hasattr(policy, "add_adapter"):
+        raise ConfigError("algo.critic=adapter needs LoRA (model.lora set); use algo.critic=shared otherwise.")
+    policy.add_adapter(CRITIC_ADAPTER, LoraConfig(task_type="CAUSAL_LM", **lora))
+    policy.set_adapter(TRAINABLE_ADAPTER)
+    for name, param in policy.named_parameters():  # set_adapter froze it; the critic trains too
+        if f".{CRITIC_ADAPTER}." in name:
+            param.requires_grad_(True)
+
+
+@contextmanager
+def critic_adapter_active(policy: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Switches the active adapter to the critic's; peft's switch also changes requires_grad, which the
+    module restores for its trainable parameters before every update."""
+    policy.base_model.set_adapter(CRITIC_ADAPTER)
+    try:
+        yield policy
+    finally:
+        policy.base_model.set_adapter(TRAINABLE_ADAPTER)
+
+
+def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[str, Any] | None):
+    """Backbone and score head of a sequence-classification reward model: (backbone, head).
+
+    Its backbone is a separate set of weights (a reward model is not the policy), trained through
+    LoRA when model.lora is set; its 1-output score head becomes the value head.
+    """
+    model = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path, "critic reward model",
+                            dtype=resolve_dtype(dtype), num_labels=1)
+    backbone, head = model.base_model, model.score
+    if lora is not None:
+        backbone = get_peft_model(backbone, LoraConfig(**lora))
+    return backbone, head.float().requires_grad_(True)
+
+
+def reward_model_values(backbone: torch.nn.Module, head: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                        response_length: int, detach_backbone: bool = False) -> torch.Tensor:
+    """Values before each response token from a reward-model critic. -> (N,R)"""
+    hidden = backbone(**inputs, use_cache=False).last_hidden_state[:, -(response_length + 1):-1]  # N,R,H
+    if detach_backbone:
+        hidden = hidden.detach()
+    return head(hidden.to(head.weight.dtype)).squeeze(-1)  # N,R
