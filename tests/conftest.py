@@ -32,3 +32,14 @@ def make_datamodule(**overrides):
 @pytest.fixture
 def tiny_path():
     return TINY_PYTHIA
+
+
+def make_ppo(**overrides):
+    from lit_rlhf import PPOModule
+    from lit_rlhf.models import VaderSentiment
+
+    kwargs = dict(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(),
+                  optimizer=functools.partial(torch.optim.AdamW, lr=1e-3), samples_per_prompt=4,
+                  response_length=16, missing_eos_penalty=1.0)
+    kwargs.update(overrides)
+    return PPOModule(**kwargs)

@@ -38,21 +38,27 @@ def add_critic_adapter(policy: torch.nn.Module, lora: dict[str, Any] | None) -> 
     if lora is None or not hasattr(policy, "add_adapter"):
         raise ConfigError("algo.critic=adapter needs LoRA (model.lora set); use algo.critic=shared otherwise.")
     policy.add_adapter(CRITIC_ADAPTER, LoraConfig(task_type="CAUSAL_LM", **lora))
-    policy.set_adapter(TRAINABLE_ADAPTER)
-    for name, param in policy.named_parameters():  # set_adapter froze it; the critic trains too
+    _activate_policy_adapter(policy)
+
+
+def _activate_policy_adapter(policy: torch.nn.Module) -> None:
+    """Makes the policy's adapter the active one, keeping the critic's trainable: peft's switch sets
+    requires_grad=False on inactive adapters, and autograd drops gradients of leaves that no longer
+    require grad at backward time, which would silently freeze the critic."""
+    policy.base_model.set_adapter(TRAINABLE_ADAPTER)
+    for name, param in policy.named_parameters():
         if f".{CRITIC_ADAPTER}." in name:
             param.requires_grad_(True)
 
 
 @contextmanager
 def critic_adapter_active(policy: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """Switches the active adapter to the critic's; peft's switch also changes requires_grad, which the
-    module restores for its trainable parameters before every update."""
+    """Runs the critic's adapter (and not the policy's) for the length of the block."""
     policy.base_model.set_adapter(CRITIC_ADAPTER)
     try:
         yield policy
     finally:
-        policy.base_model.set_adapter(TRAINABLE_ADAPTER)
+        _activate_policy_adapter(policy)
 
 
 def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[str, Any] | None):
