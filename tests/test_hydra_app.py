@@ -24,10 +24,11 @@ def compose_train(*overrides, tmp_path):
         return compose("train", overrides=[f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}", *overrides])
 
 
+@pytest.mark.parametrize("algo", ["rloo", "ppo"])
 @pytest.mark.parametrize("model", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
-def test_every_model_composes_with_rloo_and_instantiates_without_weights(model, tmp_path):
+def test_every_model_composes_with_every_algo_and_instantiates_without_weights(algo, model, tmp_path):
     name = ["model.name_or_path=gpt2"] if model == "causal_lm" else []
-    cfg = compose_train("algo=rloo", f"model={model}", *name, tmp_path=tmp_path)
+    cfg = compose_train(f"algo={algo}", f"model={model}", *name, tmp_path=tmp_path)
     module = instantiate(cfg.algo, _convert_="all")
     assert module.policy is None  # weights load in configure_model, not here
     assert module.hparams.model["name_or_path"] == cfg.model.name_or_path
@@ -37,8 +38,9 @@ def test_every_model_composes_with_rloo_and_instantiates_without_weights(model, 
     assert trainer.max_steps == cfg.steps * cfg.algo.num_ppo_epochs * cfg.algo.num_mini_batches
 
 
-def test_pythia_1b_rloo_composes_a_real_config(tmp_path):
-    cfg = compose_train("algo=rloo", "model=pythia-1b", "reward=reward_model", "data=tldr", tmp_path=tmp_path)
+@pytest.mark.parametrize("algo", ["rloo", "ppo"])
+def test_pythia_1b_composes_a_real_config(algo, tmp_path):
+    cfg = compose_train(f"algo={algo}", "model=pythia-1b", "reward=reward_model", "data=tldr", tmp_path=tmp_path)
     assert cfg.model.name_or_path == "EleutherAI/pythia-1b" and cfg.model.dtype == "bfloat16"
     assert cfg.model.lora.target_modules == "all-linear"
     reward = instantiate(cfg.reward)

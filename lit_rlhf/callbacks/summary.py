@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.utilities import rank_zero_only
 from rich.console import Console
 from rich.table import Table
+
+from lit_rlhf.callbacks.heldout import heldout_batch, sample_heldout
 
 TRACKED = ("objective/scores", "objective/kl", "objective/rlhf_reward", "objective/entropy")
 
@@ -27,18 +28,8 @@ class TrainingSummary(L.Callback):
         self.last_step: dict[str, float] = {}
 
     def sample(self, trainer: L.Trainer, module) -> dict[str, Any] | None:
-        """One sample per held-out prompt under a fixed seed, without touching the training RNG."""
-        if trainer.datamodule is None:
-            return None
-        batch = next(iter(trainer.datamodule.val_dataloader()))
-        batch = {k: v.to(module.device) for k, v in batch.items()}
-        with torch.random.fork_rng(devices=[module.device] if module.device.type == "cuda" else []):
-            torch.manual_seed(self.seed)
-            rollout = module.rollout(batch, samples_per_prompt=1)
-        kl, _ = module.kl_and_non_score_reward(rollout)
-        return {"prompts": rollout.prompts, "completions": rollout.completions,
-                "scores": rollout.raw_scores.tolist(), "kl": kl.sum(1).tolist(),
-                "mean_score": rollout.raw_scores.mean().item(), "mean_kl": kl.sum(1).mean().item()}
+        batch = heldout_batch(trainer, module)
+        return None if batch is None else sample_heldout(module, batch, self.seed)
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
         self.before = self.sample(trainer, module)
