@@ -38,7 +38,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     output_dir = Path(cfg.paths.output_dir)
     report(f"\nRun directory: {output_dir}")
     for logger in loggers:
-        report(f"  {type(logger).__name__}: {logger.log_dir}")
+        report(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")
     if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
         report(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
     return {k: float(v) for k, v in trainer.callback_metrics.items()}

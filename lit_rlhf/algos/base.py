@@ -47,7 +47,9 @@ class RLHFModule(L.LightningModule):
                  max_grad_norm: float | None = 1.0, forward_batch_size: int | None = None,
                  generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False):
         super().__init__()
-        self.save_hyperparameters(ignore=["reward"])
+        # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
+        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
+        self.optimizer_factory, self.lr_scheduler_factory = optimizer, lr_scheduler
         self.automatic_optimization = False
         if kl_estimator not in KL_ESTIMATORS:
             raise ConfigError(f"algo.kl_estimator={kl_estimator!r} is not one of {KL_ESTIMATORS}.")
@@ -60,6 +62,9 @@ class RLHFModule(L.LightningModule):
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = self.generation_config = None
         self.last_stats: dict[str, float] = {}
+        self.last_distributions: dict[str, torch.Tensor] = {}
+        self.last_step_episodes = 0
+        self._ratios: list[torch.Tensor] = []
         self._fit_start_time = None
 
     # ---- weights ---------------------------------------------------------------------------
@@ -81,19 +86,23 @@ class RLHFModule(L.LightningModule):
         return [p for p in self.parameters() if p.requires_grad]
 
     def configure_optimizers(self):
-        if self.hparams.optimizer is None:
+        if self.optimizer_factory is None:
             raise ConfigError("no optimizer: pass optimizer=functools.partial(torch.optim.AdamW, lr=...).")
         self._trainable = self.trainable_parameters()
-        optimizer = self.hparams.optimizer(params=self._trainable)
-        if self.hparams.lr_scheduler is None:
+        optimizer = self.optimizer_factory(params=self._trainable)
+        if self.lr_scheduler_factory is None:
             return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.hparams.lr_scheduler(optimizer=optimizer),
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer=optimizer),
                                                          "interval": "step"}}
 
     # ---- rollout ---------------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None) -> Rollout:
-        """Samples K responses per prompt and scores them: everything the update needs."""
+    def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
+                for_training: bool = True) -> Rollout:
+        """Samples K responses per prompt and scores them: everything the update needs.
+
+        for_training=False (evaluation, samples) leaves score transforms and their running state alone.
+        """
         k = samples_per_prompt or self.samples_per_prompt
         hp = self.hparams
         was_training = self.policy.training
@@ -111,7 +120,7 @@ class RLHFModule(L.LightningModule):
         completions = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         has_stop = contains_stop(responses, self.stop_token_id)  # N
         raw_scores = self.score(prompts, completions)  # N
-        scores = self.transform_scores(raw_scores, prompts, completions)
+        scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
         return Rollout(queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
@@ -142,7 +151,11 @@ class RLHFModule(L.LightningModule):
         return scores
 
     def transform_scores(self, scores: torch.Tensor, prompts: list[str], completions: list[str]) -> torch.Tensor:
-        """Hook for reward normalization (applied before advantages). Identity by default."""
+        """Reward normalization, before advantages: every callback with `transform_scores` (e.g.
+        RewardNormalizer) is applied in order. Callbacks otherwise only run around the step."""
+        for callback in self.trainer.callbacks if self._trainer is not None else []:
+            if hasattr(callback, "transform_scores"):
+                scores = callback.transform_scores(self, scores, prompts, completions)
         return scores
 
     def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,6 +181,7 @@ class RLHFModule(L.LightningModule):
         advantages, objective_stats = self.compute_advantages(rollout)
         update_stats = self.update(rollout, advantages)
         self.log_stats(rollout, {**objective_stats, **update_stats})
+        self.last_distributions = self.distributions(rollout, advantages)
         self.rl_step += 1
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -185,6 +199,7 @@ class RLHFModule(L.LightningModule):
             param.requires_grad_(True)
         optimizer = self.optimizers()
         stats = defaultdict(list)
+        self._ratios = []
         for _ in range(hp.num_ppo_epochs):
             order = torch.randperm(n, device=self.device)  # N
             for minibatch_idx in order.split(minibatch):
@@ -215,6 +230,7 @@ class RLHFModule(L.LightningModule):
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
                                                 self.hparams.cliprange)
         entropy = masked_mean(entropy_from_logits(logits.detach(), temperature), mask)
+        self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])
         return pg_loss, {
             "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],
             "loss/policy_avg": pg_loss, "policy/entropy_avg": entropy,
@@ -231,12 +247,26 @@ class RLHFModule(L.LightningModule):
         self._fit_start_time = time.time()
         self._episode_at_start = self.episode
 
+    @torch.no_grad()
+    def distributions(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sequence and per-token values for histograms (names after TRL's PPO logging page)."""
+        mask = rollout.response_mask
+        kl, _ = self.kl_and_non_score_reward(rollout)
+        return {
+            "env/reward_dist": rollout.raw_scores, "objective/kl_dist": kl.sum(1),
+            "objective/logprobs": rollout.logprobs[mask], "objective/ref_logprobs": rollout.ref_logprobs[mask],
+            "policy/advantages": advantages[mask], "policy/ratio": torch.cat(self._ratios) if self._ratios else None,
+            "tokens/responses_len_dist": mask.sum(1).float(),
+        }
+
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
-        self.episode += len(rollout) * self.trainer.world_size
+        self.last_step_episodes = len(rollout) * self.trainer.world_size
+        self.episode += self.last_step_episodes
         elapsed = max(time.time() - self._fit_start_time, 1e-9)
         stats = {
             **stats,
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
+            "objective/kl_coef": torch.tensor(self.kl_coef),
             "lr": torch.tensor(self.optimizers().param_groups[0]["lr"]),
             "episode": torch.tensor(float(self.episode)),
             "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),
@@ -252,7 +282,7 @@ class RLHFModule(L.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(batch_idx)  # same samples at every validation: comparable, and training RNG untouched
-            rollout = self.rollout(batch, samples_per_prompt=1)
+            rollout = self.rollout(batch, samples_per_prompt=1, for_training=False)
         kl, _ = self.kl_and_non_score_reward(rollout)
         self.log_dict({"eval/scores": rollout.raw_scores.mean(), "eval/kl": kl.sum(1).mean()},
                       batch_size=len(rollout), sync_dist=self.trainer.world_size > 1)

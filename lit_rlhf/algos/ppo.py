@@ -49,10 +49,11 @@ class PPOModule(RLHFModule):
         if critic not in CRITIC_KINDS:
             raise ConfigError(f"algo.critic={critic!r} is not one of {CRITIC_KINDS}.")
         if critic == "reward_model" and not critic_model_path:
-            raise ConfigError("algo.critic=reward_model needs algo.critic_model_path (a sequence-classification model).")
+            raise ConfigError("algo.critic=reward_model needs algo.critic_model_path "
+                              "(a sequence-classification model).")
         if samples_per_prompt < 1:
             raise ConfigError(f"algo.samples_per_prompt={samples_per_prompt} must be >= 1.")
-        self.save_hyperparameters(ignore=["reward"])
+        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
         self.samples_per_prompt = samples_per_prompt
         self.value_head = self.critic_backbone = None
 

@@ -32,7 +32,7 @@ class RLOOModule(RLHFModule):
             raise ConfigError(f"algo.rloo_k={rloo_k}: RLOO needs at least 2 samples per prompt; set rloo_k >= 2.")
         if kl_penalty not in KL_PENALTIES:
             raise ConfigError(f"algo.kl_penalty={kl_penalty!r} is not one of {KL_PENALTIES}.")
-        self.save_hyperparameters(ignore=["reward"])
+        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
 
     @property
     def samples_per_prompt(self) -> int:

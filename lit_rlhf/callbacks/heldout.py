@@ -30,7 +30,7 @@ def sample_heldout(module, batch: dict[str, torch.Tensor], seed: int, greedy: bo
         if greedy:
             module.generation_config = config.__class__(**{**config.to_dict(), "do_sample": False})
         try:
-            rollout = module.rollout(batch, samples_per_prompt=1)
+            rollout = module.rollout(batch, samples_per_prompt=1, for_training=False)
         finally:
             module.generation_config = config
     kl, _ = module.kl_and_non_score_reward(rollout)

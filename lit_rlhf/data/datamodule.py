@@ -101,8 +101,15 @@ class PromptDataModule(L.LightningDataModule):
                               f"training prompts; lower it.")
         sampler = RandomSampler(self.train_prompts, generator=torch.Generator().manual_seed(self.hparams.seed))
         return DataLoader(self.train_prompts, batch_size=self.local_batch_size, sampler=sampler, drop_last=True,
-                          collate_fn=self._collate(), num_workers=self.hparams.num_workers)
+                          collate_fn=self._collate(), num_workers=self.hparams.num_workers,
+                          generator=self._own_generator())
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.eval_prompts, batch_size=self.hparams.eval_batch_size, shuffle=False,
-                          collate_fn=self._collate(), num_workers=self.hparams.num_workers)
+                          collate_fn=self._collate(), num_workers=self.hparams.num_workers,
+                          generator=self._own_generator())
+
+    def _own_generator(self) -> torch.Generator:
+        """Without a generator, every DataLoader iterator draws a seed from the global torch RNG, so
+        evaluating or sampling held-out prompts would change the training run's random stream."""
+        return torch.Generator().manual_seed(self.hparams.seed)

@@ -5,8 +5,9 @@ Shapes: N sequences, R response length, H hidden size.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from peft import LoraConfig, get_peft_model

@@ -93,3 +93,12 @@ def test_batches_hold_local_batch_size_prompts():
     dm.setup()
     batch = next(iter(dm.train_dataloader()))
     assert batch["input_ids"].shape[0] == 4 and batch["input_ids"].dtype == torch.long
+
+
+def test_iterating_the_loaders_leaves_the_global_rng_alone():
+    dm = make_datamodule()
+    dm.setup()
+    state = torch.random.get_rng_state()
+    next(iter(dm.val_dataloader()))
+    next(iter(dm.train_dataloader()))
+    assert torch.equal(state, torch.random.get_rng_state())

@@ -1,0 +1,61 @@
+"""RewardNormalizer: running statistics of the scores, applied inside the RL step.
+
+Callbacks run around training_step, but scores must be normalized before advantages are computed,
+so the module calls `transform_scores` on every callback that has it, in the middle of its rollout.
+In order: optionally subtract the reward of the query alone (the FAQ's fix for a reward dominated
+by the prompt), update the running mean and variance with this step's scores from every rank,
+normalize by them, optionally whiten the batch, optionally clip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class RewardNormalizer(L.Callback):
+    def __init__(self, normalize: bool = True, shift_mean: bool = True, whiten_batch: bool = False,
+                 reward_clip_range: float | None = None, subtract_query_reward: bool = False, epsilon: float = 1e-8):
+        self.normalize, self.shift_mean, self.whiten_batch = normalize, shift_mean, whiten_batch
+        self.reward_clip_range, self.epsilon = reward_clip_range, epsilon
+        self.subtract_query_reward = subtract_query_reward
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0  # running moments (Chan et al.'s parallel update)
+
+    @property
+    def std(self) -> float:
+        return (self.m2 / (self.count - 1)) ** 0.5 if self.count > 1 else 1.0
+
+    def update(self, scores: torch.Tensor) -> None:
+        scores = scores.detach().double().flatten()
+        n, mean = scores.numel(), scores.mean().item()
+        m2 = ((scores - mean) ** 2).sum().item()
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + delta**2 * self.count * n / total
+        self.count = total
+
+    def transform_scores(self, module, scores: torch.Tensor, prompts: Sequence[str],
+                         completions: Sequence[str]) -> torch.Tensor:
+        if self.subtract_query_reward:
+            scores = scores - module.score(list(prompts), [""] * len(prompts))
+        everywhere = module.all_gather(scores).flatten() if module.trainer.world_size > 1 else scores
+        self.update(everywhere)
+        if self.normalize:
+            shift = self.mean if self.shift_mean else 0.0
+            scores = (scores - shift) / (self.std + self.epsilon)
+        if self.whiten_batch:
+            gathered = module.all_gather(scores).flatten() if module.trainer.world_size > 1 else scores
+            scores = (scores - gathered.mean()) / (gathered.std() + self.epsilon)
+        if self.reward_clip_range is not None:
+            scores = scores.clamp(-self.reward_clip_range, self.reward_clip_range)
+        return scores
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "mean": self.mean, "m2": self.m2}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count, self.mean, self.m2 = state["count"], state["mean"], state["m2"]

@@ -1,0 +1,94 @@
+"""GenerationSamples: what the policy writes on the held-out prompts, during the run.
+
+At the start of fit, every `every_n_steps` RL steps (default: num_sample_generations times over the
+run, like TRL) and at the end, on rank zero: one completion per held-out prompt with the training
+sampling settings (and greedy, if asked), scored, with its KL to the reference. Written to
+<run dir>/samples.jsonl always; printed as a rich table; logged as a wandb Table or TensorBoard text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+from rich.console import Console
+from rich.table import Table
+
+from lit_rlhf.callbacks.heldout import heldout_batch, sample_heldout
+
+COLUMNS = ["step", "stage", "mode", "query", "response", "score", "kl"]
+
+
+class GenerationSamples(L.Callback):
+    def __init__(self, num_samples: int = 8, num_sample_generations: int = 10, every_n_steps: int | None = None,
+                 greedy: bool = False, seed: int = 0, dirpath: str | None = None, filename: str = "samples.jsonl",
+                 print_to_console: bool = True, max_chars: int = 200):
+        self.num_samples, self.num_sample_generations = num_samples, num_sample_generations
+        self.every_n_steps = every_n_steps
+        self.greedy, self.seed, self.dirpath, self.filename = greedy, seed, dirpath, filename
+        self.print_to_console, self.max_chars = print_to_console, max_chars
+
+    def path(self, trainer: L.Trainer) -> Path:
+        return Path(self.dirpath or trainer.default_root_dir) / self.filename
+
+    def interval(self, trainer: L.Trainer, module) -> int:
+        if self.every_n_steps:
+            return self.every_n_steps
+        updates_per_step = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
+        total_rl_steps = max(trainer.max_steps, 0) // updates_per_step
+        return max(1, total_rl_steps // max(self.num_sample_generations, 1)) if total_rl_steps else 0
+
+    def on_fit_start(self, trainer: L.Trainer, module) -> None:
+        self.generate(trainer, module, "start")
+
+    def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        every = self.interval(trainer, module)
+        last_step = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps  # on_fit_end samples it
+        if every and module.rl_step % every == 0 and not last_step:
+            self.generate(trainer, module, "train")
+
+    def on_fit_end(self, trainer: L.Trainer, module) -> None:
+        self.generate(trainer, module, "end")
+
+    def generate(self, trainer: L.Trainer, module, stage: str) -> list[dict[str, Any]]:
+        if not trainer.is_global_zero:
+            return []
+        batch = heldout_batch(trainer, module, self.num_samples)
+        if batch is None:
+            return []
+        rows = []
+        for mode in ("sample", "greedy") if self.greedy else ("sample",):
+            out = sample_heldout(module, batch, self.seed, greedy=mode == "greedy")
+            for query, response, score, kl in zip(out["prompts"], out["completions"], out["scores"], out["kl"],
+                                                  strict=True):
+                rows.append({"step": module.rl_step, "stage": stage, "mode": mode, "query": query,
+                             "response": response, "score": score, "kl": kl})
+        self.write(trainer, rows)
+        return rows
+
+    def write(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
+        path = self.path(trainer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        step = rows[0]["step"]
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_table(key="samples", columns=COLUMNS, data=[[r[c] for c in COLUMNS] for r in rows])
+            elif isinstance(logger, TensorBoardLogger):
+                lines = ["| mode | query | response | score | kl |", "|---|---|---|---|---|"]
+                lines += [f"| {r['mode']} | {r['query']} | {r['response']} | {r['score']:.3f} | {r['kl']:.3f} |"
+                          for r in rows]
+                logger.experiment.add_text("samples", "\n".join(lines), global_step=step)
+        if self.print_to_console:
+            table = Table(title=f"Samples at RL step {step} ({rows[0]['stage']})", show_lines=True)
+            for column in ("mode", "query", "response", "score", "kl"):
+                table.add_column(column)
+            for r in rows:
+                response = r["response"][: self.max_chars] + ("..." if len(r["response"]) > self.max_chars else "")
+                table.add_row(r["mode"], r["query"], response, f"{r['score']:.3f}", f"{r['kl']:.3f}")
+            Console().print(table)

@@ -1,0 +1,79 @@
+"""Curves of a finished run, from its CSV log, as one PNG.
+
+    python -m lit_rlhf.plot RUN_DIR [--out curves.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from pathlib import Path
+
+CURVES = ["objective/scores", "objective/rlhf_reward", "objective/kl", "objective/entropy", "val/ratio",
+          "val/var_explained", "eval/scores", "objective/kl_coef"]
+
+
+def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
+    """{metric: (episodes or steps, values)} from a Lightning CSVLogger metrics.csv."""
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    x = 0.0
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            x = float(row["episode"]) if row.get("episode") else x  # eval rows: the episode they follow
+            for key, value in row.items():
+                if value not in ("", None) and key not in ("step", "epoch", "episode"):
+                    series.setdefault(key, ([], []))
+                    series[key][0].append(x)
+                    series[key][1].append(float(value))
+    return series
+
+
+def find_metrics_csv(run_dir: Path) -> Path:
+    found = sorted(run_dir.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no metrics.csv under {run_dir}; give a run directory written with logger=csv.")
+    return found[-1]
+
+
+def plot_curves(metrics_csv: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = read_metrics(metrics_csv)
+    names = [n for n in CURVES if n in series and n != "objective/kl_coef" or
+             n == "objective/kl_coef" and n in series and len(set(series[n][1])) > 1]
+    cols = 3
+    rows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        x, y = series[name]
+        ax.plot(x, y, marker="o" if len(x) < 10 else None, linewidth=1.2)
+        ax.set_title(name)
+        ax.set_xlabel("episode")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/curves.png")
+    args = parser.parse_args()
+    try:
+        out = plot_curves(find_metrics_csv(args.run_dir), args.out or args.run_dir / "curves.png")
+    except FileNotFoundError as err:
+        raise SystemExit(f"error: {err}") from None
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lit_rlhf.callbacks import KLController, RewardNormalizer, adaptive_kl_update
+from lit_rlhf.errors import ConfigError
+from tests.algos.test_rloo import fake_rollout
+from tests.conftest import make_datamodule, make_rloo
+
+
+def test_adaptive_update_is_the_ziegler_formula():
+    # e = clip(12 / 6 - 1, -0.2, 0.2) = 0.2 ; 0.1 * (1 + 0.2 * 32 / 10000)
+    assert adaptive_kl_update(0.1, 12.0, 32, 6.0, 10000) == pytest.approx(0.1 * (1 + 0.2 * 32 / 10000))
+    # e = 4.5 / 6 - 1 = -0.25 -> clipped to -0.2
+    assert adaptive_kl_update(0.1, 4.5, 64, 6.0, 100) == pytest.approx(0.1 * (1 - 0.2 * 64 / 100))
+    # e = 6.6 / 6 - 1 = 0.1, inside the clip
+    assert adaptive_kl_update(0.2, 6.6, 10, 6.0, 50) == pytest.approx(0.2 * (1 + 0.1 * 10 / 50))
+    with pytest.raises(ConfigError, match="kind='pid'"):
+        KLController(kind="pid")
+
+
+class RecordKL(L.Callback):
+    """Runs after the controller: what the step saw and what the controller set."""
+
+    def __init__(self):
+        self.rows = []
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.rows.append((module.last_stats["objective/kl_coef"], module.last_stats["objective/kl"], module.kl_coef))
+
+
+def fit(module, steps, callbacks, dm=None, **kwargs):
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, accelerator="cpu", callbacks=callbacks,
+                        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
+    trainer.fit(module, dm or make_datamodule(), **kwargs)
+    return trainer
+
+
+def test_adaptive_controller_follows_the_formula_during_training():
+    L.seed_everything(0)
+    controller, record = KLController(kind="adaptive", init_kl_coef=0.2, target=0.05, horizon=100), RecordKL()
+    module = make_rloo(kl_coef=0.05)
+    fit(module, 4, [controller, record])
+    coef = 0.2
+    for used, kl, after in record.rows:
+        assert used == pytest.approx(coef)  # the step used the current coefficient and logged it
+        coef = adaptive_kl_update(coef, kl, 16, 0.05, 100)  # 4 prompts x 4 samples per step
+        assert after == pytest.approx(coef)
+    assert coef != pytest.approx(0.2)
+
+
+def test_running_moments_match_the_statistics_of_all_scores_seen():
+    torch.manual_seed(0)
+    normalizer = RewardNormalizer()
+    batches = [torch.randn(8) * 3 + 2, torch.randn(5) - 1, torch.randn(16) * 0.5]
+    for batch in batches:
+        normalizer.update(batch)
+    everything = torch.cat(batches).double()
+    assert normalizer.count == 29
+    assert normalizer.mean == pytest.approx(everything.mean().item())
+    assert normalizer.std == pytest.approx(everything.std().item())
+
+
+class FakeModule:
+    def __init__(self, reward=None):
+        self.trainer = type("T", (), {"world_size": 1})()
+        self.reward = reward
+
+    def score(self, prompts, completions):
+        return self.reward(prompts, completions)
+
+
+def test_normalized_scores_scale_rloo_advantages_by_one_over_the_running_std():
+    """LOO advantages are invariant to a shift and linear in a scale: A(norm) = A(raw) / std."""
+    torch.manual_seed(0)
+    normalizer = RewardNormalizer()
+    normalizer.update(torch.randn(64) * 4 + 10)  # history
+    raw = torch.randn(8) * 2 + 5
+    scores = normalizer.transform_scores(FakeModule(), raw, [""] * 8, [""] * 8)
+    std = normalizer.std  # includes this batch, as the normalization did
+    mask, lp = torch.ones(8, 3, dtype=torch.bool), torch.zeros(8, 3)
+    module = make_rloo(kl_coef=0.1)
+    raw_adv, _ = module.compute_advantages(fake_rollout(raw, lp, lp, mask, k=4))
+    norm_adv, _ = module.compute_advantages(fake_rollout(scores, lp, lp, mask, k=4))
+    torch.testing.assert_close(norm_adv, raw_adv / (std + 1e-8))
+    assert not torch.allclose(norm_adv, raw_adv)
+
+
+def test_whitening_clipping_and_query_reward_subtraction():
+    def length(prompts, completions):
+        return torch.tensor([float(len(p + c)) for p, c in zip(prompts, completions, strict=True)])
+
+    fake = FakeModule(reward=length)
+    prompts, completions = ["ab", "abcd", "a", "abc"], ["x", "xx", "xxx", "xxxx"]
+    raw = length(prompts, completions)
+    only_completion = RewardNormalizer(normalize=False, subtract_query_reward=True)
+    assert only_completion.transform_scores(fake, raw, prompts, completions).tolist() == [1.0, 2.0, 3.0, 4.0]
+    whitened = RewardNormalizer(normalize=False, whiten_batch=True).transform_scores(fake, raw, prompts, completions)
+    assert whitened.mean().item() == pytest.approx(0, abs=1e-6) and whitened.std().item() == pytest.approx(1, abs=1e-5)
+    clipped = RewardNormalizer(normalize=False, reward_clip_range=5.0).transform_scores(fake, raw, prompts, completions)
+    assert clipped.max().item() == 5.0
+
+
+def test_checkpoint_carries_kl_coefficient_and_normalizer_state_into_the_resumed_run(tmp_path):
+    L.seed_everything(0)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1, filename="{step}")
+    controller, normalizer = KLController(kind="adaptive", target=0.01, horizon=50), RewardNormalizer()
+    module = make_rloo()
+    fit(module, 4, [checkpoint, controller, normalizer])
+    mid = torch.load(tmp_path / "step=2.ckpt", weights_only=False)
+    states = {k.split("{")[0]: v for k, v in mid["callbacks"].items()}
+    assert states["KLController"]["kl_coef"] != pytest.approx(0.05)
+    assert states["RewardNormalizer"]["count"] == 2 * 16
+
+    class Seen(L.Callback):
+        def on_train_start(self, trainer, module):
+            self.kl_coef, self.count = module.kl_coef, resumed_normalizer.count
+
+    L.seed_everything(0)
+    resumed_controller = KLController(kind="adaptive", target=0.01, horizon=50)
+    resumed_normalizer, seen = RewardNormalizer(), Seen()
+    resumed = make_rloo()
+    fit(resumed, 3, [resumed_controller, resumed_normalizer, seen], ckpt_path=str(tmp_path / "step=2.ckpt"))
+    assert seen.kl_coef == pytest.approx(states["KLController"]["kl_coef"])
+    assert seen.count == 2 * 16 and resumed_normalizer.count == 3 * 16
