@@ -6,7 +6,8 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_use_without_hydra_example_trains(capsys):
+def test_use_without_hydra_example_trains(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     text = README.read_text()
     section = text[text.index("## Use without Hydra"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
@@ -15,6 +16,7 @@ def test_use_without_hydra_example_trains(capsys):
     exec(compile(code.replace("max_steps=20", "max_steps=4"), "README.md", "exec"), namespace)
     assert namespace["module"].episode == 4 * 8 * 4
     assert "Sample completions before and after training" in capsys.readouterr().out
+    assert (tmp_path / "runs" / "samples.jsonl").exists() and (tmp_path / "runs" / "curves.png").exists()
 
 
 def test_readme_opens_with_the_two_make_commands():
