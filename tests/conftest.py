@@ -43,3 +43,9 @@ def make_ppo(**overrides):
                   response_length=16, missing_eos_penalty=1.0)
     kwargs.update(overrides)
     return PPOModule(**kwargs)
+
+
+@pytest.fixture(autouse=True)
+def run_in_tmp_path(tmp_path, monkeypatch):
+    """Tests write logs, samples and checkpoints into their own directory, never into the repo."""
+    monkeypatch.chdir(tmp_path)

@@ -6,12 +6,14 @@ R response length, V vocab.
 
 from __future__ import annotations
 
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
@@ -28,6 +30,18 @@ from lit_rlhf.ops import (
     masked_mean,
     truncate_after_stop,
 )
+
+
+def numpy_rng_state() -> dict[str, Any]:
+    """numpy's global RNG state in types that load with torch.load(weights_only=True)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss,
+            "cached": cached}
+
+
+def set_numpy_rng_state(state: dict[str, Any]) -> None:
+    np.random.set_state((state["kind"], state["keys"].numpy().astype(np.uint32), state["pos"], state["has_gauss"],
+                         state["cached"]))
 
 
 class RLHFModule(L.LightningModule):
@@ -51,6 +65,7 @@ class RLHFModule(L.LightningModule):
         self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
         self.optimizer_factory, self.lr_scheduler_factory = optimizer, lr_scheduler
         self.automatic_optimization = False
+        self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
         if kl_estimator not in KL_ESTIMATORS:
             raise ConfigError(f"algo.kl_estimator={kl_estimator!r} is not one of {KL_ESTIMATORS}.")
         for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps"):
@@ -287,11 +302,42 @@ class RLHFModule(L.LightningModule):
         self.log_dict({"eval/scores": rollout.raw_scores.mean(), "eval/kl": kl.sum(1).mean()},
                       batch_size=len(rollout), sync_dist=self.trainer.world_size > 1)
 
+    # ---- checkpoints: what training changed, and where it was -------------------------------
+    def trained_state_keys(self) -> set[str]:
+        """state_dict keys of the trained tensors (LoRA adapters, value head, or all of a full fine-tune).
+        Frozen weights (base model, reference copy) reload from name_or_path instead."""
+        trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
+        return {name for name, p in self.named_parameters() if id(p) in trainable}
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rlhf_state"] = {"episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef}
+        keep = self.trained_state_keys()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
+        checkpoint["rlhf_state"] = {
+            "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
+            "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        missing = self.trained_state_keys() - set(checkpoint["state_dict"])
+        unknown = set(checkpoint["state_dict"]) - set(self.state_dict())
+        if missing or unknown:
+            raise ConfigError(f"checkpoint does not fit this model: {len(missing)} trained tensors missing "
+                              f"(e.g. {sorted(missing)[:2]}), {len(unknown)} unknown (e.g. {sorted(unknown)[:2]}); "
+                              f"resume with the model and algo settings of the run that wrote it.")
         state = checkpoint.get("rlhf_state", {})
         self.episode = state.get("episode", 0)
         self.rl_step = state.get("rl_step", 0)
         self.kl_coef = state.get("kl_coef", self.kl_coef)
+        self._rng_to_restore = state.get("rng")
+
+    def on_train_start(self) -> None:
+        """Random states of the interrupted run, restored as late as possible: nothing between here and
+        the next training step may draw from them, so a resumed run samples what the original did."""
+        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            set_numpy_rng_state(rng["numpy"])
+            random.setstate(rng["python"])
+            if rng.get("cuda") and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])

@@ -10,9 +10,10 @@ from functools import partial
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
 from lit_rlhf.data.sources import load_prompt_texts
+from lit_rlhf.data.stream import PromptStream
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.tokenizer import load_tokenizer
 
@@ -46,7 +47,7 @@ class PromptDataModule(L.LightningDataModule):
     def __init__(self, tokenizer: str, dataset: str = "sentiment", prompt_column: str = "prompt",
                  split: str = "train", subset: str | None = None, batch_size: int = 8,
                  max_prompt_length: int = 64, apply_chat_template: bool = False, num_eval_prompts: int = 16,
-                 eval_batch_size: int = 16, seed: int = 0, num_workers: int = 0, trust_remote_code: bool = False):
+                 eval_batch_size: int = 16, seed: int = 0, trust_remote_code: bool = False):
         super().__init__()
         self.save_hyperparameters()
         if batch_size < 1 or max_prompt_length < 1:
@@ -96,18 +97,23 @@ class PromptDataModule(L.LightningDataModule):
         return partial(collate_left_padded, pad_token_id=self.tokenizer.pad_token_id)
 
     def train_dataloader(self) -> DataLoader:
+        """An endless stream of prompt batches that resumes after the RL steps the module already did."""
         if len(self.train_prompts) < self.hparams.batch_size:
             raise ConfigError(f"data.batch_size={self.hparams.batch_size} exceeds the {len(self.train_prompts)} "
                               f"training prompts; lower it.")
-        sampler = RandomSampler(self.train_prompts, generator=torch.Generator().manual_seed(self.hparams.seed))
-        return DataLoader(self.train_prompts, batch_size=self.local_batch_size, sampler=sampler, drop_last=True,
-                          collate_fn=self._collate(), num_workers=self.hparams.num_workers,
-                          generator=self._own_generator())
+        trainer = self.trainer
+        module = trainer.lightning_module if trainer is not None else None
+        stream = PromptStream(
+            self.train_prompts, self.hparams.batch_size, self._collate(), seed=self.hparams.seed,
+            rank=trainer.global_rank if trainer is not None else 0,
+            world_size=trainer.world_size if trainer is not None else 1,
+            start_step=getattr(module, "rl_step", 0))
+        # the stream is already batched and sharded; one process reads it (it is cheap)
+        return DataLoader(stream, batch_size=None, num_workers=0, generator=self._own_generator())
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.eval_prompts, batch_size=self.hparams.eval_batch_size, shuffle=False,
-                          collate_fn=self._collate(), num_workers=self.hparams.num_workers,
-                          generator=self._own_generator())
+                          collate_fn=self._collate(), generator=self._own_generator())
 
     def _own_generator(self) -> torch.Generator:
         """Without a generator, every DataLoader iterator draws a seed from the global torch RNG, so

@@ -83,7 +83,7 @@ def test_samples_jsonl_has_start_during_and_end_tables(tmp_path):
     assert all(r["kl"] == 0 for r in rows if r["stage"] == "start")  # the policy is the reference then
 
 
-def test_sampling_callbacks_do_not_change_the_training_run():
+def test_sampling_callbacks_do_not_change_the_training_run(tmp_path):
     def scores(callbacks):
         L.seed_everything(0)
         module, seen = make_rloo(), []
@@ -93,7 +93,8 @@ def test_sampling_callbacks_do_not_change_the_training_run():
                 seen.append(module.last_stats["objective/scores"])
 
         trainer = L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            limit_val_batches=0, accelerator="cpu", callbacks=[*callbacks, Record()])
+                            limit_val_batches=0, accelerator="cpu", callbacks=[*callbacks, Record()],
+                            default_root_dir=tmp_path)
         trainer.fit(module, make_datamodule())
         return seen
 

@@ -1,0 +1,42 @@
+"""PromptStream: the endless, resumable, rank-aware stream of training prompt batches.
+
+Step s of training gets global batch s: data epoch e = s // steps_per_epoch is a permutation of the
+prompts drawn from (seed, e), and batch s is its slice number s % steps_per_epoch (a partial last
+batch is dropped). Rank r takes its contiguous share of each global batch, so the K samples of a
+prompt stay on one rank. Because the position is computed from the number of RL steps already
+trained, a resumed run continues exactly where the interrupted one stopped, epoch boundaries
+included, whatever Lightning prefetched.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+from torch.utils.data import IterableDataset
+
+
+class PromptStream(IterableDataset):
+    def __init__(self, prompts: list[list[int]], global_batch_size: int, collate: Callable, seed: int = 0,
+                 rank: int = 0, world_size: int = 1, start_step: int = 0):
+        self.prompts, self.global_batch_size, self.collate = prompts, global_batch_size, collate
+        self.seed, self.rank, self.world_size, self.start_step = seed, rank, world_size, start_step
+        self.local_batch_size = global_batch_size // world_size
+        self.steps_per_epoch = len(prompts) // global_batch_size
+
+    def epoch_order(self, data_epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + data_epoch)
+        return torch.randperm(len(self.prompts), generator=generator).tolist()
+
+    def global_batch(self, step: int) -> list[int]:
+        """Prompt indices of global batch `step` (all ranks)."""
+        data_epoch, index = divmod(step, self.steps_per_epoch)
+        start = index * self.global_batch_size
+        return self.epoch_order(data_epoch)[start : start + self.global_batch_size]
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        step = self.start_step
+        while True:
+            share = self.global_batch(step)[self.rank * self.local_batch_size : (self.rank + 1) * self.local_batch_size]
+            yield self.collate([self.prompts[i] for i in share])
+            step += 1

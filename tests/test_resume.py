@@ -1,0 +1,84 @@
+"""Exact resume: an interrupted-and-resumed run logs what the uninterrupted run logs, to the last digit."""
+
+import json
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lit_rlhf.callbacks import KLController, RewardNormalizer
+from tests.conftest import make_datamodule, make_ppo, make_rloo
+
+STEPS = 7
+
+
+@pytest.fixture
+def small_prompts(tmp_path):
+    """24 prompts: 8 held out, 16 for training = 4 global batches of 4 per data epoch."""
+    path = tmp_path / "prompts.jsonl"
+    words = ["The movie", "I think the plot", "Honestly, the cast", "The ending", "It is a", "The music was",
+             "Sara Kim gives a", "The story follows", "Overall, the film", "Some scenes were", "The hero",
+             "The script felt"]
+    path.write_text("\n".join(json.dumps({"prompt": f"{w}"}) for w in words + [w + " really" for w in words]))
+    return str(path)
+
+
+class Record(L.Callback):
+    def __init__(self):
+        self.stats = {}
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.stats[module.rl_step] = {k: v for k, v in module.last_stats.items() if k != "eps"}
+
+
+def make(algo):
+    return make_ppo(num_ppo_epochs=2, response_length=12) if algo == "ppo" else make_rloo(response_length=12)
+
+
+def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None):
+    L.seed_everything(0)
+    module = make(algo)
+    updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
+    trainer = L.Trainer(max_steps=rl_steps * updates, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", val_check_interval=3, limit_val_batches=1,
+                        num_sanity_val_steps=1, callbacks=[*callbacks, KLController(kind="adaptive", target=0.5,
+                                                                                   horizon=100), RewardNormalizer()],
+                        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
+    trainer.fit(module, make_datamodule(dataset=prompts, num_eval_prompts=8, batch_size=4), ckpt_path=ckpt_path)
+    return module
+
+
+@pytest.mark.parametrize("algo", ["rloo", "ppo"])
+@pytest.mark.parametrize("resume_at", [2, 4], ids=["mid_epoch", "epoch_boundary"])
+def test_resumed_run_matches_the_uninterrupted_run(algo, resume_at, small_prompts, tmp_path):
+    full = Record()
+    reference = fit(algo, small_prompts, STEPS, [full])
+    assert sorted(full.stats) == list(range(1, STEPS + 1))
+
+    updates = 2 if algo == "ppo" else 1
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=resume_at * updates, save_top_k=-1,
+                                 filename="{step}")
+    first = Record()
+    fit(algo, small_prompts, resume_at, [first, checkpoint])
+    ckpt = tmp_path / "ckpt" / f"step={resume_at * updates}.ckpt"
+    second = Record()
+    resumed = fit(algo, small_prompts, STEPS, [second], ckpt_path=str(ckpt))
+
+    assert sorted(second.stats) == list(range(resume_at + 1, STEPS + 1))  # no step lost or repeated
+    for step in range(1, STEPS + 1):
+        assert (first.stats if step <= resume_at else second.stats)[step] == full.stats[step], f"step {step}"
+    for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert resumed.episode == reference.episode == STEPS * 16
+
+
+def test_checkpoints_hold_trained_tensors_only(small_prompts, tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, filename="{step}")
+    module = fit("rloo", small_prompts, 2, [Record(), checkpoint])
+    saved = torch.load(tmp_path / "step=2.ckpt", weights_only=True)  # loads without trusting pickles
+    assert saved["state_dict"] and all("lora_" in k for k in saved["state_dict"])
+    assert set(saved["state_dict"]) == module.trained_state_keys()
+    assert {"rlhf_state", "optimizer_states", "callbacks", "loops"} <= set(saved)
+    stored = sum(v.numel() for v in saved["state_dict"].values())
+    assert stored < 0.2 * sum(p.numel() for p in module.parameters())
