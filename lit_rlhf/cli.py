@@ -9,6 +9,7 @@ from typing import Any
 import lightning as L
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
@@ -60,6 +61,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
     """train() with user mistakes reported as one line (exit code 2) instead of a stack trace."""
     try:
         return train(cfg)
+    except SIGTERMException:
+        print("stopped by SIGTERM after a complete RL step; see the checkpoint above to resume.", file=sys.stderr)
+        sys.exit(143)
     except Exception as err:
         message = user_error(err)
         if message is None:

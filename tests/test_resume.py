@@ -5,7 +5,7 @@ import json
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 
 from lit_rlhf.callbacks import KLController, RewardNormalizer
 from tests.conftest import make_datamodule, make_ppo, make_rloo
@@ -44,7 +44,7 @@ def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None):
                         enable_model_summary=False, accelerator="cpu", val_check_interval=3, limit_val_batches=1,
                         num_sanity_val_steps=1, callbacks=[*callbacks, KLController(kind="adaptive", target=0.5,
                                                                                    horizon=100), RewardNormalizer()],
-                        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
+                        enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks))
     trainer.fit(module, make_datamodule(dataset=prompts, num_eval_prompts=8, batch_size=4), ckpt_path=ckpt_path)
     return module
 
@@ -82,3 +82,38 @@ def test_checkpoints_hold_trained_tensors_only(small_prompts, tmp_path):
     assert {"rlhf_state", "optimizer_states", "callbacks", "loops"} <= set(saved)
     stored = sum(v.numel() for v in saved["state_dict"].values())
     assert stored < 0.2 * sum(p.numel() for p in module.parameters())
+
+
+class SendSignal(L.Callback):
+    def __init__(self, at_step, signum):
+        self.at_step, self.signum = at_step, signum
+
+    def on_train_batch_end(self, trainer, module, *args):
+        if module.rl_step == self.at_step:
+            import os
+
+            os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, small_prompts, tmp_path):
+    import signal
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lit_rlhf.callbacks import CheckpointOnInterrupt
+
+    full = Record()
+    fit("rloo", small_prompts, 5, [full])
+    first, guard = Record(), CheckpointOnInterrupt(dirpath=str(tmp_path))
+    callbacks = [SendSignal(3, getattr(signal, signame)), guard, first]
+    if signame == "SIGTERM":
+        with pytest.raises(SIGTERMException):
+            fit("rloo", small_prompts, 5, callbacks)
+    else:
+        fit("rloo", small_prompts, 5, callbacks)
+        assert signal.getsignal(signal.SIGINT) is not guard._on_sigint  # handler restored
+    assert sorted(first.stats) == [1, 2, 3] and guard.path == tmp_path / "interrupted.ckpt"
+    second = Record()
+    fit("rloo", small_prompts, 5, [second], ckpt_path=str(guard.path))
+    assert {**first.stats, **second.stats} == full.stats

@@ -2,10 +2,11 @@
 
 from lit_rlhf.callbacks.curves import CurvesPlot
 from lit_rlhf.callbacks.histograms import Histograms
+from lit_rlhf.callbacks.interrupt import CheckpointOnInterrupt
 from lit_rlhf.callbacks.kl_controller import KLController, adaptive_kl_update
 from lit_rlhf.callbacks.normalizer import RewardNormalizer
 from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
-__all__ = ["CurvesPlot", "GenerationSamples", "Histograms", "KLController", "RewardNormalizer", "TrainingSummary",
+__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "Histograms", "KLController", "RewardNormalizer", "TrainingSummary",
            "adaptive_kl_update"]

@@ -1,0 +1,63 @@
+"""CheckpointOnInterrupt: Ctrl-C or SIGTERM ends the run with a checkpoint to resume from.
+
+Ctrl-C (SIGINT) no longer stops a step halfway through its updates: the first one finishes the
+current RL step, writes <checkpoints>/interrupted.ckpt and ends fit normally (summaries included); a
+second one aborts at once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops
+after the current step on every rank; the checkpoint is written then.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+class CheckpointOnInterrupt(Checkpoint):
+    """A `Checkpoint`, so Lightning runs it after every other callback: the state it saves includes
+    what they updated at the end of the step (KL coefficient, normalizer moments)."""
+
+    def __init__(self, dirpath: str | None = None, filename: str = "interrupted.ckpt"):
+        self.dirpath, self.filename = dirpath, filename
+        self.requested = False
+        self.path: Path | None = None
+        self._previous_handler = None
+
+    def on_fit_start(self, trainer: L.Trainer, module) -> None:
+        self.requested, self.path = False, None
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.requested:  # second Ctrl-C: abort now
+            signal.signal(signal.SIGINT, self._previous_handler or signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: finishing this RL step, then writing a checkpoint (Ctrl-C again to abort now).", flush=True)
+
+    def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        if trainer.strategy.reduce_boolean_decision(self.requested, all=False):  # any rank asked
+            self.save(trainer)
+            trainer.should_stop = True
+
+    def on_exception(self, trainer: L.Trainer, module, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException) and self.path is None:
+            self.save(trainer)
+
+    def teardown(self, trainer: L.Trainer, module, stage: str) -> None:
+        if self._previous_handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+
+    def save(self, trainer: L.Trainer) -> None:
+        checkpoint = trainer.checkpoint_callback
+        directory = Path(self.dirpath or (checkpoint.dirpath if checkpoint and checkpoint.dirpath else
+                                          Path(trainer.default_root_dir) / "checkpoints"))
+        self.path = directory / self.filename
+        trainer.save_checkpoint(self.path)
+        rank_zero_info(f"Checkpoint written: {self.path}\nResume with: python train.py ckpt_path={self.path}")
