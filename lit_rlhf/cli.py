@@ -37,6 +37,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     output_dir = Path(cfg.paths.output_dir)
+    if cfg.get("export_dir") and trainer.is_global_zero:
+        from lit_rlhf.export import export_policy
+
+        report(f"Exported the trained policy to {export_policy(module, cfg.export_dir)}")
     report(f"\nRun directory: {output_dir}")
     for logger in loggers:
         report(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")

@@ -1,0 +1,72 @@
+"""Export a trained policy as a standard Hugging Face model directory (or its LoRA adapter alone).
+
+    python -m lit_rlhf.export CKPT OUT_DIR [--adapter-only]
+
+The checkpoint holds the hyper-parameters and the trained tensors; frozen base weights reload from
+the model's name_or_path. LoRA is merged into the base weights (safetensors + tokenizer), so
+`AutoModelForCausalLM.from_pretrained(OUT_DIR)` loads the trained policy with no peft involved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+
+from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.models.policy import TRAINABLE_ADAPTER
+
+
+def load_from_checkpoint(ckpt_path: str | Path, reward=None):
+    """The RLHF module of a lit_rlhf checkpoint, weights loaded, on the CPU."""
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path={str(ckpt_path)!r} is not a file; give a .ckpt written by lit_rlhf.")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if "rlhf_state" not in checkpoint or "algo" not in checkpoint["rlhf_state"]:
+        raise ConfigError(f"{path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
+    module_name, _, class_name = checkpoint["rlhf_state"]["algo"].rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    module = cls(reward=reward, **checkpoint["hyper_parameters"])
+    module.configure_model()
+    module.on_load_checkpoint(checkpoint)
+    module.load_state_dict(checkpoint["state_dict"], strict=False)
+    return module.eval()
+
+
+def export_policy(module, out_dir: str | Path, adapter_only: bool = False) -> Path:
+    """Writes the policy (merged) or its trained adapter, with the tokenizer, to out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    policy = module.policy
+    if isinstance(policy, PeftModel):
+        if adapter_only:
+            policy.save_pretrained(out, selected_adapters=[TRAINABLE_ADAPTER])
+        else:
+            policy.merge_and_unload(adapter_names=[TRAINABLE_ADAPTER]).save_pretrained(out, safe_serialization=True)
+    elif adapter_only:
+        raise ConfigError("--adapter-only needs a LoRA run; this one fine-tuned the full model (model.lora=null).")
+    else:
+        policy.save_pretrained(out, safe_serialization=True)
+    module.tokenizer.save_pretrained(out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("ckpt_path")
+    parser.add_argument("out_dir")
+    parser.add_argument("--adapter-only", action="store_true", help="write the peft adapter, not a merged model")
+    args = parser.parse_args()
+    try:
+        out = export_policy(load_from_checkpoint(args.ckpt_path), args.out_dir, args.adapter_only)
+    except (ConfigError, UnavailableError) as err:
+        raise SystemExit(f"error: {err}") from None
+    print(f"Exported to {out}")
+
+
+if __name__ == "__main__":
+    main()

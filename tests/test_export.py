@@ -1,0 +1,67 @@
+import subprocess
+import sys
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+from lit_rlhf.export import export_policy, load_from_checkpoint
+from tests.conftest import make_datamodule, make_ppo
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A PPO run with a critic adapter (three adapters on one base), checkpointed after 2 RL steps."""
+    tmp = tmp_path_factory.mktemp("run")
+    L.seed_everything(0)
+    module = make_ppo(critic="adapter", num_ppo_epochs=1)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, limit_val_batches=0,
+                        accelerator="cpu", callbacks=[ModelCheckpoint(dirpath=tmp, filename="last")],
+                        default_root_dir=tmp)
+    trainer.fit(module, make_datamodule())
+    dm = make_datamodule()
+    dm.setup()
+    return module, tmp / "last.ckpt", next(iter(dm.val_dataloader()))
+
+
+def greedy(model, batch):
+    return model.generate(**batch, do_sample=False, max_new_tokens=12, pad_token_id=1)
+
+
+def test_merged_export_loads_in_transformers_and_generates_the_trained_policys_tokens(trained, tmp_path):
+    module, ckpt, batch = trained
+    restored = load_from_checkpoint(ckpt)
+    out = export_policy(restored, tmp_path / "hf")
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    exported = AutoModelForCausalLM.from_pretrained(out).eval()
+    module.policy.eval()
+    with torch.no_grad():
+        assert torch.equal(greedy(exported, batch), greedy(module.policy, batch))
+        torch.testing.assert_close(exported(**batch).logits, module.policy(**batch).logits, atol=1e-4, rtol=1e-4)
+    base = AutoModelForCausalLM.from_pretrained(module.hparams.model["name_or_path"]).eval()
+    with torch.no_grad():
+        assert not torch.allclose(exported(**batch).logits, base(**batch).logits)  # training is in the export
+
+
+def test_adapter_only_export_round_trips_through_peft(trained, tmp_path):
+    module, ckpt, batch = trained
+    out = export_policy(load_from_checkpoint(ckpt), tmp_path / "adapter", adapter_only=True)
+    assert (out / "adapter_model.safetensors").exists() and not (out / "model.safetensors").exists()
+    base = AutoModelForCausalLM.from_pretrained(module.hparams.model["name_or_path"])
+    reloaded = PeftModel.from_pretrained(base, out).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, module.policy(**batch).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_export_command_and_its_errors(trained, tmp_path):
+    _, ckpt, _ = trained
+    ok = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(ckpt), str(tmp_path / "cli")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert (tmp_path / "cli" / "config.json").exists()
+    bad = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(tmp_path / "nope.ckpt"), str(tmp_path / "x")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1].startswith("error: ckpt_path=")
