@@ -97,6 +97,15 @@ class RLHFModule(L.LightningModule):
             hp.response_length, hp.temperature, self.stop_token_id, self.tokenizer.pad_token_id,
             hp.generation_kwargs, hp.allow_biased_sampling)
 
+    def setup(self, stage: str) -> None:
+        strategy = type(self.trainer.strategy).__name__ if self._trainer is not None else ""
+        if "FSDP" in strategy:
+            raise ConfigError("trainer=fsdp cannot run generation inside training_step (FSDP shards the weights "
+                              "that generate() needs whole on every rank); use trainer=deepspeed_zero3 to shard "
+                              "parameters, or trainer=ddp.")
+        # ZeRO-3 gathers parameters layer by layer in every forward: all ranks must keep generating together
+        self._synced_generation = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
 
@@ -146,7 +155,8 @@ class RLHFModule(L.LightningModule):
     def generate(self, queries: torch.Tensor, query_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pure sampling, then truncation after the stop token. -> responses (N,R), response_mask (N,R)"""
         sequences = self.policy.generate(input_ids=queries, attention_mask=query_mask,
-                                         generation_config=self.generation_config)  # N,P+R'
+                                         generation_config=self.generation_config,
+                                         synced_gpus=getattr(self, "_synced_generation", False))  # N,P+R
         responses = sequences[:, queries.shape[1]:]  # N,R'  (R' < R when every sequence stopped early)
         missing = self.hparams.response_length - responses.shape[1]
         responses = torch.nn.functional.pad(responses, (0, missing), value=self.tokenizer.pad_token_id)  # N,R

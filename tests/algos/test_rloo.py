@@ -87,3 +87,30 @@ def test_rloo_raises_the_mean_score_on_the_embedded_default():
     assert gain > 0.3, (summary.before["mean_score"], summary.after["mean_score"])
     assert 0 <= summary.after["mean_kl"] <= 10
     assert 0 <= module.last_stats["objective/kl"] <= 10
+
+
+def test_fsdp_is_refused_with_a_reason():
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    module = make_rloo()
+    module._trainer = SimpleNamespace(strategy=FSDPStrategy.__new__(FSDPStrategy))
+    with pytest.raises(ConfigError, match="trainer=fsdp cannot run generation"):
+        module.setup("fit")
+
+
+def test_gradient_checkpointing_with_lora_gives_the_same_update():
+    from tests.conftest import LORA, TINY_PYTHIA
+
+    def trained(checkpointing):
+        L.seed_everything(0)
+        module = make_rloo(model={"name_or_path": TINY_PYTHIA, "lora": LORA,
+                                  "gradient_checkpointing": checkpointing})
+        fit(module, steps=2)
+        return {k: v for k, v in module.state_dict().items() if "lora_" in k}
+
+    plain, checkpointed = trained(False), trained(True)
+    for key in plain:
+        torch.testing.assert_close(checkpointed[key], plain[key], atol=1e-6, rtol=1e-5)
+    assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in checkpointed.items() if "lora_B" in k)

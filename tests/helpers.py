@@ -1,0 +1,22 @@
+"""Callbacks that tests attach to train.py runs through Hydra overrides."""
+
+from pathlib import Path
+
+import lightning as L
+import torch
+
+
+class DumpTrainable(L.Callback):
+    """Writes, per rank, the trained tensors, the episode count and the prompts each step saw."""
+
+    def __init__(self, path: str):
+        self.path, self.prompts = Path(path), []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.prompts.append(module.tokenizer.batch_decode(batch["input_ids"], skip_special_tokens=True))
+
+    def on_fit_end(self, trainer, module):
+        self.path.mkdir(parents=True, exist_ok=True)
+        trained = {k: v.detach().cpu() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
+        torch.save({"trained": trained, "episode": module.episode, "prompts": self.prompts,
+                    "world_size": trainer.world_size}, self.path / f"rank{trainer.global_rank}.pt")

@@ -1,0 +1,35 @@
+"""Two CPU processes with DDP (gloo), launched by train.py as a user would."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_train(tmp_path, *overrides):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", "steps=3",
+                           "algo.response_length=12", "data.batch_size=8", "callbacks.generation_samples=null",
+                           "callbacks.training_summary=null", "+callbacks.dump._target_=tests.helpers.DumpTrainable",
+                           f"+callbacks.dump.path={tmp_path}/dump", *overrides],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_ddp_on_two_cpu_processes_keeps_ranks_identical_and_counts_global_episodes(tmp_path):
+    result = run_train(tmp_path, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0]["world_size"] == 2
+    assert ranks[0]["trained"] and all("lora_" in k for k in ranks[0]["trained"])
+    for key, tensor in ranks[0]["trained"].items():
+        assert torch.equal(tensor, ranks[1]["trained"][key]), key
+    assert ranks[0]["episode"] == ranks[1]["episode"] == 3 * 8 * 4  # steps x global prompts x rloo_k
+    for step in range(3):  # each rank got its own half of every global batch
+        zero, one = ranks[0]["prompts"][step], ranks[1]["prompts"][step]
+        assert len(zero) == len(one) == 4 and not set(zero) & set(one)
+    metrics = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()
+    assert len([row for row in metrics[1:] if row.split(",")[0]]) == 3  # rank zero logs one row per step
