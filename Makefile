@@ -25,7 +25,7 @@ test: setup           ## the test suite: CPU, offline, a few minutes
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check lit_rlhf tests train.py scripts
+	$(BIN)/ruff check lit_rlhf tests train.py scripts bench
 
 assets: setup         ## rebuild the embedded default (corpus, prompts, tokenizer, tiny model), seed 0
 	$(BIN)/python scripts/build_assets.py

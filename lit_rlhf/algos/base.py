@@ -323,7 +323,8 @@ class RLHFModule(L.LightningModule):
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {
-            "algo": f"{type(self).__module__}.{type(self).__qualname__}", "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
+            "algo": f"{type(self).__module__}.{type(self).__qualname__}",
+            "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
             "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
         }

@@ -8,5 +8,5 @@ from lit_rlhf.callbacks.normalizer import RewardNormalizer
 from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
-__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "Histograms", "KLController", "RewardNormalizer", "TrainingSummary",
-           "adaptive_kl_update"]
+__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "Histograms", "KLController",
+           "RewardNormalizer", "TrainingSummary", "adaptive_kl_update"]

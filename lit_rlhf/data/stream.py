@@ -10,7 +10,7 @@ included, whatever Lightning prefetched.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils.data import IterableDataset
