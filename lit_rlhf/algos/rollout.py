@@ -5,7 +5,7 @@ Shapes: N sequences, P prompt length, R response length, V vocab.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 
@@ -36,8 +36,6 @@ class Rollout:
         """(queries, query_mask, responses, response_mask) of sequences idx."""
         return self.queries[idx], self.query_mask[idx], self.responses[idx], self.response_mask[idx]
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
 
 
 def sequence_inputs(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor,
