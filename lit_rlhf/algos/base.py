@@ -305,12 +305,31 @@ class RLHFModule(L.LightningModule):
 
     # ---- validation: held-out prompts, one sample each -----------------------------------------
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        # same seed at every validation: comparable numbers, and the training RNG is untouched
+        samples = self.sample_heldout(batch, seed=batch_idx)
+        self.log_dict({"eval/scores": samples["mean_score"], "eval/kl": samples["mean_kl"]},
+                      batch_size=len(samples["prompts"]), sync_dist=self.trainer.world_size > 1)
+
+    def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False) -> dict[str, Any]:
+        """One completion per prompt under a fixed seed, scored, without touching the training RNG.
+
+        Sampling uses the training settings (pure sampling at the training temperature); greedy=True
+        takes the argmax instead, for a low-variance view of what the policy prefers.
+        """
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(batch_idx)  # same samples at every validation: comparable, and training RNG untouched
-            rollout = self.rollout(batch, samples_per_prompt=1, for_training=False)
+            torch.manual_seed(seed)
+            config = self.generation_config
+            if greedy:
+                self.generation_config = config.__class__(**{**config.to_dict(), "do_sample": False})
+            try:
+                rollout = self.rollout(batch, samples_per_prompt=1, for_training=False)
+            finally:
+                self.generation_config = config
         kl, _ = self.kl_and_non_score_reward(rollout)
-        self.log_dict({"eval/scores": rollout.raw_scores.mean(), "eval/kl": kl.sum(1).mean()},
-                      batch_size=len(rollout), sync_dist=self.trainer.world_size > 1)
+        per_sequence_kl = kl.sum(1)  # N
+        return {"prompts": rollout.prompts, "completions": rollout.completions,
+                "scores": rollout.raw_scores.tolist(), "kl": per_sequence_kl.tolist(),
+                "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item()}
 
     # ---- checkpoints: what training changed, and where it was -------------------------------
     def trained_state_keys(self) -> set[str]:

@@ -17,7 +17,7 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from rich.console import Console
 from rich.table import Table
 
-from lit_rlhf.callbacks.heldout import heldout_batch, sample_heldout
+from lit_rlhf.callbacks.heldout import heldout_batch
 
 COLUMNS = ["step", "stage", "mode", "query", "response", "score", "kl"]
 
@@ -61,7 +61,7 @@ class GenerationSamples(L.Callback):
             return []
         rows = []
         for mode in ("sample", "greedy") if self.greedy else ("sample",):
-            out = sample_heldout(module, batch, self.seed, greedy=mode == "greedy")
+            out = module.sample_heldout(batch, self.seed, greedy=mode == "greedy")
             for query, response, score, kl in zip(out["prompts"], out["completions"], out["scores"], out["kl"],
                                                   strict=True):
                 rows.append({"step": module.rl_step, "stage": stage, "mode": mode, "query": query,

@@ -14,7 +14,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from rich.console import Console
 from rich.table import Table
 
-from lit_rlhf.callbacks.heldout import heldout_batch, sample_heldout
+from lit_rlhf.callbacks.heldout import heldout_batch
 
 TRACKED = ("objective/scores", "objective/kl", "objective/rlhf_reward", "objective/entropy")
 
@@ -29,7 +29,7 @@ class TrainingSummary(L.Callback):
 
     def sample(self, trainer: L.Trainer, module) -> dict[str, Any] | None:
         batch = heldout_batch(trainer, module)
-        return None if batch is None else sample_heldout(module, batch, self.seed)
+        return None if batch is None else module.sample_heldout(batch, self.seed)
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
         self.before = self.sample(trainer, module)
