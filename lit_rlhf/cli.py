@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lightning as L
 from hydra.utils import instantiate
@@ -14,6 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.errors import ConfigError, UnavailableError
+
+T = TypeVar("T")
 
 
 def instantiate_group(group: DictConfig | None) -> list[Any]:
@@ -61,10 +64,10 @@ def user_error(err: BaseException) -> str | None:
     return None
 
 
-def run(cfg: DictConfig) -> dict[str, float]:
-    """train() with user mistakes reported as one line (exit code 2) instead of a stack trace."""
+def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig) -> T:
+    """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace."""
     try:
-        return train(cfg)
+        return fn(cfg)
     except SIGTERMException:
         print("stopped by SIGTERM after a complete RL step; see the checkpoint above to resume.", file=sys.stderr)
         sys.exit(143)
@@ -74,3 +77,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
             raise
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """train() with user mistakes reported as one line (exit code 2) instead of a stack trace."""
+    return report_user_errors(train, cfg)

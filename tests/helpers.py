@@ -20,3 +20,11 @@ class DumpTrainable(L.Callback):
         trained = {k: v.detach().cpu() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
         torch.save({"trained": trained, "episode": module.episode, "prompts": self.prompts,
                     "world_size": trainer.world_size}, self.path / f"rank{trainer.global_rank}.pt")
+
+
+class ShorterWins:
+    """A user-defined pairwise judge (reads only the texts): the shorter completion wins."""
+
+    def __call__(self, prompts, policy_completions, reference_completions, policy_scores, reference_scores):
+        return torch.tensor([1.0 if len(p) < len(r) else 0.0 if len(p) > len(r) else 0.5
+                             for p, r in zip(policy_completions, reference_completions, strict=True)])

@@ -10,6 +10,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import lightning as L
@@ -81,6 +82,7 @@ class RLHFModule(L.LightningModule):
         self.last_step_episodes = 0
         self._ratios: list[torch.Tensor] = []
         self._fit_start_time = None
+        self.last_validated_rl_step = -1
 
     # ---- weights ---------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -122,10 +124,11 @@ class RLHFModule(L.LightningModule):
     # ---- rollout ---------------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
-                for_training: bool = True) -> Rollout:
+                for_training: bool = True, from_reference: bool = False) -> Rollout:
         """Samples K responses per prompt and scores them: everything the update needs.
 
         for_training=False (evaluation, samples) leaves score transforms and their running state alone.
+        from_reference=True samples from the reference instead of the policy (evaluation's baseline).
         """
         k = samples_per_prompt or self.samples_per_prompt
         hp = self.hparams
@@ -134,7 +137,8 @@ class RLHFModule(L.LightningModule):
         queries = batch["input_ids"].repeat_interleave(k, dim=0)  # N,P
         query_mask = batch["attention_mask"].repeat_interleave(k, dim=0)  # N,P
         prompt_index = torch.arange(len(batch["input_ids"]), device=queries.device).repeat_interleave(k)  # N
-        responses, response_mask = self.generate(queries, query_mask)  # N,R
+        with self.reference.active() if from_reference else nullcontext(self.policy) as sampler:
+            responses, response_mask = self.generate(queries, query_mask, sampler)  # N,R
         logprobs, values = self.old_logprobs_and_values(queries, query_mask, responses, response_mask)  # N,R
         with self.reference.active() as reference:
             ref_logprobs = batched_logprobs(reference, queries, query_mask, responses, response_mask,
@@ -152,9 +156,11 @@ class RLHFModule(L.LightningModule):
                        raw_scores=raw_scores, contains_stop=has_stop, values=values, prompts=prompts,
                        completions=completions)
 
-    def generate(self, queries: torch.Tensor, query_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pure sampling, then truncation after the stop token. -> responses (N,R), response_mask (N,R)"""
-        sequences = self.policy.generate(input_ids=queries, attention_mask=query_mask,
+    def generate(self, queries: torch.Tensor, query_mask: torch.Tensor,
+                 model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pure sampling from model (the policy by default), then truncation after the stop token.
+        -> responses (N,R), response_mask (N,R)"""
+        sequences = (model or self.policy).generate(input_ids=queries, attention_mask=query_mask,
                                          generation_config=self.generation_config,
                                          synced_gpus=getattr(self, "_synced_generation", False))  # N,P+R
         responses = sequences[:, queries.shape[1]:]  # N,R'  (R' < R when every sequence stopped early)
@@ -307,14 +313,18 @@ class RLHFModule(L.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         # same seed at every validation: comparable numbers, and the training RNG is untouched
         samples = self.sample_heldout(batch, seed=batch_idx)
-        self.log_dict({"eval/scores": samples["mean_score"], "eval/kl": samples["mean_kl"]},
+        self.log_dict({"eval/scores": samples["mean_score"], "eval/kl": samples["mean_kl"],
+                       "eval/rlhf_reward": samples["rlhf_reward"].mean()},
                       batch_size=len(samples["prompts"]), sync_dist=self.trainer.world_size > 1)
+        self.last_validated_rl_step = self.rl_step
 
-    def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False) -> dict[str, Any]:
-        """One completion per prompt under a fixed seed, scored, without touching the training RNG.
+    def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False,
+                       samples_per_prompt: int = 1, from_reference: bool = False) -> dict[str, Any]:
+        """K completions per prompt under a fixed seed, scored, without touching the training RNG.
 
         Sampling uses the training settings (pure sampling at the training temperature); greedy=True
-        takes the argmax instead, for a low-variance view of what the policy prefers.
+        takes the argmax instead, for a low-variance view of what the policy prefers. With the same
+        seed, from_reference=True draws the reference's completions with the same random stream.
         """
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(seed)
@@ -322,14 +332,17 @@ class RLHFModule(L.LightningModule):
             if greedy:
                 self.generation_config = config.__class__(**{**config.to_dict(), "do_sample": False})
             try:
-                rollout = self.rollout(batch, samples_per_prompt=1, for_training=False)
+                rollout = self.rollout(batch, samples_per_prompt, for_training=False, from_reference=from_reference)
             finally:
                 self.generation_config = config
-        kl, _ = self.kl_and_non_score_reward(rollout)
+        kl, non_score_reward = self.kl_and_non_score_reward(rollout)
         per_sequence_kl = kl.sum(1)  # N
         return {"prompts": rollout.prompts, "completions": rollout.completions,
                 "scores": rollout.raw_scores.tolist(), "kl": per_sequence_kl.tolist(),
-                "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item()}
+                "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item(),
+                "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)
+                "contains_stop": rollout.contains_stop, "lengths": rollout.response_mask.sum(1),  # N
+                "prompt_index": rollout.prompt_index}  # N
 
     # ---- checkpoints: what training changed, and where it was -------------------------------
     def trained_state_keys(self) -> set[str]:

@@ -4,7 +4,8 @@ Three kinds of reference, chosen from the model spec:
 - LoRA (default): the policy with adapters disabled. One copy of the weights.
 - adapter_path set: the run starts from a trained adapter, so "adapters off" would be the wrong
   model; a frozen copy of that adapter, loaded beside the trainable one, is the reference.
-- lora: null (full fine-tuning): a frozen copy of the initial model.
+- lora: null (full fine-tuning): a frozen copy of the initial model, or of the model at
+  reference_name_or_path (e.g. an exported policy evaluated against the model it started from).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 
 TRAINABLE_ADAPTER, REFERENCE_ADAPTER = "default", "reference"
@@ -62,8 +64,12 @@ def load_policy(
     adapter_path: str | None = None,
     trust_remote_code: bool = False,
     gradient_checkpointing: bool = False,
+    reference_name_or_path: str | None = None,
 ) -> tuple[torch.nn.Module, Reference]:
     """Loads the causal LM and wraps it for training; returns (policy, reference)."""
+    if reference_name_or_path is not None and (lora is not None or adapter_path is not None):
+        raise ConfigError(f"model.reference_name_or_path={reference_name_or_path!r} needs model.lora=null: with LoRA "
+                          f"the reference is the policy with adapters disabled.")
     model = from_pretrained(
         AutoModelForCausalLM.from_pretrained, name_or_path, "model",
         dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code,
@@ -85,5 +91,12 @@ def load_policy(
     if lora is not None:
         policy = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
         return policy, Reference(policy)
-    frozen = copy.deepcopy(model).requires_grad_(False).eval()
+    if reference_name_or_path is None:
+        frozen = copy.deepcopy(model)
+    else:
+        frozen = from_pretrained(AutoModelForCausalLM.from_pretrained, reference_name_or_path, "reference model",
+                                 dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code)
+        if len(tokenizer) > frozen.get_input_embeddings().num_embeddings:
+            frozen.resize_token_embeddings(len(tokenizer))
+    frozen.requires_grad_(False).eval()
     return model, Reference(model, frozen_copy=frozen)

@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from lit_rlhf.errors import UnavailableError
+from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import load_policy, load_tokenizer
 from tests.conftest import LORA
 
@@ -100,3 +100,12 @@ def test_unavailable_model_fails_with_one_clear_line():
         load_tokenizer("EleutherAI/pythia-14m-not-a-model")
     message = str(err.value)
     assert "\n" not in message and "EleutherAI/pythia-14m-not-a-model" in message and "hf download" in message
+
+
+def test_reference_name_or_path_loads_the_frozen_reference_from_another_model(tiny_path):
+    tokenizer = load_tokenizer(tiny_path)
+    policy, reference = load_policy(tiny_path, tokenizer, lora=None, reference_name_or_path=tiny_path)
+    assert reference.kind == "frozen_copy" and reference.frozen_copy is not policy
+    assert not any(p.requires_grad for p in reference.frozen_copy.parameters())
+    with pytest.raises(ConfigError, match="model.reference_name_or_path=.* needs model.lora=null"):
+        load_policy(tiny_path, tokenizer, lora={"r": 4}, reference_name_or_path=tiny_path)

@@ -1,0 +1,20 @@
+"""Compare a trained policy with its reference. `python evaluate.py ckpt_path=...`; see README.md."""
+
+import hydra
+from omegaconf import DictConfig
+
+from lit_rlhf.cli import report_user_errors
+from lit_rlhf.evaluation.app import evaluate
+from lit_rlhf.resolvers import register_resolvers
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def main(cfg: DictConfig) -> float:
+    evaluation = report_user_errors(evaluate, cfg)
+    return evaluation.summary["score_difference"]["mean"]
+
+
+if __name__ == "__main__":
+    main()

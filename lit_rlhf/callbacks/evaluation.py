@@ -1,0 +1,38 @@
+"""PolicyEvaluation: at the end of fit, the trained policy against its reference on the held-out prompts.
+
+The same numbers as `python evaluate.py ckpt_path=...` (lit_rlhf.evaluation), written to
+<run dir>/evaluation/ and logged as eval/score_diff, eval/win_rate, ... to the run's loggers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+
+from lit_rlhf.evaluation import Evaluation, PairwiseJudge, compare_with_reference, print_report, write_report
+
+
+class PolicyEvaluation(L.Callback):
+    def __init__(self, samples_per_prompt: int = 4, seed: int = 0, judge: PairwiseJudge | None = None,
+                 confidence: float = 0.95, num_bootstraps: int = 1000, dirpath: str | None = None):
+        self.samples_per_prompt, self.seed, self.judge = samples_per_prompt, seed, judge
+        self.confidence, self.num_bootstraps, self.dirpath = confidence, num_bootstraps, dirpath
+        self.evaluation: Evaluation | None = None
+
+    def on_fit_end(self, trainer: L.Trainer, module) -> None:
+        datamodule = getattr(trainer, "datamodule", None)
+        # ZeRO-3 generation needs every rank stepping together; otherwise rank zero evaluates alone
+        if datamodule is None or not (trainer.is_global_zero or getattr(module, "_synced_generation", False)):
+            return
+        self.evaluation = compare_with_reference(
+            module, datamodule.val_dataloader(), self.samples_per_prompt, self.seed, self.judge,
+            self.confidence, self.num_bootstraps)
+        if not trainer.is_global_zero:
+            return
+        out = write_report(self.evaluation, Path(self.dirpath or trainer.default_root_dir) / "evaluation")
+        print_report(self.evaluation)
+        print(f"Evaluation: {out}/evaluation.json, generations.jsonl, scores.png")
+        for logger in trainer.loggers:
+            logger.log_metrics(self.evaluation.flat_metrics(), step=trainer.global_step)
+            logger.save()

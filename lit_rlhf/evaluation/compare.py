@@ -1,0 +1,100 @@
+"""Did RLHF help, and at what cost: the policy against its reference on the same prompts.
+
+Both sides sample K completions per prompt with the same seed per batch and the training sampling
+settings, and the same reward scores them. Shapes: B prompts, K samples per prompt, N = B*K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
+from lit_rlhf.evaluation.statistics import bootstrap_mean_ci, distinct_n, per_prompt_mean
+
+KL_ESTIMATOR_NAMES = {"k1": "k1: sum over response tokens of log p - log p_ref, on policy samples",
+                      "k2": "k2: sum over response tokens of (log p - log p_ref)^2 / 2, on policy samples",
+                      "k3": "k3: sum over response tokens of (r - 1) - log r, r = p_ref / p, on policy samples"}
+
+
+@dataclass
+class Evaluation:
+    summary: dict[str, Any]  # the report: one number per entry, or a dict of them
+    records: list[dict[str, Any]]  # one row per pair of completions
+
+    def flat_metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        """The headline numbers as flat metric names (for loggers and sweep summaries)."""
+        s = self.summary
+        return {f"{prefix}score_diff": s["score_difference"]["mean"],
+                f"{prefix}score_diff_ci_low": s["score_difference"]["ci_low"],
+                f"{prefix}win_rate": s["win_rate"]["mean"], f"{prefix}kl_to_reference": s["policy"]["kl_mean"],
+                f"{prefix}policy_score": s["policy"]["score_mean"],
+                f"{prefix}reference_score": s["reference"]["score_mean"],
+                f"{prefix}policy_distinct_2": s["policy"]["distinct_2"]}
+
+
+def side_summary(samples: dict[str, Any], scores: torch.Tensor) -> dict[str, float]:
+    completions = samples["completions"]
+    return {"score_mean": scores.mean().item(), "score_std": scores.std().item() if len(scores) > 1 else 0.0,
+            "length_mean": samples["lengths"].float().mean().item(),
+            "eos_rate": samples["contains_stop"].float().mean().item(),
+            "distinct_1": distinct_n(completions, 1), "distinct_2": distinct_n(completions, 2)}
+
+
+@torch.no_grad()
+def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], samples_per_prompt: int = 4,
+                           seed: int = 0, judge: PairwiseJudge | None = None, confidence: float = 0.95,
+                           num_bootstraps: int = 1000) -> Evaluation:
+    """Samples from module's policy and reference on every batch of prompts and compares them."""
+    judge = judge or RewardJudge()
+    sides = {"policy": [], "reference": []}
+    offset = 0
+    for batch_idx, batch in enumerate(batches):
+        batch = {k: v.to(module.device) for k, v in batch.items()}
+        for side in sides:
+            out = module.sample_heldout(batch, seed + batch_idx, samples_per_prompt=samples_per_prompt,
+                                        from_reference=side == "reference")
+            out["prompt_index"] = out["prompt_index"] + offset  # N, numbered over all batches
+            sides[side].append(out)
+        offset += len(batch["input_ids"])
+    policy, reference = (merge(sides[side]) for side in ("policy", "reference"))
+    policy_scores, reference_scores = torch.tensor(policy["scores"]), torch.tensor(reference["scores"])  # N
+    judgments = torch.as_tensor(judge(policy["prompts"], policy["completions"], reference["completions"],
+                                      policy_scores, reference_scores), dtype=torch.float32)  # N
+    prompt_index = policy["prompt_index"].cpu()  # N
+    difference = per_prompt_mean(policy_scores - reference_scores, prompt_index)  # B
+    wins = per_prompt_mean(judgments, prompt_index)  # B
+    kl_estimator = module.hparams.kl_estimator
+    summary = {
+        "num_prompts": offset, "samples_per_prompt": samples_per_prompt, "seed": seed,
+        "judge": type(judge).__name__, "kl_estimator": KL_ESTIMATOR_NAMES[kl_estimator],
+        "policy": {**side_summary(policy, policy_scores), "kl_mean": torch.tensor(policy["kl"]).mean().item()},
+        "reference": side_summary(reference, reference_scores),
+        "score_difference": interval(difference, confidence, num_bootstraps, seed),
+        "win_rate": interval(wins, confidence, num_bootstraps, seed),
+    }
+    records = [{"prompt": policy["prompts"][i], "prompt_index": int(prompt_index[i]),
+                "policy": policy["completions"][i], "policy_score": policy["scores"][i], "policy_kl": policy["kl"][i],
+                "reference": reference["completions"][i], "reference_score": reference["scores"][i],
+                "judgment": judgments[i].item()} for i in range(len(judgments))]
+    return Evaluation(summary, records)
+
+
+def interval(values: torch.Tensor, confidence: float, num_bootstraps: int, seed: int) -> dict[str, float]:
+    low, high = bootstrap_mean_ci(values, confidence, num_bootstraps, seed)
+    return {"mean": values.mean().item(), "ci_low": low, "ci_high": high, "confidence": confidence,
+            "method": f"percentile bootstrap over prompts, {num_bootstraps} resamples"}
+
+
+def merge(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Concatenates the per-batch outputs of sample_heldout."""
+    merged = {}
+    for key, first in outputs[0].items():
+        if isinstance(first, list):
+            merged[key] = [x for out in outputs for x in out[key]]
+        elif isinstance(first, torch.Tensor):
+            merged[key] = torch.cat([out[key].cpu() for out in outputs])
+    return merged

@@ -1,0 +1,68 @@
+"""An evaluation's outputs: a printed table, evaluation.json, generations.jsonl and scores.png."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lit_rlhf.evaluation.compare import Evaluation
+
+SIDE_ROWS = (("score_mean", "mean score"), ("score_std", "score std"), ("length_mean", "mean response length"),
+             ("eos_rate", "EOS rate"), ("distinct_1", "distinct-1"), ("distinct_2", "distinct-2"))
+
+
+def print_report(evaluation: Evaluation, console: Console | None = None) -> None:
+    s = evaluation.summary
+    table = Table(title=f"Policy vs reference: {s['num_prompts']} prompts x {s['samples_per_prompt']} samples, "
+                        f"seed {s['seed']}")
+    for column in ("", "policy", "reference"):
+        table.add_column(column)
+    for key, label in SIDE_ROWS:
+        table.add_row(label, f"{s['policy'][key]:.3f}", f"{s['reference'][key]:.3f}")
+    table.add_row("KL to reference", f"{s['policy']['kl_mean']:.3f}", "0")
+    console = console or Console()
+    console.print(table)
+    diff, win = s["score_difference"], s["win_rate"]
+    level = f"{diff['confidence']:.0%} CI"
+    console.print(f"score difference (policy - reference): {diff['mean']:+.3f}  {level} "
+                  f"[{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]")
+    console.print(f"win rate of the policy ({s['judge']}, ties count 1/2): {win['mean']:.1%}  {level} "
+                  f"[{win['ci_low']:.1%}, {win['ci_high']:.1%}]")
+    console.print(f"KL estimator: {s['kl_estimator']}")
+
+
+def write_report(evaluation: Evaluation, out_dir: str | Path) -> Path:
+    """Writes evaluation.json, generations.jsonl and scores.png to out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "evaluation.json").write_text(json.dumps(evaluation.summary, indent=2) + "\n")
+    with open(out / "generations.jsonl", "w") as f:
+        for record in evaluation.records:
+            f.write(json.dumps(record) + "\n")
+    plot_scores(evaluation, out / "scores.png")
+    return out
+
+
+def plot_scores(evaluation: Evaluation, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policy = [r["policy_score"] for r in evaluation.records]
+    reference = [r["reference_score"] for r in evaluation.records]
+    low, high = min(policy + reference), max(policy + reference)
+    bins = [low + (high - low) * i / 30 for i in range(31)] if high > low else 10
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.hist(reference, bins=bins, alpha=0.5, label=f"reference (mean {sum(reference) / len(reference):.3f})")
+    ax.hist(policy, bins=bins, alpha=0.5, label=f"policy (mean {sum(policy) / len(policy):.3f})")
+    ax.set_xlabel("score")
+    ax.set_ylabel("completions")
+    ax.set_title("Score distributions on the evaluation prompts")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

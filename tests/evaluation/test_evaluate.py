@@ -1,0 +1,96 @@
+"""evaluate.py and the end-of-training evaluation on the embedded default."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lit_rlhf.evaluation.app import evaluate
+from lit_rlhf.resolvers import register_resolvers
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run_script(script, *overrides, out):
+    return subprocess.run([sys.executable, str(ROOT / script), f"hydra.run.dir={out}", *overrides],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A short RLOO run through train.py; its end-of-training evaluation is on by default."""
+    out = tmp_path_factory.mktemp("run")
+    result = run_script("train.py", "steps=20", "trainer.val_check_interval=20", "callbacks.generation_samples=null",
+                        out=out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def evaluate_with(*overrides, out):
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("evaluate", overrides=[f"paths.root_dir={out}", f"paths.output_dir={out}", *overrides])
+    return evaluate(cfg)
+
+
+def test_a_short_rloo_run_beats_its_reference_with_a_positive_interval_and_a_winning_rate(trained_run):
+    summary = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
+    assert summary["num_prompts"] == 16 and summary["samples_per_prompt"] == 4
+    assert summary["score_difference"]["ci_low"] > 0, summary["score_difference"]
+    assert summary["win_rate"]["mean"] > 0.5 and summary["judge"] == "RewardJudge"
+    assert summary["policy"]["score_mean"] > summary["reference"]["score_mean"]
+    assert 0 < summary["policy"]["kl_mean"] < 10 and summary["kl_estimator"].startswith("k1")
+    rows = [json.loads(line) for line in (trained_run / "evaluation" / "generations.jsonl").open()]
+    assert len(rows) == 16 * 4
+    assert sum(r["policy_score"] for r in rows) / len(rows) == pytest.approx(summary["policy"]["score_mean"])
+    assert (trained_run / "evaluation" / "scores.png").stat().st_size > 10_000
+    with open(trained_run / "csv" / "metrics.csv") as f:
+        header = f.readline()
+    assert "eval/win_rate" in header and "eval/score_diff" in header and "eval/rlhf_reward" in header
+
+
+def test_evaluate_py_on_the_checkpoint_reproduces_the_end_of_training_report(trained_run, tmp_path):
+    evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt", out=tmp_path)
+    assert evaluation.summary == json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
+    assert (tmp_path / "evaluation.json").exists() and (tmp_path / "generations.jsonl").exists()
+
+
+def test_an_exported_model_directory_evaluates_against_the_base_model(trained_run, tmp_path):
+    export = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"),
+                             str(tmp_path / "hf")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stderr[-2000:]
+    from_export = evaluate_with(f"policy_path={tmp_path / 'hf'}", out=tmp_path / "eval").summary
+    from_ckpt = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
+    assert from_export["reference"] == from_ckpt["reference"]  # the base model, loaded from model.name_or_path
+    # merged LoRA weights round differently from the adapter path: the same samples up to float noise
+    assert from_export["policy"]["score_mean"] == pytest.approx(from_ckpt["policy"]["score_mean"], abs=0.03)
+    assert from_export["policy"]["kl_mean"] == pytest.approx(from_ckpt["policy"]["kl_mean"], rel=0.05)
+    assert from_export["win_rate"]["mean"] == pytest.approx(from_ckpt["win_rate"]["mean"], abs=0.05)
+
+
+def test_the_reference_against_itself_has_zero_kl_zero_difference_and_only_ties(tmp_path):
+    summary = evaluate_with("data.num_eval_prompts=6", "samples_per_prompt=2", out=tmp_path).summary
+    assert summary["policy"]["kl_mean"] == 0.0
+    assert summary["score_difference"]["mean"] == 0.0 and summary["win_rate"]["mean"] == 0.5
+    assert summary["policy"] == {**summary["reference"], "kl_mean": 0.0}
+
+
+def test_a_user_defined_judge_plugs_in_through_the_config(trained_run, tmp_path):
+    evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt",
+                               "judge._target_=tests.helpers.ShorterWins", "~judge.tie_margin", out=tmp_path)
+    assert evaluation.summary["judge"] == "ShorterWins"
+    expected = [1.0 if len(r["policy"]) < len(r["reference"]) else 0.0 if len(r["policy"]) > len(r["reference"])
+                else 0.5 for r in evaluation.records]
+    assert evaluation.summary["win_rate"]["mean"] == pytest.approx(sum(expected) / len(expected))
+    assert [r["judgment"] for r in evaluation.records] == expected
+
+
+def test_evaluate_py_reports_a_bad_checkpoint_path_in_one_line(tmp_path):
+    result = run_script("evaluate.py", "ckpt_path=missing.ckpt", out=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ckpt_path='missing.ckpt' is not a file")

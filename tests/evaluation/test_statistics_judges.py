@@ -1,0 +1,47 @@
+import math
+
+import pytest
+import torch
+
+from lit_rlhf.evaluation import RewardJudge
+from lit_rlhf.evaluation.statistics import bootstrap_mean_ci, distinct_n, per_prompt_mean
+
+
+def test_distinct_n_counts_unique_ngrams_over_all_completions():
+    texts = ["a b a b", "a b c"]  # unigrams a b a b a b c: 3 distinct of 7; bigrams ab ba ab ab bc: 3 of 5
+    assert distinct_n(texts, 1) == pytest.approx(3 / 7)
+    assert distinct_n(texts, 2) == pytest.approx(3 / 5)
+    assert distinct_n(["same words here"] * 4, 2) == pytest.approx(2 / 8)  # collapse shows as a low ratio
+    assert distinct_n(["", "one"], 2) == 0.0
+
+
+def test_per_prompt_mean_averages_the_k_samples_of_each_prompt():
+    values = torch.tensor([1.0, 3.0, 10.0, 20.0, 30.0])
+    prompt_index = torch.tensor([0, 0, 1, 1, 1])
+    assert per_prompt_mean(values, prompt_index).tolist() == [2.0, 20.0]
+
+
+def test_bootstrap_interval_matches_the_normal_approximation_on_a_large_sample():
+    values = torch.randn(2000, generator=torch.Generator().manual_seed(1)) * 2 + 0.5
+    low, high = bootstrap_mean_ci(values, confidence=0.95, num_bootstraps=500, seed=0)
+    half_width = 1.96 * values.std().item() / math.sqrt(len(values))  # ~0.088
+    assert low < values.mean().item() < high
+    assert (high - low) / 2 == pytest.approx(half_width, rel=0.15)
+    assert bootstrap_mean_ci(values, 0.95, 500, seed=0) == (low, high)  # seeded: reproducible
+    narrow = bootstrap_mean_ci(values, confidence=0.5, num_bootstraps=500, seed=0)
+    assert high - low > narrow[1] - narrow[0]
+
+
+def test_bootstrap_leaves_the_global_random_stream_alone():
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    bootstrap_mean_ci(torch.arange(10.0), num_bootstraps=50)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_reward_judge_wins_losses_and_ties():
+    policy, reference = torch.tensor([1.0, 0.0, 0.5, 0.52]), torch.tensor([0.0, 1.0, 0.5, 0.5])
+    assert RewardJudge()([""] * 4, [""] * 4, [""] * 4, policy, reference).tolist() == [1.0, 0.0, 0.5, 1.0]
+    assert RewardJudge(tie_margin=0.05)([""] * 4, [""] * 4, [""] * 4, policy, reference).tolist() == [
+        1.0, 0.0, 0.5, 0.5]
