@@ -11,8 +11,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    metrics = run(cfg)
-    return metrics.get(cfg.get("optimized_metric") or "", None)
+    return run(cfg)  # the objective, for Hydra sweepers
 
 
 if __name__ == "__main__":

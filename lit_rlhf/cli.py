@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,14 +15,22 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from lit_rlhf.callbacks import PolicyEvaluation
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.sweeps import config_objective, in_multirun, sweep_group, write_result
 
 T = TypeVar("T")
 
 
-def instantiate_group(group: DictConfig | None) -> list[Any]:
-    """Callbacks or loggers: a dict of {name: config with _target_}; a null entry switches one off."""
-    return [instantiate(conf) for conf in (group or {}).values() if conf is not None and "_target_" in conf]
+def instantiate_group(configs: DictConfig | None, **defaults: Any) -> list[Any]:
+    """Callbacks or loggers: a dict of {name: config with _target_}; a null entry switches one off.
+    `defaults` fill keys a config has and leaves null (e.g. the W&B group of a sweep)."""
+    objects = []
+    for conf in (configs or {}).values():
+        if conf is not None and "_target_" in conf:
+            filled = {k: v for k, v in defaults.items() if v is not None and k in conf and conf[k] is None}
+            objects.append(instantiate(conf, **filled))
+    return objects
 
 
 @rank_zero_only
@@ -30,15 +39,26 @@ def report(line: str) -> None:
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Fits cfg.algo on cfg.data; returns the final metrics."""
+    """Fits cfg.algo on cfg.data; returns the final metrics (last training step, held-out, evaluation)."""
+    if in_multirun() and cfg.trainer.get("strategy") == "ddp":
+        raise ConfigError("trainer=ddp does not work inside a Hydra multirun (Lightning's ddp launcher re-runs the "
+                          "script, Lightning PR #18175); use trainer=ddp_spawn for sweeps.")
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
     module = instantiate(cfg.algo, _convert_="all")
-    loggers = instantiate_group(cfg.get("logger"))
+    loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if module.rl_step > 0 and module.last_validated_rl_step != module.rl_step and trainer.limit_val_batches:
+        # the held-out metrics of the final policy (the sweep objective), when the last step had none
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("eval/")})
+    for callback in trainer.callbacks:
+        if isinstance(callback, PolicyEvaluation) and callback.evaluation is not None:
+            metrics.update(callback.evaluation.flat_metrics())
     output_dir = Path(cfg.paths.output_dir)
     if cfg.get("export_dir") and trainer.is_global_zero:
         from lit_rlhf.export import export_policy
@@ -49,7 +69,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         report(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")
     if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
         report(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
-    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics
 
 
 def user_error(err: BaseException) -> str | None:
@@ -79,6 +99,28 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig) -> T:
         sys.exit(2)
 
 
-def run(cfg: DictConfig) -> dict[str, float]:
-    """train() with user mistakes reported as one line (exit code 2) instead of a stack trace."""
-    return report_user_errors(train, cfg)
+def run(cfg: DictConfig) -> float | None:
+    """train.py's task: train, then return the objective (config_objective) to a sweeper.
+
+    A single run reports user mistakes in one line (exit code 2). In a multirun, a failing trial is
+    recorded in its result.json with a one-line error and returns None, so the sweep goes on (Optuna
+    marks the trial failed)."""
+    if not in_multirun():
+        metrics = report_user_errors(train, cfg)
+        try:
+            objective = config_objective(metrics, cfg)
+        except ConfigError as err:
+            report(f"warning: {err}")
+            objective = None
+        rank_zero_only(write_result)(cfg.paths.output_dir, "ok", objective, metrics)
+        return objective
+    try:
+        metrics = train(cfg)
+        objective = config_objective(metrics, cfg)
+    except Exception as err:
+        traceback.print_exc()
+        message = user_error(err) or f"{type(err).__name__}: {err}"
+        rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message.strip().splitlines()[0])
+        return None
+    rank_zero_only(write_result)(cfg.paths.output_dir, "ok", objective, metrics)
+    return objective

@@ -1,0 +1,125 @@
+"""Hydra multirun support: the objective a sweeper optimizes, per-trial results, the sweep summary.
+
+Every run writes <run dir>/result.json (status, objective, final metrics, overrides, error); at the
+end of a multirun, SweepSummary (a Hydra callback) gathers them into <sweep dir>/summary.csv and
+prints a table.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from lit_rlhf.errors import ConfigError
+
+RESULT_FILE = "result.json"
+SUMMARY_METRICS = ("objective/scores", "objective/kl", "objective/rlhf_reward", "eval/scores", "eval/kl",
+                   "eval/rlhf_reward", "eval/score_diff", "eval/win_rate")
+
+
+def kl_budget_objective(value: float, kl: float | None, kl_budget: float | None, penalty: float) -> float:
+    """value - penalty per nat of KL above the budget: a trial cannot buy reward with KL past it."""
+    if kl_budget is None or kl is None:
+        return value
+    return value - penalty * max(0.0, kl - kl_budget)
+
+
+def config_objective(metrics: dict[str, float], cfg: DictConfig) -> float | None:
+    """The number train() returns to a sweeper: cfg.optimized_metric, minus the KL-budget penalty
+    (cfg.kl_budget_penalty per nat of held-out KL, eval/kl, above cfg.kl_budget)."""
+    name = cfg.get("optimized_metric")
+    if not name:
+        return None
+    if name not in metrics:
+        raise ConfigError(f"optimized_metric={name!r} was not logged; pick one of {sorted(metrics)}.")
+    return kl_budget_objective(metrics[name], metrics.get("eval/kl"), cfg.get("kl_budget"),
+                               cfg.get("kl_budget_penalty", 1.0))
+
+
+def in_multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def sweep_group() -> str | None:
+    """The name W&B runs of one sweep share: <task>-<sweep dir name>."""
+    if not in_multirun():
+        return None
+    hydra = HydraConfig.get()
+    return f"{hydra.job.name}-{Path(hydra.sweep.dir).name}"
+
+
+def write_result(output_dir: str | Path, status: str, objective: float | None, metrics: dict[str, float],
+                 error: str | None = None) -> None:
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    job = HydraConfig.get().job.get("num") if in_multirun() else None
+    result = {"job": job, "status": status, "overrides": overrides, "objective": objective,
+              "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "run_dir": str(output_dir),
+              "error": error}
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(output_dir) / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def summary_rows(sweep_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: (len(p.parent.name), p.parent.name)):
+        result = json.loads(path.read_text())
+        row = {"job": result["job"], "status": result["status"], "overrides": " ".join(result["overrides"]),
+               "objective": result["objective"]}
+        row.update({name: result["metrics"].get(name) for name in SUMMARY_METRICS})
+        row.update(run_dir=result["run_dir"], error=result["error"])
+        rows.append(row)
+    return rows
+
+
+def write_summary(sweep_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
+    rows = summary_rows(sweep_dir)
+    path = sweep_dir / "summary.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["job"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path, rows
+
+
+def swept_overrides(rows: list[dict[str, Any]]) -> list[str]:
+    """Each run's overrides that differ between runs (the swept ones), as 'key=value ...'."""
+    parsed = [dict(o.split("=", 1) for o in row["overrides"].split()) for row in rows]
+    keys = sorted({k for p in parsed for k in p if len({q.get(k) for q in parsed}) > 1})
+    return [" ".join(f"{k}={p.get(k)}" for k in keys) for p in parsed]
+
+
+def print_summary(rows: list[dict[str, Any]], path: Path) -> None:
+    """The runs, best objective first."""
+    metrics = ("objective", "objective/scores", "objective/kl", "eval/rlhf_reward", "eval/kl")
+    table = Table(title=f"Sweep summary ({len(rows)} runs): {path}")
+    for column in ("job", "swept overrides", "status", *metrics):
+        table.add_column(column)
+    ranked = sorted(zip(rows, swept_overrides(rows), strict=True),
+                    key=lambda pair: -pair[0]["objective"] if pair[0]["objective"] is not None else math.inf)
+    for row, swept in ranked:
+        values = ("" if row[m] is None else f"{row[m]:.3f}" for m in metrics)
+        table.add_row(str(row["job"]), swept, row["status"], *values)
+    Console(width=160).print(table)
+    for row in rows:
+        if row["error"]:
+            print(f"job {row['job']} failed: {row['error']}")
+
+
+class SweepSummary(Callback):
+    """Hydra callback: <sweep dir>/summary.csv and a printed table at the end of a multirun."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir():
+            path, rows = write_summary(sweep_dir)
+            print_summary(rows, path)
