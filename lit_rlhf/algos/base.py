@@ -6,7 +6,6 @@ R response length, V vocab.
 
 from __future__ import annotations
 
-import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -14,9 +13,9 @@ from contextlib import nullcontext
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 
+from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
 from lit_rlhf.algos.sampling import pure_sampling_config, stop_token_id
 from lit_rlhf.errors import ConfigError
@@ -25,27 +24,20 @@ from lit_rlhf.ops import (
     KL_ESTIMATORS,
     clipped_policy_loss,
     contains_stop,
-    entropy_from_logits,
     kl_per_token,
-    logprobs_from_logits,
+    logprobs_and_entropy,
     masked_mean,
     truncate_after_stop,
 )
 
 
-def numpy_rng_state() -> dict[str, Any]:
-    """numpy's global RNG state in types that load with torch.load(weights_only=True)."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss,
-            "cached": cached}
+def has_active_dropout(model: torch.nn.Module) -> bool:
+    """Dropout modules with p > 0, or attention dropout set in the config (applied functionally)."""
+    config_dropout = getattr(getattr(model, "config", None), "attention_dropout", 0.0) or 0.0
+    return config_dropout > 0 or any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
-def set_numpy_rng_state(state: dict[str, Any]) -> None:
-    np.random.set_state((state["kind"], state["keys"].numpy().astype(np.uint32), state["pos"], state["has_gauss"],
-                         state["cached"]))
-
-
-class RLHFModule(L.LightningModule):
+class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
@@ -53,6 +45,10 @@ class RLHFModule(L.LightningModule):
     """
 
     samples_per_prompt: int = 1
+    # One optimizer step on the whole rollout with no dropout: the update's forward can run in the rollout
+    # and its detached logprobs are the old logprobs (ratio 1), saving a forward pass. Algorithms whose
+    # rollout forward also computes values (PPO) opt out.
+    supports_single_update: bool = True
 
     def __init__(self, model: dict[str, Any], reward: Reward, optimizer: Callable | None = None,
                  lr_scheduler: Callable | None = None, response_length: int = 32, temperature: float = 0.7,
@@ -77,6 +73,7 @@ class RLHFModule(L.LightningModule):
         self.episode = 0  # sequences trained on, over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = self.generation_config = None
+        self.single_update = False  # set in configure_model
         self.last_stats: dict[str, float] = {}
         self.last_distributions: dict[str, torch.Tensor] = {}
         self.last_step_episodes = 0
@@ -94,6 +91,8 @@ class RLHFModule(L.LightningModule):
         self.policy.train()  # dropout (e.g. lora_dropout) acts in updates; rollouts switch to eval
         self.frozen_reference = self.reference.frozen_copy  # registered, so it follows the device
         hp = self.hparams
+        self.single_update = self.supports_single_update and not has_active_dropout(self.policy) and (
+            hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
         self.generation_config = pure_sampling_config(
             hp.response_length, hp.temperature, self.stop_token_id, self.tokenizer.pad_token_id,
@@ -139,11 +138,15 @@ class RLHFModule(L.LightningModule):
         prompt_index = torch.arange(len(batch["input_ids"]), device=queries.device).repeat_interleave(k)  # N
         with self.reference.active() if from_reference else nullcontext(self.policy) as sampler:
             responses, response_mask = self.generate(queries, query_mask, sampler)  # N,R
-        logprobs, values = self.old_logprobs_and_values(queries, query_mask, responses, response_mask)  # N,R
-        with self.reference.active() as reference:
-            ref_logprobs = batched_logprobs(reference, queries, query_mask, responses, response_mask,
-                                            hp.temperature, hp.forward_batch_size)  # N,R
+        sequences = (queries, query_mask, responses, response_mask)
+        reuse_forward = for_training and self.single_update
+        if not reuse_forward:
+            logprobs, values = self.old_logprobs_and_values(*sequences)  # N,R
+        ref_logprobs = self.reference_logprobs(*sequences)  # N,R
         self.policy.train(was_training)
+        policy_logits = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # N,R,V
+        if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
+            logprobs, values = logprobs_and_entropy(policy_logits.detach(), responses, hp.temperature)[0], None
         prompts = self.tokenizer.batch_decode(queries, skip_special_tokens=True)
         completions = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         has_stop = contains_stop(responses, self.stop_token_id)  # N
@@ -154,7 +157,7 @@ class RLHFModule(L.LightningModule):
         return Rollout(queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
                        prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=ref_logprobs, scores=scores,
                        raw_scores=raw_scores, contains_stop=has_stop, values=values, prompts=prompts,
-                       completions=completions)
+                       completions=completions, policy_logits=policy_logits)
 
     def generate(self, queries: torch.Tensor, query_mask: torch.Tensor,
                  model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,6 +170,20 @@ class RLHFModule(L.LightningModule):
         missing = self.hparams.response_length - responses.shape[1]
         responses = torch.nn.functional.pad(responses, (0, missing), value=self.tokenizer.pad_token_id)  # N,R
         return truncate_after_stop(responses, self.stop_token_id, self.tokenizer.pad_token_id)
+
+    def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
+        """No-grad logprobs of the responses under the reference. -> (N,R)"""
+        with self.reference.active() as reference:
+            return batched_logprobs(reference, queries, query_mask, responses, response_mask,
+                                    self.hparams.temperature, self.hparams.forward_batch_size)
+
+    def policy_forward_with_grad(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
+        """The update's forward pass, run inside the rollout when the update is one optimizer step on the
+        whole rollout (see single_update): the no-grad old-logprob forward is then unnecessary. -> (N,R,V)"""
+        for param in getattr(self, "_trainable", None) or self.trainable_parameters():
+            param.requires_grad_(True)  # peft's adapter switches toggle it
+        with torch.enable_grad():
+            return response_logits(self.policy, queries, query_mask, responses, response_mask)
 
     def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
         """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""
@@ -243,6 +260,7 @@ class RLHFModule(L.LightningModule):
                     self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
                 optimizer.step()
                 optimizer.zero_grad()
+        rollout.policy_logits = None  # frees the graph of a reused rollout forward
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()
@@ -250,17 +268,20 @@ class RLHFModule(L.LightningModule):
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
         """Clipped policy loss on sequences idx. -> loss, stats"""
-        logits = response_logits(self.policy, *rollout.sequences(idx))  # M,R,V
+        if rollout.policy_logits is not None:  # single update: the rollout already ran this forward
+            logits = rollout.policy_logits[idx]  # M,R,V
+        else:
+            logits = response_logits(self.policy, *rollout.sequences(idx))  # M,R,V
         return self.policy_loss(logits, rollout, advantages, idx)
 
     def policy_loss(self, logits: torch.Tensor, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
         """The clipped surrogate for logits (M,R,V) of sequences idx, and the policy statistics."""
         temperature = self.hparams.temperature
         responses, mask = rollout.responses[idx], rollout.response_mask[idx]  # M,R
-        new_logprobs = logprobs_from_logits(logits, responses, temperature)  # M,R
+        new_logprobs, entropy = logprobs_and_entropy(logits, responses, temperature)  # M,R ; M,R (no grad)
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
                                                 self.hparams.cliprange)
-        entropy = masked_mean(entropy_from_logits(logits.detach(), temperature), mask)
+        entropy = masked_mean(entropy, mask)
         self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])
         return pg_loss, {
             "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],
@@ -343,44 +364,3 @@ class RLHFModule(L.LightningModule):
                 "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)
                 "contains_stop": rollout.contains_stop, "lengths": rollout.response_mask.sum(1),  # N
                 "prompt_index": rollout.prompt_index}  # N
-
-    # ---- checkpoints: what training changed, and where it was -------------------------------
-    def trained_state_keys(self) -> set[str]:
-        """state_dict keys of the trained tensors (LoRA adapters, value head, or all of a full fine-tune).
-        Frozen weights (base model, reference copy) reload from name_or_path instead."""
-        trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
-        return {name for name, p in self.named_parameters() if id(p) in trainable}
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        keep = self.trained_state_keys()
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
-        checkpoint["rlhf_state"] = {
-            "algo": f"{type(self).__module__}.{type(self).__qualname__}",
-            "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
-            "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-        }
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        missing = self.trained_state_keys() - set(checkpoint["state_dict"])
-        unknown = set(checkpoint["state_dict"]) - set(self.state_dict())
-        if missing or unknown:
-            raise ConfigError(f"checkpoint does not fit this model: {len(missing)} trained tensors missing "
-                              f"(e.g. {sorted(missing)[:2]}), {len(unknown)} unknown (e.g. {sorted(unknown)[:2]}); "
-                              f"resume with the model and algo settings of the run that wrote it.")
-        state = checkpoint.get("rlhf_state", {})
-        self.episode = state.get("episode", 0)
-        self.rl_step = state.get("rl_step", 0)
-        self.kl_coef = state.get("kl_coef", self.kl_coef)
-        self._rng_to_restore = state.get("rng")
-
-    def on_train_start(self) -> None:
-        """Random states of the interrupted run, restored as late as possible: nothing between here and
-        the next training step may draw from them, so a resumed run samples what the original did."""
-        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
-        if rng:
-            torch.set_rng_state(rng["torch"])
-            set_numpy_rng_state(rng["numpy"])
-            random.setstate(rng["python"])
-            if rng.get("cuda") and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])

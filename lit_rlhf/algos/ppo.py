@@ -40,6 +40,8 @@ class PPOModule(RLHFModule):
     "reward_model" (backbone and head of critic_model_path, a separate model).
     """
 
+    supports_single_update = False  # the rollout forward also computes the values
+
     def __init__(self, *args, samples_per_prompt: int = 1, vf_coef: float = 0.1, cliprange_value: float = 0.2,
                  gamma: float = 1.0, lam: float = 0.95, whiten_rewards: bool = False,
                  whiten_advantages: bool = True, entropy_coef: float = 0.0, critic: str = "shared",

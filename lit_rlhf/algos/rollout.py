@@ -28,6 +28,7 @@ class Rollout:
     returns: torch.Tensor | None = None  # N,R  value targets (PPO)
     prompts: list[str] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
+    policy_logits: torch.Tensor | None = None  # N,R,V  with its graph, when the update reuses the rollout forward
 
     def __len__(self) -> int:
         return self.responses.shape[0]

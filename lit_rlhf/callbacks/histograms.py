@@ -19,7 +19,8 @@ class Histograms(L.Callback):
         step = module.rl_step  # counted after the step
         if not trainer.is_global_zero or (step - 1) % self.every_n_steps:
             return
-        values = {k: v.detach().float().cpu() for k, v in module.last_distributions.items()
+        # float64: numpy cannot split a float32 range of a few ulps (e.g. ratios all within 1e-7 of 1) into bins
+        values = {k: v.detach().double().cpu() for k, v in module.last_distributions.items()
                   if v is not None and v.numel()}
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lit_rlhf.errors import ConfigError, UnavailableError
@@ -13,9 +14,15 @@ FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "
 def load_prompt_texts(dataset: str, prompt_column: str = "prompt", split: str = "train",
                       subset: str | None = None) -> list[str]:
     """The prompt column of `dataset`: a bundled name, a local file, or a hub dataset name."""
+    if dataset in BUNDLED:  # our own small jsonl: read directly, sparing the ~90 MB that importing datasets costs
+        rows = [json.loads(line) for line in BUNDLED[dataset].read_text().splitlines() if line.strip()]
+        if prompt_column not in rows[0]:
+            raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns "
+                              f"are {sorted(rows[0])}.")
+        return [str(row[prompt_column]) for row in rows]
     from datasets import load_dataset
 
-    path = BUNDLED.get(dataset, Path(dataset))
+    path = Path(dataset)
     if path.suffix in FILE_BUILDERS:
         if not path.exists():
             raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing .jsonl, .csv or "

@@ -102,3 +102,15 @@ def test_iterating_the_loaders_leaves_the_global_rng_alone():
     next(iter(dm.val_dataloader()))
     next(iter(dm.train_dataloader()))
     assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_the_bundled_prompts_read_directly_equal_what_datasets_loads():
+    from datasets import load_dataset
+
+    from lit_rlhf.data.sources import BUNDLED, load_prompt_texts
+
+    direct = load_prompt_texts("sentiment")
+    assert direct == load_dataset("json", data_files=str(BUNDLED["sentiment"]), split="train")["prompt"]
+    assert len(direct) == 1000
+    with pytest.raises(ConfigError, match="data.prompt_column='text' is not a column of 'sentiment'"):
+        load_prompt_texts("sentiment", "text")

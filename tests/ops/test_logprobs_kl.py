@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from lit_rlhf.ops import entropy_from_logits, kl_per_token, logprobs_from_logits
+from lit_rlhf.ops import entropy_from_logits, kl_per_token, logprobs_and_entropy, logprobs_from_logits
 
 
 def test_logprobs_and_entropy_match_a_slow_loop_with_temperature():
@@ -11,12 +11,24 @@ def test_logprobs_and_entropy_match_a_slow_loop_with_temperature():
     logits, tokens, temperature = torch.randn(3, 4, 7), torch.randint(0, 7, (3, 4)), 0.7
     fast_lp = logprobs_from_logits(logits, tokens, temperature)
     fast_h = entropy_from_logits(logits, temperature)
+    fused_lp, fused_h = logprobs_and_entropy(logits, tokens, temperature)
     for n in range(3):
         for t in range(4):
             z = [math.exp(x / temperature) for x in logits[n, t].tolist()]
             probs = [v / sum(z) for v in z]
-            assert fast_lp[n, t].item() == pytest.approx(math.log(probs[tokens[n, t]]), abs=1e-5)
-            assert fast_h[n, t].item() == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-5)
+            for lp, h in ((fast_lp, fast_h), (fused_lp, fused_h)):
+                assert lp[n, t].item() == pytest.approx(math.log(probs[tokens[n, t]]), abs=1e-5)
+                assert h[n, t].item() == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-5)
+
+
+def test_fused_logprobs_carry_the_gradient_of_the_separate_computation_and_entropy_none():
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    tokens = torch.randint(0, 5, (2, 3))
+    fused_lp, fused_h = logprobs_and_entropy(logits, tokens, 0.7)
+    assert not fused_h.requires_grad
+    (grad_fused,) = torch.autograd.grad(fused_lp.sum(), logits)
+    (grad_separate,) = torch.autograd.grad(logprobs_from_logits(logits, tokens, 0.7).sum(), logits)
+    torch.testing.assert_close(grad_fused, grad_separate)
 
 
 def test_kl_estimators_against_hand_values():

@@ -1,0 +1,117 @@
+"""lit_rlhf on the benchmark workload: RLOOModule (or PPOModule) under a plain Lightning Trainer.
+
+    python bench/lit_step.py --model tiny --steps 5 --warmup 1 [--algo ppo]    # prints one JSON line
+
+Phases are timed by wrapping the module's own methods (generate, reference_logprobs, score, the
+policy forwards and backward) and hooks on the optimizer step; "other" is the rest of the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+from collections import defaultdict
+
+import lightning as L
+import torch
+import workload as W
+
+from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
+from lit_rlhf.models import VaderSentiment
+
+PHASES = {"generate": "generation", "reference_logprobs": "reference forward", "score": "reward",
+          "old_logprobs_and_values": "policy forward/backward", "policy_forward_with_grad": "policy forward/backward",
+          "minibatch_loss": "policy forward/backward", "manual_backward": "policy forward/backward",
+          "clip_gradients": "optimizer"}
+
+
+class StepTimer(L.Callback):
+    """Times every RL step and the phases inside it; drops the warm-up steps."""
+
+    def __init__(self, module, warmup: int, device: torch.device):
+        self.warmup, self.device = warmup, device
+        self.step_times, self.phases, self.tokens = [], defaultdict(list), []
+        self.timer, self.step_tokens = W.PhaseTimer(device), 0
+        for method, phase in PHASES.items():
+            setattr(module, method, self.timed(getattr(module, method), phase))
+
+    def timed(self, fn, phase):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.timer(phase):
+                out = fn(*args, **kwargs)
+            if fn.__name__ == "generate":
+                self.step_tokens += int(out[1].sum())  # response_mask
+            return out
+        return wrapper
+
+    def on_train_start(self, trainer, module):
+        self.rss_before_steps = W.peak_rss_mib()
+        optimizer = trainer.optimizers[0]
+        optimizer.register_step_pre_hook(lambda *_: self._optimizer_phase.__enter__())
+        optimizer.register_step_post_hook(lambda *_: self._optimizer_phase.__exit__(None, None, None))
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        W.sync(self.device)
+        self.timer, self.step_tokens, self.start = W.PhaseTimer(self.device), 0, time.perf_counter()
+        self._optimizer_phase = _Reenterable(lambda: self.timer("optimizer"))
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        W.sync(self.device)
+        if module.rl_step > self.warmup:
+            self.step_times.append(time.perf_counter() - self.start)
+            self.tokens.append(self.step_tokens)
+            for phase, seconds in self.timer.seconds.items():
+                self.phases[phase].append(seconds)
+
+
+class _Reenterable:
+    """A fresh context manager from `factory` each time it is entered (the optimizer steps several
+    times per RL step with PPO)."""
+
+    def __init__(self, factory):
+        self.factory, self.current = factory, None
+
+    def __enter__(self):
+        self.current = self.factory()
+        return self.current.__enter__()
+
+    def __exit__(self, *exc):
+        return self.current.__exit__(*exc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--algo", default="rloo", choices=["rloo", "ppo"])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+    memory_marks = {"after_imports": W.peak_rss_mib()}
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    L.seed_everything(0, verbose=False)
+    path = W.model_path(args.model)
+    common = dict(model={"name_or_path": path, "dtype": args.dtype, "lora": W.LORA}, reward=VaderSentiment(),
+                  optimizer=functools.partial(torch.optim.AdamW, lr=W.LR), response_length=W.NEW_TOKENS,
+                  temperature=W.TEMPERATURE, kl_coef=W.KL_COEF, missing_eos_penalty=1.0,
+                  max_grad_norm=W.MAX_GRAD_NORM)
+    if args.algo == "rloo":
+        module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
+    else:  # TRL's PPO defaults: 4 epochs over the rollout
+        module = PPOModule(samples_per_prompt=W.SAMPLES_PER_PROMPT, num_ppo_epochs=4, **common)
+    module.configure_model()
+    timer = StepTimer(module, args.warmup, device)
+    updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
+    trainer = L.Trainer(max_steps=(args.warmup + args.steps) * updates, accelerator=device.type, devices=1,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[timer])
+    trainer.fit(module, PromptDataModule(tokenizer=path, batch_size=W.PROMPTS_PER_STEP))
+    print(json.dumps(W.report("lit_rlhf", args.model, args.algo, timer.step_times, timer.phases, timer.tokens,
+                              device, {**memory_marks, "before_steps": timer.rss_before_steps})))
+
+
+if __name__ == "__main__":
+    main()

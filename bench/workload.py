@@ -1,0 +1,96 @@
+"""The fixed benchmark workload, shared by bench/lit_step.py (lit_rlhf) and bench/floor.py (plain PyTorch).
+
+RLOO, 8 prompts x K=4 samples per step, 32 new tokens, pure sampling at temperature 0.7, 1 epoch,
+1 minibatch, LoRA r=16 on all linear layers, AdamW, gradient clipping at 1.0, VADER reward.
+Models: the embedded default, and pythia-160m / pythia-1b shapes with random weights (built from
+the configuration, no download; the tiny tokenizer's ids fit their vocabulary).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
+
+PROMPTS_PER_STEP, SAMPLES_PER_PROMPT, NEW_TOKENS, TEMPERATURE = 8, 4, 32, 0.7
+LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
+LR, KL_COEF, MAX_GRAD_NORM = 1e-4, 0.05, 1.0
+SHAPES = {
+    "pythia-160m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "pythia-1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=8, intermediate_size=8192),
+}
+ROOT = Path(__file__).resolve().parents[1]
+TINY_PYTHIA = str(ROOT / "lit_rlhf" / "assets" / "tiny-pythia")  # not imported: the floor must not load lit_rlhf
+CACHE = Path(__file__).resolve().parent / ".cache"  # git-ignored: random-weight models are rebuilt, never committed
+PROMPTS_FILE = ROOT / "lit_rlhf" / "data" / "sentiment" / "prompts.jsonl"
+
+
+def build_model(shape: str, directory: Path | None = None) -> Path:
+    """A GPT-NeoX with pythia's configuration for `shape` and random weights (seed 0), saved with the tiny
+    tokenizer so that from_pretrained loads it like any hub model."""
+    directory = directory or CACHE / f"{shape}-random"
+    if (directory / "config.json").exists():
+        return directory
+    torch.manual_seed(0)
+    config = GPTNeoXConfig(**SHAPES[shape], vocab_size=50304, max_position_embeddings=2048, rotary_pct=0.25,
+                           tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+    GPTNeoXForCausalLM(config).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(directory)
+    return directory
+
+
+def model_path(model: str) -> str:
+    return TINY_PYTHIA if model == "tiny" else str(build_model(model))
+
+
+def training_prompts() -> list[str]:
+    return [json.loads(line)["prompt"] for line in PROMPTS_FILE.read_text().splitlines()]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def peak_memory_mib(device: torch.device, marks: dict[str, float]) -> dict[str, float]:
+    """Peak RSS of this process (CPU), its value at the marks (after the imports: the libraries' fixed
+    cost; before the first step: model and data loaded), and peak allocated GPU memory."""
+    gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return {"peak_rss_mib": peak_rss_mib(), **{f"rss_{k}_mib": v for k, v in marks.items()}, "peak_gpu_mib": gpu}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def report(impl: str, model: str, algo: str, step_times: list[float], phases: dict[str, list[float]],
+           generated_tokens: list[int], device: torch.device, memory_marks: dict[str, float]) -> dict:
+    """One process's measurements (warm-up steps already dropped), as JSON-able numbers."""
+    steps, total = len(step_times), sum(step_times)
+    phase_means = {name: sum(times) / steps for name, times in phases.items()}
+    phase_means["other"] = max(total / steps - sum(phase_means.values()), 0.0)
+    return {"impl": impl, "model": model, "algo": algo, "device": str(device), "steps": steps,
+            "step_s": total / steps, "eps": steps * PROMPTS_PER_STEP * SAMPLES_PER_PROMPT / total,
+            "tokens_per_s": sum(generated_tokens) / total, "phases_s": phase_means,
+            **peak_memory_mib(device, memory_marks)}
+
+
+class PhaseTimer:
+    """Seconds spent in named phases of one step: `with timer("generation"): ...` (GPU-synchronized)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.seconds = device, defaultdict(float)
+
+    @contextmanager
+    def __call__(self, phase: str):
+        sync(self.device)
+        start = time.perf_counter()
+        yield
+        sync(self.device)
+        self.seconds[phase] += time.perf_counter() - start

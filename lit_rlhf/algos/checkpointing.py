@@ -1,0 +1,69 @@
+"""Checkpoints that hold what training changed (trained tensors, RL counters, random states), and
+the exact resume that follows from them. Mixed into RLHFModule."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from lit_rlhf.errors import ConfigError
+
+
+def numpy_rng_state() -> dict[str, Any]:
+    """numpy's global RNG state in types that load with torch.load(weights_only=True)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss,
+            "cached": cached}
+
+
+def set_numpy_rng_state(state: dict[str, Any]) -> None:
+    np.random.set_state((state["kind"], state["keys"].numpy().astype(np.uint32), state["pos"], state["has_gauss"],
+                         state["cached"]))
+
+
+class TrainedStateCheckpoints:
+    """Lightning checkpoint hooks for RLHFModule: frozen weights (base model, reference copy) reload from
+    name_or_path; everything a run changed, and where it was, goes into the checkpoint."""
+
+    def trained_state_keys(self) -> set[str]:
+        """state_dict keys of the trained tensors (LoRA adapters, value head, or all of a full fine-tune).
+        Frozen weights (base model, reference copy) reload from name_or_path instead."""
+        trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
+        return {name for name, p in self.named_parameters() if id(p) in trainable}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        keep = self.trained_state_keys()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
+        checkpoint["rlhf_state"] = {
+            "algo": f"{type(self).__module__}.{type(self).__qualname__}",
+            "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
+            "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        missing = self.trained_state_keys() - set(checkpoint["state_dict"])
+        unknown = set(checkpoint["state_dict"]) - set(self.state_dict())
+        if missing or unknown:
+            raise ConfigError(f"checkpoint does not fit this model: {len(missing)} trained tensors missing "
+                              f"(e.g. {sorted(missing)[:2]}), {len(unknown)} unknown (e.g. {sorted(unknown)[:2]}); "
+                              f"resume with the model and algo settings of the run that wrote it.")
+        state = checkpoint.get("rlhf_state", {})
+        self.episode = state.get("episode", 0)
+        self.rl_step = state.get("rl_step", 0)
+        self.kl_coef = state.get("kl_coef", self.kl_coef)
+        self._rng_to_restore = state.get("rng")
+
+    def on_train_start(self) -> None:
+        """Random states of the interrupted run, restored as late as possible: nothing between here and
+        the next training step may draw from them, so a resumed run samples what the original did."""
+        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            set_numpy_rng_state(rng["numpy"])
+            random.setstate(rng["python"])
+            if rng.get("cuda") and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])

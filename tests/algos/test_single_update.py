@@ -1,0 +1,64 @@
+"""The single-update path: with one optimizer step on the whole rollout and no dropout, the update's
+forward runs inside the rollout and replaces the no-grad old-logprob forward."""
+
+import functools
+
+import lightning as L
+import pytest
+import torch
+
+import lit_rlhf.algos.rollout as rollout_module
+from tests.conftest import LORA, make_datamodule, make_ppo, make_rloo
+
+
+def train(module, steps=2):
+    L.seed_everything(0)
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(module, make_datamodule())
+    return {k: v.detach().clone() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
+
+
+def count_forwards(monkeypatch):
+    calls = []
+    original = rollout_module.response_forward
+
+    def counting(*args, **kwargs):
+        calls.append(torch.is_grad_enabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rollout_module, "response_forward", counting)
+    return calls
+
+
+def test_single_update_trains_the_same_weights_as_the_full_path_with_one_forward_less(monkeypatch):
+    sgd = functools.partial(torch.optim.SGD, lr=0.5)
+    calls = count_forwards(monkeypatch)
+    fast = make_rloo(optimizer=sgd)
+    fast_weights = train(fast)
+    assert fast.single_update and calls == [False, True] * 2  # reference (no grad), policy with grad
+    calls.clear()
+    full = make_rloo(optimizer=sgd)
+    full.supports_single_update = False
+    full_weights = train(full)
+    assert calls == [False, False, True] * 2  # old logprobs, reference, update
+    assert fast_weights.keys() == full_weights.keys()
+    for name, weight in fast_weights.items():
+        torch.testing.assert_close(weight, full_weights[name], atol=1e-6, rtol=1e-5)
+    assert any((w.abs() > 1e-3).any() for k, w in fast_weights.items() if "lora_B" in k)  # it did train
+    assert fast.last_stats["val/ratio"] == 1.0 and fast.last_stats["policy/clipfrac_avg"] == 0.0
+
+
+@pytest.mark.parametrize("make, overrides", [
+    (make_rloo, {"num_ppo_epochs": 2}),
+    (make_rloo, {"num_mini_batches": 2}),
+    (make_rloo, {"gradient_accumulation_steps": 2}),
+    (make_rloo, {"model": {"name_or_path": None, "lora": {**LORA, "lora_dropout": 0.1}}}),
+    (make_ppo, {"num_ppo_epochs": 1}),
+])
+def test_settings_that_need_the_old_logprob_forward_keep_it(make, overrides, tiny_path):
+    if "model" in overrides:
+        overrides["model"]["name_or_path"] = tiny_path
+    module = make(**overrides)
+    module.configure_model()
+    assert not module.single_update
