@@ -2,7 +2,7 @@
 
     python bench/checkpoint_size.py        # prints a Markdown table; ~1 minute on 2 CPU cores
 
-Builds the 160m model from pythia-160m's configuration (no download), trains one RL step with LoRA
+Builds the 160m model from pythia-160m's configuration (no download; bench/workload.py), trains one RL step with LoRA
 and compares the Lightning checkpoint with the size of the model's own weights.
 """
 
@@ -15,22 +15,11 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
+from workload import LORA, build_model
 
 from lit_rlhf import PromptDataModule, RLOOModule
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.models import VaderSentiment
-
-PYTHIA_160M = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                   vocab_size=50304, max_position_embeddings=2048, rotary_pct=0.25, tie_word_embeddings=False)
-LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
-
-
-def build_pythia_160m(directory: Path) -> Path:
-    torch.manual_seed(0)
-    GPTNeoXForCausalLM(GPTNeoXConfig(**PYTHIA_160M, bos_token_id=0, eos_token_id=0)).save_pretrained(directory)
-    AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(directory)  # ids < 1024 fit the larger vocabulary
-    return directory
 
 
 def checkpoint_size(model_path: str, workdir: Path) -> tuple[int, int]:
@@ -50,7 +39,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name, path in (("embedded default (tiny pythia)", TINY_PYTHIA),
-                           ("pythia-160m shape", str(build_pythia_160m(tmp / "pythia-160m")))):
+                           ("pythia-160m shape", str(build_model("pythia-160m")))):
             size, weights = checkpoint_size(path, tmp / name.split()[0])
             rows.append((name, size, weights))
     print("| model | checkpoint (LoRA r=16, Adam state, RNG, counters) | base weights (fp32) |")

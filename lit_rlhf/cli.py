@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import lightning as L
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
@@ -47,6 +48,23 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule = instantiate(cfg.data)
     module = instantiate(cfg.algo, _convert_="all")
     loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
+    try:
+        return fit(cfg, module, datamodule, loggers)
+    finally:
+        finish_wandb_run(loggers)
+
+
+def finish_wandb_run(loggers: list[Any]) -> None:
+    """W&B keeps one active run per process and a new WandbLogger would log into it: finish it, so that
+    the next run of a sweep (same process) gets a run of its own."""
+    if any(isinstance(logger, WandbLogger) for logger in loggers):
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+
+
+def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, float]:
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from lit_rlhf.cli import finish_wandb_run, instantiate_group
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.resolvers import register_resolvers
-from lit_rlhf.sweeps import config_objective, kl_budget_objective
+from lit_rlhf.sweeps import config_objective, kl_budget_objective, sweep_group
 
 ROOT = Path(__file__).resolve().parents[1]
 # a very short run: 2 RL steps of 4 prompts, 8 new tokens, held-out metrics after the last step
@@ -58,15 +61,33 @@ def test_a_2x2_grid_runs_every_combination_in_its_own_directory_and_writes_a_sum
     assert "Sweep summary (4 runs)" in result.stdout
 
 
-def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_and_wandb_runs_share_a_group(tmp_path):
-    result, rows = multirun(tmp_path, "trainer=default,ddp", "logger=wandb")
-    by_status = {r["status"]: r for r in rows}
-    assert set(by_status) == {"ok", "failed"}
-    assert "use trainer=ddp_spawn for sweeps" in by_status["failed"]["error"]
-    assert by_status["failed"]["objective"] == ""
-    assert float(by_status["ok"]["objective"]) == pytest.approx(float(by_status["ok"]["eval/rlhf_reward"]))
-    runs = list((Path(by_status["ok"]["run_dir"]) / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert runs and f"train-{tmp_path.name}".encode() in runs[0].read_bytes()  # the group, in the run record
+def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_and_each_trial_gets_its_own_wandb_run(tmp_path):
+    result, rows = multirun(tmp_path, "trainer=default,ddp,default", "seed=3", "logger=wandb")
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
+    failed = rows[1]
+    assert "use trainer=ddp_spawn for sweeps" in failed["error"] and failed["objective"] == ""
+    for ok in (rows[0], rows[2]):
+        assert float(ok["objective"]) == pytest.approx(float(ok["eval/rlhf_reward"]))
+        assert len(list((Path(ok["run_dir"]) / "wandb").glob("offline-run-*"))) == 1  # not the previous trial's
+    assert "job 1 failed: trainer=ddp does not work inside a Hydra multirun" in result.stdout
+
+
+def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep(tmp_path, monkeypatch):
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["logger=wandb", f"paths.output_dir={tmp_path}",
+                                          f"hydra.sweep.dir={tmp_path}/multiruns/2026-01-01_00-00-00"],
+                      return_hydra_config=True)
+    cfg.hydra.mode = RunMode.MULTIRUN
+    cfg.hydra.job.name = "train"
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None, raising=False)  # the original comes back after the test
+    HydraConfig.instance().set_config(cfg)
+    assert sweep_group() == "train-2026-01-01_00-00-00"
+    (logger,) = instantiate_group(cfg.logger, group=sweep_group())
+    try:
+        assert logger.experiment.group == "train-2026-01-01_00-00-00"
+    finally:
+        finish_wandb_run([logger])
 
 
 def test_a_two_trial_optuna_search_completes(tmp_path):

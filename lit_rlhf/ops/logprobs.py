@@ -11,9 +11,10 @@ import torch
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(token) under softmax(logits / temperature). (N,R,V), (N,R) -> (N,R)"""
-    logits = logits.float() / temperature
-    token_logits = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # N,R
-    return token_logits - torch.logsumexp(logits, dim=-1)  # N,R
+    # log_softmax + gather, the computation of logprobs_and_entropy: the two agree to the bit, so the
+    # KL of a policy equal to its reference is exactly 0 whichever path computed its logprobs
+    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)  # N,R,V
+    return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # N,R
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
