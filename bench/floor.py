@@ -39,7 +39,7 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     path = W.model_path(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", truncation_side="left")
     tokenizer.pad_token = "<|padding|>"  # pythia's pad token, distinct from EOS (as lit_rlhf picks it)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, args.dtype)).to(device)
     model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **W.LORA))
@@ -51,18 +51,20 @@ def main() -> None:
     eos, pad, k = tokenizer.eos_token_id, tokenizer.pad_token_id, W.SAMPLES_PER_PROMPT
 
     memory_marks["before_steps"] = W.peak_rss_mib()
-    step_times, phases, tokens = [], defaultdict(list), []
+    step_times, cpu_times, phases, tokens = [], [], defaultdict(list), []
     for step in range(args.warmup + args.steps):
         timer = W.PhaseTimer(device)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         batch = [prompts[i] for i in order[step * W.PROMPTS_PER_STEP:(step + 1) * W.PROMPTS_PER_STEP]]
-        enc = tokenizer(batch, return_tensors="pt", padding=True).to(device)
+        enc = tokenizer(batch, return_tensors="pt", padding=True, truncation=True,
+                        max_length=W.PROMPT_TOKENS).to(device)
         queries = enc.input_ids.repeat_interleave(k, 0)  # N,P
         query_mask = enc.attention_mask.repeat_interleave(k, 0)  # N,P
         model.eval()
         with timer("generation"), torch.no_grad():
             sequences = model.generate(input_ids=queries, attention_mask=query_mask, do_sample=True,
                                        temperature=W.TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=W.NEW_TOKENS,
+                                       min_new_tokens=W.NEW_TOKENS,
                                        eos_token_id=eos, pad_token_id=pad)  # N,P+R
         responses = sequences[:, queries.shape[1]:]  # N,R
         is_eos = (responses == eos).int()
@@ -96,10 +98,12 @@ def main() -> None:
         W.sync(device)
         if step >= args.warmup:
             step_times.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu_start)
             tokens.append(int(response_mask.sum()))
             for name, seconds in timer.seconds.items():
                 phases[name].append(seconds)
-    print(json.dumps(W.report("floor", args.model, "rloo", step_times, phases, tokens, device, memory_marks)))
+    print(json.dumps(W.report("floor", args.model, "rloo", step_times, cpu_times, phases, tokens, device,
+                              memory_marks)))
 
 
 if __name__ == "__main__":

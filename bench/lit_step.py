@@ -32,7 +32,7 @@ class StepTimer(L.Callback):
 
     def __init__(self, module, warmup: int, device: torch.device):
         self.warmup, self.device = warmup, device
-        self.step_times, self.phases, self.tokens = [], defaultdict(list), []
+        self.step_times, self.cpu_times, self.phases, self.tokens = [], [], defaultdict(list), []
         self.timer, self.step_tokens = W.PhaseTimer(device), 0
         for method, phase in PHASES.items():
             setattr(module, method, self.timed(getattr(module, method), phase))
@@ -55,13 +55,15 @@ class StepTimer(L.Callback):
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         W.sync(self.device)
-        self.timer, self.step_tokens, self.start = W.PhaseTimer(self.device), 0, time.perf_counter()
+        self.timer, self.step_tokens = W.PhaseTimer(self.device), 0
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
         self._optimizer_phase = _Reenterable(lambda: self.timer("optimizer"))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         W.sync(self.device)
         if module.rl_step > self.warmup:
             self.step_times.append(time.perf_counter() - self.start)
+            self.cpu_times.append(time.process_time() - self.cpu_start)
             self.tokens.append(self.step_tokens)
             for phase, seconds in self.timer.seconds.items():
                 self.phases[phase].append(seconds)
@@ -89,6 +91,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--no-single-update", action="store_true",
+                        help="ablation: keep the no-grad old-logprob forward (the path before the optimization)")
     args = parser.parse_args()
     memory_marks = {"after_imports": W.peak_rss_mib()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -97,20 +101,25 @@ def main() -> None:
     common = dict(model={"name_or_path": path, "dtype": args.dtype, "lora": W.LORA}, reward=VaderSentiment(),
                   optimizer=functools.partial(torch.optim.AdamW, lr=W.LR), response_length=W.NEW_TOKENS,
                   temperature=W.TEMPERATURE, kl_coef=W.KL_COEF, missing_eos_penalty=1.0,
-                  max_grad_norm=W.MAX_GRAD_NORM)
+                  max_grad_norm=W.MAX_GRAD_NORM,
+                  generation_kwargs={"min_new_tokens": W.NEW_TOKENS}, allow_biased_sampling=True)  # fixed length
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
     else:  # TRL's PPO defaults: 4 epochs over the rollout
         module = PPOModule(samples_per_prompt=W.SAMPLES_PER_PROMPT, num_ppo_epochs=4, **common)
+    module.supports_single_update = not args.no_single_update
     module.configure_model()
     timer = StepTimer(module, args.warmup, device)
     updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
     trainer = L.Trainer(max_steps=(args.warmup + args.steps) * updates, accelerator=device.type, devices=1,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, callbacks=[timer])
-    trainer.fit(module, PromptDataModule(tokenizer=path, batch_size=W.PROMPTS_PER_STEP))
-    print(json.dumps(W.report("lit_rlhf", args.model, args.algo, timer.step_times, timer.phases, timer.tokens,
-                              device, {**memory_marks, "before_steps": timer.rss_before_steps})))
+    trainer.fit(module, PromptDataModule(tokenizer=path, batch_size=W.PROMPTS_PER_STEP,
+                                         max_prompt_length=W.PROMPT_TOKENS))
+    memory_marks["before_steps"] = timer.rss_before_steps
+    impl = "lit_rlhf_no_single_update" if args.no_single_update else "lit_rlhf"
+    print(json.dumps(W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases,
+                              timer.tokens, device, memory_marks)))
 
 
 if __name__ == "__main__":

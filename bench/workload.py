@@ -1,7 +1,12 @@
 """The fixed benchmark workload, shared by bench/lit_step.py (lit_rlhf) and bench/floor.py (plain PyTorch).
 
-RLOO, 8 prompts x K=4 samples per step, 32 new tokens, pure sampling at temperature 0.7, 1 epoch,
+RLOO, 8 prompts x K=4 samples per step, exactly 32 new tokens, sampling at temperature 0.7, 1 epoch,
 1 minibatch, LoRA r=16 on all linear layers, AdamW, gradient clipping at 1.0, VADER reward.
+Every response is 32 tokens long (min_new_tokens=32 in both implementations): with pure sampling the
+step time would follow the longest sampled response of each step, and the two implementations
+sample different sequences, which made the tiny model's episodes/s vary by +-15% between runs.
+Prompts are cut to their last 5 tokens (PROMPT_TOKENS; the bundled ones have 2 to 8), so that
+nearly every batch is 5 tokens wide in both implementations, whatever prompts each one draws.
 Models: the embedded default, and pythia-160m / pythia-1b shapes with random weights (built from
 the configuration, no download; the tiny tokenizer's ids fit their vocabulary).
 """
@@ -18,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
-PROMPTS_PER_STEP, SAMPLES_PER_PROMPT, NEW_TOKENS, TEMPERATURE = 8, 4, 32, 0.7
+PROMPTS_PER_STEP, SAMPLES_PER_PROMPT, NEW_TOKENS, TEMPERATURE, PROMPT_TOKENS = 8, 4, 32, 0.7, 5
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
 LR, KL_COEF, MAX_GRAD_NORM = 1e-4, 0.05, 1.0
 SHAPES = {
@@ -69,14 +74,17 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def report(impl: str, model: str, algo: str, step_times: list[float], phases: dict[str, list[float]],
-           generated_tokens: list[int], device: torch.device, memory_marks: dict[str, float]) -> dict:
-    """One process's measurements (warm-up steps already dropped), as JSON-able numbers."""
+def report(impl: str, model: str, algo: str, step_times: list[float], cpu_times: list[float],
+           phases: dict[str, list[float]], generated_tokens: list[int], device: torch.device,
+           memory_marks: dict[str, float]) -> dict:
+    """One process's measurements (warm-up steps already dropped), as JSON-able numbers. cpu_times
+    (process CPU seconds per step, all threads) do not count time the VM lost to its neighbours."""
     steps, total = len(step_times), sum(step_times)
     phase_means = {name: sum(times) / steps for name, times in phases.items()}
     phase_means["other"] = max(total / steps - sum(phase_means.values()), 0.0)
     return {"impl": impl, "model": model, "algo": algo, "device": str(device), "steps": steps,
             "step_s": total / steps, "eps": steps * PROMPTS_PER_STEP * SAMPLES_PER_PROMPT / total,
+            "cpu_s_per_episode": sum(cpu_times) / (steps * PROMPTS_PER_STEP * SAMPLES_PER_PROMPT),
             "tokens_per_s": sum(generated_tokens) / total, "phases_s": phase_means,
             **peak_memory_mib(device, memory_marks)}
 

@@ -144,9 +144,9 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
             logprobs, values = self.old_logprobs_and_values(*sequences)  # N,R
         ref_logprobs = self.reference_logprobs(*sequences)  # N,R
         self.policy.train(was_training)
-        policy_logits = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # N,R,V
+        policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
-            logprobs, values = logprobs_and_entropy(policy_logits.detach(), responses, hp.temperature)[0], None
+            logprobs, values = policy_outputs[0].detach(), None
         prompts = self.tokenizer.batch_decode(queries, skip_special_tokens=True)
         completions = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         has_stop = contains_stop(responses, self.stop_token_id)  # N
@@ -157,7 +157,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         return Rollout(queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
                        prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=ref_logprobs, scores=scores,
                        raw_scores=raw_scores, contains_stop=has_stop, values=values, prompts=prompts,
-                       completions=completions, policy_logits=policy_logits)
+                       completions=completions, policy_outputs=policy_outputs)
 
     def generate(self, queries: torch.Tensor, query_mask: torch.Tensor,
                  model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,13 +177,15 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
             return batched_logprobs(reference, queries, query_mask, responses, response_mask,
                                     self.hparams.temperature, self.hparams.forward_batch_size)
 
-    def policy_forward_with_grad(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
+    def policy_forward_with_grad(self, queries, query_mask, responses, response_mask):
         """The update's forward pass, run inside the rollout when the update is one optimizer step on the
-        whole rollout (see single_update): the no-grad old-logprob forward is then unnecessary. -> (N,R,V)"""
+        whole rollout (see single_update): the no-grad old-logprob forward is then unnecessary.
+        -> logprobs (N,R) with their graph, entropy (N,R)"""
         for param in getattr(self, "_trainable", None) or self.trainable_parameters():
             param.requires_grad_(True)  # peft's adapter switches toggle it
         with torch.enable_grad():
-            return response_logits(self.policy, queries, query_mask, responses, response_mask)
+            logits = response_logits(self.policy, queries, query_mask, responses, response_mask)  # N,R,V
+            return logprobs_and_entropy(logits, responses, self.hparams.temperature)
 
     def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
         """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""
@@ -260,7 +262,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
                     self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
                 optimizer.step()
                 optimizer.zero_grad()
-        rollout.policy_logits = None  # frees the graph of a reused rollout forward
+        rollout.policy_outputs = None  # frees the graph of a reused rollout forward
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()
@@ -268,24 +270,24 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
         """Clipped policy loss on sequences idx. -> loss, stats"""
-        if rollout.policy_logits is not None:  # single update: the rollout already ran this forward
-            logits = rollout.policy_logits[idx]  # M,R,V
+        if rollout.policy_outputs is not None:  # single update: the rollout already ran this forward
+            new_logprobs, entropy = (t[idx] for t in rollout.policy_outputs)  # M,R ; M,R
         else:
             logits = response_logits(self.policy, *rollout.sequences(idx))  # M,R,V
-        return self.policy_loss(logits, rollout, advantages, idx)
+            new_logprobs, entropy = logprobs_and_entropy(logits, rollout.responses[idx], self.hparams.temperature)
+        return self.policy_loss(new_logprobs, entropy, rollout, advantages, idx)
 
-    def policy_loss(self, logits: torch.Tensor, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
-        """The clipped surrogate for logits (M,R,V) of sequences idx, and the policy statistics."""
-        temperature = self.hparams.temperature
-        responses, mask = rollout.responses[idx], rollout.response_mask[idx]  # M,R
-        new_logprobs, entropy = logprobs_and_entropy(logits, responses, temperature)  # M,R ; M,R (no grad)
+    def policy_loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout,
+                    advantages: torch.Tensor, idx: torch.Tensor):
+        """The clipped surrogate for the logprobs (M,R, with grad) of sequences idx, and the policy
+        statistics; entropy (M,R) is the policy's per-token entropy, for the statistics."""
+        mask = rollout.response_mask[idx]  # M,R
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
                                                 self.hparams.cliprange)
-        entropy = masked_mean(entropy, mask)
         self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])
         return pg_loss, {
             "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],
-            "loss/policy_avg": pg_loss, "policy/entropy_avg": entropy,
+            "loss/policy_avg": pg_loss, "policy/entropy_avg": masked_mean(entropy, mask),
             "val/ratio": pg_stats["ratio"], "val/ratio_var": pg_stats["ratio_var"],
         }
 

@@ -22,6 +22,7 @@ from lit_rlhf.ops import (
     clipped_value_loss,
     entropy_from_logits,
     gae_advantages,
+    logprobs_and_entropy,
     logprobs_from_logits,
     masked_mean,
     masked_var,
@@ -125,7 +126,8 @@ class PPOModule(RLHFModule):
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
         hp, mask = self.hparams, rollout.response_mask[idx]  # M,R
         logits, vpred = self.policy_and_values(*rollout.sequences(idx))  # M,R,V ; M,R
-        pg_loss, stats = self.policy_loss(logits, rollout, advantages, idx)
+        new_logprobs, entropy = logprobs_and_entropy(logits, rollout.responses[idx], hp.temperature)  # M,R ; M,R
+        pg_loss, stats = self.policy_loss(new_logprobs, entropy, rollout, advantages, idx)
         vf_loss, vf_clipfrac = clipped_value_loss(vpred.float(), rollout.values[idx], rollout.returns[idx], mask,
                                                   hp.cliprange_value)
         loss = hp.vf_coef * vf_loss

@@ -28,7 +28,8 @@ class Rollout:
     returns: torch.Tensor | None = None  # N,R  value targets (PPO)
     prompts: list[str] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
-    policy_logits: torch.Tensor | None = None  # N,R,V  with its graph, when the update reuses the rollout forward
+    # (logprobs N,R with their graph, entropy N,R) of the rollout's policy forward, when the update reuses it
+    policy_outputs: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return self.responses.shape[0]
