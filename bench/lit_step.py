@@ -102,12 +102,12 @@ def main() -> None:
                   optimizer=functools.partial(torch.optim.AdamW, lr=W.LR), response_length=W.NEW_TOKENS,
                   temperature=W.TEMPERATURE, kl_coef=W.KL_COEF, missing_eos_penalty=1.0,
                   max_grad_norm=W.MAX_GRAD_NORM,
-                  generation_kwargs={"min_new_tokens": W.NEW_TOKENS}, allow_biased_sampling=True)  # fixed length
+                  generation_kwargs={"min_new_tokens": W.NEW_TOKENS}, allow_biased_sampling=True,  # fixed length
+                  reuse_rollout_forward=not args.no_single_update)
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
     else:  # TRL's PPO defaults: 4 epochs over the rollout
         module = PPOModule(samples_per_prompt=W.SAMPLES_PER_PROMPT, num_ppo_epochs=4, **common)
-    module.supports_single_update = not args.no_single_update
     module.configure_model()
     timer = StepTimer(module, args.warmup, device)
     updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches

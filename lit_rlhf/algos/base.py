@@ -56,7 +56,8 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
                  kl_estimator: str = "k1", cliprange: float = 0.2, num_ppo_epochs: int = 1,
                  num_mini_batches: int = 1, gradient_accumulation_steps: int = 1,
                  max_grad_norm: float | None = 1.0, forward_batch_size: int | None = None,
-                 generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False):
+                 generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False,
+                 reuse_rollout_forward: bool = True):
         super().__init__()
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
         self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
@@ -91,8 +92,9 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         self.policy.train()  # dropout (e.g. lora_dropout) acts in updates; rollouts switch to eval
         self.frozen_reference = self.reference.frozen_copy  # registered, so it follows the device
         hp = self.hparams
-        self.single_update = self.supports_single_update and not has_active_dropout(self.policy) and (
-            hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1)
+        self.single_update = hp.reuse_rollout_forward and self.supports_single_update and (
+            hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1
+        ) and not has_active_dropout(self.policy)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
         self.generation_config = pure_sampling_config(
             hp.response_length, hp.temperature, self.stop_token_id, self.tokenizer.pad_token_id,

@@ -38,8 +38,7 @@ def test_single_update_trains_the_same_weights_as_the_full_path_with_one_forward
     fast_weights = train(fast)
     assert fast.single_update and calls == [False, True] * 2  # reference (no grad), policy with grad
     calls.clear()
-    full = make_rloo(optimizer=sgd)
-    full.supports_single_update = False
+    full = make_rloo(optimizer=sgd, reuse_rollout_forward=False)
     full_weights = train(full)
     assert calls == [False, False, True] * 2  # old logprobs, reference, update
     assert fast_weights.keys() == full_weights.keys()
@@ -50,6 +49,7 @@ def test_single_update_trains_the_same_weights_as_the_full_path_with_one_forward
 
 
 @pytest.mark.parametrize("make, overrides", [
+    (make_rloo, {"reuse_rollout_forward": False}),
     (make_rloo, {"num_ppo_epochs": 2}),
     (make_rloo, {"num_mini_batches": 2}),
     (make_rloo, {"gradient_accumulation_steps": 2}),
