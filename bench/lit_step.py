@@ -49,15 +49,22 @@ class StepTimer(L.Callback):
 
     def on_train_start(self, trainer, module):
         self.rss_before_steps = W.peak_rss_mib()
-        optimizer = trainer.optimizers[0]
-        optimizer.register_step_pre_hook(lambda *_: self._optimizer_phase.__enter__())
-        optimizer.register_step_post_hook(lambda *_: self._optimizer_phase.__exit__(None, None, None))
+        optimizer = trainer.optimizers[0]  # hooks of the torch optimizer: every step, PPO's several included
+        optimizer.register_step_pre_hook(lambda *_: self._optimizer_step_starts())
+        optimizer.register_step_post_hook(lambda *_: self._optimizer_step_ends())
+
+    def _optimizer_step_starts(self):
+        W.sync(self.device)
+        self.optimizer_start = time.perf_counter()
+
+    def _optimizer_step_ends(self):
+        W.sync(self.device)
+        self.timer.seconds["optimizer"] += time.perf_counter() - self.optimizer_start
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         W.sync(self.device)
         self.timer, self.step_tokens = W.PhaseTimer(self.device), 0
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
-        self._optimizer_phase = _Reenterable(lambda: self.timer("optimizer"))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         W.sync(self.device)
@@ -67,21 +74,6 @@ class StepTimer(L.Callback):
             self.tokens.append(self.step_tokens)
             for phase, seconds in self.timer.seconds.items():
                 self.phases[phase].append(seconds)
-
-
-class _Reenterable:
-    """A fresh context manager from `factory` each time it is entered (the optimizer steps several
-    times per RL step with PPO)."""
-
-    def __init__(self, factory):
-        self.factory, self.current = factory, None
-
-    def __enter__(self):
-        self.current = self.factory()
-        return self.current.__enter__()
-
-    def __exit__(self, *exc):
-        return self.current.__exit__(*exc)
 
 
 def main() -> None:
