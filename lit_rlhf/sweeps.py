@@ -73,7 +73,7 @@ def summary_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: (len(p.parent.name), p.parent.name)):
         result = json.loads(path.read_text())
-        row = {"job": result["job"], "status": result["status"], "overrides": " ".join(result["overrides"]),
+        row = {"job": result["job"], "status": result["status"], "overrides": result["overrides"],
                "objective": result["objective"]}
         row.update({name: result["metrics"].get(name) for name in SUMMARY_METRICS})
         row.update(run_dir=result["run_dir"], error=result["error"])
@@ -87,13 +87,13 @@ def write_summary(sweep_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["job"])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({**row, "overrides": " ".join(row["overrides"])} for row in rows)
     return path, rows
 
 
 def swept_overrides(rows: list[dict[str, Any]]) -> list[str]:
     """Each run's overrides that differ between runs (the swept ones), as 'key=value ...'."""
-    parsed = [dict(o.split("=", 1) for o in row["overrides"].split()) for row in rows]
+    parsed = [dict((o.split("=", 1) + [""])[:2] for o in row["overrides"]) for row in rows]  # "~key": no "="
     keys = sorted({k for p in parsed for k in p if len({q.get(k) for q in parsed}) > 1})
     return [" ".join(f"{k}={p.get(k)}" for k in keys) for p in parsed]
 
