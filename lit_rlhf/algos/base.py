@@ -183,11 +183,19 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         """The update's forward pass, run inside the rollout when the update is one optimizer step on the
         whole rollout (see single_update): the no-grad old-logprob forward is then unnecessary.
         -> logprobs (N,R) with their graph, entropy (N,R)"""
-        for param in getattr(self, "_trainable", None) or self.trainable_parameters():
-            param.requires_grad_(True)  # peft's adapter switches toggle it
+        self.enable_trainable_grads()
         with torch.enable_grad():
-            logits = response_logits(self.policy, queries, query_mask, responses, response_mask)  # N,R,V
-            return logprobs_and_entropy(logits, responses, self.hparams.temperature)
+            return self.policy_logprobs_and_entropy(queries, query_mask, responses, response_mask)
+
+    def policy_logprobs_and_entropy(self, queries, query_mask, responses, response_mask):
+        """The policy's forward on the sequences. -> logprobs (N,R), entropy (N,R, no grad)"""
+        logits = response_logits(self.policy, queries, query_mask, responses, response_mask)  # N,R,V
+        return logprobs_and_entropy(logits, responses, self.hparams.temperature)
+
+    def enable_trainable_grads(self) -> None:
+        """peft's adapter switches (reference, critic) toggle requires_grad of the trained tensors."""
+        for param in getattr(self, "_trainable", None) or self.trainable_parameters():
+            param.requires_grad_(True)
 
     def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
         """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""
@@ -247,8 +255,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         minibatch = self._divide(n, hp.num_mini_batches, "num_mini_batches", "sequences per rank")
         micro = self._divide(minibatch, hp.gradient_accumulation_steps, "gradient_accumulation_steps",
                              "sequences per minibatch")
-        for param in self._trainable:  # peft's adapter switches (reference, critic) toggle requires_grad
-            param.requires_grad_(True)
+        self.enable_trainable_grads()
         optimizer = self.optimizers()
         stats = defaultdict(list)
         self._ratios = []
@@ -275,8 +282,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         if rollout.policy_outputs is not None:  # single update: the rollout already ran this forward
             new_logprobs, entropy = (t[idx] for t in rollout.policy_outputs)  # M,R ; M,R
         else:
-            logits = response_logits(self.policy, *rollout.sequences(idx))  # M,R,V
-            new_logprobs, entropy = logprobs_and_entropy(logits, rollout.responses[idx], self.hparams.temperature)
+            new_logprobs, entropy = self.policy_logprobs_and_entropy(*rollout.sequences(idx))  # M,R ; M,R
         return self.policy_loss(new_logprobs, entropy, rollout, advantages, idx)
 
     def policy_loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout,
