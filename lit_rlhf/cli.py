@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.callbacks import PolicyEvaluation
-from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.errors import EXIT_SIGTERM, ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.sweeps import config_objective, in_multirun, sweep_group, write_result
 
 T = TypeVar("T")
@@ -68,7 +68,8 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if module.rl_step > 0 and module.last_validated_rl_step != module.rl_step and trainer.limit_val_batches:
         # the held-out metrics of the final policy (the sweep objective), when the last step had none
@@ -90,6 +91,18 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
     return metrics
 
 
+def resume_path(cfg: DictConfig) -> str | None:
+    """cfg.ckpt_path, with `last` meaning this run directory's checkpoints/last.ckpt (or an error)."""
+    ckpt = cfg.get("ckpt_path")
+    if ckpt is None or str(ckpt) != "last":
+        return None if ckpt is None else str(ckpt)
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        raise ConfigError(f"ckpt_path=last: {last} does not exist; pass hydra.run.dir=<the run's directory> with "
+                          f"ckpt_path=last, or ckpt_path=<path to a .ckpt>.")
+    return str(last)
+
+
 def user_error(err: BaseException) -> str | None:
     """The one-line message for a mistake the user can fix, looking through Hydra's instantiate wrapper."""
     while err is not None:
@@ -108,13 +121,12 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig) -> T:
         return fn(cfg)
     except SIGTERMException:
         print("stopped by SIGTERM after a complete RL step; see the checkpoint above to resume.", file=sys.stderr)
-        sys.exit(143)
+        sys.exit(EXIT_SIGTERM)
     except Exception as err:
         message = user_error(err)
         if message is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+        exit_with_user_error(message)
 
 
 def run(cfg: DictConfig) -> float | None:

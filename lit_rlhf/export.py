@@ -11,30 +11,42 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from pathlib import Path
 
-import torch
 from peft import PeftModel
 
-from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.checkpoint_io import load_checkpoint_file
+from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
 
 def load_from_checkpoint(ckpt_path: str | Path, reward=None):
     """The RLHF module of a lit_rlhf checkpoint, weights loaded, on the CPU."""
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise ConfigError(f"ckpt_path={str(ckpt_path)!r} is not a file; give a .ckpt written by lit_rlhf.")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
     if "rlhf_state" not in checkpoint or "algo" not in checkpoint["rlhf_state"]:
-        raise ConfigError(f"{path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
-    module_name, _, class_name = checkpoint["rlhf_state"]["algo"].rpartition(".")
-    cls = getattr(importlib.import_module(module_name), class_name)
+        raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
+    cls = algo_class(checkpoint["rlhf_state"]["algo"])
     module = cls(reward=reward, **checkpoint["hyper_parameters"])
     module.configure_model()
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=False)
     return module.eval()
+
+
+def algo_class(qualified_name: str):
+    """The RLHFModule subclass a checkpoint names. Only lit_rlhf's modules, or ones the user already
+    imported, are looked up: a checkpoint must not make us import (run) arbitrary code."""
+    from lit_rlhf.algos import RLHFModule
+
+    module_name, _, class_name = str(qualified_name).rpartition(".")
+    if not (module_name.startswith("lit_rlhf.") or module_name in sys.modules):
+        raise ConfigError(f"the checkpoint names algo {qualified_name!r}, outside lit_rlhf; import its module "
+                          f"before loading the checkpoint.")
+    cls = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, RLHFModule)):
+        raise ConfigError(f"the checkpoint names algo {qualified_name!r}, which is not an RLHFModule.")
+    return cls
 
 
 def export_policy(module, out_dir: str | Path, adapter_only: bool = False) -> Path:
@@ -64,7 +76,7 @@ def main() -> None:
     try:
         out = export_policy(load_from_checkpoint(args.ckpt_path), args.out_dir, args.adapter_only)
     except (ConfigError, UnavailableError) as err:
-        raise SystemExit(f"error: {err}") from None
+        exit_with_user_error(err)
     print(f"Exported to {out}")
 
 

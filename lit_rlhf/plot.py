@@ -10,6 +10,8 @@ import csv
 import math
 from pathlib import Path
 
+from lit_rlhf.errors import exit_with_user_error
+
 CURVES = ["objective/scores", "objective/rlhf_reward", "objective/kl", "objective/entropy", "val/ratio",
           "val/var_explained", "eval/scores", "objective/kl_coef"]
 
@@ -71,7 +73,7 @@ def main() -> None:
     try:
         out = plot_curves(find_metrics_csv(args.run_dir), args.out or args.run_dir / "curves.png")
     except FileNotFoundError as err:
-        raise SystemExit(f"error: {err}") from None
+        exit_with_user_error(err)
     print(out)
 
 

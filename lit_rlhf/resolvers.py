@@ -1,4 +1,4 @@
-"""OmegaConf resolvers used by conf/: ${asset:tiny-pythia}, ${optimizer_steps:...}."""
+"""OmegaConf resolvers used by conf/: ${asset:tiny-pythia}, ${optimizer_steps:...}, ${new_run_dir:...}."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lit_rlhf.assets import asset_path
+from lit_rlhf.run_dirs import new_run_dir
 
 
 def optimizer_steps(rl_steps: int, num_ppo_epochs: int, num_mini_batches: int) -> int:
@@ -29,3 +30,5 @@ def register_resolvers() -> None:
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
+    if not OmegaConf.has_resolver("new_run_dir"):  # cached: every read of hydra.run.dir gives the same directory
+        OmegaConf.register_new_resolver("new_run_dir", new_run_dir, use_cache=True)

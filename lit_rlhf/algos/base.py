@@ -14,10 +14,12 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
 from lit_rlhf.algos.sampling import pure_sampling_config, stop_token_id
+from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import Reward, load_policy, load_tokenizer
 from lit_rlhf.ops import (
@@ -108,6 +110,9 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
                               "parameters, or trainer=ddp.")
         # ZeRO-3 gathers parameters layer by layer in every forward: all ranks must keep generating together
         self._synced_generation = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
+        if self._trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            # atomic writes, weights-only loads, no non-finite weights (a custom checkpoint_io is kept)
+            self.trainer.strategy.checkpoint_io = SafeCheckpointIO()
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]

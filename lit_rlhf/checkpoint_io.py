@@ -1,0 +1,111 @@
+"""Checkpoint files: written atomically, read weights-only, refused in one line when unusable.
+
+Lightning's TorchCheckpointIO writes through fsspec's local transaction: a temporary file in $TMPDIR,
+then a move, which is a truncate-and-copy when $TMPDIR is another filesystem (tmpfs /tmp, node-local
+scratch): a kill during the copy leaves a truncated target. SafeCheckpointIO writes a partial file
+beside the target, fsyncs it, renames it over the target (atomic on POSIX) and fsyncs the directory,
+so the target is always the previous complete checkpoint or the new complete one. It refuses to write
+weights that are not finite, and loads with torch.load(weights_only=True) for files and URLs alike:
+a checkpoint can hold tensors and plain values, never code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.cloud_io import _load as lightning_load
+from lightning.fabric.utilities.cloud_io import get_filesystem
+
+from lit_rlhf.errors import ConfigError
+
+PARTIAL_MARK = ".partial-"
+
+
+def is_remote(path: str | Path) -> bool:
+    return "://" in str(path)
+
+
+def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """torch.load(weights_only=True) of a local path or URL, with one-line errors for unusable files."""
+    name = str(path)
+    if not is_remote(name) and not Path(name).is_file():
+        raise ConfigError(f"ckpt_path={name!r} is not a file; give a .ckpt written by lit_rlhf "
+                          f"(e.g. <run dir>/checkpoints/last.ckpt).")
+    try:
+        checkpoint = lightning_load(name, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        what = f"it references {found.group(1)}" if found else "it holds more than tensors and plain values"
+        raise ConfigError(f"ckpt_path={name!r} was refused: {what}, and checkpoints are loaded weights-only "
+                          f"(tensors and plain values, never code); give a checkpoint written by lit_rlhf.") from err
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+        raise ConfigError(f"ckpt_path={name!r} cannot be read ({type(err).__name__}: truncated, empty or not a "
+                          f"PyTorch checkpoint); resume from another checkpoint of the run.") from err
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(f"ckpt_path={name!r} is not a Lightning checkpoint (no state_dict); give one written "
+                          f"by lit_rlhf.")
+    return checkpoint
+
+
+def non_finite_tensors(state_dict: dict[str, Any]) -> list[str]:
+    return [k for k, v in state_dict.items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and not torch.isfinite(v).all()]
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_partial_files(target: Path) -> None:
+    """Partial files a killed writer left beside target (this process's own are removed on failure)."""
+    for partial in target.parent.glob(f".{target.name}{PARTIAL_MARK}*"):
+        partial.unlink(missing_ok=True)
+
+
+def atomic_torch_save(obj: Any, target: str | Path) -> None:
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_partial_files(target)
+    partial = target.with_name(f".{target.name}{PARTIAL_MARK}{os.getpid()}")
+    try:
+        with open(partial, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, target)
+        fsync_directory(target.parent)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """TorchCheckpointIO with atomic local writes, a finite-weights check and weights-only loads."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        if bad:
+            raise ConfigError(f"refusing to write {path}: {len(bad)} trained tensors hold NaN or inf (e.g. {bad[0]}); "
+                              f"the previous checkpoint is kept.")
+        if is_remote(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        return load_checkpoint_file(path, map_location=map_location or "cpu")
+
+    def remove_checkpoint(self, path) -> None:
+        fs = get_filesystem(path)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)

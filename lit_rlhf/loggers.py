@@ -1,0 +1,45 @@
+"""A CSV logger that keeps the rows of the run it resumes.
+
+Lightning's CSVLogger deletes an existing metrics.csv when it starts. A run directory holds files only
+when a run resumes in it (see lit_rlhf/run_dirs.py), so this one keeps the earlier rows: those before the
+first step the resumed run logs (later ones are logged again by the resumed run).
+"""
+
+from __future__ import annotations
+
+import csv
+
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+
+class ResumingExperimentWriter(ExperimentWriter):
+    def _check_log_dir_exists(self) -> None:
+        self.previous_rows: list[dict[str, str]] | None = None
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+                reader = csv.DictReader(file)
+                self.previous_rows = list(reader)
+                self.metrics_keys = sorted(reader.fieldnames or [])
+
+    def save(self) -> None:
+        if self.previous_rows is not None and self.metrics:
+            first_new_step = min(int(m["step"]) for m in self.metrics)
+            kept = [row for row in self.previous_rows if int(row["step"]) < first_new_step]
+            with self._fs.open(self.metrics_file_path, "w", newline="") as file:
+                writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
+                writer.writeheader()
+                writer.writerows(kept)
+            self.previous_rows = None
+        super().save()
+
+
+class ResumingCSVLogger(CSVLogger):
+    """lightning's CSVLogger, appending to the metrics.csv of a resumed run instead of deleting it."""
+
+    @property
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = ResumingExperimentWriter(log_dir=self.log_dir)
+        return self._experiment

@@ -1,0 +1,116 @@
+"""Checkpoint files: atomic under kill -9 with $TMPDIR on another filesystem, weights-only from files and
+URLs (a pickled payload never runs), non-finite weights never written, unusable files refused in one line."""
+
+import functools
+import http.server
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from lit_rlhf.checkpoint_io import SafeCheckpointIO
+from lit_rlhf.errors import ConfigError
+from tests.helpers import FAST, ROOT, one_line_error, run_script
+
+
+def test_a_writer_killed_at_random_points_never_leaves_a_broken_checkpoint(tmp_path):
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path / "other_tmp")
+    other_tmp = os.path.join(shm, f"lit_rlhf_test_{os.getpid()}")
+    os.makedirs(other_tmp, exist_ok=True)
+    env = {**os.environ, "TMPDIR": other_tmp, "PYTHONPATH": str(ROOT)}
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    rng = random.Random(0)
+    for _ in range(8):
+        writer = subprocess.Popen([sys.executable, str(ROOT / "tests" / "reliability" / "checkpoint_writer.py"),
+                                   str(target), "safe"], env=env, stdout=subprocess.PIPE)
+        writer.stdout.readline()
+        while not target.exists():
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.05, 1.0))
+        writer.kill()
+        writer.wait()
+        checkpoint = torch.load(target, weights_only=True)  # complete: every value is the step it was saved at
+        assert (checkpoint["state_dict"]["w"] == checkpoint["step"]).all()
+        assert os.listdir(other_tmp) == []  # nothing written to (or orphaned in) $TMPDIR
+    SafeCheckpointIO().save_checkpoint({"state_dict": {"w": torch.zeros(2)}}, target)
+    assert os.listdir(target.parent) == ["last.ckpt"]  # partial files of killed writers are cleaned up
+    os.rmdir(other_tmp)
+
+
+def test_non_finite_weights_are_never_written_and_the_previous_checkpoint_stays(tmp_path):
+    target = tmp_path / "last.ckpt"
+    io = SafeCheckpointIO()
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, target)
+    with pytest.raises(ConfigError, match="1 trained tensors hold NaN or inf"):
+        io.save_checkpoint({"state_dict": {"w": torch.tensor([1.0, float("nan"), 2.0])}}, target)
+    assert torch.load(target, weights_only=True)["state_dict"]["w"].tolist() == [1.0, 1.0, 1.0]
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture
+def evil_url(tmp_path):
+    """A pickled os.system call in a .ckpt, served over loopback."""
+    served = tmp_path / "served"
+    served.mkdir()
+    marker = tmp_path / "PWNED"
+    torch.save({"state_dict": {}, "payload": Payload(marker)}, served / "evil.ckpt")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/evil.ckpt", marker
+    server.shutdown()
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "export"])
+def test_a_pickled_payload_behind_a_url_is_refused_and_never_runs(command, evil_url, tmp_path):
+    url, marker = evil_url
+    env = {"TORCH_HOME": str(tmp_path / "torch_home")}
+    if command == "export":
+        result = subprocess.run([sys.executable, "-m", "lit_rlhf.export", url, str(tmp_path / "out")], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True)
+    else:
+        result = run_script(f"{command}.py", f"ckpt_path={url}", *(FAST if command == "train" else []),
+                            cwd=tmp_path, env=env)
+    assert "was refused" in one_line_error(result) and "weights-only" in result.stderr
+    assert not marker.exists()
+
+
+def bad_checkpoints(tmp_path, good):
+    data = good.read_bytes()
+    files = {"empty": b"", "truncated": data[: len(data) // 2], "random": random.Random(0).randbytes(4096)}
+    paths = {}
+    for name, content in files.items():
+        paths[name] = tmp_path / f"{name}.ckpt"
+        paths[name].write_bytes(content)
+    paths["not_lightning"] = tmp_path / "not_lightning.ckpt"
+    torch.save({"weights": torch.ones(2)}, paths["not_lightning"])
+    paths["missing"] = tmp_path / "no_such.ckpt"
+    return paths
+
+
+def test_unusable_checkpoint_files_are_one_line_errors_in_train_evaluate_and_export(tmp_path):
+    first = run_script("train.py", f"hydra.run.dir={tmp_path / 'run'}", *FAST, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    for name, path in bad_checkpoints(tmp_path, tmp_path / "run" / "checkpoints" / "last.ckpt").items():
+        line = one_line_error(run_script("train.py", f"ckpt_path={path}", *FAST, cwd=tmp_path))
+        assert line.startswith(f"error: ckpt_path='{path}'"), (name, line)
+        if name in ("empty", "truncated"):
+            line = one_line_error(run_script("evaluate.py", f"ckpt_path={path}", cwd=tmp_path))
+            assert line.startswith(f"error: ckpt_path='{path}'"), (name, line)
+            export = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(path), str(tmp_path / "x")],
+                                    cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                                    text=True)
+            assert export.returncode != 0 and export.stderr.strip().startswith(f"error: ckpt_path='{path}'")
+            assert "Traceback" not in export.stderr

@@ -1,0 +1,82 @@
+"""Run directories: sweeps work from a clean working directory as the README types them, default run
+directories are unique, and no run writes into another run's directory."""
+
+import csv
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lit_rlhf.run_dirs import new_run_dir
+from tests.helpers import FAST, ROOT, one_line_error, run_script
+
+
+def readme_command(prefix: str) -> list[str]:
+    """The README's first `python train.py <prefix> ...` command, as arguments."""
+    text = (ROOT / "README.md").read_text()
+    line = re.search(rf"python train\.py {re.escape(prefix)}[^`\n]*", text).group(0)
+    return line.split()[2:]
+
+
+def test_the_readme_sweep_runs_from_a_clean_working_directory_without_a_sweep_dir(tmp_path):
+    args = readme_command("-m")
+    assert args[0] == "-m" and not any(a.startswith("hydra.") for a in args)
+    result = run_script("train.py", *args, *FAST, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep_dir,) = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    with open(sweep_dir / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(args[1].split("=")[1].split(",")) and {r["status"] for r in rows} == {"ok"}
+
+
+def test_new_run_dir_never_returns_an_existing_directory(tmp_path):
+    base = str(tmp_path / "runs" / "2026-01-01_00-00-00")
+    made = [new_run_dir(base) for _ in range(3)]
+    assert made == [base, base + "_1", base + "_2"] and all(Path(p).is_dir() for p in made)
+
+
+def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    start = time.time()
+    runs = [subprocess.Popen([sys.executable, str(ROOT / "train.py"), *FAST], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert all(run.returncode == 0 for run in runs), [err[-2000:] for _, err in outputs]
+    dirs = sorted((tmp_path / "logs" / "train" / "runs").iterdir())
+    assert len(dirs) == 2, dirs
+    for run_dir in dirs:
+        with open(run_dir / "csv" / "metrics.csv") as f:
+            assert len(list(csv.DictReader(f))) == 2  # its own step row and final eval row, not the other's
+    assert time.time() - start < 300
+
+
+def test_a_used_run_directory_is_refused_unless_resumed_or_overwritten(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_script("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    metrics = (run_dir / "csv" / "metrics.csv").read_text()
+    config = (run_dir / ".hydra" / "config.yaml").read_text()
+
+    again = run_script("train.py", f"hydra.run.dir={run_dir}", *FAST, "seed=1", cwd=tmp_path)
+    assert "already holds another run's files" in one_line_error(again)
+    assert (run_dir / "csv" / "metrics.csv").read_text() == metrics
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == config  # refused before Hydra wrote anything
+
+    resumed = run_script("train.py", f"hydra.run.dir={run_dir}", "ckpt_path=last", *FAST[1:], "steps=2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        assert [r["step"] for r in csv.DictReader(f) if r["episode"]] == ["0", "1"]  # both steps, one file
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["last.ckpt"]
+
+    overwritten = run_script("train.py", f"hydra.run.dir={run_dir}", "overwrite_run_dir=true", *FAST, cwd=tmp_path)
+    assert overwritten.returncode == 0, overwritten.stderr[-3000:]
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        assert [r["step"] for r in csv.DictReader(f) if r["episode"]] == ["0"]
+
+
+def test_ckpt_path_last_without_a_checkpoint_is_an_error_not_a_fresh_run(tmp_path):
+    result = run_script("train.py", "ckpt_path=last", *FAST, cwd=tmp_path)
+    assert "ckpt_path=last" in one_line_error(result) and "does not exist" in result.stderr
