@@ -3,7 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
-from lit_rlhf.cli import report_user_errors
+from lit_rlhf.cli import report_user_errors, run_hydra_app
 from lit_rlhf.evaluation.app import evaluate
 from lit_rlhf.resolvers import register_resolvers
 
@@ -17,4 +17,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra_app(main)

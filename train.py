@@ -3,7 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
-from lit_rlhf.cli import run
+from lit_rlhf.cli import run, run_hydra_app
 from lit_rlhf.resolvers import register_resolvers
 
 register_resolvers()
@@ -15,4 +15,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra_app(main)

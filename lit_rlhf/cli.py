@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.callbacks import PolicyEvaluation
-from lit_rlhf.errors import EXIT_SIGTERM, ConfigError, UnavailableError, exit_with_user_error
+from lit_rlhf.errors import EXIT_SIGTERM, EXIT_USER_ERROR, ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.sweeps import config_objective, in_multirun, sweep_group, write_result
 
 T = TypeVar("T")
@@ -115,8 +115,25 @@ def user_error(err: BaseException) -> str | None:
     return None
 
 
+_task_started = False
+
+
+def run_hydra_app(main: Callable[[], Any]) -> None:
+    """Runs a @hydra.main function. Hydra reports its own errors (an unknown key, a misspelled group, a bad
+    override) in one line with exit code 1; they are user mistakes too, so they exit with 2 like ours.
+    Exit code 1 stays for errors raised inside the task that are not user mistakes (with a traceback)."""
+    try:
+        main()
+    except SystemExit as err:
+        if err.code == 1 and not _task_started:
+            sys.exit(EXIT_USER_ERROR)
+        raise
+
+
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig) -> T:
     """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace."""
+    global _task_started
+    _task_started = True
     try:
         return fn(cfg)
     except SIGTERMException:
@@ -135,6 +152,8 @@ def run(cfg: DictConfig) -> float | None:
     A single run reports user mistakes in one line (exit code 2). In a multirun, a failing trial is
     recorded in its result.json with a one-line error and returns None, so the sweep goes on (Optuna
     marks the trial failed)."""
+    global _task_started
+    _task_started = True
     if not in_multirun():
         metrics = report_user_errors(train, cfg)
         try:

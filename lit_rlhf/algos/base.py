@@ -21,7 +21,7 @@ from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
 from lit_rlhf.algos.sampling import pure_sampling_config, stop_token_id
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import Reward, load_policy, load_tokenizer
+from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import (
     KL_ESTIMATORS,
     clipped_policy_loss,
@@ -33,10 +33,27 @@ from lit_rlhf.ops import (
 )
 
 
+@torch.no_grad()
 def has_active_dropout(model: torch.nn.Module) -> bool:
-    """Dropout modules with p > 0, or attention dropout set in the config (applied functionally)."""
-    config_dropout = getattr(getattr(model, "config", None), "attention_dropout", 0.0) or 0.0
-    return config_dropout > 0 or any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+    """Whether train-mode forwards are random: a Dropout module with p > 0 (e.g. lora_dropout, which acts
+    only once LoRA's B is non-zero), or, judged by what the model does, two train-mode forwards of the same
+    tokens that disagree (dropout applied functionally from the config, e.g. OPT's config.dropout, which no
+    module shows). The global random state is left untouched. A model that cannot run the probe here
+    (ZeRO-3 partitioned, on the meta device) counts as random."""
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    if any(hasattr(p, "ds_id") or p.is_meta for p in model.parameters()):
+        return True
+    device = next(model.parameters()).device
+    ids = torch.arange(1, 17, device=device).unsqueeze(0) % model.get_input_embeddings().num_embeddings  # 1,16
+    was_training = model.training
+    model.train()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            first, second = model(input_ids=ids).logits, model(input_ids=ids).logits
+    finally:
+        model.train(was_training)
+    return not torch.equal(first, second)
 
 
 class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
@@ -89,8 +106,10 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         if self.policy is not None:
             return
         spec = dict(self.hparams.model)
-        self.tokenizer = load_tokenizer(spec["name_or_path"], trust_remote_code=spec.get("trust_remote_code", False))
+        tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
+        self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, **spec)
+        load_reward(self.reward)  # a bad reward model path fails here, before any training work
         self.policy.train()  # dropout (e.g. lora_dropout) acts in updates; rollouts switch to eval
         self.frozen_reference = self.reference.frozen_copy  # registered, so it follows the device
         hp = self.hparams

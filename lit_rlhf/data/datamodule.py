@@ -44,7 +44,7 @@ class PromptDataModule(L.LightningDataModule):
     The first num_eval_prompts of a seeded permutation are held out for validation and samples.
     """
 
-    def __init__(self, tokenizer: str, dataset: str = "sentiment", prompt_column: str = "prompt",
+    def __init__(self, tokenizer: str, dataset: str | None = "sentiment", prompt_column: str = "prompt",
                  split: str = "train", subset: str | None = None, batch_size: int = 8,
                  max_prompt_length: int = 64, apply_chat_template: bool = False, num_eval_prompts: int = 16,
                  eval_batch_size: int = 16, seed: int = 0, trust_remote_code: bool = False):
@@ -73,6 +73,11 @@ class PromptDataModule(L.LightningDataModule):
             raise ConfigError(f"data.dataset={hp.dataset!r} has {len(texts)} prompts, not more than "
                               f"data.num_eval_prompts={hp.num_eval_prompts}; lower num_eval_prompts.")
         rows = [self._tokenize(text) for text in texts]
+        empty = [i for i, ids in enumerate(rows, start=1) if not ids]
+        if empty:
+            raise ConfigError(f"data.dataset={hp.dataset!r}: {len(empty)} prompts encode to no tokens (e.g. row "
+                              f"{empty[0]}: {texts[empty[0] - 1]!r}); remove them, or use a tokenizer that adds a "
+                              f"BOS token.")
         if self.num_truncated:
             rank_zero_warn(f"{self.num_truncated} of {len(rows)} prompts are longer than "
                            f"data.max_prompt_length={hp.max_prompt_length} and were truncated on the left.")
@@ -84,6 +89,9 @@ class PromptDataModule(L.LightningDataModule):
     def _tokenize(self, text: str) -> list[int]:
         add_special_tokens = True
         if self.hparams.apply_chat_template:
+            if not self.tokenizer.chat_template:
+                raise ConfigError(f"data.apply_chat_template=true, but the tokenizer {self.hparams.tokenizer!r} has "
+                                  f"no chat template; set data.apply_chat_template=false.")
             text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                                       add_generation_prompt=True)
             add_special_tokens = False  # the template already holds them

@@ -1,44 +1,118 @@
-"""Where prompts come from: the bundled set, local jsonl/csv/parquet files, or a Hugging Face dataset."""
+"""Where prompts come from: the bundled set, local jsonl/csv/parquet files, or a Hugging Face dataset.
+
+JSON Lines files (the bundled set included) are read here, line by line, so a bad line is named by its
+number and `datasets` (~90 MB of imports) is not needed; csv, parquet and hub datasets go through
+`datasets`. Every prompt must be a non-empty string: a null or a number is refused, not trained as "None".
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from lit_rlhf.errors import ConfigError, UnavailableError
 
 BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl"}
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+UNSUPPORTED_SUFFIXES = (".txt", ".tsv", ".md", ".yaml", ".yml", ".xlsx", ".xls", ".gz", ".zip", ".arrow")
+FORMATS = "a .jsonl, .json, .csv or .parquet file, a hub dataset name, or 'sentiment' (bundled)"
 
 
-def load_prompt_texts(dataset: str, prompt_column: str = "prompt", split: str = "train",
-                      subset: str | None = None) -> list[str]:
-    """The prompt column of `dataset`: a bundled name, a local file, or a hub dataset name."""
-    if dataset in BUNDLED:  # our own small jsonl: read directly, sparing the ~90 MB that importing datasets costs
-        rows = [json.loads(line) for line in BUNDLED[dataset].read_text().splitlines() if line.strip()]
-        if prompt_column not in rows[0]:
-            raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns "
-                              f"are {sorted(rows[0])}.")
-        return [str(row[prompt_column]) for row in rows]
+def read_jsonl(path: Path, dataset: str) -> list[dict[str, Any]]:
+    """The rows of a JSON Lines file; blank lines are skipped, anything else that is not a JSON object
+    is refused with its line number."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"data.dataset={dataset!r} is not UTF-8 text (byte {err.start}); save it as UTF-8.") from err
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"data.dataset={dataset!r}, line {number}: not valid JSON ({err.msg}); each line must "
+                              f"be one JSON object such as {{\"prompt\": \"...\"}}.") from err
+        if not isinstance(row, dict):
+            raise ConfigError(f"data.dataset={dataset!r}, line {number}: a JSON {type(row).__name__}, not an object "
+                              f"such as {{\"prompt\": \"...\"}}.")
+        rows.append(row)
+    return rows
+
+
+def column_of(rows: list[dict[str, Any]], prompt_column: str, dataset: str) -> list[Any]:
+    if not rows:
+        raise ConfigError(f"data.dataset={dataset!r} holds no rows; give a file with prompts.")
+    missing = next((i for i, row in enumerate(rows, start=1) if prompt_column not in row), None)
+    if missing is not None:
+        raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r} (row {missing} has "
+                          f"{sorted(rows[missing - 1])}); set data.prompt_column.")
+    return [row[prompt_column] for row in rows]
+
+
+def load_file(path: Path, dataset: str, prompt_column: str) -> list[Any]:
+    if path.suffix == ".jsonl":
+        return column_of(read_jsonl(path, dataset), prompt_column, dataset)
     from datasets import load_dataset
 
-    path = Path(dataset)
-    if path.suffix in FILE_BUILDERS:
-        if not path.exists():
-            raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing .jsonl, .csv or "
-                              f".parquet path.")
+    try:
         data = load_dataset(FILE_BUILDERS[path.suffix], data_files=str(path), split="train")
-    else:
-        try:
-            data = load_dataset(dataset, subset, split=split)
-        except (ConnectionError, OSError, FileNotFoundError, ValueError) as err:
-            raise UnavailableError(
-                f"dataset {dataset!r} (split {split!r}) is not available here ({type(err).__name__}). Download it "
-                f"on a machine with internet (`hf download --repo-type dataset {dataset}`), or set data.dataset to "
-                f"a local .jsonl/.csv/.parquet file or to 'sentiment' (bundled)."
-            ) from err
+    except Exception as err:  # datasets raises many types for a malformed file; all mean the same to the user
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+        raise ConfigError(f"data.dataset={dataset!r} cannot be read as {path.suffix} ({type(err).__name__}: "
+                          f"{first}); check the file.") from err
+    if prompt_column not in data.column_names:
+        raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns are "
+                          f"{data.column_names}.")
+    return list(data[prompt_column])
+
+
+def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[Any]:
+    from datasets import load_dataset
+
+    try:
+        data = load_dataset(dataset, subset, split=split)
+    except (ConnectionError, OSError, FileNotFoundError, ValueError) as err:
+        raise UnavailableError(
+            f"dataset {dataset!r} (split {split!r}) is not available here ({type(err).__name__}). Download it "
+            f"on a machine with internet (`hf download --repo-type dataset {dataset}`), or set data.dataset to "
+            f"{FORMATS}."
+        ) from err
     if prompt_column not in data.column_names:
         raise ConfigError(
             f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns are {data.column_names}."
         )
-    return [str(text) for text in data[prompt_column]]
+    return list(data[prompt_column])
+
+
+def checked_prompts(values: list[Any], dataset: str, prompt_column: str) -> list[str]:
+    for number, value in enumerate(values, start=1):
+        if not isinstance(value, str):
+            raise ConfigError(f"data.dataset={dataset!r}, row {number}: {prompt_column!r} is {value!r}, not a string; "
+                              f"remove the row or fix its value.")
+    if not any(value.strip() for value in values):
+        raise ConfigError(f"data.dataset={dataset!r}: every {prompt_column!r} is empty; give prompts with text.")
+    return values
+
+
+def load_prompt_texts(dataset: str | None, prompt_column: str = "prompt", split: str = "train",
+                      subset: str | None = None) -> list[str]:
+    """The prompt column of `dataset`: a bundled name, a local file, or a hub dataset name."""
+    if dataset is None:
+        raise ConfigError(f"data.dataset is not set; give {FORMATS} (e.g. data=files data.dataset=prompts.jsonl).")
+    path = Path(dataset)
+    if dataset in BUNDLED:
+        values = column_of(read_jsonl(BUNDLED[dataset], dataset), prompt_column, dataset)
+    elif path.is_dir():
+        raise ConfigError(f"data.dataset={dataset!r} is a directory; give {FORMATS}.")
+    elif path.suffix in FILE_BUILDERS:
+        if not path.is_file():
+            raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing {FORMATS}.")
+        values = load_file(path, dataset, prompt_column)
+    elif path.exists() or path.suffix in UNSUPPORTED_SUFFIXES:
+        raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'this'} files are not read; give {FORMATS}.")
+    else:
+        values = load_hub(dataset, prompt_column, split, subset)
+    return checked_prompts(values, dataset, prompt_column)

@@ -14,10 +14,18 @@ from typing import Protocol
 import torch
 
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+from lit_rlhf.models.tokenizer import load_checked_tokenizer
 
 
 class Reward(Protocol):
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor: ...
+
+
+def load_reward(reward) -> None:
+    """Loads a reward's weights now (rewards with a `load()` method), not at its first call."""
+    load = getattr(reward, "load", None)
+    if callable(load):
+        load()
 
 
 class VaderSentiment:
@@ -41,15 +49,20 @@ class SequenceClassifierReward:
     """
 
     def __init__(self, name_or_path: str, dtype: str = "float32", label_index: int = 0,
-                 batch_size: int = 16, max_length: int = 1024, device: str | None = None):
+                 batch_size: int = 16, max_length: int = 1024, device: str | None = None,
+                 tokenizer_name_or_path: str | None = None):
         self.name_or_path, self.dtype, self.label_index = name_or_path, dtype, label_index
+        self.tokenizer_name_or_path = tokenizer_name_or_path or name_or_path
         self.batch_size, self.max_length, self.device = batch_size, max_length, device
         self.model = self.tokenizer = None
 
     def load(self) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        """Loads weights and tokenizer (once): the RLHF module calls it when it loads the policy."""
+        if self.model is not None:
+            return
+        from transformers import AutoModelForSequenceClassification
 
-        self.tokenizer = from_pretrained(AutoTokenizer.from_pretrained, self.name_or_path, "reward tokenizer")
+        self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key="reward.tokenizer_name_or_path")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # only for batching; masks come from attention
         self.model = from_pretrained(
@@ -81,6 +94,10 @@ class WeightedSum:
             raise ValueError(f"WeightedSum got {len(rewards)} rewards and {len(weights)} weights; "
                              f"give one weight per reward.")
         self.rewards, self.weights = list(rewards), list(weights)
+
+    def load(self) -> None:
+        for reward in self.rewards:
+            load_reward(reward)
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
         return sum(w * r(prompts, completions).float() for r, w in zip(self.rewards, self.weights, strict=True))

@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained
 
 # Tokens some families already carry in their vocabulary for padding (pythia: <|padding|>).
 KNOWN_PAD_TOKENS = ("<|padding|>", "<pad>", "[PAD]", "<|pad|>")
 
 
-def load_tokenizer(name_or_path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
-    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer",
-                                trust_remote_code=trust_remote_code)
+# Files a tokenizer is loaded from; a local model directory with none of them has no tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                   "spiece.model", "sentencepiece.bpe.model")
+PROBE_TEXT = "The quick brown fox."
+
+
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False,
+                   key: str = "model.tokenizer_name_or_path") -> PreTrainedTokenizerBase:
+    """The policy's tokenizer: left padding and a pad token distinct from EOS."""
+    tokenizer = load_checked_tokenizer(name_or_path, trust_remote_code, key)
     tokenizer.padding_side = "left"  # generation continues from the last prompt token
     ensure_pad_token(tokenizer)
+    return tokenizer
+
+
+def load_checked_tokenizer(name_or_path: str, trust_remote_code: bool = False,
+                           key: str = "model.tokenizer_name_or_path") -> PreTrainedTokenizerBase:
+    """The tokenizer at name_or_path, refused in one line (naming `key`) when it has no files or
+    encodes text to nothing."""
+    path = Path(str(name_or_path))
+    if path.is_dir() and not any((path / name).exists() for name in TOKENIZER_FILES):
+        raise ConfigError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...); set {key} to "
+                          f"the directory or hub name of the model's tokenizer.")
+    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer",
+                                trust_remote_code=trust_remote_code)
+    if not tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]:
+        raise ConfigError(f"the tokenizer of {name_or_path!r} encodes text to no tokens; set {key} to the "
+                          f"directory or hub name of the model's tokenizer.")
     return tokenizer
 
 

@@ -62,3 +62,34 @@ def test_settings_that_need_the_old_logprob_forward_keep_it(make, overrides, tin
     module = make(**overrides)
     module.configure_model()
     assert not module.single_update
+
+
+def tiny_opt_with_config_dropout(path, tiny_path):
+    """A 1-layer OPT whose dropout is only config.dropout (applied functionally, as in released OPT models)."""
+    from transformers import AutoTokenizer, OPTConfig, OPTForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    torch.manual_seed(0)
+    config = OPTConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, ffn_dim=64,
+                       num_attention_heads=2, max_position_embeddings=128, word_embed_proj_dim=32, dropout=0.1,
+                       attention_dropout=0.0, bos_token_id=tokenizer.bos_token_id or 0,
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=1)
+    OPTForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_dropout_applied_from_the_config_is_detected_and_the_first_kl_is_exactly_zero(tmp_path, tiny_path):
+    import lightning as L
+
+    from tests.conftest import make_datamodule
+
+    path = tiny_opt_with_config_dropout(tmp_path / "opt", tiny_path)
+    module = make_rloo(model={"name_or_path": path, "lora": LORA})
+    module.configure_model()
+    assert not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in module.policy.modules())  # no module shows it
+    assert not module.single_update
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(module, make_datamodule(tokenizer=path))
+    assert module.last_stats["objective/kl"] == 0.0  # policy == reference at step 1, and rollouts had no dropout
