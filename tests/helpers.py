@@ -19,6 +19,7 @@ class DumpTrainable(L.Callback):
         self.path.mkdir(parents=True, exist_ok=True)
         trained = {k: v.detach().cpu() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
         torch.save({"trained": trained, "episode": module.episode, "prompts": self.prompts,
+                    "kl_coef": module.kl_coef,
                     "world_size": trainer.world_size}, self.path / f"rank{trainer.global_rank}.pt")
 
 

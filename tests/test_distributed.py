@@ -20,7 +20,10 @@ def run_train(tmp_path, *overrides):
 
 
 def test_ddp_on_two_cpu_processes_keeps_ranks_identical_and_counts_global_episodes(tmp_path):
-    result = run_train(tmp_path, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2")
+    # the adaptive KL controller steers on the KL of the whole batch, the same on every rank
+    result = run_train(tmp_path, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                       "callbacks.kl_controller.kind=adaptive", "callbacks.kl_controller.target=0.05",
+                       "callbacks.kl_controller.horizon=50", "algo.optimizer.lr=0.01")
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [torch.load(tmp_path / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0]["world_size"] == 2
@@ -28,6 +31,7 @@ def test_ddp_on_two_cpu_processes_keeps_ranks_identical_and_counts_global_episod
     for key, tensor in ranks[0]["trained"].items():
         assert torch.equal(tensor, ranks[1]["trained"][key]), key
     assert ranks[0]["episode"] == ranks[1]["episode"] == 3 * 8 * 4  # steps x global prompts x rloo_k
+    assert ranks[0]["kl_coef"] == ranks[1]["kl_coef"] != 0.05
     for step in range(3):  # each rank got its own half of every global batch
         zero, one = ranks[0]["prompts"][step], ranks[1]["prompts"][step]
         assert len(zero) == len(one) == 4 and not set(zero) & set(one)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 
 from lit_rlhf.errors import ConfigError
 
@@ -40,8 +41,11 @@ class KLController(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         if self.kind == "adaptive":
-            self.kl_coef = adaptive_kl_update(module.kl_coef, module.last_stats["objective/kl"],
-                                              module.last_step_episodes, self.target, self.horizon)
+            # every rank steers on the mean KL of all ranks, so kl_coef stays one value (and resumes as one)
+            local_kl = torch.tensor(module.last_stats["objective/kl"], dtype=torch.float64, device=module.device)
+            kl = float(trainer.strategy.reduce(local_kl, reduce_op="mean"))
+            self.kl_coef = adaptive_kl_update(module.kl_coef, kl, module.last_step_episodes, self.target,
+                                              self.horizon)
             module.kl_coef = self.kl_coef
 
     def state_dict(self) -> dict[str, Any]:
