@@ -44,6 +44,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if in_multirun() and cfg.trainer.get("strategy") == "ddp":
         raise ConfigError("trainer=ddp does not work inside a Hydra multirun (Lightning's ddp launcher re-runs the "
                           "script, Lightning PR #18175); use trainer=ddp_spawn for sweeps.")
+    check_run_settings(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
     module = instantiate(cfg.algo, _convert_="all")
@@ -52,6 +53,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
         return fit(cfg, module, datamodule, loggers)
     finally:
         finish_wandb_run(loggers)
+
+
+def check_run_settings(cfg: DictConfig) -> None:
+    """Top-level keys read before anything is built."""
+    for key, minimum in (("seed", 0), ("steps", 1)):
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
 
 
 def finish_wandb_run(loggers: list[Any]) -> None:

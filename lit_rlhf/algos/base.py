@@ -19,6 +19,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
 from lit_rlhf.algos.sampling import pure_sampling_config, stop_token_id
+from lit_rlhf.algos.validation import check_shared_settings, warn_about_reward_kl
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
@@ -85,9 +86,8 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
         if kl_estimator not in KL_ESTIMATORS:
             raise ConfigError(f"algo.kl_estimator={kl_estimator!r} is not one of {KL_ESTIMATORS}.")
-        for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps"):
-            if getattr(self.hparams, name) < 1:
-                raise ConfigError(f"algo.{name}={getattr(self.hparams, name)} must be >= 1.")
+        check_shared_settings(self.hparams, optimizer)
+        warn_about_reward_kl(kl_estimator)  # every algorithm here puts the KL in the reward
         self.reward = reward
         self.kl_coef = float(kl_coef)  # a KL controller callback may change it during training
         self.episode = 0  # sequences trained on, over all ranks

@@ -9,6 +9,7 @@ import torch
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout, response_forward, sequence_inputs
+from lit_rlhf.algos.validation import check_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.value import (
     CRITIC_KINDS,
@@ -54,8 +55,15 @@ class PPOModule(RLHFModule):
         if critic == "reward_model" and not critic_model_path:
             raise ConfigError("algo.critic=reward_model needs algo.critic_model_path "
                               "(a sequence-classification model).")
-        if samples_per_prompt < 1:
-            raise ConfigError(f"algo.samples_per_prompt={samples_per_prompt} must be >= 1.")
+        check_number("samples_per_prompt", samples_per_prompt, minimum=1, integer=True)
+        check_number("vf_coef", vf_coef, minimum=0)
+        check_number("cliprange_value", cliprange_value, minimum=0, strictly=True)
+        check_number("entropy_coef", entropy_coef)
+        check_number("critic_warmup_steps", critic_warmup_steps, minimum=0, integer=True)
+        for name, value in (("gamma", gamma), ("lam", lam)):
+            check_number(name, value, minimum=0)
+            if value > 1:
+                raise ConfigError(f"algo.{name}={value} must be in [0, 1].")
         self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
         self.samples_per_prompt = samples_per_prompt
         self.value_head = self.critic_backbone = None

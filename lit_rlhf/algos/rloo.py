@@ -9,6 +9,7 @@ import torch
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.validation import check_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import leave_one_out_baseline, masked_whiten, place_score_on_last_token, reward_to_go
 
@@ -28,6 +29,7 @@ class RLOOModule(RLHFModule):
     def __init__(self, *args, rloo_k: int = 4, kl_penalty: str = "sequence", normalize_advantage: bool = False,
                  **kwargs):
         super().__init__(*args, **kwargs)
+        check_number("rloo_k", rloo_k, integer=True)
         if rloo_k < 2:
             raise ConfigError(f"algo.rloo_k={rloo_k}: RLOO needs at least 2 samples per prompt; set rloo_k >= 2.")
         if kl_penalty not in KL_PENALTIES:

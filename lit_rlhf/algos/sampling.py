@@ -6,6 +6,7 @@ from typing import Any
 
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
+from lit_rlhf.algos.validation import nearest
 from lit_rlhf.errors import ConfigError
 
 # Settings that make generate() sample from a distribution other than softmax(logits / T).
@@ -45,6 +46,11 @@ def pure_sampling_config(response_length: int, temperature: float, stop_id: int,
     if response_length < 1:
         raise ConfigError(f"algo.response_length={response_length} must be >= 1.")
     generation_kwargs = dict(generation_kwargs or {})
+    known = GenerationConfig().to_dict()
+    for key in generation_kwargs:
+        if key not in known:
+            hint = nearest(key, list(known), otherwise="see transformers' GenerationConfig")
+            raise ConfigError(f"algo.generation_kwargs.{key} is not a generate() setting{hint}.")
     check_unbiased(generation_kwargs, allow_biased_sampling)
     settings = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, min_new_tokens=0,
                     max_new_tokens=response_length, eos_token_id=stop_id, pad_token_id=pad_id)

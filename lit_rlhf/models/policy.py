@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,7 +72,7 @@ def load_policy(
         raise ConfigError(f"model.reference_name_or_path={reference_name_or_path!r} needs model.lora=null: with LoRA "
                           f"the reference is the policy with adapters disabled.")
     model = from_pretrained(
-        AutoModelForCausalLM.from_pretrained, name_or_path, "model",
+        AutoModelForCausalLM.from_pretrained, name_or_path, "model", key="model.name_or_path",
         dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code,
     )
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:  # a pad token was added
@@ -81,9 +82,13 @@ def load_policy(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     if adapter_path is not None:
+        if Path(adapter_path).exists() and not (Path(adapter_path) / "adapter_config.json").is_file():
+            raise ConfigError(f"model.adapter_path={adapter_path!r} holds no adapter_config.json; give a directory "
+                              f"written by peft's save_pretrained (python -m lit_rlhf.export CKPT OUT --adapter-only).")
         policy = from_pretrained(
             lambda path: PeftModel.from_pretrained(model, path, adapter_name=TRAINABLE_ADAPTER, is_trainable=True),
-            adapter_path, "adapter",
+            adapter_path, "adapter", cache_first=False, errors=(OSError, ValueError),
+            key="model.adapter_path",
         )
         policy.load_adapter(adapter_path, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
         policy.set_adapter(TRAINABLE_ADAPTER)
@@ -95,6 +100,7 @@ def load_policy(
         frozen = copy.deepcopy(model)
     else:
         frozen = from_pretrained(AutoModelForCausalLM.from_pretrained, reference_name_or_path, "reference model",
+            key="model.reference_name_or_path",
                                  dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code)
         if len(tokenizer) > frozen.get_input_embeddings().num_embeddings:
             frozen.resize_token_embeddings(len(tokenizer))

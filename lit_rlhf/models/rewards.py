@@ -67,6 +67,7 @@ class SequenceClassifierReward:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # only for batching; masks come from attention
         self.model = from_pretrained(
             AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
+                key="reward.name_or_path",
             dtype=resolve_dtype(self.dtype),
         ).eval().requires_grad_(False)
         self.model.config.pad_token_id = self.tokenizer.pad_token_id

@@ -69,6 +69,7 @@ def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[st
     LoRA when model.lora is set; its 1-output score head becomes the value head.
     """
     model = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path, "critic reward model",
+        key="algo.critic_model_path",
                             dtype=resolve_dtype(dtype), num_labels=1)
     backbone, head = model.base_model, model.score
     if lora is not None:

@@ -1,0 +1,88 @@
+"""Checks of the settings every RLHF module shares, each a one-line ConfigError naming the key and the fix.
+Run when the module is built, so a bad value fails before any weights load."""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_warn
+
+from lit_rlhf.errors import ConfigError
+
+REWARD_KL_WARNING = (
+    "algo.kl_estimator={0} is used as a reward penalty: the policy gradient of a k2/k3 penalty does not point "
+    "towards the reference (far from it, its direction is nearly opposite to the true KL gradient; near it, about "
+    "3% of its size), so it does not hold the policy close. Use kl_estimator=k1 in the reward; k3 belongs in a loss.")
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_number(name: str, value: Any, minimum: float | None = None, strictly: bool = False,
+                 optional: bool = False, integer: bool = False) -> None:
+    """algo.<name> must be a number (an integer) at or above minimum (strictly above with strictly=True)."""
+    if value is None and optional:
+        return
+    kind = "a whole number" if integer else "a number"
+    if not is_number(value) or (integer and int(value) != value):
+        raise ConfigError(f"algo.{name}={value!r} must be {kind}{' or null' if optional else ''}.")
+    if minimum is not None and (value <= minimum if strictly else value < minimum):
+        bound = f"> {minimum}" if strictly else f">= {minimum}"
+        hint = " (null switches it off)" if optional else ""
+        raise ConfigError(f"algo.{name}={value!r} must be {bound}{hint}.")
+
+
+def check_optimizer(optimizer: Callable | None) -> None:
+    """A partial optimizer's lr (and weight_decay) must be positive numbers."""
+    keywords = getattr(optimizer, "keywords", None) or {}
+    if "lr" in keywords:
+        lr = keywords["lr"]
+        if not is_number(lr) or lr <= 0:
+            raise ConfigError(f"algo.optimizer.lr={lr!r} must be a number > 0 (e.g. 1e-5).")
+    if "weight_decay" in keywords and (not is_number(keywords["weight_decay"]) or keywords["weight_decay"] < 0):
+        raise ConfigError(f"algo.optimizer.weight_decay={keywords['weight_decay']!r} must be a number >= 0.")
+
+
+def check_shared_settings(hp: Any, optimizer: Callable | None) -> None:
+    for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps", "response_length"):
+        check_number(name, getattr(hp, name), minimum=1, integer=True)
+    check_number("forward_batch_size", hp.forward_batch_size, minimum=1, integer=True, optional=True)
+    check_number("temperature", hp.temperature, minimum=0, strictly=True)
+    check_number("kl_coef", hp.kl_coef, minimum=0)
+    check_number("cliprange", hp.cliprange, minimum=0, strictly=True)
+    check_number("max_grad_norm", hp.max_grad_norm, minimum=0, strictly=True, optional=True)
+    check_number("missing_eos_penalty", hp.missing_eos_penalty, optional=True)
+    check_optimizer(optimizer)
+    check_model_spec(hp.model)
+
+
+MODEL_KEYS = ("name_or_path", "tokenizer_name_or_path", "dtype", "lora", "adapter_path", "trust_remote_code",
+              "gradient_checkpointing", "reference_name_or_path")
+
+
+def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None = None) -> str:
+    """' (did you mean X?)' for the closest valid key, else ' (otherwise)' or the list of valid keys."""
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" ({otherwise or 'valid keys: ' + ', '.join(valid)})"
+
+
+def check_model_spec(model: Any) -> None:
+    if not isinstance(model, dict) or "name_or_path" not in model:
+        raise ConfigError(f"model={model!r} must be a mapping with at least name_or_path.")
+    for key in model:
+        if key not in MODEL_KEYS:
+            raise ConfigError(f"model.{key} is not a model setting{nearest(key, MODEL_KEYS)}.")
+    lora = model.get("lora")
+    if lora is not None:
+        r = lora.get("r", 8)
+        if not is_number(r) or int(r) != r or r < 1:
+            raise ConfigError(f"model.lora.r={r!r} must be a whole number >= 1 (model.lora=null: full fine-tuning).")
+
+
+def warn_about_reward_kl(kl_estimator: str, kl_in_reward: bool = True) -> None:
+    if kl_in_reward and kl_estimator in ("k2", "k3"):
+        rank_zero_warn(REWARD_KL_WARNING.format(kl_estimator))
