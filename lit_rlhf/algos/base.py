@@ -15,6 +15,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
@@ -57,6 +58,10 @@ def has_active_dropout(model: torch.nn.Module) -> bool:
     return not torch.equal(first, second)
 
 
+def reward_name(reward) -> str:
+    return getattr(reward, "__name__", None) or type(reward).__name__
+
+
 class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
@@ -77,7 +82,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
                  num_mini_batches: int = 1, gradient_accumulation_steps: int = 1,
                  max_grad_norm: float | None = 1.0, forward_batch_size: int | None = None,
                  generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False,
-                 reuse_rollout_forward: bool = True):
+                 reuse_rollout_forward: bool = True, max_consecutive_nonfinite: int = 3):
         super().__init__()
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
         self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
@@ -100,6 +105,8 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         self._ratios: list[torch.Tensor] = []
         self._fit_start_time = None
         self.last_validated_rl_step = -1
+        self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient, in total
+        self.consecutive_skipped = 0
 
     # ---- weights ---------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -189,9 +196,16 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
                  model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Pure sampling from model (the policy by default), then truncation after the stop token.
         -> responses (N,R), response_mask (N,R)"""
-        sequences = (model or self.policy).generate(input_ids=queries, attention_mask=query_mask,
-                                         generation_config=self.generation_config,
-                                         synced_gpus=getattr(self, "_synced_generation", False))  # N,P+R
+        try:
+            sequences = (model or self.policy).generate(input_ids=queries, attention_mask=query_mask,
+                                                        generation_config=self.generation_config,
+                                                        synced_gpus=getattr(self, "_synced_generation", False))  # N,P+R
+        except RuntimeError as err:
+            if "probability tensor contains" not in str(err):
+                raise
+            raise ConfigError(f"sampling failed at RL step {self.rl_step}: the policy's logits are not finite; lower "
+                              f"algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
+                              f"checkpoint.") from err
         responses = sequences[:, queries.shape[1]:]  # N,R'  (R' < R when every sequence stopped early)
         missing = self.hparams.response_length - responses.shape[1]
         responses = torch.nn.functional.pad(responses, (0, missing), value=self.tokenizer.pad_token_id)  # N,R
@@ -228,10 +242,20 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         return logprobs, None
 
     def score(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
-        scores = torch.as_tensor(self.reward(prompts, completions)).to(self.device, torch.float32)
+        name = reward_name(self.reward)
+        returned = self.reward(prompts, completions)
+        try:
+            scores = torch.as_tensor(returned).to(self.device, torch.float32)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ConfigError(f"the reward {name} returned {type(returned).__name__} that is not numbers ({err}); it "
+                              f"must return one float per completion.") from err
         if scores.shape != (len(completions),):
-            raise ConfigError(f"the reward returned shape {tuple(scores.shape)}; it must return one score per "
+            raise ConfigError(f"the reward {name} returned shape {tuple(scores.shape)}; it must return one score per "
                               f"completion, shape ({len(completions)},).")
+        bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
+        if bad:
+            raise ConfigError(f"the reward {name} returned {scores[bad[0]].item()} for {len(bad)} of {len(scores)} "
+                              f"completions (e.g. prompt {prompts[bad[0]][:60]!r}); it must return finite scores.")
         return scores
 
     def transform_scores(self, scores: torch.Tensor, prompts: list[str], completions: list[str]) -> torch.Tensor:
@@ -286,20 +310,45 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         for _ in range(hp.num_ppo_epochs):
             order = torch.randperm(n, device=self.device)  # N
             for minibatch_idx in order.split(minibatch):
+                finite = True
                 for micro_idx in minibatch_idx.split(micro):
                     loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx)
+                    finite = finite and bool(torch.isfinite(loss))
                     self.manual_backward(loss / hp.gradient_accumulation_steps)
                     for key, value in micro_stats.items():
                         stats[key].append(value.detach())
-                if hp.max_grad_norm is not None:
+                if not self.guard_nonfinite(finite):
+                    optimizer.zero_grad(set_to_none=True)  # no gradients: the step below changes no weight or state
+                elif hp.max_grad_norm is not None:
                     self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
-                optimizer.step()
+                optimizer.step()  # also when skipped, so Lightning's step count stays RL steps x updates
                 optimizer.zero_grad()
         rollout.policy_outputs = None  # frees the graph of a reused rollout forward
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()
         return {key: torch.stack(values).mean() for key, values in stats.items()}
+
+    def guard_nonfinite(self, loss_finite: bool) -> bool:
+        """True when the loss and the gradients are finite on every rank. Otherwise the step is skipped and
+        counted (policy/skipped_updates), and after max_consecutive_nonfinite in a row the run stops with an
+        error: the weights, and so every checkpoint, stay finite."""
+        grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
+        finite = loss_finite and all(bool(torch.isfinite(g).all()) for g in grads)
+        if self._trainer is not None:
+            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
+        if finite:
+            self.consecutive_skipped = 0
+            return True
+        self.skipped_updates += 1
+        self.consecutive_skipped += 1
+        rank_zero_warn(f"RL step {self.rl_step}: non-finite loss or gradient, optimizer step skipped "
+                       f"({self.consecutive_skipped} in a row).")
+        if self.consecutive_skipped >= self.hparams.max_consecutive_nonfinite:
+            raise ConfigError(f"stopped at RL step {self.rl_step}: {self.consecutive_skipped} optimizer steps in a row "
+                              f"had a non-finite loss or gradient (no weight was changed by them); lower "
+                              f"algo.optimizer.lr, check the reward, or raise algo.max_consecutive_nonfinite.")
+        return False
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
         """Clipped policy loss on sequences idx. -> loss, stats"""
@@ -353,6 +402,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
             **stats,
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),
+            "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),
             "lr": torch.tensor(self.optimizers().param_groups[0]["lr"]),
             "episode": torch.tensor(float(self.episode)),
             "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),

@@ -40,6 +40,7 @@ class TrainedStateCheckpoints:
         checkpoint["rlhf_state"] = {
             "algo": f"{type(self).__module__}.{type(self).__qualname__}",
             "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
+            "skipped_updates": self.skipped_updates,
             "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
         }
@@ -55,6 +56,7 @@ class TrainedStateCheckpoints:
         self.episode = state.get("episode", 0)
         self.rl_step = state.get("rl_step", 0)
         self.kl_coef = state.get("kl_coef", self.kl_coef)
+        self.skipped_updates = state.get("skipped_updates", 0)
         self._rng_to_restore = state.get("rng")
 
     def on_train_start(self) -> None:
