@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
+from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
 from lit_rlhf.errors import ConfigError
 
 
@@ -52,6 +54,7 @@ class TrainedStateCheckpoints:
             raise ConfigError(f"checkpoint does not fit this model: {len(missing)} trained tensors missing "
                               f"(e.g. {sorted(missing)[:2]}), {len(unknown)} unknown (e.g. {sorted(unknown)[:2]}); "
                               f"resume with the model and algo settings of the run that wrote it.")
+        self.report_resume_changes(checkpoint)
         state = checkpoint.get("rlhf_state", {})
         self.episode = state.get("episode", 0)
         self.rl_step = state.get("rl_step", 0)
@@ -59,9 +62,29 @@ class TrainedStateCheckpoints:
         self.skipped_updates = state.get("skipped_updates", 0)
         self._rng_to_restore = state.get("rng")
 
+    def report_resume_changes(self, checkpoint: dict[str, Any]) -> None:
+        """On a resume under a Trainer: refuse setting changes that break exactness, apply the others
+        (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
+        if self._trainer is None or "optimizer_states" not in checkpoint:
+            return  # loading weights (evaluate, export), not resuming
+        datamodule = getattr(self.trainer, "datamodule", None)
+        applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(self.hparams),
+                               checkpoint.get("datamodule_hyper_parameters"),
+                               dict(datamodule.hparams) if datamodule is not None else None)
+        new_lr = (getattr(self.optimizer_factory, "keywords", None) or {}).get("lr")
+        lr_change = check_resumed_lr(checkpoint["optimizer_states"], new_lr, self.lr_scheduler_factory is not None)
+        self._lr_to_apply = new_lr if lr_change else None
+        applied += [lr_change] if lr_change else []
+        if applied:
+            rank_zero_info(f"Resume applies: {'; '.join(applied)}.")
+
     def on_train_start(self) -> None:
         """Random states of the interrupted run, restored as late as possible: nothing between here and
         the next training step may draw from them, so a resumed run samples what the original did."""
+        lr, self._lr_to_apply = getattr(self, "_lr_to_apply", None), None
+        if lr is not None:  # a changed lr on resume, over the one the restored optimizer state holds
+            for group in self.optimizers().param_groups:
+                group["lr"] = lr
         rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
         if rng:
             torch.set_rng_state(rng["torch"])

@@ -1,0 +1,68 @@
+"""What a resume may change. A resumed run continues the checkpoint's run exactly, so a setting that
+shapes the rollouts or the maths must be the same; the few that only steer the next updates are
+applied, and the run says so in one line. Nothing the user changed is ignored silently."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lit_rlhf.errors import ConfigError
+
+# Settings a resume applies from the command line (everything else must match the checkpoint).
+APPLIED_ON_RESUME = ("max_grad_norm", "cliprange", "cliprange_value", "forward_batch_size",
+                     "max_consecutive_nonfinite")
+# Datamodule settings that do not change which prompts a step sees.
+DATA_FREE_ON_RESUME = ("tokenizer", "eval_batch_size")
+
+
+def same(old: Any, new: Any) -> bool:
+    """Equal, or the same local model directory under another checkout (the bundled tiny model)."""
+    if old == new:
+        return True
+    if isinstance(old, dict) and isinstance(new, dict):
+        return old.keys() == new.keys() and all(same(old[k], new[k]) for k in old)
+    return (isinstance(old, str) and isinstance(new, str) and os.path.isdir(new)
+            and os.path.basename(old.rstrip("/")) == os.path.basename(new.rstrip("/")))
+
+
+def changed_settings(saved: dict[str, Any], current: dict[str, Any], free: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """{key: (saved, current)} for keys both know whose values differ, except `free` ones."""
+    return {k: (saved[k], current[k]) for k in saved.keys() & current.keys()
+            if k not in free and not same(saved[k], current[k])}
+
+
+def refuse(prefix: str, changes: dict[str, tuple]) -> None:
+    key, (old, new) = sorted(changes.items())[0]
+    raise ConfigError(f"resume changes {prefix}.{key} ({old!r} -> {new!r}){' and more' if len(changes) > 1 else ''}; "
+                      f"an exact resume needs the checkpoint's value: drop the override, or start a new run "
+                      f"(e.g. from an exported policy).")
+
+
+def check_resume(saved_hparams: dict[str, Any], hparams: dict[str, Any], saved_data: dict[str, Any] | None,
+                 data: dict[str, Any] | None) -> list[str]:
+    """Refuses changes that break exactness; returns the applied ones as 'algo.key old -> new'."""
+    changes = changed_settings(saved_hparams, hparams)
+    refused = {k: v for k, v in changes.items() if k not in APPLIED_ON_RESUME}
+    if refused:
+        refuse("algo", refused)
+    if saved_data is not None and data is not None:
+        data_changes = changed_settings(saved_data, data, DATA_FREE_ON_RESUME)
+        if data_changes:
+            refuse("data", data_changes)
+    return [f"algo.{k} {old!r} -> {new!r}" for k, (old, new) in sorted(changes.items())]
+
+
+def check_resumed_lr(optimizer_states: list[dict[str, Any]], new_lr: float | None, has_scheduler: bool) -> str | None:
+    """The optimizer state holds the old lr. A new algo.optimizer.lr is applied (returns the line to report),
+    except under an lr scheduler, whose schedule the state continues: then it is refused."""
+    if new_lr is None or not optimizer_states:
+        return None
+    group = optimizer_states[0]["param_groups"][0]
+    old_lr = group.get("initial_lr", group["lr"]) if has_scheduler else group["lr"]
+    if abs(old_lr - new_lr) <= 1e-12 * max(abs(old_lr), 1.0):
+        return None
+    if has_scheduler:
+        raise ConfigError(f"resume changes algo.optimizer.lr ({old_lr!r} -> {new_lr!r}) under an lr scheduler, "
+                          f"which continues the checkpoint's schedule; drop the override or start a new run.")
+    return f"algo.optimizer.lr {old_lr!r} -> {new_lr!r}"
