@@ -11,6 +11,7 @@ a checkpoint can hold tensors and plain values, never code.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import re
@@ -57,6 +58,16 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
 def non_finite_tensors(state_dict: dict[str, Any]) -> list[str]:
     return [k for k, v in state_dict.items()
             if isinstance(v, torch.Tensor) and v.is_floating_point() and not torch.isfinite(v).all()]
+
+
+def tensors_digest(state_dict: dict[str, Any]) -> str:
+    """A BLAKE2 digest of the tensors (names, dtypes, shapes, bytes): a flipped bit changes it."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in sorted(state_dict):
+        tensor = state_dict[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
 
 
 def fsync_directory(directory: Path) -> None:

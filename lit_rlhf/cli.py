@@ -45,6 +45,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError("trainer=ddp does not work inside a Hydra multirun (Lightning's ddp launcher re-runs the "
                           "script, Lightning PR #18175); use trainer=ddp_spawn for sweeps.")
     check_run_settings(cfg)
+    if cfg.get("export_dir"):  # checked now, not after training
+        from lit_rlhf.export import check_export_dir
+
+        check_export_dir(cfg.export_dir, "export_dir")
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
     module = instantiate(cfg.algo, _convert_="all")

@@ -49,9 +49,20 @@ def algo_class(qualified_name: str):
     return cls
 
 
+def check_export_dir(out_dir: str | Path, key: str = "out_dir") -> Path:
+    """The export target: a new or empty directory (an export never overwrites another model's files)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{key}={str(out_dir)!r} is a file; give a new directory to export into.")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"{key}={str(out_dir)!r} is not empty (it would overwrite its files); give a new or empty "
+                          f"directory.")
+    return out
+
+
 def export_policy(module, out_dir: str | Path, adapter_only: bool = False) -> Path:
     """Writes the policy (merged) or its trained adapter, with the tokenizer, to out_dir."""
-    out = Path(out_dir)
+    out = check_export_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     policy = module.policy
     if isinstance(policy, PeftModel):

@@ -64,4 +64,28 @@ def test_export_command_and_its_errors(trained, tmp_path):
     assert (tmp_path / "cli" / "config.json").exists()
     bad = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(tmp_path / "nope.ckpt"), str(tmp_path / "x")],
                          capture_output=True, text=True)
-    assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1].startswith("error: ckpt_path=")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ckpt_path=")
+
+
+def export_cli(*args):
+    return subprocess.run([sys.executable, "-m", "lit_rlhf.export", *map(str, args)], capture_output=True, text=True)
+
+
+def test_export_never_overwrites_and_refuses_a_corrupted_checkpoint(trained, tmp_path):
+    _, ckpt, _ = trained
+    assert export_cli(ckpt, tmp_path / "out").returncode == 0
+    config = (tmp_path / "out" / "config.json").read_text()
+    (tmp_path / "out" / "config.json").write_text(config.replace("{", '{"mine": 1,', 1))
+    again = export_cli(ckpt, tmp_path / "out")
+    assert again.returncode == 2 and "is not empty" in again.stderr
+    assert '"mine": 1' in (tmp_path / "out" / "config.json").read_text()  # untouched
+    (tmp_path / "a_file").write_text("x")
+    assert "is a file" in export_cli(ckpt, tmp_path / "a_file").stderr
+
+    checkpoint = torch.load(ckpt, weights_only=True)
+    name = next(iter(checkpoint["state_dict"]))
+    checkpoint["state_dict"][name].view(-1)[0] = -6.9e35  # one weight corrupted, the digest left as written
+    torch.save(checkpoint, tmp_path / "corrupted.ckpt")
+    corrupted = export_cli(tmp_path / "corrupted.ckpt", tmp_path / "out2")
+    assert corrupted.returncode == 2 and "corrupted" in corrupted.stderr and "Traceback" not in corrupted.stderr
+    assert not (tmp_path / "out2").exists()

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
+from lit_rlhf.checkpoint_io import tensors_digest
 from lit_rlhf.errors import ConfigError
 
 
@@ -43,18 +44,23 @@ class TrainedStateCheckpoints:
             "algo": f"{type(self).__module__}.{type(self).__qualname__}",
             "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
             "skipped_updates": self.skipped_updates,
+            "trained_digest": tensors_digest(checkpoint["state_dict"]),  # a corrupted file is refused on load
             "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.report_resume_changes(checkpoint)
+        digest = checkpoint.get("rlhf_state", {}).get("trained_digest")
+        if digest is not None and digest != tensors_digest(checkpoint["state_dict"]):
+            raise ConfigError("the checkpoint's trained tensors do not match the digest written with them (the file "
+                              "is corrupted); use another checkpoint of the run.")
         missing = self.trained_state_keys() - set(checkpoint["state_dict"])
         unknown = set(checkpoint["state_dict"]) - set(self.state_dict())
         if missing or unknown:
             raise ConfigError(f"checkpoint does not fit this model: {len(missing)} trained tensors missing "
                               f"(e.g. {sorted(missing)[:2]}), {len(unknown)} unknown (e.g. {sorted(unknown)[:2]}); "
                               f"resume with the model and algo settings of the run that wrote it.")
-        self.report_resume_changes(checkpoint)
         state = checkpoint.get("rlhf_state", {})
         self.episode = state.get("episode", 0)
         self.rl_step = state.get("rl_step", 0)
