@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 import traceback
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.callbacks import PolicyEvaluation
 from lit_rlhf.errors import EXIT_SIGTERM, EXIT_USER_ERROR, ConfigError, UnavailableError, exit_with_user_error
+from lit_rlhf.interrupts import EndOfRunInterrupted, end_of_run_interrupts
 from lit_rlhf.sweeps import config_objective, in_multirun, sweep_group, write_result
 
 T = TypeVar("T")
@@ -82,7 +84,13 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+    with end_of_run_interrupts(lambda: module.training_finished):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+        return end_of_run(cfg, trainer, module, datamodule, loggers)
+
+
+def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any]) -> dict[str, float]:
+    """After training: the final held-out metrics, the evaluation's, the export, where things went."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if module.rl_step > 0 and module.last_validated_rl_step != module.rl_step and trainer.limit_val_batches:
         # the held-out metrics of the final policy (the sweep objective), when the last step had none
@@ -121,6 +129,9 @@ def user_error(err: BaseException) -> str | None:
     while err is not None:
         if isinstance(err, (ConfigError, UnavailableError)):
             return str(err)
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return (f"no space left writing {err.filename or 'a file'} ({err.strerror}); free some space or point "
+                    f"hydra.run.dir at another disk, and resume from the last checkpoint (it is complete).")
         if isinstance(err, MissingMandatoryValue):
             return (f"{err.full_key or err} is required (marked ??? in conf/); set it on the command line, "
                     f"e.g. model.name_or_path=NAME_OR_PATH for model=causal_lm.")
@@ -143,15 +154,25 @@ def run_hydra_app(main: Callable[[], Any]) -> None:
         raise
 
 
-def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig) -> T:
-    """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace."""
+def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
+                       on_interrupt: Callable[[str], None] | None = None) -> T:
+    """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace; a run stopped
+    by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message)."""
     global _task_started
     _task_started = True
     try:
         return fn(cfg)
-    except SIGTERMException:
-        print("stopped by SIGTERM after a complete RL step; see the checkpoint above to resume.", file=sys.stderr)
-        sys.exit(EXIT_SIGTERM)
+    except (SIGTERMException, EndOfRunInterrupted) as err:
+        if isinstance(err, SIGTERMException):
+            message = "stopped by SIGTERM after a complete RL step; resume from the checkpoint above."
+            code = EXIT_SIGTERM
+        else:
+            message, code = (f"stopped by {err.signal_name} during the end-of-run reports; training had finished and "
+                             f"its final checkpoint is written (checkpoints/last.ckpt)."), err.exit_code
+        if on_interrupt is not None:
+            on_interrupt(message)
+        print(message, file=sys.stderr, flush=True)
+        sys.exit(code)
     except Exception as err:
         message = user_error(err)
         if message is None:
@@ -168,7 +189,10 @@ def run(cfg: DictConfig) -> float | None:
     global _task_started
     _task_started = True
     if not in_multirun():
-        metrics = report_user_errors(train, cfg)
+        def record_interruption(message: str) -> None:
+            rank_zero_only(write_result)(cfg.paths.output_dir, "interrupted", None, {}, message)
+
+        metrics = report_user_errors(train, cfg, on_interrupt=record_interruption)
         try:
             objective = config_objective(metrics, cfg)
         except ConfigError as err:

@@ -20,14 +20,19 @@ def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
     """{metric: (episodes or steps, values)} from a Lightning CSVLogger metrics.csv."""
     series: dict[str, tuple[list[float], list[float]]] = {}
     x = 0.0
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            x = float(row["episode"]) if row.get("episode") else x  # eval rows: the episode they follow
-            for key, value in row.items():
-                if value not in ("", None) and key not in ("step", "epoch", "episode"):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                x = float(row["episode"]) if row.get("episode") else x  # eval rows: the episode they follow
+                values = {k: float(v) for k, v in row.items() if v not in ("", None) and k not in ("step", "epoch")}
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{path}, line {line}: not a number ({err}); give the metrics.csv a CSV logger "
+                                 f"wrote.") from err
+            for key, value in values.items():
+                if key != "episode":
                     series.setdefault(key, ([], []))
                     series[key][0].append(x)
-                    series[key][1].append(float(value))
+                    series[key][1].append(value)
     return series
 
 
@@ -72,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         out = plot_curves(find_metrics_csv(args.run_dir), args.out or args.run_dir / "curves.png")
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         exit_with_user_error(err)
     print(out)
 

@@ -105,6 +105,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         self._ratios: list[torch.Tensor] = []
         self._fit_start_time = None
         self.last_validated_rl_step = -1
+        self.training_finished = False  # set at the end of training, before the end-of-run reports
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient, in total
         self.consecutive_skipped = 0
 
@@ -379,6 +380,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
 
     # ---- logging ---------------------------------------------------------------------------
     def on_fit_start(self) -> None:
+        self.training_finished = False
         self._fit_start_time = time.time()
         self._episode_at_start = self.episode
 

@@ -84,6 +84,9 @@ class TrainedStateCheckpoints:
         if applied:
             rank_zero_info(f"Resume applies: {'; '.join(applied)}.")
 
+    def on_train_end(self) -> None:
+        self.training_finished = True  # callbacks' on_train_end (the final checkpoint) ran before this hook
+
     def on_train_start(self) -> None:
         """Random states of the interrupted run, restored as late as possible: nothing between here and
         the next training step may draw from them, so a resumed run samples what the original did."""

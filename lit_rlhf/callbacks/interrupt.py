@@ -3,7 +3,8 @@
 Ctrl-C (SIGINT) no longer stops a step halfway through its updates: the first one finishes the
 current RL step, writes <checkpoints>/interrupted.ckpt and ends fit normally (summaries included); a
 second one aborts at once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops
-after the current step on every rank; the checkpoint is written then.
+after the current step on every rank; the checkpoint is written then. After training has finished
+(the final checkpoint is written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_rlhf.interrupts import EndOfRunInterrupted
+
 
 class CheckpointOnInterrupt(Checkpoint):
     """A `Checkpoint`, so Lightning runs it after every other callback: the state it saves includes
@@ -25,15 +28,21 @@ class CheckpointOnInterrupt(Checkpoint):
     def __init__(self, dirpath: str | None = None, filename: str = "interrupted.ckpt"):
         self.dirpath, self.filename = dirpath, filename
         self.requested = False
+        self.training_finished = False
         self.path: Path | None = None
         self._previous_handler = None
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
-        self.requested, self.path = False, None
+        self.requested, self.path, self.training_finished = False, None, False
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
 
+    def on_train_end(self, trainer: L.Trainer, module) -> None:
+        self.training_finished = True  # the final checkpoint is written: Ctrl-C now skips the reports
+
     def _on_sigint(self, signum, frame) -> None:
+        if self.training_finished:
+            raise EndOfRunInterrupted("SIGINT")
         if self.requested:  # second Ctrl-C: abort now
             signal.signal(signal.SIGINT, self._previous_handler or signal.default_int_handler)
             raise KeyboardInterrupt

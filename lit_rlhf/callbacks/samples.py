@@ -45,6 +45,8 @@ class GenerationSamples(L.Callback):
         self.generate(trainer, module, "start")
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        if trainer.received_sigterm:  # stopping: the checkpoint comes first
+            return
         every = self.interval(trainer, module)
         last_step = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps  # on_fit_end samples it
         if every and module.rl_step % every == 0 and not last_step:
