@@ -20,6 +20,7 @@ from omegaconf.errors import MissingMandatoryValue
 from lit_rlhf.callbacks import PolicyEvaluation
 from lit_rlhf.errors import EXIT_SIGTERM, EXIT_USER_ERROR, ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.interrupts import EndOfRunInterrupted, end_of_run_interrupts
+from lit_rlhf.noise import silence_known_noise
 from lit_rlhf.sweeps import config_objective, in_multirun, sweep_group, write_result
 
 T = TypeVar("T")
@@ -46,6 +47,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if in_multirun() and cfg.trainer.get("strategy") == "ddp":
         raise ConfigError("trainer=ddp does not work inside a Hydra multirun (Lightning's ddp launcher re-runs the "
                           "script, Lightning PR #18175); use trainer=ddp_spawn for sweeps.")
+    silence_known_noise()
     check_run_settings(cfg)
     if cfg.get("export_dir"):  # checked now, not after training
         from lit_rlhf.export import check_export_dir

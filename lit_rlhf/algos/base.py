@@ -109,6 +109,11 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient, in total
         self.consecutive_skipped = 0
 
+    @property
+    def optimizer_steps_per_rl_step(self) -> int:
+        """Lightning's global_step counts optimizer steps: num_ppo_epochs x num_mini_batches per RL step."""
+        return self.hparams.num_ppo_epochs * self.hparams.num_mini_batches
+
     # ---- weights ---------------------------------------------------------------------------
     def configure_model(self) -> None:
         if self.policy is not None:

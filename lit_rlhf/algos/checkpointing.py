@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
 from lit_rlhf.checkpoint_io import tensors_digest
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import EndOfRunInterrupted
 
 
 def numpy_rng_state() -> dict[str, Any]:
@@ -86,6 +87,8 @@ class TrainedStateCheckpoints:
 
     def on_train_end(self) -> None:
         self.training_finished = True  # callbacks' on_train_end (the final checkpoint) ran before this hook
+        if self.trainer.received_sigterm:  # during the last step, which Lightning lets finish without stopping
+            raise EndOfRunInterrupted("SIGTERM")
 
     def on_train_start(self) -> None:
         """Random states of the interrupted run, restored as late as possible: nothing between here and

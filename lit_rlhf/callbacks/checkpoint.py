@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -10,6 +12,23 @@ class LastCheckpoint(ModelCheckpoint):
     """ModelCheckpoint (Lightning 2.6) writes last.ckpt at train end only if no last.ckpt was written
     before, so a 150-step run saving every 100 steps kept step 100 as "last". This one rewrites it
     whenever the final step has not been saved yet."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args) -> None:
+        """Every every_n_train_steps optimizer steps, after the RL step: its state is the one to resume from.
+        (ModelCheckpoint's manual-optimization branch would warn at every save that it saves the state after
+        the optimizer step, which is exactly what an RL checkpoint must hold.)"""
+        if (self._every_n_train_steps < 1 or trainer.global_step % self._every_n_train_steps
+                or self._should_skip_saving_checkpoint(trainer)):
+            return
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A resume into a new run directory starts this directory's checkpoint bookkeeping afresh (the old
+        directory's files are not this run's to track or delete), without ModelCheckpoint's warning."""
+        if state_dict.get("dirpath", self.dirpath) == self.dirpath:
+            super().load_state_dict(state_dict)
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if self.save_last and self._last_global_step_saved != trainer.global_step:

@@ -37,8 +37,7 @@ class GenerationSamples(L.Callback):
     def interval(self, trainer: L.Trainer, module) -> int:
         if self.every_n_steps:
             return self.every_n_steps
-        updates_per_step = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
-        total_rl_steps = max(trainer.max_steps, 0) // updates_per_step
+        total_rl_steps = max(trainer.max_steps, 0) // module.optimizer_steps_per_rl_step
         return max(1, total_rl_steps // max(self.num_sample_generations, 1)) if total_rl_steps else 0
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:

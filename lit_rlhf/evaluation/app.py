@@ -12,6 +12,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation.compare import Evaluation, compare_with_reference
 from lit_rlhf.evaluation.report import print_report, write_report
 from lit_rlhf.export import load_from_checkpoint
+from lit_rlhf.noise import silence_known_noise
 
 
 def load_module(cfg: DictConfig):
@@ -39,6 +40,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 def evaluate(cfg: DictConfig) -> Evaluation:
+    silence_known_noise()
     torch.manual_seed(cfg.seed)
     module = load_module(cfg).to(resolve_device(cfg.device)).eval()
     datamodule = instantiate(cfg.data, tokenizer=module.hparams.model["name_or_path"])  # the policy's tokenizer

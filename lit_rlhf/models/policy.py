@@ -11,6 +11,7 @@ Three kinds of reference, chosen from the model spec:
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +58,15 @@ class Reference:
                 self.policy.set_adapter(TRAINABLE_ADAPTER)  # re-enables grads of the trained adapter only
 
 
+@contextmanager
+def peft_reads_deprecated_alias() -> Iterator[None]:
+    """peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model; that one
+    FutureWarning (about peft's code, not the user's) is silenced around the wrap."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def load_policy(
     name_or_path: str,
     tokenizer: PreTrainedTokenizerBase,
@@ -78,23 +88,26 @@ def load_policy(
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:  # a pad token was added
         model.resize_token_embeddings(len(tokenizer))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if gradient_checkpointing:
+    if gradient_checkpointing and hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     if adapter_path is not None:
         if Path(adapter_path).exists() and not (Path(adapter_path) / "adapter_config.json").is_file():
             raise ConfigError(f"model.adapter_path={adapter_path!r} holds no adapter_config.json; give a directory "
                               f"written by peft's save_pretrained (python -m lit_rlhf.export CKPT OUT --adapter-only).")
-        policy = from_pretrained(
-            lambda path: PeftModel.from_pretrained(model, path, adapter_name=TRAINABLE_ADAPTER, is_trainable=True),
-            adapter_path, "adapter", cache_first=False, errors=(OSError, ValueError),
-            key="model.adapter_path",
-        )
+        with peft_reads_deprecated_alias():
+            policy = from_pretrained(
+                lambda path: PeftModel.from_pretrained(model, path, adapter_name=TRAINABLE_ADAPTER, is_trainable=True),
+                adapter_path, "adapter", cache_first=False, errors=(OSError, ValueError), key="model.adapter_path",
+            )
         policy.load_adapter(adapter_path, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
         policy.set_adapter(TRAINABLE_ADAPTER)
         return policy, Reference(policy)
     if lora is not None:
-        policy = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+        with peft_reads_deprecated_alias():
+            policy = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
         return policy, Reference(policy)
     if reference_name_or_path is None:
         frozen = copy.deepcopy(model)

@@ -15,7 +15,7 @@ from transformers import AutoModelForSequenceClassification
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
-from lit_rlhf.models.policy import TRAINABLE_ADAPTER
+from lit_rlhf.models.policy import TRAINABLE_ADAPTER, peft_reads_deprecated_alias
 
 CRITIC_ADAPTER = "critic"
 CRITIC_KINDS = ("shared", "adapter", "reward_model")
@@ -73,7 +73,8 @@ def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[st
                             dtype=resolve_dtype(dtype), num_labels=1)
     backbone, head = model.base_model, model.score
     if lora is not None:
-        backbone = get_peft_model(backbone, LoraConfig(**lora))
+        with peft_reads_deprecated_alias():
+            backbone = get_peft_model(backbone, LoraConfig(**lora))
     return backbone, head.float().requires_grad_(True)
 
 

@@ -1,0 +1,28 @@
+"""Messages a user of train.py or evaluate.py cannot act on, silenced one by one (never by category), so
+that every warning left in a run's output means something. Installed by the apps, not on import."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+# Lightning advertises its cloud logger on every Trainer; the run's loggers are chosen in conf/logger/.
+LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging",)
+# Lightning's CombinedLoader builds a LeafSpec, which torch >= 2.10 deprecates; nothing to change on our side.
+LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
+class DropMessages(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+def silence_known_noise() -> None:
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, DropMessages) for f in logger.filters):
+        logger.addFilter(DropMessages(LIGHTNING_TIPS))
+    warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)
