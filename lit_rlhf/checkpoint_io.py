@@ -42,8 +42,11 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
     try:
         checkpoint = lightning_load(name, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-        what = f"it references {found.group(1)}" if found else "it holds more than tensors and plain values"
+        found = re.search(r"GLOBAL (\S+)", str(err))  # the callable or class the pickle asks for
+        if found is None:  # not a pickle a checkpoint writer makes: random bytes, another format
+            raise ConfigError(f"ckpt_path={name!r} cannot be read (not a PyTorch checkpoint); give a .ckpt written "
+                              f"by lit_rlhf.") from err
+        what = f"it references {found.group(1)}"
         raise ConfigError(f"ckpt_path={name!r} was refused: {what}, and checkpoints are loaded weights-only "
                           f"(tensors and plain values, never code); give a checkpoint written by lit_rlhf.") from err
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:

@@ -1,4 +1,4 @@
-"""Curves of a finished run, from its CSV log, as one PNG.
+"""Curves of a finished run, from its CSV log (or metrics collected during the run), as one PNG.
 
     python -m lit_rlhf.plot RUN_DIR [--out curves.png]
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lit_rlhf.errors import exit_with_user_error
 
+CONSTANT_UNLESS_MOVING = ("objective/kl_coef", "val/ratio")
 CURVES = ["objective/scores", "objective/rlhf_reward", "objective/kl", "objective/entropy", "val/ratio",
           "val/var_explained", "eval/scores", "objective/kl_coef"]
 
@@ -44,14 +45,18 @@ def find_metrics_csv(run_dir: Path) -> Path:
 
 
 def plot_curves(metrics_csv: Path, out: Path) -> Path:
+    return plot_series(read_metrics(metrics_csv), out)
+
+
+def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path) -> Path:
+    """One panel per curve of CURVES that was logged and moves (a constant kl_coef, or val/ratio that the
+    single update keeps at exactly 1, says nothing as a curve)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = read_metrics(metrics_csv)
-    names = [n for n in CURVES if n in series and n != "objective/kl_coef" or
-             n == "objective/kl_coef" and n in series and len(set(series[n][1])) > 1]
+    names = [n for n in CURVES if n in series and (n not in CONSTANT_UNLESS_MOVING or len(set(series[n][1])) > 1)]
     cols = 3
     rows = max(1, math.ceil(len(names) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)

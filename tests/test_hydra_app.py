@@ -78,3 +78,21 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(expected), result.stderr[-2000:]
+
+
+def test_help_lists_every_group_option_and_no_internal_group(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0
+    help_text = result.stdout[: result.stdout.index("task_name:")]
+    assert "algo/common" not in help_text and "powered by Hydra" not in help_text
+    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir()):
+        line = next((ln for ln in help_text.splitlines() if ln.strip().startswith(group.name + " ")), None)
+        assert line is not None, group.name
+        options = [p.stem for p in group.glob("*.yaml")]
+        if group.name == "callbacks":
+            options = ["default", "reward_normalizer"]  # the others are entries of `default`
+        if group.name == "model":
+            options = [o for o in options if not o.startswith("pythia-") or o in ("pythia-14m", "pythia-12b")]
+        missing = [o for o in options if o not in line]
+        assert not missing, (group.name, missing)

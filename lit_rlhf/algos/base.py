@@ -18,6 +18,8 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
+from lit_rlhf.algos.dropout import has_active_dropout
+from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
 from lit_rlhf.algos.sampling import pure_sampling_config, stop_token_id
 from lit_rlhf.algos.validation import check_shared_settings, warn_about_reward_kl
@@ -36,33 +38,11 @@ from lit_rlhf.ops import (
 
 
 @torch.no_grad()
-def has_active_dropout(model: torch.nn.Module) -> bool:
-    """Whether train-mode forwards are random: a Dropout module with p > 0 (e.g. lora_dropout, which acts
-    only once LoRA's B is non-zero), or, judged by what the model does, two train-mode forwards of the same
-    tokens that disagree (dropout applied functionally from the config, e.g. OPT's config.dropout, which no
-    module shows). The global random state is left untouched. A model that cannot run the probe here
-    (ZeRO-3 partitioned, on the meta device) counts as random."""
-    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
-        return True
-    if any(hasattr(p, "ds_id") or p.is_meta for p in model.parameters()):
-        return True
-    device = next(model.parameters()).device
-    ids = torch.arange(1, 17, device=device).unsqueeze(0) % model.get_input_embeddings().num_embeddings  # 1,16
-    was_training = model.training
-    model.train()
-    try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            first, second = model(input_ids=ids).logits, model(input_ids=ids).logits
-    finally:
-        model.train(was_training)
-    return not torch.equal(first, second)
-
-
 def reward_name(reward) -> str:
     return getattr(reward, "__name__", None) or type(reward).__name__
 
 
-class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
+class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
@@ -105,6 +85,7 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
         self._ratios: list[torch.Tensor] = []
         self._fit_start_time = None
         self.last_validated_rl_step = -1
+        self.heldout_before_training: dict[str, float] | None = None  # eval/* at step 0, see on_train_start
         self.training_finished = False  # set at the end of training, before the end-of-run reports
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient, in total
         self.consecutive_skipped = 0
@@ -420,38 +401,3 @@ class RLHFModule(TrainedStateCheckpoints, L.LightningModule):
                       sync_dist=distributed, batch_size=len(rollout))
         self.log_dict({"score": stats["objective/scores"], "kl": stats["objective/kl"]}, prog_bar=True,
                       logger=False, on_step=True, on_epoch=False, batch_size=len(rollout))
-
-    # ---- validation: held-out prompts, one sample each -----------------------------------------
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        # same seed at every validation: comparable numbers, and the training RNG is untouched
-        samples = self.sample_heldout(batch, seed=batch_idx)
-        self.log_dict({"eval/scores": samples["mean_score"], "eval/kl": samples["mean_kl"],
-                       "eval/rlhf_reward": samples["rlhf_reward"].mean()},
-                      batch_size=len(samples["prompts"]), sync_dist=self.trainer.world_size > 1)
-        self.last_validated_rl_step = self.rl_step
-
-    def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False,
-                       samples_per_prompt: int = 1, from_reference: bool = False) -> dict[str, Any]:
-        """K completions per prompt under a fixed seed, scored, without touching the training RNG.
-
-        Sampling uses the training settings (pure sampling at the training temperature); greedy=True
-        takes the argmax instead, for a low-variance view of what the policy prefers. With the same
-        seed, from_reference=True draws the reference's completions with the same random stream.
-        """
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            config = self.generation_config
-            if greedy:
-                self.generation_config = config.__class__(**{**config.to_dict(), "do_sample": False})
-            try:
-                rollout = self.rollout(batch, samples_per_prompt, for_training=False, from_reference=from_reference)
-            finally:
-                self.generation_config = config
-        kl, non_score_reward = self.kl_and_non_score_reward(rollout)
-        per_sequence_kl = kl.sum(1)  # N
-        return {"prompts": rollout.prompts, "completions": rollout.completions,
-                "scores": rollout.raw_scores.tolist(), "kl": per_sequence_kl.tolist(),
-                "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item(),
-                "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)
-                "contains_stop": rollout.contains_stop, "lengths": rollout.response_mask.sum(1),  # N
-                "prompt_index": rollout.prompt_index}  # N

@@ -104,3 +104,4 @@ class TrainedStateCheckpoints:
             random.setstate(rng["python"])
             if rng.get("cuda") and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(rng["cuda"])
+        self.log_heldout_before_training()  # a fresh run only; draws nothing from the restored states

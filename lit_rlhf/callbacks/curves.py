@@ -1,4 +1,7 @@
-"""CurvesPlot: at the end of fit, draws the main curves from the CSV log into <run dir>/curves.png."""
+"""CurvesPlot: at the end of fit, draws the main curves into <run dir>/curves.png, whatever the loggers.
+
+With a CSV logger the curves come from its metrics.csv (a resumed run's included); otherwise from the
+metrics this callback collects while the run goes (each RL step's, and each validation's)."""
 
 from __future__ import annotations
 
@@ -7,20 +10,42 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_rlhf.plot import plot_curves
+from lit_rlhf.plot import CURVES, plot_curves, plot_series
 
 
 class CurvesPlot(L.Callback):
     def __init__(self, filename: str = "curves.png", dirpath: str | None = None):
         self.filename, self.dirpath = filename, dirpath
         self.path: Path | None = None
+        self.series: dict[str, tuple[list[float], list[float]]] = {}
+
+    def record(self, episode: float, metrics: dict[str, float]) -> None:
+        for name, value in metrics.items():
+            if name in CURVES:
+                xs, ys = self.series.setdefault(name, ([], []))
+                xs.append(float(episode))
+                ys.append(float(value))
+
+    def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        if not self.series and getattr(module, "heldout_before_training", None):
+            self.record(0, module.heldout_before_training)
+        self.record(module.episode, module.last_stats)
+
+    def on_validation_end(self, trainer: L.Trainer, module) -> None:
+        if not trainer.sanity_checking:
+            metrics = trainer.callback_metrics
+            self.record(module.episode, {k: float(v) for k, v in metrics.items() if k.startswith("eval/")})
 
     def on_fit_end(self, trainer: L.Trainer, module) -> None:
-        csv_loggers = [lg for lg in trainer.loggers if isinstance(lg, CSVLogger)]
-        if not trainer.is_global_zero or not csv_loggers:
+        if not trainer.is_global_zero:
             return
-        csv_loggers[0].save()
-        metrics = Path(csv_loggers[0].log_dir) / "metrics.csv"
-        if metrics.exists():
-            self.path = plot_curves(metrics, Path(self.dirpath or trainer.default_root_dir) / self.filename)
+        out = Path(self.dirpath or trainer.default_root_dir) / self.filename
+        csv_loggers = [lg for lg in trainer.loggers if isinstance(lg, CSVLogger)]
+        if csv_loggers:
+            csv_loggers[0].save()
+            metrics = Path(csv_loggers[0].log_dir) / "metrics.csv"
+            self.path = plot_curves(metrics, out) if metrics.exists() else None
+        elif self.series:
+            self.path = plot_series(self.series, out)
+        if self.path is not None:
             print(f"Curves: {self.path}")

@@ -114,3 +114,25 @@ def test_unusable_checkpoint_files_are_one_line_errors_in_train_evaluate_and_exp
                                     text=True)
             assert export.returncode != 0 and export.stderr.strip().startswith(f"error: ckpt_path='{path}'")
             assert "Traceback" not in export.stderr
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from lit_rlhf.cli import user_error
+
+    target = tmp_path / "last.ckpt"
+    io = SafeCheckpointIO()
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, target)
+
+    def disk_full(obj, f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError) as raised:
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(2)}}, target)
+    monkeypatch.undo()
+    assert torch.load(target, weights_only=True)["state_dict"]["w"].tolist() == [1.0, 1.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert user_error(raised.value).startswith(f"no space left writing {target}")

@@ -49,7 +49,7 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
     assert len(dirs) == 2, dirs
     for run_dir in dirs:
         with open(run_dir / "csv" / "metrics.csv") as f:
-            assert len(list(csv.DictReader(f))) == 2  # its own step row and final eval row, not the other's
+            assert len(list(csv.DictReader(f))) == 3  # its own rows (held-out at step 0, step 1, final held-out)
     assert time.time() - start < 300
 
 
@@ -57,6 +57,7 @@ def test_a_used_run_directory_is_refused_unless_resumed_or_overwritten(tmp_path)
     run_dir = tmp_path / "run"
     first = run_script("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert not [p for p in run_dir.rglob("*.log") if p.stat().st_size == 0]  # no empty train.log
     metrics = (run_dir / "csv" / "metrics.csv").read_text()
     config = (run_dir / ".hydra" / "config.yaml").read_text()
 

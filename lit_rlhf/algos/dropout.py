@@ -1,0 +1,28 @@
+"""Whether a model's train-mode forwards are random (dropout), which decides if the rollout's forward can
+also be the update's (see RLHFModule.single_update)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def has_active_dropout(model: torch.nn.Module) -> bool:
+    """Whether train-mode forwards are random: a Dropout module with p > 0 (e.g. lora_dropout, which acts
+    only once LoRA's B is non-zero), or, judged by what the model does, two train-mode forwards of the same
+    tokens that disagree (dropout applied functionally from the config, e.g. OPT's config.dropout, which no
+    module shows). The global random state is left untouched. A model that cannot run the probe here
+    (ZeRO-3 partitioned, on the meta device) counts as random."""
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    if any(hasattr(p, "ds_id") or p.is_meta for p in model.parameters()):
+        return True
+    device = next(model.parameters()).device
+    ids = torch.arange(1, 17, device=device).unsqueeze(0) % model.get_input_embeddings().num_embeddings  # 1,16
+    was_training = model.training
+    model.train()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            first, second = model(input_ids=ids).logits, model(input_ids=ids).logits
+    finally:
+        model.train(was_training)
+    return not torch.equal(first, second)

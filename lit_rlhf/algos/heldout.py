@@ -1,0 +1,71 @@
+"""Held-out evaluation of an RLHF module: validation_step, the step-0 point of the curves, and the
+seeded sampling that validation, the evaluation and the sample callbacks share. Mixed into RLHFModule."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+
+class HeldoutSampling:
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        metrics, size = self.heldout_metrics(batch, batch_idx)
+        self.log_dict(metrics, batch_size=size, sync_dist=self.trainer.world_size > 1)
+        self.last_validated_rl_step = self.rl_step
+
+    def heldout_metrics(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[dict[str, torch.Tensor], int]:
+        """eval/* on one batch of held-out prompts, and its size. The same seed at every validation gives
+        comparable numbers and leaves the training RNG untouched."""
+        samples = self.sample_heldout(batch, seed=batch_idx)
+        return {"eval/scores": torch.tensor(samples["mean_score"]), "eval/kl": torch.tensor(samples["mean_kl"]),
+                "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}, len(samples["prompts"])
+
+    def log_heldout_before_training(self) -> None:
+        """eval/* of the starting policy, logged at step 0: validation first runs after val_check_interval RL
+        steps, and the curves would not show where the held-out score started."""
+        trainer, datamodule = self.trainer, getattr(self.trainer, "datamodule", None)
+        if self.rl_step or not trainer.limit_val_batches or datamodule is None:
+            return
+        loader = datamodule.val_dataloader()
+        limit = trainer.limit_val_batches
+        num_batches = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
+        totals, count = defaultdict(float), 0
+        for batch_idx, batch in zip(range(num_batches), loader, strict=False):
+            metrics, size = self.heldout_metrics({k: v.to(self.device) for k, v in batch.items()}, batch_idx)
+            for name, value in metrics.items():
+                totals[name] += float(value) * size
+            count += size
+        reduced = {k: trainer.strategy.reduce(torch.tensor(v / count, device=self.device), reduce_op="mean")
+                   for k, v in totals.items()}
+        self.heldout_before_training = {k: float(v) for k, v in reduced.items()}
+        for logger in self.loggers:
+            logger.log_metrics(self.heldout_before_training, step=0)
+
+    def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False,
+                       samples_per_prompt: int = 1, from_reference: bool = False) -> dict[str, Any]:
+        """K completions per prompt under a fixed seed, scored, without touching the training RNG.
+
+        Sampling uses the training settings (pure sampling at the training temperature); greedy=True
+        takes the argmax instead, for a low-variance view of what the policy prefers. With the same
+        seed, from_reference=True draws the reference's completions with the same random stream.
+        """
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            config = self.generation_config
+            if greedy:
+                self.generation_config = config.__class__(**{**config.to_dict(), "do_sample": False})
+            try:
+                rollout = self.rollout(batch, samples_per_prompt, for_training=False, from_reference=from_reference)
+            finally:
+                self.generation_config = config
+        kl, non_score_reward = self.kl_and_non_score_reward(rollout)
+        per_sequence_kl = kl.sum(1)  # N
+        return {"prompts": rollout.prompts, "completions": rollout.completions,
+                "scores": rollout.raw_scores.tolist(), "kl": per_sequence_kl.tolist(),
+                "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item(),
+                "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)
+                "contains_stop": rollout.contains_stop, "lengths": rollout.response_mask.sum(1),  # N
+                "prompt_index": rollout.prompt_index}  # N

@@ -1,0 +1,98 @@
+"""Bad inputs, typed as a user types them, end with one line `error: ...` and exit code 2, before any
+training work. docs/reliability.md keeps the table of these cases (checked below)."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FAST, ROOT, one_line_error, run_script
+
+
+def write_inputs(directory: Path) -> None:
+    (directory / "bad_line.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c\n')
+    (directory / "empty.jsonl").write_text("")
+    (directory / "not_utf8.jsonl").write_bytes(b'\xff\xfe{"prompt": "x"}\n')
+    (directory / "all_empty.jsonl").write_text('{"prompt": ""}\n{"prompt": " "}\n')
+    (directory / "null_prompt.jsonl").write_text('{"prompt": "fine"}\n{"prompt": null}\n')
+    (directory / "prompts.txt").write_text("a prompt\n")
+    (directory / "a_dir").mkdir()
+    (directory / "a_file").write_text("x")
+    (directory / "random.ckpt").write_bytes(random.Random(0).randbytes(2048))
+    (directory / "empty.ckpt").write_bytes(b"")
+    model = directory / "model_without_tokenizer"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_bytes((ROOT / "lit_rlhf" / "assets" / "tiny-pythia" / name).read_bytes())
+    (directory / "with_blank_lines.jsonl").write_text(
+        "\n".join(json.dumps({"prompt": f"The movie number {i} was"}) + "\n" for i in range(24)))
+
+
+# (what the user did, train.py arguments, the start of what the error line must say after "error: ")
+CASES = [
+    ("mistyped ckpt_path", ["ckpt_path=no_such.ckpt"], "ckpt_path='no_such.ckpt' is not a file"),
+    ("0-byte checkpoint", ["ckpt_path=empty.ckpt"], "ckpt_path='empty.ckpt' cannot be read"),
+    ("random bytes as checkpoint", ["ckpt_path=random.ckpt"], "ckpt_path='random.ckpt' cannot be read"),
+    ("ckpt_path=last without a checkpoint", ["ckpt_path=last"], "ckpt_path=last:"),
+    ("malformed JSONL line", ["data=files", "data.dataset=bad_line.jsonl"], "data.dataset='bad_line.jsonl', line 2"),
+    ("empty prompt file", ["data=files", "data.dataset=empty.jsonl"], "data.dataset='empty.jsonl' holds no rows"),
+    ("non-UTF-8 prompt file", ["data=files", "data.dataset=not_utf8.jsonl"], "data.dataset='not_utf8.jsonl' is not"),
+    ("a directory as dataset", ["data=files", "data.dataset=a_dir"], "data.dataset='a_dir' is a directory"),
+    ("all prompts empty", ["data=files", "data.dataset=all_empty.jsonl"], "data.dataset='all_empty.jsonl': every"),
+    ("a null prompt", ["data=files", "data.dataset=null_prompt.jsonl"], "data.dataset='null_prompt.jsonl', row 2"),
+    ("a .txt prompt file", ["data=files", "data.dataset=prompts.txt"], "data.dataset='prompts.txt': .txt files"),
+    ("data=files without data.dataset", ["data=files"], "data.dataset is not set"),
+    ("negative learning rate", ["algo.optimizer.lr=-1"], "algo.optimizer.lr=-1 must be a number > 0"),
+    ("LoRA rank 0", ["model.lora.r=0"], "model.lora.r=0 must be a whole number >= 1"),
+    ("seed not a number", ["seed=abc"], "seed='abc' must be a whole number"),
+    ("steps not a number", ["steps=ten"], "steps='ten' must be a whole number"),
+    ("missing_eos_penalty not a number", ["algo.missing_eos_penalty=abc"], "algo.missing_eos_penalty='abc'"),
+    ("negative cliprange", ["algo.cliprange=-1"], "algo.cliprange=-1 must be > 0"),
+    ("negative max_grad_norm", ["algo.max_grad_norm=-1"], "algo.max_grad_norm=-1 must be > 0"),
+    ("misspelled generation_kwargs key", ["+algo.generation_kwargs.top_kk=3"], "algo.generation_kwargs.top_kk is not"),
+    ("chat template the tokenizer lacks", ["data.apply_chat_template=true"], "data.apply_chat_template=true, but"),
+    ("missing adapter_path", ["model.adapter_path=no_such_adapter"], "adapter 'no_such_adapter' is not available"),
+    ("model directory without tokenizer", ["model=causal_lm", "model.name_or_path=model_without_tokenizer"],
+     "model_without_tokenizer has no tokenizer files"),
+    ("export_dir is a file", ["export_dir=a_file"], "export_dir='a_file' is a file"),
+    ("unknown key (Hydra)", ["algo.kl_coeff=0.1"], None),
+    ("misspelled group option (Hydra)", ["algo=rlooo"], None),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("inputs")
+    write_inputs(directory)
+    return directory
+
+
+@pytest.mark.parametrize("label, args, expected", CASES, ids=[c[0] for c in CASES])
+def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
+    result = run_script("train.py", *FAST, *args, cwd=inputs, timeout=120)
+    if expected is None:  # Hydra's own composition errors: several lines, no traceback, exit code 2
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        return
+    assert one_line_error(result).startswith(f"error: {expected}")
+    assert not (inputs / "logs" / "train" / "runs").exists() or all(
+        not (run / "checkpoints").exists() for run in (inputs / "logs" / "train" / "runs").iterdir())
+
+
+def test_blank_lines_in_a_prompt_file_are_skipped(inputs):
+    result = run_script("train.py", *FAST, "data=files", "data.dataset=with_blank_lines.jsonl", cwd=inputs)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_docs_list_every_case():
+    table = (ROOT / "docs" / "reliability.md").read_text()
+    missing = [label for label, _, _ in CASES if f"| {label} |" not in table]
+    assert not missing, missing
+
+
+def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
+    env = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    result = run_script("train.py", *FAST, "model=pythia-14m", cwd=tmp_path, env=env, timeout=120)
+    line = one_line_error(result)
+    assert "'EleutherAI/pythia-14m' is not available here (not in the cache, and http://127.0.0.1:9" in line
+    assert "Retrying" not in result.stderr and "retry" not in result.stderr.lower()
