@@ -102,3 +102,9 @@ def test_gradient_checkpointing_with_lora_gives_the_same_update():
     for key in plain:
         torch.testing.assert_close(checkpointed[key], plain[key], atol=1e-6, rtol=1e-5)
     assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in checkpointed.items() if "lora_B" in k)
+
+
+def test_k2_and_k3_in_the_reward_warn_that_they_do_not_pull_towards_the_reference():
+    for estimator in ("k2", "k3"):
+        with pytest.warns(UserWarning, match=f"kl_estimator={estimator} is used as a reward penalty"):
+            make_rloo(kl_estimator=estimator)

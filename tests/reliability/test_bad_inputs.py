@@ -56,6 +56,8 @@ CASES = [
     ("model directory without tokenizer", ["model=causal_lm", "model.name_or_path=model_without_tokenizer"],
      "model_without_tokenizer has no tokenizer files"),
     ("export_dir is a file", ["export_dir=a_file"], "export_dir='a_file' is a file"),
+    ("reward model path that does not exist", ["reward=reward_model", "reward.name_or_path=no_such_reward_model"],
+     "tokenizer 'no_such_reward_model' is not available"),
     ("unknown key (Hydra)", ["algo.kl_coeff=0.1"], None),
     ("misspelled group option (Hydra)", ["algo=rlooo"], None),
 ]
@@ -96,3 +98,21 @@ def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
     line = one_line_error(result)
     assert "'EleutherAI/pythia-14m' is not available here (not in the cache, and http://127.0.0.1:9" in line
     assert "Retrying" not in result.stderr and "retry" not in result.stderr.lower()
+
+
+def test_a_model_directory_without_tokenizer_trains_with_model_tokenizer_name_or_path(inputs):
+    tokenizer = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
+    result = run_script("train.py", *FAST, "model=causal_lm", "model.name_or_path=model_without_tokenizer",
+                        f"model.tokenizer_name_or_path={tokenizer}", cwd=inputs)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_plot_on_a_non_numeric_csv_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text("step,objective/scores\n0,abc\n")
+    result = subprocess.run([sys.executable, "-m", "lit_rlhf.plot", str(tmp_path)], capture_output=True, text=True,
+                            cwd=ROOT)
+    assert one_line_error(result).startswith(f"error: {tmp_path / 'csv' / 'metrics.csv'}, line 2: not a number")
