@@ -3,9 +3,9 @@
 import hydra
 from omegaconf import DictConfig
 
-from lit_rlhf.cli import report_user_errors, run_hydra_app
-from lit_rlhf.evaluation.app import evaluate
-from lit_rlhf.resolvers import register_resolvers
+from lit_rlhf.cli.errors import report_user_errors, run_hydra_app
+from lit_rlhf.cli.evaluate import evaluate
+from lit_rlhf.cli.resolvers import register_resolvers
 
 register_resolvers()
 

@@ -3,8 +3,9 @@
 import hydra
 from omegaconf import DictConfig
 
-from lit_rlhf.cli import run, run_hydra_app
-from lit_rlhf.resolvers import register_resolvers
+from lit_rlhf.cli.errors import run_hydra_app
+from lit_rlhf.cli.resolvers import register_resolvers
+from lit_rlhf.cli.train import run
 
 register_resolvers()
 

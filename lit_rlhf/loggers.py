@@ -1,7 +1,7 @@
 """A CSV logger that keeps the rows of the run it resumes.
 
 Lightning's CSVLogger deletes an existing metrics.csv when it starts. A run directory holds files only
-when a run resumes in it (see lit_rlhf/run_dirs.py), so this one keeps the earlier rows: those before the
+when a run resumes in it (see lit_rlhf/cli/run_dirs.py), so this one keeps the earlier rows: those before the
 first step the resumed run logs (later ones are logged again by the resumed run).
 """
 

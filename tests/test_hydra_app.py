@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from lit_rlhf.resolvers import register_resolvers
+from lit_rlhf.cli.resolvers import register_resolvers
 
 ROOT = Path(__file__).resolve().parents[1]
 TRL_RLOO_METRICS = {

@@ -13,10 +13,10 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from lit_rlhf.cli import finish_wandb_run, instantiate_group
+from lit_rlhf.cli.resolvers import register_resolvers
+from lit_rlhf.cli.sweeps import config_objective, kl_budget_objective, sweep_group
+from lit_rlhf.cli.train import finish_wandb_run, instantiate_group
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.resolvers import register_resolvers
-from lit_rlhf.sweeps import config_objective, kl_budget_objective, sweep_group
 
 ROOT = Path(__file__).resolve().parents[1]
 # a very short run: 2 RL steps of 4 prompts, 8 new tokens, held-out metrics after the last step

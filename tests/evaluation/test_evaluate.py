@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from lit_rlhf.evaluation.app import evaluate
-from lit_rlhf.resolvers import register_resolvers
+from lit_rlhf.cli.evaluate import evaluate
+from lit_rlhf.cli.resolvers import register_resolvers
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}

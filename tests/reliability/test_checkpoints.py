@@ -119,7 +119,7 @@ def test_unusable_checkpoint_files_are_one_line_errors_in_train_evaluate_and_exp
 def test_a_full_disk_keeps_the_previous_checkpoint_and_is_one_line(tmp_path, monkeypatch):
     import errno
 
-    from lit_rlhf.cli import user_error
+    from lit_rlhf.cli.errors import user_error
 
     target = tmp_path / "last.ckpt"
     io = SafeCheckpointIO()

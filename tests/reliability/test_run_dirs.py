@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from lit_rlhf.run_dirs import new_run_dir
+from lit_rlhf.cli.run_dirs import new_run_dir
 from tests.helpers import FAST, ROOT, one_line_error, run_script
 
 

@@ -1,29 +1,23 @@
-"""The Hydra application behind train.py: instantiate everything from the config and fit."""
+"""train.py's task: instantiate everything from the config, fit, report, return the sweep objective."""
 
 from __future__ import annotations
 
-import errno
-import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import lightning as L
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.callbacks import PolicyEvaluation
-from lit_rlhf.errors import EXIT_SIGTERM, EXIT_USER_ERROR, ConfigError, UnavailableError, exit_with_user_error
-from lit_rlhf.interrupts import EndOfRunInterrupted, end_of_run_interrupts
-from lit_rlhf.noise import silence_known_noise
-from lit_rlhf.sweeps import config_objective, in_multirun, sweep_group, write_result
-
-T = TypeVar("T")
+from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
+from lit_rlhf.cli.noise import silence_known_noise
+from lit_rlhf.cli.sweeps import config_objective, in_multirun, sweep_group, write_result
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import end_of_run_interrupts
 
 
 def instantiate_group(configs: DictConfig | None, **defaults: Any) -> list[Any]:
@@ -126,70 +120,13 @@ def resume_path(cfg: DictConfig) -> str | None:
     return str(last)
 
 
-def user_error(err: BaseException) -> str | None:
-    """The one-line message for a mistake the user can fix, looking through Hydra's instantiate wrapper."""
-    while err is not None:
-        if isinstance(err, (ConfigError, UnavailableError)):
-            return str(err)
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return (f"no space left writing {err.filename or 'a file'} ({err.strerror}); free some space or point "
-                    f"hydra.run.dir at another disk, and resume from the last checkpoint (it is complete).")
-        if isinstance(err, MissingMandatoryValue):
-            return (f"{err.full_key or err} is required (marked ??? in conf/); set it on the command line, "
-                    f"e.g. model.name_or_path=NAME_OR_PATH for model=causal_lm.")
-        err = err.__cause__
-    return None
-
-
-_task_started = False
-
-
-def run_hydra_app(main: Callable[[], Any]) -> None:
-    """Runs a @hydra.main function. Hydra reports its own errors (an unknown key, a misspelled group, a bad
-    override) in one line with exit code 1; they are user mistakes too, so they exit with 2 like ours.
-    Exit code 1 stays for errors raised inside the task that are not user mistakes (with a traceback)."""
-    try:
-        main()
-    except SystemExit as err:
-        if err.code == 1 and not _task_started:
-            sys.exit(EXIT_USER_ERROR)
-        raise
-
-
-def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
-                       on_interrupt: Callable[[str], None] | None = None) -> T:
-    """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace; a run stopped
-    by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message)."""
-    global _task_started
-    _task_started = True
-    try:
-        return fn(cfg)
-    except (SIGTERMException, EndOfRunInterrupted) as err:
-        if isinstance(err, SIGTERMException):
-            message = "stopped by SIGTERM after a complete RL step; resume from the checkpoint above."
-            code = EXIT_SIGTERM
-        else:
-            message, code = (f"stopped by {err.signal_name} during the end-of-run reports; training had finished and "
-                             f"its final checkpoint is written (checkpoints/last.ckpt)."), err.exit_code
-        if on_interrupt is not None:
-            on_interrupt(message)
-        print(message, file=sys.stderr, flush=True)
-        sys.exit(code)
-    except Exception as err:
-        message = user_error(err)
-        if message is None:
-            raise
-        exit_with_user_error(message)
-
-
 def run(cfg: DictConfig) -> float | None:
     """train.py's task: train, then return the objective (config_objective) to a sweeper.
 
     A single run reports user mistakes in one line (exit code 2). In a multirun, a failing trial is
     recorded in its result.json with a one-line error and returns None, so the sweep goes on (Optuna
     marks the trial failed)."""
-    global _task_started
-    _task_started = True
+    mark_task_started()
     if not in_multirun():
         def record_interruption(message: str) -> None:
             rank_zero_only(write_result)(cfg.paths.output_dir, "interrupted", None, {}, message)

@@ -8,11 +8,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.cli.noise import silence_known_noise
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.evaluation.compare import Evaluation, compare_with_reference
-from lit_rlhf.evaluation.report import print_report, write_report
+from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint
-from lit_rlhf.noise import silence_known_noise
 
 
 def load_module(cfg: DictConfig):

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lit_rlhf.assets import asset_path
-from lit_rlhf.run_dirs import new_run_dir
+from lit_rlhf.cli.run_dirs import new_run_dir
 
 
 def optimizer_steps(rl_steps: int, num_ppo_epochs: int, num_mini_batches: int) -> int:

@@ -1,0 +1,79 @@
+"""How the apps end: a user mistake is one line and exit code 2, an interrupted run 130 or 143, Hydra's own
+composition errors 2 as well (see docs/reliability.md#errors-and-exit-codes)."""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig
+from omegaconf.errors import MissingMandatoryValue
+
+from lit_rlhf.errors import EXIT_SIGTERM, EXIT_USER_ERROR, ConfigError, UnavailableError, exit_with_user_error
+from lit_rlhf.interrupts import EndOfRunInterrupted
+
+T = TypeVar("T")
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one-line message for a mistake the user can fix, looking through Hydra's instantiate wrapper."""
+    while err is not None:
+        if isinstance(err, (ConfigError, UnavailableError)):
+            return str(err)
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return (f"no space left writing {err.filename or 'a file'} ({err.strerror}); free some space or point "
+                    f"hydra.run.dir at another disk, and resume from the last checkpoint (it is complete).")
+        if isinstance(err, MissingMandatoryValue):
+            return (f"{err.full_key or err} is required (marked ??? in conf/); set it on the command line, "
+                    f"e.g. model.name_or_path=NAME_OR_PATH for model=causal_lm.")
+        err = err.__cause__
+    return None
+
+
+_task_started = False
+
+
+def mark_task_started() -> None:
+    """From here on, an exit code 1 is the task's own error, not Hydra's composition."""
+    global _task_started
+    _task_started = True
+
+
+def run_hydra_app(main: Callable[[], Any]) -> None:
+    """Runs a @hydra.main function. Hydra reports its own errors (an unknown key, a misspelled group, a bad
+    override) in one line with exit code 1; they are user mistakes too, so they exit with 2 like ours.
+    Exit code 1 stays for errors raised inside the task that are not user mistakes (with a traceback)."""
+    try:
+        main()
+    except SystemExit as err:
+        if err.code == 1 and not _task_started:
+            sys.exit(EXIT_USER_ERROR)
+        raise
+
+
+def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
+                       on_interrupt: Callable[[str], None] | None = None) -> T:
+    """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace; a run stopped
+    by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message)."""
+    mark_task_started()
+    try:
+        return fn(cfg)
+    except (SIGTERMException, EndOfRunInterrupted) as err:
+        if isinstance(err, SIGTERMException):
+            message = "stopped by SIGTERM after a complete RL step; resume from the checkpoint above."
+            code = EXIT_SIGTERM
+        else:
+            message, code = (f"stopped by {err.signal_name} during the end-of-run reports; training had finished and "
+                             f"its final checkpoint is written (checkpoints/last.ckpt)."), err.exit_code
+        if on_interrupt is not None:
+            on_interrupt(message)
+        print(message, file=sys.stderr, flush=True)
+        sys.exit(code)
+    except Exception as err:
+        message = user_error(err)
+        if message is None:
+            raise
+        exit_with_user_error(message)

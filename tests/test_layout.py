@@ -1,0 +1,28 @@
+"""The library stands apart from its applications, and files stay small."""
+
+import ast
+from pathlib import Path
+
+LIBRARY = Path(__file__).resolve().parents[1] / "lit_rlhf"
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_library_imports_nothing_from_the_app():
+    offenders = {str(p.relative_to(LIBRARY)): sorted(m for m in imported_modules(p) if m.startswith("lit_rlhf.cli"))
+                 for p in LIBRARY.rglob("*.py") if "cli" not in p.relative_to(LIBRARY).parts}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(LIBRARY)): n for p in LIBRARY.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long
