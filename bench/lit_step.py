@@ -2,7 +2,7 @@
 
     python bench/lit_step.py --model tiny --steps 5 --warmup 1 [--algo ppo]    # prints one JSON line
 
-Phases are timed by wrapping the module's own methods (generate, reference_logprobs, score, the
+Phases are timed by wrapping the module's own methods (its rollout engine's sample, reference_logprobs, score, the
 policy forwards and backward) and hooks on the optimizer step; "other" is the rest of the step.
 """
 
@@ -21,7 +21,7 @@ import workload as W
 from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.models import VaderSentiment
 
-PHASES = {"generate": "generation", "reference_logprobs": "reference forward", "score": "reward",
+PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward", "score": "reward",
           "old_logprobs_and_values": "policy forward/backward", "policy_forward_with_grad": "policy forward/backward",
           "minibatch_loss": "policy forward/backward", "manual_backward": "policy forward/backward",
           "clip_gradients": "optimizer"}
@@ -34,16 +34,18 @@ class StepTimer(L.Callback):
         self.warmup, self.device = warmup, device
         self.step_times, self.cpu_times, self.phases, self.tokens = [], [], defaultdict(list), []
         self.timer, self.step_tokens = W.PhaseTimer(device), 0
-        for method, phase in PHASES.items():
-            setattr(module, method, self.timed(getattr(module, method), phase))
+        for path, phase in PHASES.items():
+            owner_path, _, method = path.rpartition(".")
+            owner = getattr(module, owner_path) if owner_path else module
+            setattr(owner, method, self.timed(getattr(owner, method), phase))
 
     def timed(self, fn, phase):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with self.timer(phase):
                 out = fn(*args, **kwargs)
-            if fn.__name__ == "generate":
-                self.step_tokens += int(out[1].sum())  # response_mask
+            if fn.__name__ == "sample":
+                self.step_tokens += int(out.response_mask.sum())
             return out
         return wrapper
 

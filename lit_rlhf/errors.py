@@ -1,5 +1,7 @@
 """Errors a user can fix: train.py prints them as one line, without a stack trace."""
 
+import difflib
+
 
 class ConfigError(ValueError):
     """A bad setting: the message names the value and the fix."""
@@ -19,3 +21,9 @@ def exit_with_user_error(err: BaseException) -> None:
 
     print(f"error: {err}", file=sys.stderr, flush=True)
     sys.exit(EXIT_USER_ERROR)
+
+
+def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None = None) -> str:
+    """' (did you mean X?)' for the closest valid key, else ' (otherwise)' or the list of valid keys."""
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" ({otherwise or 'valid keys: ' + ', '.join(valid)})"

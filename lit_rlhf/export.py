@@ -21,13 +21,13 @@ from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
 
-def load_from_checkpoint(ckpt_path: str | Path, reward=None):
+def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None):
     """The RLHF module of a lit_rlhf checkpoint, weights loaded, on the CPU."""
     checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
     if "rlhf_state" not in checkpoint or "algo" not in checkpoint["rlhf_state"]:
         raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
     cls = algo_class(checkpoint["rlhf_state"]["algo"])
-    module = cls(reward=reward, **checkpoint["hyper_parameters"])
+    module = cls(reward=reward, rollout_engine=rollout_engine, **checkpoint["hyper_parameters"])
     module.configure_model()
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=False)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 import lightning as L
@@ -21,7 +20,6 @@ from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
-from lit_rlhf.algos.sampling import pure_sampling_config, stop_token_id
 from lit_rlhf.algos.validation import check_shared_settings, warn_about_reward_kl
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.errors import ConfigError
@@ -33,8 +31,9 @@ from lit_rlhf.ops import (
     kl_per_token,
     logprobs_and_entropy,
     masked_mean,
-    truncate_after_stop,
 )
+from lit_rlhf.rollout import HFEngine, RolloutEngine
+from lit_rlhf.rollout.sampling import stop_token_id
 
 
 @torch.no_grad()
@@ -62,10 +61,11 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
                  num_mini_batches: int = 1, gradient_accumulation_steps: int = 1,
                  max_grad_norm: float | None = 1.0, forward_batch_size: int | None = None,
                  generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False,
-                 reuse_rollout_forward: bool = True, max_consecutive_nonfinite: int = 3):
+                 reuse_rollout_forward: bool = True, max_consecutive_nonfinite: int = 3,
+                 rollout_engine: RolloutEngine | None = None):
         super().__init__()
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
-        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
+        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler", "rollout_engine"])
         self.optimizer_factory, self.lr_scheduler_factory = optimizer, lr_scheduler
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
@@ -74,10 +74,11 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         check_shared_settings(self.hparams, optimizer)
         warn_about_reward_kl(kl_estimator)  # every algorithm here puts the KL in the reward
         self.reward = reward
+        self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
         self.kl_coef = float(kl_coef)  # a KL controller callback may change it during training
         self.episode = 0  # sequences trained on, over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
-        self.tokenizer = self.policy = self.reference = self.generation_config = None
+        self.tokenizer = self.policy = self.reference = None
         self.single_update = False  # set in configure_model
         self.last_stats: dict[str, float] = {}
         self.last_distributions: dict[str, torch.Tensor] = {}
@@ -111,9 +112,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
             hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1
         ) and not has_active_dropout(self.policy)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
-        self.generation_config = pure_sampling_config(
-            hp.response_length, hp.temperature, self.stop_token_id, self.tokenizer.pad_token_id,
-            hp.generation_kwargs, hp.allow_biased_sampling)
+        self.rollout_engine.setup(self)
 
     def setup(self, stage: str) -> None:
         strategy = type(self.trainer.strategy).__name__ if self._trainer is not None else ""
@@ -122,7 +121,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
                               "that generate() needs whole on every rank); use trainer=deepspeed_zero3 to shard "
                               "parameters, or trainer=ddp.")
         # ZeRO-3 gathers parameters layer by layer in every forward: all ranks must keep generating together
-        self._synced_generation = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
+        self.rollout_engine.lockstep = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
         if self._trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             # atomic writes, weights-only loads, no non-finite weights (a custom checkpoint_io is kept)
             self.trainer.strategy.checkpoint_io = SafeCheckpointIO()
@@ -143,23 +142,20 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
     # ---- rollout ---------------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
-                for_training: bool = True, from_reference: bool = False) -> Rollout:
-        """Samples K responses per prompt and scores them: everything the update needs.
+                for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:
+        """The rollout engine samples K responses per prompt; then the trainer's side: old and reference
+        logprobs, the reward. Everything the update needs.
 
         for_training=False (evaluation, samples) leaves score transforms and their running state alone.
         from_reference=True samples from the reference instead of the policy (evaluation's baseline).
         """
         k = samples_per_prompt or self.samples_per_prompt
         hp = self.hparams
+        samples = self.rollout_engine.sample(self, batch, k, from_reference=from_reference, greedy=greedy)
+        sequences = (samples.queries, samples.query_mask, samples.responses, samples.response_mask)
+        reuse_forward = for_training and self.single_update
         was_training = self.policy.training
         self.policy.eval()  # no dropout: old logprobs must describe the sampling distribution
-        queries = batch["input_ids"].repeat_interleave(k, dim=0)  # N,P
-        query_mask = batch["attention_mask"].repeat_interleave(k, dim=0)  # N,P
-        prompt_index = torch.arange(len(batch["input_ids"]), device=queries.device).repeat_interleave(k)  # N
-        with self.reference.active() if from_reference else nullcontext(self.policy) as sampler:
-            responses, response_mask = self.generate(queries, query_mask, sampler)  # N,R
-        sequences = (queries, query_mask, responses, response_mask)
-        reuse_forward = for_training and self.single_update
         if not reuse_forward:
             logprobs, values = self.old_logprobs_and_values(*sequences)  # N,R
         ref_logprobs = self.reference_logprobs(*sequences)  # N,R
@@ -167,36 +163,18 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
             logprobs, values = policy_outputs[0].detach(), None
-        prompts = self.tokenizer.batch_decode(queries, skip_special_tokens=True)
-        completions = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        has_stop = contains_stop(responses, self.stop_token_id)  # N
+        prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
+        completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
+        has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
         raw_scores = self.score(prompts, completions)  # N
         scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
-        return Rollout(queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
-                       prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=ref_logprobs, scores=scores,
-                       raw_scores=raw_scores, contains_stop=has_stop, values=values, prompts=prompts,
-                       completions=completions, policy_outputs=policy_outputs)
-
-    def generate(self, queries: torch.Tensor, query_mask: torch.Tensor,
-                 model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pure sampling from model (the policy by default), then truncation after the stop token.
-        -> responses (N,R), response_mask (N,R)"""
-        try:
-            sequences = (model or self.policy).generate(input_ids=queries, attention_mask=query_mask,
-                                                        generation_config=self.generation_config,
-                                                        synced_gpus=getattr(self, "_synced_generation", False))  # N,P+R
-        except RuntimeError as err:
-            if "probability tensor contains" not in str(err):
-                raise
-            raise ConfigError(f"sampling failed at RL step {self.rl_step}: the policy's logits are not finite; lower "
-                              f"algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
-                              f"checkpoint.") from err
-        responses = sequences[:, queries.shape[1]:]  # N,R'  (R' < R when every sequence stopped early)
-        missing = self.hparams.response_length - responses.shape[1]
-        responses = torch.nn.functional.pad(responses, (0, missing), value=self.tokenizer.pad_token_id)  # N,R
-        return truncate_after_stop(responses, self.stop_token_id, self.tokenizer.pad_token_id)
+        return Rollout(queries=samples.queries, query_mask=samples.query_mask, responses=samples.responses,
+                       response_mask=samples.response_mask, prompt_index=samples.prompt_index, logprobs=logprobs,
+                       ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=has_stop,
+                       values=values, prompts=prompts, completions=completions, policy_outputs=policy_outputs,
+                       sampler_logprobs=samples.sampler_logprobs)
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""
@@ -311,6 +289,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
                 optimizer.step()  # also when skipped, so Lightning's step count stays RL steps x updates
                 optimizer.zero_grad()
         rollout.policy_outputs = None  # frees the graph of a reused rollout forward
+        self.rollout_engine.after_update(self)
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()

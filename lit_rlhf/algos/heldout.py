@@ -54,13 +54,8 @@ class HeldoutSampling:
         """
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(seed)
-            config = self.generation_config
-            if greedy:
-                self.generation_config = config.__class__(**{**config.to_dict(), "do_sample": False})
-            try:
-                rollout = self.rollout(batch, samples_per_prompt, for_training=False, from_reference=from_reference)
-            finally:
-                self.generation_config = config
+            rollout = self.rollout(batch, samples_per_prompt, for_training=False, from_reference=from_reference,
+                                   greedy=greedy)
         kl, non_score_reward = self.kl_and_non_score_reward(rollout)
         per_sequence_kl = kl.sum(1)  # N
         return {"prompts": rollout.prompts, "completions": rollout.completions,

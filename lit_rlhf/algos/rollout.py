@@ -30,6 +30,7 @@ class Rollout:
     completions: list[str] = field(default_factory=list)
     # (logprobs N,R with their graph, entropy N,R) of the rollout's policy forward, when the update reuses it
     policy_outputs: tuple[torch.Tensor, torch.Tensor] | None = None
+    sampler_logprobs: torch.Tensor | None = None  # N,R  the rollout engine's logprobs, when it reports them
 
     def __len__(self) -> int:
         return self.responses.shape[0]

@@ -3,14 +3,13 @@ Run when the module is built, so a bad value fails before any weights load."""
 
 from __future__ import annotations
 
-import difflib
 import numbers
 from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, nearest
 
 REWARD_KL_WARNING = (
     "algo.kl_estimator={0} is used as a reward penalty: the policy gradient of a k2/k3 penalty does not point "
@@ -62,12 +61,6 @@ def check_shared_settings(hp: Any, optimizer: Callable | None) -> None:
 
 MODEL_KEYS = ("name_or_path", "tokenizer_name_or_path", "dtype", "lora", "adapter_path", "trust_remote_code",
               "gradient_checkpointing", "reference_name_or_path")
-
-
-def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None = None) -> str:
-    """' (did you mean X?)' for the closest valid key, else ' (otherwise)' or the list of valid keys."""
-    close = difflib.get_close_matches(key, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else f" ({otherwise or 'valid keys: ' + ', '.join(valid)})"
 
 
 def check_model_spec(model: Any) -> None:

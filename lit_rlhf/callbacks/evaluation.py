@@ -23,7 +23,7 @@ class PolicyEvaluation(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, module) -> None:
         datamodule = getattr(trainer, "datamodule", None)
         # ZeRO-3 generation needs every rank stepping together; otherwise rank zero evaluates alone
-        if datamodule is None or not (trainer.is_global_zero or getattr(module, "_synced_generation", False)):
+        if datamodule is None or not (trainer.is_global_zero or module.rollout_engine.lockstep):
             return
         self.evaluation = compare_with_reference(
             module, datamodule.val_dataloader(), self.samples_per_prompt, self.seed, self.judge,

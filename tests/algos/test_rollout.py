@@ -22,7 +22,7 @@ def test_logprobs_are_those_generate_sampled_from(module_and_batch):
     module, batch = module_and_batch
     torch.manual_seed(1)
     out = module.policy.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 generation_config=module.generation_config, output_scores=True,
+                                 generation_config=module.rollout_engine.generation_config, output_scores=True,
                                  return_dict_in_generate=True)
     prompt_len = batch["input_ids"].shape[1]
     responses = out.sequences[:, prompt_len:]  # N,R
@@ -63,7 +63,7 @@ def test_sampling_that_biases_the_distribution_is_refused_unless_allowed(kwargs)
     assert "allow_biased_sampling" in str(err.value)
     allowed = make_rloo(generation_kwargs=kwargs, allow_biased_sampling=True)
     allowed.configure_model()
-    assert getattr(allowed.generation_config, next(iter(kwargs))) == next(iter(kwargs.values()))
+    assert getattr(allowed.rollout_engine.generation_config, next(iter(kwargs))) == next(iter(kwargs.values()))
 
 
 def test_bad_algorithm_settings_name_the_value():

@@ -6,8 +6,7 @@ from typing import Any
 
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from lit_rlhf.algos.validation import nearest
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, nearest
 
 # Settings that make generate() sample from a distribution other than softmax(logits / T).
 NEUTRAL_VALUES = {
