@@ -11,9 +11,9 @@ def test_use_without_hydra_example_trains(capsys, tmp_path, monkeypatch):
     text = README.read_text()
     section = text[text.index("## Use without Hydra"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    assert "max_steps=20" in code
+    assert "rl_steps=20" in code
     namespace: dict = {}
-    exec(compile(code.replace("max_steps=20", "max_steps=4"), "README.md", "exec"), namespace)
+    exec(compile(code.replace("rl_steps=20", "rl_steps=4"), "README.md", "exec"), namespace)
     assert namespace["module"].episode == 4 * 8 * 4
     assert "Sample completions before and after training" in capsys.readouterr().out
     assert (tmp_path / "runs" / "samples.jsonl").exists() and (tmp_path / "runs" / "curves.png").exists()

@@ -62,7 +62,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
                  max_grad_norm: float | None = 1.0, forward_batch_size: int | None = None,
                  generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False,
                  reuse_rollout_forward: bool = True, max_consecutive_nonfinite: int = 3,
-                 rollout_engine: RolloutEngine | None = None):
+                 rollout_engine: RolloutEngine | None = None, rl_steps: int | None = None):
         super().__init__()
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
         self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler", "rollout_engine"])
@@ -71,7 +71,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
         if kl_estimator not in KL_ESTIMATORS:
             raise ConfigError(f"algo.kl_estimator={kl_estimator!r} is not one of {KL_ESTIMATORS}.")
-        check_shared_settings(self.hparams, optimizer)
+        check_shared_settings(self.hparams, optimizer)  # rl_steps: stop after this many RL steps (see training_step)
         warn_about_reward_kl(kl_estimator)  # every algorithm here puts the KL in the reward
         self.reward = reward
         self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
@@ -95,6 +95,13 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
     def optimizer_steps_per_rl_step(self) -> int:
         """Lightning's global_step counts optimizer steps: num_ppo_epochs x num_mini_batches per RL step."""
         return self.hparams.num_ppo_epochs * self.hparams.num_mini_batches
+
+    def total_rl_steps(self) -> int | None:
+        """The RL steps this fit runs: rl_steps, or the Trainer's max_steps (optimizer steps) converted."""
+        if self.hparams.rl_steps is not None:
+            return self.hparams.rl_steps
+        max_steps = self.trainer.max_steps if self._trainer is not None else -1
+        return max_steps // self.optimizer_steps_per_rl_step if max_steps and max_steps > 0 else None
 
     # ---- weights ---------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -256,6 +263,8 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         self.log_stats(rollout, {**objective_stats, **update_stats})
         self.last_distributions = self.distributions(rollout, advantages)
         self.rl_step += 1
+        if self.hparams.rl_steps is not None and self.rl_step >= self.hparams.rl_steps:
+            self.trainer.should_stop = True  # RL steps are the unit: no optimizer-step arithmetic for max_steps
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""

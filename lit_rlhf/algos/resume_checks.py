@@ -12,6 +12,8 @@ from lit_rlhf.errors import ConfigError
 # Settings a resume applies from the command line (everything else must match the checkpoint).
 APPLIED_ON_RESUME = ("max_grad_norm", "cliprange", "cliprange_value", "forward_batch_size",
                      "max_consecutive_nonfinite")
+# Settings a resume may change without a word (the number of RL steps is why one resumes).
+FREE_ON_RESUME = ("rl_steps",)
 # Datamodule settings that do not change which prompts a step sees.
 DATA_FREE_ON_RESUME = ("tokenizer", "eval_batch_size")
 
@@ -42,7 +44,7 @@ def refuse(prefix: str, changes: dict[str, tuple]) -> None:
 def check_resume(saved_hparams: dict[str, Any], hparams: dict[str, Any], saved_data: dict[str, Any] | None,
                  data: dict[str, Any] | None) -> list[str]:
     """Refuses changes that break exactness; returns the applied ones as 'algo.key old -> new'."""
-    changes = changed_settings(saved_hparams, hparams)
+    changes = changed_settings(saved_hparams, hparams, FREE_ON_RESUME)
     refused = {k: v for k, v in changes.items() if k not in APPLIED_ON_RESUME}
     if refused:
         refuse("algo", refused)

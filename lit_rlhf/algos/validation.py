@@ -50,6 +50,7 @@ def check_shared_settings(hp: Any, optimizer: Callable | None) -> None:
     for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps", "response_length"):
         check_number(name, getattr(hp, name), minimum=1, integer=True)
     check_number("forward_batch_size", hp.forward_batch_size, minimum=1, integer=True, optional=True)
+    check_number("rl_steps", hp.rl_steps, minimum=1, integer=True, optional=True)
     check_number("temperature", hp.temperature, minimum=0, strictly=True)
     check_number("kl_coef", hp.kl_coef, minimum=0)
     check_number("cliprange", hp.cliprange, minimum=0, strictly=True)

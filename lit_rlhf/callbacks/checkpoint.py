@@ -1,4 +1,4 @@
-"""LastCheckpoint: Lightning's ModelCheckpoint whose last.ckpt always holds the final step."""
+"""LastCheckpoint: Lightning's ModelCheckpoint counting RL steps, whose last.ckpt always holds the final step."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ class LastCheckpoint(ModelCheckpoint):
     whenever the final step has not been saved yet."""
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args) -> None:
-        """Every every_n_train_steps optimizer steps, after the RL step: its state is the one to resume from.
-        (ModelCheckpoint's manual-optimization branch would warn at every save that it saves the state after
-        the optimizer step, which is exactly what an RL checkpoint must hold.)"""
-        if (self._every_n_train_steps < 1 or trainer.global_step % self._every_n_train_steps
+        """Every every_n_train_steps RL steps (not optimizer steps), after the RL step: its state is the one to
+        resume from. (ModelCheckpoint's manual-optimization branch would warn at every save that it saves the
+        state after the optimizer step, which is exactly what an RL checkpoint must hold.)"""
+        rl_step = getattr(module, "rl_step", trainer.global_step)
+        if (self._every_n_train_steps < 1 or rl_step % self._every_n_train_steps
                 or self._should_skip_saving_checkpoint(trainer)):
             return
         candidates = self._monitor_candidates(trainer)

@@ -13,11 +13,8 @@ class RLStepsProgressBar(RichProgressBar):
 
     @property
     def total_train_batches(self) -> int | float:
-        module = self.trainer.lightning_module
-        per_step = getattr(module, "optimizer_steps_per_rl_step", None)
-        if per_step is None or self.trainer.max_steps is None or self.trainer.max_steps < 0:
-            return super().total_train_batches
-        return self.trainer.max_steps // per_step
+        total = getattr(self.trainer.lightning_module, "total_rl_steps", lambda: None)()
+        return super().total_train_batches if total is None else total
 
     def _get_train_description(self, current_epoch: int) -> str:
         return f"{'RL steps':{len(self.validation_description)}}"

@@ -37,7 +37,7 @@ class GenerationSamples(L.Callback):
     def interval(self, trainer: L.Trainer, module) -> int:
         if self.every_n_steps:
             return self.every_n_steps
-        total_rl_steps = max(trainer.max_steps, 0) // module.optimizer_steps_per_rl_step
+        total_rl_steps = module.total_rl_steps() or 0
         return max(1, total_rl_steps // max(self.num_sample_generations, 1)) if total_rl_steps else 0
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
@@ -47,7 +47,7 @@ class GenerationSamples(L.Callback):
         if trainer.received_sigterm:  # stopping: the checkpoint comes first
             return
         every = self.interval(trainer, module)
-        last_step = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps  # on_fit_end samples it
+        last_step = module.rl_step >= (module.total_rl_steps() or float("inf"))  # on_fit_end samples it
         if every and module.rl_step % every == 0 and not last_step:
             self.generate(trainer, module, "train")
 

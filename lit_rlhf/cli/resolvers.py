@@ -1,4 +1,4 @@
-"""OmegaConf resolvers used by conf/: ${asset:tiny-pythia}, ${optimizer_steps:...}, ${new_run_dir:...}."""
+"""OmegaConf resolvers used by conf/: ${asset:tiny-pythia}, ${new_run_dir:...}."""
 
 from __future__ import annotations
 
@@ -11,11 +11,6 @@ from lit_rlhf.assets import asset_path
 from lit_rlhf.cli.run_dirs import new_run_dir
 
 
-def optimizer_steps(rl_steps: int, num_ppo_epochs: int, num_mini_batches: int) -> int:
-    """Lightning counts optimizer steps in manual optimization: one per minibatch of every PPO epoch."""
-    return int(rl_steps) * int(num_ppo_epochs) * int(num_mini_batches)
-
-
 def wandb_offline() -> bool:
     """W&B logs online only where the user configured it: WANDB_MODE=online, an API key, or `wandb login`."""
     if os.environ.get("WANDB_MODE") in ("online", "offline", "disabled"):
@@ -26,7 +21,7 @@ def wandb_offline() -> bool:
 
 
 def register_resolvers() -> None:
-    resolvers = {"asset": asset_path, "optimizer_steps": optimizer_steps, "wandb_offline": wandb_offline}
+    resolvers = {"asset": asset_path, "wandb_offline": wandb_offline}
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
