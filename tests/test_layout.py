@@ -26,3 +26,16 @@ def test_the_library_imports_nothing_from_the_app():
 def test_no_module_is_over_400_lines():
     lengths = {str(p.relative_to(LIBRARY)): len(p.read_text().splitlines()) for p in LIBRARY.rglob("*.py")}
     assert not {name: n for name, n in lengths.items() if n > 400}
+
+
+def test_the_docs_cite_no_path_outside_the_repository_and_every_link_resolves():
+    import re
+
+    root = LIBRARY.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        assert "shared/" not in text and "../" not in text, page.name
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+            if not target.startswith("http"):
+                assert (page.parent / target).exists(), (page.name, target)

@@ -9,7 +9,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_use_without_hydra_example_trains(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = README.read_text()
-    section = text[text.index("## Use without Hydra"):]
+    section = text[text.index("**Inside your own Lightning project.**"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "rl_steps=20" in code
     namespace: dict = {}

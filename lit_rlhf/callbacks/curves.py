@@ -9,6 +9,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.plot import CURVES, plot_curves, plot_series
 
@@ -48,4 +49,4 @@ class CurvesPlot(L.Callback):
         elif self.series:
             self.path = plot_series(self.series, out)
         if self.path is not None:
-            print(f"Curves: {self.path}")
+            rank_zero_info(f"Curves: {self.path}")

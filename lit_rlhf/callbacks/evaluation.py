@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.evaluation import Evaluation, PairwiseJudge, compare_with_reference, print_report, write_report
 
@@ -32,7 +33,7 @@ class PolicyEvaluation(L.Callback):
             return
         out = write_report(self.evaluation, Path(self.dirpath or trainer.default_root_dir) / "evaluation")
         print_report(self.evaluation)
-        print(f"Evaluation: {out}/evaluation.json, generations.jsonl, scores.png")
+        rank_zero_info(f"Evaluation: {out}/evaluation.json, generations.jsonl, scores.png")
         for logger in trainer.loggers:
             logger.log_metrics(self.evaluation.flat_metrics(), step=trainer.global_step)
             logger.save()

@@ -47,7 +47,7 @@ class CheckpointOnInterrupt(Checkpoint):
             signal.signal(signal.SIGINT, self._previous_handler or signal.default_int_handler)
             raise KeyboardInterrupt
         self.requested = True
-        print("\nCtrl-C: finishing this RL step, then writing a checkpoint (Ctrl-C again to abort now).", flush=True)
+        rank_zero_info("Ctrl-C: finishing this RL step, then writing a checkpoint (Ctrl-C again to abort now).")
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         if trainer.strategy.reduce_boolean_decision(self.requested, all=False):  # any rank asked
