@@ -17,4 +17,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    run_hydra_app(main)
+    run_hydra_app(main, "evaluate")

@@ -16,4 +16,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    run_hydra_app(main)
+    run_hydra_app(main, "train")

@@ -6,9 +6,11 @@ R response length, V vocab.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -20,12 +22,12 @@ from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
-from lit_rlhf.algos.validation import check_shared_settings, warn_about_reward_kl
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
+from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
+from lit_rlhf.config.validation import check_optimizer
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import (
-    KL_ESTIMATORS,
     clipped_policy_loss,
     contains_stop,
     kl_per_token,
@@ -54,28 +56,24 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
     # rollout forward also computes values (PPO) opt out.
     supports_single_update: bool = True
 
-    def __init__(self, model: dict[str, Any], reward: Reward, optimizer: Callable | None = None,
-                 lr_scheduler: Callable | None = None, response_length: int = 32, temperature: float = 0.7,
-                 stop_token: str = "eos", missing_eos_penalty: float | None = None, kl_coef: float = 0.05,
-                 kl_estimator: str = "k1", cliprange: float = 0.2, num_ppo_epochs: int = 1,
-                 num_mini_batches: int = 1, gradient_accumulation_steps: int = 1,
-                 max_grad_norm: float | None = 1.0, forward_batch_size: int | None = None,
-                 generation_kwargs: dict[str, Any] | None = None, allow_biased_sampling: bool = False,
-                 reuse_rollout_forward: bool = True, max_consecutive_nonfinite: int = 3,
-                 rollout_engine: RolloutEngine | None = None, rl_steps: int | None = None):
+    config_class: type[RLHFConfig] = RLHFConfig
+
+    def __init__(self, model: dict[str, Any] | ModelConfig, reward: Reward, optimizer: Callable | None = None,
+                 lr_scheduler: Callable | None = None, rollout_engine: RolloutEngine | None = None, **settings: Any):
+        """settings: the fields of `config_class` (RLOOConfig, PPOConfig, ...), whose defaults are the CLI's;
+        an unknown one is a one-line error naming the nearest valid key."""
         super().__init__()
+        config = build(self.config_class, settings, "algo")
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
-        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler", "rollout_engine"])
-        self.optimizer_factory, self.lr_scheduler_factory = optimizer, lr_scheduler
+        self.save_hyperparameters({"model": asdict(model_config(model)), **asdict(config)})
+        self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.0)
+        self.lr_scheduler_factory = lr_scheduler
+        check_optimizer(self.optimizer_factory)
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
-        if kl_estimator not in KL_ESTIMATORS:
-            raise ConfigError(f"algo.kl_estimator={kl_estimator!r} is not one of {KL_ESTIMATORS}.")
-        check_shared_settings(self.hparams, optimizer)  # rl_steps: stop after this many RL steps (see training_step)
-        warn_about_reward_kl(kl_estimator)  # every algorithm here puts the KL in the reward
         self.reward = reward
         self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
-        self.kl_coef = float(kl_coef)  # a KL controller callback may change it during training
+        self.kl_coef = float(config.kl_coef)  # a KL controller callback may change it during training
         self.episode = 0  # sequences trained on, over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = None
@@ -137,8 +135,6 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         return [p for p in self.parameters() if p.requires_grad]
 
     def configure_optimizers(self):
-        if self.optimizer_factory is None:
-            raise ConfigError("no optimizer: pass optimizer=functools.partial(torch.optim.AdamW, lr=...).")
         self._trainable = self.trainable_parameters()
         optimizer = self.optimizer_factory(params=self._trainable)
         if self.lr_scheduler_factory is None:

@@ -9,10 +9,8 @@ import torch
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout, response_forward, sequence_inputs
-from lit_rlhf.algos.validation import check_number
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.config import PPOConfig
 from lit_rlhf.models.value import (
-    CRITIC_KINDS,
     ValueHead,
     add_critic_adapter,
     critic_adapter_active,
@@ -44,28 +42,11 @@ class PPOModule(RLHFModule):
 
     supports_single_update = False  # the rollout forward also computes the values
 
-    def __init__(self, *args, samples_per_prompt: int = 1, vf_coef: float = 0.1, cliprange_value: float = 0.2,
-                 gamma: float = 1.0, lam: float = 0.95, whiten_rewards: bool = False,
-                 whiten_advantages: bool = True, entropy_coef: float = 0.0, critic: str = "shared",
-                 critic_model_path: str | None = None, critic_warmup_steps: int = 0, **kwargs):
-        kwargs.setdefault("num_ppo_epochs", 4)
+    config_class = PPOConfig
+
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if critic not in CRITIC_KINDS:
-            raise ConfigError(f"algo.critic={critic!r} is not one of {CRITIC_KINDS}.")
-        if critic == "reward_model" and not critic_model_path:
-            raise ConfigError("algo.critic=reward_model needs algo.critic_model_path "
-                              "(a sequence-classification model).")
-        check_number("samples_per_prompt", samples_per_prompt, minimum=1, integer=True)
-        check_number("vf_coef", vf_coef, minimum=0)
-        check_number("cliprange_value", cliprange_value, minimum=0, strictly=True)
-        check_number("entropy_coef", entropy_coef)
-        check_number("critic_warmup_steps", critic_warmup_steps, minimum=0, integer=True)
-        for name, value in (("gamma", gamma), ("lam", lam)):
-            check_number(name, value, minimum=0)
-            if value > 1:
-                raise ConfigError(f"algo.{name}={value} must be in [0, 1].")
-        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
-        self.samples_per_prompt = samples_per_prompt
+        self.samples_per_prompt = self.hparams.samples_per_prompt
         self.value_head = self.critic_backbone = None
 
     def configure_model(self) -> None:

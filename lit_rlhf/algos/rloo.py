@@ -9,11 +9,8 @@ import torch
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.validation import check_number
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.config import RLOOConfig
 from lit_rlhf.ops import leave_one_out_baseline, masked_whiten, place_score_on_last_token, reward_to_go
-
-KL_PENALTIES = ("sequence", "token")
 
 
 class RLOOModule(RLHFModule):
@@ -26,15 +23,7 @@ class RLOOModule(RLHFModule):
               so a token is only charged for the KL of the tokens it leads to.
     """
 
-    def __init__(self, *args, rloo_k: int = 4, kl_penalty: str = "sequence", normalize_advantage: bool = False,
-                 **kwargs):
-        super().__init__(*args, **kwargs)
-        check_number("rloo_k", rloo_k, integer=True)
-        if rloo_k < 2:
-            raise ConfigError(f"algo.rloo_k={rloo_k}: RLOO needs at least 2 samples per prompt; set rloo_k >= 2.")
-        if kl_penalty not in KL_PENALTIES:
-            raise ConfigError(f"algo.kl_penalty={kl_penalty!r} is not one of {KL_PENALTIES}.")
-        self.save_hyperparameters(ignore=["reward", "optimizer", "lr_scheduler"])
+    config_class = RLOOConfig
 
     @property
     def samples_per_prompt(self) -> int:

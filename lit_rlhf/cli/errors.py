@@ -4,14 +4,17 @@ composition errors 2 as well (see docs/reliability.md#errors-and-exit-codes)."""
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
+from lit_rlhf.cli.composition import composition_error
 from lit_rlhf.errors import EXIT_SIGTERM, EXIT_USER_ERROR, ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.interrupts import EndOfRunInterrupted
 
@@ -42,16 +45,24 @@ def mark_task_started() -> None:
     _task_started = True
 
 
-def run_hydra_app(main: Callable[[], Any]) -> None:
-    """Runs a @hydra.main function. Hydra reports its own errors (an unknown key, a misspelled group, a bad
-    override) in one line with exit code 1; they are user mistakes too, so they exit with 2 like ours.
-    Exit code 1 stays for errors raised inside the task that are not user mistakes (with a traceback)."""
+def run_hydra_app(main: Callable[[], Any], config_name: str) -> None:
+    """Runs a @hydra.main function (its conf/ beside the script). Hydra's own errors (an unknown key, a
+    misspelled group option, a value of the wrong type) are user mistakes too: one line naming the key and
+    the nearest valid one, exit code 2 like ours. Exit code 1 stays for errors raised inside the task that
+    are not user mistakes (with a traceback)."""
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
     try:
         main()
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)
         raise
+    except Exception as err:
+        if _task_started:
+            raise
+        config_dir = Path(sys.argv[0]).resolve().parent / "conf"
+        overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
+        exit_with_user_error(composition_error(err, config_dir, config_name, overrides))
 
 
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,

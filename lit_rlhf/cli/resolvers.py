@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lit_rlhf.assets import asset_path
+from lit_rlhf.cli.configs import register_configs
 from lit_rlhf.cli.run_dirs import new_run_dir
 
 
@@ -21,6 +22,8 @@ def wandb_offline() -> bool:
 
 
 def register_resolvers() -> None:
+    """The resolvers conf/ uses, and the typed settings (lit_rlhf.cli.configs) it composes on."""
+    register_configs()
     resolvers = {"asset": asset_path, "wandb_offline": wandb_offline}
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

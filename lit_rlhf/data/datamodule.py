@@ -5,13 +5,16 @@ Shapes: B prompts per rank (local_batch_size), P prompt length.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from functools import partial
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
+from lit_rlhf.config import DataConfig, build
 from lit_rlhf.data.sources import load_prompt_texts
 from lit_rlhf.data.stream import PromptStream
 from lit_rlhf.errors import ConfigError
@@ -44,15 +47,10 @@ class PromptDataModule(L.LightningDataModule):
     The first num_eval_prompts of a seeded permutation are held out for validation and samples.
     """
 
-    def __init__(self, tokenizer: str, dataset: str | None = "sentiment", prompt_column: str = "prompt",
-                 split: str = "train", subset: str | None = None, batch_size: int = 8,
-                 max_prompt_length: int = 64, apply_chat_template: bool = False, num_eval_prompts: int = 16,
-                 eval_batch_size: int = 16, seed: int = 0, trust_remote_code: bool = False):
+    def __init__(self, **settings: Any):
+        """settings: the fields of DataConfig; an unknown one is a one-line error naming the nearest valid key."""
         super().__init__()
-        self.save_hyperparameters()
-        if batch_size < 1 or max_prompt_length < 1:
-            raise ConfigError(f"data.batch_size={batch_size} and data.max_prompt_length={max_prompt_length} "
-                              f"must be >= 1.")
+        self.save_hyperparameters(asdict(build(DataConfig, settings, "data")))
         self.tokenizer = None
         self.train_prompts: list[list[int]] = []
         self.eval_prompts: list[list[int]] = []

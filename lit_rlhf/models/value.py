@@ -13,12 +13,12 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForSequenceClassification
 
+from lit_rlhf.config.algo import CRITIC_KINDS  # noqa: F401  (re-exported)
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER, peft_reads_deprecated_alias
 
 CRITIC_ADAPTER = "critic"
-CRITIC_KINDS = ("shared", "adapter", "reward_model")
 
 
 class ValueHead(torch.nn.Module):

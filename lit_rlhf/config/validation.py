@@ -9,7 +9,7 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.errors import ConfigError, nearest
+from lit_rlhf.errors import ConfigError
 
 REWARD_KL_WARNING = (
     "algo.kl_estimator={0} is used as a reward penalty: the policy gradient of a k2/k3 penalty does not point "
@@ -46,7 +46,7 @@ def check_optimizer(optimizer: Callable | None) -> None:
         raise ConfigError(f"algo.optimizer.weight_decay={keywords['weight_decay']!r} must be a number >= 0.")
 
 
-def check_shared_settings(hp: Any, optimizer: Callable | None) -> None:
+def check_shared_settings(hp: Any) -> None:
     for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps", "response_length"):
         check_number(name, getattr(hp, name), minimum=1, integer=True)
     check_number("forward_batch_size", hp.forward_batch_size, minimum=1, integer=True, optional=True)
@@ -56,25 +56,7 @@ def check_shared_settings(hp: Any, optimizer: Callable | None) -> None:
     check_number("cliprange", hp.cliprange, minimum=0, strictly=True)
     check_number("max_grad_norm", hp.max_grad_norm, minimum=0, strictly=True, optional=True)
     check_number("missing_eos_penalty", hp.missing_eos_penalty, optional=True)
-    check_optimizer(optimizer)
-    check_model_spec(hp.model)
-
-
-MODEL_KEYS = ("name_or_path", "tokenizer_name_or_path", "dtype", "lora", "adapter_path", "trust_remote_code",
-              "gradient_checkpointing", "reference_name_or_path")
-
-
-def check_model_spec(model: Any) -> None:
-    if not isinstance(model, dict) or "name_or_path" not in model:
-        raise ConfigError(f"model={model!r} must be a mapping with at least name_or_path.")
-    for key in model:
-        if key not in MODEL_KEYS:
-            raise ConfigError(f"model.{key} is not a model setting{nearest(key, MODEL_KEYS)}.")
-    lora = model.get("lora")
-    if lora is not None:
-        r = lora.get("r", 8)
-        if not is_number(r) or int(r) != r or r < 1:
-            raise ConfigError(f"model.lora.r={r!r} must be a whole number >= 1 (model.lora=null: full fine-tuning).")
+    check_number("max_consecutive_nonfinite", hp.max_consecutive_nonfinite, minimum=1, integer=True)
 
 
 def warn_about_reward_kl(kl_estimator: str, kl_in_reward: bool = True) -> None:

@@ -1,0 +1,52 @@
+"""ModelConfig: the policy model (any AutoModelForCausalLM) and its LoRA adapters."""
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from lit_rlhf.config.settings import build, setting
+from lit_rlhf.errors import ConfigError
+
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+
+@dataclass
+class LoraSettings:
+    r: int = setting(16, "LoRA rank")
+    lora_alpha: int = setting(32, "LoRA scaling numerator (the update is scaled by lora_alpha / r)")
+    lora_dropout: float = setting(0.0, "dropout on the LoRA input; > 0 makes the ratio differ from 1 before any update")
+    target_modules: Any = setting("all-linear", "modules that get adapters: all-linear, or a list of names")
+
+    def __post_init__(self):
+        if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 1:
+            raise ConfigError(f"model.lora.r={self.r!r} must be a whole number >= 1 (model.lora=null: full "
+                              f"fine-tuning).")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"model.lora.lora_dropout={self.lora_dropout!r} must be in [0, 1).")
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = setting("???", "hub name or local directory of an AutoModelForCausalLM")
+    tokenizer_name_or_path: Optional[str] = setting(None, "where the tokenizer lives (null: beside the weights)")
+    dtype: str = setting("float32", "float32, bfloat16, float16 or auto")
+    lora: Optional[LoraSettings] = setting(factory=LoraSettings, doc="LoRA adapters (null: full fine-tuning, with "
+                                                                    "a frozen copy of the model as the reference)")
+    adapter_path: Optional[str] = setting(None, "start from a trained peft adapter; a frozen copy of it is then the "
+                                                "reference")
+    trust_remote_code: bool = setting(False, "allow the model's own code from the Hub")
+    gradient_checkpointing: bool = setting(False, "activation checkpointing (non-reentrant, works with LoRA)")
+    reference_name_or_path: Optional[str] = setting(None, "with lora: null, load the frozen reference from here "
+                                                          "instead of copying the model")
+
+    def __post_init__(self):
+        if self.name_or_path in (None, "???", ""):
+            raise ConfigError("model.name_or_path is required: a hub name or a local model directory.")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"model.dtype={self.dtype!r} is not one of {DTYPES}.")
+        if isinstance(self.lora, dict):
+            self.lora = build(LoraSettings, self.lora, "model.lora")
+
+
+def model_config(spec: Any) -> ModelConfig:
+    """A ModelConfig from a dict (Python, Hydra) or a ModelConfig; unknown keys are refused."""
+    return build(ModelConfig, spec, "model")
