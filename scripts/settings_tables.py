@@ -1,0 +1,10 @@
+"""Rewrites the settings tables of docs/configuration.md from the dataclasses' field docs."""
+
+from pathlib import Path
+
+from lit_rlhf.config.docs import fill_tables
+
+if __name__ == "__main__":
+    page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    page.write_text(fill_tables(page.read_text()))
+    print(f"Wrote {page}")

@@ -1,0 +1,60 @@
+"""One source of defaults: Python and the CLI build the same module, unknown keys are one line with the
+nearest valid key, and the docs' settings tables are the dataclasses' own docs."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
+from lit_rlhf.cli.resolvers import register_resolvers
+from lit_rlhf.config.docs import fill_tables
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models import VaderSentiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compose_train(*overrides):
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        return compose("train", overrides=["paths.output_dir=.", *overrides])
+
+
+@pytest.mark.parametrize("algo, cls", [("rloo", RLOOModule), ("ppo", PPOModule)])
+def test_a_module_built_from_python_defaults_equals_the_one_train_py_builds(algo, cls):
+    cfg = compose_train(f"algo={algo}")
+    from_cli = instantiate(cfg.algo, _convert_="all")
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    from_python = cls(model=model, reward=VaderSentiment(), rl_steps=cfg.steps)
+    assert dict(from_python.hparams) == dict(from_cli.hparams)
+    assert from_python.optimizer_factory.keywords == from_cli.optimizer_factory.keywords
+    data_cli = instantiate(cfg.data)
+    data_python = PromptDataModule(tokenizer=model["name_or_path"], seed=cfg.seed)
+    assert dict(data_python.hparams) == dict(data_cli.hparams)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: RLOOModule(model={"name_or_path": "m"}, reward=None, kl_coeff=0.1),
+     "algo.kl_coeff is not a setting of RLOOConfig (did you mean 'kl_coef'?)"),
+    (lambda: PPOModule(model={"name_or_path": "m"}, reward=None, vf_coeff=0.1),
+     "algo.vf_coeff is not a setting of PPOConfig (did you mean 'vf_coef'?)"),
+    (lambda: RLOOModule(model={"name_or_path": "m", "lora": {"rr": 8}}, reward=None),
+     "model.lora.rr is not a setting of LoraSettings (did you mean 'r'?)"),
+    (lambda: RLOOModule(model={"name_or_pth": "m"}, reward=None),
+     "model.name_or_pth is not a setting of ModelConfig (did you mean 'name_or_path'?)"),
+    (lambda: PromptDataModule(tokenizer="t", batch_sise=4),
+     "data.batch_sise is not a setting of DataConfig (did you mean 'batch_size'?)"),
+])
+def test_an_unknown_key_in_python_is_one_line_naming_the_nearest_valid_one(make, message):
+    with pytest.raises(ConfigError) as raised:
+        make()
+    assert str(raised.value) == message + "."
+
+
+def test_the_settings_tables_in_the_docs_are_the_dataclass_docs():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert "<!-- settings:RLOOConfig -->" in page and "<!-- settings:PPOConfig -->" in page
+    assert fill_tables(page) == page, "run `python scripts/settings_tables.py`"
