@@ -26,6 +26,7 @@ from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.validation import check_optimizer
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import (
     clipped_policy_loss,
@@ -55,6 +56,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
     # and its detached logprobs are the old logprobs (ratio 1), saving a forward pass. Algorithms whose
     # rollout forward also computes values (PPO) opt out.
     supports_single_update: bool = True
+    estimator: str = ""  # the advantage estimator, a key of lit_rlhf.estimators.ESTIMATORS
 
     config_class: type[RLHFConfig] = RLHFConfig
 
@@ -266,6 +268,12 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""
         raise NotImplementedError
 
+    def estimate(self, rollout: Rollout, non_score_reward: torch.Tensor) -> Estimate:
+        """The advantages of the algorithm's estimator (ESTIMATORS[self.estimator]) with its settings."""
+        inputs = EstimatorInputs(rollout.scores, non_score_reward, rollout.response_mask, rollout.prompt_index,
+                                 rollout.values)
+        return ESTIMATORS[self.estimator](inputs, self.hparams)
+
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
         """num_ppo_epochs x num_mini_batches clipped-ratio steps, each accumulating micro-batches."""
         hp = self.hparams
@@ -335,7 +343,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         statistics; entropy (M,R) is the policy's per-token entropy, for the statistics."""
         mask = rollout.response_mask[idx]  # M,R
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
-                                                self.hparams.cliprange)
+                                                self.hparams.cliprange, self.hparams.loss_aggregation)
         self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])
         return pg_loss, {
             "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],

@@ -20,13 +20,11 @@ from lit_rlhf.models.value import (
 from lit_rlhf.ops import (
     clipped_value_loss,
     entropy_from_logits,
-    gae_advantages,
     logprobs_and_entropy,
     logprobs_from_logits,
     masked_mean,
     masked_var,
     masked_whiten,
-    place_score_on_last_token,
 )
 
 
@@ -43,6 +41,7 @@ class PPOModule(RLHFModule):
     supports_single_update = False  # the rollout forward also computes the values
 
     config_class = PPOConfig
+    estimator = "gae"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -95,13 +94,9 @@ class PPOModule(RLHFModule):
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp, mask = self.hparams, rollout.response_mask  # N,R
         kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
-        token_rewards = non_score_reward + place_score_on_last_token(rollout.scores, mask)  # N,R
-        if hp.whiten_rewards:
-            token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
-        values = rollout.values * mask  # N,R
-        advantages = gae_advantages(token_rewards, values, mask, hp.gamma, hp.lam)  # N,R
-        rollout.returns = advantages + values  # N,R
-        stats = self.objective_stats(rollout, kl, non_score_reward, rollout.scores + non_score_reward.sum(1))
+        estimate = self.estimate(rollout, non_score_reward)
+        advantages, rollout.returns, values = estimate.advantages, estimate.returns, rollout.values * mask  # N,R
+        stats = self.objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
         stats.update({
             "val/var_explained": 1 - masked_var(rollout.returns - values, mask) / masked_var(rollout.returns, mask),
             "val/mean": masked_mean(values, mask), "val/var": masked_var(values, mask),

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 from lit_rlhf.config.settings import setting
 from lit_rlhf.config.validation import check_number, check_shared_settings, warn_about_reward_kl
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import KL_ESTIMATORS
+from lit_rlhf.ops import KL_ESTIMATORS, LOSS_AGGREGATIONS
 
 KL_PENALTIES = ("sequence", "token")
 CRITIC_KINDS = ("shared", "adapter", "reward_model")
@@ -26,6 +26,10 @@ class RLHFConfig:
     missing_eos_penalty: Optional[float] = setting(1.0, "subtracted from the score of a response with no stop "
                                                         "token (null: off)")
     cliprange: float = setting(0.2, "PPO ratio clipping")
+    loss_aggregation: str = setting(
+        "token_mean", "how the per-token policy loss becomes one number: `token_mean` (over the micro-batch's "
+                      "tokens), `seq_mean_token_mean` (mean of each sequence's token mean), `token_sum_norm` (token "
+                      "sum / (sequences x response_length))")
     num_ppo_epochs: int = setting(1, "passes over each rollout")
     num_mini_batches: int = setting(1, "optimizer steps per pass")
     gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step")
@@ -45,6 +49,8 @@ class RLHFConfig:
                                             "max_steps, in optimizer steps, decides)")
 
     def __post_init__(self):
+        if self.loss_aggregation not in LOSS_AGGREGATIONS:
+            raise ConfigError(f"algo.loss_aggregation={self.loss_aggregation!r} is not one of {LOSS_AGGREGATIONS}.")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ConfigError(f"algo.kl_estimator={self.kl_estimator!r} is not one of {KL_ESTIMATORS}.")
         check_shared_settings(self)

@@ -10,7 +10,7 @@ from lit_rlhf.ops.advantages import (
 )
 from lit_rlhf.ops.kl import KL_ESTIMATORS, kl_per_token
 from lit_rlhf.ops.logprobs import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
-from lit_rlhf.ops.losses import clipped_policy_loss, clipped_value_loss
+from lit_rlhf.ops.losses import LOSS_AGGREGATIONS, aggregate_loss, clipped_policy_loss, clipped_value_loss
 from lit_rlhf.ops.masks import (
     contains_stop,
     first_stop_index,
@@ -22,7 +22,8 @@ from lit_rlhf.ops.masks import (
 )
 
 __all__ = [
-    "KL_ESTIMATORS", "clipped_policy_loss", "clipped_value_loss", "contains_stop", "discounted_reverse_cumsum",
+    "KL_ESTIMATORS", "LOSS_AGGREGATIONS", "aggregate_loss", "clipped_policy_loss", "clipped_value_loss",
+    "contains_stop", "discounted_reverse_cumsum",
     "gae_advantages", "entropy_from_logits", "first_stop_index", "kl_per_token", "leave_one_out_baseline",
     "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var",
     "masked_whiten", "place_score_on_last_token", "response_mask_from_stop", "reward_to_go",

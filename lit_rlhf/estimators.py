@@ -1,0 +1,80 @@
+"""Advantage estimators: the seam between a scored rollout and the loss.
+
+An estimator is a function (EstimatorInputs, settings) -> Estimate, registered by name in ESTIMATORS;
+a module picks one by name (RLOOModule: `loo`, PPOModule: `gae`), so a new estimator is one function
+plus the setting that names it. Pure tensor maths on top of lit_rlhf.ops: no Lightning, no models.
+
+Shapes: N sequences, R response length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lit_rlhf.ops import (
+    gae_advantages,
+    leave_one_out_baseline,
+    masked_whiten,
+    place_score_on_last_token,
+    reward_to_go,
+)
+
+
+@dataclass
+class EstimatorInputs:
+    scores: torch.Tensor  # N    reward after transforms and the missing-EOS penalty
+    non_score_reward: torch.Tensor  # N,R  -kl_coef * KL_t, zero after the stop token
+    response_mask: torch.Tensor  # N,R
+    prompt_index: torch.Tensor  # N    siblings share a prompt index
+    values: torch.Tensor | None = None  # N,R  the critic's values at rollout time
+
+
+@dataclass
+class Estimate:
+    advantages: torch.Tensor  # N,R  zero after the stop token
+    rlhf_reward: torch.Tensor  # N    score - kl_coef * sum_t KL_t
+    returns: torch.Tensor | None = None  # N,R  value targets, for estimators with a critic
+
+
+def leave_one_out(inputs: EstimatorInputs, settings: Any) -> Estimate:
+    """RLOO (Ahmadian et al. 2024). settings.kl_penalty `sequence`: advantage = rlhf_reward - mean of the K-1
+    siblings' rlhf_reward, on every token. `token`: token t's advantage is its reward-to-go minus the
+    siblings' mean return. settings.normalize_advantage whitens over the batch."""
+    mask = inputs.response_mask  # N,R
+    if settings.kl_penalty == "sequence":
+        rlhf_reward = inputs.scores + inputs.non_score_reward.sum(1)  # N
+        advantages = rlhf_reward - leave_one_out_baseline(rlhf_reward, inputs.prompt_index)  # N
+        if settings.normalize_advantage:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return Estimate(advantages.unsqueeze(1) * mask, rlhf_reward)
+    token_rewards = inputs.non_score_reward + place_score_on_last_token(inputs.scores, mask)  # N,R
+    returns = reward_to_go(token_rewards, mask)  # N,R
+    rlhf_reward = returns[:, 0]  # N
+    advantages = (returns - leave_one_out_baseline(rlhf_reward, inputs.prompt_index).unsqueeze(1)) * mask  # N,R
+    if settings.normalize_advantage:
+        advantages = masked_whiten(advantages, mask)
+    return Estimate(advantages, rlhf_reward)
+
+
+def generalized_advantage(inputs: EstimatorInputs, settings: Any) -> Estimate:
+    """GAE (Schulman et al. 2016) over per-token rewards (-kl_coef * KL_t, plus the score on the last
+    response token), with settings.gamma, settings.lam; optional reward whitening (scale only) first.
+    Advantages are returned before whitening (settings.whiten_advantages is applied by the module, after
+    its statistics)."""
+    mask = inputs.response_mask  # N,R
+    token_rewards = inputs.non_score_reward + place_score_on_last_token(inputs.scores, mask)  # N,R
+    if settings.whiten_rewards:
+        token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
+    values = inputs.values * mask  # N,R
+    advantages = gae_advantages(token_rewards, values, mask, settings.gamma, settings.lam)  # N,R
+    return Estimate(advantages, inputs.scores + inputs.non_score_reward.sum(1), returns=advantages + values)
+
+
+ESTIMATORS: dict[str, Callable[[EstimatorInputs, Any], Estimate]] = {
+    "loo": leave_one_out,
+    "gae": generalized_advantage,
+}
