@@ -22,8 +22,8 @@ def run_train(tmp_path, *overrides):
 def test_ddp_on_two_cpu_processes_keeps_ranks_identical_and_counts_global_episodes(tmp_path):
     # the adaptive KL controller steers on the KL of the whole batch, the same on every rank
     result = run_train(tmp_path, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-                       "callbacks.kl_controller.kind=adaptive", "callbacks.kl_controller.target=0.05",
-                       "callbacks.kl_controller.horizon=50", "algo.optimizer.lr=0.01")
+                       "algo.kl_controller.kind=adaptive", "algo.kl_controller.target=0.05",
+                       "algo.kl_controller.horizon=50", "algo.optimizer.lr=0.01")
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [torch.load(tmp_path / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0]["world_size"] == 2

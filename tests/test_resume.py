@@ -7,7 +7,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 
-from lit_rlhf.callbacks import KLController, RewardNormalizer
+from lit_rlhf.algos import KLController, RewardNormalizer
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 
 STEPS = 7
@@ -33,7 +33,12 @@ class Record(L.Callback):
 
 
 def make(algo):
-    return make_ppo(num_ppo_epochs=2, response_length=12) if algo == "ppo" else make_rloo(response_length=12)
+    """With an adaptive KL controller and a reward normalizer: their state must resume too."""
+    components = dict(kl_controller=KLController(kind="adaptive", target=0.5, horizon=100),
+                      score_transforms=[RewardNormalizer()])
+    if algo == "ppo":
+        return make_ppo(num_ppo_epochs=2, response_length=12, **components)
+    return make_rloo(response_length=12, **components)
 
 
 def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None):
@@ -42,8 +47,7 @@ def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None):
     updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
     trainer = L.Trainer(max_steps=rl_steps * updates, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", val_check_interval=3, limit_val_batches=1,
-                        num_sanity_val_steps=1, callbacks=[*callbacks, KLController(kind="adaptive", target=0.5,
-                                                                                   horizon=100), RewardNormalizer()],
+                        num_sanity_val_steps=1, callbacks=callbacks,
                         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks))
     trainer.fit(module, make_datamodule(dataset=prompts, num_eval_prompts=8, batch_size=4), ckpt_path=ckpt_path)
     return module

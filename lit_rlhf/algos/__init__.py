@@ -1,8 +1,12 @@
-"""LightningModules: the shared RLHFModule and the algorithms built on it."""
+"""LightningModules: the shared RLHFModule and the algorithms built on it, and the components a module owns
+(its KL controller and score transforms)."""
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.kl_controller import KLController, adaptive_kl_update
 from lit_rlhf.algos.ppo import PPOModule
 from lit_rlhf.algos.rloo import RLOOModule
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.score_transforms import RewardNormalizer, ScoreTransform
 
-__all__ = ["PPOModule", "RLHFModule", "RLOOModule", "Rollout"]
+__all__ = ["KLController", "PPOModule", "RLHFModule", "RLOOModule", "RewardNormalizer", "Rollout", "ScoreTransform",
+           "adaptive_kl_update"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -21,7 +21,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.heldout import HeldoutSampling
+from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
+from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.validation import check_optimizer
@@ -61,9 +63,13 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
     config_class: type[RLHFConfig] = RLHFConfig
 
     def __init__(self, model: dict[str, Any] | ModelConfig, reward: Reward, optimizer: Callable | None = None,
-                 lr_scheduler: Callable | None = None, rollout_engine: RolloutEngine | None = None, **settings: Any):
+                 lr_scheduler: Callable | None = None, rollout_engine: RolloutEngine | None = None,
+                 kl_controller: KLController | None = None, score_transforms: Sequence[ScoreTransform] = (),
+                 **settings: Any):
         """settings: the fields of `config_class` (RLOOConfig, PPOConfig, ...), whose defaults are the CLI's;
-        an unknown one is a one-line error naming the nearest valid key."""
+        an unknown one is a one-line error naming the nearest valid key. The module owns its KL controller
+        (fixed at kl_coef by default) and its score transforms (applied to training scores, in order); both
+        are checkpointed with it."""
         super().__init__()
         config = build(self.config_class, settings, "algo")
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
@@ -75,7 +81,9 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
         self.reward = reward
         self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
-        self.kl_coef = float(config.kl_coef)  # a KL controller callback may change it during training
+        self.kl_controller = kl_controller or KLController()
+        self.kl_controller.start(config.kl_coef)
+        self.score_transforms = list(score_transforms)
         self.episode = 0  # sequences trained on, over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = None
@@ -229,12 +237,22 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         return scores
 
     def transform_scores(self, scores: torch.Tensor, prompts: list[str], completions: list[str]) -> torch.Tensor:
-        """Reward normalization, before advantages: every callback with `transform_scores` (e.g.
-        RewardNormalizer) is applied in order. Callbacks otherwise only run around the step."""
-        for callback in self.trainer.callbacks if self._trainer is not None else []:
-            if hasattr(callback, "transform_scores"):
-                scores = callback.transform_scores(self, scores, prompts, completions)
+        """The module's score transforms (e.g. RewardNormalizer), in order, before advantages."""
+        for transform in self.score_transforms:
+            scores = transform.transform_scores(self, scores, prompts, completions)
         return scores
+
+    @property
+    def kl_coef(self) -> float:
+        """The current KL coefficient: the KL controller's."""
+        return self.kl_controller.kl_coef
+
+    def update_kl_coef(self) -> None:
+        """After an RL step: the controller steers on the mean KL of all ranks, so kl_coef is one value."""
+        local_kl = torch.tensor(self.last_stats["objective/kl"], dtype=torch.float64, device=self.device)
+        kl = float(self.trainer.strategy.reduce(local_kl, reduce_op="mean")) if self._trainer is not None else \
+            float(local_kl)
+        self.kl_controller.update(kl, self.last_step_episodes)
 
     def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop. -> (N,R), (N,R)"""
@@ -260,6 +278,7 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
         update_stats = self.update(rollout, advantages)
         self.log_stats(rollout, {**objective_stats, **update_stats})
         self.last_distributions = self.distributions(rollout, advantages)
+        self.update_kl_coef()  # after the step's statistics logged the coefficient it used
         self.rl_step += 1
         if self.hparams.rl_steps is not None and self.rl_step >= self.hparams.rl_steps:
             self.trainer.should_stop = True  # RL steps are the unit: no optimizer-step arithmetic for max_steps

@@ -43,7 +43,8 @@ class TrainedStateCheckpoints:
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {
             "algo": f"{type(self).__module__}.{type(self).__qualname__}",
-            "episode": self.episode, "rl_step": self.rl_step, "kl_coef": self.kl_coef,
+            "episode": self.episode, "rl_step": self.rl_step, "kl_controller": self.kl_controller.state_dict(),
+            "score_transforms": [getattr(t, "state_dict", dict)() for t in self.score_transforms],
             "skipped_updates": self.skipped_updates,
             "trained_digest": tensors_digest(checkpoint["state_dict"]),  # a corrupted file is refused on load
             "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
@@ -65,7 +66,11 @@ class TrainedStateCheckpoints:
         state = checkpoint.get("rlhf_state", {})
         self.episode = state.get("episode", 0)
         self.rl_step = state.get("rl_step", 0)
-        self.kl_coef = state.get("kl_coef", self.kl_coef)
+        if "kl_controller" in state:
+            self.kl_controller.load_state_dict(state["kl_controller"])
+        for transform, transform_state in zip(self.score_transforms, state.get("score_transforms", []), strict=False):
+            if hasattr(transform, "load_state_dict"):
+                transform.load_state_dict(transform_state)
         self.skipped_updates = state.get("skipped_updates", 0)
         self._rng_to_restore = state.get("rng")
 

@@ -8,7 +8,8 @@ from hydra.core.config_store import ConfigStore
 
 from lit_rlhf.config import DataConfig, ModelConfig, PPOConfig, RLOOConfig
 
-MODULE_ARGUMENTS = ("model", "reward", "optimizer", "lr_scheduler", "rollout_engine")
+MODULE_ARGUMENTS = ("model", "reward", "optimizer", "lr_scheduler", "rollout_engine", "kl_controller",
+                    "score_transforms")
 
 
 def schema(settings: type, target: str, arguments: tuple[str, ...] = ()) -> type:

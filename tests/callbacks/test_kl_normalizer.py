@@ -3,7 +3,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_rlhf.callbacks import KLController, RewardNormalizer, adaptive_kl_update
+from lit_rlhf.algos import KLController, RewardNormalizer, adaptive_kl_update
 from lit_rlhf.errors import ConfigError
 from tests.algos.test_rloo import fake_rollout
 from tests.conftest import make_datamodule, make_rloo
@@ -21,7 +21,7 @@ def test_adaptive_update_is_the_ziegler_formula():
 
 
 class RecordKL(L.Callback):
-    """Runs after the controller: what the step saw and what the controller set."""
+    """After each step: what the step used and logged, and what the module's controller set."""
 
     def __init__(self):
         self.rows = []
@@ -41,8 +41,8 @@ def fit(module, steps, callbacks, dm=None, **kwargs):
 def test_adaptive_controller_follows_the_formula_during_training():
     L.seed_everything(0)
     controller, record = KLController(kind="adaptive", init_kl_coef=0.2, target=0.05, horizon=100), RecordKL()
-    module = make_rloo(kl_coef=0.05)
-    fit(module, 4, [controller, record])
+    module = make_rloo(kl_coef=0.05, kl_controller=controller)
+    fit(module, 4, [record])
     coef = 0.2
     for used, kl, after in record.rows:
         assert used == pytest.approx(coef)  # the step used the current coefficient and logged it
@@ -107,12 +107,14 @@ def test_checkpoint_carries_kl_coefficient_and_normalizer_state_into_the_resumed
     L.seed_everything(0)
     checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1, filename="{step}")
     controller, normalizer = KLController(kind="adaptive", target=0.01, horizon=50), RewardNormalizer()
-    module = make_rloo()
-    fit(module, 4, [checkpoint, controller, normalizer])
-    mid = torch.load(tmp_path / "step=2.ckpt", weights_only=False)
-    states = {k.split("{")[0]: v for k, v in mid["callbacks"].items()}
+    module = make_rloo(kl_controller=controller, score_transforms=[normalizer])
+    fit(module, 4, [checkpoint])
+    mid = torch.load(tmp_path / "step=2.ckpt", weights_only=True)["rlhf_state"]  # the module's state, once
+    states = {"KLController": mid["kl_controller"], "RewardNormalizer": mid["score_transforms"][0]}
     assert states["KLController"]["kl_coef"] != pytest.approx(0.05)
     assert states["RewardNormalizer"]["count"] == 2 * 16
+    assert "kl_coef" not in mid and not any("KLController" in key for key in torch.load(
+        tmp_path / "step=2.ckpt", weights_only=True)["callbacks"])  # the coefficient is saved in one place
 
     class Seen(L.Callback):
         def on_train_start(self, trainer, module):
@@ -121,7 +123,7 @@ def test_checkpoint_carries_kl_coefficient_and_normalizer_state_into_the_resumed
     L.seed_everything(0)
     resumed_controller = KLController(kind="adaptive", target=0.01, horizon=50)
     resumed_normalizer, seen = RewardNormalizer(), Seen()
-    resumed = make_rloo()
-    fit(resumed, 3, [resumed_controller, resumed_normalizer, seen], ckpt_path=str(tmp_path / "step=2.ckpt"))
+    resumed = make_rloo(kl_controller=resumed_controller, score_transforms=[resumed_normalizer])
+    fit(resumed, 3, [seen], ckpt_path=str(tmp_path / "step=2.ckpt"))
     assert seen.kl_coef == pytest.approx(states["KLController"]["kl_coef"])
     assert seen.count == 2 * 16 and resumed_normalizer.count == 3 * 16

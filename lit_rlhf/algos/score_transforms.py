@@ -1,8 +1,10 @@
-"""RewardNormalizer: running statistics of the scores, applied inside the RL step.
+"""Score transforms: what the module applies to the reward's scores inside the RL step, before advantages.
 
-Callbacks run around training_step, but scores must be normalized before advantages are computed,
-so the module calls `transform_scores` on every callback that has it, in the middle of its rollout.
-In order: optionally subtract the reward of the query alone (the FAQ's fix for a reward dominated
+A score transform is any object with `transform_scores(module, scores, prompts, completions) -> scores`
+(and, to be checkpointed, `state_dict()` / `load_state_dict()`); the module receives them in its
+constructor (`score_transforms=[...]`) and applies them in order to training rollouts only.
+
+RewardNormalizer, in order: optionally subtract the reward of the query alone (the FAQ's fix for a reward dominated
 by the prompt), update the running mean and variance with this step's scores from every rank,
 normalize by them, optionally whiten the batch, optionally clip.
 """
@@ -10,13 +12,18 @@ normalize by them, optionally whiten the batch, optionally clip.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-import lightning as L
 import torch
 
 
-class RewardNormalizer(L.Callback):
+@runtime_checkable
+class ScoreTransform(Protocol):
+    def transform_scores(self, module: Any, scores: torch.Tensor, prompts: Sequence[str],
+                         completions: Sequence[str]) -> torch.Tensor: ...
+
+
+class RewardNormalizer:
     def __init__(self, normalize: bool = True, shift_mean: bool = True, whiten_batch: bool = False,
                  reward_clip_range: float | None = None, subtract_query_reward: bool = False, epsilon: float = 1e-8):
         self.normalize, self.shift_mean, self.whiten_batch = normalize, shift_mean, whiten_batch
