@@ -22,8 +22,9 @@ from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
-from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
+from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.score_transforms import ScoreTransform
+from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.validation import check_optimizer
@@ -32,21 +33,14 @@ from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import (
     clipped_policy_loss,
-    contains_stop,
     kl_per_token,
-    logprobs_and_entropy,
     masked_mean,
 )
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
 
 
-@torch.no_grad()
-def reward_name(reward) -> str:
-    return getattr(reward, "__name__", None) or type(reward).__name__
-
-
-class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
+class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
@@ -151,96 +145,6 @@ class RLHFModule(TrainedStateCheckpoints, HeldoutSampling, L.LightningModule):
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer=optimizer),
                                                          "interval": "step"}}
-
-    # ---- rollout ---------------------------------------------------------------------------
-    @torch.no_grad()
-    def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
-                for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:
-        """The rollout engine samples K responses per prompt; then the trainer's side: old and reference
-        logprobs, the reward. Everything the update needs.
-
-        for_training=False (evaluation, samples) leaves score transforms and their running state alone.
-        from_reference=True samples from the reference instead of the policy (evaluation's baseline).
-        """
-        k = samples_per_prompt or self.samples_per_prompt
-        hp = self.hparams
-        samples = self.rollout_engine.sample(self, batch, k, from_reference=from_reference, greedy=greedy)
-        sequences = (samples.queries, samples.query_mask, samples.responses, samples.response_mask)
-        reuse_forward = for_training and self.single_update
-        was_training = self.policy.training
-        self.policy.eval()  # no dropout: old logprobs must describe the sampling distribution
-        if not reuse_forward:
-            logprobs, values = self.old_logprobs_and_values(*sequences)  # N,R
-        ref_logprobs = self.reference_logprobs(*sequences)  # N,R
-        self.policy.train(was_training)
-        policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
-        if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
-            logprobs, values = policy_outputs[0].detach(), None
-        prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
-        completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
-        has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
-        raw_scores = self.score(prompts, completions)  # N
-        scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
-        if hp.missing_eos_penalty is not None:
-            scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
-        return Rollout(queries=samples.queries, query_mask=samples.query_mask, responses=samples.responses,
-                       response_mask=samples.response_mask, prompt_index=samples.prompt_index, logprobs=logprobs,
-                       ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=has_stop,
-                       values=values, prompts=prompts, completions=completions, policy_outputs=policy_outputs,
-                       sampler_logprobs=samples.sampler_logprobs)
-
-    def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
-        """No-grad logprobs of the responses under the reference. -> (N,R)"""
-        with self.reference.active() as reference:
-            return batched_logprobs(reference, queries, query_mask, responses, response_mask,
-                                    self.hparams.temperature, self.hparams.forward_batch_size)
-
-    def policy_forward_with_grad(self, queries, query_mask, responses, response_mask):
-        """The update's forward pass, run inside the rollout when the update is one optimizer step on the
-        whole rollout (see single_update): the no-grad old-logprob forward is then unnecessary.
-        -> logprobs (N,R) with their graph, entropy (N,R)"""
-        self.enable_trainable_grads()
-        with torch.enable_grad():
-            return self.policy_logprobs_and_entropy(queries, query_mask, responses, response_mask)
-
-    def policy_logprobs_and_entropy(self, queries, query_mask, responses, response_mask):
-        """The policy's forward on the sequences. -> logprobs (N,R), entropy (N,R, no grad)"""
-        logits = response_logits(self.policy, queries, query_mask, responses, response_mask)  # N,R,V
-        return logprobs_and_entropy(logits, responses, self.hparams.temperature)
-
-    def enable_trainable_grads(self) -> None:
-        """peft's adapter switches (reference, critic) toggle requires_grad of the trained tensors."""
-        for param in getattr(self, "_trainable", None) or self.trainable_parameters():
-            param.requires_grad_(True)
-
-    def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
-        """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""
-        logprobs = batched_logprobs(self.policy, queries, query_mask, responses, response_mask,
-                                    self.hparams.temperature, self.hparams.forward_batch_size)
-        return logprobs, None
-
-    def score(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
-        name = reward_name(self.reward)
-        returned = self.reward(prompts, completions)
-        try:
-            scores = torch.as_tensor(returned).to(self.device, torch.float32)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ConfigError(f"the reward {name} returned {type(returned).__name__} that is not numbers ({err}); it "
-                              f"must return one float per completion.") from err
-        if scores.shape != (len(completions),):
-            raise ConfigError(f"the reward {name} returned shape {tuple(scores.shape)}; it must return one score per "
-                              f"completion, shape ({len(completions)},).")
-        bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
-        if bad:
-            raise ConfigError(f"the reward {name} returned {scores[bad[0]].item()} for {len(bad)} of {len(scores)} "
-                              f"completions (e.g. prompt {prompts[bad[0]][:60]!r}); it must return finite scores.")
-        return scores
-
-    def transform_scores(self, scores: torch.Tensor, prompts: list[str], completions: list[str]) -> torch.Tensor:
-        """The module's score transforms (e.g. RewardNormalizer), in order, before advantages."""
-        for transform in self.score_transforms:
-            scores = transform.transform_scores(self, scores, prompts, completions)
-        return scores
 
     @property
     def kl_coef(self) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 
+@torch.no_grad()
 def has_active_dropout(model: torch.nn.Module) -> bool:
     """Whether train-mode forwards are random: a Dropout module with p > 0 (e.g. lora_dropout, which acts
     only once LoRA's B is non-zero), or, judged by what the model does, two train-mode forwards of the same
