@@ -154,8 +154,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
     def update_kl_coef(self) -> None:
         """After an RL step: the controller steers on the mean KL of all ranks, so kl_coef is one value."""
         local_kl = torch.tensor(self.last_stats["objective/kl"], dtype=torch.float64, device=self.device)
-        kl = float(self.trainer.strategy.reduce(local_kl, reduce_op="mean")) if self._trainer is not None else \
-            float(local_kl)
+        kl = float(self.trainer.strategy.reduce(local_kl, reduce_op="mean"))
         self.kl_controller.update(kl, self.last_step_episodes)
 
     def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,10 +63,7 @@ def load_file(path: Path, dataset: str, prompt_column: str) -> list[Any]:
         first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
         raise ConfigError(f"data.dataset={dataset!r} cannot be read as {path.suffix} ({type(err).__name__}: "
                           f"{first}); check the file.") from err
-    if prompt_column not in data.column_names:
-        raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns are "
-                          f"{data.column_names}.")
-    return list(data[prompt_column])
+    return dataset_column(data, prompt_column, dataset)
 
 
 def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[Any]:
@@ -80,10 +77,14 @@ def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -
             f"on a machine with internet (`hf download --repo-type dataset {dataset}`), or set data.dataset to "
             f"{FORMATS}."
         ) from err
+    return dataset_column(data, prompt_column, dataset)
+
+
+def dataset_column(data, prompt_column: str, dataset: str) -> list:
+    """The prompt column of a `datasets.Dataset`, or one line naming the columns it has."""
     if prompt_column not in data.column_names:
-        raise ConfigError(
-            f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns are {data.column_names}."
-        )
+        raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns are "
+                          f"{data.column_names}.")
     return list(data[prompt_column])
 
 
