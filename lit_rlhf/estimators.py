@@ -1,7 +1,8 @@
 """Advantage estimators: the seam between a scored rollout and the loss.
 
 An estimator is a function (EstimatorInputs, settings) -> Estimate, registered by name in ESTIMATORS;
-a module picks one by name (RLOOModule: `loo`, PPOModule: `gae`), so a new estimator is one function
+a module picks one by name (RLOOModule: `loo`, PPOModule: `gae`, GRPOModule: `group`, ReinforcePPModule:
+`reinforce_pp`), so a new estimator is one function
 plus the setting that names it. Pure tensor maths on top of lit_rlhf.ops: no Lightning, no models.
 
 Shapes: N sequences, R response length.
@@ -17,6 +18,10 @@ import torch
 
 from lit_rlhf.ops import (
     gae_advantages,
+    global_masked_whiten,
+    group_mean,
+    group_std,
+    identity_sum,
     leave_one_out_baseline,
     masked_whiten,
     place_score_on_last_token,
@@ -31,6 +36,8 @@ class EstimatorInputs:
     response_mask: torch.Tensor  # N,R
     prompt_index: torch.Tensor  # N    siblings share a prompt index
     values: torch.Tensor | None = None  # N,R  the critic's values at rollout time
+    # sums a tensor over every rank (the strategy's all-reduce): statistics "over the batch" are global
+    all_reduce_sum: Callable[[torch.Tensor], torch.Tensor] = identity_sum
 
 
 @dataclass
@@ -74,7 +81,40 @@ def generalized_advantage(inputs: EstimatorInputs, settings: Any) -> Estimate:
     return Estimate(advantages, inputs.scores + inputs.non_score_reward.sum(1), returns=advantages + values)
 
 
+def group_relative(inputs: EstimatorInputs, settings: Any) -> Estimate:
+    """GRPO (Shao et al. 2024): advantage = (r - group mean) / (std + 1e-4) on every token, r the score (minus
+    the summed KL penalty when the KL is in the reward). settings.scale_rewards: `group` (the group's std),
+    `batch` (the std over the whole batch of every rank) or `none` (no division: Dr. GRPO, Liu et al. 2025)."""
+    mask = inputs.response_mask  # N,R
+    rewards = inputs.scores + inputs.non_score_reward.sum(1)  # N
+    advantages = rewards - group_mean(rewards, inputs.prompt_index)  # N
+    if settings.scale_rewards == "group":
+        advantages = advantages / (group_std(rewards, inputs.prompt_index) + 1e-4)
+    elif settings.scale_rewards == "batch":
+        sums = inputs.all_reduce_sum(torch.stack([rewards.sum(), torch.tensor(float(len(rewards)),
+                                                                             device=rewards.device)]))
+        mean = sums[0] / sums[1]
+        var = inputs.all_reduce_sum(((rewards - mean) ** 2).sum()) / (sums[1] - 1).clamp(min=1)
+        advantages = advantages / (var.sqrt() + 1e-4)
+    return Estimate(advantages.unsqueeze(1) * mask, rewards)
+
+
+def reinforce_plus_plus(inputs: EstimatorInputs, settings: Any) -> Estimate:
+    """REINFORCE++ (Hu et al. 2025): per-token rewards (-kl_coef * KL_t, plus the score on the last token), their
+    reward-to-go, whitened over the whole batch of every rank. settings.baseline=`group` (REINFORCE++-baseline)
+    subtracts each group's mean score first."""
+    mask = inputs.response_mask  # N,R
+    scores = inputs.scores  # N
+    if settings.baseline == "group":
+        scores = scores - group_mean(scores, inputs.prompt_index)
+    returns = reward_to_go(inputs.non_score_reward + place_score_on_last_token(scores, mask), mask)  # N,R
+    advantages = global_masked_whiten(returns, mask, inputs.all_reduce_sum)  # N,R
+    return Estimate(advantages, inputs.scores + inputs.non_score_reward.sum(1))
+
+
 ESTIMATORS: dict[str, Callable[[EstimatorInputs, Any], Estimate]] = {
     "loo": leave_one_out,
     "gae": generalized_advantage,
+    "group": group_relative,
+    "reinforce_pp": reinforce_plus_plus,
 }

@@ -2,11 +2,13 @@
 (its KL controller and score transforms)."""
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.grpo import GRPOModule
 from lit_rlhf.algos.kl_controller import KLController, adaptive_kl_update
 from lit_rlhf.algos.ppo import PPOModule
+from lit_rlhf.algos.reinforce_pp import ReinforcePPModule
 from lit_rlhf.algos.rloo import RLOOModule
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.score_transforms import RewardNormalizer, ScoreTransform
 
-__all__ = ["KLController", "PPOModule", "RLHFModule", "RLOOModule", "RewardNormalizer", "Rollout", "ScoreTransform",
-           "adaptive_kl_update"]
+__all__ = ["GRPOModule", "KLController", "PPOModule", "RLHFModule", "RLOOModule", "ReinforcePPModule",
+           "RewardNormalizer", "Rollout", "ScoreTransform", "adaptive_kl_update"]

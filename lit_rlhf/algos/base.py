@@ -23,6 +23,7 @@ from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.rollout_stats import completion_stats, group_stats
 from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
@@ -31,11 +32,7 @@ from lit_rlhf.config.validation import check_optimizer
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
-from lit_rlhf.ops import (
-    clipped_policy_loss,
-    kl_per_token,
-    masked_mean,
-)
+from lit_rlhf.ops import LossShare, clipped_policy_loss, identity_sum, kl_per_token, masked_mean
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
 
@@ -151,23 +148,34 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         """The current KL coefficient: the KL controller's."""
         return self.kl_controller.kl_coef
 
+    @property
+    def uses_reference(self) -> bool:
+        """Whether training needs the reference: not with a fixed kl_coef of 0 (no reference forward, no
+        objective/kl; held-out evaluation still measures the KL)."""
+        return self.kl_controller.kind != "fixed" or self.kl_coef > 0
+
     def update_kl_coef(self) -> None:
         """After an RL step: the controller steers on the mean KL of all ranks, so kl_coef is one value."""
+        if "objective/kl" not in self.last_stats:
+            return
         local_kl = torch.tensor(self.last_stats["objective/kl"], dtype=torch.float64, device=self.device)
         kl = float(self.trainer.strategy.reduce(local_kl, reduce_op="mean"))
         self.kl_controller.update(kl, self.last_step_episodes)
 
-    def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop. -> (N,R), (N,R)"""
+    def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop. -> (N,R), (N,R)
+        Without a reference forward (uses_reference): no KL (None) and no penalty."""
+        if rollout.ref_logprobs is None:
+            return None, torch.zeros_like(rollout.logprobs)
         kl = kl_per_token(rollout.logprobs, rollout.ref_logprobs, self.hparams.kl_estimator)  # N,R
         kl = kl * rollout.response_mask
         return kl, -self.kl_coef * kl
 
     def objective_stats(self, rollout: Rollout, kl: torch.Tensor, non_score_reward: torch.Tensor,
                         rlhf_reward: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The objective/* metrics, named as in TRL's RLOO and PPO trainers."""
+        """The objective/* metrics, named as in TRL's RLOO and PPO trainers (no objective/kl without a KL)."""
         return {
-            "objective/kl": kl.sum(1).mean(),
+            **({} if kl is None else {"objective/kl": kl.sum(1).mean()}),
             "objective/entropy": (-rollout.logprobs * rollout.response_mask).sum(1).mean(),
             "objective/non_score_reward": non_score_reward.sum(1).mean(),
             "objective/rlhf_reward": rlhf_reward.mean(),
@@ -193,8 +201,23 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
     def estimate(self, rollout: Rollout, non_score_reward: torch.Tensor) -> Estimate:
         """The advantages of the algorithm's estimator (ESTIMATORS[self.estimator]) with its settings."""
         inputs = EstimatorInputs(rollout.scores, non_score_reward, rollout.response_mask, rollout.prompt_index,
-                                 rollout.values)
+                                 rollout.values, self.all_reduce_sum)
         return ESTIMATORS[self.estimator](inputs, self.hparams)
+
+    def all_reduce_sum(self, total: torch.Tensor) -> torch.Tensor:
+        """A tensor summed over ranks (itself on one rank, or outside a Trainer)."""
+        if self._trainer is None or self.trainer.world_size == 1:
+            return identity_sum(total)
+        return self.trainer.strategy.reduce(total.clone(), reduce_op="sum")
+
+    def loss_share(self, rollout: Rollout, idx: torch.Tensor, micro_batches: int) -> LossShare:
+        """What the micro-batches of the optimizer step on sequences idx need for their share of its loss."""
+        hp = self.hparams
+        step_tokens = None
+        if hp.loss_type == "dapo":  # the step's tokens over all ranks; DDP averages the ranks' gradients
+            tokens = self.all_reduce_sum(rollout.loss_mask(idx).sum().double())
+            step_tokens = float(tokens) / (self.trainer.world_size if self._trainer is not None else 1)
+        return LossShare(hp.loss_type, micro_batches, hp.response_length, step_tokens)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
         """num_ppo_epochs x num_mini_batches clipped-ratio steps, each accumulating micro-batches."""
@@ -211,10 +234,11 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             order = torch.randperm(n, device=self.device)  # N
             for minibatch_idx in order.split(minibatch):
                 finite = True
+                share = self.loss_share(rollout, minibatch_idx, hp.gradient_accumulation_steps)
                 for micro_idx in minibatch_idx.split(micro):
-                    loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx)
+                    loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx, share)
                     finite = finite and bool(torch.isfinite(loss))
-                    self.manual_backward(loss / hp.gradient_accumulation_steps)
+                    self.manual_backward(loss)  # the micro-batch's share of the step's loss (LossShare)
                     for key, value in micro_stats.items():
                         stats[key].append(value.detach())
                 if not self.guard_nonfinite(finite):
@@ -251,26 +275,30 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
                               f"algo.optimizer.lr, check the reward, or raise algo.max_consecutive_nonfinite.")
         return False
 
-    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
-        """Clipped policy loss on sequences idx. -> loss, stats"""
+    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
+        """Clipped policy loss on sequences idx: their share of the optimizer step's loss. -> loss, stats"""
         if rollout.policy_outputs is not None:  # single update: the rollout already ran this forward
             new_logprobs, entropy = (t[idx] for t in rollout.policy_outputs)  # M,R ; M,R
         else:
             new_logprobs, entropy = self.policy_logprobs_and_entropy(*rollout.sequences(idx))  # M,R ; M,R
-        return self.policy_loss(new_logprobs, entropy, rollout, advantages, idx)
+        return self.policy_loss(new_logprobs, entropy, rollout, advantages, idx, share)
 
     def policy_loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout,
-                    advantages: torch.Tensor, idx: torch.Tensor):
-        """The clipped surrogate for the logprobs (M,R, with grad) of sequences idx, and the policy
-        statistics; entropy (M,R) is the policy's per-token entropy, for the statistics."""
-        mask = rollout.response_mask[idx]  # M,R
+                    advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
+        """The clipped surrogate for the logprobs (M,R, with grad) of sequences idx (their share of the step's
+        loss), and the policy statistics; entropy (M,R) is the policy's per-token entropy, for the statistics."""
+        hp, mask = self.hparams, rollout.loss_mask(idx)  # M,R
+        low = hp.cliprange if hp.cliprange_low is None else hp.cliprange_low
+        high = hp.cliprange if hp.cliprange_high is None else hp.cliprange_high
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
-                                                self.hparams.cliprange, self.hparams.loss_aggregation)
+                                                low, high, share)
         self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])
         return pg_loss, {
             "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],
-            "loss/policy_avg": pg_loss, "policy/entropy_avg": masked_mean(entropy, mask),
+            "loss/policy_avg": pg_stats["token_mean"], "policy/entropy_avg": masked_mean(entropy, mask),
             "val/ratio": pg_stats["ratio"], "val/ratio_var": pg_stats["ratio_var"],
+            "clip_ratio/low_mean": pg_stats["clip_low"], "clip_ratio/high_mean": pg_stats["clip_high"],
+            "clip_ratio/region_mean": pg_stats["clip_region"],
         }
 
     def _divide(self, total: int, parts: int, name: str, what: str) -> int:
@@ -290,8 +318,9 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         mask = rollout.response_mask
         kl, _ = self.kl_and_non_score_reward(rollout)
         return {
-            "env/reward_dist": rollout.raw_scores, "objective/kl_dist": kl.sum(1),
-            "objective/logprobs": rollout.logprobs[mask], "objective/ref_logprobs": rollout.ref_logprobs[mask],
+            "env/reward_dist": rollout.raw_scores, "objective/kl_dist": None if kl is None else kl.sum(1),
+            "objective/logprobs": rollout.logprobs[mask],
+            "objective/ref_logprobs": None if kl is None else rollout.ref_logprobs[mask],
             "policy/advantages": advantages[mask], "policy/ratio": torch.cat(self._ratios) if self._ratios else None,
             "tokens/responses_len_dist": mask.sum(1).float(),
         }
@@ -302,6 +331,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         elapsed = max(time.time() - self._fit_start_time, 1e-9)
         stats = {
             **stats,
+            **completion_stats(rollout.response_mask, rollout.contains_stop),
+            **group_stats(rollout.scores, rollout.prompt_index),
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),
             "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),
@@ -313,5 +344,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         distributed = self.trainer.world_size > 1
         self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False,
                       sync_dist=distributed, batch_size=len(rollout))
-        self.log_dict({"score": stats["objective/scores"], "kl": stats["objective/kl"]}, prog_bar=True,
+        bar = {"score": stats["objective/scores"], **({"kl": stats["objective/kl"]} if "objective/kl" in stats else {})}
+        self.log_dict(bar, prog_bar=True,
                       logger=False, on_step=True, on_epoch=False, batch_size=len(rollout))

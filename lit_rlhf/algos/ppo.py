@@ -18,6 +18,7 @@ from lit_rlhf.models.value import (
     reward_model_values,
 )
 from lit_rlhf.ops import (
+    LossShare,
     clipped_value_loss,
     entropy_from_logits,
     logprobs_and_entropy,
@@ -107,16 +108,17 @@ class PPOModule(RLHFModule):
             advantages = masked_whiten(advantages, mask)
         return advantages, stats
 
-    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor):
+    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
         hp, mask = self.hparams, rollout.response_mask[idx]  # M,R
         logits, vpred = self.policy_and_values(*rollout.sequences(idx))  # M,R,V ; M,R
         new_logprobs, entropy = logprobs_and_entropy(logits, rollout.responses[idx], hp.temperature)  # M,R ; M,R
-        pg_loss, stats = self.policy_loss(new_logprobs, entropy, rollout, advantages, idx)
+        pg_loss, stats = self.policy_loss(new_logprobs, entropy, rollout, advantages, idx, share)
         vf_loss, vf_clipfrac = clipped_value_loss(vpred.float(), rollout.values[idx], rollout.returns[idx], mask,
                                                   hp.cliprange_value)
-        loss = hp.vf_coef * vf_loss
+        loss = hp.vf_coef * vf_loss / share.micro_batches  # token means of the micro-batches, averaged
         if not self.warming_up:
             loss = loss + pg_loss
             if hp.entropy_coef:
-                loss = loss - hp.entropy_coef * masked_mean(entropy_from_logits(logits, hp.temperature), mask)
+                entropy_bonus = masked_mean(entropy_from_logits(logits, hp.temperature), mask) / share.micro_batches
+                loss = loss - hp.entropy_coef * entropy_bonus
         return loss, {**stats, "loss/value_avg": vf_loss.detach(), "val/clipfrac_avg": vf_clipfrac}

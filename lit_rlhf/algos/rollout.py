@@ -31,6 +31,7 @@ class Rollout:
     # (logprobs N,R with their graph, entropy N,R) of the rollout's policy forward, when the update reuses it
     policy_outputs: tuple[torch.Tensor, torch.Tensor] | None = None
     sampler_logprobs: torch.Tensor | None = None  # N,R  the rollout engine's logprobs, when it reports them
+    in_loss: torch.Tensor | None = None  # N  bool: sequences the loss trains on (None: all)
 
     def __len__(self) -> int:
         return self.responses.shape[0]
@@ -38,6 +39,11 @@ class Rollout:
     def sequences(self, idx: torch.Tensor | slice = slice(None)) -> tuple[torch.Tensor, ...]:
         """(queries, query_mask, responses, response_mask) of sequences idx."""
         return self.queries[idx], self.query_mask[idx], self.responses[idx], self.response_mask[idx]
+
+    def loss_mask(self, idx: torch.Tensor | slice = slice(None)) -> torch.Tensor:
+        """The response tokens of sequences idx that the loss trains on. -> (M,R)"""
+        mask = self.response_mask[idx]  # M,R
+        return mask if self.in_loss is None else mask & self.in_loss[idx].unsqueeze(1)
 
 
 

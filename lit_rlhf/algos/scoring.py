@@ -37,7 +37,8 @@ class RolloutScoring:
         self.policy.eval()  # no dropout: old logprobs must describe the sampling distribution
         if not reuse_forward:
             logprobs, values = self.old_logprobs_and_values(*sequences)  # N,R
-        ref_logprobs = self.reference_logprobs(*sequences)  # N,R
+        # the KL needs the reference; a training rollout with kl_coef 0 skips its forward
+        ref_logprobs = self.reference_logprobs(*sequences) if self.uses_reference or not for_training else None
         self.policy.train(was_training)
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1

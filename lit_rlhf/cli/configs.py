@@ -6,7 +6,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from lit_rlhf.config import DataConfig, ModelConfig, PPOConfig, RLOOConfig
+from lit_rlhf.config import DataConfig, GRPOConfig, ModelConfig, PPOConfig, ReinforcePPConfig, RLOOConfig
 
 MODULE_ARGUMENTS = ("model", "reward", "optimizer", "lr_scheduler", "rollout_engine", "kl_controller",
                     "score_transforms")
@@ -21,7 +21,9 @@ def schema(settings: type, target: str, arguments: tuple[str, ...] = ()) -> type
 def register_configs() -> None:
     store = ConfigStore.instance()
     for name, settings, target in (("rloo_schema", RLOOConfig, "lit_rlhf.algos.RLOOModule"),
-                                   ("ppo_schema", PPOConfig, "lit_rlhf.algos.PPOModule")):
+                                   ("ppo_schema", PPOConfig, "lit_rlhf.algos.PPOModule"),
+                                   ("grpo_schema", GRPOConfig, "lit_rlhf.algos.GRPOModule"),
+                                   ("reinforce_pp_schema", ReinforcePPConfig, "lit_rlhf.algos.ReinforcePPModule")):
         store.store(group="algo", name=name, node=schema(settings, target, MODULE_ARGUMENTS))
     store.store(group="model", name="schema", node=ModelConfig)
     store.store(group="data", name="schema", node=schema(DataConfig, "lit_rlhf.data.PromptDataModule"))

@@ -1,16 +1,19 @@
-"""The algorithms' settings: RLHFConfig (every algorithm), RLOOConfig, PPOConfig. Names follow TRL's
-RLOOConfig / PPOConfig where TRL has one; defaults are ours, the same for Python and the CLI."""
+"""The algorithms' settings: RLHFConfig (every algorithm), RLOOConfig, PPOConfig, GRPOConfig, ReinforcePPConfig.
+Names follow TRL's configs where TRL has one; defaults are ours, the same for Python and the CLI."""
 
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from lit_rlhf.config.settings import setting
-from lit_rlhf.config.validation import check_number, check_shared_settings, warn_about_reward_kl
+from lit_rlhf.config.validation import check_choice, check_number, check_shared_settings, warn_about_reward_kl
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import KL_ESTIMATORS, LOSS_AGGREGATIONS
+from lit_rlhf.ops import KL_ESTIMATORS, LOSS_TYPES
 
 KL_PENALTIES = ("sequence", "token")
 CRITIC_KINDS = ("shared", "adapter", "reward_model")
+SCALE_REWARDS = ("group", "batch", "none")
+KL_PLACES = ("loss", "reward")
+BASELINES = ("group", "none")
 
 
 @dataclass
@@ -25,11 +28,14 @@ class RLHFConfig:
     stop_token: str = setting("eos", "responses are truncated after it (`eos` or one token); masks come from it")
     missing_eos_penalty: Optional[float] = setting(1.0, "subtracted from the score of a response with no stop "
                                                         "token (null: off)")
-    cliprange: float = setting(0.2, "PPO ratio clipping")
-    loss_aggregation: str = setting(
-        "token_mean", "how the per-token policy loss becomes one number: `token_mean` (over the micro-batch's "
-                      "tokens), `seq_mean_token_mean` (mean of each sequence's token mean), `token_sum_norm` (token "
-                      "sum / (sequences x response_length))")
+    cliprange: float = setting(0.2, "PPO ratio clipping: the ratio stays in [1 - cliprange, 1 + cliprange]")
+    cliprange_low: Optional[float] = setting(None, "lower clip, 1 - cliprange_low (null: cliprange)")
+    cliprange_high: Optional[float] = setting(None, "upper clip, 1 + cliprange_high (null: cliprange); DAPO's "
+                                                    "clip-higher is 0.28 with 0.2 below")
+    loss_type: str = setting(
+        "bnpo", "how per-token losses become one optimizer step's loss: `bnpo` (token mean of each micro-batch), "
+                "`grpo` (mean of each sequence's token mean), `dr_grpo` (token sum / (sequences x "
+                "response_length)), `dapo` (token sum / the step's tokens over all ranks); docs/algorithms.md")
     num_ppo_epochs: int = setting(1, "passes over each rollout")
     num_mini_batches: int = setting(1, "optimizer steps per pass")
     gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step")
@@ -49,12 +55,26 @@ class RLHFConfig:
                                             "max_steps, in optimizer steps, decides)")
 
     def __post_init__(self):
-        if self.loss_aggregation not in LOSS_AGGREGATIONS:
-            raise ConfigError(f"algo.loss_aggregation={self.loss_aggregation!r} is not one of {LOSS_AGGREGATIONS}.")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ConfigError(f"algo.kl_estimator={self.kl_estimator!r} is not one of {KL_ESTIMATORS}.")
+        check_choice("loss_type", self.loss_type, LOSS_TYPES)
+        check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         check_shared_settings(self)
-        warn_about_reward_kl(self.kl_estimator)  # every algorithm here puts the KL in the reward
+        if self.clip_low > self.clip_high:
+            raise ConfigError(f"algo.cliprange_low={self.clip_low} is above algo.cliprange_high={self.clip_high}; "
+                              f"clip-higher needs cliprange_high >= cliprange_low (e.g. 0.2 and 0.28).")
+        warn_about_reward_kl(self.kl_estimator, self.kl_in_reward)
+
+    @property
+    def clip_low(self) -> float:
+        return self.cliprange if self.cliprange_low is None else self.cliprange_low
+
+    @property
+    def clip_high(self) -> float:
+        return self.cliprange if self.cliprange_high is None else self.cliprange_high
+
+    @property
+    def kl_in_reward(self) -> bool:
+        """Whether -kl_coef * KL is part of the reward (else it is a loss term)."""
+        return True
 
 
 @dataclass
@@ -70,8 +90,7 @@ class RLOOConfig(RLHFConfig):
         check_number("rloo_k", self.rloo_k, integer=True)
         if self.rloo_k < 2:
             raise ConfigError(f"algo.rloo_k={self.rloo_k}: RLOO needs at least 2 samples per prompt; set rloo_k >= 2.")
-        if self.kl_penalty not in KL_PENALTIES:
-            raise ConfigError(f"algo.kl_penalty={self.kl_penalty!r} is not one of {KL_PENALTIES}.")
+        check_choice("kl_penalty", self.kl_penalty, KL_PENALTIES)
 
 
 @dataclass
@@ -94,8 +113,7 @@ class PPOConfig(RLHFConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.critic not in CRITIC_KINDS:
-            raise ConfigError(f"algo.critic={self.critic!r} is not one of {CRITIC_KINDS}.")
+        check_choice("critic", self.critic, CRITIC_KINDS)
         if self.critic == "reward_model" and not self.critic_model_path:
             raise ConfigError("algo.critic=reward_model needs algo.critic_model_path (a sequence-classification "
                               "model).")
@@ -108,3 +126,65 @@ class PPOConfig(RLHFConfig):
             check_number(name, getattr(self, name), minimum=0)
             if getattr(self, name) > 1:
                 raise ConfigError(f"algo.{name}={getattr(self, name)} must be in [0, 1].")
+
+
+@dataclass
+class GRPOConfig(RLHFConfig):
+    num_generations: int = setting(4, "samples per prompt, the group (K >= 2)")
+    scale_rewards: str = setting("group", "advantage = (r - group mean) / scale: `group` (the group's std), `batch` "
+                                          "(the batch's std), `none` (Dr. GRPO)")
+    loss_type: str = setting("dapo", "as for every algorithm; `dapo` (TRL's default) is the token mean over the "
+                                     "whole step, however it is split")
+    kl_in: str = setting("loss", "`loss`: + kl_coef x KL_t in the loss (GRPO's); `reward`: - kl_coef x sum_t KL_t "
+                                 "in the reward, as RLOO")
+    kl_estimator: str = setting("k3", "k3 in the loss (GRPO's); use k1 with kl_in=reward")
+    kl_coef: float = setting(0.04, "the KL coefficient (GRPO's beta); 0 skips the reference forward")
+    beta: Optional[float] = setting(None, "TRL's name for kl_coef: set, it replaces it")
+    num_iterations: Optional[int] = setting(None, "TRL's name for num_ppo_epochs (updates per rollout, importance "
+                                                  "ratio against the rollout's logprobs): set, it replaces it")
+    filter_zero_std_groups: bool = setting(False, "leave groups whose K rewards are all equal (no signal) out of "
+                                                  "the loss; `rollout/zero_std_frac` logs their share either way")
+    overlong_buffer: Optional[int] = setting(None, "DAPO's soft overlong penalty: responses longer than "
+                                                   "response_length - overlong_buffer lose up to "
+                                                   "overlong_penalty_factor, linearly (null: off)")
+    overlong_penalty_factor: float = setting(1.0, "the overlong penalty at response_length tokens")
+
+    def __post_init__(self):
+        if self.beta is not None:
+            check_number("beta", self.beta, minimum=0)
+            self.kl_coef = self.beta
+        if self.num_iterations is not None:
+            check_number("num_iterations", self.num_iterations, minimum=1, integer=True)
+            self.num_ppo_epochs = self.num_iterations
+        check_choice("kl_in", self.kl_in, KL_PLACES)
+        super().__post_init__()
+        check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        check_number("num_generations", self.num_generations, integer=True)
+        if self.num_generations < 2:
+            raise ConfigError(f"algo.num_generations={self.num_generations}: a group-relative advantage needs at "
+                              f"least 2 samples per prompt; set num_generations >= 2.")
+        check_number("overlong_buffer", self.overlong_buffer, minimum=1, integer=True, optional=True)
+        if self.overlong_buffer is not None and self.overlong_buffer > self.response_length:
+            raise ConfigError(f"algo.overlong_buffer={self.overlong_buffer} is longer than algo.response_length="
+                              f"{self.response_length}; pick a buffer <= response_length.")
+        check_number("overlong_penalty_factor", self.overlong_penalty_factor, minimum=0)
+
+    @property
+    def kl_in_reward(self) -> bool:
+        return self.kl_in == "reward"
+
+
+@dataclass
+class ReinforcePPConfig(RLHFConfig):
+    samples_per_prompt: int = setting(4, "sequences per prompt (baseline=group needs >= 2)")
+    baseline: str = setting("group", "`group`: subtract each group's mean score first (REINFORCE++-baseline); "
+                                     "`none`: plain REINFORCE++ (the batch whitening is the only baseline)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_choice("baseline", self.baseline, BASELINES)
+        check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
+        if self.baseline == "group" and self.samples_per_prompt < 2:
+            raise ConfigError(f"algo.samples_per_prompt={self.samples_per_prompt} with algo.baseline=group: a group "
+                              f"baseline needs at least 2 samples per prompt; set samples_per_prompt >= 2 or "
+                              f"baseline=none.")

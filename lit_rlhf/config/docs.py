@@ -40,11 +40,22 @@ def own_fields(cls: type, base: type) -> set[str]:
 
 def settings_tables() -> dict[str, str]:
     """{marker name: table} for docs/configuration.md."""
-    from lit_rlhf.config import DataConfig, LoraSettings, ModelConfig, PPOConfig, RLHFConfig, RLOOConfig
+    from lit_rlhf.config import (
+        DataConfig,
+        GRPOConfig,
+        LoraSettings,
+        ModelConfig,
+        PPOConfig,
+        ReinforcePPConfig,
+        RLHFConfig,
+        RLOOConfig,
+    )
 
     return {
         "RLOOConfig": settings_table(RLOOConfig, "algo"),
         "PPOConfig": settings_table(PPOConfig, "algo", own_fields(PPOConfig, RLHFConfig)),
+        "GRPOConfig": settings_table(GRPOConfig, "algo", own_fields(GRPOConfig, RLHFConfig)),
+        "ReinforcePPConfig": settings_table(ReinforcePPConfig, "algo", own_fields(ReinforcePPConfig, RLHFConfig)),
         "ModelConfig": settings_table(ModelConfig, "model"),
         "LoraSettings": settings_table(LoraSettings, "model.lora"),
         "DataConfig": settings_table(DataConfig, "data"),

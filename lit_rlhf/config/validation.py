@@ -35,6 +35,12 @@ def check_number(name: str, value: Any, minimum: float | None = None, strictly: 
         raise ConfigError(f"algo.{name}={value!r} must be {bound}{hint}.")
 
 
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """algo.<name> must be one of choices."""
+    if value not in choices:
+        raise ConfigError(f"algo.{name}={value!r} is not one of {', '.join(choices)}; pick one of those.")
+
+
 def check_optimizer(optimizer: Callable | None) -> None:
     """A partial optimizer's lr (and weight_decay) must be positive numbers."""
     keywords = getattr(optimizer, "keywords", None) or {}
@@ -54,6 +60,8 @@ def check_shared_settings(hp: Any) -> None:
     check_number("temperature", hp.temperature, minimum=0, strictly=True)
     check_number("kl_coef", hp.kl_coef, minimum=0)
     check_number("cliprange", hp.cliprange, minimum=0, strictly=True)
+    check_number("cliprange_low", hp.cliprange_low, minimum=0, strictly=True, optional=True)
+    check_number("cliprange_high", hp.cliprange_high, minimum=0, strictly=True, optional=True)
     check_number("max_grad_norm", hp.max_grad_norm, minimum=0, strictly=True, optional=True)
     check_number("missing_eos_penalty", hp.missing_eos_penalty, optional=True)
     check_number("max_consecutive_nonfinite", hp.max_consecutive_nonfinite, minimum=1, integer=True)

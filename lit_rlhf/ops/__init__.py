@@ -3,6 +3,10 @@
 from lit_rlhf.ops.advantages import (
     discounted_reverse_cumsum,
     gae_advantages,
+    global_masked_whiten,
+    group_mean,
+    group_std,
+    identity_sum,
     leave_one_out_baseline,
     place_score_on_last_token,
     reward_to_go,
@@ -10,7 +14,7 @@ from lit_rlhf.ops.advantages import (
 )
 from lit_rlhf.ops.kl import KL_ESTIMATORS, kl_per_token
 from lit_rlhf.ops.logprobs import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
-from lit_rlhf.ops.losses import LOSS_AGGREGATIONS, aggregate_loss, clipped_policy_loss, clipped_value_loss
+from lit_rlhf.ops.losses import LOSS_TYPES, LossShare, aggregate_loss, clipped_policy_loss, clipped_value_loss
 from lit_rlhf.ops.masks import (
     contains_stop,
     first_stop_index,
@@ -20,12 +24,12 @@ from lit_rlhf.ops.masks import (
     response_mask_from_stop,
     truncate_after_stop,
 )
+from lit_rlhf.ops.shaping import overlong_penalty
 
 __all__ = [
-    "KL_ESTIMATORS", "LOSS_AGGREGATIONS", "aggregate_loss", "clipped_policy_loss", "clipped_value_loss",
-    "contains_stop", "discounted_reverse_cumsum",
-    "gae_advantages", "entropy_from_logits", "first_stop_index", "kl_per_token", "leave_one_out_baseline",
-    "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var",
-    "masked_whiten", "place_score_on_last_token", "response_mask_from_stop", "reward_to_go",
-    "rloo_advantages", "truncate_after_stop",
+    "KL_ESTIMATORS", "LOSS_TYPES", "LossShare", "aggregate_loss", "clipped_policy_loss", "clipped_value_loss",
+    "contains_stop", "discounted_reverse_cumsum", "entropy_from_logits", "first_stop_index", "gae_advantages",
+    "global_masked_whiten", "group_mean", "group_std", "identity_sum", "kl_per_token", "leave_one_out_baseline",
+    "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten", "overlong_penalty",
+    "place_score_on_last_token", "response_mask_from_stop", "reward_to_go", "rloo_advantages", "truncate_after_stop",
 ]

@@ -1,4 +1,5 @@
-"""Advantages: the RLOO leave-one-out baseline and reward-to-go.
+"""Advantages: group statistics (the RLOO leave-one-out baseline, GRPO's group mean and std), reward-to-go,
+GAE, and whitening over the batch of every rank.
 
 Shapes: B prompts, K samples per prompt, N = B*K sequences, R response length.
 Siblings are identified by `prompt_index` (N,), so any batch layout works (prompt-major,
@@ -19,6 +20,45 @@ def leave_one_out_baseline(rewards: torch.Tensor, prompt_index: torch.Tensor) ->
     if bool((group_size[prompt_index] < 2).any()):
         raise ValueError("RLOO needs at least 2 samples per prompt (rloo_k >= 2).")
     return (group_sum[prompt_index] - rewards) / (group_size[prompt_index] - 1)  # N
+
+
+def group_mean(values: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
+    """Mean over each sequence's group (the K samples of its prompt), for every sequence. (N,), (N,) -> (N,)"""
+    num_prompts = int(prompt_index.max()) + 1
+    group_sum = torch.zeros(num_prompts, dtype=values.dtype, device=values.device).index_add(0, prompt_index, values)
+    group_size = torch.bincount(prompt_index, minlength=num_prompts).to(values.dtype)  # B
+    return (group_sum / group_size.clamp(min=1))[prompt_index]  # N
+
+
+def group_std(values: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
+    """Unbiased standard deviation over each sequence's group, for every sequence (K >= 2). (N,), (N,) -> (N,)"""
+    num_prompts = int(prompt_index.max()) + 1
+    group_size = torch.bincount(prompt_index, minlength=num_prompts).to(values.dtype)  # B
+    if bool((group_size[prompt_index] < 2).any()):
+        raise ValueError("a group standard deviation needs at least 2 samples per prompt.")
+    squared = (values - group_mean(values, prompt_index)) ** 2  # N
+    group_ss = torch.zeros(num_prompts, dtype=values.dtype, device=values.device).index_add(0, prompt_index, squared)
+    return (group_ss / (group_size - 1).clamp(min=1)).sqrt()[prompt_index]  # N
+
+
+def identity_sum(total: torch.Tensor) -> torch.Tensor:
+    """The all-reduce of a single process: each rank passes its strategy's sum over ranks instead."""
+    return total
+
+
+def global_masked_whiten(values: torch.Tensor, mask: torch.Tensor, all_reduce_sum=identity_sum,
+                         shift_mean: bool = True) -> torch.Tensor:
+    """(x - mean) / std over the masked entries of every rank (all_reduce_sum sums a tensor over ranks),
+    unbiased variance; masked-out entries are returned as 0. One rank: the same as masked_whiten."""
+    mask = mask.to(values.dtype)
+    sums = all_reduce_sum(torch.stack([(values * mask).sum(), mask.sum()]))  # [sum x, count]
+    mean = sums[0] / sums[1].clamp(min=1)
+    squares = all_reduce_sum(((values - mean) ** 2 * mask).sum())
+    var = squares / (sums[1] - 1).clamp(min=1)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask
 
 
 def rloo_advantages(rewards: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:

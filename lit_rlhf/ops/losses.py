@@ -1,32 +1,54 @@
-"""The PPO clipped surrogate, per token (Schulman et al. 2017), with its diagnostics.
+"""The PPO clipped surrogate, per token (Schulman et al. 2017), with its diagnostics, and the loss
+types that turn per-token losses into one optimizer step's loss.
 
-Shapes: M sequences in a minibatch, R response length.
+Shapes: M sequences in a micro-batch, R response length.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from lit_rlhf.ops.masks import masked_mean, masked_var
 
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "token_sum_norm")
+LOSS_TYPES = ("bnpo", "grpo", "dr_grpo", "dapo")
 
 
-def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor,
-                   aggregation: str = "token_mean") -> torch.Tensor:
-    """One number from per-token losses (M,R) of M sequences:
-    token_mean            mean over every response token of the micro-batch (PPO's, TRL's RLOO's);
-    seq_mean_token_mean   mean over sequences of each sequence's token mean (GRPO's);
-    token_sum_norm        sum over response tokens / (M x R), R the padded response length (Dr. GRPO's):
-                          no length bias, and the same scale however the batch is split."""
+@dataclass(frozen=True)
+class LossShare:
+    """What a micro-batch needs to compute its share of one optimizer step's loss: the shares of the step's
+    micro-batches, summed (and averaged over ranks, as DDP averages gradients), give the step's loss.
+
+    loss_type     bnpo     token mean of each micro-batch, averaged over micro-batches
+                  grpo     mean over sequences of each sequence's token mean
+                  dr_grpo  token sum / (sequences x max_length)
+                  dapo     token sum / response tokens of the whole step, over all ranks
+    micro_batches  micro-batches of the step on each rank
+    max_length     dr_grpo's constant: the configured response_length, never a batch's padded length
+    step_tokens    dapo: response tokens of the step over all ranks, divided by the number of ranks
+    """
+
+    loss_type: str = "bnpo"
+    micro_batches: int = 1
+    max_length: int | None = None
+    step_tokens: float | None = None
+
+
+def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: LossShare) -> torch.Tensor:
+    """The micro-batch's share of the step loss from per-token losses (M,R). bnpo's step loss is the same
+    however the step is split only when the micro-batches hold the same number of tokens; grpo's and
+    dr_grpo's when they hold the same number of sequences (always the case here); dapo's always."""
     mask = response_mask.to(per_token.dtype)  # M,R
-    if aggregation == "token_mean":
-        return masked_mean(per_token, response_mask)
-    if aggregation == "seq_mean_token_mean":
-        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
-    if aggregation == "token_sum_norm":
-        return (per_token * mask).sum() / (per_token.shape[0] * per_token.shape[1])
-    raise ValueError(f"loss aggregation {aggregation!r} is not one of {LOSS_AGGREGATIONS}")
+    if share.loss_type == "bnpo":
+        return masked_mean(per_token, response_mask) / share.micro_batches
+    if share.loss_type == "grpo":
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean() / share.micro_batches
+    if share.loss_type == "dr_grpo":
+        return (per_token * mask).sum() / (per_token.shape[0] * share.max_length * share.micro_batches)
+    if share.loss_type == "dapo":
+        return (per_token * mask).sum() / max(share.step_tokens, 1e-8)
+    raise ValueError(f"loss_type={share.loss_type!r} is not one of {LOSS_TYPES}")
 
 
 def clipped_policy_loss(
@@ -34,22 +56,33 @@ def clipped_policy_loss(
     old_logprobs: torch.Tensor,  # M,R  under the policy that sampled
     advantages: torch.Tensor,  # M,R  (a sequence advantage broadcast over its tokens, or per token)
     response_mask: torch.Tensor,  # M,R
-    cliprange: float,
-    aggregation: str = "token_mean",
+    cliprange_low: float,
+    cliprange_high: float | None = None,
+    share: LossShare = LossShare(),
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)), aggregated (aggregate_loss), and its statistics."""
+    """max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)), the micro-batch's share of the step loss
+    (aggregate_loss), and its statistics. eps_high defaults to eps_low; eps_high > eps_low is DAPO's
+    clip-higher. clip_ratio/*: the share of tokens whose gradient the clip removed, below (A < 0) and above
+    (A > 0) the range, as TRL's GRPO trainer logs them."""
+    cliprange_high = cliprange_low if cliprange_high is None else cliprange_high
     logprobs_diff = logprobs - old_logprobs  # M,R
     ratio = torch.exp(logprobs_diff)  # M,R
     pg_losses = -advantages * ratio  # M,R
-    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)  # M,R
+    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high)  # M,R
     pg_loss_max = torch.max(pg_losses, pg_losses2)  # M,R
-    pg_loss = aggregate_loss(pg_loss_max, response_mask, aggregation)
+    pg_loss = aggregate_loss(pg_loss_max, response_mask, share)
     with torch.no_grad():
+        clipped_low = (ratio < 1.0 - cliprange_low) & (advantages < 0)  # M,R
+        clipped_high = (ratio > 1.0 + cliprange_high) & (advantages > 0)  # M,R
         stats = {
             "approxkl": 0.5 * masked_mean(logprobs_diff**2, response_mask),
             "clipfrac": masked_mean((pg_losses2 > pg_losses).float(), response_mask),
             "ratio": masked_mean(ratio, response_mask),
             "ratio_var": masked_var(ratio, response_mask),
+            "clip_low": masked_mean(clipped_low.float(), response_mask),
+            "clip_high": masked_mean(clipped_high.float(), response_mask),
+            "clip_region": masked_mean((clipped_low | clipped_high).float(), response_mask),
+            "token_mean": masked_mean(pg_loss_max, response_mask),
         }
     return pg_loss, stats
 

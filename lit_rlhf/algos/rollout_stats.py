@@ -1,0 +1,31 @@
+"""Per-step statistics of a rollout's completions and groups, named as TRL's GRPO trainer logs them.
+
+Shapes: N sequences, R response length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_rlhf.ops import group_std
+
+
+def completion_stats(response_mask: torch.Tensor, contains_stop: torch.Tensor) -> dict[str, torch.Tensor]:
+    """completions/mean_length: response tokens (stop token included); completions/clipped_ratio: the share of
+    responses cut at response_length without a stop token. (N,R), (N,) -> scalars"""
+    return {"completions/mean_length": response_mask.sum(1).float().mean(),
+            "completions/clipped_ratio": (~contains_stop).float().mean()}
+
+
+def zero_std_groups(scores: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
+    """Whether each sequence's group has K equal scores (its group-relative advantages are all zero). -> (N,)"""
+    return group_std(scores, prompt_index) == 0
+
+
+def group_stats(scores: torch.Tensor, prompt_index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """rollout/zero_std_frac (TRL: frac_reward_zero_std): the share of groups whose K scores are all equal,
+    with K >= 2 samples per prompt; nothing with one."""
+    if len(scores) == int(prompt_index.max()) + 1:  # one sample per prompt: no groups
+        return {}
+    share = zero_std_groups(scores, prompt_index).float().mean()  # every group has K members: sequences = groups
+    return {"rollout/zero_std_frac": share, "frac_reward_zero_std": share}
