@@ -19,6 +19,7 @@ from lit_rlhf.models.value import (
 )
 from lit_rlhf.ops import (
     LossShare,
+    aggregate_loss,
     clipped_value_loss,
     entropy_from_logits,
     logprobs_and_entropy,
@@ -109,16 +110,15 @@ class PPOModule(RLHFModule):
         return advantages, stats
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
-        hp, mask = self.hparams, rollout.response_mask[idx]  # M,R
+        hp, mask = self.hparams, rollout.loss_mask(idx)  # M,R
         logits, vpred = self.policy_and_values(*rollout.sequences(idx))  # M,R,V ; M,R
         new_logprobs, entropy = logprobs_and_entropy(logits, rollout.responses[idx], hp.temperature)  # M,R ; M,R
         pg_loss, stats = self.policy_loss(new_logprobs, entropy, rollout, advantages, idx, share)
-        vf_loss, vf_clipfrac = clipped_value_loss(vpred.float(), rollout.values[idx], rollout.returns[idx], mask,
-                                                  hp.cliprange_value)
-        loss = hp.vf_coef * vf_loss / share.micro_batches  # token means of the micro-batches, averaged
+        vf_loss, vf_stats = clipped_value_loss(vpred.float(), rollout.values[idx], rollout.returns[idx], mask,
+                                                  hp.cliprange_value, share)  # aggregated as the policy loss
+        loss = hp.vf_coef * vf_loss
         if not self.warming_up:
             loss = loss + pg_loss
             if hp.entropy_coef:
-                entropy_bonus = masked_mean(entropy_from_logits(logits, hp.temperature), mask) / share.micro_batches
-                loss = loss - hp.entropy_coef * entropy_bonus
-        return loss, {**stats, "loss/value_avg": vf_loss.detach(), "val/clipfrac_avg": vf_clipfrac}
+                loss = loss - hp.entropy_coef * aggregate_loss(entropy_from_logits(logits, hp.temperature), mask, share)
+        return loss, {**stats, "loss/value_avg": vf_stats["token_mean"], "val/clipfrac_avg": vf_stats["clipfrac"]}

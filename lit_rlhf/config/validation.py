@@ -3,13 +3,14 @@ Run when the module is built, so a bad value fails before any weights load."""
 
 from __future__ import annotations
 
+import difflib
 import numbers
 from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, nearest
 
 REWARD_KL_WARNING = (
     "algo.kl_estimator={0} is used as a reward penalty: the policy gradient of a k2/k3 penalty does not point "
@@ -38,7 +39,8 @@ def check_number(name: str, value: Any, minimum: float | None = None, strictly: 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     """algo.<name> must be one of choices."""
     if value not in choices:
-        raise ConfigError(f"algo.{name}={value!r} is not one of {', '.join(choices)}; pick one of those.")
+        hint = nearest(str(value), choices) if difflib.get_close_matches(str(value), choices, n=1) else ""
+        raise ConfigError(f"algo.{name}={value!r} is not one of {', '.join(choices)}{hint}.")
 
 
 def check_optimizer(optimizer: Callable | None) -> None:

@@ -93,11 +93,16 @@ def clipped_value_loss(
     returns: torch.Tensor,  # M,R
     response_mask: torch.Tensor,  # M,R
     cliprange_value: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """0.5 * token-mean of max((V - G)^2, (clip(V, V_old +- eps) - G)^2), and the clipped fraction."""
+    share: LossShare = LossShare(),
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """0.5 * max((V - G)^2, (clip(V, V_old +- eps) - G)^2) per token, aggregated as the policy loss (the
+    micro-batch's share of the step's loss; a token mean by default), and its statistics: the clipped
+    fraction and the token mean."""
     vpredclipped = torch.clamp(vpred, values - cliprange_value, values + cliprange_value)  # M,R
     vf_losses1 = (vpred - returns) ** 2  # M,R
     vf_losses2 = (vpredclipped - returns) ** 2  # M,R
-    vf_loss = 0.5 * masked_mean(torch.max(vf_losses1, vf_losses2), response_mask)
-    vf_clipfrac = masked_mean((vf_losses2 > vf_losses1).float(), response_mask)
-    return vf_loss, vf_clipfrac.detach()
+    per_token = 0.5 * torch.max(vf_losses1, vf_losses2)  # M,R
+    with torch.no_grad():
+        stats = {"clipfrac": masked_mean((vf_losses2 > vf_losses1).float(), response_mask),
+                 "token_mean": masked_mean(per_token, response_mask)}
+    return aggregate_loss(per_token, response_mask, share), stats

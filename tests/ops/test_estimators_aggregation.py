@@ -1,4 +1,4 @@
-"""The estimator seam and the loss aggregations, against hand values and obviously-correct loops."""
+"""The estimator seam, against hand values."""
 
 import functools
 from types import SimpleNamespace
@@ -7,26 +7,8 @@ import lightning as L
 import torch
 
 from lit_rlhf.estimators import ESTIMATORS, EstimatorInputs
-from lit_rlhf.ops import aggregate_loss, masked_mean
+from lit_rlhf.ops import masked_mean
 from tests.conftest import make_datamodule, make_rloo
-
-
-def test_aggregations_by_hand():
-    loss = torch.tensor([[1.0, 3.0, 0.0], [2.0, 0.0, 0.0]])  # M=2, R=3
-    mask = torch.tensor([[True, True, False], [True, False, False]])
-    assert aggregate_loss(loss, mask, "token_mean") == (1 + 3 + 2) / 3
-    assert aggregate_loss(loss, mask, "seq_mean_token_mean") == ((1 + 3) / 2 + 2 / 1) / 2
-    assert aggregate_loss(loss, mask, "token_sum_norm") == (1 + 3 + 2) / (2 * 3)
-
-
-def test_token_sum_norm_gives_one_gradient_however_the_batch_is_split():
-    torch.manual_seed(0)
-    per_token = torch.randn(4, 5, requires_grad=True)
-    mask = torch.rand(4, 5) > 0.3
-    whole = torch.autograd.grad(aggregate_loss(per_token, mask, "token_sum_norm"), per_token)[0]
-    halves = sum(torch.autograd.grad(aggregate_loss(per_token[i:i + 2], mask[i:i + 2], "token_sum_norm") / 2,
-                                     per_token)[0] for i in (0, 2))
-    torch.testing.assert_close(whole, halves)
 
 
 def test_leave_one_out_estimator_by_hand():
@@ -41,7 +23,7 @@ def test_an_update_that_is_not_a_clipped_surrogate_reuses_the_rollout():
     """A REINFORCE loss (-A * logp, token mean) in a subclass: the rollout, estimator and loop are reused."""
 
     class Reinforce(type(make_rloo())):
-        def policy_loss(self, new_logprobs, entropy, rollout, advantages, idx):
+        def policy_loss(self, new_logprobs, entropy, rollout, advantages, idx, share):
             mask = rollout.response_mask[idx]
             loss = masked_mean(-advantages[idx] * new_logprobs, mask)
             return loss, {"loss/policy_avg": loss}

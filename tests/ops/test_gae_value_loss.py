@@ -31,7 +31,8 @@ def test_clipped_value_loss_against_hand_values():
     vpred = torch.tensor([[1.5, 1.1, 0.5, 9.0]])
     returns = torch.tensor([[2.0, 0.0, 0.0, 5.0]])
     mask = torch.tensor([[True, True, True, False]])
-    loss, clipfrac = clipped_value_loss(vpred, values, returns, mask, cliprange_value=0.2)
+    loss, stats = clipped_value_loss(vpred, values, returns, mask, cliprange_value=0.2)
+    clipfrac = stats["clipfrac"]
     # token 0: unclipped (1.5-2)^2=.25, clipped (1.2-2)^2=.64 -> .64 (clipped counts)
     # token 1: unclipped 1.21, clipped (1.1)^2=1.21 -> equal, not counted as clipped
     # token 2: unclipped .25, clipped (0.8)^2=.64 -> .64 (clipped counts)

@@ -12,7 +12,7 @@ def test_clipped_loss_against_hand_values():
     new = torch.log(torch.tensor([[1.0, 1.5, 0.5, 1.5]]))
     advantages = torch.tensor([[2.0, 1.0, 1.0, -1.0]])
     mask = torch.ones(1, 4, dtype=torch.bool)
-    loss, stats = clipped_policy_loss(new, old, advantages, mask, cliprange=0.2)
+    loss, stats = clipped_policy_loss(new, old, advantages, mask, 0.2)
     per_token = [-2.0 * 1.0, -1.0 * 1.2, -1.0 * 0.5, 1.0 * 1.5]
     assert loss.item() == pytest.approx(sum(per_token) / 4)
     assert stats["clipfrac"].item() == pytest.approx(1 / 4)
@@ -25,7 +25,7 @@ def test_masked_tokens_do_not_count_and_gradient_is_reinforce_at_ratio_one():
     logprobs = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
     advantages = torch.tensor([[1.0, 1.0, 99.0]])
     mask = torch.tensor([[True, True, False]])
-    loss, _ = clipped_policy_loss(logprobs, logprobs.detach(), advantages, mask, cliprange=0.2)
+    loss, _ = clipped_policy_loss(logprobs, logprobs.detach(), advantages, mask, 0.2)
     loss.backward()
     assert loss.item() == pytest.approx(-1.0)
     assert logprobs.grad.tolist() == [[-0.5, -0.5, 0.0]]

@@ -62,6 +62,17 @@ CASES = [
     ("unknown key", ["algo.kl_coeff=0.1"], "algo.kl_coeff is not a setting (did you mean 'kl_coef'?)"),
     ("misspelled LoRA key", ["model.lora.rr=8"], "model.lora.rr is not a setting (did you mean 'r'?)"),
     ("misspelled group option", ["algo=rlooo"], "algo=rlooo is not an option of algo (did you mean 'rloo'?)"),
+    ("GRPO with one sample per prompt", ["algo=grpo", "algo.num_generations=1"],
+     "algo.num_generations=1: a group-relative advantage needs at least 2 samples per prompt"),
+    ("REINFORCE++-baseline with one sample per prompt", ["algo=reinforce_pp", "algo.samples_per_prompt=1"],
+     "algo.samples_per_prompt=1 with algo.baseline=group: a group baseline needs at least 2"),
+    ("cliprange_low above cliprange_high", ["algo=grpo", "algo.cliprange_low=0.3", "algo.cliprange_high=0.2"],
+     "algo.cliprange_low=0.3 is above algo.cliprange_high=0.2"),
+    ("unknown loss_type", ["algo=grpo", "algo.loss_type=dapoo"],
+     "algo.loss_type='dapoo' is not one of bnpo, grpo, dr_grpo, dapo (did you mean 'dapo'?)"),
+    ("unknown scale_rewards", ["algo=grpo", "algo.scale_rewards=std"],
+     "algo.scale_rewards='std' is not one of group, batch, none"),
+    ("negative beta", ["algo=grpo", "algo.beta=-0.1"], "algo.beta=-0.1 must be >= 0"),
 ]
 
 

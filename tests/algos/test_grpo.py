@@ -1,0 +1,71 @@
+"""GRPOModule and ReinforcePPModule through Lightning's Trainer on the embedded default."""
+
+import functools
+
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf import GRPOModule, ReinforcePPModule
+from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.config import GRPOConfig, build
+from lit_rlhf.models import VaderSentiment
+from tests.algos.fixed_rollout import differs, one_step_delta
+from tests.conftest import LORA, assert_learns_positivity, make_datamodule
+
+
+def make(cls=GRPOModule, **overrides):
+    kwargs = dict(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(),
+                  optimizer=functools.partial(torch.optim.AdamW, lr=1e-3), response_length=16)
+    return cls(**{**kwargs, **overrides})
+
+
+def fit(module, steps=2):
+    trainer = L.Trainer(max_steps=steps * module.optimizer_steps_per_rl_step, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(module, make_datamodule())
+    return module
+
+
+def test_trl_names_beta_and_num_iterations_set_kl_coef_and_num_ppo_epochs():
+    config = build(GRPOConfig, {"beta": 0.0, "num_iterations": 3}, "algo")
+    assert config.kl_coef == 0.0 and config.num_ppo_epochs == 3
+
+
+def test_beta_zero_skips_the_reference_forward_and_logs_no_kl():
+    module = make(beta=0.0)
+    calls = []
+    original = module.reference_logprobs
+    module.reference_logprobs = lambda *a: calls.append(1) or original(*a)
+    fit(module)
+    assert calls == []
+    assert "objective/kl" not in module.last_stats and "loss/kl_avg" not in module.last_stats
+    assert module.last_stats["objective/non_score_reward"] == 0
+
+
+def test_grpo_logs_trl_grpo_metric_names():
+    stats = fit(make(cliprange_high=0.28, num_iterations=2)).last_stats
+    for name in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "frac_reward_zero_std",
+                 "rollout/zero_std_frac", "completions/mean_length", "completions/clipped_ratio", "loss/kl_avg",
+                 "objective/kl"):
+        assert name in stats, name
+    assert 0 <= stats["clip_ratio/region_mean"] <= 1 and 1 <= stats["completions/mean_length"] <= 16
+
+
+def test_the_kl_is_a_loss_term_or_a_reward_penalty():
+    assert differs(one_step_delta("grpo", kl_coef=0.5), one_step_delta("grpo", kl_coef=0.0))
+    in_reward = fit(make(kl_in="reward", kl_estimator="k1", kl_coef=0.5), steps=2).last_stats
+    in_loss = fit(make(kl_coef=0.5), steps=2).last_stats
+    assert in_reward["objective/non_score_reward"] != 0 and "loss/kl_avg" not in in_reward
+    assert in_loss["objective/non_score_reward"] == 0 and in_loss["loss/kl_avg"] >= 0
+
+
+def test_overlong_penalty_lowers_the_training_scores_of_long_responses():
+    module = make(overlong_buffer=16, overlong_penalty_factor=1.0)  # the whole response is the buffer
+    fit(module, steps=1)
+    assert module.last_stats["rollout/overlong_penalty"] < 0
+
+
+@pytest.mark.parametrize("cls, settings", [(GRPOModule, {}), (ReinforcePPModule, {})])
+def test_learns_positivity(cls, settings):
+    assert_learns_positivity(make(cls, response_length=24, **settings), rl_steps=40)

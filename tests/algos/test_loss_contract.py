@@ -1,0 +1,52 @@
+"""One loss-normalization contract for every algorithm: an optimizer step's gradient does not depend on how its
+batch is split, where the loss type promises it (docs/algorithms.md). Compared on a fixed rollout with mixed
+response lengths, as the change of the trained tensors after one SGD step with lr 1."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.algos.fixed_rollout import assert_same, differs, one_step_delta
+from tests.helpers import ROOT
+
+
+@pytest.mark.parametrize("algo, loss_type", [("grpo", "dapo"), ("grpo", "grpo"), ("grpo", "dr_grpo"),
+                                             ("rloo", "dapo"), ("ppo", "dapo"), ("reinforce_pp", "dapo")])
+def test_four_micro_batches_give_the_gradient_of_one(algo, loss_type):
+    num_epochs = {"ppo": {"num_ppo_epochs": 1}}.get(algo, {})
+    whole = one_step_delta(algo, loss_type=loss_type, **num_epochs)
+    assert_same(one_step_delta(algo, loss_type=loss_type, gradient_accumulation_steps=4, **num_epochs), whole)
+
+
+def test_bnpo_is_a_mean_of_micro_batch_means_so_it_depends_on_the_split():
+    whole = one_step_delta("grpo", loss_type="bnpo")
+    assert differs(one_step_delta("grpo", loss_type="bnpo", gradient_accumulation_steps=4), whole)
+
+
+def test_filtered_zero_std_groups_leave_the_loss_and_its_token_count():
+    """A group whose K scores are equal has zero advantages, but its tokens still count in dapo's mean and in the
+    KL term: filtered, the step is the one of a rollout without it."""
+    equal = {"equal_first_group": True}
+    without = one_step_delta("grpo", rollout_options={"equal_first_group": True, "drop_first_group": True})
+    assert_same(one_step_delta("grpo", filter_zero_std_groups=True, rollout_options=equal), without)
+    assert differs(one_step_delta("grpo", rollout_options=equal), without)
+
+
+def run_worker(devices, algo, loss_type, out):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "algos" / "loss_contract_worker.py"), str(devices),
+                             algo, loss_type, str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return torch.load(out, weights_only=True)
+
+
+def test_the_global_token_mean_on_two_ddp_ranks_matches_one_process(tmp_path):
+    """Ranks hold different numbers of tokens: dapo divides by the tokens of both, and DDP's average of the
+    ranks' gradients is accounted for, so 2 ranks (gloo) give the 1-process gradient; bnpo does not."""
+    one = run_worker(1, "grpo", "dapo", tmp_path / "one.pt")
+    two = run_worker(2, "grpo", "dapo", tmp_path / "two.pt")
+    assert_same(two, one)
+    assert differs(run_worker(2, "grpo", "bnpo", tmp_path / "bnpo.pt"), one_step_delta("grpo", loss_type="bnpo"))
