@@ -27,8 +27,9 @@ test: setup           ## the test suite: CPU, offline, a few minutes
 lint: setup
 	$(BIN)/ruff check lit_rlhf tests train.py scripts bench
 
-assets: setup         ## rebuild the embedded default (corpus, prompts, tokenizer, tiny model), seed 0
+assets: setup         ## rebuild the embedded assets (sentiment and arithmetic: data, tokenizers, tiny models), seed 0
 	$(BIN)/python scripts/build_assets.py
+	$(BIN)/python scripts/build_arithmetic.py
 
 clean:
 	rm -rf $(VENV) logs outputs multirun

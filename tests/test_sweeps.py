@@ -112,9 +112,13 @@ def test_every_experiment_composes_and_instantiates_without_weights(experiment, 
     assert module.policy is None and module.hparams.model["name_or_path"] == cfg.model.name_or_path
     assert instantiate(cfg.data).hparams.tokenizer == cfg.model.name_or_path
     instantiate(cfg.reward)  # reward models load on first call
-    if experiment.startswith("sentiment"):
+    if experiment.startswith(("sentiment", "arithmetic")):
         trainer = instantiate(cfg.trainer, logger=False)
         assert trainer.max_steps == -1 and module.hparams.rl_steps == cfg.steps  # RL steps are the unit
+    elif experiment.startswith("gsm8k"):  # GPU + Hub: GRPO with the math-verify reward and task metric
+        assert type(module).__name__ == "GRPOModule" and module.hparams.num_generations == 8
+        assert [type(m).__name__ for m in module.task_metrics] == ["MathVerifyMatch"]
+        assert cfg.optimized_metric == "eval/math_verify" and cfg.data.apply_chat_template
     else:  # GPU + deepspeed presets: check the mapping of the published command instead
         assert cfg.trainer.strategy == "deepspeed_stage_2" and cfg.model.lora is None
         assert cfg.algo.optimizer.lr == 3e-6 and cfg.algo.missing_eos_penalty == 1.0

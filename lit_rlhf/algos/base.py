@@ -23,7 +23,7 @@ from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.rollout_stats import completion_stats, group_stats
+from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, reward_stats
 from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
@@ -35,6 +35,7 @@ from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import LossShare, clipped_policy_loss, identity_sum, kl_per_token, masked_mean
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
+from lit_rlhf.tasks.metrics import TaskMetric
 
 
 class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.LightningModule):
@@ -56,11 +57,12 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
     def __init__(self, model: dict[str, Any] | ModelConfig, reward: Reward, optimizer: Callable | None = None,
                  lr_scheduler: Callable | None = None, rollout_engine: RolloutEngine | None = None,
                  kl_controller: KLController | None = None, score_transforms: Sequence[ScoreTransform] = (),
-                 **settings: Any):
+                 task_metrics: Sequence[TaskMetric] = (), **settings: Any):
         """settings: the fields of `config_class` (RLOOConfig, PPOConfig, ...), whose defaults are the CLI's;
         an unknown one is a one-line error naming the nearest valid key. The module owns its KL controller
         (fixed at kl_coef by default) and its score transforms (applied to training scores, in order); both
-        are checkpointed with it."""
+        are checkpointed with it. task_metrics (e.g. ExactMatch) are measured on the held-out prompts at every
+        validation (eval/<name>) and by the end-of-run evaluation, apart from the reward."""
         super().__init__()
         config = build(self.config_class, settings, "algo")
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
@@ -75,6 +77,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         self.kl_controller = kl_controller or KLController()
         self.kl_controller.start(config.kl_coef)
         self.score_transforms = list(score_transforms)
+        self.task_metrics = list(task_metrics)
         self.episode = 0  # sequences trained on, over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = None
@@ -331,7 +334,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         elapsed = max(time.time() - self._fit_start_time, 1e-9)
         stats = {
             **stats,
-            **completion_stats(rollout.response_mask, rollout.contains_stop),
+            **completion_stats(rollout.response_mask, rollout.contains_stop, rollout.completions),
+            **reward_stats(rollout.reward_components),
             **group_stats(rollout.scores, rollout.prompt_index),
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.data.datamodule import batch_to
+
 
 class HeldoutSampling:
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
@@ -20,8 +22,11 @@ class HeldoutSampling:
         """eval/* on one batch of held-out prompts, and its size. The same seed at every validation gives
         comparable numbers and leaves the training RNG untouched."""
         samples = self.sample_heldout(batch, seed=batch_idx)
-        return {"eval/scores": torch.tensor(samples["mean_score"]), "eval/kl": torch.tensor(samples["mean_kl"]),
-                "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}, len(samples["prompts"])
+        metrics = {"eval/scores": torch.tensor(samples["mean_score"]), "eval/kl": torch.tensor(samples["mean_kl"]),
+                   "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}
+        for metric in self.task_metrics:  # e.g. eval/exact_match: accuracy against the dataset's answers
+            metrics[f"eval/{metric.name}"] = metric.correct(samples["completions"], **samples["columns"]).float().mean()
+        return metrics, len(samples["prompts"])
 
     def log_heldout_before_training(self) -> None:
         """eval/* of the starting policy, logged at step 0: validation first runs after val_check_interval RL
@@ -34,7 +39,7 @@ class HeldoutSampling:
         num_batches = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
         totals, count = defaultdict(float), 0
         for batch_idx, batch in zip(range(num_batches), loader, strict=False):
-            metrics, size = self.heldout_metrics({k: v.to(self.device) for k, v in batch.items()}, batch_idx)
+            metrics, size = self.heldout_metrics(batch_to(batch, self.device), batch_idx)
             for name, value in metrics.items():
                 totals[name] += float(value) * size
             count += size
@@ -63,4 +68,4 @@ class HeldoutSampling:
                 "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item(),
                 "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)
                 "contains_stop": rollout.contains_stop, "lengths": rollout.response_mask.sum(1),  # N
-                "prompt_index": rollout.prompt_index}  # N
+                "prompt_index": rollout.prompt_index, "columns": rollout.columns}  # N ; {name: N values}

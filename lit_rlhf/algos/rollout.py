@@ -32,6 +32,8 @@ class Rollout:
     policy_outputs: tuple[torch.Tensor, torch.Tensor] | None = None
     sampler_logprobs: torch.Tensor | None = None  # N,R  the rollout engine's logprobs, when it reports them
     in_loss: torch.Tensor | None = None  # N  bool: sequences the loss trains on (None: all)
+    reward_components: dict[str, torch.Tensor] = field(default_factory=dict)  # {name: N} each named reward's scores
+    columns: dict[str, list] = field(default_factory=dict)  # {name: N values} the dataset columns of each prompt
 
     def __len__(self) -> int:
         return self.responses.shape[0]

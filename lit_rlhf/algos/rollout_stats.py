@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import torch
 
+from lit_rlhf.evaluation.statistics import distinct_n
 from lit_rlhf.ops import group_std
 
 
-def completion_stats(response_mask: torch.Tensor, contains_stop: torch.Tensor) -> dict[str, torch.Tensor]:
+def completion_stats(response_mask: torch.Tensor, contains_stop: torch.Tensor,
+                     completions: list[str]) -> dict[str, torch.Tensor]:
     """completions/mean_length: response tokens (stop token included); completions/clipped_ratio: the share of
-    responses cut at response_length without a stop token. (N,R), (N,) -> scalars"""
+    responses cut at response_length without a stop token; completions/distinct_2: distinct word bigrams over all
+    bigrams of the batch (it falls when completions collapse onto one phrase). (N,R), (N,), N texts -> scalars"""
     return {"completions/mean_length": response_mask.sum(1).float().mean(),
-            "completions/clipped_ratio": (~contains_stop).float().mean()}
+            "completions/clipped_ratio": (~contains_stop).float().mean(),
+            "completions/distinct_2": torch.tensor(distinct_n(completions, 2))}
+
+
+def reward_stats(components: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """rewards/<name>/mean and rewards/<name>/std of each named reward's scores (before weights)."""
+    stats = {}
+    for name, scores in components.items():
+        stats[f"rewards/{name}/mean"] = scores.float().mean()
+        stats[f"rewards/{name}/std"] = scores.float().std() if len(scores) > 1 else torch.tensor(0.0)
+    return stats
 
 
 def zero_std_groups(scores: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:

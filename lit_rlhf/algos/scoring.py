@@ -7,15 +7,69 @@ Shapes: N sequences, P prompt length, R response length, V vocab.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models import WeightedSum, call_reward, reward_name
+from lit_rlhf.models.rewards import missing_columns
 from lit_rlhf.ops import contains_stop, logprobs_and_entropy
 
 
-def reward_name(reward) -> str:
-    return getattr(reward, "__name__", None) or type(reward).__name__
+def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
+    """The dataset columns of each sequence's prompt (batch["columns"] holds them per prompt). -> {name: N values}"""
+    index = prompt_index.tolist()
+    return {name: [values[i] for i in index] for name, values in (batch.get("columns") or {}).items()}
+
+
+def failing_prompt(reward, prompts: list[str], completions: list[str], columns: dict[str, list]) -> str | None:
+    """The first prompt on which the reward raises when called on that completion alone."""
+    for i, prompt in enumerate(prompts):
+        try:
+            call_reward(reward, [prompt], [completions[i]], {k: [v[i]] for k, v in columns.items()})
+        except Exception:
+            return prompt
+    return None
+
+
+def checked_scores(name: str, returned: Any, prompts: list[str], completions: list[str]) -> torch.Tensor:
+    """What a reward returned as finite float32 scores of shape (N,), or a one-line error naming the reward."""
+    try:
+        scores = torch.as_tensor(returned).to(torch.float32)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ConfigError(f"the reward {name} returned {type(returned).__name__} that is not numbers ({err}); it "
+                          f"must return one float per completion.") from err
+    if scores.shape != (len(completions),):
+        raise ConfigError(f"the reward {name} returned shape {tuple(scores.shape)}; it must return one score per "
+                          f"completion, shape ({len(completions)},).")
+    bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
+    if bad:
+        raise ConfigError(f"the reward {name} returned {scores[bad[0]].item()} for {len(bad)} of {len(scores)} "
+                          f"completions (e.g. prompt {prompts[bad[0]][:60]!r}); it must return finite scores.")
+    return scores
+
+
+def call_checked(name: str, reward, prompts: list[str], completions: list[str],
+                 columns: dict[str, list] | None) -> torch.Tensor:
+    """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on."""
+    missing = missing_columns(reward, columns)
+    if missing:
+        raise ConfigError(f"the reward {name} needs the dataset column {missing[0]!r}, which the prompts' rows do not "
+                          f"have (they have {sorted(columns or {}) or 'no column but the prompt'}); use data with that "
+                          f"column (e.g. data=arithmetic) or another reward.")
+    try:
+        returned = call_reward(reward, prompts, completions, columns)
+    except ConfigError:
+        raise
+    except Exception as err:
+        prompt = failing_prompt(reward, prompts, completions, columns or {})
+        where = f" on prompt {prompt[:80]!r}" if prompt is not None else f" on a batch of {len(prompts)} completions"
+        message = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"the reward {name} raised {type(err).__name__}: {message}{where}; fix the reward (the "
+                          f"traceback: HYDRA_FULL_ERROR=1).") from err
+    return checked_scores(name, returned, prompts, completions)
 
 
 class RolloutScoring:
@@ -46,7 +100,8 @@ class RolloutScoring:
         prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
         completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
         has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
-        raw_scores = self.score(prompts, completions)  # N
+        columns = sequence_columns(batch, samples.prompt_index)  # {name: N values}
+        raw_scores, components = self.score_components(prompts, completions, columns)  # N ; {name: N}
         scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
@@ -54,7 +109,8 @@ class RolloutScoring:
                        response_mask=samples.response_mask, prompt_index=samples.prompt_index, logprobs=logprobs,
                        ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=has_stop,
                        values=values, prompts=prompts, completions=completions, policy_outputs=policy_outputs,
-                       sampler_logprobs=samples.sampler_logprobs)
+                       sampler_logprobs=samples.sampler_logprobs, reward_components=components,
+                       columns=columns)
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""
@@ -86,22 +142,20 @@ class RolloutScoring:
                                     self.hparams.temperature, self.hparams.forward_batch_size)
         return logprobs, None
 
-    def score(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
-        name = reward_name(self.reward)
-        returned = self.reward(prompts, completions)
-        try:
-            scores = torch.as_tensor(returned).to(self.device, torch.float32)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ConfigError(f"the reward {name} returned {type(returned).__name__} that is not numbers ({err}); it "
-                              f"must return one float per completion.") from err
-        if scores.shape != (len(completions),):
-            raise ConfigError(f"the reward {name} returned shape {tuple(scores.shape)}; it must return one score per "
-                              f"completion, shape ({len(completions)},).")
-        bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
-        if bad:
-            raise ConfigError(f"the reward {name} returned {scores[bad[0]].item()} for {len(bad)} of {len(scores)} "
-                              f"completions (e.g. prompt {prompts[bad[0]][:60]!r}); it must return finite scores.")
-        return scores
+    def score(self, prompts: list[str], completions: list[str], columns: dict[str, list] | None = None) -> torch.Tensor:
+        return self.score_components(prompts, completions, columns)[0]
+
+    def score_components(self, prompts: list[str], completions: list[str],
+                         columns: dict[str, list] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The reward's total scores (N) and each named reward's (N): a WeightedSum's parts, or the one reward."""
+        if isinstance(self.reward, WeightedSum):
+            parts = self.reward.components(prompts, completions, columns, call=call_checked)
+            total = self.reward.combine(parts)
+        else:
+            name = reward_name(self.reward)
+            parts = {name: call_checked(name, self.reward, prompts, completions, columns)}
+            total = parts[name]
+        return total.to(self.device), {name: part.to(self.device) for name, part in parts.items()}
 
     def transform_scores(self, scores: torch.Tensor, prompts: list[str], completions: list[str]) -> torch.Tensor:
         """The module's score transforms (e.g. RewardNormalizer), in order, before advantages."""

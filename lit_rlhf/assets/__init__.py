@@ -9,5 +9,5 @@ def asset_path(name: str) -> str:
     """Absolute path of a shipped asset directory (used by the `asset:` config resolver)."""
     path = Path(__file__).parent / name
     if not path.exists():
-        raise FileNotFoundError(f"no shipped asset {name!r} in {path.parent}; run `python scripts/build_assets.py`.")
+        raise FileNotFoundError(f"no shipped asset {name!r} in {path.parent}; run `make assets`.")
     return str(path)

@@ -6,10 +6,11 @@ from lit_rlhf.callbacks.curves import CurvesPlot
 from lit_rlhf.callbacks.evaluation import PolicyEvaluation
 from lit_rlhf.callbacks.histograms import Histograms
 from lit_rlhf.callbacks.interrupt import CheckpointOnInterrupt
+from lit_rlhf.callbacks.monitor import HackingSigns, RewardHackingMonitor
 from lit_rlhf.callbacks.progress import RLStepsProgressBar
 from lit_rlhf.callbacks.protocol import RLHFModuleView
 from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
-__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "Histograms", "LastCheckpoint",
-           "PolicyEvaluation", "RLHFModuleView", "RLStepsProgressBar", "TrainingSummary"]
+__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "HackingSigns", "Histograms", "LastCheckpoint",
+           "PolicyEvaluation", "RLHFModuleView", "RLStepsProgressBar", "RewardHackingMonitor", "TrainingSummary"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from lit_rlhf.data.datamodule import batch_to
+
 
 def heldout_batch(trainer: L.Trainer, module, num_prompts: int | None = None) -> dict[str, torch.Tensor] | None:
     """The first held-out prompts of the datamodule, on the module's device (None without one)."""
@@ -12,4 +14,4 @@ def heldout_batch(trainer: L.Trainer, module, num_prompts: int | None = None) ->
     if datamodule is None or not hasattr(datamodule, "val_dataloader"):
         return None
     batch = next(iter(datamodule.val_dataloader()))
-    return {k: v[:num_prompts].to(module.device) for k, v in batch.items()}
+    return batch_to(batch, module.device, num_prompts)

@@ -25,6 +25,7 @@ class RLHFModuleView(Protocol):
     kl_coef: float  # the KL coefficient in use (the module's KL controller's)
     rollout_engine: Any  # how responses are sampled; `lockstep` says whether all ranks must sample together
     tokenizer: Any
+    task_metrics: list  # the module's task metrics (e.g. ExactMatch), logged as eval/<name>
     hparams: Any  # the algorithm's settings (RLOOConfig / PPOConfig fields) and `model`
     device: torch.device
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import torch
@@ -15,7 +15,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
 from lit_rlhf.config import DataConfig, build
-from lit_rlhf.data.sources import load_prompt_texts
+from lit_rlhf.data.sources import load_prompt_rows
 from lit_rlhf.data.stream import PromptStream
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.tokenizer import load_tokenizer
@@ -29,7 +29,11 @@ def local_size(global_size: int, world_size: int, name: str) -> int:
     return global_size // world_size
 
 
-def collate_left_padded(rows: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
+def collate_left_padded(rows: list, pad_token_id: int) -> dict[str, Any]:
+    """Left-padded input_ids and attention_mask (B,P) of rows: token ids, or PromptRows, whose dataset columns are
+    collated as batch["columns"] = {name: B values}."""
+    columns = [row.columns for row in rows if isinstance(row, PromptRow)]
+    rows = [row.ids if isinstance(row, PromptRow) else row for row in rows]
     width = max(map(len, rows))
     input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)  # B,P
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # B,P
@@ -37,7 +41,24 @@ def collate_left_padded(rows: list[list[int]], pad_token_id: int) -> dict[str, t
         if ids:
             input_ids[i, -len(ids):] = torch.tensor(ids)
             attention_mask[i, -len(ids):] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    names = sorted({name for row in columns for name in row})
+    if names:
+        batch["columns"] = {name: [row.get(name) for row in columns] for name in names}
+    return batch
+
+
+def batch_to(batch: dict[str, Any], device: torch.device, num_prompts: int | None = None) -> dict[str, Any]:
+    """A prompt batch on device, cut to its first num_prompts prompts (tensors and dataset columns alike)."""
+    moved = {k: v[:num_prompts].to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    if "columns" in batch:
+        moved["columns"] = {name: values[:num_prompts] for name, values in batch["columns"].items()}
+    return moved
+
+
+class PromptRow(NamedTuple):
+    ids: list[int]  # the tokenized prompt
+    columns: dict[str, Any]  # the other fields of its dataset row (e.g. a reference answer)
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -52,8 +73,8 @@ class PromptDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters(asdict(build(DataConfig, settings, "data")))
         self.tokenizer = None
-        self.train_prompts: list[list[int]] = []
-        self.eval_prompts: list[list[int]] = []
+        self.train_prompts: list[PromptRow] = []
+        self.eval_prompts: list[PromptRow] = []
         self.num_truncated = 0
 
     @property
@@ -66,12 +87,12 @@ class PromptDataModule(L.LightningDataModule):
             return
         hp = self.hparams
         self.tokenizer = load_tokenizer(hp.tokenizer, trust_remote_code=hp.trust_remote_code)
-        texts = load_prompt_texts(hp.dataset, hp.prompt_column, hp.split, hp.subset)
+        texts, columns = load_prompt_rows(hp.dataset, hp.prompt_column, hp.split, hp.subset)
         if len(texts) <= hp.num_eval_prompts:
             raise ConfigError(f"data.dataset={hp.dataset!r} has {len(texts)} prompts, not more than "
                               f"data.num_eval_prompts={hp.num_eval_prompts}; lower num_eval_prompts.")
-        rows = [self._tokenize(text) for text in texts]
-        empty = [i for i, ids in enumerate(rows, start=1) if not ids]
+        rows = [PromptRow(self._tokenize(text), row_columns) for text, row_columns in zip(texts, columns, strict=True)]
+        empty = [i for i, row in enumerate(rows, start=1) if not row.ids]
         if empty:
             raise ConfigError(f"data.dataset={hp.dataset!r}: {len(empty)} prompts encode to no tokens (e.g. row "
                               f"{empty[0]}: {texts[empty[0] - 1]!r}); remove them, or use a tokenizer that adds a "

@@ -13,7 +13,8 @@ from typing import Any
 
 from lit_rlhf.errors import ConfigError, UnavailableError
 
-BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl"}
+BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl",
+           "arithmetic": Path(__file__).parent / "arithmetic" / "prompts.jsonl"}
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 UNSUPPORTED_SUFFIXES = (".txt", ".tsv", ".md", ".yaml", ".yml", ".xlsx", ".xls", ".gz", ".zip", ".arrow")
 FORMATS = "a .jsonl, .json, .csv or .parquet file, a hub dataset name, or 'sentiment' (bundled)"
@@ -42,17 +43,18 @@ def read_jsonl(path: Path, dataset: str) -> list[dict[str, Any]]:
     return rows
 
 
-def column_of(rows: list[dict[str, Any]], prompt_column: str, dataset: str) -> list[Any]:
+def column_of(rows: list[dict[str, Any]], prompt_column: str, dataset: str) -> list[dict[str, Any]]:
+    """The rows, checked to hold the prompt column."""
     if not rows:
         raise ConfigError(f"data.dataset={dataset!r} holds no rows; give a file with prompts.")
     missing = next((i for i, row in enumerate(rows, start=1) if prompt_column not in row), None)
     if missing is not None:
         raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r} (row {missing} has "
                           f"{sorted(rows[missing - 1])}); set data.prompt_column.")
-    return [row[prompt_column] for row in rows]
+    return rows
 
 
-def load_file(path: Path, dataset: str, prompt_column: str) -> list[Any]:
+def load_file(path: Path, dataset: str, prompt_column: str) -> list[dict[str, Any]]:
     if path.suffix == ".jsonl":
         return column_of(read_jsonl(path, dataset), prompt_column, dataset)
     from datasets import load_dataset
@@ -66,7 +68,7 @@ def load_file(path: Path, dataset: str, prompt_column: str) -> list[Any]:
     return dataset_column(data, prompt_column, dataset)
 
 
-def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[Any]:
+def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
     try:
@@ -80,12 +82,12 @@ def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -
     return dataset_column(data, prompt_column, dataset)
 
 
-def dataset_column(data, prompt_column: str, dataset: str) -> list:
-    """The prompt column of a `datasets.Dataset`, or one line naming the columns it has."""
+def dataset_column(data, prompt_column: str, dataset: str) -> list[dict[str, Any]]:
+    """The rows of a `datasets.Dataset`, or one line naming the columns it has when the prompt column is missing."""
     if prompt_column not in data.column_names:
         raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns are "
                           f"{data.column_names}.")
-    return list(data[prompt_column])
+    return data.to_list()
 
 
 def checked_prompts(values: list[Any], dataset: str, prompt_column: str) -> list[str]:
@@ -101,19 +103,27 @@ def checked_prompts(values: list[Any], dataset: str, prompt_column: str) -> list
 def load_prompt_texts(dataset: str | None, prompt_column: str = "prompt", split: str = "train",
                       subset: str | None = None) -> list[str]:
     """The prompt column of `dataset`: a bundled name, a local file, or a hub dataset name."""
+    return load_prompt_rows(dataset, prompt_column, split, subset)[0]
+
+
+def load_prompt_rows(dataset: str | None, prompt_column: str = "prompt", split: str = "train",
+                     subset: str | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """The prompts of `dataset` (a bundled name, a local file, or a hub dataset name) and, for each, the other
+    columns of its row (e.g. a reference `answer`), which the reward receives."""
     if dataset is None:
         raise ConfigError(f"data.dataset is not set; give {FORMATS} (e.g. data=files data.dataset=prompts.jsonl).")
     path = Path(dataset)
     if dataset in BUNDLED:
-        values = column_of(read_jsonl(BUNDLED[dataset], dataset), prompt_column, dataset)
+        rows = column_of(read_jsonl(BUNDLED[dataset], dataset), prompt_column, dataset)
     elif path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r} is a directory; give {FORMATS}.")
     elif path.suffix in FILE_BUILDERS:
         if not path.is_file():
             raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing {FORMATS}.")
-        values = load_file(path, dataset, prompt_column)
+        rows = load_file(path, dataset, prompt_column)
     elif path.exists() or path.suffix in UNSUPPORTED_SUFFIXES:
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'this'} files are not read; give {FORMATS}.")
     else:
-        values = load_hub(dataset, prompt_column, split, subset)
-    return checked_prompts(values, dataset, prompt_column)
+        rows = load_hub(dataset, prompt_column, split, subset)
+    prompts = checked_prompts([row[prompt_column] for row in rows], dataset, prompt_column)
+    return prompts, [{k: v for k, v in row.items() if k != prompt_column} for row in rows]

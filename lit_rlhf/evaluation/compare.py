@@ -12,8 +12,10 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
 from lit_rlhf.evaluation.statistics import bootstrap_mean_ci, distinct_n, per_prompt_mean
+from lit_rlhf.tasks.metrics import per_prompt_majority, per_prompt_pass_at_k
 
 KL_ESTIMATOR_NAMES = {"k1": "k1: sum over response tokens of log p - log p_ref, on policy samples",
                       "k2": "k2: sum over response tokens of (log p - log p_ref)^2 / 2, on policy samples",
@@ -33,7 +35,11 @@ class Evaluation:
                 f"{prefix}win_rate": s["win_rate"]["mean"], f"{prefix}kl_to_reference": s["policy"]["kl_mean"],
                 f"{prefix}policy_score": s["policy"]["score_mean"],
                 f"{prefix}reference_score": s["reference"]["score_mean"],
-                f"{prefix}policy_distinct_2": s["policy"]["distinct_2"]}
+                f"{prefix}policy_distinct_2": s["policy"]["distinct_2"],
+                **{f"{prefix}{name}_{stat}" if stat != "accuracy" else f"{prefix}{name}": value["mean"]
+                   for name, sides in s.get("task_metrics", {}).items() for stat, value in sides["policy"].items()},
+                **{f"{prefix}reference_{name}": sides["reference"]["accuracy"]["mean"]
+                   for name, sides in s.get("task_metrics", {}).items()}}
 
 
 def side_summary(samples: dict[str, Any], scores: torch.Tensor) -> dict[str, float]:
@@ -53,7 +59,7 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
     sides = {"policy": [], "reference": []}
     offset = 0
     for batch_idx, batch in enumerate(batches):
-        batch = {k: v.to(module.device) for k, v in batch.items()}
+        batch = batch_to(batch, module.device)
         for side in sides:
             out = module.sample_heldout(batch, seed + batch_idx, samples_per_prompt=samples_per_prompt,
                                         from_reference=side == "reference")
@@ -75,6 +81,10 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
         "reference": side_summary(reference, reference_scores),
         "score_difference": interval(difference, confidence, num_bootstraps, seed),
         "win_rate": interval(wins, confidence, num_bootstraps, seed),
+        "task_metrics": {metric.name: {side: task_summary(metric, samples, prompt_index, samples_per_prompt,
+                                                          confidence, num_bootstraps, seed)
+                                       for side, samples in (("policy", policy), ("reference", reference))}
+                         for metric in getattr(module, "task_metrics", ())},
     }
     records = [{"prompt": policy["prompts"][i], "prompt_index": int(prompt_index[i]),
                 "policy": policy["completions"][i], "policy_score": policy["scores"][i], "policy_kl": policy["kl"][i],
@@ -97,4 +107,16 @@ def merge(outputs: list[dict[str, Any]]) -> dict[str, Any]:
             merged[key] = [x for out in outputs for x in out[key]]
         elif isinstance(first, torch.Tensor):
             merged[key] = torch.cat([out[key].cpu() for out in outputs])
+        elif isinstance(first, dict):  # dataset columns: {name: values}
+            merged[key] = {name: [x for out in outputs for x in out[key][name]] for name in first}
     return merged
+
+
+def task_summary(metric, samples: dict[str, Any], prompt_index: torch.Tensor, k: int, confidence: float,
+                 num_bootstraps: int, seed: int) -> dict[str, dict[str, float]]:
+    """Accuracy (pass@1), pass@k and majority@k of one side's K samples per prompt, each with its interval."""
+    correct = metric.correct(samples["completions"], **samples["columns"]).float()  # N
+    per_prompt = {"accuracy": per_prompt_mean(correct, prompt_index),
+                  f"pass@{k}": per_prompt_pass_at_k(correct, prompt_index, k),
+                  f"maj@{k}": per_prompt_majority(metric.answers(samples["completions"]), correct, prompt_index)}
+    return {name: interval(values, confidence, num_bootstraps, seed) for name, values in per_prompt.items()}

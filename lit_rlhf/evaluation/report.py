@@ -31,7 +31,16 @@ def print_report(evaluation: Evaluation, console: Console | None = None) -> None
                   f"[{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]")
     console.print(f"win rate of the policy ({s['judge']}, ties count 1/2): {win['mean']:.1%}  {level} "
                   f"[{win['ci_low']:.1%}, {win['ci_high']:.1%}]")
+    for name, sides in s.get("task_metrics", {}).items():
+        for stat, policy in sides["policy"].items():
+            reference = sides["reference"][stat]
+            console.print(f"{name} {stat}: policy {percent_interval(policy)}, reference "
+                          f"{percent_interval(reference)} ({level})")
     console.print(f"KL estimator: {s['kl_estimator']}")
+
+
+def percent_interval(value: dict[str, float]) -> str:
+    return f"{value['mean']:.1%} [{value['ci_low']:.1%}, {value['ci_high']:.1%}]"
 
 
 def write_report(evaluation: Evaluation, out_dir: str | Path) -> Path:

@@ -1,15 +1,18 @@
-"""Rewards: one protocol, prompts + completions -> scores of shape (N,).
+"""Rewards: one protocol, (prompts, completions, **columns) -> scores of shape (N,).
 
 - VaderSentiment: the VADER analyzer (Hutto & Gilbert 2014, PyPI `vaderSentiment`), offline.
 - SequenceClassifierReward: a Hugging Face sequence-classification reward model.
-- WeightedSum: a weighted sum of other rewards.
-Any callable with the same signature works, e.g. a plain Python function.
+- WeightedSum (lit_rlhf.models.reward_set): several named rewards with weights.
+Any callable with the same signature works, e.g. a plain Python function. `columns` are the other fields of each
+completion's dataset row (e.g. `answer`); a reward receives those its signature names (all with **kwargs), so a
+reward of (prompts, completions) only works unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -18,7 +21,32 @@ from lit_rlhf.models.tokenizer import load_checked_tokenizer
 
 
 class Reward(Protocol):
-    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor: ...
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> torch.Tensor: ...
+
+
+def missing_columns(reward: Callable, columns: dict[str, list] | None) -> list[str]:
+    """The columns reward's signature requires (parameters after prompts and completions, without a default)
+    that the dataset rows do not have."""
+    try:
+        parameters = list(inspect.signature(reward).parameters.values())[2:]
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in (columns or {})]
+
+
+def call_reward(reward: Callable, prompts: Sequence[str], completions: Sequence[str],
+                columns: dict[str, list] | None = None) -> Any:
+    """reward(prompts, completions, **the columns its signature accepts)."""
+    if not columns:
+        return reward(prompts, completions)
+    try:
+        parameters = inspect.signature(reward).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: prompts and completions only
+        return reward(prompts, completions)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return reward(prompts, completions, **columns)
+    return reward(prompts, completions, **{k: v for k, v in columns.items() if k in parameters})
 
 
 def load_reward(reward) -> None:
@@ -85,20 +113,3 @@ class SequenceClassifierReward:
                                  truncation=True, max_length=self.max_length).to(self.model.device)
             scores.append(self.model(**enc).logits[:, self.label_index].float().cpu())
         return torch.cat(scores)
-
-
-class WeightedSum:
-    """sum_i weight_i * reward_i(prompts, completions)."""
-
-    def __init__(self, rewards: Sequence[Reward], weights: Sequence[float]):
-        if len(rewards) != len(weights):
-            raise ValueError(f"WeightedSum got {len(rewards)} rewards and {len(weights)} weights; "
-                             f"give one weight per reward.")
-        self.rewards, self.weights = list(rewards), list(weights)
-
-    def load(self) -> None:
-        for reward in self.rewards:
-            load_reward(reward)
-
-    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
-        return sum(w * r(prompts, completions).float() for r, w in zip(self.rewards, self.weights, strict=True))

@@ -73,6 +73,10 @@ CASES = [
     ("unknown scale_rewards", ["algo=grpo", "algo.scale_rewards=std"],
      "algo.scale_rewards='std' is not one of group, batch, none"),
     ("negative beta", ["algo=grpo", "algo.beta=-0.1"], "algo.beta=-0.1 must be >= 0"),
+    ("the GSM8K preset offline", ["experiment=gsm8k_grpo_qwen"],
+     "tokenizer 'Qwen/Qwen2.5-0.5B-Instruct' is not available here"),
+    ("a reward that needs a column the data lacks", ["reward=arithmetic_correct"],
+     "the reward arithmetic_correct needs the dataset column 'answer', which the prompts' rows do not have"),
 ]
 
 

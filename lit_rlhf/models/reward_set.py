@@ -1,0 +1,68 @@
+"""WeightedSum: several named rewards, each with a weight; the module logs each one (`rewards/<name>/mean`,
+`rewards/<name>/std`) beside the weighted total it trains on.
+
+From the CLI, every reward config is a WeightedSum of one named reward, so that selecting several merges them:
+`reward=[arithmetic_correct,arithmetic_format]`, weights as `reward.weights.arithmetic_format=0.5`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from lit_rlhf.models.rewards import Reward, call_reward, load_reward
+
+
+def reward_name(reward: Any) -> str:
+    return getattr(reward, "__name__", None) or type(reward).__name__
+
+
+class WeightedSum:
+    """sum_name weight[name] * rewards[name](prompts, completions, **columns).
+
+    rewards: {name: reward} (or a list, named after each reward's function or class); weights: {name: weight} or
+    a list in the same order (missing: 1.0). concurrent=True calls the rewards in threads at the same time, for
+    rewards that wait on something (a verifier process, a remote judge)."""
+
+    def __init__(self, rewards: Mapping[str, Reward] | Sequence[Reward],
+                 weights: Mapping[str, float] | Sequence[float] | None = None, concurrent: bool = False):
+        if not isinstance(rewards, Mapping):
+            rewards = {reward_name(r): r for r in rewards}
+        if weights is not None and not isinstance(weights, Mapping):
+            if len(weights) != len(rewards):
+                raise ValueError(f"WeightedSum got {len(rewards)} rewards and {len(weights)} weights; give one "
+                                 f"weight per reward.")
+            weights = dict(zip(rewards, weights, strict=True))
+        weights = dict(weights or {})
+        unknown = sorted(set(weights) - set(rewards))
+        if unknown:
+            raise ValueError(f"reward.weights names {unknown[0]!r}, which is not one of the rewards "
+                             f"{sorted(rewards)}; weigh a reward that is selected.")
+        self.rewards = dict(rewards)
+        self.weights = {name: float(weights.get(name, 1.0)) for name in self.rewards}
+        self.concurrent = concurrent
+
+    def load(self) -> None:
+        for reward in self.rewards.values():
+            load_reward(reward)
+
+    def components(self, prompts: Sequence[str], completions: Sequence[str],
+                   columns: dict[str, list] | None = None, call=None) -> dict[str, Any]:
+        """{name: what rewards[name] returned}; `call(name, reward, prompts, completions, columns)` makes each
+        call (by default call_reward, which passes the columns the reward accepts)."""
+        call = call or (lambda name, reward, *args: call_reward(reward, *args))
+        if not self.concurrent or len(self.rewards) == 1:
+            return {name: call(name, r, prompts, completions, columns) for name, r in self.rewards.items()}
+        with ThreadPoolExecutor(len(self.rewards)) as pool:
+            futures = {name: pool.submit(call, name, r, prompts, completions, columns)
+                       for name, r in self.rewards.items()}
+            return {name: future.result() for name, future in futures.items()}
+
+    def combine(self, components: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return sum(self.weights[name] * torch.as_tensor(value).float() for name, value in components.items())
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> torch.Tensor:
+        return self.combine(self.components(prompts, completions, columns))

@@ -1,0 +1,1 @@
+"""Tasks with verifiable answers: their rewards (the dataset's reference answer as ground truth) and metrics."""

@@ -1,0 +1,79 @@
+"""Task metrics: how well completions solve the task, measured apart from the reward (a reward can be hacked; an
+exact match against the dataset's answer cannot, by a policy). A metric is
+
+    metric.name                                   e.g. "exact_match", logged as eval/<name>
+    metric.answers(completions) -> list           the final answer of each completion (None: none found)
+    metric.correct(completions, **columns) -> (N,) tensor of 0/1, against the row's reference answer
+
+With K samples per prompt, pass_at_k (Chen et al. 2021, the unbiased estimator) and majority_at_k (the most
+common answer of the K, right or not) score each prompt; the bootstrap intervals resample prompts.
+
+Shapes: N = B*K completions, B prompts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from lit_rlhf.tasks.arithmetic import extract_answer, normalize
+
+
+class TaskMetric(Protocol):
+    name: str
+
+    def answers(self, completions: Sequence[str]) -> list[str | None]: ...
+
+    def correct(self, completions: Sequence[str], **columns: Any) -> torch.Tensor: ...
+
+
+class ExactMatch:
+    """1 when the completion's final answer (by default the integer after the last `Answer:`) equals the
+    `answer_column` of its row, after normalization (whitespace, commas, leading + and zeros)."""
+
+    def __init__(self, answer_column: str = "answer", name: str = "exact_match",
+                 extract: Callable[[str], str | None] = extract_answer):
+        self.answer_column, self.name, self.extract = answer_column, name, extract
+
+    def answers(self, completions: Sequence[str]) -> list[str | None]:
+        return [None if (a := self.extract(c)) is None else normalize(a) for c in completions]
+
+    def correct(self, completions: Sequence[str], **columns: Any) -> torch.Tensor:
+        if self.answer_column not in columns:
+            raise ValueError(f"task metric {self.name} needs the dataset column {self.answer_column!r}; the rows have "
+                             f"{sorted(columns) or 'no other columns'}.")
+        references = [normalize(a) for a in columns[self.answer_column]]
+        return torch.tensor([float(a is not None and a == r)
+                             for a, r in zip(self.answers(completions), references, strict=True)])
+
+
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    """Probability that at least one of k samples drawn from the n is correct: 1 - C(n-c, k) / C(n, k)."""
+    if num_samples - num_correct < k:
+        return 1.0
+    return 1.0 - math.comb(num_samples - num_correct, k) / math.comb(num_samples, k)
+
+
+def per_prompt_pass_at_k(correct: torch.Tensor, prompt_index: torch.Tensor, k: int) -> torch.Tensor:
+    """pass@k of each prompt from its K samples' correctness. (N,), (N,) -> (B,)"""
+    prompts = int(prompt_index.max()) + 1
+    return torch.tensor([pass_at_k(int((prompt_index == b).sum()), int(correct[prompt_index == b].sum()), k)
+                         for b in range(prompts)])
+
+
+def per_prompt_majority(answers: Sequence[str | None], correct: torch.Tensor,
+                        prompt_index: torch.Tensor) -> torch.Tensor:
+    """1 where the most common answer of a prompt's K samples (ties: the first seen; no answer never wins) is a
+    correct one, else 0. (N answers), (N,), (N,) -> (B,)"""
+    prompts = int(prompt_index.max()) + 1
+    votes: list[Counter] = [Counter() for _ in range(prompts)]
+    first: list[dict] = [{} for _ in range(prompts)]  # answer: the index of its first completion
+    for i, (answer, b) in enumerate(zip(answers, prompt_index.tolist(), strict=True)):
+        if answer is not None:
+            votes[b][answer] += 1
+            first[b].setdefault(answer, i)
+    return torch.tensor([float(correct[first[b][v.most_common(1)[0][0]]]) if v else 0.0 for b, v in enumerate(votes)])
