@@ -1,6 +1,6 @@
 """The arithmetic task as a user runs it: `python train.py experiment=arithmetic_<algo> seed=<s>`.
 
-    python bench/arithmetic.py                      # RLOO seeds 0 and 1, PPO and GRPO seed 0; ~20 min on 2 CPU cores
+    python bench/arithmetic.py                      # RLOO seeds 0 and 1, PPO and GRPO seed 0; ~8 min on 2 CPU cores
     python bench/arithmetic.py --runs rloo:0        # one run
 
 Reports the end-of-run evaluation on the 200 held-out questions (4 samples each): exact-match accuracy of the

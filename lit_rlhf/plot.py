@@ -17,6 +17,10 @@ CURVES = ["objective/scores", "objective/rlhf_reward", "objective/kl", "objectiv
           "val/var_explained", "eval/scores", "objective/kl_coef"]
 
 
+# held-out metrics that are not task metrics (task metrics, e.g. eval/exact_match, get a panel each)
+NOT_TASK_METRICS = ("eval/scores", "eval/kl", "eval/rlhf_reward")
+
+
 def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
     """{metric: (episodes or steps, values)} from a Lightning CSVLogger metrics.csv."""
     series: dict[str, tuple[list[float], list[float]]] = {}
@@ -50,13 +54,15 @@ def plot_curves(metrics_csv: Path, out: Path) -> Path:
 
 def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path) -> Path:
     """One panel per curve of CURVES that was logged and moves (a constant kl_coef, or val/ratio that the
-    single update keeps at exactly 1, says nothing as a curve)."""
+    single update keeps at exactly 1, says nothing as a curve), then one per named reward and per task metric."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [n for n in CURVES if n in series and (n not in CONSTANT_UNLESS_MOVING or len(set(series[n][1])) > 1)]
+    names += sorted(n for n in series if n.startswith("rewards/") and n.endswith("/mean") and len(series) > 1)
+    names += sorted(n for n in series if n.startswith("eval/") and n not in NOT_TASK_METRICS and len(series[n][1]) > 1)
     cols = 3
     rows = max(1, math.ceil(len(names) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)

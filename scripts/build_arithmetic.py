@@ -136,7 +136,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-prompts", type=int, default=4000, help="bundled questions (a seeded sample)")
-    parser.add_argument("--p-correct", type=float, default=0.35)
+    parser.add_argument("--p-correct", type=float, default=0.25)
     parser.add_argument("--p-misformat", type=float, default=0.25)
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--batch-size", type=int, default=128)
