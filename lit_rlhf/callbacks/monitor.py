@@ -26,7 +26,7 @@ SIGNS = ("reward_up_metric_down", "length_jump", "missing_stop_jump", "distinct_
 
 
 class HackingSigns:
-    def __init__(self, window: int = 10, kl_budget: float | None = 10.0, length_ratio: float = 1.5,
+    def __init__(self, window: int = 10, kl_budget: float | None = 10.0, length_ratio: float = 2.0,
                  missing_stop_rise: float = 0.2, distinct_ratio: float = 0.6, metric_drop: float = 0.05,
                  score_rise: float = 0.05):
         self.window, self.kl_budget, self.length_ratio = window, kl_budget, length_ratio
