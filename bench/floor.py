@@ -34,6 +34,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--new-tokens", type=int, default=W.NEW_TOKENS)
+    parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
     args = parser.parse_args()
     memory_marks = {"after_imports": W.peak_rss_mib()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -63,8 +65,8 @@ def main() -> None:
         model.eval()
         with timer("generation"), torch.no_grad():
             sequences = model.generate(input_ids=queries, attention_mask=query_mask, do_sample=True,
-                                       temperature=W.TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=W.NEW_TOKENS,
-                                       min_new_tokens=W.NEW_TOKENS,
+                                       temperature=W.TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=args.new_tokens,
+                                       min_new_tokens=0 if args.mixed else args.new_tokens,
                                        eos_token_id=eos, pad_token_id=pad)  # N,P+R
         responses = sequences[:, queries.shape[1]:]  # N,R
         is_eos = (responses == eos).int()

@@ -87,17 +87,22 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--no-single-update", action="store_true",
                         help="ablation: keep the no-grad old-logprob forward (the path before the optimization)")
+    parser.add_argument("--new-tokens", type=int, default=W.NEW_TOKENS)
+    parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
+    parser.add_argument("--padded", action="store_true",
+                        help="ablation: full logits of the padded batch (logits_chunk_size=null, padding_free=false)")
     args = parser.parse_args()
     memory_marks = {"after_imports": W.peak_rss_mib()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     L.seed_everything(0, verbose=False)
     path = W.model_path(args.model)
     common = dict(model={"name_or_path": path, "dtype": args.dtype, "lora": W.LORA}, reward=VaderSentiment(),
-                  optimizer=functools.partial(torch.optim.AdamW, lr=W.LR), response_length=W.NEW_TOKENS,
+                  optimizer=functools.partial(torch.optim.AdamW, lr=W.LR), response_length=args.new_tokens,
                   temperature=W.TEMPERATURE, kl_coef=W.KL_COEF, missing_eos_penalty=1.0,
-                  max_grad_norm=W.MAX_GRAD_NORM,
-                  generation_kwargs={"min_new_tokens": W.NEW_TOKENS}, allow_biased_sampling=True,  # fixed length
-                  reuse_rollout_forward=not args.no_single_update)
+                  max_grad_norm=W.MAX_GRAD_NORM, reuse_rollout_forward=not args.no_single_update,
+                  **({"logits_chunk_size": None, "padding_free": False} if args.padded else {}),
+                  **({} if args.mixed else {"generation_kwargs": {"min_new_tokens": args.new_tokens},
+                                            "allow_biased_sampling": True}))  # fixed length
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
     else:  # TRL's PPO defaults: 4 epochs over the rollout
@@ -111,7 +116,7 @@ def main() -> None:
     trainer.fit(module, PromptDataModule(tokenizer=path, batch_size=W.PROMPTS_PER_STEP,
                                          max_prompt_length=W.PROMPT_TOKENS))
     memory_marks["before_steps"] = timer.rss_before_steps
-    impl = "lit_rlhf_no_single_update" if args.no_single_update else "lit_rlhf"
+    impl = "lit_rlhf_no_single_update" if args.no_single_update else "lit_rlhf_padded" if args.padded else "lit_rlhf"
     print(json.dumps(W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases,
                               timer.tokens, device, memory_marks)))
 

@@ -33,6 +33,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import LossShare, clipped_policy_loss, identity_sum, kl_per_token, masked_mean
+from lit_rlhf.ops.batching import split_by_tokens
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
 from lit_rlhf.tasks.metrics import TaskMetric
@@ -119,7 +120,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         hp = self.hparams
         self.single_update = hp.reuse_rollout_forward and self.supports_single_update and (
             hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1
-        ) and not has_active_dropout(self.policy)
+        ) and hp.max_tokens_per_micro_batch is None and not has_active_dropout(self.policy)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
         self.rollout_engine.setup(self)
 
@@ -220,7 +221,16 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         if hp.loss_type == "dapo":  # the step's tokens over all ranks; DDP averages the ranks' gradients
             tokens = self.all_reduce_sum(rollout.loss_mask(idx).sum().double())
             step_tokens = float(tokens) / (self.trainer.world_size if self._trainer is not None else 1)
-        return LossShare(hp.loss_type, micro_batches, hp.response_length, step_tokens)
+        return LossShare(hp.loss_type, micro_batches, hp.response_length, step_tokens, step_sequences=len(idx))
+
+    def micro_batches(self, rollout: Rollout, idx: torch.Tensor, size: int) -> list[torch.Tensor]:
+        """The micro-batches of the step on sequences idx: algo.max_tokens_per_micro_batch tokens (prompt and
+        response) at most each, or gradient_accumulation_steps groups of `size` sequences."""
+        budget = self.hparams.max_tokens_per_micro_batch
+        if budget is None:
+            return list(idx.split(size))
+        tokens = rollout.query_mask.sum(1) + rollout.response_mask.sum(1)  # N
+        return split_by_tokens(idx, tokens, budget)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
         """num_ppo_epochs x num_mini_batches clipped-ratio steps, each accumulating micro-batches."""
@@ -237,8 +247,9 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             order = torch.randperm(n, device=self.device)  # N
             for minibatch_idx in order.split(minibatch):
                 finite = True
-                share = self.loss_share(rollout, minibatch_idx, hp.gradient_accumulation_steps)
-                for micro_idx in minibatch_idx.split(micro):
+                micro_batches = self.micro_batches(rollout, minibatch_idx, micro)
+                share = self.loss_share(rollout, minibatch_idx, len(micro_batches))
+                for micro_idx in micro_batches:
                     loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx, share)
                     finite = finite and bool(torch.isfinite(loss))
                     self.manual_backward(loss)  # the micro-batch's share of the step's loss (LossShare)

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rlhf.ops import logprobs_from_logits
+from lit_rlhf.algos.packing import packed_response_hidden
+from lit_rlhf.ops import logprobs_and_entropy
+from lit_rlhf.ops.logprobs import chunked_logprobs_and_entropy
 
 
 @dataclass
@@ -75,14 +77,51 @@ def response_logits(model: torch.nn.Module, queries, query_mask, responses, resp
     return response_forward(model, queries, query_mask, responses, response_mask)[0]
 
 
+def plain_output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """The model's output projection when it is a plain Linear (not wrapped, e.g. by a LoRA adapter), else None."""
+    layer = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return layer if type(layer) is torch.nn.Linear else None
+
+
+def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, responses, response_mask,
+                                  temperature: float, chunk_size: int | None,
+                                  pad_token_id: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprobs (N,R) and entropy (N,R, no gradient) of the response tokens; zero after the stop token.
+
+    With chunk_size, from the last hidden states of the real response tokens, chunk_size positions at a time
+    (ops.chunked_logprobs_and_entropy): the (N,R,V) logits are never held; with a pad_token_id too, from a
+    padding-free forward (algos.packing). Without chunk_size, or when the output layer is not a plain Linear,
+    from the full logits of the padded batch."""
+    layer = plain_output_layer(model) if chunk_size else None
+    if layer is None:
+        logits = response_logits(model, queries, query_mask, responses, response_mask)  # N,R,V
+        logprobs, entropy = logprobs_and_entropy(logits, responses, temperature)
+        mask = response_mask.to(logprobs.dtype)
+        return logprobs * mask, entropy * mask
+    real = response_mask.bool()  # N,R
+    if pad_token_id is not None:
+        hidden = packed_response_hidden(model, queries, query_mask, responses, response_mask, pad_token_id)  # T,H
+    else:
+        length = responses.shape[1]
+        out = model(**sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
+                    logits_to_keep=1, output_hidden_states=True)
+        hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # T,H  the states that predict response tokens
+    token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, responses[real], temperature,
+                                                                 chunk_size)  # T ; T
+    logprobs = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_logprobs)
+    entropy = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_entropy)
+    return logprobs, entropy  # N,R ; N,R
+
+
 @torch.no_grad()
 def batched_logprobs(model: torch.nn.Module, queries, query_mask, responses, response_mask,
-                     temperature: float, batch_size: int | None = None) -> torch.Tensor:
-    """No-grad logprobs of the responses, in chunks of batch_size sequences. -> (N,R)"""
+                     temperature: float, batch_size: int | None = None, chunk_size: int | None = None,
+                     pad_token_id: int | None = None) -> torch.Tensor:
+    """No-grad logprobs of the responses, in chunks of batch_size sequences; zero after the stop token. -> (N,R)"""
     chunks = []
     step = batch_size or len(responses)
     for i in range(0, len(responses), step):
         s = slice(i, i + step)
-        logits = response_logits(model, queries[s], query_mask[s], responses[s], response_mask[s])
-        chunks.append(logprobs_from_logits(logits, responses[s], temperature))
+        chunks.append(response_logprobs_and_entropy(model, queries[s], query_mask[s], responses[s], response_mask[s],
+                                                    temperature, chunk_size, pad_token_id)[0])
     return torch.cat(chunks)

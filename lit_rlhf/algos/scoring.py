@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logits
+from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_and_entropy
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
-from lit_rlhf.ops import contains_stop, logprobs_and_entropy
+from lit_rlhf.ops import contains_stop
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -116,7 +116,8 @@ class RolloutScoring:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""
         with self.reference.active() as reference:
             return batched_logprobs(reference, queries, query_mask, responses, response_mask,
-                                    self.hparams.temperature, self.hparams.forward_batch_size)
+                                    self.hparams.temperature, self.hparams.forward_batch_size,
+                                    self.hparams.logits_chunk_size, self.packing_pad_id)
 
     def policy_forward_with_grad(self, queries, query_mask, responses, response_mask):
         """The update's forward pass, run inside the rollout when the update is one optimizer step on the
@@ -127,9 +128,15 @@ class RolloutScoring:
             return self.policy_logprobs_and_entropy(queries, query_mask, responses, response_mask)
 
     def policy_logprobs_and_entropy(self, queries, query_mask, responses, response_mask):
-        """The policy's forward on the sequences. -> logprobs (N,R), entropy (N,R, no grad)"""
-        logits = response_logits(self.policy, queries, query_mask, responses, response_mask)  # N,R,V
-        return logprobs_and_entropy(logits, responses, self.hparams.temperature)
+        """The policy's forward on the sequences. -> logprobs (N,R), entropy (N,R, no grad); zero after the stop"""
+        return response_logprobs_and_entropy(self.policy, queries, query_mask, responses, response_mask,
+                                             self.hparams.temperature, self.hparams.logits_chunk_size,
+                                             self.packing_pad_id)
+
+    @property
+    def packing_pad_id(self) -> int | None:
+        """The pad token of padding-free forwards (algo.padding_free), or None for padded ones."""
+        return self.tokenizer.pad_token_id if self.hparams.padding_free else None
 
     def enable_trainable_grads(self) -> None:
         """peft's adapter switches (reference, critic) toggle requires_grad of the trained tensors."""
@@ -139,7 +146,8 @@ class RolloutScoring:
     def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
         """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""
         logprobs = batched_logprobs(self.policy, queries, query_mask, responses, response_mask,
-                                    self.hparams.temperature, self.hparams.forward_batch_size)
+                                    self.hparams.temperature, self.hparams.forward_batch_size,
+                                    self.hparams.logits_chunk_size, self.packing_pad_id)
         return logprobs, None
 
     def score(self, prompts: list[str], completions: list[str], columns: dict[str, list] | None = None) -> torch.Tensor:

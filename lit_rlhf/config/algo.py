@@ -39,8 +39,18 @@ class RLHFConfig:
     num_ppo_epochs: int = setting(1, "passes over each rollout")
     num_mini_batches: int = setting(1, "optimizer steps per pass")
     gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step")
+    max_tokens_per_micro_batch: Optional[int] = setting(
+        None, "micro-batches by token count instead: consecutive sequences up to this many prompt + response tokens "
+              "each (replaces gradient_accumulation_steps; the loss types keep their contract)")
     max_grad_norm: Optional[float] = setting(1.0, "gradient clipping through Lightning's `clip_gradients` (null: off)")
     forward_batch_size: Optional[int] = setting(None, "chunk size of the no-grad logprob forwards (null: all at once)")
+    logits_chunk_size: Optional[int] = setting(
+        1024, "logprobs from the last hidden states, this many response tokens at a time (under activation "
+              "checkpointing with gradients): the (sequences, response_length, vocab) logits are never held; null: "
+              "full logits (also used when the output layer carries an adapter)")
+    padding_free: bool = setting(
+        True, "with logits_chunk_size: the policy and reference forwards run on packed sequences (the real tokens "
+              "of several sequences per row, positions restarting), computing no pad token")
     generation_kwargs: Dict[str, Any] = setting(factory=dict, doc="extra `generate()` settings; ones that bias the "
                                                                   "sampled distribution are refused")
     allow_biased_sampling: bool = setting(False, "accept top_k / top_p / min_new_tokens / repetition_penalty ... "

@@ -58,6 +58,8 @@ def check_shared_settings(hp: Any) -> None:
     for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps", "response_length"):
         check_number(name, getattr(hp, name), minimum=1, integer=True)
     check_number("forward_batch_size", hp.forward_batch_size, minimum=1, integer=True, optional=True)
+    check_number("logits_chunk_size", hp.logits_chunk_size, minimum=1, integer=True, optional=True)
+    check_number("max_tokens_per_micro_batch", hp.max_tokens_per_micro_batch, minimum=1, integer=True, optional=True)
     check_number("rl_steps", hp.rl_steps, minimum=1, integer=True, optional=True)
     check_number("temperature", hp.temperature, minimum=0, strictly=True)
     check_number("kl_coef", hp.kl_coef, minimum=0)

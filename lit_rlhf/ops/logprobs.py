@@ -1,4 +1,4 @@
-"""Token log-probabilities and entropies from logits.
+"""Token log-probabilities and entropies from logits, or in chunks from the last hidden states.
 
 Shapes: N sequences, R response length, V vocab. Logits are divided by the sampling temperature
 in every logprob computation, so that logprobs are those of the distribution actually sampled.
@@ -7,6 +7,7 @@ in every logprob computation, so that logprobs are those of the distribution act
 from __future__ import annotations
 
 import torch
+import torch.utils.checkpoint
 
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -33,3 +34,34 @@ def logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor,
     with torch.no_grad():
         entropy = -(log_probs.exp() * log_probs).sum(-1)  # N,R
     return token_logprobs, entropy
+
+
+def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tokens: torch.Tensor,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.nn.functional.linear(hidden, weight, bias).float() / temperature  # C,V
+    log_probs = torch.log_softmax(logits, dim=-1)  # C,V
+    token_logprobs = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # C
+    with torch.no_grad():
+        entropy = -(log_probs.exp() * log_probs).sum(-1)  # C
+    return token_logprobs, entropy
+
+
+def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Linear, tokens: torch.Tensor,
+                                 temperature: float = 1.0, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """logprobs_and_entropy from the last hidden states, chunk_size positions at a time, never holding the logits of
+    every position: with gradients, each chunk runs under activation checkpointing, so its (chunk, V) logits are
+    recomputed in the backward pass instead of being kept. (T,H), (T,) -> (T,), (T,) (entropy without gradient)"""
+    weight, bias = output_layer.weight, output_layer.bias
+    logprobs, entropies = [], []
+    for start in range(0, hidden.shape[0], chunk_size):
+        part = (hidden[start:start + chunk_size], weight, bias, tokens[start:start + chunk_size], temperature)
+        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+            token_logprobs, entropy = torch.utils.checkpoint.checkpoint(_chunk_logprobs, *part, use_reentrant=False)
+        else:
+            token_logprobs, entropy = _chunk_logprobs(*part)
+        logprobs.append(token_logprobs)
+        entropies.append(entropy)
+    if not logprobs:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat(logprobs), torch.cat(entropies)

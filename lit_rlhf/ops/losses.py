@@ -21,31 +21,34 @@ class LossShare:
     micro-batches, summed (and averaged over ranks, as DDP averages gradients), give the step's loss.
 
     loss_type     bnpo     token mean of each micro-batch, averaged over micro-batches
-                  grpo     mean over sequences of each sequence's token mean
-                  dr_grpo  token sum / (sequences x max_length)
+                  grpo     mean over the step's sequences of each sequence's token mean
+                  dr_grpo  token sum / (the step's sequences x max_length)
                   dapo     token sum / response tokens of the whole step, over all ranks
-    micro_batches  micro-batches of the step on each rank
-    max_length     dr_grpo's constant: the configured response_length, never a batch's padded length
-    step_tokens    dapo: response tokens of the step over all ranks, divided by the number of ranks
+    micro_batches   micro-batches of the step on each rank (bnpo)
+    step_sequences  sequences of the step on each rank (grpo, dr_grpo; None: micro_batches equal micro-batches)
+    max_length      dr_grpo's constant: the configured response_length, never a batch's padded length
+    step_tokens     dapo: response tokens of the step over all ranks, divided by the number of ranks
     """
 
     loss_type: str = "bnpo"
     micro_batches: int = 1
     max_length: int | None = None
     step_tokens: float | None = None
+    step_sequences: int | None = None
 
 
 def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: LossShare) -> torch.Tensor:
     """The micro-batch's share of the step loss from per-token losses (M,R). bnpo's step loss is the same
-    however the step is split only when the micro-batches hold the same number of tokens; grpo's and
-    dr_grpo's when they hold the same number of sequences (always the case here); dapo's always."""
+    however the step is split only when the micro-batches hold the same number of tokens; grpo's, dr_grpo's
+    and dapo's always (micro-batches of any sizes, e.g. by token budget)."""
     mask = response_mask.to(per_token.dtype)  # M,R
+    sequences = share.step_sequences or per_token.shape[0] * share.micro_batches
     if share.loss_type == "bnpo":
         return masked_mean(per_token, response_mask) / share.micro_batches
     if share.loss_type == "grpo":
-        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean() / share.micro_batches
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum() / sequences
     if share.loss_type == "dr_grpo":
-        return (per_token * mask).sum() / (per_token.shape[0] * share.max_length * share.micro_batches)
+        return (per_token * mask).sum() / (sequences * share.max_length)
     if share.loss_type == "dapo":
         return (per_token * mask).sum() / max(share.step_tokens, 1e-8)
     raise ValueError(f"loss_type={share.loss_type!r} is not one of {LOSS_TYPES}")

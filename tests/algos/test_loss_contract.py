@@ -21,6 +21,15 @@ def test_four_micro_batches_give_the_gradient_of_one(algo, loss_type):
     assert_same(one_step_delta(algo, loss_type=loss_type, gradient_accumulation_steps=4, **num_epochs), whole)
 
 
+@pytest.mark.parametrize("algo, loss_type", [("grpo", "dapo"), ("grpo", "grpo"), ("grpo", "dr_grpo"),
+                                             ("ppo", "dapo")])
+def test_micro_batches_by_token_budget_give_the_gradient_of_one(algo, loss_type):
+    """Sequences of the fixed rollout hold 2 to 13 tokens: a budget of 20 makes micro-batches of unequal sizes."""
+    num_epochs = {"ppo": {"num_ppo_epochs": 1}}.get(algo, {})
+    whole = one_step_delta(algo, loss_type=loss_type, **num_epochs)
+    assert_same(one_step_delta(algo, loss_type=loss_type, max_tokens_per_micro_batch=20, **num_epochs), whole)
+
+
 def test_bnpo_is_a_mean_of_micro_batch_means_so_it_depends_on_the_split():
     whole = one_step_delta("grpo", loss_type="bnpo")
     assert differs(one_step_delta("grpo", loss_type="bnpo", gradient_accumulation_steps=4), whole)

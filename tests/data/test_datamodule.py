@@ -24,8 +24,8 @@ def test_bundled_prompts_held_out_split_is_fixed_and_disjoint():
     a, b = make_datamodule(), make_datamodule(seed=1)
     a.setup(), b.setup()
     assert len(a.eval_prompts) == 8 and len(a.train_prompts) == 1000 - 8
-    train = {tuple(p) for p in a.train_prompts}
-    assert not train & {tuple(p) for p in a.eval_prompts}
+    train = {tuple(p.ids) for p in a.train_prompts}
+    assert not train & {tuple(p.ids) for p in a.eval_prompts}
     again = make_datamodule()
     again.setup()
     assert again.eval_prompts == a.eval_prompts and a.eval_prompts != b.eval_prompts
@@ -66,8 +66,8 @@ def test_long_prompts_are_truncated_on_the_left_counted_and_warned_once(tmp_path
     assert len([w for w in record if "truncated" in str(w.message)]) == 1
     assert dm.num_truncated == 5
     full = dm.tokenizer(long)["input_ids"]
-    assert max(map(len, dm.train_prompts + dm.eval_prompts)) == 6
-    assert full[-6:] in dm.train_prompts + dm.eval_prompts
+    assert max(len(p.ids) for p in dm.train_prompts + dm.eval_prompts) == 6
+    assert full[-6:] in [p.ids for p in dm.train_prompts + dm.eval_prompts]
 
 
 def test_chat_template_wraps_prompts(tiny_path, tmp_path):
@@ -78,7 +78,7 @@ def test_chat_template_wraps_prompts(tiny_path, tmp_path):
     tokenizer.save_pretrained(tmp_path / "tok")
     dm = make_datamodule(tokenizer=str(tmp_path / "tok"), apply_chat_template=True)
     dm.setup()
-    text = dm.tokenizer.decode(dm.train_prompts[0])
+    text = dm.tokenizer.decode(dm.train_prompts[0].ids)
     assert text.startswith("User: ") and text.endswith("Review:")
 
 

@@ -115,14 +115,17 @@ def test_loss_types_by_hand():
     assert aggregate_loss(loss, mask, LossShare("dr_grpo", max_length=4)) == (1 + 3 + 2) / (2 * 4)
     assert aggregate_loss(loss, mask, LossShare("dapo", micro_batches=2, step_tokens=10)) == (1 + 3 + 2) / 10
     assert aggregate_loss(loss, mask, LossShare("grpo", micro_batches=2)) == ((1 + 3) / 2 + 2 / 1) / 2 / 2
+    assert aggregate_loss(loss, mask, LossShare("grpo", step_sequences=5)) == ((1 + 3) / 2 + 2 / 1) / 5
+    assert aggregate_loss(loss, mask, LossShare("dr_grpo", max_length=4, step_sequences=5)) == (1 + 3 + 2) / (5 * 4)
 
 
-def step_gradient(per_token, mask, loss_type, micro_batches):
-    """The gradient of one step's loss as the update loop builds it: the shares of its micro-batches summed."""
-    step_tokens = float(mask.sum())
-    share = LossShare(loss_type, micro_batches, max_length=per_token.shape[1], step_tokens=step_tokens)
-    total = sum(aggregate_loss(per_token[idx], mask[idx], share)
-                for idx in torch.arange(len(mask)).split(len(mask) // micro_batches))
+def step_gradient(per_token, mask, loss_type, micro_batches, sizes=None):
+    """The gradient of one step's loss as the update loop builds it: the shares of its micro-batches summed
+    (equal micro-batches, or of the given sizes, as a token budget makes them)."""
+    groups = torch.arange(len(mask)).split(sizes or len(mask) // micro_batches)
+    share = LossShare(loss_type, len(groups), max_length=per_token.shape[1], step_tokens=float(mask.sum()),
+                      step_sequences=len(mask))
+    total = sum(aggregate_loss(per_token[idx], mask[idx], share) for idx in groups)
     return torch.autograd.grad(total, per_token)[0]
 
 
@@ -134,6 +137,8 @@ def test_the_step_gradient_does_not_depend_on_the_micro_batching(loss_type):
     whole = step_gradient(per_token, mask, loss_type, 1)
     for micro_batches in (2, 4, 8):
         torch.testing.assert_close(step_gradient(per_token, mask, loss_type, micro_batches), whole, atol=1e-6, rtol=0)
+    uneven = step_gradient(per_token, mask, loss_type, None, sizes=[3, 1, 4])  # micro-batches of unequal sizes
+    torch.testing.assert_close(uneven, whole, atol=1e-6, rtol=0)
     if loss_type == "dapo":  # the global token mean: every token weighs 1 / all tokens
         torch.testing.assert_close(whole, mask.float() / mask.sum())
 
@@ -168,3 +173,12 @@ def test_overlong_penalty_by_hand():
     lengths = torch.tensor([10, 24, 26, 28, 32])
     assert overlong_penalty(lengths, 32, 8).tolist() == [0.0, 0.0, -0.25, -0.5, -1.0]
     assert overlong_penalty(lengths, 32, 8, factor=0.5).tolist() == [0.0, 0.0, -0.125, -0.25, -0.5]
+
+
+def test_split_by_tokens_by_hand():
+    from lit_rlhf.ops.batching import split_by_tokens
+
+    tokens = torch.tensor([5, 3, 8, 2, 9, 1])
+    groups = split_by_tokens(torch.tensor([0, 1, 2, 3, 4, 5]), tokens, budget=10)
+    assert [g.tolist() for g in groups] == [[0, 1], [2, 3], [4, 5]]
+    assert [g.tolist() for g in split_by_tokens(torch.tensor([4, 2]), tokens, budget=5)] == [[4], [2]]  # too long

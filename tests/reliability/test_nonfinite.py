@@ -72,8 +72,8 @@ def test_one_non_finite_loss_skips_its_step_leaves_the_weights_alone_and_is_coun
     losses = module.minibatch_loss
     before = {}
 
-    def nan_on_second_step(rollout, advantages, idx):
-        loss, stats = losses(rollout, advantages, idx)
+    def nan_on_second_step(rollout, advantages, idx, share):
+        loss, stats = losses(rollout, advantages, idx, share)
         if module.rl_step == 1:
             before.update({n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad})
             return loss * float("nan"), stats
