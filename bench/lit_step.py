@@ -21,7 +21,8 @@ import workload as W
 from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.models import VaderSentiment
 
-PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward", "score": "reward",
+PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward",
+          "score_components": "reward",
           "old_logprobs_and_values": "policy forward/backward", "policy_forward_with_grad": "policy forward/backward",
           "minibatch_loss": "policy forward/backward", "manual_backward": "policy forward/backward",
           "clip_gradients": "optimizer"}

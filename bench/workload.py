@@ -30,7 +30,6 @@ SHAPES = {
     "pythia-160m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "pythia-1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=8, intermediate_size=8192),
 }
-MIXED_LENGTHS_TARGET = 40  # mean sampled tokens before the stop token of the "-stops" models
 ROOT = Path(__file__).resolve().parents[1]
 TINY_PYTHIA = str(ROOT / "lit_rlhf" / "assets" / "tiny-pythia")  # not imported: the floor must not load lit_rlhf
 CACHE = Path(__file__).resolve().parent / ".cache"  # git-ignored: random-weight models are rebuilt, never committed
@@ -40,9 +39,9 @@ PROMPTS_FILE = ROOT / "lit_rlhf" / "data" / "sentiment" / "prompts.jsonl"
 def build_model(shape: str, directory: Path | None = None) -> Path:
     """A GPT-NeoX with pythia's configuration for `shape` and random weights (seed 0), saved with the tiny
     tokenizer so that from_pretrained loads it like any hub model. `<shape>-stops` (mixed response lengths): the
-    same, except that the stop token (id 0) has a logit about log(40) below the others' log-sum-exp, so that about
-    one sampled token in 40 stops the response, as a trained model's lengths vary: the final layer norm gets a bias
-    of 10 along a unit direction u, and the stop token's output row is 0.73 u."""
+    same, except that the stop token (id 0) is likely enough that responses stop at mixed lengths, as a trained
+    model's do (32 samples of 256 new tokens: 1 to 256 tokens, mean 60): the final layer norm gets a bias
+    of 10 along a unit direction u, and the stop token's output row is 0.52 u."""
     directory = directory or CACHE / f"{shape}-random"
     if (directory / "config.json").exists():
         return directory
@@ -55,7 +54,7 @@ def build_model(shape: str, directory: Path | None = None) -> Path:
         with torch.no_grad():
             direction = torch.nn.functional.normalize(torch.randn(config.hidden_size), dim=0)
             model.gpt_neox.final_layer_norm.bias.copy_(10.0 * direction)
-            model.embed_out.weight[0] = 0.73 * direction
+            model.get_output_embeddings().weight[0] = 0.52 * direction
     model.save_pretrained(directory)
     AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(directory)
     return directory
