@@ -1,6 +1,6 @@
 """The arithmetic task as a user runs it: `python train.py experiment=arithmetic_<algo> seed=<s>`.
 
-    python bench/arithmetic.py                      # RLOO seeds 0 and 1, PPO and GRPO seed 0; ~8 min on 2 CPU cores
+    python bench/arithmetic.py                      # RLOO seeds 0 and 1, PPO, GRPO, REINFORCE++ seed 0; ~8 min
     python bench/arithmetic.py --runs rloo:0        # one run
 
 Reports the end-of-run evaluation on the 200 held-out questions (4 samples each): exact-match accuracy of the
@@ -42,7 +42,7 @@ def cell(value: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", nargs="+", default=["rloo:0", "rloo:1", "ppo:0", "grpo:0"])
+    parser.add_argument("--runs", nargs="+", default=["rloo:0", "rloo:1", "ppo:0", "grpo:0", "reinforce_pp:0"])
     args = parser.parse_args()
     out = BENCH / "results" / "arithmetic_runs"
     results = [run(spec.split(":")[0], int(spec.split(":")[1]), out) for spec in args.runs]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import lit_rlhf.algos.rollout as rollout_module
+import lit_rlhf.algos.scoring as scoring_module
 from tests.conftest import LORA, make_datamodule, make_ppo, make_rloo
 
 
@@ -20,14 +21,16 @@ def train(module, steps=2):
 
 
 def count_forwards(monkeypatch):
+    """Records, for every forward of the policy or the reference on the responses, whether it ran with grad."""
     calls = []
-    original = rollout_module.response_forward
+    original = rollout_module.response_logprobs_and_entropy
 
     def counting(*args, **kwargs):
         calls.append(torch.is_grad_enabled())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(rollout_module, "response_forward", counting)
+    monkeypatch.setattr(rollout_module, "response_logprobs_and_entropy", counting)
+    monkeypatch.setattr(scoring_module, "response_logprobs_and_entropy", counting)
     return calls
 
 
