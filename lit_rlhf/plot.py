@@ -61,7 +61,7 @@ def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path) -
     import matplotlib.pyplot as plt
 
     names = [n for n in CURVES if n in series and (n not in CONSTANT_UNLESS_MOVING or len(set(series[n][1])) > 1)]
-    names += sorted(n for n in series if n.startswith("rewards/") and n.endswith("/mean") and len(series) > 1)
+    names += sorted(n for n in series if n.startswith("rewards/") and n.endswith("/mean"))
     names += sorted(n for n in series if n.startswith("eval/") and n not in NOT_TASK_METRICS and len(series[n][1]) > 1)
     cols = 3
     rows = max(1, math.ceil(len(names) / cols))

@@ -28,12 +28,17 @@ def normalize(answer) -> str:
     return str(int(text)) if re.fullmatch(r"[+-]?\d+", text) else text
 
 
+def answers_match(completions: Sequence[str], references: Sequence, extract=extract_answer) -> torch.Tensor:
+    """1 where a completion's extracted final answer equals its reference after normalization, else 0. -> (N,)"""
+    return torch.tensor([float((found := extract(c)) is not None and normalize(found) == normalize(r))
+                         for c, r in zip(completions, references, strict=True)])
+
+
 class ArithmeticCorrect:
     """Exact match of the final answer (after the marker) with the dataset's `answer` column."""
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str], answer: Sequence) -> torch.Tensor:
-        return torch.tensor([float(extract_answer(c) is not None and normalize(extract_answer(c)) == normalize(a))
-                             for c, a in zip(completions, answer, strict=True)])
+        return answers_match(completions, answer)
 
 
 class ArithmeticFormat:

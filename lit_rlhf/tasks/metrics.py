@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lit_rlhf.tasks.arithmetic import extract_answer, normalize
+from lit_rlhf.tasks.arithmetic import answers_match, extract_answer, normalize
 
 
 class TaskMetric(Protocol):
@@ -46,9 +46,7 @@ class ExactMatch:
         if self.answer_column not in columns:
             raise ValueError(f"task metric {self.name} needs the dataset column {self.answer_column!r}; the rows have "
                              f"{sorted(columns) or 'no other columns'}.")
-        references = [normalize(a) for a in columns[self.answer_column]]
-        return torch.tensor([float(a is not None and a == r)
-                             for a, r in zip(self.answers(completions), references, strict=True)])
+        return answers_match(completions, columns[self.answer_column], self.extract)
 
 
 def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:

@@ -98,7 +98,6 @@ def test_a_reward_that_raises_is_named_with_the_prompt_it_failed_on(tmp_path, ti
     dm = datamodule(tmp_path, tiny_path)
     module = make_rloo(reward=WeightedSum({"picky": picky}))
     module.configure_model()
-    batch = next(iter(dm.val_dataloader()))  # the held-out prompts: the one with answer 7 is among them?
     rows = [r for r in dm.eval_prompts + dm.train_prompts if r.columns["answer"] == "7"]
     batch = dm._collate()(rows + dm.eval_prompts[:1])
     with pytest.raises(ConfigError, match=r"the reward picky raised KeyError: 'no entry for 7' on prompt 'The movie "
