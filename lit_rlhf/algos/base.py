@@ -32,7 +32,14 @@ from lit_rlhf.config.validation import check_optimizer
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
-from lit_rlhf.ops import LossShare, clipped_policy_loss, identity_sum, kl_per_token, masked_mean
+from lit_rlhf.ops import (
+    LossShare,
+    clipped_policy_loss,
+    identity_sum,
+    kl_per_token,
+    masked_mean,
+    sampler_mismatch_stats,
+)
 from lit_rlhf.ops.batching import split_by_tokens
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
@@ -304,8 +311,9 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         hp, mask = self.hparams, rollout.loss_mask(idx)  # M,R
         low = hp.cliprange if hp.cliprange_low is None else hp.cliprange_low
         high = hp.cliprange if hp.cliprange_high is None else hp.cliprange_high
+        is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
-                                                low, high, share)
+                                                low, high, share, is_weights)
         self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])
         return pg_loss, {
             "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],
@@ -339,6 +347,14 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             "tokens/responses_len_dist": mask.sum(1).float(),
         }
 
+    def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs
+        (nothing when the engine reports none, as `rollout=hf`, whose sampler is the trainer's own model)."""
+        if rollout.sampler_logprobs is None:
+            return {}
+        return sampler_mismatch_stats(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask,
+                                      self.hparams.rollout_is_cap)
+
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
         self.last_step_episodes = len(rollout) * self.trainer.world_size
         self.episode += self.last_step_episodes
@@ -348,6 +364,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             **completion_stats(rollout.response_mask, rollout.contains_stop, rollout.completions),
             **reward_stats(rollout.reward_components),
             **group_stats(rollout.scores, rollout.prompt_index),
+            **self.sampler_stats(rollout),
+            **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),
             "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),

@@ -33,6 +33,7 @@ class Rollout:
     # (logprobs N,R with their graph, entropy N,R) of the rollout's policy forward, when the update reuses it
     policy_outputs: tuple[torch.Tensor, torch.Tensor] | None = None
     sampler_logprobs: torch.Tensor | None = None  # N,R  the rollout engine's logprobs, when it reports them
+    is_weights: torch.Tensor | None = None  # N,R  min(pi_old / pi_sampler, rollout_is_cap), with sampler logprobs
     in_loss: torch.Tensor | None = None  # N  bool: sequences the loss trains on (None: all)
     reward_components: dict[str, torch.Tensor] = field(default_factory=dict)  # {name: N} each named reward's scores
     columns: dict[str, list] = field(default_factory=dict)  # {name: N values} the dataset columns of each prompt

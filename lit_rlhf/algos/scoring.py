@@ -15,7 +15,7 @@ from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
-from lit_rlhf.ops import contains_stop
+from lit_rlhf.ops import contains_stop, truncated_is_weights
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -97,6 +97,10 @@ class RolloutScoring:
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
             logprobs, values = policy_outputs[0].detach(), None
+        is_weights = None  # N,R  the correction for an engine whose sampler differs from the trainer
+        if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None:
+            is_weights = truncated_is_weights(logprobs, samples.sampler_logprobs, hp.rollout_is_cap)
+            is_weights = is_weights * samples.response_mask  # N,R
         prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
         completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
         has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
@@ -109,7 +113,7 @@ class RolloutScoring:
                        response_mask=samples.response_mask, prompt_index=samples.prompt_index, logprobs=logprobs,
                        ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=has_stop,
                        values=values, prompts=prompts, completions=completions, policy_outputs=policy_outputs,
-                       sampler_logprobs=samples.sampler_logprobs, reward_components=components,
+                       sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights, reward_components=components,
                        columns=columns)
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:

@@ -55,6 +55,10 @@ class RLHFConfig:
                                                                   "sampled distribution are refused")
     allow_biased_sampling: bool = setting(False, "accept top_k / top_p / min_new_tokens / repetition_penalty ... "
                                                  "anyway")
+    rollout_is_cap: Optional[float] = setting(
+        2.0, "with an engine that reports its own logprobs (rollout=vllm): each token's policy loss is weighted by "
+             "min(pi_old / pi_sampler, this cap), truncated importance sampling for the sampler/trainer mismatch "
+             "(null: off; >= 1)")
     reuse_rollout_forward: bool = setting(
         True, "with 1 epoch x 1 minibatch x 1 micro-batch and no dropout (a Dropout module, or train-mode forwards "
               "that differ), the update's forward runs in the rollout and replaces the old-logprob forward; false "

@@ -69,6 +69,7 @@ def check_shared_settings(hp: Any) -> None:
     check_number("max_grad_norm", hp.max_grad_norm, minimum=0, strictly=True, optional=True)
     check_number("missing_eos_penalty", hp.missing_eos_penalty, optional=True)
     check_number("max_consecutive_nonfinite", hp.max_consecutive_nonfinite, minimum=1, integer=True)
+    check_number("rollout_is_cap", hp.rollout_is_cap, minimum=1, optional=True)
 
 
 def warn_about_reward_kl(kl_estimator: str, kl_in_reward: bool = True) -> None:

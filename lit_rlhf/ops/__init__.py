@@ -12,6 +12,7 @@ from lit_rlhf.ops.advantages import (
     reward_to_go,
     rloo_advantages,
 )
+from lit_rlhf.ops.importance import sampler_mismatch_stats, truncated_is_weights
 from lit_rlhf.ops.kl import KL_ESTIMATORS, kl_per_token
 from lit_rlhf.ops.logprobs import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
 from lit_rlhf.ops.losses import LOSS_TYPES, LossShare, aggregate_loss, clipped_policy_loss, clipped_value_loss
@@ -31,5 +32,6 @@ __all__ = [
     "contains_stop", "discounted_reverse_cumsum", "entropy_from_logits", "first_stop_index", "gae_advantages",
     "global_masked_whiten", "group_mean", "group_std", "identity_sum", "kl_per_token", "leave_one_out_baseline",
     "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten", "overlong_penalty",
-    "place_score_on_last_token", "response_mask_from_stop", "reward_to_go", "rloo_advantages", "truncate_after_stop",
+    "place_score_on_last_token", "response_mask_from_stop", "reward_to_go", "rloo_advantages", "sampler_mismatch_stats",
+    "truncate_after_stop", "truncated_is_weights",
 ]

@@ -62,8 +62,10 @@ def clipped_policy_loss(
     cliprange_low: float,
     cliprange_high: float | None = None,
     share: LossShare = LossShare(),
+    is_weights: torch.Tensor | None = None,  # M,R  truncated importance weights pi_old / pi_sampler (no grad)
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)), the micro-batch's share of the step loss
+    """max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)), each token's times its importance weight
+    when given (a rollout engine's sampler/trainer correction), the micro-batch's share of the step loss
     (aggregate_loss), and its statistics. eps_high defaults to eps_low; eps_high > eps_low is DAPO's
     clip-higher. clip_ratio/*: the share of tokens whose gradient the clip removed, below (A < 0) and above
     (A > 0) the range, as TRL's GRPO trainer logs them."""
@@ -73,6 +75,8 @@ def clipped_policy_loss(
     pg_losses = -advantages * ratio  # M,R
     pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high)  # M,R
     pg_loss_max = torch.max(pg_losses, pg_losses2)  # M,R
+    if is_weights is not None:
+        pg_loss_max = pg_loss_max * is_weights  # M,R
     pg_loss = aggregate_loss(pg_loss_max, response_mask, share)
     with torch.no_grad():
         clipped_low = (ratio < 1.0 - cliprange_low) & (advantages < 0)  # M,R

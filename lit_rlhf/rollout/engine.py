@@ -57,3 +57,7 @@ class RolloutEngine:
 
     def after_update(self, module: Any) -> None:
         """Called after every RL step's optimizer steps."""
+
+    def stats(self) -> dict[str, float]:
+        """The engine's own per-step statistics (rollout/*), logged with the step's."""
+        return {}

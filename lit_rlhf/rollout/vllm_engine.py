@@ -1,0 +1,331 @@
+"""VLLMEngine: sampling with a vLLM engine colocated with the trainer (`rollout=vllm`).
+
+The engine is created once per run, after the policy loads, in its own process (vLLM's engine core): on the
+trainer's device, beside the trainer. It samples with the same pure-sampling rule as `rollout=hf` and returns
+its logprobs of the sampled tokens (after the temperature, as the trainer computes them). After every RL step's
+optimizer steps the policy's weights are marked stale; before the next rollout the weights training changes
+(LoRA merged into the layers it adapts, see weights.py) are written to a safetensors file in shared memory and
+the engine reloads them in place, within `sync_timeout_s` or the run ends with an error. Under DDP every rank
+runs its own engine on its own device and samples its own prompts.
+
+Shapes: B prompts, K samples per prompt, N = B*K sequences, P prompt length, R response length.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.ops import truncate_after_stop
+from lit_rlhf.rollout.engine import RolloutEngine, Samples, repeat_prompts
+from lit_rlhf.rollout.hf import HFEngine
+from lit_rlhf.rollout.sampling import check_unbiased
+from lit_rlhf.rollout.weights import trained_weights
+
+INSTALL_HINT = ("pip install -e '.[vllm]' where a GPU build of vLLM fits your torch, or `make setup-vllm` for the "
+                "CPU build in its own environment .venv-vllm")
+# algo.generation_kwargs that vLLM's SamplingParams also has (under its own name); only with allow_biased_sampling
+VLLM_SAMPLING_NAMES = {"top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
+                       "min_new_tokens": "min_tokens"}
+START_FAILURE_HINT = ("if it ran out of KV-cache memory, raise rollout.kv_cache_gib (or rollout.gpu_memory_utilization "
+                      "without it) or lower rollout.max_model_len; otherwise use rollout=hf")
+
+
+def import_vllm():
+    try:
+        import vllm
+    except ImportError as err:
+        raise ConfigError(f"rollout=vllm needs vLLM, which is not installed here ({err}): {INSTALL_HINT}.") from err
+    return vllm
+
+
+def vllm_sampling_settings(temperature: float, generation_kwargs: dict[str, Any],
+                           allow_biased_sampling: bool) -> dict[str, Any]:
+    """SamplingParams settings of pure sampling (temperature only), plus the generation_kwargs a user opted into."""
+    check_unbiased(generation_kwargs, allow_biased_sampling)
+    settings = {"temperature": temperature, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+    for key, value in generation_kwargs.items():
+        if key not in VLLM_SAMPLING_NAMES:
+            raise ConfigError(f"algo.generation_kwargs.{key} has no vLLM counterpart; remove it or use rollout=hf.")
+        settings[VLLM_SAMPLING_NAMES[key]] = -1 if key == "top_k" and value in (None, 0) else value
+    return settings
+
+
+def run_bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """call() in a daemon thread; a TimeoutError after timeout_s (the thread is left behind, so a hung engine
+    cannot keep the process alive), the call's own exception if it raised."""
+    result: dict[str, Any] = {}
+
+    def target():
+        try:
+            result["value"] = call()
+        except BaseException as err:  # handed to the caller's thread
+            result["error"] = err
+
+    thread = threading.Thread(target=target, name=what, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not finish in {timeout_s:g} s")
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+def shared_memory_dir() -> str | None:
+    """/dev/shm where there is one (the weights never touch a disk), else the temp dir."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+class VLLMEngine(RolloutEngine):
+    """A colocated vLLM `LLM` that samples for the policy; the reference (evaluation's baseline) samples with
+    `generate`, as rollout=hf does, since the engine holds the policy's weights only.
+
+    gpu_memory_utilization: the share of the device's memory vLLM may take (weights and KV cache); on CPU, of
+    the machine's memory. kv_cache_gib: the KV cache's size instead (what to set when the trainer shares the
+    device). sleep: vLLM's sleep mode on GPU (weights offloaded and KV cache freed between rollouts, level 1).
+    seeded: each prompt's K samples draw from a seed taken from torch's RNG, so a seeded run samples the same
+    tokens again (a resumed run continues the RNG from its checkpoint). engine_kwargs: anything else `LLM(...)`
+    accepts."""
+
+    def __init__(self, gpu_memory_utilization: float = 0.3, kv_cache_gib: float | None = None,
+                 dtype: str | None = None, max_model_len: int | None = None, enforce_eager: bool = True,
+                 sleep: bool = False, seeded: bool = True, sync_timeout_s: float = 300.0,
+                 worker_extension: str = "lit_rlhf.rollout.vllm_worker.WeightReceiver",
+                 engine_kwargs: dict[str, Any] | None = None):
+        if sync_timeout_s <= 0:
+            raise ConfigError(f"rollout.sync_timeout_s={sync_timeout_s} must be > 0 (seconds).")
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.kv_cache_gib = kv_cache_gib
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.enforce_eager = enforce_eager
+        self.sleep = sleep
+        self.seeded = seeded
+        self.sync_timeout_s = sync_timeout_s
+        self.worker_extension = worker_extension
+        self.engine_kwargs = dict(engine_kwargs or {})
+        self.llm = None
+        self.generate_engine = HFEngine()  # the reference's samples
+        self.sampling_settings: dict[str, Any] = {}
+        self.stale = True  # the engine's weights are behind the policy's
+        self.asleep = False
+        self.weights_dir: str | None = None
+        self.last_sync_s = 0.0  # seconds the last weight sync took (rollout/weight_sync_s)
+
+    # ---- lifetime ----------------------------------------------------------------------------
+    def setup(self, module: Any) -> None:
+        if self.llm is not None:
+            return
+        vllm = import_vllm()
+        if self.lockstep:
+            raise ConfigError("rollout=vllm cannot sync weights that ZeRO-3 shards (trainer=deepspeed_zero3); use "
+                              "trainer=ddp with rollout=vllm, or rollout=hf.")
+        self.generate_engine.setup(module)
+        hp = module.hparams
+        self.sampling_settings = vllm_sampling_settings(hp.temperature, dict(hp.generation_kwargs),
+                                                        hp.allow_biased_sampling)
+        self.weights_dir = tempfile.mkdtemp(prefix="lit_rlhf_vllm_", dir=shared_memory_dir())
+        self.llm = self.create_llm(vllm, module)
+        self.stale = True  # the policy may differ from the checkpoint the engine loaded (an adapter, a resume)
+
+    def engine_settings(self, module: Any) -> dict[str, Any]:
+        spec = module.hparams.model
+        settings = dict(
+            model=spec["name_or_path"], dtype=self.dtype or spec.get("dtype") or "auto",
+            trust_remote_code=spec.get("trust_remote_code", False), skip_tokenizer_init=True,
+            generation_config="vllm",  # the model's generation_config.json must not change the sampling
+            logprobs_mode="processed_logprobs",  # after the temperature, as the trainer's logprobs
+            gpu_memory_utilization=self.gpu_memory_utilization, enforce_eager=self.enforce_eager,
+            enable_sleep_mode=self.sleep, worker_extension_cls=self.worker_extension,
+            distributed_executor_backend="uni", disable_log_stats=True,
+        )
+        if self.kv_cache_gib is not None:
+            settings["kv_cache_memory_bytes"] = int(self.kv_cache_gib * 2**30)
+        if self.max_model_len is not None:
+            settings["max_model_len"] = self.max_model_len
+        return {**settings, **self.engine_kwargs}
+
+    def create_llm(self, vllm, module: Any):
+        settings = self.engine_settings(module)
+        check_kv_cache(module.policy.config, self.kv_cache_gib, settings.get("max_model_len"),
+                       module.policy.get_input_embeddings().weight.element_size())
+        architecture = getattr(module.policy.config, "architectures", None) or [type(module.policy).__name__]
+        try:
+            with engine_device(module.device):
+                return vllm.LLM(**settings)
+        except Exception as err:  # vLLM reports bad input as ValueError / RuntimeError with a long text
+            message = " ".join(str(err).split())
+            if "architecture" in message.lower() and "support" in message.lower():
+                raise ConfigError(f"vLLM cannot run the architecture {architecture[0]} of model.name_or_path="
+                                  f"{settings['model']!r}; use rollout=hf.") from err
+            if "KV cache" in message or "cache blocks" in message or "max_model_len" in message:
+                raise ConfigError(f"the vLLM engine has too little KV-cache memory for model.name_or_path="
+                                  f"{settings['model']!r} ({message[:160]}); raise rollout.kv_cache_gib (or "
+                                  f"rollout.gpu_memory_utilization) or lower rollout.max_model_len.") from err
+            raise ConfigError(f"the vLLM engine failed to start ({type(err).__name__}: {message[:160]}; its log is "
+                              f"above): {START_FAILURE_HINT}.") from err
+
+    def close(self) -> None:
+        """Stops the engine's process (also done at exit)."""
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+
+    # ---- weights -----------------------------------------------------------------------------
+    def after_update(self, module: Any) -> None:
+        self.stale = True
+
+    def stats(self) -> dict[str, float]:
+        return {"rollout/weight_sync_s": self.last_sync_s}
+
+    def sync(self, module: Any) -> None:
+        """The policy's trained weights into the engine, within sync_timeout_s, or a one-line error."""
+        start = time.perf_counter()
+        self.wake()
+        path = str(Path(self.weights_dir) / "policy.safetensors")
+        save_file({name: t.contiguous().cpu() for name, t in trained_weights(module.policy).items()}, path)
+        try:
+            run_bounded(lambda: self.llm.collective_rpc("load_policy_weights", args=(path,)),
+                        self.sync_timeout_s, "the weight sync to the vLLM engine")
+        except TimeoutError as err:
+            raise ConfigError(f"RL step {module.rl_step}: the weight sync to the vLLM engine did not finish in "
+                              f"{self.sync_timeout_s:g} s (rollout.sync_timeout_s); the engine is stuck or too slow, "
+                              f"the checkpoints written so far are intact; resume from the last one.") from err
+        except Exception as err:
+            message = " ".join(str(err).split())[:200]
+            raise ConfigError(f"RL step {module.rl_step}: the weight sync to the vLLM engine failed ({message}); the "
+                              f"checkpoints written so far are intact; use rollout=hf if it persists.") from err
+        finally:
+            Path(path).unlink(missing_ok=True)
+        self.stale = False
+        self.last_sync_s = time.perf_counter() - start
+
+    def wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def rest(self, device: torch.device) -> None:
+        """Sleep mode (GPU only: vLLM's CPU backend has none): weights offloaded, KV cache freed."""
+        if self.sleep and device.type == "cuda":
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    # ---- sampling ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, module: Any, batch: dict[str, torch.Tensor], samples_per_prompt: int,
+               from_reference: bool = False, greedy: bool = False) -> Samples:
+        if from_reference:
+            return self.generate_engine.sample(module, batch, samples_per_prompt, from_reference=True, greedy=greedy)
+        if self.stale:
+            self.sync(module)
+        self.wake()
+        hp = module.hparams
+        prompts = [ids[mask.bool()].tolist()
+                   for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]  # B lists
+        outputs = self.generate(module, prompts, samples_per_prompt, greedy)
+        self.rest(module.device)
+        queries, query_mask, prompt_index = repeat_prompts(batch, samples_per_prompt)  # N,P ; N,P ; N
+        pad_id = module.tokenizer.pad_token_id
+        responses, logprobs = completion_tensors(outputs, hp.response_length, pad_id)  # N,R ; N,R
+        responses, response_mask = truncate_after_stop(responses.to(queries.device), module.stop_token_id, pad_id)
+        sampler_logprobs = None if greedy else logprobs.to(queries.device) * response_mask  # N,R
+        return Samples(queries, query_mask, responses, response_mask, prompt_index, sampler_logprobs)
+
+    def generate(self, module: Any, prompts: list[list[int]], k: int, greedy: bool) -> list:
+        """vLLM's RequestOutputs, one per prompt (in order), each with K completions."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        hp = module.hparams
+        settings = {**self.sampling_settings, "temperature": 0.0} if greedy else self.sampling_settings
+        common = dict(n=k, max_tokens=hp.response_length, stop_token_ids=[module.stop_token_id], ignore_eos=True,
+                      logprobs=None if greedy else 0, detokenize=False, **settings)
+        base = int(torch.randint(2**31 - 1, (1,))) if self.seeded else None
+        rank = module.global_rank if module._trainer is not None else 0
+        params = [SamplingParams(**common, seed=None if base is None else (base + 7919 * rank + i) % 2**31)
+                  for i in range(len(prompts))]
+        try:
+            return self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        except ValueError as err:
+            if "max_model_len" in str(err) or "longer than" in str(err):
+                longest = max(map(len, prompts))
+                raise ConfigError(f"a prompt of {longest} tokens with algo.response_length={hp.response_length} does "
+                                  f"not fit the vLLM engine's context; raise rollout.max_model_len (up to the "
+                                  f"model's) or shorten data.max_prompt_length.") from err
+            raise
+
+
+def kv_cache_bytes_per_token(config: Any, element_size: int) -> int | None:
+    """Keys and values of every layer for one token, from a transformers config (None if it does not say)."""
+    layers = getattr(config, "num_hidden_layers", None)
+    heads = getattr(config, "num_attention_heads", None)
+    hidden = getattr(config, "hidden_size", None)
+    if not (layers and heads and hidden):
+        return None
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    return 2 * layers * kv_heads * head_dim * element_size
+
+
+def check_kv_cache(config: Any, kv_cache_gib: float | None, max_model_len: int | None, element_size: int) -> None:
+    """vLLM needs room for one sequence of max_model_len tokens; refuse a kv_cache_gib below that up front
+    (the engine's own error is only in its process's log)."""
+    per_token = kv_cache_bytes_per_token(config, element_size)
+    if kv_cache_gib is None or per_token is None:
+        return
+    tokens = max_model_len or getattr(config, "max_position_embeddings", None) or 0
+    if kv_cache_gib * 2**30 < per_token * tokens:
+        needed = per_token * tokens / 2**30
+        raise ConfigError(f"rollout.kv_cache_gib={kv_cache_gib} cannot hold one sequence of {tokens} tokens "
+                          f"({needed:.3g} GiB); raise rollout.kv_cache_gib or lower rollout.max_model_len.")
+
+
+def completion_tensors(outputs: list, length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's completions (prompt by prompt, K each) as token ids padded to `length` and the engine's logprobs
+    of those tokens (0 where it reported none). -> (N,R), (N,R)"""
+    completions = [completion for output in outputs for completion in output.outputs]
+    responses = torch.full((len(completions), length), pad_id, dtype=torch.long)  # N,R
+    logprobs = torch.zeros(len(completions), length)  # N,R
+    for n, completion in enumerate(completions):
+        tokens = list(completion.token_ids)[:length]
+        responses[n, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        if completion.logprobs is not None:  # per step: {token id: Logprob}, the sampled token among them
+            steps = completion.logprobs[:len(tokens)]
+            logprobs[n, :len(tokens)] = torch.tensor([s[t].logprob for s, t in zip(steps, tokens, strict=True)])
+    return responses, logprobs
+
+
+class engine_device:
+    """Starts the engine on the trainer's GPU: vLLM takes the first visible device, so a rank's own device is
+    made the only visible one while the engine process starts. Nothing to do on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.saved = None
+
+    def __enter__(self):
+        if self.device.type != "cuda":
+            return self
+        self.saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = self.saved.split(",") if self.saved else [str(i) for i in range(torch.cuda.device_count())]
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible[self.device.index or 0]
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            if self.saved is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = self.saved
+        return False

@@ -1,0 +1,52 @@
+"""The policy's current weights as an inference engine loads them: the base model's checkpoint names (what
+`from_pretrained` reads), LoRA merged in.
+
+Only the tensors training changes are sent: with LoRA, each adapted layer's merged weight W + scale * B A (the
+adapter itself stays in the trainer), plus modules_to_save and any trained bias; without LoRA, every trainable
+parameter. The merge is computed into new tensors: the policy's own weights are never merged and unmerged in
+place, which would accumulate rounding error in bfloat16 over thousands of syncs.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from peft import PeftModel
+from peft.tuners.lora import LoraLayer
+
+# peft's wrappers around a base module's tensors, removed to recover the checkpoint name
+WRAPPER_PARTS = re.compile(r"\.base_layer(?=\.)|\.modules_to_save\.[^.]+(?=\.)")
+
+
+def checkpoint_name(name: str) -> str:
+    """'model.layers.0.q.base_layer.weight' -> 'model.layers.0.q.weight' (names under the base model)."""
+    return WRAPPER_PARTS.sub("", name)
+
+
+@torch.no_grad()
+def merged_lora_weight(layer: LoraLayer) -> torch.Tensor:
+    """W + the active adapters' deltas, as a new tensor in W's dtype and layout."""
+    weight = layer.get_base_layer().weight
+    merged = weight.detach().clone()
+    if layer.disable_adapters or layer.merged:
+        return merged
+    for adapter in layer.active_adapters:
+        if adapter in layer.lora_A:
+            merged += layer.get_delta_weight(adapter).to(merged.dtype)
+    return merged
+
+
+@torch.no_grad()
+def trained_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """{checkpoint name: tensor} of every weight that training changes, with LoRA merged."""
+    base = policy.get_base_model() if isinstance(policy, PeftModel) else policy
+    weights = {}
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer):
+            weights[checkpoint_name(f"{name}.weight")] = merged_lora_weight(module)
+    for name, param in base.named_parameters():
+        if not param.requires_grad or ".lora_" in name or ".original_module." in name:
+            continue
+        weights.setdefault(checkpoint_name(name), param.detach().clone())
+    return weights
