@@ -257,8 +257,8 @@ class VLLMEngine(RolloutEngine):
                   for i in range(len(prompts))]
         try:
             return self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        except ValueError as err:
-            if "max_model_len" in str(err) or "longer than" in str(err):
+        except Exception as err:  # vLLM's request validation errors (their classes vary across versions)
+            if "context length" in str(err) or "max_model_len" in str(err):
                 longest = max(map(len, prompts))
                 raise ConfigError(f"a prompt of {longest} tokens with algo.response_length={hp.response_length} does "
                                   f"not fit the vLLM engine's context; raise rollout.max_model_len (up to the "

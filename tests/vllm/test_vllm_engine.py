@@ -1,0 +1,128 @@
+"""VLLMEngine against the trainer on the embedded default: its logprobs agree with the trainer's, its samples
+follow the policy's weights after a sync (and only then), and bad input ends in one line naming the fix."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.rollout import VLLMEngine
+from tests.conftest import make_datamodule, make_rloo
+
+TOLERANCE = 1e-4  # max |vLLM logprob - trainer logprob| of a sampled token, float32 on CPU (seen: ~5e-6)
+
+
+def first_batch():
+    datamodule = make_datamodule()
+    datamodule.setup("fit")
+    return next(iter(datamodule.train_dataloader()))
+
+
+@pytest.fixture(scope="module")
+def module():
+    module = make_rloo(rollout_engine=VLLMEngine(kv_cache_gib=0.25), response_length=24)
+    module.configure_model()
+    yield module
+    module.rollout_engine.close()
+
+
+def trainer_logprobs(module, samples) -> torch.Tensor:
+    logprobs, _ = module.old_logprobs_and_values(samples.queries, samples.query_mask, samples.responses,
+                                                 samples.response_mask)
+    return logprobs  # N,R
+
+
+def max_logprob_diff(module, samples) -> float:
+    diff = (trainer_logprobs(module, samples) - samples.sampler_logprobs).abs()
+    return float(diff[samples.response_mask].max())
+
+
+def seeded_sample(module, batch, seed=0):
+    torch.manual_seed(seed)
+    return module.rollout_engine.sample(module, batch, 4)
+
+
+def test_samples_are_masked_after_the_stop_token_and_logprobs_agree_with_the_trainer(module):
+    batch = first_batch()
+    samples = seeded_sample(module, batch)
+    n = len(batch["input_ids"]) * 4
+    assert samples.responses.shape == samples.sampler_logprobs.shape == (n, 24)
+    assert torch.equal(samples.prompt_index, torch.arange(len(batch["input_ids"])).repeat_interleave(4))
+    stopped = (samples.responses == module.stop_token_id).any(1)
+    assert stopped.any()
+    for row, mask in zip(samples.responses[stopped], samples.response_mask[stopped], strict=True):
+        stop_at = int((row == module.stop_token_id).nonzero()[0])
+        assert mask[: stop_at + 1].all() and not mask[stop_at + 1:].any()
+    assert (samples.sampler_logprobs[~samples.response_mask] == 0).all()
+    assert max_logprob_diff(module, samples) < TOLERANCE
+
+
+def test_seeded_samples_follow_the_weights_only_after_a_sync(module):
+    batch = first_batch()
+    before = seeded_sample(module, batch)
+    assert torch.equal(seeded_sample(module, batch).responses, before.responses)  # seeded: the same tokens again
+    with torch.no_grad():
+        for name, param in module.policy.named_parameters():
+            if "lora_B" in name:
+                param.add_(torch.randn_like(param) * 0.3)
+    not_synced = seeded_sample(module, batch)  # no after_update: the engine still holds the old weights
+    assert torch.equal(not_synced.responses, before.responses)
+    module.rollout_engine.after_update(module)
+    after = seeded_sample(module, batch)
+    assert not torch.equal(after.responses, before.responses)
+    assert max_logprob_diff(module, after) < TOLERANCE  # the engine now samples from the changed policy
+    assert module.rollout_engine.stats()["rollout/weight_sync_s"] > 0
+
+
+def test_reference_samples_come_from_generate_without_sampler_logprobs(module):
+    samples = module.rollout_engine.sample(module, first_batch(), 2, from_reference=True)
+    assert samples.sampler_logprobs is None and samples.responses.shape[0] == 2 * 4
+
+
+def test_a_prompt_longer_than_the_engine_context_is_one_line(module):
+    batch = first_batch()
+    long = torch.randint(5, 900, (1, 300))
+    with pytest.raises(ConfigError, match=r"raise rollout.max_model_len"):
+        module.rollout_engine.sample(module, {"input_ids": long, "attention_mask": torch.ones_like(long)}, 2)
+    assert seeded_sample(module, batch).responses.shape[1] == 24  # the engine still serves
+
+
+def test_a_stuck_weight_sync_ends_within_the_timeout():
+    engine = VLLMEngine(kv_cache_gib=0.25, sync_timeout_s=3, worker_extension="tests.vllm.stuck_receiver.StuckReceiver")
+    module = make_rloo(rollout_engine=engine)
+    module.configure_model()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(ConfigError, match=r"did not finish in 3 s \(rollout.sync_timeout_s\)"):
+            engine.sample(module, first_batch(), 2)
+        assert time.perf_counter() - start < 30
+    finally:
+        engine.close()
+
+
+def stub_module(path, **model):
+    """What VLLMEngine.create_llm reads of a module, for a model our trainer need not load."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    policy = SimpleNamespace(config=config, get_input_embeddings=lambda: torch.nn.Embedding(2, 2))
+    return SimpleNamespace(hparams=SimpleNamespace(model={"name_or_path": str(path), "dtype": "float32", **model}),
+                           policy=policy, device=torch.device("cpu"))
+
+
+def test_an_architecture_vllm_cannot_run_is_one_line(tmp_path):
+    import vllm
+    from transformers import XLNetConfig, XLNetLMHeadModel
+
+    XLNetLMHeadModel(XLNetConfig(vocab_size=64, d_model=16, n_layer=1, n_head=2, d_inner=32)).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=r"vLLM cannot run the architecture XLNetLMHeadModel .*; use rollout=hf"):
+        VLLMEngine().create_llm(vllm, stub_module(tmp_path))
+
+
+def test_an_engine_without_room_for_its_kv_cache_names_the_setting(tiny_path):
+    import vllm
+
+    with pytest.raises(ConfigError, match=r"rollout.kv_cache_gib"):
+        VLLMEngine(gpu_memory_utilization=0.0001).create_llm(vllm, stub_module(tiny_path))
