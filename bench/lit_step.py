@@ -1,6 +1,6 @@
 """lit_rlhf on the benchmark workload: RLOOModule (or PPOModule) under a plain Lightning Trainer.
 
-    python bench/lit_step.py --model tiny --steps 5 --warmup 1 [--algo ppo]    # prints one JSON line
+    python bench/lit_step.py --model tiny --steps 5 --warmup 1 [--algo ppo] [--rollout vllm]   # prints one JSON line
 
 Phases are timed by wrapping the module's own methods (its rollout engine's sample, reference_logprobs, score, the
 policy forwards and backward) and hooks on the optimizer step; "other" is the rest of the step.
@@ -20,6 +20,7 @@ import workload as W
 
 from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rollout import VLLMEngine
 
 PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward",
           "score_components": "reward",
@@ -35,6 +36,7 @@ class StepTimer(L.Callback):
         self.warmup, self.device = warmup, device
         self.step_times, self.cpu_times, self.phases, self.tokens = [], [], defaultdict(list), []
         self.timer, self.step_tokens = W.PhaseTimer(device), 0
+        self.sync_times = []
         for path, phase in PHASES.items():
             owner_path, _, method = path.rpartition(".")
             owner = getattr(module, owner_path) if owner_path else module
@@ -72,6 +74,8 @@ class StepTimer(L.Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         W.sync(self.device)
         if module.rl_step > self.warmup:
+            if "rollout/weight_sync_s" in module.last_stats:
+                self.sync_times.append(module.last_stats["rollout/weight_sync_s"])
             self.step_times.append(time.perf_counter() - self.start)
             self.cpu_times.append(time.process_time() - self.cpu_start)
             self.tokens.append(self.step_tokens)
@@ -90,6 +94,9 @@ def main() -> None:
                         help="ablation: keep the no-grad old-logprob forward (the path before the optimization)")
     parser.add_argument("--new-tokens", type=int, default=W.NEW_TOKENS)
     parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
+    parser.add_argument("--rollout", default="hf", choices=["hf", "vllm"],
+                        help="the rollout engine; vllm: VLLMEngine with a 1 GiB KV cache (the weight sync is part of "
+                             "its generation phase, and reported alone as weight_sync_s)")
     parser.add_argument("--padded", action="store_true",
                         help="ablation: full logits of the padded batch (logits_chunk_size=null, padding_free=false)")
     args = parser.parse_args()
@@ -104,6 +111,8 @@ def main() -> None:
                   **({"logits_chunk_size": None, "padding_free": False} if args.padded else {}),
                   **({} if args.mixed else {"generation_kwargs": {"min_new_tokens": args.new_tokens},
                                             "allow_biased_sampling": True}))  # fixed length
+    if args.rollout == "vllm":
+        common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
     else:  # TRL's PPO defaults: 4 epochs over the rollout
@@ -118,8 +127,12 @@ def main() -> None:
                                          max_prompt_length=W.PROMPT_TOKENS))
     memory_marks["before_steps"] = timer.rss_before_steps
     impl = "lit_rlhf_no_single_update" if args.no_single_update else "lit_rlhf_padded" if args.padded else "lit_rlhf"
-    print(json.dumps(W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases,
-                              timer.tokens, device, memory_marks)))
+    report = W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases, timer.tokens,
+                      device, memory_marks)
+    report["rollout"] = args.rollout
+    if timer.sync_times:
+        report["weight_sync_s"] = sorted(timer.sync_times)[len(timer.sync_times) // 2]
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":
