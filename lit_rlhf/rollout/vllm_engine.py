@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,57 +26,17 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import truncate_after_stop
 from lit_rlhf.rollout.engine import RolloutEngine, Samples, repeat_prompts
 from lit_rlhf.rollout.hf import HFEngine
-from lit_rlhf.rollout.sampling import check_unbiased
+from lit_rlhf.rollout.vllm_checks import (
+    check_kv_cache,
+    engine_device,
+    import_vllm,
+    run_bounded,
+    vllm_sampling_settings,
+)
 from lit_rlhf.rollout.weights import trained_weights
 
-INSTALL_HINT = ("pip install -e '.[vllm]' where a GPU build of vLLM fits your torch, or `make setup-vllm` for the "
-                "CPU build in its own environment .venv-vllm")
-# algo.generation_kwargs that vLLM's SamplingParams also has (under its own name); only with allow_biased_sampling
-VLLM_SAMPLING_NAMES = {"top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-                       "min_new_tokens": "min_tokens"}
 START_FAILURE_HINT = ("if it ran out of KV-cache memory, raise rollout.kv_cache_gib (or rollout.gpu_memory_utilization "
                       "without it) or lower rollout.max_model_len; otherwise use rollout=hf")
-
-
-def import_vllm():
-    try:
-        import vllm
-    except ImportError as err:
-        raise ConfigError(f"rollout=vllm needs vLLM, which is not installed here ({err}): {INSTALL_HINT}.") from err
-    return vllm
-
-
-def vllm_sampling_settings(temperature: float, generation_kwargs: dict[str, Any],
-                           allow_biased_sampling: bool) -> dict[str, Any]:
-    """SamplingParams settings of pure sampling (temperature only), plus the generation_kwargs a user opted into."""
-    check_unbiased(generation_kwargs, allow_biased_sampling)
-    settings = {"temperature": temperature, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
-    for key, value in generation_kwargs.items():
-        if key not in VLLM_SAMPLING_NAMES:
-            raise ConfigError(f"algo.generation_kwargs.{key} has no vLLM counterpart; remove it or use rollout=hf.")
-        settings[VLLM_SAMPLING_NAMES[key]] = -1 if key == "top_k" and value in (None, 0) else value
-    return settings
-
-
-def run_bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """call() in a daemon thread; a TimeoutError after timeout_s (the thread is left behind, so a hung engine
-    cannot keep the process alive), the call's own exception if it raised."""
-    result: dict[str, Any] = {}
-
-    def target():
-        try:
-            result["value"] = call()
-        except BaseException as err:  # handed to the caller's thread
-            result["error"] = err
-
-    thread = threading.Thread(target=target, name=what, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise TimeoutError(f"{what} did not finish in {timeout_s:g} s")
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
 
 
 def shared_memory_dir() -> str | None:
@@ -266,31 +224,6 @@ class VLLMEngine(RolloutEngine):
             raise
 
 
-def kv_cache_bytes_per_token(config: Any, element_size: int) -> int | None:
-    """Keys and values of every layer for one token, from a transformers config (None if it does not say)."""
-    layers = getattr(config, "num_hidden_layers", None)
-    heads = getattr(config, "num_attention_heads", None)
-    hidden = getattr(config, "hidden_size", None)
-    if not (layers and heads and hidden):
-        return None
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    return 2 * layers * kv_heads * head_dim * element_size
-
-
-def check_kv_cache(config: Any, kv_cache_gib: float | None, max_model_len: int | None, element_size: int) -> None:
-    """vLLM needs room for one sequence of max_model_len tokens; refuse a kv_cache_gib below that up front
-    (the engine's own error is only in its process's log)."""
-    per_token = kv_cache_bytes_per_token(config, element_size)
-    if kv_cache_gib is None or per_token is None:
-        return
-    tokens = max_model_len or getattr(config, "max_position_embeddings", None) or 0
-    if kv_cache_gib * 2**30 < per_token * tokens:
-        needed = per_token * tokens / 2**30
-        raise ConfigError(f"rollout.kv_cache_gib={kv_cache_gib} cannot hold one sequence of {tokens} tokens "
-                          f"({needed:.3g} GiB); raise rollout.kv_cache_gib or lower rollout.max_model_len.")
-
-
 def completion_tensors(outputs: list, length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's completions (prompt by prompt, K each) as token ids padded to `length` and the engine's logprobs
     of those tokens (0 where it reported none). -> (N,R), (N,R)"""
@@ -304,28 +237,3 @@ def completion_tensors(outputs: list, length: int, pad_id: int) -> tuple[torch.T
             steps = completion.logprobs[:len(tokens)]
             logprobs[n, :len(tokens)] = torch.tensor([s[t].logprob for s, t in zip(steps, tokens, strict=True)])
     return responses, logprobs
-
-
-class engine_device:
-    """Starts the engine on the trainer's GPU: vLLM takes the first visible device, so a rank's own device is
-    made the only visible one while the engine process starts. Nothing to do on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.saved = None
-
-    def __enter__(self):
-        if self.device.type != "cuda":
-            return self
-        self.saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        visible = self.saved.split(",") if self.saved else [str(i) for i in range(torch.cuda.device_count())]
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible[self.device.index or 0]
-        return self
-
-    def __exit__(self, *exc):
-        if self.device.type == "cuda":
-            if self.saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = self.saved
-        return False

@@ -12,7 +12,7 @@ import torch
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import clipped_policy_loss
 from lit_rlhf.rollout import HFEngine, VLLMEngine
-from lit_rlhf.rollout.vllm_engine import check_kv_cache, import_vllm, run_bounded, vllm_sampling_settings
+from lit_rlhf.rollout.vllm_checks import check_kv_cache, import_vllm, run_bounded, vllm_sampling_settings
 from tests.conftest import make_datamodule, make_rloo
 
 
