@@ -45,7 +45,7 @@ test-main: setup      ## everything but rollout=vllm (make test-main ARGS="tests
 
 test-vllm: setup setup-vllm  ## rollout=vllm in .venv-vllm; skipped, with the reason, where vLLM cannot install
 	@if [ -f $(VBIN)/.installed ]; then HF_HUB_OFFLINE=1 $(VBIN)/python -m pytest tests/vllm -rs; \
-	else HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/vllm -rs; fi
+	else VLLM_UNAVAILABLE_FILE=$(VLLM_VENV).unavailable HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/vllm -rs; fi
 
 lint: setup
 	$(BIN)/ruff check lit_rlhf tests train.py scripts bench
