@@ -44,3 +44,15 @@ def test_train_with_vllm_logs_the_mismatch_and_resumes(tmp_path):
     after = logged_steps(run_dir(resumed))
     assert sorted(after) == [4, 5]
     assert all(stats["rollout/logprob_diff_max"] < SYNCED for stats in after.values())
+
+
+def test_ddp_runs_one_engine_per_rank(tmp_path):
+    result = run_script("train.py", *ARGS, "steps=3", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                        cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    engines = set(re.findall(r"EngineCore pid=(\d+)", result.stdout + result.stderr))
+    assert len(engines) == 2  # each rank started its own engine process
+    (directory,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    steps = logged_steps(directory)
+    assert sorted(steps) == [0, 1, 2]
+    assert all(stats["rollout/logprob_diff_max"] < 1e-4 for stats in steps.values())  # each engine is synced
