@@ -90,7 +90,7 @@ def test_a_prompt_longer_than_the_engine_context_is_one_line(module):
 
 
 def test_a_stuck_weight_sync_ends_within_the_timeout():
-    engine = VLLMEngine(kv_cache_gib=0.25, sync_timeout_s=3, worker_extension="tests.vllm.stuck_receiver.StuckReceiver")
+    engine = VLLMEngine(kv_cache_gib=0.25, sync_timeout_s=3, worker_extension="tests.vllm.receivers.StuckReceiver")
     module = make_rloo(rollout_engine=engine)
     module.configure_model()
     start = time.perf_counter()
@@ -98,6 +98,17 @@ def test_a_stuck_weight_sync_ends_within_the_timeout():
         with pytest.raises(ConfigError, match=r"did not finish in 3 s \(rollout.sync_timeout_s\)"):
             engine.sample(module, first_batch(), 2)
         assert time.perf_counter() - start < 30
+    finally:
+        engine.close()
+
+
+def test_a_failing_weight_sync_is_one_line():
+    engine = VLLMEngine(kv_cache_gib=0.25, worker_extension="tests.vllm.receivers.FailingReceiver")
+    module = make_rloo(rollout_engine=engine)
+    module.configure_model()
+    try:
+        with pytest.raises(ConfigError, match=r"RL step 0: the weight sync to the vLLM engine failed \(.*mismatch"):
+            engine.sample(module, first_batch(), 2)
     finally:
         engine.close()
 
