@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -86,26 +87,20 @@ def check_kv_cache(config: Any, kv_cache_gib: float | None, max_model_len: int |
                           f"({needed:.3g} GiB); raise rollout.kv_cache_gib or lower rollout.max_model_len.")
 
 
-class engine_device:
+@contextmanager
+def engine_device(device: torch.device):
     """Starts the engine on the trainer's GPU: vLLM takes the first visible device, so a rank's own device is
     made the only visible one while the engine process starts. Nothing to do on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.saved = None
-
-    def __enter__(self):
-        if self.device.type != "cuda":
-            return self
-        self.saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        visible = self.saved.split(",") if self.saved else [str(i) for i in range(torch.cuda.device_count())]
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible[self.device.index or 0]
-        return self
-
-    def __exit__(self, *exc):
-        if self.device.type == "cuda":
-            if self.saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = self.saved
-        return False
+    if device.type != "cuda":
+        yield
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = saved.split(",") if saved else [str(i) for i in range(torch.cuda.device_count())]
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[device.index or 0]
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved

@@ -149,7 +149,6 @@ class VLLMEngine(RolloutEngine):
     def sync(self, module: Any) -> None:
         """The policy's trained weights into the engine, within sync_timeout_s, or a one-line error."""
         start = time.perf_counter()
-        self.wake()
         path = str(Path(self.weights_dir) / "policy.safetensors")
         save_file({name: t.contiguous().cpu() for name, t in trained_weights(module.policy).items()}, path)
         try:
@@ -185,9 +184,9 @@ class VLLMEngine(RolloutEngine):
                from_reference: bool = False, greedy: bool = False) -> Samples:
         if from_reference:
             return self.generate_engine.sample(module, batch, samples_per_prompt, from_reference=True, greedy=greedy)
+        self.wake()  # sleep mode: the weights are back on the device before a sync writes them
         if self.stale:
             self.sync(module)
-        self.wake()
         hp = module.hparams
         prompts = [ids[mask.bool()].tolist()
                    for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]  # B lists

@@ -3,6 +3,7 @@ engine's logprobs stay with the trainer's at every step (the weights reach it af
 resume the checkpoint's weights, not the base model's)."""
 
 import csv
+import math
 import re
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_train_with_vllm_logs_the_mismatch_and_resumes(tmp_path):
     assert steps[0]["rollout/logprob_diff_max"] < 1e-4  # before any update: the same weights, two kernels
     for stats in steps.values():
         assert stats["rollout/logprob_diff_max"] < SYNCED
-        assert stats["rollout/is_weight_mean"] == stats["rollout/is_weight_mean"]  # logged, finite
+        assert math.isfinite(stats["rollout/is_weight_mean"])  # logged, not NaN
         assert 0 <= stats["rollout/sampler_kl"] < 1e-6
     checkpoint = run_dir(first) / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
