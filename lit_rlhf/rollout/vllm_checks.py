@@ -87,20 +87,45 @@ def check_kv_cache(config: Any, kv_cache_gib: float | None, max_model_len: int |
                           f"({needed:.3g} GiB); raise rollout.kv_cache_gib or lower rollout.max_model_len.")
 
 
+def engine_cpu_cores(threads: int, local_rank: int) -> str:
+    """The cores a CPU engine computes on, as vLLM's VLLM_CPU_OMP_THREADS_BIND lists them ("0,1"). The trainer
+    waits while the engine samples, so the engine takes the trainer's share: `threads` of the cores this process
+    may run on, the local_rank-th such share under DDP. (vLLM's own default keeps one core for its scheduler and
+    computes on the rest: one of two cores here, half the speed of generate.)"""
+    allowed = sorted(os.sched_getaffinity(0))
+    count = max(1, min(threads, len(allowed)))
+    start = (local_rank * count) % len(allowed)
+    return ",".join(str(core) for core in (allowed + allowed)[start:start + count])
+
+
 @contextmanager
-def engine_device(device: torch.device):
-    """Starts the engine on the trainer's GPU: vLLM takes the first visible device, so a rank's own device is
-    made the only visible one while the engine process starts. Nothing to do on CPU."""
-    if device.type != "cuda":
-        yield
-        return
-    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = saved.split(",") if saved else [str(i) for i in range(torch.cuda.device_count())]
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible[device.index or 0]
+def environment(**values: str):
+    """Environment variables set while the engine's processes start (they inherit them), restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
+def engine_device(device: torch.device, cpu_cores: str | None = None, local_rank: int = 0):
+    """Starts the engine on the trainer's device. GPU: vLLM takes the first visible device, so a rank's own device
+    is made the only visible one while the engine process starts. CPU: the engine computes on `cpu_cores` (None:
+    the trainer's share, engine_cpu_cores), unless VLLM_CPU_OMP_THREADS_BIND is set already."""
+    if device.type == "cuda":
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = saved.split(",") if saved else [str(i) for i in range(torch.cuda.device_count())]
+        with environment(CUDA_VISIBLE_DEVICES=visible[device.index or 0]):
+            yield
+    elif device.type == "cpu" and (cpu_cores or "VLLM_CPU_OMP_THREADS_BIND" not in os.environ):
+        cores = cpu_cores or engine_cpu_cores(torch.get_num_threads(), local_rank)
+        with environment(VLLM_CPU_OMP_THREADS_BIND=str(cores)):
+            yield
+    else:
+        yield

@@ -35,6 +35,9 @@ from lit_rlhf.rollout.vllm_checks import (
 )
 from lit_rlhf.rollout.weights import trained_weights
 
+# On CPU the engine's worker busy-waits this long for the next decoding step before it sleeps (vLLM: 1 s, a core
+# taken from the trainer after every rollout); steps follow each other within milliseconds.
+CPU_IDLE_SPIN_S = 0.05
 START_FAILURE_HINT = ("if it ran out of KV-cache memory, raise rollout.kv_cache_gib (or rollout.gpu_memory_utilization "
                       "without it) or lower rollout.max_model_len; otherwise use rollout=hf")
 
@@ -52,12 +55,13 @@ class VLLMEngine(RolloutEngine):
     the machine's memory. kv_cache_gib: the KV cache's size instead (what to set when the trainer shares the
     device). sleep: vLLM's sleep mode on GPU (weights offloaded and KV cache freed between rollouts, level 1).
     seeded: each prompt's K samples draw from a seed taken from torch's RNG, so a seeded run samples the same
-    tokens again (a resumed run continues the RNG from its checkpoint). engine_kwargs: anything else `LLM(...)`
-    accepts."""
+    tokens again (a resumed run continues the RNG from its checkpoint). cpu_cores: on CPU, the cores the engine
+    computes on ("0-7"); None: as many as the trainer's torch threads (the trainer waits while the engine samples;
+    under DDP each rank's own share). engine_kwargs: anything else `LLM(...)` accepts."""
 
     def __init__(self, gpu_memory_utilization: float = 0.3, kv_cache_gib: float | None = None,
                  dtype: str | None = None, max_model_len: int | None = None, enforce_eager: bool = True,
-                 sleep: bool = False, seeded: bool = True, sync_timeout_s: float = 300.0,
+                 sleep: bool = False, seeded: bool = True, sync_timeout_s: float = 300.0, cpu_cores: str | None = None,
                  worker_extension: str = "lit_rlhf.rollout.vllm_worker.WeightReceiver",
                  engine_kwargs: dict[str, Any] | None = None):
         if sync_timeout_s <= 0:
@@ -70,6 +74,7 @@ class VLLMEngine(RolloutEngine):
         self.sleep = sleep
         self.seeded = seeded
         self.sync_timeout_s = sync_timeout_s
+        self.cpu_cores = cpu_cores
         self.worker_extension = worker_extension
         self.engine_kwargs = dict(engine_kwargs or {})
         self.llm = None
@@ -119,8 +124,8 @@ class VLLMEngine(RolloutEngine):
                        module.policy.get_input_embeddings().weight.element_size())
         architecture = getattr(module.policy.config, "architectures", None) or [type(module.policy).__name__]
         try:
-            with engine_device(module.device):
-                return vllm.LLM(**settings)
+            with engine_device(module.device, self.cpu_cores, module.local_rank):
+                llm = vllm.LLM(**settings)
         except Exception as err:  # vLLM reports bad input as ValueError / RuntimeError with a long text
             message = " ".join(str(err).split())
             if "architecture" in message.lower() and "support" in message.lower():
@@ -132,6 +137,9 @@ class VLLMEngine(RolloutEngine):
                                   f"rollout.gpu_memory_utilization) or lower rollout.max_model_len.") from err
             raise ConfigError(f"the vLLM engine failed to start ({type(err).__name__}: {message[:160]}; its log is "
                               f"above): {START_FAILURE_HINT}.") from err
+        if module.device.type == "cpu":
+            llm.collective_rpc("set_idle_spin", args=(CPU_IDLE_SPIN_S,))
+        return llm
 
     def close(self) -> None:
         """Stops the engine's process (also done at exit)."""

@@ -1,6 +1,7 @@
 """rollout=vllm's parts that need no vLLM: the sampling settings, the KV-cache check, the bounded weight sync,
-the missing-install message, and the module's use of an engine's own logprobs (metrics, importance weights)."""
+the cores a CPU engine computes on, the missing-install message, and the module's use of an engine's own logprobs (metrics, importance weights)."""
 
+import os
 import sys
 import threading
 import time
@@ -12,7 +13,14 @@ import torch
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import clipped_policy_loss
 from lit_rlhf.rollout import HFEngine, VLLMEngine
-from lit_rlhf.rollout.vllm_checks import check_kv_cache, import_vllm, run_bounded, vllm_sampling_settings
+from lit_rlhf.rollout.vllm_checks import (
+    check_kv_cache,
+    engine_cpu_cores,
+    engine_device,
+    import_vllm,
+    run_bounded,
+    vllm_sampling_settings,
+)
 from tests.conftest import make_datamodule, make_rloo
 
 
@@ -47,6 +55,31 @@ def test_a_bounded_call_times_out_returns_or_raises():
     assert run_bounded(lambda: 3, 1, "x") == 3
     with pytest.raises(KeyError):
         run_bounded(lambda: {}["missing"], 1, "x")
+
+
+def test_a_cpu_engine_computes_on_the_trainers_share_of_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert engine_cpu_cores(threads=2, local_rank=0) == "0,1"  # one process: every core (vLLM's default: "0")
+    assert engine_cpu_cores(threads=1, local_rank=0) == "0"  # DDP, 2 ranks of 1 thread each
+    assert engine_cpu_cores(threads=1, local_rank=1) == "1"
+    assert engine_cpu_cores(threads=8, local_rank=0) == "0,1"  # no more cores than the process may use
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6, 7})
+    assert engine_cpu_cores(threads=2, local_rank=1) == "6,7"
+
+
+def test_the_cores_reach_the_engine_through_the_environment_while_it_starts(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    with engine_device(torch.device("cpu")):
+        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "1")  # the user's own choice is kept ...
+    with engine_device(torch.device("cpu")):
+        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    with engine_device(torch.device("cpu"), cpu_cores="0-1"):  # ... unless rollout.cpu_cores says otherwise
+        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "1"
 
 
 def test_vllm_not_installed_names_the_install_command(monkeypatch):

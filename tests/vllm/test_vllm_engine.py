@@ -9,6 +9,7 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import VLLMEngine
+from lit_rlhf.rollout.vllm_engine import CPU_IDLE_SPIN_S
 from tests.conftest import make_datamodule, make_rloo
 
 TOLERANCE = 1e-4  # max |vLLM logprob - trainer logprob| of a sampled token, float32 on CPU (seen: ~5e-6)
@@ -22,7 +23,8 @@ def first_batch():
 
 @pytest.fixture(scope="module")
 def module():
-    module = make_rloo(rollout_engine=VLLMEngine(kv_cache_gib=0.25), response_length=24)
+    engine = VLLMEngine(kv_cache_gib=0.25, worker_extension="tests.vllm.receivers.InspectedReceiver")
+    module = make_rloo(rollout_engine=engine, response_length=24)
     module.configure_model()
     yield module
     module.rollout_engine.close()
@@ -57,6 +59,14 @@ def test_samples_are_masked_after_the_stop_token_and_logprobs_agree_with_the_tra
         assert mask[: stop_at + 1].all() and not mask[stop_at + 1:].any()
     assert (samples.sampler_logprobs[~samples.response_mask] == 0).all()
     assert max_logprob_diff(module, samples) < TOLERANCE
+
+
+def test_on_cpu_the_engine_computes_with_the_trainers_threads_and_does_not_spin_between_rollouts(module):
+    # vLLM's own default here: one core fewer than the machine has (1 thread of 2), and a 1 s busy-wait after
+    # every message, which takes a core from the trainer after each rollout
+    [settings] = module.rollout_engine.llm.collective_rpc("compute_settings")
+    assert settings["threads"] == torch.get_num_threads()
+    assert settings["idle_spin_s"] == [CPU_IDLE_SPIN_S]
 
 
 def test_seeded_samples_follow_the_weights_only_after_a_sync(module):
@@ -120,7 +130,7 @@ def stub_module(path, **model):
     config = AutoConfig.from_pretrained(path)
     policy = SimpleNamespace(config=config, get_input_embeddings=lambda: torch.nn.Embedding(2, 2))
     return SimpleNamespace(hparams=SimpleNamespace(model={"name_or_path": str(path), "dtype": "float32", **model}),
-                           policy=policy, device=torch.device("cpu"))
+                           policy=policy, device=torch.device("cpu"), local_rank=0)
 
 
 def test_an_architecture_vllm_cannot_run_is_one_line(tmp_path):
