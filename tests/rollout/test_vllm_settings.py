@@ -1,5 +1,6 @@
 """rollout=vllm's parts that need no vLLM: the sampling settings, the KV-cache check, the bounded weight sync,
-the cores a CPU engine computes on, the missing-install message, and the module's use of an engine's own logprobs (metrics, importance weights)."""
+the cores a CPU engine computes on, the missing-install message, and the module's use of an engine's own
+logprobs (metrics, importance weights)."""
 
 import os
 import sys
