@@ -1,11 +1,9 @@
-"""What VLLMEngine checks and arranges around vLLM: its import, the sampling settings, the KV cache's size, the
-device the engine starts on, and calls bounded in time."""
+"""What VLLMEngine checks and arranges around vLLM: its import, the sampling settings, the KV cache's size, and
+the device (GPU) or cores (CPU) the engine computes on."""
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,27 +39,6 @@ def vllm_sampling_settings(temperature: float, generation_kwargs: dict[str, Any]
     return settings
 
 
-def run_bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """call() in a daemon thread; a TimeoutError after timeout_s (the thread is left behind, so a hung engine
-    cannot keep the process alive), the call's own exception if it raised."""
-    result: dict[str, Any] = {}
-
-    def target():
-        try:
-            result["value"] = call()
-        except BaseException as err:  # handed to the caller's thread
-            result["error"] = err
-
-    thread = threading.Thread(target=target, name=what, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise TimeoutError(f"{what} did not finish in {timeout_s:g} s")
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
-
-
 def kv_cache_bytes_per_token(config: Any, element_size: int) -> int | None:
     """Keys and values of every layer for one token, from a transformers config (None if it does not say)."""
     layers = getattr(config, "num_hidden_layers", None)
@@ -87,45 +64,47 @@ def check_kv_cache(config: Any, kv_cache_gib: float | None, max_model_len: int |
                           f"({needed:.3g} GiB); raise rollout.kv_cache_gib or lower rollout.max_model_len.")
 
 
-def engine_cpu_cores(threads: int, local_rank: int) -> str:
-    """The cores a CPU engine computes on, as vLLM's VLLM_CPU_OMP_THREADS_BIND lists them ("0,1"). The trainer
-    waits while the engine samples, so the engine takes the trainer's share: `threads` of the cores this process
-    may run on, the local_rank-th such share under DDP. (vLLM's own default keeps one core for its scheduler and
-    computes on the rest: one of two cores here, half the speed of generate.)"""
+def engine_cpu_cores(threads: int, local_rank: int) -> list[int]:
+    """The cores a CPU engine computes on. The trainer waits while the engine samples, so the engine takes the
+    trainer's share: `threads` of the cores this process may run on, the local_rank-th such share under DDP.
+    (vLLM's own CPU default keeps a core for its scheduler process: on 2 cores, it computes on one.)"""
     allowed = sorted(os.sched_getaffinity(0))
     count = max(1, min(threads, len(allowed)))
     start = (local_rank * count) % len(allowed)
-    return ",".join(str(core) for core in (allowed + allowed)[start:start + count])
+    return (allowed + allowed)[start:start + count]
+
+
+def parse_cores(cores: str | int | None) -> list[int] | None:
+    """rollout.cpu_cores as a list: "0-3,6" -> [0, 1, 2, 3, 6]."""
+    if cores is None:
+        return None
+    try:
+        listed = []
+        for part in str(cores).split(","):
+            first, _, last = part.strip().partition("-")
+            listed.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        listed = []
+    if not listed or min(listed) < 0:
+        raise ConfigError(f"rollout.cpu_cores={cores!r} is not a list of cores; write it as \"0-7\" or \"0,2,4\" "
+                          f"(or null: the trainer's share).")
+    return listed
 
 
 @contextmanager
-def environment(**values: str):
-    """Environment variables set while the engine's processes start (they inherit them), restored after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
+def engine_device(device: torch.device):
+    """Starts the engine on the trainer's GPU: vLLM takes the first visible device, so a rank's own device is
+    made the only visible one while the engine process starts. Nothing to do on CPU."""
+    if device.type != "cuda":
+        yield
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = saved.split(",") if saved else [str(i) for i in range(torch.cuda.device_count())]
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[device.index or 0]
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-@contextmanager
-def engine_device(device: torch.device, cpu_cores: str | None = None, local_rank: int = 0):
-    """Starts the engine on the trainer's device. GPU: vLLM takes the first visible device, so a rank's own device
-    is made the only visible one while the engine process starts. CPU: the engine computes on `cpu_cores` (None:
-    the trainer's share, engine_cpu_cores), unless VLLM_CPU_OMP_THREADS_BIND is set already."""
-    if device.type == "cuda":
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        visible = saved.split(",") if saved else [str(i) for i in range(torch.cuda.device_count())]
-        with environment(CUDA_VISIBLE_DEVICES=visible[device.index or 0]):
-            yield
-    elif device.type == "cpu" and (cpu_cores or "VLLM_CPU_OMP_THREADS_BIND" not in os.environ):
-        cores = cpu_cores or engine_cpu_cores(torch.get_num_threads(), local_rank)
-        with environment(VLLM_CPU_OMP_THREADS_BIND=str(cores)):
-            yield
-    else:
-        yield
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved

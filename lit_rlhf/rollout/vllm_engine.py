@@ -1,6 +1,6 @@
 """VLLMEngine: sampling with a vLLM engine colocated with the trainer (`rollout=vllm`).
 
-The engine is created once per run, after the policy loads, in its own process (vLLM's engine core): on the
+The engine is created once per run, after the policy loads, in its own process (vllm_process.py): on the
 trainer's device, beside the trainer. It samples with the same pure-sampling rule as `rollout=hf` and returns
 its logprobs of the sampled tokens (after the temperature, as the trainer computes them). After every RL step's
 optimizer steps the policy's weights are marked stale; before the next rollout the weights training changes
@@ -28,16 +28,15 @@ from lit_rlhf.rollout.engine import RolloutEngine, Samples, repeat_prompts
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.vllm_checks import (
     check_kv_cache,
+    engine_cpu_cores,
     engine_device,
     import_vllm,
-    run_bounded,
+    parse_cores,
     vllm_sampling_settings,
 )
+from lit_rlhf.rollout.vllm_process import EngineError, EngineProcess
 from lit_rlhf.rollout.weights import trained_weights
 
-# On CPU the engine's worker busy-waits this long for the next decoding step before it sleeps (vLLM: 1 s, a core
-# taken from the trainer after every rollout); steps follow each other within milliseconds.
-CPU_IDLE_SPIN_S = 0.05
 START_FAILURE_HINT = ("if it ran out of KV-cache memory, raise rollout.kv_cache_gib (or rollout.gpu_memory_utilization "
                       "without it) or lower rollout.max_model_len; otherwise use rollout=hf")
 
@@ -74,10 +73,10 @@ class VLLMEngine(RolloutEngine):
         self.sleep = sleep
         self.seeded = seeded
         self.sync_timeout_s = sync_timeout_s
-        self.cpu_cores = cpu_cores
+        self.cpu_cores = parse_cores(cpu_cores)
         self.worker_extension = worker_extension
         self.engine_kwargs = dict(engine_kwargs or {})
-        self.llm = None
+        self.engine: EngineProcess | None = None
         self.generate_engine = HFEngine()  # the reference's samples
         self.sampling_settings: dict[str, Any] = {}
         self.stale = True  # the engine's weights are behind the policy's
@@ -87,9 +86,9 @@ class VLLMEngine(RolloutEngine):
 
     # ---- lifetime ----------------------------------------------------------------------------
     def setup(self, module: Any) -> None:
-        if self.llm is not None:
+        if self.engine is not None:
             return
-        vllm = import_vllm()
+        import_vllm()
         if self.lockstep:
             raise ConfigError("rollout=vllm cannot sync weights that ZeRO-3 shards (trainer=deepspeed_zero3); use "
                               "trainer=ddp with rollout=vllm, or rollout=hf.")
@@ -98,7 +97,7 @@ class VLLMEngine(RolloutEngine):
         self.sampling_settings = vllm_sampling_settings(hp.temperature, dict(hp.generation_kwargs),
                                                         hp.allow_biased_sampling)
         self.weights_dir = tempfile.mkdtemp(prefix="lit_rlhf_vllm_", dir=shared_memory_dir())
-        self.llm = self.create_llm(vllm, module)
+        self.engine = self.start_engine(module)
         self.stale = True  # the policy may differ from the checkpoint the engine loaded (an adapter, a resume)
 
     def engine_settings(self, module: Any) -> dict[str, Any]:
@@ -118,15 +117,18 @@ class VLLMEngine(RolloutEngine):
             settings["max_model_len"] = self.max_model_len
         return {**settings, **self.engine_kwargs}
 
-    def create_llm(self, vllm, module: Any):
+    def start_engine(self, module: Any) -> EngineProcess:
         settings = self.engine_settings(module)
         check_kv_cache(module.policy.config, self.kv_cache_gib, settings.get("max_model_len"),
                        module.policy.get_input_embeddings().weight.element_size())
         architecture = getattr(module.policy.config, "architectures", None) or [type(module.policy).__name__]
+        cores = None
+        if module.device.type == "cpu":  # the trainer waits while the engine samples: its share of the cores
+            cores = self.cpu_cores or engine_cpu_cores(torch.get_num_threads(), module.local_rank)
         try:
-            with engine_device(module.device, self.cpu_cores, module.local_rank):
-                llm = vllm.LLM(**settings)
-        except Exception as err:  # vLLM reports bad input as ValueError / RuntimeError with a long text
+            with engine_device(module.device):
+                return EngineProcess(settings, threads=len(cores) if cores else None, cores=cores)
+        except EngineError as err:  # vLLM reports bad input as ValueError / RuntimeError with a long text
             message = " ".join(str(err).split())
             if "architecture" in message.lower() and "support" in message.lower():
                 raise ConfigError(f"vLLM cannot run the architecture {architecture[0]} of model.name_or_path="
@@ -135,17 +137,14 @@ class VLLMEngine(RolloutEngine):
                 raise ConfigError(f"the vLLM engine has too little KV-cache memory for model.name_or_path="
                                   f"{settings['model']!r} ({message[:160]}); raise rollout.kv_cache_gib (or "
                                   f"rollout.gpu_memory_utilization) or lower rollout.max_model_len.") from err
-            raise ConfigError(f"the vLLM engine failed to start ({type(err).__name__}: {message[:160]}; its log is "
-                              f"above): {START_FAILURE_HINT}.") from err
-        if module.device.type == "cpu":
-            llm.collective_rpc("set_idle_spin", args=(CPU_IDLE_SPIN_S,))
-        return llm
+            raise ConfigError(f"the vLLM engine failed to start ({message[:160]}; its log is above): "
+                              f"{START_FAILURE_HINT}.") from err
 
     def close(self) -> None:
         """Stops the engine's process (also done at exit)."""
-        if self.llm is not None:
-            self.llm.llm_engine.engine_core.shutdown()
-            self.llm = None
+        if self.engine is not None:
+            self.engine.stop()
+            self.engine = None
 
     # ---- weights -----------------------------------------------------------------------------
     def after_update(self, module: Any) -> None:
@@ -160,9 +159,9 @@ class VLLMEngine(RolloutEngine):
         path = str(Path(self.weights_dir) / "policy.safetensors")
         save_file({name: t.contiguous().cpu() for name, t in trained_weights(module.policy).items()}, path)
         try:
-            run_bounded(lambda: self.llm.collective_rpc("load_policy_weights", args=(path,)),
-                        self.sync_timeout_s, "the weight sync to the vLLM engine")
+            self.engine.call("rpc", "load_policy_weights", (path,), timeout_s=self.sync_timeout_s)
         except TimeoutError as err:
+            self.engine = None  # stopped
             raise ConfigError(f"RL step {module.rl_step}: the weight sync to the vLLM engine did not finish in "
                               f"{self.sync_timeout_s:g} s (rollout.sync_timeout_s); the engine is stuck or too slow, "
                               f"the checkpoints written so far are intact; resume from the last one.") from err
@@ -177,13 +176,13 @@ class VLLMEngine(RolloutEngine):
 
     def wake(self) -> None:
         if self.asleep:
-            self.llm.wake_up()
+            self.engine.call("wake_up")
             self.asleep = False
 
     def rest(self, device: torch.device) -> None:
         """Sleep mode (GPU only: vLLM's CPU backend has none): weights offloaded, KV cache freed."""
         if self.sleep and device.type == "cuda":
-            self.llm.sleep(level=1)
+            self.engine.call("sleep", 1)
             self.asleep = True
 
     # ---- sampling ----------------------------------------------------------------------------
@@ -207,22 +206,19 @@ class VLLMEngine(RolloutEngine):
         sampler_logprobs = None if greedy else logprobs.to(queries.device) * response_mask  # N,R
         return Samples(queries, query_mask, responses, response_mask, prompt_index, sampler_logprobs)
 
-    def generate(self, module: Any, prompts: list[list[int]], k: int, greedy: bool) -> list:
-        """vLLM's RequestOutputs, one per prompt (in order), each with K completions."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
+    def generate(self, module: Any, prompts: list[list[int]], k: int, greedy: bool) -> list[list[tuple]]:
+        """Prompt by prompt (in order), its K completions as (token ids, the engine's logprobs or None)."""
         hp = module.hparams
         settings = {**self.sampling_settings, "temperature": 0.0} if greedy else self.sampling_settings
         common = dict(n=k, max_tokens=hp.response_length, stop_token_ids=[module.stop_token_id], ignore_eos=True,
                       logprobs=None if greedy else 0, detokenize=False, **settings)
         base = int(torch.randint(2**31 - 1, (1,))) if self.seeded else None
         rank = module.global_rank if module._trainer is not None else 0
-        params = [SamplingParams(**common, seed=None if base is None else (base + 7919 * rank + i) % 2**31)
+        params = [{**common, "seed": None if base is None else (base + 7919 * rank + i) % 2**31}
                   for i in range(len(prompts))]
         try:
-            return self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        except Exception as err:  # vLLM's request validation errors (their classes vary across versions)
+            return self.engine.call("generate", prompts, params)
+        except EngineError as err:  # vLLM's request validation errors (their classes vary across versions)
             if "context length" in str(err) or "max_model_len" in str(err):
                 longest = max(map(len, prompts))
                 raise ConfigError(f"a prompt of {longest} tokens with algo.response_length={hp.response_length} does "
@@ -231,16 +227,15 @@ class VLLMEngine(RolloutEngine):
             raise
 
 
-def completion_tensors(outputs: list, length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """vLLM's completions (prompt by prompt, K each) as token ids padded to `length` and the engine's logprobs
-    of those tokens (0 where it reported none). -> (N,R), (N,R)"""
-    completions = [completion for output in outputs for completion in output.outputs]
+def completion_tensors(outputs: list[list[tuple]], length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The engine's completions (prompt by prompt, K each, as (token ids, logprobs or None)) as token ids padded
+    to `length` and the engine's logprobs of those tokens (0 where it reported none). -> (N,R), (N,R)"""
+    completions = [completion for output in outputs for completion in output]
     responses = torch.full((len(completions), length), pad_id, dtype=torch.long)  # N,R
     logprobs = torch.zeros(len(completions), length)  # N,R
-    for n, completion in enumerate(completions):
-        tokens = list(completion.token_ids)[:length]
+    for n, (tokens, token_logprobs) in enumerate(completions):
+        tokens = tokens[:length]
         responses[n, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        if completion.logprobs is not None:  # per step: {token id: Logprob}, the sampled token among them
-            steps = completion.logprobs[:len(tokens)]
-            logprobs[n, :len(tokens)] = torch.tensor([s[t].logprob for s, t in zip(steps, tokens, strict=True)])
+        if token_logprobs is not None:
+            logprobs[n, :len(tokens)] = torch.tensor(token_logprobs[:len(tokens)])
     return responses, logprobs

@@ -1,11 +1,9 @@
-"""rollout=vllm's parts that need no vLLM: the sampling settings, the KV-cache check, the bounded weight sync,
-the cores a CPU engine computes on, the missing-install message, and the module's use of an engine's own
+"""rollout=vllm's parts that need no vLLM: the sampling settings, the KV-cache check, the cores a CPU
+engine computes on, the missing-install message, and the module's use of an engine's own
 logprobs (metrics, importance weights)."""
 
 import os
 import sys
-import threading
-import time
 
 import lightning as L
 import pytest
@@ -17,9 +15,8 @@ from lit_rlhf.rollout import HFEngine, VLLMEngine
 from lit_rlhf.rollout.vllm_checks import (
     check_kv_cache,
     engine_cpu_cores,
-    engine_device,
     import_vllm,
-    run_bounded,
+    parse_cores,
     vllm_sampling_settings,
 )
 from tests.conftest import make_datamodule, make_rloo
@@ -46,41 +43,23 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_before_the_engine_star
     check_kv_cache(Config(), 0.0009, 128, 4)  # a shorter context fits
 
 
-def test_a_bounded_call_times_out_returns_or_raises():
-    release = threading.Event()
-    start = time.perf_counter()
-    with pytest.raises(TimeoutError, match=r"sync did not finish in 0.2 s"):
-        run_bounded(release.wait, 0.2, "sync")
-    assert time.perf_counter() - start < 2
-    release.set()
-    assert run_bounded(lambda: 3, 1, "x") == 3
-    with pytest.raises(KeyError):
-        run_bounded(lambda: {}["missing"], 1, "x")
-
-
 def test_a_cpu_engine_computes_on_the_trainers_share_of_the_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert engine_cpu_cores(threads=2, local_rank=0) == "0,1"  # one process: every core (vLLM's default: "0")
-    assert engine_cpu_cores(threads=1, local_rank=0) == "0"  # DDP, 2 ranks of 1 thread each
-    assert engine_cpu_cores(threads=1, local_rank=1) == "1"
-    assert engine_cpu_cores(threads=8, local_rank=0) == "0,1"  # no more cores than the process may use
+    assert engine_cpu_cores(threads=2, local_rank=0) == [0, 1]  # one process: every core (vLLM's default: 0)
+    assert engine_cpu_cores(threads=1, local_rank=0) == [0]  # DDP, 2 ranks of 1 thread each
+    assert engine_cpu_cores(threads=1, local_rank=1) == [1]
+    assert engine_cpu_cores(threads=8, local_rank=0) == [0, 1]  # no more cores than the process may use
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6, 7})
-    assert engine_cpu_cores(threads=2, local_rank=1) == "6,7"
+    assert engine_cpu_cores(threads=2, local_rank=1) == [6, 7]
 
 
-def test_the_cores_reach_the_engine_through_the_environment_while_it_starts(monkeypatch):
-    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    with engine_device(torch.device("cpu")):
-        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
-    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "1")  # the user's own choice is kept ...
-    with engine_device(torch.device("cpu")):
-        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "1"
-    with engine_device(torch.device("cpu"), cpu_cores="0-1"):  # ... unless rollout.cpu_cores says otherwise
-        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
-    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+def test_cpu_cores_are_read_as_lists_and_a_bad_value_is_one_line():
+    assert parse_cores("0-3,6") == [0, 1, 2, 3, 6]
+    assert parse_cores(2) == [2]
+    assert parse_cores(None) is None
+    for bad in ("all", "3-1", "-1", ""):
+        with pytest.raises(ConfigError, match=r"rollout.cpu_cores=.* is not a list of cores; write it as \"0-7\""):
+            parse_cores(bad)
 
 
 def test_vllm_not_installed_names_the_install_command(monkeypatch):

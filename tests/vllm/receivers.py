@@ -1,7 +1,7 @@
 """Weight receivers for the tests: ones that misbehave (the engine must give up after rollout.sync_timeout_s, or
 report the failure), and one that also reports how the worker computes."""
 
-import gc
+import os
 import time
 
 import torch
@@ -22,7 +22,5 @@ class FailingReceiver(WeightReceiver):
 
 class InspectedReceiver(WeightReceiver):
     def compute_settings(self) -> dict:
-        """torch's threads in the worker, and how long its message-queue readers busy-wait."""
-        spins = {obj.busy_loop_s for obj in gc.get_objects()
-                 if type(obj).__name__ == "SpinCondition" and getattr(obj, "is_reader", False)}
-        return {"threads": torch.get_num_threads(), "idle_spin_s": sorted(spins)}
+        """torch's threads in the engine, the cores it may run on, and its process."""
+        return {"threads": torch.get_num_threads(), "cores": sorted(os.sched_getaffinity(0)), "pid": os.getpid()}

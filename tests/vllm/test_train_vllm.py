@@ -51,7 +51,7 @@ def test_ddp_runs_one_engine_per_rank(tmp_path):
     result = run_script("train.py", *ARGS, "steps=3", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
                         cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    engines = set(re.findall(r"EngineCore pid=(\d+)", result.stdout + result.stderr))
+    engines = set(re.findall(r"VLLMEngine pid=(\d+)", result.stdout + result.stderr))
     assert len(engines) == 2  # each rank started its own engine process
     (directory,) = (tmp_path / "logs" / "train" / "runs").iterdir()
     steps = logged_steps(directory)

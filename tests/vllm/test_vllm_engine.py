@@ -1,6 +1,7 @@
 """VLLMEngine against the trainer on the embedded default: its logprobs agree with the trainer's, its samples
 follow the policy's weights after a sync (and only then), and bad input ends in one line naming the fix."""
 
+import os
 import time
 from types import SimpleNamespace
 
@@ -9,7 +10,6 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import VLLMEngine
-from lit_rlhf.rollout.vllm_engine import CPU_IDLE_SPIN_S
 from tests.conftest import make_datamodule, make_rloo
 
 TOLERANCE = 1e-4  # max |vLLM logprob - trainer logprob| of a sampled token, float32 on CPU (seen: ~5e-6)
@@ -61,12 +61,13 @@ def test_samples_are_masked_after_the_stop_token_and_logprobs_agree_with_the_tra
     assert max_logprob_diff(module, samples) < TOLERANCE
 
 
-def test_on_cpu_the_engine_computes_with_the_trainers_threads_and_does_not_spin_between_rollouts(module):
-    # vLLM's own default here: one core fewer than the machine has (1 thread of 2), and a 1 s busy-wait after
-    # every message, which takes a core from the trainer after each rollout
-    [settings] = module.rollout_engine.llm.collective_rpc("compute_settings")
+def test_on_cpu_the_engine_runs_in_one_process_on_the_trainers_cores(module):
+    # vLLM's own CPU default: a scheduler process plus a worker process computing on one core fewer than the
+    # machine has (1 thread of 2 here), exchanging messages at every decoding step
+    [settings] = module.rollout_engine.engine.call("rpc", "compute_settings", ())
+    assert settings["pid"] == module.rollout_engine.engine.process.pid  # the model runs in the engine's process
     assert settings["threads"] == torch.get_num_threads()
-    assert settings["idle_spin_s"] == [CPU_IDLE_SPIN_S]
+    assert settings["cores"] == sorted(os.sched_getaffinity(0))[:torch.get_num_threads()]
 
 
 def test_seeded_samples_follow_the_weights_only_after_a_sync(module):
@@ -124,7 +125,7 @@ def test_a_failing_weight_sync_is_one_line():
 
 
 def stub_module(path, **model):
-    """What VLLMEngine.create_llm reads of a module, for a model our trainer need not load."""
+    """What VLLMEngine.start_engine reads of a module, for a model our trainer need not load."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(path)
@@ -134,16 +135,13 @@ def stub_module(path, **model):
 
 
 def test_an_architecture_vllm_cannot_run_is_one_line(tmp_path):
-    import vllm
     from transformers import XLNetConfig, XLNetLMHeadModel
 
     XLNetLMHeadModel(XLNetConfig(vocab_size=64, d_model=16, n_layer=1, n_head=2, d_inner=32)).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match=r"vLLM cannot run the architecture XLNetLMHeadModel .*; use rollout=hf"):
-        VLLMEngine().create_llm(vllm, stub_module(tmp_path))
+        VLLMEngine().start_engine(stub_module(tmp_path))
 
 
 def test_an_engine_without_room_for_its_kv_cache_names_the_setting(tiny_path):
-    import vllm
-
     with pytest.raises(ConfigError, match=r"rollout.kv_cache_gib"):
-        VLLMEngine(gpu_memory_utilization=0.0001).create_llm(vllm, stub_module(tiny_path))
+        VLLMEngine(gpu_memory_utilization=0.0001).start_engine(stub_module(tiny_path))
