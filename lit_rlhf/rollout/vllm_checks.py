@@ -64,11 +64,17 @@ def check_kv_cache(config: Any, kv_cache_gib: float | None, max_model_len: int |
                           f"({needed:.3g} GiB); raise rollout.kv_cache_gib or lower rollout.max_model_len.")
 
 
-def engine_cpu_cores(threads: int, local_rank: int) -> list[int]:
-    """The cores a CPU engine computes on. The trainer waits while the engine samples, so the engine takes the
-    trainer's share: `threads` of the cores this process may run on, the local_rank-th such share under DDP.
-    (vLLM's own CPU default keeps a core for its scheduler process: on 2 cores, it computes on one.)"""
+def engine_cpu_cores(chosen: list[int] | None, threads: int, local_rank: int) -> list[int]:
+    """The cores a CPU engine computes on: `chosen` (rollout.cpu_cores), else the trainer's share. The trainer
+    waits while the engine samples, so the engine takes `threads` of the cores this process may run on, the
+    local_rank-th such share under DDP. (vLLM's own CPU default keeps a core for its scheduler process: on 2
+    cores, it computes on one.)"""
     allowed = sorted(os.sched_getaffinity(0))
+    if chosen is not None:
+        if not set(chosen) <= set(allowed):
+            raise ConfigError(f"rollout.cpu_cores lists cores {sorted(set(chosen) - set(allowed))} this process may "
+                              f"not run on (it may use {allowed}); list some of those, or null.")
+        return chosen
     count = max(1, min(threads, len(allowed)))
     start = (local_rank * count) % len(allowed)
     return (allowed + allowed)[start:start + count]

@@ -124,7 +124,7 @@ class VLLMEngine(RolloutEngine):
         architecture = getattr(module.policy.config, "architectures", None) or [type(module.policy).__name__]
         cores = None
         if module.device.type == "cpu":  # the trainer waits while the engine samples: its share of the cores
-            cores = self.cpu_cores or engine_cpu_cores(torch.get_num_threads(), module.local_rank)
+            cores = engine_cpu_cores(self.cpu_cores, torch.get_num_threads(), module.local_rank)
         try:
             with engine_device(module.device):
                 return EngineProcess(settings, threads=len(cores) if cores else None, cores=cores)

@@ -67,13 +67,13 @@ class EngineProcess:
 def serve(connection, settings: dict[str, Any], threads: int | None, cores: list[int] | None) -> None:
     """The engine process's loop: load the engine, then answer requests until "close"."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the scheduler and the worker in this process
-    if cores:
-        os.sched_setaffinity(0, cores)
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
     try:
+        import torch
+
+        if cores:
+            os.sched_setaffinity(0, cores)
+        if threads:
+            torch.set_num_threads(threads)
         from vllm import LLM
 
         llm = LLM(**settings)

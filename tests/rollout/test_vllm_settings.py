@@ -45,12 +45,16 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_before_the_engine_star
 
 def test_a_cpu_engine_computes_on_the_trainers_share_of_the_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert engine_cpu_cores(threads=2, local_rank=0) == [0, 1]  # one process: every core (vLLM's default: 0)
-    assert engine_cpu_cores(threads=1, local_rank=0) == [0]  # DDP, 2 ranks of 1 thread each
-    assert engine_cpu_cores(threads=1, local_rank=1) == [1]
-    assert engine_cpu_cores(threads=8, local_rank=0) == [0, 1]  # no more cores than the process may use
+    assert engine_cpu_cores(None, threads=2, local_rank=0) == [0, 1]  # one process: every core (vLLM: 0)
+    assert engine_cpu_cores(None, threads=1, local_rank=0) == [0]  # DDP, 2 ranks of 1 thread each
+    assert engine_cpu_cores(None, threads=1, local_rank=1) == [1]
+    assert engine_cpu_cores(None, threads=8, local_rank=0) == [0, 1]  # no more cores than the process may use
+    assert engine_cpu_cores([1], threads=2, local_rank=0) == [1]  # rollout.cpu_cores
+    with pytest.raises(ConfigError, match=r"rollout.cpu_cores lists cores \[5\] this process may not run on \(it "
+                                          r"may use \[0, 1\]\)"):
+        engine_cpu_cores([1, 5], threads=2, local_rank=0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6, 7})
-    assert engine_cpu_cores(threads=2, local_rank=1) == [6, 7]
+    assert engine_cpu_cores(None, threads=2, local_rank=1) == [6, 7]
 
 
 def test_cpu_cores_are_read_as_lists_and_a_bad_value_is_one_line():
