@@ -79,6 +79,8 @@ CASES = [
     ("a reward that needs a column the data lacks", ["reward=arithmetic_correct"],
      "the reward arithmetic_correct needs the dataset column 'answer', which the prompts' rows do not have"),
     ("rollout=vllm without vLLM installed", ["rollout=vllm"], "rollout=vllm needs vLLM, which is not installed here"),
+    ("rollout.cpu_cores that is not a list of cores", ["rollout=vllm", "rollout.cpu_cores=all"],
+     "rollout.cpu_cores='all' is not a list of cores; write it as \"0-7\" or \"0,2,4\""),
 ]
 
 
