@@ -4,8 +4,9 @@ over a pipe: one request per rollout or weight sync, nothing per decoding step. 
 its own state (vLLM's Transformers backend changes transformers' model classes in the process it runs in),
 and a stuck engine can be stopped without leaving anything behind in the trainer.
 
-The child imports vLLM and what it serves only; requests are (name, args) tuples, answers ("ok", value) or
-("error", "ExceptionType: message")."""
+Requests are (name, args) tuples: generate, rpc (a worker-extension method by name), sleep, wake_up, close.
+Answers are ("ok", value) or ("error", "ExceptionType: message"): an exception in the engine reaches the trainer
+as an EngineError with vLLM's own text, which VLLMEngine turns into one line where it knows the fix."""
 
 from __future__ import annotations
 
