@@ -127,7 +127,7 @@ class VLLMEngine(RolloutEngine):
             cores = engine_cpu_cores(self.cpu_cores, torch.get_num_threads(), module.local_rank)
         try:
             with engine_device(module.device):
-                return EngineProcess(settings, threads=len(cores) if cores else None, cores=cores)
+                return EngineProcess(settings, cores)
         except EngineError as err:  # vLLM reports bad input as ValueError / RuntimeError with a long text
             message = " ".join(str(err).split())
             if "architecture" in message.lower() and "support" in message.lower():

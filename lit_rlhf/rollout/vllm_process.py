@@ -23,12 +23,12 @@ class EngineError(RuntimeError):
 
 
 class EngineProcess:
-    def __init__(self, settings: dict[str, Any], threads: int | None, cores: list[int] | None):
-        """Starts the process and waits until the engine has loaded (EngineError if it failed to). threads and
-        cores: on CPU, torch's threads in the engine and the cores it may run on (None: inherited)."""
+    def __init__(self, settings: dict[str, Any], cores: list[int] | None):
+        """Starts the process and waits until the engine has loaded (EngineError if it failed to). cores: on CPU,
+        the cores the engine runs on, one torch thread each (None: as the trainer's process)."""
         context = multiprocessing.get_context("spawn")  # CUDA and OpenMP state must not be forked
         self.connection, child_end = context.Pipe()
-        self.process = context.Process(target=serve, args=(child_end, settings, threads, cores),
+        self.process = context.Process(target=serve, args=(child_end, settings, cores),
                                        name=PROCESS_NAME, daemon=True)
         self.process.start()
         child_end.close()
@@ -65,7 +65,7 @@ class EngineProcess:
         self.connection.close()
 
 
-def serve(connection, settings: dict[str, Any], threads: int | None, cores: list[int] | None) -> None:
+def serve(connection, settings: dict[str, Any], cores: list[int] | None) -> None:
     """The engine process's loop: load the engine, then answer requests until "close"."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the scheduler and the worker in this process
     try:
@@ -73,8 +73,7 @@ def serve(connection, settings: dict[str, Any], threads: int | None, cores: list
 
         if cores:
             os.sched_setaffinity(0, cores)
-        if threads:
-            torch.set_num_threads(threads)
+            torch.set_num_threads(len(cores))
         from vllm import LLM
 
         llm = LLM(**settings)
