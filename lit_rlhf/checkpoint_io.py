@@ -4,7 +4,9 @@ Lightning's TorchCheckpointIO writes through fsspec's local transaction: a tempo
 then a move, which is a truncate-and-copy when $TMPDIR is another filesystem (tmpfs /tmp, node-local
 scratch): a kill during the copy leaves a truncated target. SafeCheckpointIO writes a partial file
 beside the target, fsyncs it, renames it over the target (atomic on POSIX) and fsyncs the directory,
-so the target is always the previous complete checkpoint or the new complete one. It refuses to write
+so the target is always the previous complete checkpoint or the new complete one. An http(s) checkpoint
+is downloaded afresh with a bounded wait (LIT_RLHF_DOWNLOAD_TIMEOUT_S), never served from a cache keyed by
+its file name. It refuses to write
 weights that are not finite, and loads with torch.load(weights_only=True) for files and URLs alike:
 a checkpoint can hold tensors and plain values, never code.
 """
@@ -12,9 +14,14 @@ a checkpoint can hold tensors and plain values, never code.
 from __future__ import annotations
 
 import hashlib
+import http.client
+import io
 import os
 import pickle
 import re
+import socket
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -27,10 +34,37 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lit_rlhf.errors import ConfigError
 
 PARTIAL_MARK = ".partial-"
+# Seconds a checkpoint download may wait to connect, and for each next block of bytes.
+DOWNLOAD_TIMEOUT_VARIABLE = "LIT_RLHF_DOWNLOAD_TIMEOUT_S"
+DEFAULT_DOWNLOAD_TIMEOUT_S = 60.0
 
 
 def is_remote(path: str | Path) -> bool:
     return "://" in str(path)
+
+
+def download_timeout_s() -> float:
+    value = os.environ.get(DOWNLOAD_TIMEOUT_VARIABLE, str(DEFAULT_DOWNLOAD_TIMEOUT_S))
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{DOWNLOAD_TIMEOUT_VARIABLE}={value!r} is not a number of seconds; set it to e.g. "
+                          f"60.") from None
+
+
+def download(url: str, timeout_s: float) -> bytes:
+    """The body at an http(s) URL, read afresh every time (no cache keyed by file name): at most timeout_s
+    to connect, and to wait for each next block of bytes."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.read()
+    except (TimeoutError, socket.timeout) as err:
+        raise ConfigError(f"ckpt_path={url!r}: the server sent nothing for {timeout_s:g} s; check the URL, or "
+                          f"raise {DOWNLOAD_TIMEOUT_VARIABLE}.") from err
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        reason = getattr(err, "reason", None) or err
+        raise ConfigError(f"ckpt_path={url!r} cannot be downloaded ({reason}); check the URL, or download the "
+                          f"file and give its path.") from err
 
 
 def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
@@ -39,8 +73,14 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
     if not is_remote(name) and not Path(name).is_file():
         raise ConfigError(f"ckpt_path={name!r} is not a file; give a .ckpt written by lit_rlhf "
                           f"(e.g. <run dir>/checkpoints/last.ckpt).")
+    source: Any = name
+    if name.startswith(("http://", "https://")):  # torch.hub would cache it by its file name alone
+        source = io.BytesIO(download(name, download_timeout_s()))
     try:
-        checkpoint = lightning_load(name, map_location=map_location, weights_only=True)
+        if isinstance(source, io.BytesIO):
+            checkpoint = torch.load(source, map_location=map_location, weights_only=True)
+        else:
+            checkpoint = lightning_load(name, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"GLOBAL (\S+)", str(err))  # the callable or class the pickle asks for
         if found is None:  # not a pickle a checkpoint writer makes: random bytes, another format

@@ -19,7 +19,9 @@ EXIT_SIGTERM = 143     # stopped by SIGTERM after a complete RL step (a checkpoi
 def exit_with_user_error(err: BaseException) -> None:
     import sys
 
-    print(f"error: {err}", file=sys.stderr, flush=True)
+    from lit_rlhf.terminal import printable
+
+    print(f"error: {printable(err, one_line=True)}", file=sys.stderr, flush=True)
     sys.exit(EXIT_USER_ERROR)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from peft import PeftModel
@@ -21,17 +22,53 @@ from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
 
-def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None):
-    """The RLHF module of a lit_rlhf checkpoint, weights loaded, on the CPU."""
+def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None, trust_remote_code: bool = False,
+                         remote_code_flag: str = "trust_remote_code=true"):
+    """The RLHF module of a lit_rlhf checkpoint, weights loaded, on the CPU.
+
+    The checkpoint's settings never enable remote code: model.trust_remote_code is the caller's
+    `trust_remote_code` (the user's command line, `remote_code_flag`), whatever the checkpoint says."""
     checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
-    if "rlhf_state" not in checkpoint or "algo" not in checkpoint["rlhf_state"]:
+    if not isinstance(checkpoint.get("rlhf_state"), dict) or "algo" not in checkpoint["rlhf_state"]:
         raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
     cls = algo_class(checkpoint["rlhf_state"]["algo"])
-    module = cls(reward=reward, rollout_engine=rollout_engine, **checkpoint["hyper_parameters"])
-    module.configure_model()
+    settings = checkpoint_settings(checkpoint, ckpt_path)
+    settings["model"] = {**settings["model"], "trust_remote_code": trust_remote_code}
+    if checkpoint["hyper_parameters"]["model"].get("trust_remote_code") and not trust_remote_code:
+        print(f"note: {ckpt_path} was trained with model.trust_remote_code=true; a checkpoint cannot enable remote "
+              f"code, only your command line can ({remote_code_flag}, if you trust the model's code).",
+              file=sys.stderr, flush=True)
+    with remote_code_refused(settings["model"]["name_or_path"], remote_code_flag):
+        module = cls(reward=reward, rollout_engine=rollout_engine, **settings)
+        module.configure_model()
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=False)
     return module.eval()
+
+
+def checkpoint_settings(checkpoint: dict, ckpt_path) -> dict:
+    """The module settings a checkpoint holds, refused in one line when malformed."""
+    settings = checkpoint.get("hyper_parameters")
+    if not isinstance(settings, dict) or not isinstance(settings.get("model"), dict):
+        raise ConfigError(f"{ckpt_path} holds no model settings (hyper_parameters.model); give a checkpoint written "
+                          f"by train.py.")
+    for key in ("reward", "optimizer", "rollout_engine", "lr_scheduler", "kl_controller", "score_transforms"):
+        if key in settings:  # objects the caller passes, never settings a file may supply
+            raise ConfigError(f"{ckpt_path} holds a {key!r} setting, which lit_rlhf never writes; give a checkpoint "
+                              f"written by train.py.")
+    return dict(settings)
+
+
+@contextmanager
+def remote_code_refused(name_or_path: str, flag: str):
+    """transformers' refusal to run a model's own code without trust_remote_code, as one line."""
+    try:
+        yield
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):
+            raise
+        raise ConfigError(f"the checkpoint's model {name_or_path!r} needs to run its own Python code, which stays off "
+                          f"unless you pass {flag} (only if you trust that code).") from err
 
 
 def algo_class(qualified_name: str):
@@ -83,9 +120,13 @@ def main() -> None:
     parser.add_argument("ckpt_path")
     parser.add_argument("out_dir")
     parser.add_argument("--adapter-only", action="store_true", help="write the peft adapter, not a merged model")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let the model run its own Python code (a checkpoint's settings never enable it)")
     args = parser.parse_args()
     try:
-        out = export_policy(load_from_checkpoint(args.ckpt_path), args.out_dir, args.adapter_only)
+        module = load_from_checkpoint(args.ckpt_path, trust_remote_code=args.trust_remote_code,
+                                      remote_code_flag="--trust-remote-code")
+        out = export_policy(module, args.out_dir, args.adapter_only)
     except (ConfigError, UnavailableError) as err:
         exit_with_user_error(err)
     print(f"Exported to {out}")

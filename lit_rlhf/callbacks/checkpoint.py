@@ -11,7 +11,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 class LastCheckpoint(ModelCheckpoint):
     """ModelCheckpoint (Lightning 2.6) writes last.ckpt at train end only if no last.ckpt was written
     before, so a 150-step run saving every 100 steps kept step 100 as "last". This one rewrites it
-    whenever the final step has not been saved yet."""
+    whenever the final step has not been saved yet.
+
+    Files are replaced, never versioned: a run resumed from `checkpoints/step1.ckpt` inside its own run
+    directory continues that timeline, so its step and last checkpoints replace the old timeline's
+    (ModelCheckpoint would write last-v1.ckpt beside a stale last.ckpt)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("enable_version_counter", False)
+        super().__init__(*args, **kwargs)
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args) -> None:
         """Every every_n_train_steps RL steps (not optimizer steps), after the RL step: its state is the one to

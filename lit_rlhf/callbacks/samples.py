@@ -14,8 +14,9 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
-from rich.console import Console
 from rich.table import Table
+
+from lit_rlhf.terminal import as_text, plain_console
 
 from lit_rlhf.callbacks.heldout import heldout_batch
 
@@ -91,5 +92,5 @@ class GenerationSamples(L.Callback):
                 table.add_column(column)
             for r in rows:
                 response = r["response"][: self.max_chars] + ("..." if len(r["response"]) > self.max_chars else "")
-                table.add_row(r["mode"], r["query"], response, f"{r['score']:.3f}", f"{r['kl']:.3f}")
-            Console().print(table)
+                table.add_row(r["mode"], as_text(r["query"]), as_text(response), f"{r['score']:.3f}", f"{r['kl']:.3f}")
+            plain_console().print(table)

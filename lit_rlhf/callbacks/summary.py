@@ -11,8 +11,9 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
-from rich.console import Console
 from rich.table import Table
+
+from lit_rlhf.terminal import as_text, plain_console
 
 from lit_rlhf.callbacks.heldout import heldout_batch
 
@@ -52,7 +53,7 @@ class TrainingSummary(L.Callback):
 
     @rank_zero_only
     def print(self) -> None:
-        console = Console()
+        console = plain_console()
         if self.first_step:
             steps = Table(title="Training metrics: first vs last RL step")
             for column in ("metric", "first", "last"):
@@ -70,8 +71,8 @@ class TrainingSummary(L.Callback):
         for column, style in (("prompt", "bold"), ("before", None), ("score", None), ("after", None), ("score", None)):
             samples.add_column(column, style=style)
         for i in range(min(self.num_samples, len(self.before["prompts"]))):
-            samples.add_row(self.before["prompts"][i], self._cut(self.before["completions"][i]),
-                            f"{self.before['scores'][i]:.2f}", self._cut(self.after["completions"][i]),
+            samples.add_row(as_text(self.before["prompts"][i]), as_text(self._cut(self.before["completions"][i])),
+                            f"{self.before['scores'][i]:.2f}", as_text(self._cut(self.after["completions"][i])),
                             f"{self.after['scores'][i]:.2f}")
         console.print(samples)
 

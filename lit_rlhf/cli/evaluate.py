@@ -20,7 +20,8 @@ def load_module(cfg: DictConfig):
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")
     if cfg.get("ckpt_path"):
-        module = load_from_checkpoint(cfg.ckpt_path, reward=reward, rollout_engine=instantiate(cfg.rollout))
+        module = load_from_checkpoint(cfg.ckpt_path, reward=reward, rollout_engine=instantiate(cfg.rollout),
+                                      trust_remote_code=bool(cfg.get("trust_remote_code")))
         module.task_metrics = [instantiate(spec) for spec in (cfg.get("task_metrics") or {}).values()]
         return module
     model = OmegaConf.to_container(cfg.model, resolve=True)

@@ -4,11 +4,15 @@
   BASE_2, ... when it exists, with an atomic mkdir: two runs started in the same second get two.
 - RunDirectoryGuard (a Hydra callback) refuses an explicit hydra.run.dir / hydra.sweep.dir that
   already holds files, unless the run resumes from it (ckpt_path inside it, or ckpt_path=last) or
-  overwrite_run_dir=true (its old contents are deleted first). It runs before Hydra writes .hydra/.
+  overwrite_run_dir=true on a directory a previous run wrote (its .hydra/ or multirun.yaml): its old
+  contents are deleted first. A directory no run wrote is never deleted. It runs before Hydra writes .hydra/.
+- Then it locks the directory (`.run.lock`, an flock held until the process ends): a second process on
+  the same run directory, e.g. `ckpt_path=last` while the run is still going, is refused in one line.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sys
@@ -17,6 +21,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+
+from lit_rlhf.terminal import printable
 
 
 def new_run_dir(base: str) -> str:
@@ -46,19 +52,53 @@ def resumes_from(cfg: DictConfig, run_dir: Path) -> bool:
     return "://" not in str(ckpt) and run_dir.resolve() in Path(str(ckpt)).resolve().parents
 
 
-def claim_run_dir(cfg: DictConfig, key: str) -> None:
-    """Exit 2 with one line when the directory at `key` holds another run's files (see module doc)."""
-    run_dir = Path(str(OmegaConf.select(cfg, key)))
-    if is_launched_rank() or not run_dir.is_dir() or not any(run_dir.iterdir()) or resumes_from(cfg, run_dir):
-        return
-    if cfg.get("overwrite_run_dir"):
-        for entry in run_dir.iterdir():
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        return
-    print(f"error: {key}={run_dir} already holds another run's files; pick a new directory, resume from it "
-          f"(ckpt_path=last or a checkpoint inside it), or pass overwrite_run_dir=true to delete them.",
-          file=sys.stderr)
+LOCK_FILE = ".run.lock"
+RUN_MARKERS = (".hydra", "multirun.yaml")  # what Hydra writes into every run and sweep directory
+_held_locks: list[Any] = []  # open lock files: their flocks last as long as the process
+
+
+def refuse(message: str) -> None:
+    print(f"error: {printable(message, one_line=True)}", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def claim_run_dir(cfg: DictConfig, key: str) -> None:
+    """Exit 2 with one line when the directory at `key` holds another run's files or is in use by another
+    process (see module doc); otherwise lock it for this process."""
+    run_dir = Path(str(OmegaConf.select(cfg, key)))
+    if is_launched_rank():
+        return
+    if run_dir.is_dir():
+        lock_run_dir(run_dir, key)
+    if not run_dir.is_dir() or not any(p.name != LOCK_FILE for p in run_dir.iterdir()) or resumes_from(cfg, run_dir):
+        return
+    if not cfg.get("overwrite_run_dir"):
+        refuse(f"{key}={run_dir} already holds another run's files; pick a new directory, resume from it "
+               f"(ckpt_path=last or a checkpoint inside it), or pass overwrite_run_dir=true to delete them.")
+    if not any((run_dir / marker).exists() for marker in RUN_MARKERS):
+        refuse(f"overwrite_run_dir=true, but {key}={run_dir} was not written by a run (no .hydra/ in it), and only "
+               f"a previous run's directory is deleted; pick a new or empty directory.")
+    for entry in run_dir.iterdir():
+        if entry.name != LOCK_FILE:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+
+
+def lock_run_dir(run_dir: Path, key: str) -> None:
+    """An exclusive flock on run_dir/.run.lock for the rest of this process; one line when another holds it."""
+    handle = open(run_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        refuse(f"{key}={run_dir} is in use by a run still going ({holder}); wait for it to end (or stop it), "
+               f"then resume with ckpt_path=last, or pick another directory.")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    _held_locks.append(handle)
 
 
 class RunDirectoryGuard(Callback):

@@ -17,10 +17,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
-from rich.console import Console
 from rich.table import Table
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.terminal import as_text, plain_console, printable
 
 RESULT_FILE = "result.json"
 SUMMARY_METRICS = ("objective/scores", "objective/kl", "objective/rlhf_reward", "eval/scores", "eval/kl",
@@ -108,11 +108,11 @@ def print_summary(rows: list[dict[str, Any]], path: Path) -> None:
                     key=lambda pair: -pair[0]["objective"] if pair[0]["objective"] is not None else math.inf)
     for row, swept in ranked:
         values = ("" if row[m] is None else f"{row[m]:.3f}" for m in metrics)
-        table.add_row(str(row["job"]), swept, row["status"], *values)
-    Console(width=160).print(table)
+        table.add_row(str(row["job"]), as_text(swept), row["status"], *values)
+    plain_console(width=160).print(table)
     for row in rows:
         if row["error"]:
-            print(f"job {row['job']} failed: {row['error']}")
+            print(f"job {row['job']} failed: {printable(row['error'], one_line=True)}")
 
 
 class SweepSummary(Callback):

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lit_rlhf.evaluation.compare import Evaluation
+from lit_rlhf.terminal import plain_console
 
 SIDE_ROWS = (("score_mean", "mean score"), ("score_std", "score std"), ("length_mean", "mean response length"),
              ("eos_rate", "EOS rate"), ("distinct_1", "distinct-1"), ("distinct_2", "distinct-2"))
@@ -23,7 +24,7 @@ def print_report(evaluation: Evaluation, console: Console | None = None) -> None
     for key, label in SIDE_ROWS:
         table.add_row(label, f"{s['policy'][key]:.3f}", f"{s['reference'][key]:.3f}")
     table.add_row("KL to reference", f"{s['policy']['kl_mean']:.3f}", "0")
-    console = console or Console()
+    console = console or plain_console()
     console.print(table)
     diff, win = s["score_difference"], s["win_rate"]
     level = f"{diff['confidence']:.0%} CI"

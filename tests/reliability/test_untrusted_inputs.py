@@ -1,0 +1,131 @@
+"""Checkpoints, model folders, datasets and URLs are untrusted: none of them may run code or reach the
+terminal as control sequences or markup, and a download never hangs or returns another URL's file."""
+
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from lit_rlhf.terminal import printable
+from tests.helpers import FAST, ROOT, one_line_error, run_script
+
+EVIL_MODULE = """import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+from transformers import GPTNeoXConfig as EvilConfig, GPTNeoXForCausalLM as EvilModel
+from transformers import PreTrainedTokenizerFast as EvilTokenizer
+"""
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("trained")
+    result = run_script("train.py", "hydra.run.dir=run", *FAST, cwd=directory)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return directory / "run"
+
+
+def remote_code_model(directory, marker):
+    """The tiny model, whose config and tokenizer config ask for a Python file of the folder."""
+    model = directory / "evil_model"
+    shutil.copytree(ROOT / "lit_rlhf" / "assets" / "tiny-pythia", model)
+    (model / "evil.py").write_text(EVIL_MODULE.format(marker=str(marker)))
+    for name, auto_map in (("config.json", {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}),
+                           ("tokenizer_config.json", {"AutoTokenizer": [None, "evil.EvilTokenizer"]})):
+        config = json.loads((model / name).read_text())
+        config["auto_map"] = auto_map
+        if name == "config.json":
+            config["model_type"] = "evil_arch"  # no class of transformers' own: only the folder's code loads it
+        (model / name).write_text(json.dumps(config))
+    return model
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export"])
+def test_a_checkpoint_cannot_enable_remote_code(command, trained_run, tmp_path):
+    marker = tmp_path / "PWNED"
+    checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["model"].update(name_or_path=str(remote_code_model(tmp_path, marker)),
+                                                   trust_remote_code=True)
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+    if command == "export":
+        result = subprocess.run([sys.executable, "-m", "lit_rlhf.export", "crafted.ckpt", "out"], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+        flag = "--trust-remote-code"
+    else:
+        result = run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path)
+        flag = "trust_remote_code=true"
+    line = one_line_error(result)
+    assert "needs to run its own Python code" in line and flag in line, line
+    assert "a checkpoint cannot enable remote code" in result.stderr
+    assert not marker.exists()
+
+
+def test_a_checkpoint_with_settings_lit_rlhf_never_writes_is_one_line(trained_run, tmp_path):
+    checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["reward"] = {"_target_": "os.system"}
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+    line = one_line_error(run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
+    assert "holds a 'reward' setting, which lit_rlhf never writes" in line
+
+
+HOSTILE_PROMPT = "The movie \x1b]0;retitled\x07 was \x1b[2J [/] [bold]loud[/bold] :smile: \u202eeno"
+
+
+def test_prompts_with_escape_sequences_and_markup_print_as_escaped_text(tmp_path):
+    rows = [{"prompt": HOSTILE_PROMPT if i % 2 == 0 else f"The film number {i} was"} for i in range(24)]
+    (tmp_path / "hostile.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = [a for a in FAST if not a.startswith("callbacks.training_summary")]
+    result = run_script("train.py", *args, "data=files", "data.dataset=hostile.jsonl", "callbacks.training_summary.num_samples=4",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "\x1b" not in result.stdout + result.stderr and "\u202e" not in result.stdout
+    assert "\\x1b[2J" in result.stdout and "[/]" in result.stdout and "\\u202e" in result.stdout
+
+
+def test_printable_escapes_control_characters_and_keeps_text():
+    assert printable("a\x1b[2Jb\x07\u202ec\x9b") == "a\\x1b[2Jb\\x07\\u202ec\\x9b"
+    assert printable("two\nlines\tand [/] :smile: é") == "two\nlines\tand [/] :smile: é"
+    assert printable("two\nlines", one_line=True) == "two\\x0alines"
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/last.ckpt"
+    server.close()
+
+
+def test_a_checkpoint_url_whose_server_never_answers_is_one_line_after_the_timeout(silent_server, tmp_path):
+    result = run_script("evaluate.py", f"ckpt_path={silent_server}", cwd=tmp_path,
+                        env={"LIT_RLHF_DOWNLOAD_TIMEOUT_S": "2"}, timeout=60)
+    assert "the server sent nothing for 2 s" in one_line_error(result)
+
+
+def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run, tmp_path):
+    from lit_rlhf.checkpoint_io import load_checkpoint_file
+
+    checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
+    for sub, episode in (("a", 1), ("b", 2)):
+        (tmp_path / sub).mkdir()
+        torch.save({**checkpoint, "rlhf_state": {**checkpoint["rlhf_state"], "episode": episode}},
+                   tmp_path / sub / "last.ckpt")
+    handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(tmp_path))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        episodes = [load_checkpoint_file(f"{base}/{sub}/last.ckpt")["rlhf_state"]["episode"] for sub in ("a", "b")]
+    finally:
+        server.shutdown()
+    assert episodes == [1, 2]
