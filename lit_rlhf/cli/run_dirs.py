@@ -68,9 +68,9 @@ def claim_run_dir(cfg: DictConfig, key: str) -> None:
     run_dir = Path(str(OmegaConf.select(cfg, key)))
     if is_launched_rank():
         return
-    if run_dir.is_dir():
-        lock_run_dir(run_dir, key)
-    if not run_dir.is_dir() or not any(p.name != LOCK_FILE for p in run_dir.iterdir()) or resumes_from(cfg, run_dir):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock_run_dir(run_dir, key)
+    if not any(p.name != LOCK_FILE for p in run_dir.iterdir()) or resumes_from(cfg, run_dir):
         return
     if not cfg.get("overwrite_run_dir"):
         refuse(f"{key}={run_dir} already holds another run's files; pick a new directory, resume from it "

@@ -81,3 +81,52 @@ def test_a_used_run_directory_is_refused_unless_resumed_or_overwritten(tmp_path)
 def test_ckpt_path_last_without_a_checkpoint_is_an_error_not_a_fresh_run(tmp_path):
     result = run_script("train.py", "ckpt_path=last", *FAST, cwd=tmp_path)
     assert "ckpt_path=last" in one_line_error(result) and "does not exist" in result.stderr
+
+
+def test_overwrite_run_dir_never_deletes_a_directory_no_run_wrote(tmp_path):
+    (tmp_path / "my_prompts.jsonl").write_text('{"prompt": "mine"}\n')
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "reward.py").write_text("def reward(): ...\n")
+    result = run_script("train.py", "hydra.run.dir=.", "overwrite_run_dir=true", *FAST, cwd=tmp_path)
+    assert "was not written by a run (no .hydra/ in it)" in one_line_error(result)
+    assert (tmp_path / "my_prompts.jsonl").exists() and (tmp_path / "src" / "reward.py").exists()
+
+
+def test_a_second_process_on_a_run_directory_still_in_use_is_refused(tmp_path):
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    running = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "hydra.run.dir=run", *FAST, "steps=1000",
+                                "callbacks.model_checkpoint.every_n_train_steps=1"], cwd=tmp_path, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
+            time.sleep(0.5)
+        assert running.poll() is None, "the first run ended before the test could start the second"
+        second = run_script("train.py", "hydra.run.dir=run", "ckpt_path=last", *FAST, "steps=1000", cwd=tmp_path)
+        assert "is in use by a run still going (pid" in one_line_error(second)
+    finally:
+        running.kill()
+        running.wait()
+    import torch
+
+    done = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["rlhf_state"]["rl_step"]
+    resumed = run_script("train.py", "hydra.run.dir=run", "ckpt_path=last", *FAST[1:], f"steps={done + 1}",
+                         cwd=tmp_path)  # the lock went with the killed process
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def test_a_resume_from_an_earlier_checkpoint_of_its_own_directory_replaces_the_later_ones(tmp_path):
+    every_step = ["callbacks.model_checkpoint.every_n_train_steps=1", "callbacks.model_checkpoint.save_top_k=-1"]
+    first = run_script("train.py", "hydra.run.dir=run", *FAST[1:], "steps=2", *every_step, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoints = tmp_path / "run" / "checkpoints"
+    names = sorted(p.name for p in checkpoints.iterdir())
+    earlier, later = sorted(n for n in names if n != "last.ckpt")
+    before = {name: (checkpoints / name).stat().st_mtime_ns for name in names}
+    resumed = run_script("train.py", "hydra.run.dir=run", f"ckpt_path=run/checkpoints/{earlier}", *FAST[1:],
+                         "steps=2", *every_step, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(p.name for p in checkpoints.iterdir()) == names  # no last-v1.ckpt, no step2-v1.ckpt
+    assert all((checkpoints / name).stat().st_mtime_ns > before[name] for name in ("last.ckpt", later))
