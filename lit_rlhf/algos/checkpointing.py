@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
+from lit_rlhf.algos.run_identity import check_same_run, run_identity
 from lit_rlhf.checkpoint_io import tensors_digest
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
@@ -38,6 +39,14 @@ class TrainedStateCheckpoints:
         trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
         return {name for name, p in self.named_parameters() if id(p) in trainable}
 
+    def run_identity(self) -> dict[str, Any]:
+        """The run's identity (algorithm, rewards, digests of the files it read), computed once per fit."""
+        if getattr(self, "_run_identity", None) is None:
+            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            dataset = getattr(datamodule, "hparams", {}).get("dataset") if datamodule is not None else None
+            self._run_identity = run_identity(self, dataset)
+        return self._run_identity
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
@@ -47,6 +56,7 @@ class TrainedStateCheckpoints:
             "score_transforms": [getattr(t, "state_dict", dict)() for t in self.score_transforms],
             "skipped_updates": self.skipped_updates,
             "trained_digest": tensors_digest(checkpoint["state_dict"]),  # a corrupted file is refused on load
+            "identity": self.run_identity(),  # compared on resume (run_identity.py)
             "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
         }
@@ -79,6 +89,7 @@ class TrainedStateCheckpoints:
         (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
         if self._trainer is None or "optimizer_states" not in checkpoint:
             return  # loading weights (evaluate, export), not resuming
+        check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), self.run_identity())
         datamodule = getattr(self.trainer, "datamodule", None)
         applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(self.hparams),
                                checkpoint.get("datamodule_hyper_parameters"),

@@ -28,15 +28,35 @@ def same(old: Any, new: Any) -> bool:
             and os.path.basename(old.rstrip("/")) == os.path.basename(new.rstrip("/")))
 
 
+def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"lora": {"r": 8}}} -> {"model.lora.r": 8}: a changed setting is named by its own key."""
+    flat = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value and key != "generation_kwargs":
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def changed_settings(saved: dict[str, Any], current: dict[str, Any], free: tuple[str, ...] = ()) -> dict[str, tuple]:
-    """{key: (saved, current)} for keys both know whose values differ, except `free` ones."""
-    return {k: (saved[k], current[k]) for k in saved.keys() & current.keys()
-            if k not in free and not same(saved[k], current[k])}
+    """{key: (saved, current)} for keys whose values differ (nested settings by their dotted key), except `free`
+    ones. A key only one side knows counts as changed when the other side's parent is set (e.g. lora -> null)."""
+    both = saved.keys() & current.keys()  # a setting newer than the checkpoint is not a change
+    flat_saved, flat_current = flatten(saved), flatten(current)
+    return {k: (flat_saved.get(k), flat_current.get(k)) for k in flat_saved.keys() | flat_current.keys()
+            if k.partition(".")[0] in both and k.partition(".")[0] not in free
+            and not same(flat_saved.get(k), flat_current.get(k))}
+
+
+def setting_name(prefix: str, key: str) -> str:
+    return key if key.startswith("model.") or key == "model" else f"{prefix}.{key}"
 
 
 def refuse(prefix: str, changes: dict[str, tuple]) -> None:
     key, (old, new) = sorted(changes.items())[0]
-    raise ConfigError(f"resume changes {prefix}.{key} ({old!r} -> {new!r}){' and more' if len(changes) > 1 else ''}; "
+    raise ConfigError(f"resume changes {setting_name(prefix, key)} ({old!r} -> {new!r})"
+                      f"{' and more' if len(changes) > 1 else ''}; "
                       f"an exact resume needs the checkpoint's value: drop the override, or start a new run "
                       f"(e.g. from an exported policy).")
 
@@ -52,7 +72,7 @@ def check_resume(saved_hparams: dict[str, Any], hparams: dict[str, Any], saved_d
         data_changes = changed_settings(saved_data, data, DATA_FREE_ON_RESUME)
         if data_changes:
             refuse("data", data_changes)
-    return [f"algo.{k} {old!r} -> {new!r}" for k, (old, new) in sorted(changes.items())]
+    return [f"{setting_name('algo', k)} {old!r} -> {new!r}" for k, (old, new) in sorted(changes.items())]
 
 
 def check_resumed_lr(optimizer_states: list[dict[str, Any]], new_lr: float | None, has_scheduler: bool) -> str | None:

@@ -1,12 +1,16 @@
 """A resume refuses setting changes that break exactness and applies (and reports) the others."""
 
 import csv
+import json
+import shutil
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
+from lit_rlhf.algos.run_identity import check_same_run
 from lit_rlhf.errors import ConfigError
-from tests.helpers import FAST, one_line_error, run_script
+from tests.helpers import FAST, ROOT, one_line_error, run_script
 
 
 def test_changes_that_break_exactness_are_refused_and_steering_ones_applied():
@@ -15,8 +19,10 @@ def test_changes_that_break_exactness_are_refused_and_steering_ones_applied():
     assert check_resume(saved, {**saved, "max_grad_norm": 0.5}, None, None) == ["algo.max_grad_norm 1.0 -> 0.5"]
     with pytest.raises(ConfigError, match=r"resume changes algo.rloo_k \(4 -> 8\)"):
         check_resume(saved, {**saved, "rloo_k": 8}, None, None)
-    with pytest.raises(ConfigError, match=r"resume changes algo.model"):
+    with pytest.raises(ConfigError, match=r"resume changes model.lora.r \(8 -> 16\);"):
         check_resume(saved, {**saved, "model": {"name_or_path": "a", "lora": {"r": 16}}}, None, None)
+    with pytest.raises(ConfigError, match=r"resume changes model.lora.r \(8 -> None\)"):
+        check_resume(saved, {**saved, "model": {"name_or_path": "a", "lora": None}}, None, None)
     with pytest.raises(ConfigError, match=r"resume changes data.batch_size \(8 -> 16\)"):
         check_resume(saved, saved, {"batch_size": 8}, {"batch_size": 16})
     state = [{"param_groups": [{"lr": 1e-3, "initial_lr": 1e-3}]}]
@@ -40,3 +46,65 @@ def test_resume_through_train_py_refuses_rloo_k_and_batch_size_and_applies_a_new
     assert "Resume applies: algo.optimizer.lr 0.001 -> 0.0005." in applied.stdout + applied.stderr
     with open(run_dir / "csv" / "metrics.csv") as f:
         assert [float(r["lr"]) for r in csv.DictReader(f) if r["lr"]] == pytest.approx([0.001, 0.0005])
+
+
+def test_a_run_identity_change_names_the_changed_key():
+    saved = {"algo": "lit_rlhf.algos.rloo.RLOOModule", "reward": ["vader"], "reward.vader": "V",
+             "reward.weights.vader": 1.0, "model.name_or_path": {"digest": "aa"}}
+    check_same_run(saved, dict(saved))
+    with pytest.raises(ConfigError, match=r"resume changes the algorithm \(RLOOModule -> GRPOModule\)"):
+        check_same_run(saved, {**saved, "algo": "lit_rlhf.algos.grpo.GRPOModule"})
+    with pytest.raises(ConfigError, match=r"resume changes reward.weights.vader \(1.0 -> 0.5\);"):
+        check_same_run(saved, {**saved, "reward.weights.vader": 0.5})
+    with pytest.raises(ConfigError, match=r"resume changes model.name_or_path \(its files differ"):
+        check_same_run(saved, {**saved, "model.name_or_path": {"digest": "bb"}})
+
+
+@pytest.fixture(scope="module")
+def run_on_own_files(tmp_path_factory):
+    """A one-step run on a copy of the tiny model and a prompts file of its own."""
+    directory = tmp_path_factory.mktemp("identity")
+    shutil.copytree(ROOT / "lit_rlhf" / "assets" / "tiny-pythia", directory / "a" / "tiny-pythia")
+    rows = "".join(json.dumps({"prompt": f"The film number {i} was"}) + "\n" for i in range(24))
+    (directory / "prompts.jsonl").write_text(rows)
+    first = run_script("train.py", "hydra.run.dir=run", *OWN_FILES, *FAST, cwd=directory)
+    assert first.returncode == 0, first.stderr[-3000:]
+    return directory
+
+
+OWN_FILES = ["model=causal_lm", "model.name_or_path=a/tiny-pythia", "data=files", "data.dataset=prompts.jsonl"]
+SCHEDULER = ("algo.lr_scheduler={_target_:torch.optim.lr_scheduler.LinearLR,_partial_:true,start_factor:1.0,"
+             "end_factor:0.5,total_iters:2}")
+IDENTITY_CHANGES = [
+    (["algo=grpo"], "resume changes the algorithm (RLOOModule -> GRPOModule)"),
+    (["algo=reinforce_pp"], "resume changes the algorithm (RLOOModule -> ReinforcePPModule)"),
+    (["reward.weights.vader=0.5"], "resume changes reward.weights.vader (1.0 -> 0.5)"),
+    (["reward=[vader,arithmetic_format]"], "resume changes reward ("),
+    (["score_transforms=reward_normalizer"], "resume changes score_transforms ([] -> "),
+    (["algo.kl_controller.kind=adaptive"], "resume changes algo.kl_controller.kind ('fixed' -> 'adaptive')"),
+    ([SCHEDULER], "resume changes algo.lr_scheduler (None -> 'torch.optim.lr_scheduler.LinearLR')"),
+    (["model.lora.r=8"], "resume changes model.lora.r (16 -> 8)"),
+]
+
+
+@pytest.mark.parametrize("change, expected", IDENTITY_CHANGES, ids=[c[0][0].split("{")[0] for c in IDENTITY_CHANGES])
+def test_a_resume_that_would_train_something_else_is_one_line(change, expected, run_on_own_files):
+    result = run_script("train.py", "hydra.run.dir=run", "ckpt_path=last", *OWN_FILES, *FAST[1:], "steps=2", *change,
+                        cwd=run_on_own_files)
+    assert expected in one_line_error(result)
+
+
+def test_a_resume_from_other_files_at_the_same_paths_is_one_line(run_on_own_files, tmp_path):
+    resume = [f"ckpt_path={run_on_own_files / 'run' / 'checkpoints' / 'last.ckpt'}", *FAST[1:], "steps=2"]
+    other_model = tmp_path / "b" / "tiny-pythia"  # the same final name, other weights
+    shutil.copytree(run_on_own_files / "a" / "tiny-pythia", other_model)
+    weights = load_file(other_model / "model.safetensors")
+    save_file({k: v + 0.01 for k, v in weights.items()}, other_model / "model.safetensors")
+    (tmp_path / "prompts.jsonl").write_text((run_on_own_files / "prompts.jsonl").read_text())
+    args = ["model=causal_lm", f"model.name_or_path={other_model}", "data=files", "data.dataset=prompts.jsonl"]
+    assert "resume changes model.name_or_path (its files differ" in one_line_error(
+        run_script("train.py", *resume, *args, cwd=tmp_path))
+    (tmp_path / "prompts.jsonl").write_text((run_on_own_files / "prompts.jsonl").read_text().replace("film", "show"))
+    args[1] = f"model.name_or_path={run_on_own_files / 'a' / 'tiny-pythia'}"
+    assert "resume changes data.dataset (its files differ" in one_line_error(
+        run_script("train.py", *resume, *args, cwd=tmp_path))

@@ -1,0 +1,90 @@
+"""What a run is beyond its settings: the algorithm class, the rewards and their weights, the score
+transforms, the KL controller's kind, the lr scheduler, and digests of the model directory and prompts
+file it read. Saved in every checkpoint (`rlhf_state["identity"]`) and compared on resume, so a resume
+that would silently train something else is refused in one line that names what changed."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from lit_rlhf.errors import ConfigError
+
+WHOLE_FILE_BYTES = 64 * 2**20  # files up to this size are hashed whole; larger ones by sampled blocks
+SAMPLED_BLOCKS, BLOCK_BYTES = 64, 2**16
+
+
+def qualified_name(obj: Any) -> str:
+    target = getattr(obj, "func", obj)  # functools.partial: what it calls
+    kind = target if isinstance(target, type) or callable(target) and hasattr(target, "__qualname__") else type(target)
+    return f"{getattr(kind, '__module__', '')}.{getattr(kind, '__qualname__', type(kind).__name__)}"
+
+
+def file_digest(path: Path, digest) -> None:
+    size = path.stat().st_size
+    digest.update(f"{path.name}|{size}|".encode())
+    with open(path, "rb") as f:
+        if size <= WHOLE_FILE_BYTES:
+            digest.update(f.read())
+            return
+        for i in range(SAMPLED_BLOCKS):  # evenly spaced blocks: other weights of the same shapes differ in them
+            f.seek((size - BLOCK_BYTES) * i // (SAMPLED_BLOCKS - 1))
+            digest.update(f.read(BLOCK_BYTES))
+
+
+def path_digest(name_or_path: Any) -> str | None:
+    """A BLAKE2 digest of a local file, or of a directory's files; None for a hub name."""
+    path = Path(str(name_or_path)) if name_or_path else None
+    if path is None or not path.exists():
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    for file in sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()):
+        file_digest(file, digest)
+    return digest.hexdigest()
+
+
+def reward_identity(reward: Any) -> dict[str, Any]:
+    """{'reward.<name>': its class or function (and model), 'reward.weights.<name>': its weight}."""
+    from lit_rlhf.models.reward_set import WeightedSum, reward_name
+
+    rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    weights = reward.weights if isinstance(reward, WeightedSum) else {}
+    identity = {}
+    for name, component in rewards.items():
+        model = getattr(component, "name_or_path", None)
+        identity[f"reward.{name}"] = qualified_name(component) + (f" ({model})" if model else "")
+        identity[f"reward.weights.{name}"] = float(weights.get(name, 1.0))
+    return identity
+
+
+def run_identity(module, dataset: Any = None) -> dict[str, Any]:
+    """The flat {key: plain value} identity of a module's run (see module doc)."""
+    rewards = reward_identity(module.reward) if module.reward is not None else {}
+    return {
+        "algo": f"{type(module).__module__}.{type(module).__qualname__}",
+        "reward": sorted(key.partition(".")[2] for key in rewards if not key.startswith("reward.weights.")),
+        **rewards,
+        "score_transforms": [qualified_name(t) for t in module.score_transforms],
+        "algo.kl_controller.kind": module.kl_controller.kind,
+        "algo.lr_scheduler": qualified_name(module.lr_scheduler_factory) if module.lr_scheduler_factory else None,
+        "model.name_or_path": {"digest": path_digest(module.hparams.model["name_or_path"])},
+        "data.dataset": {"digest": path_digest(dataset) if dataset and Path(str(dataset)).is_file() else None},
+    }
+
+
+def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Refuses, in one line naming the first changed key, a resume whose identity differs from the checkpoint's."""
+    if not saved:
+        return  # a checkpoint written before identities were saved
+    if saved.get("algo") != current["algo"]:
+        old, new = (str(name).rpartition(".")[2] for name in (saved.get("algo"), current["algo"]))
+        raise ConfigError(f"resume changes the algorithm ({old} -> {new}): the checkpoint was trained by {old}; "
+                          f"resume with that algo, or start a new run (e.g. from an exported policy).")
+    changed = [key for key in saved.keys() | current.keys() if saved.get(key) != current.get(key)]
+    if changed:
+        key = sorted(changed)[0]
+        old, new = saved.get(key), current.get(key)
+        what = "its files differ from the checkpoint's run" if isinstance(old, dict) else f"{old!r} -> {new!r}"
+        raise ConfigError(f"resume changes {key} ({what}){' and more' if len(changed) > 1 else ''}; an exact resume "
+                          f"needs the checkpoint's: restore it, or start a new run (e.g. from an exported policy).")
