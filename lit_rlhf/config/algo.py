@@ -72,6 +72,9 @@ class RLHFConfig:
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         check_shared_settings(self)
+        from lit_rlhf.rollout.sampling import check_unbiased  # refused when the module is built, not at sampling
+
+        check_unbiased(dict(self.generation_kwargs or {}), self.allow_biased_sampling)
         if self.clip_low > self.clip_high:
             raise ConfigError(f"algo.cliprange_low={self.clip_low} is above algo.cliprange_high={self.clip_high}; "
                               f"clip-higher needs cliprange_high >= cliprange_low (e.g. 0.2 and 0.28).")

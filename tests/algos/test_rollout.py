@@ -57,13 +57,27 @@ def test_rollout_truncates_after_stop_and_penalizes_missing_eos(module_and_batch
 
 @pytest.mark.parametrize("kwargs", [{"top_k": 50}, {"top_p": 0.9}, {"min_new_tokens": 4}])
 def test_sampling_that_biases_the_distribution_is_refused_unless_allowed(kwargs):
-    module = make_rloo(generation_kwargs=kwargs)
     with pytest.raises(ConfigError, match="KL-divergence negative") as err:
-        module.configure_model()
+        make_rloo(generation_kwargs=kwargs)
     assert "allow_biased_sampling" in str(err.value)
     allowed = make_rloo(generation_kwargs=kwargs, allow_biased_sampling=True)
     allowed.configure_model()
     assert getattr(allowed.rollout_engine.generation_config, next(iter(kwargs))) == next(iter(kwargs.values()))
+
+
+@pytest.mark.parametrize("key, value, fix", [
+    ("temperature", 0.5, "set algo.temperature instead"), ("do_sample", False, "rollouts always sample"),
+    ("max_new_tokens", 4, "set algo.response_length instead"), ("eos_token_id", 3, "set algo.stop_token instead"),
+    ("num_return_sequences", 2, "set algo.rloo_k (RLOO), algo.num_generations (GRPO)")])
+def test_generation_kwargs_that_the_settings_own_are_refused_even_when_bias_is_allowed(key, value, fix):
+    with pytest.raises(ConfigError, match=rf"algo.generation_kwargs.{key}={value!r} is set by lit_rlhf") as err:
+        make_rloo(generation_kwargs={key: value}, allow_biased_sampling=True)
+    assert fix in str(err.value)
+
+
+def test_beam_search_is_refused_as_biased_sampling():
+    with pytest.raises(ConfigError, match="bias sampling"):
+        make_rloo(generation_kwargs={"num_beams": 4})
 
 
 def test_bad_algorithm_settings_name_the_value():
