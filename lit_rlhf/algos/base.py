@@ -330,6 +330,9 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
 
     # ---- logging ---------------------------------------------------------------------------
     def on_fit_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and getattr(datamodule, "rows", None):
+            self.check_columns(datamodule.rows, datamodule.hparams.dataset)
         self.training_finished = False
         self._fit_start_time = time.time()
         self._episode_at_start = self.episode

@@ -72,7 +72,34 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
     return checked_scores(name, returned, prompts, completions)
 
 
+def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
+    """(what needs it, column) for every dataset column a reward component or task metric requires."""
+    rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    needs = [(f"the reward {name}", column) for name, component in rewards.items()
+             for column in missing_columns(component, {})]
+    needs += [(f"the reward {name}", component.answer_column) for name, component in rewards.items()
+              if isinstance(getattr(component, "answer_column", None), str)]
+    needs += [(f"task metric {metric.name}", metric.answer_column) for metric in task_metrics
+              if getattr(metric, "answer_column", None)]
+    return needs
+
+
 class RolloutScoring:
+    def check_columns(self, rows: list, dataset: str) -> None:
+        """Before any training step: every row has every column the reward and the task metrics read."""
+        from lit_rlhf.data.datamodule import missing_in_rows
+
+        for who, column in column_needs(self.reward, self.task_metrics) if self.reward is not None else []:
+            row = missing_in_rows(rows, column)
+            if row is None:
+                continue
+            have = sorted({name for r in rows for name in r.columns})
+            if all(r.columns.get(column) is None for r in rows):
+                raise ConfigError(f"{who} needs the dataset column {column!r}, which the prompts' rows do not have "
+                                  f"(they have {have or 'no column but the prompt'}); use data with that column "
+                                  f"(e.g. data=arithmetic) or another reward or task metric.")
+            raise ConfigError(f"data.dataset={dataset!r}, row {row}: no {column!r}, which {who} needs; give every row "
+                              f"one, or remove the rows without it.")
     @torch.no_grad()
     def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
                 for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:

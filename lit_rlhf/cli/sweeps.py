@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.table import Table
 
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, nearest
 from lit_rlhf.terminal import as_text, plain_console, printable
 
 RESULT_FILE = "result.json"
@@ -44,6 +44,29 @@ def config_objective(metrics: dict[str, float], cfg: DictConfig) -> float | None
         raise ConfigError(f"optimized_metric={name!r} was not logged; pick one of {sorted(metrics)}.")
     return kl_budget_objective(metrics[name], metrics.get("eval/kl"), cfg.get("kl_budget"),
                                cfg.get("kl_budget_penalty", 1.0))
+
+
+# Metric families a training step logs (their names depend on the algorithm and the rewards).
+TRAINING_PREFIXES = ("objective/", "policy/", "loss/", "val/", "rollout/", "rewards/", "returns/", "tokens/",
+                     "monitor/", "env/", "time/")
+TRAINING_NAMES = ("lr", "episode", "eps")
+HELDOUT_NAMES = ("scores", "kl", "rlhf_reward")
+EVALUATION_NAMES = ("score_diff", "score_diff_ci_low", "win_rate", "kl_to_reference", "policy_score",
+                    "reference_score", "policy_distinct_2")
+
+
+def check_optimized_metric(cfg: DictConfig, task_metric_names: list[str]) -> None:
+    """Before training: optimized_metric names a metric the run logs (held-out eval/*, the evaluation's
+    eval/*, or a training metric family), not after the last step."""
+    name = cfg.get("optimized_metric")
+    if not name or name in TRAINING_NAMES or name.startswith(TRAINING_PREFIXES):
+        return
+    evals = [f"eval/{n}" for n in (*HELDOUT_NAMES, *EVALUATION_NAMES, *task_metric_names)]
+    evals += [f"eval/reference_{n}" for n in task_metric_names]
+    if name in evals or any(name.startswith(f"eval/{n}_") for n in task_metric_names):
+        return
+    raise ConfigError(f"optimized_metric={name!r} is not a metric this run logs{nearest(name, evals)}; pick an eval/* "
+                      f"metric (e.g. eval/rlhf_reward) or a training metric (objective/scores).")
 
 
 def in_multirun() -> bool:

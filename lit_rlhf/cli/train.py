@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from lit_rlhf.callbacks import PolicyEvaluation
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.noise import silence_known_noise
-from lit_rlhf.cli.sweeps import config_objective, in_multirun, sweep_group, write_result
+from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import end_of_run_interrupts
 
@@ -50,6 +50,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
     module = instantiate(cfg.algo, _convert_="all")
+    check_optimized_metric(cfg, [metric.name for metric in module.task_metrics])
     loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
     try:
         return fit(cfg, module, datamodule, loggers)

@@ -56,6 +56,23 @@ def batch_to(batch: dict[str, Any], device: torch.device, num_prompts: int | Non
     return moved
 
 
+# The reward's own arguments: a dataset column of that name could not be passed beside them.
+RESERVED_COLUMNS = ("prompts", "completions")
+
+
+def check_column_names(columns: list[dict[str, Any]], dataset: str) -> None:
+    for reserved in RESERVED_COLUMNS:
+        if any(reserved in row for row in columns):
+            raise ConfigError(f"data.dataset={dataset!r} has a column named {reserved!r}, the name of a reward's own "
+                              f"argument (rewards are called as reward(prompts, completions, **columns)); rename the "
+                              f"column.")
+
+
+def missing_in_rows(rows: list["PromptRow"], column: str) -> int | None:
+    """The 1-based index of the first row without a value in `column`, or None when every row has one."""
+    return next((i for i, row in enumerate(rows, start=1) if row.columns.get(column) is None), None)
+
+
 class PromptRow(NamedTuple):
     ids: list[int]  # the tokenized prompt
     columns: dict[str, Any]  # the other fields of its dataset row (e.g. a reference answer)
@@ -73,6 +90,7 @@ class PromptDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters(asdict(build(DataConfig, settings, "data")))
         self.tokenizer = None
+        self.rows: list[PromptRow] = []  # every row, in the dataset's order
         self.train_prompts: list[PromptRow] = []
         self.eval_prompts: list[PromptRow] = []
         self.num_truncated = 0
@@ -91,6 +109,7 @@ class PromptDataModule(L.LightningDataModule):
         if len(texts) <= hp.num_eval_prompts:
             raise ConfigError(f"data.dataset={hp.dataset!r} has {len(texts)} prompts, not more than "
                               f"data.num_eval_prompts={hp.num_eval_prompts}; lower num_eval_prompts.")
+        check_column_names(columns, hp.dataset)
         rows = [PromptRow(self._tokenize(text), row_columns) for text, row_columns in zip(texts, columns, strict=True)]
         empty = [i for i, row in enumerate(rows, start=1) if not row.ids]
         if empty:
@@ -101,6 +120,7 @@ class PromptDataModule(L.LightningDataModule):
             rank_zero_warn(f"{self.num_truncated} of {len(rows)} prompts are longer than "
                            f"data.max_prompt_length={hp.max_prompt_length} and were truncated on the left.")
         order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(hp.seed)).tolist()
+        self.rows = rows
         self.eval_prompts = [rows[i] for i in order[: hp.num_eval_prompts]]
         self.train_prompts = [rows[i] for i in sorted(order[hp.num_eval_prompts :])]
         _ = self.local_batch_size  # fails early on a batch size that does not divide

@@ -24,8 +24,12 @@ def extract_answer(completion: str) -> str | None:
 
 
 def normalize(answer) -> str:
+    """Whitespace, thousands commas, a leading + and zeros dropped; a whole number written as a float (82.0, from
+    a float column) is that integer."""
     text = str(answer).strip().replace(",", "")
-    return str(int(text)) if re.fullmatch(r"[+-]?\d+", text) else text
+    if re.fullmatch(r"[+-]?\d+(\.0*)?", text):
+        return str(int(text.split(".")[0]))
+    return text
 
 
 def answers_match(completions: Sequence[str], references: Sequence, extract=extract_answer) -> torch.Tensor:

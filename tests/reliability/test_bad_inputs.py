@@ -26,6 +26,10 @@ def write_inputs(directory: Path) -> None:
     model.mkdir()
     for name in ("config.json", "model.safetensors"):
         (model / name).write_bytes((ROOT / "lit_rlhf" / "assets" / "tiny-pythia" / name).read_bytes())
+    (directory / "some_without_answer.jsonl").write_text("".join(
+        json.dumps({"prompt": f"What is {i}+1?", **({"answer": i + 1} if i != 3 else {})}) + "\n" for i in range(24)))
+    (directory / "prompts_column.jsonl").write_text("".join(
+        json.dumps({"prompt": f"The film number {i} was", "prompts": "x"}) + "\n" for i in range(24)))
     (directory / "with_blank_lines.jsonl").write_text(
         "\n".join(json.dumps({"prompt": f"The movie number {i} was"}) + "\n" for i in range(24)))
 
@@ -78,6 +82,22 @@ CASES = [
      "tokenizer 'Qwen/Qwen2.5-0.5B-Instruct' is not available here"),
     ("a reward that needs a column the data lacks", ["reward=arithmetic_correct"],
      "the reward arithmetic_correct needs the dataset column 'answer', which the prompts' rows do not have"),
+    ("a task metric on data without its column", ["task_metrics=exact_match"],
+     "task metric exact_match needs the dataset column 'answer', which the prompts' rows do not have"),
+    ("a misspelled answer_column", ["experiment=arithmetic_rloo", "task_metrics.exact_match.answer_column=answr"],
+     "task metric exact_match needs the dataset column 'answr', which the prompts' rows do not have"),
+    ("a misspelled optimized_metric", ["optimized_metric=eval/rlhf_rewrd"],
+     "optimized_metric='eval/rlhf_rewrd' is not a metric this run logs (did you mean 'eval/rlhf_reward'?)"),
+    ("rows without the answer a reward reads", ["data=files", "data.dataset=some_without_answer.jsonl",
+                                                  "reward=arithmetic_correct"],
+     "data.dataset='some_without_answer.jsonl', row 4: no 'answer', which the reward arithmetic_correct needs"),
+    ("a dataset column named like a reward argument", ["data=files", "data.dataset=prompts_column.jsonl"],
+     "data.dataset='prompts_column.jsonl' has a column named 'prompts'"),
+    ("a generation kwarg the settings own", ["+algo.generation_kwargs.temperature=0.5"],
+     "algo.generation_kwargs.temperature=0.5 is set by lit_rlhf, not by generation_kwargs; remove it: set "
+     "algo.temperature instead"),
+    ("sampling that is not sampling", ["+algo.generation_kwargs.do_sample=false"],
+     "algo.generation_kwargs.do_sample=False is set by lit_rlhf"),
     ("rollout=vllm without vLLM installed", ["rollout=vllm"], "rollout=vllm needs vLLM, which is not installed here"),
     ("rollout.cpu_cores that is not a list of cores", ["rollout=vllm", "rollout.cpu_cores=all"],
      "rollout.cpu_cores='all' is not a list of cores; write it as \"0-7\" or \"0,2,4\""),

@@ -161,3 +161,10 @@ def test_rloo_lifts_held_out_accuracy_on_the_arithmetic_task(tmp_path):
     rows = list(csv.DictReader((tmp_path / "run" / "csv" / "metrics.csv").open()))
     accuracy = [float(r["eval/exact_match"]) for r in rows if r.get("eval/exact_match")]
     assert accuracy[0] < 0.4 and accuracy[-1] > accuracy[0] + 0.08, accuracy
+
+
+def test_a_whole_number_answer_from_a_float_column_matches_its_integer():
+    from lit_rlhf.tasks.arithmetic import answers_match
+
+    completions = [" Answer: 82", " Answer: 82", " Answer: 82", " Answer: 1000", " Answer: 82"]
+    assert answers_match(completions, [82.0, "82.0", 82, "1,000", 82.5]).tolist() == [1.0, 1.0, 1.0, 1.0, 0.0]
