@@ -23,17 +23,20 @@ from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
 
 def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None, trust_remote_code: bool = False,
-                         remote_code_flag: str = "trust_remote_code=true"):
-    """The RLHF module of a lit_rlhf checkpoint, weights loaded, on the CPU.
+                         remote_code_flag: str = "trust_remote_code=true", checkpoint: dict | None = None,
+                         settings: dict | None = None):
+    """The RLHF module of a lit_rlhf checkpoint (`checkpoint`: its contents, already loaded), weights loaded, on
+    the CPU; `settings` override the checkpoint's algorithm settings (e.g. response_length to evaluate with).
 
     The checkpoint's settings never enable remote code: model.trust_remote_code is the caller's
     `trust_remote_code` (the user's command line, `remote_code_flag`), whatever the checkpoint says."""
-    checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
+    if checkpoint is None:
+        checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
     if not isinstance(checkpoint.get("rlhf_state"), dict) or "algo" not in checkpoint["rlhf_state"]:
         raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
     cls = algo_class(checkpoint["rlhf_state"]["algo"])
-    settings = checkpoint_settings(checkpoint, ckpt_path)
-    settings["model"] = {**settings["model"], "trust_remote_code": trust_remote_code}
+    overrides, settings = settings or {}, checkpoint_settings(checkpoint, ckpt_path)
+    settings.update(overrides, model={**settings["model"], "trust_remote_code": trust_remote_code})
     if checkpoint["hyper_parameters"]["model"].get("trust_remote_code") and not trust_remote_code:
         print(f"note: {ckpt_path} was trained with model.trust_remote_code=true; a checkpoint cannot enable remote "
               f"code, only your command line can ({remote_code_flag}, if you trust the model's code).",

@@ -57,6 +57,8 @@ class TrainedStateCheckpoints:
             "skipped_updates": self.skipped_updates,
             "trained_digest": tensors_digest(checkpoint["state_dict"]),  # a corrupted file is refused on load
             "identity": self.run_identity(),  # compared on resume (run_identity.py)
+            # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
+            "run_config": getattr(self, "run_config", None),
             "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
         }

@@ -8,22 +8,30 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.checkpoint_io import load_checkpoint_file
 from lit_rlhf.cli.noise import silence_known_noise
+from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
+from lit_rlhf.data import PromptDataModule
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint
 
 
 def load_module(cfg: DictConfig):
-    """The RLHF module to evaluate: from a checkpoint, from an exported directory, or untrained."""
-    reward = instantiate(cfg.reward)
+    """The RLHF module to evaluate and the settings it was trained with: from a checkpoint, from an exported
+    directory, or untrained."""
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")
     if cfg.get("ckpt_path"):
-        module = load_from_checkpoint(cfg.ckpt_path, reward=reward, rollout_engine=instantiate(cfg.rollout),
-                                      trust_remote_code=bool(cfg.get("trust_remote_code")))
-        module.task_metrics = [instantiate(spec) for spec in (cfg.get("task_metrics") or {}).values()]
-        return module
+        checkpoint = load_checkpoint_file(cfg.ckpt_path)
+        trained = trained_settings(cfg, checkpoint)
+        module = load_from_checkpoint(cfg.ckpt_path, reward=instantiate(trained.reward),
+                                      rollout_engine=instantiate(cfg.rollout),
+                                      trust_remote_code=bool(cfg.get("trust_remote_code")), checkpoint=checkpoint,
+                                      settings=trained.algo_overrides)
+        module.task_metrics = [instantiate(spec) for spec in (trained.task_metrics or {}).values()]
+        return module, trained
+    trained = TrainedSettings(cfg.reward, cfg.get("task_metrics"), None, {})
     model = OmegaConf.to_container(cfg.model, resolve=True)
     if cfg.get("policy_path"):
         if (Path(cfg.policy_path) / "adapter_config.json").exists():
@@ -32,20 +40,47 @@ def load_module(cfg: DictConfig):
         # the exported policy, against the model it started from
         model.update(name_or_path=cfg.policy_path, reference_name_or_path=model["name_or_path"], lora=None,
                      adapter_path=None)
-    module = instantiate(cfg.algo, model=model, reward=reward, optimizer=None, _convert_="all")
+    module = instantiate(cfg.algo, model=model, reward=instantiate(cfg.reward), optimizer=None, _convert_="all")
     module.configure_model()
-    return module
+    return module, trained
 
 
 def resolve_device(device: str) -> torch.device:
-    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(str(device))
+    except RuntimeError as err:
+        raise ConfigError(f"device={device!r} is not a device; use auto, cpu or cuda.") from err
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r}, but this machine has no CUDA device; use device=auto or device=cpu.")
+    return resolved
+
+
+def check_evaluation_settings(cfg: DictConfig) -> None:
+    for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
+    confidence = cfg.get("confidence")
+    if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
+        raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
+    if cfg.get("device") in ("gpu",):
+        raise ConfigError(f"device={cfg.device!r} is not a device; use auto, cpu or cuda.")
 
 
 def evaluate(cfg: DictConfig) -> Evaluation:
     silence_known_noise()
+    check_evaluation_settings(cfg)
+    device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
-    module = load_module(cfg).to(resolve_device(cfg.device)).eval()
-    datamodule = instantiate(cfg.data, tokenizer=module.hparams.model["name_or_path"])  # the policy's tokenizer
+    module, trained = load_module(cfg)
+    module = module.to(device).eval()
+    policy_tokenizer = module.hparams.model["name_or_path"]
+    if trained.data is not None:  # the run's own prompts and held-out split
+        datamodule = PromptDataModule(**{**trained.data, "tokenizer": policy_tokenizer})
+    else:
+        datamodule = instantiate(cfg.data, tokenizer=policy_tokenizer)
     datamodule.setup("validate")
     evaluation = compare_with_reference(module, datamodule.val_dataloader(), cfg.samples_per_prompt, cfg.seed,
                                         instantiate(cfg.judge), cfg.confidence, cfg.num_bootstraps)

@@ -1,0 +1,68 @@
+"""evaluate.py ckpt_path=... evaluates what was trained: the run's data, reward and task metrics, the
+checkpoint's algorithm settings (but for response_length and temperature), and bad settings in one line."""
+
+import json
+
+import pytest
+import torch
+
+from tests.helpers import FAST, one_line_error, run_script
+
+
+@pytest.fixture(scope="module")
+def arithmetic_run(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("arithmetic")
+    result = run_script("train.py", "experiment=arithmetic_rloo", "hydra.run.dir=run", *FAST, cwd=directory)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return directory
+
+
+def evaluation_of(directory):
+    (run,) = (directory / "logs" / "evaluate" / "runs").iterdir()
+    generations = [json.loads(line) for line in (run / "generations.jsonl").read_text().splitlines()]
+    return json.loads((run / "evaluation.json").read_text()), generations
+
+
+def test_an_arithmetic_checkpoint_is_evaluated_on_its_own_data_reward_and_task_metric(arithmetic_run, tmp_path):
+    ckpt = arithmetic_run / "run" / "checkpoints" / "last.ckpt"
+    result = run_script("evaluate.py", f"ckpt_path={ckpt}", "samples_per_prompt=1", "num_bootstraps=50",
+                        "algo.response_length=3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary, generations = evaluation_of(tmp_path)
+    assert "exact_match" in summary["task_metrics"]
+    assert summary["num_prompts"] == 4  # the run's held-out prompts (data.num_eval_prompts=4), not evaluate.yaml's
+    assert all(g["prompt"].startswith("What is") for g in generations)
+    assert summary["policy"]["length_mean"] <= 3  # algo.response_length is honoured
+
+
+def test_algorithm_settings_other_than_length_and_temperature_are_refused_with_a_checkpoint(arithmetic_run, tmp_path):
+    ckpt = arithmetic_run / "run" / "checkpoints" / "last.ckpt"
+    line = one_line_error(run_script("evaluate.py", f"ckpt_path={ckpt}", "algo.kl_coef=0.1", cwd=tmp_path))
+    assert line.startswith("error: algo.kl_coef does not apply to evaluate.py ckpt_path=...")
+
+
+def test_a_checkpoint_cannot_choose_the_code_of_its_reward(arithmetic_run, tmp_path):
+    checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    marker = tmp_path / "PWNED"
+    checkpoint["rlhf_state"]["run_config"]["reward"] = {"_target_": "os.system", "_args_": [f"touch {marker}"]}
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+    line = one_line_error(run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
+    assert "the checkpoint's reward calls 'os.system', outside lit_rlhf" in line
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("samples_per_prompt=0", "samples_per_prompt=0 must be a whole number >= 1"),
+    ("num_bootstraps=0", "num_bootstraps=0 must be a whole number >= 1"),
+    ("confidence=1.5", "confidence=1.5 must be a number between 0 and 1"),
+    ("confidence=0", "confidence=0 must be a number between 0 and 1"),
+    ("device=gpu", "device='gpu' is not a device"),
+])
+def test_bad_evaluation_settings_are_one_line(setting, expected, tmp_path):
+    assert one_line_error(run_script("evaluate.py", setting, cwd=tmp_path)).startswith(f"error: {expected}")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_device_cuda_without_cuda_is_one_line(tmp_path):
+    line = one_line_error(run_script("evaluate.py", "device=cuda", cwd=tmp_path))
+    assert line.startswith("error: device='cuda', but this machine has no CUDA device")
