@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from peft import PeftModel
 
-from lit_rlhf.checkpoint_io import load_checkpoint_file
+from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
 from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
@@ -97,25 +99,40 @@ def check_export_dir(out_dir: str | Path, key: str = "out_dir") -> Path:
     if out.is_dir() and any(out.iterdir()):
         raise ConfigError(f"{key}={str(out_dir)!r} is not empty (it would overwrite its files); give a new or empty "
                           f"directory.")
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not os.access(existing, os.W_OK):
+        raise ConfigError(f"{key}={str(out_dir)!r} cannot be written ({existing} is read-only); give a directory you "
+                          f"can write to.")
     return out
 
 
 def export_policy(module, out_dir: str | Path, adapter_only: bool = False) -> Path:
     """Writes the policy (merged) or its trained adapter, with the tokenizer, to out_dir."""
     out = check_export_dir(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     policy = module.policy
-    if isinstance(policy, PeftModel):
-        if adapter_only:
-            policy.save_pretrained(out, selected_adapters=[TRAINABLE_ADAPTER])
-        else:
-            policy.merge_and_unload(adapter_names=[TRAINABLE_ADAPTER]).save_pretrained(out, safe_serialization=True)
-    elif adapter_only:
+    if adapter_only and not isinstance(policy, PeftModel):
         raise ConfigError("--adapter-only needs a LoRA run; this one fine-tuned the full model (model.lora=null).")
-    else:
-        policy.save_pretrained(out, safe_serialization=True)
-    module.tokenizer.save_pretrained(out)
+    created = not out.exists()
+    try:
+        write_policy(module, policy, out, adapter_only)
+    except BaseException:
+        if created:  # no half-written model directory stays behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return out
+
+
+def write_policy(module, policy, out: Path, adapter_only: bool) -> None:
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        if isinstance(policy, PeftModel) and adapter_only:
+            policy.save_pretrained(out, selected_adapters=[TRAINABLE_ADAPTER])
+        elif isinstance(policy, PeftModel):
+            merged = policy.merge_and_unload(adapter_names=[TRAINABLE_ADAPTER])
+            merged.save_pretrained(out, safe_serialization=True)
+        else:
+            policy.save_pretrained(out, safe_serialization=True)
+        module.tokenizer.save_pretrained(out)
 
 
 def main() -> None:
@@ -132,6 +149,12 @@ def main() -> None:
         out = export_policy(module, args.out_dir, args.adapter_only)
     except (ConfigError, UnavailableError) as err:
         exit_with_user_error(err)
+    except OSError as err:
+        from lit_rlhf.cli.errors import user_error
+
+        if user_error(err) is None:
+            raise
+        exit_with_user_error(user_error(err))
     print(f"Exported to {out}")
 
 

@@ -27,8 +27,11 @@ def user_error(err: BaseException) -> str | None:
         if isinstance(err, (ConfigError, UnavailableError)):
             return str(err)
         if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return (f"no space left writing {err.filename or 'a file'} ({err.strerror}); free some space or point "
-                    f"hydra.run.dir at another disk, and resume from the last checkpoint (it is complete).")
+            return (f"no space left writing {err.filename or 'a file'} ({err.strerror}); free some space or write to "
+                    f"another disk (hydra.run.dir=...); the checkpoints already written are complete.")
+        if isinstance(err, OSError) and err.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and err.filename:
+            return (f"cannot write {err.filename} ({err.strerror}); point it at a directory you can write to "
+                    f"(the run's checkpoints so far are complete).")
         if isinstance(err, MissingMandatoryValue):
             return (f"{err.full_key or err} is required (marked ??? in conf/); set it on the command line, "
                     f"e.g. model.name_or_path=NAME_OR_PATH for model=causal_lm.")

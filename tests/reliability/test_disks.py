@@ -1,0 +1,66 @@
+"""A full disk and a read-only target, on real filesystems (small tmpfs mounts; skipped where this process
+may not mount): one line naming the path, nothing half-written left, the checkpoints already written intact."""
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.helpers import FAST, ROOT, one_line_error, run_script
+
+
+def mount_tmpfs(path, options: str):
+    path.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    disk = tmp_path / "full"
+    mount_tmpfs(disk, "size=2m")
+    with open(disk / "filler", "wb") as f:  # leave ~100 KiB: a checkpoint or a model does not fit
+        f.write(b"\0" * (2 * 2**20 - 100 * 2**10))
+    yield disk
+    subprocess.run(["umount", str(disk)])
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    disk = tmp_path / "read_only"
+    mount_tmpfs(disk, "size=1m,ro")
+    yield disk
+    subprocess.run(["umount", str(disk)])
+
+
+def export(ckpt, out, cwd):
+    return subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(ckpt), str(out)], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_checkpoints_on_a_full_disk_are_one_line_naming_the_file(full_disk, tmp_path):
+    result = run_script("train.py", *FAST, f"callbacks.model_checkpoint.dirpath={full_disk / 'checkpoints'}",
+                        cwd=tmp_path)
+    line = one_line_error(result)
+    assert line.startswith(f"error: no space left writing {full_disk / 'checkpoints' / 'last.ckpt'}"), line
+    assert not [p for p in (full_disk / "checkpoints").iterdir() if p.name.startswith(".last.ckpt.partial")]
+
+
+def test_an_export_onto_a_full_disk_is_one_line_and_leaves_no_half_model(full_disk, tmp_path):
+    out = full_disk / f"model-{uuid.uuid4().hex[:6]}"
+    result = run_script("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
+    assert one_line_error(result).startswith(f"error: no space left writing {out}")
+    assert not out.exists() and (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+    again = export(tmp_path / "run" / "checkpoints" / "last.ckpt", out, tmp_path)
+    assert one_line_error(again).startswith(f"error: no space left writing {out}") and not out.exists()
+
+
+def test_a_read_only_export_target_is_refused_before_training(read_only_disk, tmp_path):
+    out = read_only_disk / "model"
+    result = run_script("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
+    assert one_line_error(result).startswith(f"error: export_dir='{out}' cannot be written ({read_only_disk} is "
+                                             f"read-only)")
+    assert not (tmp_path / "run" / "checkpoints").exists()
