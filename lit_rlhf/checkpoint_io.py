@@ -97,6 +97,12 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(f"ckpt_path={name!r} is not a Lightning checkpoint (no state_dict); give one written "
                           f"by lit_rlhf.")
+    malformed = [key for key, kind in (("state_dict", dict), ("hyper_parameters", dict), ("rlhf_state", dict),
+                                       ("optimizer_states", list)) if key in checkpoint
+                 and not isinstance(checkpoint[key], kind)]
+    if malformed or not all(isinstance(v, torch.Tensor) for v in checkpoint["state_dict"].values()):
+        what = malformed[0] if malformed else "state_dict (values that are not tensors)"
+        raise ConfigError(f"ckpt_path={name!r} has a malformed {what}; give a checkpoint written by lit_rlhf.")
     return checkpoint
 
 

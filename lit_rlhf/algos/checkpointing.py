@@ -29,6 +29,31 @@ def set_numpy_rng_state(state: dict[str, Any]) -> None:
                          state["cached"]))
 
 
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(rng: dict[str, Any]) -> None:
+    torch.set_rng_state(rng["torch"])
+    set_numpy_rng_state(rng["numpy"])
+    random.setstate(rng["python"])
+    if rng.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def check_rng_state(rng: Any) -> None:
+    """One line, at load time, for random states that cannot be restored; the current states are kept."""
+    current = rng_state()
+    try:
+        set_rng_state(rng)
+    except Exception as err:
+        raise ConfigError(f"the checkpoint's random states (rlhf_state.rng) are malformed ({type(err).__name__}), so "
+                          f"the run cannot resume exactly; use another checkpoint of the run.") from err
+    finally:
+        set_rng_state(current)
+
+
 class TrainedStateCheckpoints:
     """Lightning checkpoint hooks for RLHFModule: frozen weights (base model, reference copy) reload from
     name_or_path; everything a run changed, and where it was, goes into the checkpoint."""
@@ -59,8 +84,7 @@ class TrainedStateCheckpoints:
             "identity": self.run_identity(),  # compared on resume (run_identity.py)
             # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
             "run_config": getattr(self, "run_config", None),
-            "rng": {"torch": torch.get_rng_state(), "numpy": numpy_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "rng": rng_state(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -85,6 +109,8 @@ class TrainedStateCheckpoints:
                 transform.load_state_dict(transform_state)
         self.skipped_updates = state.get("skipped_updates", 0)
         self._rng_to_restore = state.get("rng")
+        if self._rng_to_restore:
+            check_rng_state(self._rng_to_restore)
 
     def report_resume_changes(self, checkpoint: dict[str, Any]) -> None:
         """On a resume under a Trainer: refuse setting changes that break exactness, apply the others
@@ -117,9 +143,5 @@ class TrainedStateCheckpoints:
                 group["lr"] = lr
         rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
         if rng:
-            torch.set_rng_state(rng["torch"])
-            set_numpy_rng_state(rng["numpy"])
-            random.setstate(rng["python"])
-            if rng.get("cuda") and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
+            set_rng_state(rng)
         self.log_heldout_before_training()  # a fresh run only; draws nothing from the restored states

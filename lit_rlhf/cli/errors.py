@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hydra.errors import InstantiationException
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
@@ -32,6 +35,14 @@ def user_error(err: BaseException) -> str | None:
         if isinstance(err, OSError) and err.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and err.filename:
             return (f"cannot write {err.filename} ({err.strerror}); point it at a directory you can write to "
                     f"(the run's checkpoints so far are complete).")
+        if isinstance(err, InstantiationException) and "Error locating target" in str(err):
+            target = re.search(r"target '([^']*)'", str(err))
+            key = re.search(r"full_key: (\S+)", str(err))
+            return (f"{key.group(1) + '.' if key else ''}_target_={target.group(1) if target else '?'!r} cannot be "
+                    f"imported; check its spelling (e.g. torch.optim.AdamW) and that its module is importable (on "
+                    f"PYTHONPATH).")
+        if isinstance(err, MisconfigurationException):  # Lightning's own messages name the setting
+            return f"{(str(err).strip().splitlines() or [''])[0]} (check the trainer group's settings)"
         if isinstance(err, MissingMandatoryValue):
             return (f"{err.full_key or err} is required (marked ??? in conf/); set it on the command line, "
                     f"e.g. model.name_or_path=NAME_OR_PATH for model=causal_lm.")

@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.checkpoint_io import load_checkpoint_file
+from lit_rlhf.cli.checks import check_reward_group
 from lit_rlhf.cli.noise import silence_known_noise
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
 from lit_rlhf.data import PromptDataModule
@@ -71,6 +72,7 @@ def check_evaluation_settings(cfg: DictConfig) -> None:
 
 def evaluate(cfg: DictConfig) -> Evaluation:
     silence_known_noise()
+    check_reward_group(cfg)
     check_evaluation_settings(cfg)
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)

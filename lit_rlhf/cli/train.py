@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.callbacks import PolicyEvaluation
+from lit_rlhf.cli.checks import check_accelerator, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.noise import silence_known_noise
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
@@ -63,6 +64,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
+    check_reward_group(cfg)
+    check_accelerator(cfg)
     for key, minimum in (("seed", 0), ("steps", 1)):
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -74,5 +76,10 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
             raise unavailable(what, name_or_path, f"not in the cache, and {hub_endpoint()} cannot be reached", key)
     try:
         return loader(name_or_path, **kwargs)
+    except pickle.UnpicklingError as err:  # torch.load(weights_only=True) refused a pickle that asks for code
+        found = re.search(r"GLOBAL (\S+)", str(err))
+        asks = f" (it references {found.group(1)})" if found else ""
+        raise ConfigError(f"{key}={str(name_or_path)!r} holds a pickled weights file (.bin) that is not plain "
+                          f"tensors{asks}; it was refused without running it. Use weights saved as safetensors.") from err
     except errors as err:  # transformers and huggingface_hub raise OSError subclasses for both cases
         raise unavailable(what, name_or_path, type(err).__name__, key) from err

@@ -67,6 +67,12 @@ def peft_reads_deprecated_alias() -> Iterator[None]:
         yield
 
 
+def linear_module_names(model: torch.nn.Module) -> list[str]:
+    """The distinct last names of a model's linear layers (what LoRA's target_modules match)."""
+    names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    return sorted(names - {"lm_head", "embed_out"})
+
+
 def load_policy(
     name_or_path: str,
     tokenizer: PreTrainedTokenizerBase,
@@ -107,7 +113,14 @@ def load_policy(
         return policy, Reference(policy)
     if lora is not None:
         with peft_reads_deprecated_alias():
-            policy = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+            try:
+                policy = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+            except ValueError as err:  # peft's NoMatchingPeftModuleError
+                if "not found in the base model" not in str(err):
+                    raise
+                raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module of "
+                                  f"{name_or_path}; use 'all-linear' or names of its linear layers, e.g. "
+                                  f"{linear_module_names(model)[:4]}.") from err
         return policy, Reference(policy)
     if reference_name_or_path is None:
         frozen = copy.deepcopy(model)

@@ -7,17 +7,29 @@ From the CLI, every reward config is a WeightedSum of one named reward, so that 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.rewards import Reward, call_reward, load_reward
 
 
 def reward_name(reward: Any) -> str:
     return getattr(reward, "__name__", None) or type(reward).__name__
+
+
+def finite_weight(name: str, value: Any) -> float:
+    try:
+        weight = float(value)
+    except (TypeError, ValueError):
+        weight = math.nan
+    if not math.isfinite(weight):
+        raise ConfigError(f"reward.weights.{name}={value!r} must be a finite number (e.g. 0.5).")
+    return weight
 
 
 class WeightedSum:
@@ -42,7 +54,10 @@ class WeightedSum:
             raise ValueError(f"reward.weights names {unknown[0]!r}, which is not one of the rewards "
                              f"{sorted(rewards)}; weigh a reward that is selected.")
         self.rewards = dict(rewards)
-        self.weights = {name: float(weights.get(name, 1.0)) for name in self.rewards}
+        if not self.rewards:
+            raise ConfigError("reward=[] selects no reward; pick one or more, e.g. reward=vader or "
+                              "reward=[arithmetic_correct,arithmetic_format].")
+        self.weights = {name: finite_weight(name, weights.get(name, 1.0)) for name in self.rewards}
         self.concurrent = concurrent
 
     def load(self) -> None:

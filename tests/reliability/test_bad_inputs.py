@@ -3,15 +3,45 @@ training work. docs/reliability.md keeps the table of these cases (checked below
 
 import importlib.util
 import json
+import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import FAST, ROOT, one_line_error, run_script
 
+TINY = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
+
+
+class Payload:
+    """A pickle that runs a command when unpickled without weights_only."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def write_pickled_model_and_adapter(directory: Path) -> None:
+    import torch
+
+    model = directory / "pickled_model"
+    shutil.copytree(TINY, model)
+    (model / "model.safetensors").unlink()
+    torch.save({"x": Payload(directory / "PWNED")}, model / "pytorch_model.bin")
+    adapter = directory / "pickled_adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16, "target_modules": ["query_key_value"],
+        "base_model_name_or_path": str(TINY)}))
+    torch.save({"x": Payload(directory / "PWNED")}, adapter / "adapter_model.bin")
+
 
 def write_inputs(directory: Path) -> None:
+    write_pickled_model_and_adapter(directory)
     (directory / "bad_line.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c\n')
     (directory / "empty.jsonl").write_text("")
     (directory / "not_utf8.jsonl").write_bytes(b'\xff\xfe{"prompt": "x"}\n')
@@ -98,6 +128,22 @@ CASES = [
      "algo.temperature instead"),
     ("sampling that is not sampling", ["+algo.generation_kwargs.do_sample=false"],
      "algo.generation_kwargs.do_sample=False is set by lit_rlhf"),
+    ("a reward weight that is not a number", ["reward.weights.vader=abc"],
+     "reward.weights.vader='abc' must be a finite number"),
+    ("a reward weight that is NaN", ["reward.weights.vader=nan"], "reward.weights.vader=nan must be a finite number"),
+    ("no reward", ["reward=[]"], "reward=[] selects no reward; pick one or more"),
+    ("the reward model combined with others", ["reward=[vader,reward_model]"],
+     "reward=reward_model cannot be combined with other rewards on the command line"),
+    ("trainer=gpu on a machine without a GPU", ["trainer=gpu"], "trainer.accelerator=gpu (trainer=gpu) needs a CUDA GPU"),
+    ("a misspelled optimizer", ["algo.optimizer._target_=torch.optim.AdamWW"],
+     "algo.optimizer._target_='torch.optim.AdamWW' cannot be imported"),
+    ("LoRA target_modules that match nothing", ["model.lora.target_modules=[nope]"],
+     "model.lora.target_modules=['nope'] matches no module of"),
+    ("a pickled model file", ["model=causal_lm", "model.name_or_path=pickled_model"],
+     "model.name_or_path='pickled_model' holds a pickled weights file (.bin) that is not plain tensors"),
+    ("a pickled adapter file", ["model.adapter_path=pickled_adapter"],
+     "model.adapter_path='pickled_adapter' holds a pickled weights file (.bin) that is not plain tensors"),
+    ("val_check_interval 0", ["trainer.val_check_interval=0"], "trainer.val_check_interval=0 must be > 0"),
     ("rollout=vllm without vLLM installed", ["rollout=vllm"], "rollout=vllm needs vLLM, which is not installed here"),
     ("rollout.cpu_cores that is not a list of cores", ["rollout=vllm", "rollout.cpu_cores=all"],
      "rollout.cpu_cores='all' is not a list of cores; write it as \"0-7\" or \"0,2,4\""),
@@ -117,6 +163,7 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
         pytest.skip("vLLM is installed in this environment")
     result = run_script("train.py", *FAST, *args, cwd=inputs, timeout=120)
     assert one_line_error(result).startswith(f"error: {expected}")
+    assert not (inputs / "PWNED").exists()
     assert not (inputs / "logs" / "train" / "runs").exists() or all(
         not (run / "checkpoints").exists() for run in (inputs / "logs" / "train" / "runs").iterdir())
 
