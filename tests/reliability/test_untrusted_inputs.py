@@ -129,3 +129,17 @@ def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run
     finally:
         server.shutdown()
     assert episodes == [1, 2]
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda c: c.update(state_dict=list(c["state_dict"].values())), "has a malformed state_dict"),
+    (lambda c: c.update(state_dict={"w": "not a tensor"}), "has a malformed state_dict (values that are not tensors)"),
+    (lambda c: c.update(hyper_parameters=["model"]), "has a malformed hyper_parameters"),
+    (lambda c: c["rlhf_state"]["rng"].update(torch=torch.zeros(3)), "random states (rlhf_state.rng) are malformed"),
+])
+def test_malformed_checkpoint_contents_are_one_line_on_resume(damage, expected, trained_run, tmp_path):
+    checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
+    damage(checkpoint)
+    torch.save(checkpoint, tmp_path / "damaged.ckpt")
+    result = run_script("train.py", "ckpt_path=damaged.ckpt", *FAST[1:], "steps=2", cwd=tmp_path)
+    assert expected in one_line_error(result)
