@@ -20,7 +20,6 @@ import io
 import os
 import pickle
 import re
-import socket
 import urllib.error
 import urllib.request
 import zipfile
@@ -60,7 +59,7 @@ def download(url: str, timeout_s: float) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.read()
-    except (TimeoutError, socket.timeout) as err:
+    except TimeoutError as err:
         raise ConfigError(f"ckpt_path={url!r}: the server sent nothing for {timeout_s:g} s; check the URL, or "
                           f"raise {DOWNLOAD_TIMEOUT_VARIABLE}.") from err
     except (urllib.error.URLError, OSError, http.client.HTTPException) as err:

@@ -25,7 +25,18 @@ def exit_with_user_error(err: BaseException) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
+# One algorithm's name for a setting that another algorithm calls otherwise (samples per prompt, KL coefficient).
+SYNONYMS = {
+    "num_generations": ("samples_per_prompt", "rloo_k"), "rloo_k": ("num_generations", "samples_per_prompt"),
+    "samples_per_prompt": ("num_generations", "rloo_k"), "beta": ("kl_coef",), "num_iterations": ("num_ppo_epochs",),
+}
+
+
 def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None = None) -> str:
-    """' (did you mean X?)' for the closest valid key, else ' (otherwise)' or the list of valid keys."""
+    """' (did you mean X?)' for the closest valid key (or a synonym it has here), else ' (otherwise)' or the list of
+    valid keys."""
+    synonym = next((s for s in SYNONYMS.get(key.rpartition(".")[2], ()) if s in valid), None)
+    if synonym is not None:
+        return f" (did you mean {synonym!r}? this algorithm's name for it)"
     close = difflib.get_close_matches(key, valid, n=1)
     return f" (did you mean {close[0]!r}?)" if close else f" ({otherwise or 'valid keys: ' + ', '.join(valid)})"

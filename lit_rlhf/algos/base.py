@@ -323,6 +323,14 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             "clip_ratio/region_mean": pg_stats["clip_region"],
         }
 
+    def check_token_budget(self, longest_prompt: int) -> None:
+        """max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
+        budget, longest = self.hparams.max_tokens_per_micro_batch, longest_prompt + self.hparams.response_length
+        if budget is not None and budget < longest:
+            raise ConfigError(f"algo.max_tokens_per_micro_batch={budget} is below the longest sequence "
+                              f"({longest_prompt} prompt + {self.hparams.response_length} response tokens = "
+                              f"{longest}); set it >= {longest}.")
+
     def _divide(self, total: int, parts: int, name: str, what: str) -> int:
         if total % parts:
             raise ConfigError(f"algo.{name}={parts} does not divide the {total} {what}; pick a divisor of {total}.")
@@ -333,6 +341,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.check_columns(datamodule.rows, datamodule.hparams.dataset)
+            self.check_token_budget(max(len(row.ids) for row in datamodule.rows))
         self.training_finished = False
         self._fit_start_time = time.time()
         self._episode_at_start = self.episode

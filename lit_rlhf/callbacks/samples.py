@@ -16,9 +16,8 @@ import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from rich.table import Table
 
-from lit_rlhf.terminal import as_text, plain_console
-
 from lit_rlhf.callbacks.heldout import heldout_batch
+from lit_rlhf.terminal import as_text, plain_console
 
 COLUMNS = ["step", "stage", "mode", "query", "response", "score", "kl"]
 

@@ -13,9 +13,8 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from rich.table import Table
 
-from lit_rlhf.terminal import as_text, plain_console
-
 from lit_rlhf.callbacks.heldout import heldout_batch
+from lit_rlhf.terminal import as_text, plain_console
 
 TRACKED = ("objective/scores", "objective/kl", "objective/rlhf_reward", "objective/entropy")
 

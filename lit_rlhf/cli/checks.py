@@ -18,8 +18,8 @@ def check_reward_group(cfg: DictConfig) -> None:
                           "reward=[arithmetic_correct,arithmetic_format].")
     if "rewards" in reward and ("name_or_path" in reward or reward.get("_target_") == REWARD_MODEL_TARGET):
         raise ConfigError("reward=reward_model cannot be combined with other rewards on the command line (it is one "
-                          "reward, not a named set); use it alone, or combine it in Python with "
-                          "lit_rlhf.models.WeightedSum({'rm': SequenceClassifierReward(...), 'vader': VaderSentiment()}).")
+                          "reward, not a named set); use it alone, or combine it in Python with lit_rlhf.models."
+                          "WeightedSum({'rm': SequenceClassifierReward(...), 'vader': VaderSentiment()}).")
 
 
 def check_accelerator(cfg: DictConfig) -> None:

@@ -1,15 +1,27 @@
 """The algorithms' settings: RLHFConfig (every algorithm), RLOOConfig, PPOConfig, GRPOConfig, ReinforcePPConfig.
 Names follow TRL's configs where TRL has one; defaults are ours, the same for Python and the CLI."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
 from lit_rlhf.config.settings import setting
-from lit_rlhf.config.validation import check_choice, check_number, check_shared_settings, warn_about_reward_kl
+from lit_rlhf.config.validation import (
+    check_choice,
+    check_number,
+    check_shared_settings,
+    warn_about_alias,
+    warn_about_reward_kl,
+)
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import KL_ESTIMATORS, LOSS_TYPES
 
 KL_PENALTIES = ("sequence", "token")
+
+
+def default_of(cls: type, name: str) -> Any:
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
 CRITIC_KINDS = ("shared", "adapter", "reward_model")
 SCALE_REWARDS = ("group", "batch", "none")
 KL_PLACES = ("loss", "reward")
@@ -167,6 +179,9 @@ class GRPOConfig(RLHFConfig):
     overlong_penalty_factor: float = setting(1.0, "the overlong penalty at response_length tokens")
 
     def __post_init__(self):
+        warn_about_alias("kl_coef", self.kl_coef, "beta", self.beta, default_of(GRPOConfig, "kl_coef"))
+        warn_about_alias("num_ppo_epochs", self.num_ppo_epochs, "num_iterations", self.num_iterations,
+                         default_of(GRPOConfig, "num_ppo_epochs"))
         if self.beta is not None:
             check_number("beta", self.beta, minimum=0)
             self.kl_coef = self.beta

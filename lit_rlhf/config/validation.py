@@ -70,6 +70,25 @@ def check_shared_settings(hp: Any) -> None:
     check_number("missing_eos_penalty", hp.missing_eos_penalty, optional=True)
     check_number("max_consecutive_nonfinite", hp.max_consecutive_nonfinite, minimum=1, integer=True)
     check_number("rollout_is_cap", hp.rollout_is_cap, minimum=1, optional=True)
+    if hp.max_tokens_per_micro_batch is not None and hp.gradient_accumulation_steps != 1:
+        warn_once(f"algo.max_tokens_per_micro_batch={hp.max_tokens_per_micro_batch} replaces "
+                  f"algo.gradient_accumulation_steps={hp.gradient_accumulation_steps}, which is ignored; drop one.")
+
+
+def warn_about_alias(name: str, value: Any, alias: str, alias_value: Any, default: Any) -> None:
+    """TRL's name (alias) set beside ours (name) to another value than the default: the alias wins, said once."""
+    if alias_value is not None and value not in (default, alias_value):
+        warn_once(f"algo.{alias}={alias_value} and algo.{name}={value} are both set; {alias} (TRL's name for {name}) "
+                  f"is used: drop one.")
+
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        rank_zero_warn(message)
 
 
 def warn_about_reward_kl(kl_estimator: str, kl_in_reward: bool = True) -> None:

@@ -68,7 +68,7 @@ def check_column_names(columns: list[dict[str, Any]], dataset: str) -> None:
                               f"column.")
 
 
-def missing_in_rows(rows: list["PromptRow"], column: str) -> int | None:
+def missing_in_rows(rows: list[PromptRow], column: str) -> int | None:
     """The 1-based index of the first row without a value in `column`, or None when every row has one."""
     return next((i for i, row in enumerate(rows, start=1) if row.columns.get(column) is None), None)
 

@@ -7,6 +7,7 @@ number and `datasets` (~90 MB of imports) is not needed; csv, parquet and hub da
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,35 @@ def column_of(rows: list[dict[str, Any]], prompt_column: str, dataset: str) -> l
     return rows
 
 
+def check_csv(path: Path, dataset: str) -> None:
+    """A CSV file that Python's strict reader parses, each row with the header's number of fields; else one line
+    naming the line (the reader of `datasets` would silently merge rows after an unclosed quote)."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f, strict=True)
+        start = 1  # the line the record being read starts on (a quoted field may span lines)
+        try:
+            header = next(reader, [])
+            start = reader.line_num + 1
+            for row in reader:
+                if row and len(row) != len(header):
+                    raise ConfigError(f"data.dataset={dataset!r}, line {start}: {len(row)} fields, but the header has "
+                                      f"{len(header)}; quote fields that hold commas.")
+                start = reader.line_num + 1
+        except csv.Error as err:
+            raise ConfigError(f"data.dataset={dataset!r}, line {start}: not valid CSV ({err}); check the quotes of "
+                              f"that line.") from err
+
+
 def load_file(path: Path, dataset: str, prompt_column: str) -> list[dict[str, Any]]:
-    if path.suffix == ".jsonl":
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
         return column_of(read_jsonl(path, dataset), prompt_column, dataset)
+    if suffix == ".csv":
+        check_csv(path, dataset)
     from datasets import load_dataset
 
     try:
-        data = load_dataset(FILE_BUILDERS[path.suffix], data_files=str(path), split="train")
+        data = load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train")
     except Exception as err:  # datasets raises many types for a malformed file; all mean the same to the user
         first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
         raise ConfigError(f"data.dataset={dataset!r} cannot be read as {path.suffix} ({type(err).__name__}: "
@@ -117,11 +140,12 @@ def load_prompt_rows(dataset: str | None, prompt_column: str = "prompt", split: 
         rows = column_of(read_jsonl(BUNDLED[dataset], dataset), prompt_column, dataset)
     elif path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r} is a directory; give {FORMATS}.")
-    elif path.suffix in FILE_BUILDERS:
+    elif path.suffix.lower() in FILE_BUILDERS:
         if not path.is_file():
-            raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing {FORMATS}.")
+            raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "
+                              f"train.py is started in); give an existing file.")
         rows = load_file(path, dataset, prompt_column)
-    elif path.exists() or path.suffix in UNSUPPORTED_SUFFIXES:
+    elif path.exists() or path.suffix.lower() in UNSUPPORTED_SUFFIXES:
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'this'} files are not read; give {FORMATS}.")
     else:
         rows = load_hub(dataset, prompt_column, split, subset)

@@ -80,6 +80,7 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         found = re.search(r"GLOBAL (\S+)", str(err))
         asks = f" (it references {found.group(1)})" if found else ""
         raise ConfigError(f"{key}={str(name_or_path)!r} holds a pickled weights file (.bin) that is not plain "
-                          f"tensors{asks}; it was refused without running it. Use weights saved as safetensors.") from err
+                          f"tensors{asks}; it was refused without running it. Use weights saved as "
+                          f"safetensors.") from err
     except errors as err:  # transformers and huggingface_hub raise OSError subclasses for both cases
         raise unavailable(what, name_or_path, type(err).__name__, key) from err

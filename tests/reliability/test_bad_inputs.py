@@ -60,6 +60,9 @@ def write_inputs(directory: Path) -> None:
         json.dumps({"prompt": f"What is {i}+1?", **({"answer": i + 1} if i != 3 else {})}) + "\n" for i in range(24)))
     (directory / "prompts_column.jsonl").write_text("".join(
         json.dumps({"prompt": f"The film number {i} was", "prompts": "x"}) + "\n" for i in range(24)))
+    rows = "".join(f'"The film number {i} was",{i}\n' for i in range(24))
+    (directory / "unclosed.csv").write_text('prompt,answer\n"The film",1\n"The show",2\n"The play,3\n' + rows)
+    (directory / "extra_field.csv").write_text('prompt,answer\n"The film",1\nThe show,2,3\n' + rows)
     (directory / "with_blank_lines.jsonl").write_text(
         "\n".join(json.dumps({"prompt": f"The movie number {i} was"}) + "\n" for i in range(24)))
 
@@ -134,7 +137,18 @@ CASES = [
     ("no reward", ["reward=[]"], "reward=[] selects no reward; pick one or more"),
     ("the reward model combined with others", ["reward=[vader,reward_model]"],
      "reward=reward_model cannot be combined with other rewards on the command line"),
-    ("trainer=gpu on a machine without a GPU", ["trainer=gpu"], "trainer.accelerator=gpu (trainer=gpu) needs a CUDA GPU"),
+    ("trainer=gpu on a machine without a GPU", ["trainer=gpu"],
+     "trainer.accelerator=gpu (trainer=gpu) needs a CUDA GPU"),
+    ("another algorithm's name for samples per prompt", ["algo=reinforce_pp", "algo.num_generations=4"],
+     "algo.num_generations is not a setting (did you mean 'samples_per_prompt'? this algorithm's name for it)"),
+    ("a CSV file with an unclosed quote", ["data=files", "data.dataset=unclosed.csv"],
+     "data.dataset='unclosed.csv', line 4: not valid CSV"),
+    ("a CSV row with more fields than the header", ["data=files", "data.dataset=extra_field.csv"],
+     "data.dataset='extra_field.csv', line 3: 3 fields, but the header has 2"),
+    ("a token budget below the longest sequence", ["algo.max_tokens_per_micro_batch=4"],
+     "algo.max_tokens_per_micro_batch=4 is below the longest sequence"),
+    ("a reward-hacking monitor window of 0", ["callbacks.reward_hacking_monitor.window=0"],
+     "callbacks.reward_hacking_monitor.window=0 must be a whole number >= 1"),
     ("a misspelled optimizer", ["algo.optimizer._target_=torch.optim.AdamWW"],
      "algo.optimizer._target_='torch.optim.AdamWW' cannot be imported"),
     ("LoRA target_modules that match nothing", ["model.lora.target_modules=[nope]"],
@@ -166,6 +180,33 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
     assert not (inputs / "PWNED").exists()
     assert not (inputs / "logs" / "train" / "runs").exists() or all(
         not (run / "checkpoints").exists() for run in (inputs / "logs" / "train" / "runs").iterdir())
+
+
+def test_an_upper_case_extension_is_read_and_reward_concurrent_is_a_setting(tmp_path):
+    (tmp_path / "PROMPTS.JSONL").write_text("".join(json.dumps({"prompt": f"The film {i} was"}) + "\n"
+                                                    for i in range(24)))
+    result = run_script("train.py", *FAST, "data=files", "data.dataset=PROMPTS.JSONL", "reward.concurrent=true",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"beta": 0.1, "kl_coef": 0.2}, "algo.beta=0.1 and algo.kl_coef=0.2 are both set; beta"),
+    ({"num_iterations": 2, "num_ppo_epochs": 3}, "algo.num_iterations=2 and algo.num_ppo_epochs=3 are both set"),
+    ({"max_tokens_per_micro_batch": 64, "gradient_accumulation_steps": 2},
+     "algo.max_tokens_per_micro_batch=64 replaces algo.gradient_accumulation_steps=2, which is ignored"),
+])
+def test_two_names_for_one_setting_warn_once(settings, expected):
+    import warnings
+
+    from lit_rlhf.config import GRPOConfig
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        GRPOConfig(**settings)
+        GRPOConfig(**settings)
+    assert [str(w.message) for w in caught if expected in str(w.message)] == [
+        next(str(w.message) for w in caught if expected in str(w.message))]
 
 
 def test_blank_lines_in_a_prompt_file_are_skipped(inputs):

@@ -81,8 +81,8 @@ def test_prompts_with_escape_sequences_and_markup_print_as_escaped_text(tmp_path
     rows = [{"prompt": HOSTILE_PROMPT if i % 2 == 0 else f"The film number {i} was"} for i in range(24)]
     (tmp_path / "hostile.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     args = [a for a in FAST if not a.startswith("callbacks.training_summary")]
-    result = run_script("train.py", *args, "data=files", "data.dataset=hostile.jsonl", "callbacks.training_summary.num_samples=4",
-                        cwd=tmp_path)
+    result = run_script("train.py", *args, "data=files", "data.dataset=hostile.jsonl",
+                        "callbacks.training_summary.num_samples=4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "\x1b" not in result.stdout + result.stderr and "\u202e" not in result.stdout
     assert "\\x1b[2J" in result.stdout and "[/]" in result.stdout and "\\u202e" in result.stdout
