@@ -68,8 +68,12 @@ def claim_run_dir(cfg: DictConfig, key: str) -> None:
     run_dir = Path(str(OmegaConf.select(cfg, key)))
     if is_launched_rank():
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock_run_dir(run_dir, key)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock_run_dir(run_dir, key)
+    except OSError as err:  # a full or read-only disk: nothing of the run can be written
+        refuse(f"cannot write into {key}={run_dir} ({err.strerror}); free some space or point {key} (or "
+               f"paths.log_dir) at another disk.")
     if not any(p.name != LOCK_FILE for p in run_dir.iterdir()) or resumes_from(cfg, run_dir):
         return
     if not cfg.get("overwrite_run_dir"):

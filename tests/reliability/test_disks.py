@@ -64,3 +64,14 @@ def test_a_read_only_export_target_is_refused_before_training(read_only_disk, tm
     assert one_line_error(result).startswith(f"error: export_dir='{out}' cannot be written ({read_only_disk} is "
                                              f"read-only)")
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_full_disk_at_the_start_is_one_line_naming_the_run_directory(full_disk, tmp_path):
+    with open(full_disk / "last_bytes", "wb") as f:  # fill what is left
+        try:
+            f.write(b"\0" * 2**20)
+        except OSError:
+            pass
+    result = run_script("train.py", *FAST, f"paths.log_dir={full_disk / 'logs'}", cwd=tmp_path)
+    line = one_line_error(result)
+    assert line.startswith(f"error: cannot write into hydra.run.dir={full_disk / 'logs'}") and "No space left" in line
