@@ -20,6 +20,7 @@ from lit_rlhf.ops import (
     gae_advantages,
     global_masked_whiten,
     group_mean,
+    group_all_equal,
     group_std,
     identity_sum,
     leave_one_out_baseline,
@@ -96,6 +97,8 @@ def group_relative(inputs: EstimatorInputs, settings: Any) -> Estimate:
         mean = sums[0] / sums[1]
         var = inputs.all_reduce_sum(((rewards - mean) ** 2).sum()) / (sums[1] - 1).clamp(min=1)
         advantages = advantages / (var.sqrt() + 1e-4)
+    # a group of equal rewards carries no signal: exactly 0, not the rounding error of its mean over its std
+    advantages = advantages.masked_fill(group_all_equal(rewards, inputs.prompt_index), 0.0)  # N
     return Estimate(advantages.unsqueeze(1) * mask, rewards)
 
 

@@ -228,7 +228,10 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         if hp.loss_type == "dapo":  # the step's tokens over all ranks; DDP averages the ranks' gradients
             tokens = self.all_reduce_sum(rollout.loss_mask(idx).sum().double())
             step_tokens = float(tokens) / (self.trainer.world_size if self._trainer is not None else 1)
-        return LossShare(hp.loss_type, micro_batches, hp.response_length, step_tokens, step_sequences=len(idx))
+        # sequences the loss trains on: filtered ones (zero-std groups) are out of every loss type's denominator
+        in_loss = len(idx) if rollout.in_loss is None else int(rollout.in_loss[idx].sum())
+        return LossShare(hp.loss_type, micro_batches, hp.response_length, step_tokens,
+                         step_sequences=max(in_loss, 1))
 
     def micro_batches(self, rollout: Rollout, idx: torch.Tensor, size: int) -> list[torch.Tensor]:
         """The micro-batches of the step on sequences idx: algo.max_tokens_per_micro_batch tokens (prompt and

@@ -13,7 +13,7 @@ from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.rollout_stats import zero_std_groups
 from lit_rlhf.config import GRPOConfig
-from lit_rlhf.ops import LossShare, aggregate_loss, kl_per_token, masked_mean, overlong_penalty
+from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
 
 
 class GRPOModule(RLHFModule):
@@ -57,6 +57,8 @@ class GRPOModule(RLHFModule):
         loss, stats = super().policy_loss(new_logprobs, entropy, rollout, advantages, idx, share)
         if self.kl_in_loss:
             kl = kl_per_token(new_logprobs, rollout.ref_logprobs[idx], self.hparams.kl_estimator)  # M,R
+            if self.hparams.use_bias_correction_kl:
+                kl = bias_corrected_kl(kl, new_logprobs, rollout.logprobs[idx])  # M,R
             kl_loss = aggregate_loss(kl, rollout.loss_mask(idx), share)
             loss = loss + self.kl_coef * kl_loss
             stats["loss/kl_avg"] = masked_mean(kl.detach(), rollout.loss_mask(idx))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.evaluation.statistics import distinct_n
-from lit_rlhf.ops import group_std
+from lit_rlhf.ops import group_all_equal
 
 
 def completion_stats(response_mask: torch.Tensor, contains_stop: torch.Tensor,
@@ -32,7 +32,7 @@ def reward_stats(components: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 def zero_std_groups(scores: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
     """Whether each sequence's group has K equal scores (its group-relative advantages are all zero). -> (N,)"""
-    return group_std(scores, prompt_index) == 0
+    return group_all_equal(scores, prompt_index)
 
 
 def group_stats(scores: torch.Tensor, prompt_index: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -169,6 +169,10 @@ class GRPOConfig(RLHFConfig):
     kl_estimator: str = setting("k3", "k3 in the loss (GRPO's); use k1 with kl_in=reward")
     kl_coef: float = setting(0.04, "the KL coefficient (GRPO's beta); 0 skips the reference forward")
     beta: Optional[float] = setting(None, "TRL's name for kl_coef: set, it replaces it")
+    use_bias_correction_kl: bool = setting(
+        True, "with kl_in=loss, weight each token's KL term by the ratio pi / pi_old (with its gradient), as TRL: "
+              "the unbiased gradient of the reverse KL for responses sampled from pi_old (false: plain k3, whose "
+              "gradient is that of KL(ref || pi))")
     num_iterations: Optional[int] = setting(None, "TRL's name for num_ppo_epochs (updates per rollout, importance "
                                                   "ratio against the rollout's logprobs): set, it replaces it")
     filter_zero_std_groups: bool = setting(False, "leave groups whose K rewards are all equal (no signal) out of "

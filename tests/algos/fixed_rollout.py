@@ -12,9 +12,11 @@ from lit_rlhf.algos.rollout import Rollout, batched_logprobs
 PROMPTS, K, P, R = 4, 4, 5, 8
 
 
-def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: bool = False) -> Rollout:
+def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: bool = False,
+                  equal_value: float = 0.5) -> Rollout:
     """This rank's share of a global rollout of PROMPTS x K sequences; old logprobs are the policy's own.
-    equal_first_group: prompt 0's K scores are equal; drop_first_group: prompt 0's sequences are left out."""
+    equal_first_group: prompt 0's K scores are all equal_value; drop_first_group: prompt 0's sequences are left
+    out."""
     gen = torch.Generator().manual_seed(1234)
     n = PROMPTS * K
     vocab = module.policy.config.vocab_size
@@ -29,7 +31,7 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
     values = torch.randn(n, R, generator=gen)
     prompt_index = torch.arange(PROMPTS).repeat_interleave(K)
     if equal_first_group:
-        scores[:K] = 0.5
+        scores[:K] = equal_value
     world, rank = (module.trainer.world_size, module.trainer.global_rank)
     mine = torch.arange(n)[(prompt_index % world == rank) & ((prompt_index > 0) | (not drop_first_group))]
     prompt_index = prompt_index[mine] // world

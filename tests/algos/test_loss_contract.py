@@ -35,13 +35,22 @@ def test_bnpo_is_a_mean_of_micro_batch_means_so_it_depends_on_the_split():
     assert differs(one_step_delta("grpo", loss_type="bnpo", gradient_accumulation_steps=4), whole)
 
 
-def test_filtered_zero_std_groups_leave_the_loss_and_its_token_count():
-    """A group whose K scores are equal has zero advantages, but its tokens still count in dapo's mean and in the
-    KL term: filtered, the step is the one of a rollout without it."""
-    equal = {"equal_first_group": True}
-    without = one_step_delta("grpo", rollout_options={"equal_first_group": True, "drop_first_group": True})
-    assert_same(one_step_delta("grpo", filter_zero_std_groups=True, rollout_options=equal), without)
-    assert differs(one_step_delta("grpo", rollout_options=equal), without)
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("equal_value", [0.5, 0.7])
+def test_filtered_zero_std_groups_leave_the_loss_and_its_token_count(loss_type, equal_value):
+    """A group whose K scores are equal has zero advantages, but its tokens (and, for grpo and dr_grpo, its
+    sequences) still count in the loss's denominator and in the KL term: filtered, the step is the one of a
+    rollout without it, for every loss type. 0.7 is not exact in float32: its group std computes to ~6e-8."""
+    equal = {"equal_first_group": True, "equal_value": equal_value}
+    without = one_step_delta("grpo", loss_type=loss_type, rollout_options={**equal, "drop_first_group": True})
+    assert_same(one_step_delta("grpo", loss_type=loss_type, filter_zero_std_groups=True, rollout_options=equal),
+                without)
+    assert differs(one_step_delta("grpo", loss_type=loss_type, rollout_options=equal), without)
+
+
+def test_the_bias_corrected_kl_changes_the_step():
+    assert differs(one_step_delta("grpo", use_bias_correction_kl=True), one_step_delta("grpo",
+                                                                                      use_bias_correction_kl=False))
 
 
 def run_worker(devices, algo, loss_type, out):
