@@ -41,6 +41,7 @@ from lit_rlhf.ops import (
     sampler_mismatch_stats,
 )
 from lit_rlhf.ops.batching import split_by_tokens
+from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
 from lit_rlhf.tasks.metrics import TaskMetric
@@ -314,9 +315,13 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         hp, mask = self.hparams, rollout.loss_mask(idx)  # M,R
         low = hp.cliprange if hp.cliprange_low is None else hp.cliprange_low
         high = hp.cliprange if hp.cliprange_high is None else hp.cliprange_high
+        if hp.importance_sampling_level == "sequence":  # GSPO's own, much smaller, clip range
+            low, high = hp.sequence_cliprange_low, hp.sequence_cliprange_high
         is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
+        loss = PolicyLoss(hp.policy_loss, hp.importance_sampling_level, hp.cispo_cap, hp.sapo_temperature_pos,
+                          hp.sapo_temperature_neg)
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
-                                                low, high, share, is_weights)
+                                                low, high, share, is_weights, loss)
         self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])
         return pg_loss, {
             "policy/approxkl_avg": pg_stats["approxkl"], "policy/clipfrac_avg": pg_stats["clipfrac"],

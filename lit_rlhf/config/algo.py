@@ -14,6 +14,7 @@ from lit_rlhf.config.validation import (
 )
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import KL_ESTIMATORS, LOSS_TYPES
+from lit_rlhf.ops.policy_losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_LOSSES
 
 KL_PENALTIES = ("sequence", "token")
 
@@ -44,6 +45,18 @@ class RLHFConfig:
     cliprange_low: Optional[float] = setting(None, "lower clip, 1 - cliprange_low (null: cliprange)")
     cliprange_high: Optional[float] = setting(None, "upper clip, 1 + cliprange_high (null: cliprange); DAPO's "
                                                     "clip-higher is 0.28 with 0.2 below")
+    policy_loss: str = setting(
+        "clip", "the per-token policy loss: `clip` (PPO's clipped surrogate), `cispo` (-sg(min(ratio, cispo_cap)) A "
+                "log pi: no token's gradient dropped), `sapo` (a soft sigmoid gate instead of the hard clip)")
+    importance_sampling_level: str = setting(
+        "token", "the ratio pi / pi_old per `token`, or per `sequence` (GSPO: exp of the mean token log-ratio, "
+                 "clipped per sequence with sequence_cliprange_low/high)")
+    sequence_cliprange_low: float = setting(3e-4, "importance_sampling_level=sequence: lower clip (GSPO's 3e-4)")
+    sequence_cliprange_high: float = setting(4e-4, "importance_sampling_level=sequence: upper clip (GSPO's 4e-4)")
+    cispo_cap: float = setting(5.0, "policy_loss=cispo: the bound on the (gradient-free) importance weight")
+    sapo_temperature_pos: float = setting(1.0, "policy_loss=sapo: the gate's temperature for positive advantages")
+    sapo_temperature_neg: float = setting(1.05, "policy_loss=sapo: the gate's temperature for negative advantages "
+                                                "(higher: negative updates fade faster)")
     loss_type: str = setting(
         "bnpo", "how per-token losses become one optimizer step's loss: `bnpo` (token mean of each micro-batch), "
                 "`grpo` (mean of each sequence's token mean), `dr_grpo` (token sum / (sequences x "
@@ -82,6 +95,16 @@ class RLHFConfig:
 
     def __post_init__(self):
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
+        check_choice("policy_loss", self.policy_loss, POLICY_LOSSES)
+        check_choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+        for name in ("sequence_cliprange_low", "sequence_cliprange_high"):
+            check_number(name, getattr(self, name), minimum=0, strictly=True)
+            if getattr(self, name) >= 1:
+                raise ConfigError(f"algo.{name}={getattr(self, name)} must be below 1: GSPO clips the sequence ratio "
+                                  f"to [1 - low, 1 + high] with small ranges (its paper: 3e-4 and 4e-4).")
+        check_number("cispo_cap", self.cispo_cap, minimum=0, strictly=True)
+        check_number("sapo_temperature_pos", self.sapo_temperature_pos, minimum=0, strictly=True)
+        check_number("sapo_temperature_neg", self.sapo_temperature_neg, minimum=0, strictly=True)
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         check_shared_settings(self)
         from lit_rlhf.rollout.sampling import check_unbiased  # refused when the module is built, not at sampling

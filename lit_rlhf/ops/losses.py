@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from lit_rlhf.ops.masks import masked_mean, masked_var
+from lit_rlhf.ops.policy_losses import cispo_loss, clip_loss, sapo_loss, sequence_log_ratio
 
 LOSS_TYPES = ("bnpo", "grpo", "dr_grpo", "dapo")
 
@@ -54,6 +55,19 @@ def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: 
     raise ValueError(f"loss_type={share.loss_type!r} is not one of {LOSS_TYPES}")
 
 
+@dataclass(frozen=True)
+class PolicyLoss:
+    """Which per-token policy loss (ops/policy_losses.py) and its settings. kind: clip | cispo | sapo;
+    level: token | sequence (GSPO's ratio); cispo_cap: CISPO's bound on the importance weight; tau_pos,
+    tau_neg: SAPO's gate temperatures for positive and negative advantages."""
+
+    kind: str = "clip"
+    level: str = "token"
+    cispo_cap: float = 5.0
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
+
+
 def clipped_policy_loss(
     logprobs: torch.Tensor,  # M,R  under the policy being updated
     old_logprobs: torch.Tensor,  # M,R  under the policy that sampled
@@ -63,27 +77,38 @@ def clipped_policy_loss(
     cliprange_high: float | None = None,
     share: LossShare = LossShare(),
     is_weights: torch.Tensor | None = None,  # M,R  truncated importance weights pi_old / pi_sampler (no grad)
+    loss: PolicyLoss = PolicyLoss(),
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)), each token's times its importance weight
-    when given (a rollout engine's sampler/trainer correction), the micro-batch's share of the step loss
-    (aggregate_loss), and its statistics. eps_high defaults to eps_low; eps_high > eps_low is DAPO's
-    clip-higher. clip_ratio/*: the share of tokens whose gradient the clip removed, below (A < 0) and above
-    (A > 0) the range, as TRL's GRPO trainer logs them."""
+    """max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)) (or loss.kind's per-token loss, with the
+    ratio at loss.level), each token's times its importance weight when given (a rollout engine's
+    sampler/trainer correction), the micro-batch's share of the step loss (aggregate_loss), and its statistics.
+    eps_high defaults to eps_low; eps_high > eps_low is DAPO's clip-higher. clip_ratio/*: the share of tokens
+    whose gradient the clip removed, below (A < 0) and above (A > 0) the range, as TRL's GRPO trainer logs them
+    (CISPO: the tokens whose weight was capped; SAPO clips nothing)."""
     cliprange_high = cliprange_low if cliprange_high is None else cliprange_high
     logprobs_diff = logprobs - old_logprobs  # M,R
-    ratio = torch.exp(logprobs_diff)  # M,R
-    pg_losses = -advantages * ratio  # M,R
-    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high)  # M,R
-    pg_loss_max = torch.max(pg_losses, pg_losses2)  # M,R
+    log_ratio = sequence_log_ratio(logprobs, old_logprobs, response_mask) if loss.level == "sequence" \
+        else logprobs_diff  # M,R
+    ratio = torch.exp(log_ratio)  # M,R
+    if loss.kind == "cispo":
+        pg_loss_max = cispo_loss(ratio, advantages, logprobs, loss.cispo_cap)  # M,R
+    elif loss.kind == "sapo":
+        pg_loss_max = sapo_loss(ratio, advantages, loss.tau_pos, loss.tau_neg)  # M,R
+    else:
+        pg_loss_max = clip_loss(ratio, advantages, cliprange_low, cliprange_high)  # M,R
     if is_weights is not None:
         pg_loss_max = pg_loss_max * is_weights  # M,R
     pg_loss = aggregate_loss(pg_loss_max, response_mask, share)
     with torch.no_grad():
-        clipped_low = (ratio < 1.0 - cliprange_low) & (advantages < 0)  # M,R
-        clipped_high = (ratio > 1.0 + cliprange_high) & (advantages > 0)  # M,R
+        if loss.kind == "clip":
+            clipped_low = (ratio < 1.0 - cliprange_low) & (advantages < 0)  # M,R
+            clipped_high = (ratio > 1.0 + cliprange_high) & (advantages > 0)  # M,R
+        else:
+            clipped_low = torch.zeros_like(ratio, dtype=torch.bool)  # M,R
+            clipped_high = ratio > loss.cispo_cap if loss.kind == "cispo" else clipped_low  # M,R
         stats = {
             "approxkl": 0.5 * masked_mean(logprobs_diff**2, response_mask),
-            "clipfrac": masked_mean((pg_losses2 > pg_losses).float(), response_mask),
+            "clipfrac": masked_mean((clipped_low | clipped_high).float(), response_mask),
             "ratio": masked_mean(ratio, response_mask),
             "ratio_var": masked_var(ratio, response_mask),
             "clip_low": masked_mean(clipped_low.float(), response_mask),

@@ -68,3 +68,15 @@ def test_the_global_token_mean_on_two_ddp_ranks_matches_one_process(tmp_path):
     two = run_worker(2, "grpo", "dapo", tmp_path / "two.pt")
     assert_same(two, one)
     assert differs(run_worker(2, "grpo", "bnpo", tmp_path / "bnpo.pt"), one_step_delta("grpo", loss_type="bnpo"))
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo"])
+@pytest.mark.parametrize("setting", [{"policy_loss": "cispo", "cispo_cap": 1.05}, {"policy_loss": "sapo"},
+                                     {"importance_sampling_level": "sequence"}])
+def test_the_policy_losses_are_used_by_grpo_and_rloo(algo, setting):
+    """On-policy (ratio 1) every policy loss has the surrogate's gradient; the second epoch's ratios differ from 1,
+    where CISPO, SAPO and GSPO's sequence ratio each take another step than the clipped surrogate."""
+    epochs = {"num_ppo_epochs": 2, "loss_type": "dapo"}
+    first_epoch_only = one_step_delta(algo, **setting, loss_type="dapo")
+    assert_same(first_epoch_only, one_step_delta(algo, loss_type="dapo"))
+    assert differs(one_step_delta(algo, **setting, **epochs), one_step_delta(algo, **epochs))

@@ -1,0 +1,72 @@
+"""GSPO's sequence ratio, CISPO and SAPO against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from lit_rlhf.ops.losses import LossShare, PolicyLoss, clipped_policy_loss
+from lit_rlhf.ops.policy_losses import cispo_loss, clip_loss, sapo_loss, sequence_log_ratio
+
+
+def test_gspo_clips_a_sequence_as_a_whole():
+    old = torch.zeros(2, 3)
+    logprobs = torch.tensor([[0.1, -0.2, 0.4], [1e-4, -1e-4, 5.0]], requires_grad=True)
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    log_ratio = sequence_log_ratio(logprobs, old, mask)
+    torch.testing.assert_close(log_ratio.detach(), torch.tensor([[0.1] * 3, [0.0] * 3]), atol=1e-7, rtol=0)
+    advantages = torch.tensor([[1.0] * 3, [-2.0] * 3])
+    per_token = clip_loss(log_ratio.exp(), advantages, 3e-4, 4e-4)
+    # sequence 0: ratio e^0.1 = 1.105 > 1 + 4e-4 with A > 0: clipped to -1.0004, no gradient to any of its tokens
+    assert per_token[0].detach().tolist() == pytest.approx([-1.0004] * 3)
+    (per_token * mask).sum().backward()
+    # sequence 1: ratio 1, loss -A s on each of its 2 tokens = 2 x 2 s, s = exp(mean of 2 log ratios): each token 2
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[0.0, 0.0, 0.0], [2.0, 2.0, 0.0]]))
+
+
+def test_cispo_keeps_the_gradient_of_a_token_the_clip_would_drop():
+    logprobs = torch.tensor([[-1.0]], requires_grad=True)
+    old, advantages = torch.tensor([[-1.5]]), torch.tensor([[2.0]])
+    ratio = (logprobs - old).exp()  # e^0.5 = 1.6487
+    cispo_loss(ratio, advantages, logprobs, cap=5.0).sum().backward()
+    assert logprobs.grad.item() == pytest.approx(-math.exp(0.5) * 2.0)  # -sg(r) A d(log pi)
+    logprobs.grad = None
+    cispo_loss((logprobs - old).exp(), advantages, logprobs, cap=1.2).sum().backward()
+    assert logprobs.grad.item() == pytest.approx(-1.2 * 2.0)  # weight capped, gradient kept
+    logprobs.grad = None
+    clip_loss((logprobs - old).exp(), advantages, 0.2, 0.2).sum().backward()
+    assert logprobs.grad.item() == 0.0  # PPO's clip drops it
+
+
+def test_sapo_gate_by_hand_and_the_surrogate_gradient_at_ratio_one():
+    def sigmoid(x):
+        return 1 / (1 + math.exp(-x))
+
+    for log_ratio, advantage, tau in ((0.5, 2.0, 1.0), (0.5, -2.0, 1.05), (0.0, 3.0, 1.0), (-0.3, -1.0, 1.05)):
+        logprobs = torch.tensor([[log_ratio]], requires_grad=True)
+        loss = sapo_loss(logprobs.exp(), torch.tensor([[advantage]]), tau_pos=1.0, tau_neg=1.05)
+        loss.sum().backward()
+        r = math.exp(log_ratio)
+        s = sigmoid(tau * (r - 1))
+        assert loss.item() == pytest.approx(-advantage * s * 4 / tau)
+        assert logprobs.grad.item() == pytest.approx(-advantage * 4 * s * (1 - s) * r)  # dg/dr = 4 s (1 - s)
+    logprobs = torch.zeros(1, 1, requires_grad=True)
+    sapo_loss(logprobs.exp(), torch.tensor([[3.0]]), 1.0, 1.05).sum().backward()
+    assert logprobs.grad.item() == pytest.approx(-3.0)  # the surrogate's -A at ratio 1
+
+
+@pytest.mark.parametrize("kind", ["clip", "cispo", "sapo"])
+def test_each_policy_loss_through_the_aggregated_loss(kind):
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 5, generator=gen)
+    logprobs = (old + 0.3 * torch.randn(4, 5, generator=gen)).requires_grad_()
+    advantages = torch.randn(4, 1, generator=gen).expand(4, 5)
+    mask = torch.arange(5).unsqueeze(0) < torch.tensor([[5], [3], [4], [1]])
+    loss, stats = clipped_policy_loss(logprobs, old, advantages, mask, 0.2, 0.2, LossShare("dapo", step_tokens=13.0),
+                                      loss=PolicyLoss(kind, cispo_cap=1.1))
+    ratio = (logprobs - old).exp()
+    per_token = {"clip": lambda: clip_loss(ratio, advantages, 0.2, 0.2),
+                 "cispo": lambda: cispo_loss(ratio, advantages, logprobs, 1.1),
+                 "sapo": lambda: sapo_loss(ratio, advantages, 1.0, 1.05)}[kind]()
+    torch.testing.assert_close(loss, (per_token * mask).sum() / 13.0)
+    assert 0 <= stats["clipfrac"].item() <= 1
