@@ -110,6 +110,8 @@ def reinforce_plus_plus(inputs: EstimatorInputs, settings: Any) -> Estimate:
     scores = inputs.scores  # N
     if settings.baseline == "group":
         scores = scores - group_mean(scores, inputs.prompt_index)
+    if getattr(settings, "reward_clamp", None) is not None:  # OpenRLHF clamps the baseline-subtracted reward
+        scores = scores.clamp(-settings.reward_clamp, settings.reward_clamp)
     returns = reward_to_go(inputs.non_score_reward + place_score_on_last_token(scores, mask), mask)  # N,R
     advantages = global_masked_whiten(returns, mask, inputs.all_reduce_sum)  # N,R
     return Estimate(advantages, inputs.scores + inputs.non_score_reward.sum(1))

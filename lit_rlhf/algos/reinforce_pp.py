@@ -24,5 +24,8 @@ class ReinforcePPModule(RLHFModule):
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
+        if kl is not None and self.hparams.kl_clamp is not None:  # OpenRLHF's per-token KL clamp
+            kl = kl.clamp(-self.hparams.kl_clamp, self.hparams.kl_clamp)  # N,R
+            non_score_reward = -self.kl_coef * kl  # N,R
         estimate = self.estimate(rollout, non_score_reward)
         return estimate.advantages, self.objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)

@@ -170,6 +170,8 @@ class PPOConfig(RLHFConfig):
             raise ConfigError("algo.critic=reward_model needs algo.critic_model_path (a sequence-classification "
                               "model).")
         check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
+        check_number("kl_clamp", self.kl_clamp, minimum=0, strictly=True, optional=True)
+        check_number("reward_clamp", self.reward_clamp, minimum=0, strictly=True, optional=True)
         check_number("vf_coef", self.vf_coef, minimum=0)
         check_number("cliprange_value", self.cliprange_value, minimum=0, strictly=True)
         check_number("entropy_coef", self.entropy_coef)
@@ -238,6 +240,10 @@ class ReinforcePPConfig(RLHFConfig):
     samples_per_prompt: int = setting(4, "sequences per prompt (baseline=group needs >= 2)")
     baseline: str = setting("group", "`group`: subtract each group's mean score first (REINFORCE++-baseline); "
                                      "`none`: plain REINFORCE++ (the batch whitening is the only baseline)")
+    kl_clamp: Optional[float] = setting(None, "clamp each token's KL to [-c, c] before the penalty (OpenRLHF: 10; "
+                                              "null: off)")
+    reward_clamp: Optional[float] = setting(None, "clamp the (baseline-subtracted) score to [-c, c] before the "
+                                                  "reward-to-go (OpenRLHF: 10; null: off)")
 
     def __post_init__(self):
         super().__post_init__()

@@ -68,11 +68,13 @@ def test_group_relative_puts_the_kl_in_the_reward_when_asked():
     assert estimate.advantages.abs().max() == 0
 
 
-def slow_reinforce_pp(scores, penalty, mask, prompt_index, baseline):
+def slow_reinforce_pp(scores, penalty, mask, prompt_index, baseline, reward_clamp=None):
     n, r = mask.shape
     if baseline == "group":
         means, _ = slow_group_stats(scores, prompt_index)
         scores = scores - means
+    if reward_clamp is not None:
+        scores = torch.tensor([min(max(float(s), -reward_clamp), reward_clamp) for s in scores])
     returns = torch.zeros(n, r)
     for i in range(n):
         last = int(mask[i].sum()) - 1
@@ -99,6 +101,29 @@ def test_reinforce_plus_plus_by_a_slow_loop(baseline):
     torch.testing.assert_close(estimate.advantages, slow_reinforce_pp(scores, penalty, mask, prompt_index, baseline),
                                atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(estimate.rlhf_reward, scores + penalty.sum(1))
+
+
+@pytest.mark.parametrize("baseline", ["none", "group"])
+def test_reinforce_plus_plus_clamps_the_baseline_subtracted_reward(baseline):
+    torch.manual_seed(2)
+    scores = 30 * torch.randn(6)  # an unbounded reward model's scores: some beyond +-10 after the baseline
+    prompt_index = torch.tensor([0, 1, 2, 0, 1, 2])
+    mask = torch.ones(6, 3, dtype=torch.bool)
+    penalty = torch.zeros(6, 3)
+    settings = SimpleNamespace(baseline=baseline, reward_clamp=10.0)
+    estimate = ESTIMATORS["reinforce_pp"](EstimatorInputs(scores, penalty, mask, prompt_index), settings)
+    expected = slow_reinforce_pp(scores, penalty, mask, prompt_index, baseline, reward_clamp=10.0)
+    torch.testing.assert_close(estimate.advantages, expected, atol=1e-5, rtol=1e-5)
+    unclamped = ESTIMATORS["reinforce_pp"](EstimatorInputs(scores, penalty, mask, prompt_index),
+                                           SimpleNamespace(baseline=baseline))
+    assert not torch.allclose(unclamped.advantages, estimate.advantages)
+
+
+def test_reinforce_plus_plus_clamps_each_tokens_kl():
+    from tests.algos.fixed_rollout import differs, one_step_delta
+
+    assert differs(one_step_delta("reinforce_pp", kl_clamp=0.05, kl_coef=1.0),
+                   one_step_delta("reinforce_pp", kl_coef=1.0))
 
 
 def test_global_whitening_on_one_rank_is_masked_whitening():
