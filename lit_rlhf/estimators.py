@@ -19,8 +19,8 @@ import torch
 from lit_rlhf.ops import (
     gae_advantages,
     global_masked_whiten,
-    group_mean,
     group_all_equal,
+    group_mean,
     group_std,
     identity_sum,
     leave_one_out_baseline,

@@ -38,6 +38,7 @@ from lit_rlhf.ops import (
     identity_sum,
     kl_per_token,
     masked_mean,
+    off_policy_sequences,
     sampler_mismatch_stats,
 )
 from lit_rlhf.ops.batching import split_by_tokens
@@ -198,6 +199,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         rollout = self.rollout(batch)
         advantages, objective_stats = self.compute_advantages(rollout)
+        objective_stats.update(self.mask_off_policy_sequences(rollout, advantages))
         update_stats = self.update(rollout, advantages)
         self.log_stats(rollout, {**objective_stats, **update_stats})
         self.last_distributions = self.distributions(rollout, advantages)
@@ -367,13 +369,26 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             "tokens/responses_len_dist": mask.sum(1).float(),
         }
 
+    def mask_off_policy_sequences(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+        """With algo.off_policy_mask_threshold and an engine's logprobs: the importance weight of sequences with a
+        negative advantage too far from the sampler becomes 0 (they leave the loss, its denominators unchanged, as
+        DeepSeek-V3.2's mask multiplies the loss). -> rollout/off_policy_masked_frac"""
+        threshold = self.hparams.off_policy_mask_threshold
+        if threshold is None or rollout.sampler_logprobs is None:
+            return {}
+        drop = off_policy_sequences(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask, advantages,
+                                    threshold)  # N
+        weights = rollout.is_weights if rollout.is_weights is not None else rollout.response_mask.float()  # N,R
+        rollout.is_weights = weights * (~drop).unsqueeze(1)  # N,R
+        return {"rollout/off_policy_masked_frac": drop.float().mean()}
+
     def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs
         (nothing when the engine reports none, as `rollout=hf`, whose sampler is the trainer's own model)."""
         if rollout.sampler_logprobs is None:
             return {}
         return sampler_mismatch_stats(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask,
-                                      self.hparams.rollout_is_cap)
+                                      self.hparams.rollout_is_cap, self.hparams.rollout_is_mode)
 
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
         self.last_step_episodes = len(rollout) * self.trainer.world_size

@@ -15,7 +15,7 @@ from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
-from lit_rlhf.ops import contains_stop, truncated_is_weights
+from lit_rlhf.ops import contains_stop, importance_weights
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -126,8 +126,8 @@ class RolloutScoring:
             logprobs, values = policy_outputs[0].detach(), None
         is_weights = None  # N,R  the correction for an engine whose sampler differs from the trainer
         if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None:
-            is_weights = truncated_is_weights(logprobs, samples.sampler_logprobs, hp.rollout_is_cap)
-            is_weights = is_weights * samples.response_mask  # N,R
+            is_weights = importance_weights(logprobs, samples.sampler_logprobs, samples.response_mask,
+                                            hp.rollout_is_cap, hp.rollout_is_mode)  # N,R
         prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
         completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
         has_stop = contains_stop(samples.responses, self.stop_token_id)  # N

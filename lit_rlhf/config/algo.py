@@ -13,7 +13,7 @@ from lit_rlhf.config.validation import (
     warn_about_reward_kl,
 )
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import KL_ESTIMATORS, LOSS_TYPES
+from lit_rlhf.ops import IS_MODES, KL_ESTIMATORS, LOSS_TYPES
 from lit_rlhf.ops.policy_losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_LOSSES
 
 KL_PENALTIES = ("sequence", "token")
@@ -83,7 +83,14 @@ class RLHFConfig:
     rollout_is_cap: Optional[float] = setting(
         2.0, "with an engine that reports its own logprobs (rollout=vllm): each token's policy loss is weighted by "
              "min(pi_old / pi_sampler, this cap), truncated importance sampling for the sampler/trainer mismatch "
-             "(null: off; >= 1)")
+             "(null: off; > 1)")
+    rollout_is_mode: str = setting(
+        "token_truncate", "the sampler/trainer correction (TRL's names): `token_truncate` (min(ratio, cap) per "
+                          "token), `token_mask` (tokens whose ratio leaves [1/cap, cap] leave the loss), "
+                          "`sequence_truncate` / `sequence_mask` (the same with each sequence's geometric-mean ratio)")
+    off_policy_mask_threshold: Optional[float] = setting(
+        None, "with an engine's logprobs: sequences with a negative advantage whose mean log(pi_sampler / pi_old) "
+              "exceeds this leave the loss (DeepSeek-V3.2's off-policy sequence masking; null: off)")
     reuse_rollout_forward: bool = setting(
         True, "with 1 epoch x 1 minibatch x 1 micro-batch and no dropout (a Dropout module, or train-mode forwards "
               "that differ), the update's forward runs in the rollout and replaces the old-logprob forward; false "
@@ -96,6 +103,8 @@ class RLHFConfig:
     def __post_init__(self):
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
         check_choice("policy_loss", self.policy_loss, POLICY_LOSSES)
+        check_choice("rollout_is_mode", self.rollout_is_mode, IS_MODES)
+        check_number("off_policy_mask_threshold", self.off_policy_mask_threshold, minimum=0, optional=True)
         check_choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
         for name in ("sequence_cliprange_low", "sequence_cliprange_high"):
             check_number(name, getattr(self, name), minimum=0, strictly=True)
@@ -170,8 +179,6 @@ class PPOConfig(RLHFConfig):
             raise ConfigError("algo.critic=reward_model needs algo.critic_model_path (a sequence-classification "
                               "model).")
         check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
-        check_number("kl_clamp", self.kl_clamp, minimum=0, strictly=True, optional=True)
-        check_number("reward_clamp", self.reward_clamp, minimum=0, strictly=True, optional=True)
         check_number("vf_coef", self.vf_coef, minimum=0)
         check_number("cliprange_value", self.cliprange_value, minimum=0, strictly=True)
         check_number("entropy_coef", self.entropy_coef)
@@ -248,6 +255,8 @@ class ReinforcePPConfig(RLHFConfig):
     def __post_init__(self):
         super().__post_init__()
         check_choice("baseline", self.baseline, BASELINES)
+        check_number("kl_clamp", self.kl_clamp, minimum=0, strictly=True, optional=True)
+        check_number("reward_clamp", self.reward_clamp, minimum=0, strictly=True, optional=True)
         check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
         if self.baseline == "group" and self.samples_per_prompt < 2:
             raise ConfigError(f"algo.samples_per_prompt={self.samples_per_prompt} with algo.baseline=group: a group "

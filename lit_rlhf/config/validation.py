@@ -69,7 +69,7 @@ def check_shared_settings(hp: Any) -> None:
     check_number("max_grad_norm", hp.max_grad_norm, minimum=0, strictly=True, optional=True)
     check_number("missing_eos_penalty", hp.missing_eos_penalty, optional=True)
     check_number("max_consecutive_nonfinite", hp.max_consecutive_nonfinite, minimum=1, integer=True)
-    check_number("rollout_is_cap", hp.rollout_is_cap, minimum=1, optional=True)
+    check_number("rollout_is_cap", hp.rollout_is_cap, minimum=1, strictly=True, optional=True)
     if hp.max_tokens_per_micro_batch is not None and hp.gradient_accumulation_steps != 1:
         warn_once(f"algo.max_tokens_per_micro_batch={hp.max_tokens_per_micro_batch} replaces "
                   f"algo.gradient_accumulation_steps={hp.gradient_accumulation_steps}, which is ignored; drop one.")

@@ -13,7 +13,13 @@ from lit_rlhf.ops.advantages import (
     reward_to_go,
     rloo_advantages,
 )
-from lit_rlhf.ops.importance import sampler_mismatch_stats, truncated_is_weights
+from lit_rlhf.ops.importance import (
+    IS_MODES,
+    importance_weights,
+    off_policy_sequences,
+    sampler_mismatch_stats,
+    truncated_is_weights,
+)
 from lit_rlhf.ops.kl import KL_ESTIMATORS, bias_corrected_kl, kl_per_token
 from lit_rlhf.ops.logprobs import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
 from lit_rlhf.ops.losses import LOSS_TYPES, LossShare, aggregate_loss, clipped_policy_loss, clipped_value_loss
@@ -29,10 +35,11 @@ from lit_rlhf.ops.masks import (
 from lit_rlhf.ops.shaping import overlong_penalty
 
 __all__ = [
-    "KL_ESTIMATORS", "LOSS_TYPES", "bias_corrected_kl", "group_all_equal", "LossShare", "aggregate_loss", "clipped_policy_loss", "clipped_value_loss",
-    "contains_stop", "discounted_reverse_cumsum", "entropy_from_logits", "first_stop_index", "gae_advantages",
-    "global_masked_whiten", "group_mean", "group_std", "identity_sum", "kl_per_token", "leave_one_out_baseline",
-    "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten", "overlong_penalty",
-    "place_score_on_last_token", "response_mask_from_stop", "reward_to_go", "rloo_advantages", "sampler_mismatch_stats",
-    "truncate_after_stop", "truncated_is_weights",
+    "IS_MODES", "KL_ESTIMATORS", "LOSS_TYPES", "LossShare", "aggregate_loss", "bias_corrected_kl",
+    "clipped_policy_loss", "clipped_value_loss", "contains_stop", "discounted_reverse_cumsum", "entropy_from_logits",
+    "first_stop_index", "gae_advantages", "global_masked_whiten", "group_all_equal", "group_mean", "group_std",
+    "identity_sum", "importance_weights", "kl_per_token", "leave_one_out_baseline", "logprobs_and_entropy",
+    "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten", "off_policy_sequences", "overlong_penalty",
+    "place_score_on_last_token", "response_mask_from_stop", "reward_to_go", "rloo_advantages",
+    "sampler_mismatch_stats", "truncate_after_stop", "truncated_is_weights",
 ]

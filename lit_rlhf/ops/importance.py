@@ -15,6 +15,37 @@ import torch
 from lit_rlhf.ops.kl import kl_per_token
 from lit_rlhf.ops.masks import masked_mean
 
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def importance_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, response_mask: torch.Tensor,
+                       cap: float, mode: str = "token_truncate") -> torch.Tensor:
+    """pi_old / pi_sampler per token, or per sequence as the geometric mean of its tokens' ratios (on every token of
+    it); `truncate` caps it at cap, `mask` zeroes it where it leaves [1/cap, cap] (the token, or the whole
+    sequence, leaves the loss). No gradient; 0 after the response. (N,R) x3 -> (N,R)"""
+    mask = response_mask.to(old_logprobs.dtype)
+    log_ratio = (old_logprobs - sampler_logprobs) * mask  # N,R
+    if mode.startswith("sequence"):
+        log_ratio = (log_ratio.sum(1) / mask.sum(1).clamp(min=1)).unsqueeze(1).expand_as(log_ratio)  # N,R
+    ratio = torch.exp(log_ratio)  # N,R
+    if mode.endswith("truncate"):
+        weights = ratio.clamp(max=cap)
+    else:
+        weights = ratio * ((ratio >= 1.0 / cap) & (ratio <= cap))
+    return (weights * mask).detach()
+
+
+def off_policy_sequences(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, response_mask: torch.Tensor,
+                         advantages: torch.Tensor, threshold: float) -> torch.Tensor:
+    """DeepSeek-V3.2's off-policy sequence masking: sequences with a negative advantage whose mean per-token
+    log(pi_sampler / pi_old) exceeds threshold (too far from the sampler to learn from what went wrong).
+    (N,R) x4 -> (N,) bool"""
+    mask = response_mask.to(old_logprobs.dtype)
+    tokens = mask.sum(1).clamp(min=1)  # N
+    kl = ((sampler_logprobs - old_logprobs) * mask).sum(1) / tokens  # N
+    advantage = (advantages * mask).sum(1) / tokens  # N
+    return (advantage < 0) & (kl > threshold)
+
 
 def truncated_is_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, cap: float) -> torch.Tensor:
     """min(pi_old / pi_sampler, cap) per token, without gradient. (N,R), (N,R) -> (N,R)"""
@@ -22,10 +53,11 @@ def truncated_is_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Ten
 
 
 def sampler_mismatch_stats(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, response_mask: torch.Tensor,
-                           cap: float | None) -> dict[str, torch.Tensor]:
+                           cap: float | None, mode: str = "token_truncate") -> dict[str, torch.Tensor]:
     """How far the sampler's logprobs are from the trainer's on the response tokens: the mean and max absolute
     difference, the k3 estimate of KL(sampler || trainer) per token (the tokens were drawn by the sampler), and,
-    with a cap, the mean importance weight and the share of tokens the cap truncated."""
+    with a cap, the mean importance weight and the share of tokens the cap truncated (`*_truncate` modes) or
+    masked out (`*_mask` modes: rollout/is_masked_frac)."""
     mask = response_mask.bool()
     diff = (old_logprobs - sampler_logprobs).abs()  # N,R
     kl = kl_per_token(sampler_logprobs, old_logprobs, "k3")  # N,R
@@ -33,7 +65,11 @@ def sampler_mismatch_stats(old_logprobs: torch.Tensor, sampler_logprobs: torch.T
              "rollout/logprob_diff_max": diff[mask].max() if mask.any() else diff.new_zeros(()),
              "rollout/sampler_kl": masked_mean(kl, mask)}
     if cap is not None:
-        ratio = torch.exp(old_logprobs - sampler_logprobs)  # N,R
-        stats["rollout/is_weight_mean"] = masked_mean(ratio.clamp(max=cap), mask)
-        stats["rollout/is_truncated_frac"] = masked_mean((ratio > cap).float(), mask)
+        weights = importance_weights(old_logprobs, sampler_logprobs, mask, cap, mode)  # N,R
+        stats["rollout/is_weight_mean"] = masked_mean(weights, mask)
+        if mode.endswith("truncate"):
+            ratio = importance_weights(old_logprobs, sampler_logprobs, mask, float("inf"), mode)  # N,R
+            stats["rollout/is_truncated_frac"] = masked_mean((ratio > cap).float(), mask)
+        else:
+            stats["rollout/is_masked_frac"] = masked_mean((weights == 0).float(), mask)
     return stats

@@ -8,12 +8,13 @@ import torch
 
 from lit_rlhf import GRPOModule, PPOModule, ReinforcePPModule, RLOOModule
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs
+from lit_rlhf.ops import importance_weights
 
 PROMPTS, K, P, R = 4, 4, 5, 8
 
 
 def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: bool = False,
-                  equal_value: float = 0.5) -> Rollout:
+                  equal_value: float = 0.5, sampler_noise: float = 0.0) -> Rollout:
     """This rank's share of a global rollout of PROMPTS x K sequences; old logprobs are the policy's own.
     equal_first_group: prompt 0's K scores are all equal_value; drop_first_group: prompt 0's sequences are left
     out."""
@@ -42,7 +43,13 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
     logprobs = batched_logprobs(module.policy, queries, query_mask, responses, response_mask,
                                 module.hparams.temperature)
     module.policy.train()
-    return Rollout(queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
+    sampler_logprobs = is_weights = None  # an engine whose logprobs differ from the trainer's by sampler_noise
+    if sampler_noise:
+        sampler_logprobs = logprobs + sampler_noise * torch.randn(n, R, generator=gen)[mine]
+        hp = module.hparams
+        is_weights = importance_weights(logprobs, sampler_logprobs, response_mask, hp.rollout_is_cap,
+                                        hp.rollout_is_mode)
+    return Rollout(sampler_logprobs=sampler_logprobs, is_weights=is_weights,queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
                    prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=logprobs + ref_noise[mine],
                    scores=scores[mine], raw_scores=scores[mine], contains_stop=lengths[mine] < R,
                    values=values[mine] if isinstance(module, PPOModule) else None)

@@ -49,3 +49,46 @@ def test_weighted_clipped_loss_matches_a_token_by_token_loop():
     assert loss.item() == pytest.approx(expected / count, rel=1e-5)
     unweighted, _ = clipped_policy_loss(new, old, advantages, mask, 0.2, 0.28)
     assert unweighted.item() != pytest.approx(loss.item())
+
+
+def test_the_four_correction_modes_by_hand():
+    from lit_rlhf.ops import importance_weights
+
+    old = torch.log(torch.tensor([[0.5, 0.2, 0.9], [0.4, 0.4, 0.1]]))
+    sampler = torch.log(torch.tensor([[0.25, 0.4, 0.3], [0.4, 0.1, 0.1]]))
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    # token ratios: [2, 0.5, 3], [1, 4, (masked)]
+    torch.testing.assert_close(importance_weights(old, sampler, mask, 2.5, "token_truncate"), torch.tensor(
+        [[2.0, 0.5, 2.5], [1.0, 2.5, 0.0]]))
+    torch.testing.assert_close(importance_weights(old, sampler, mask, 2.5, "token_mask"), torch.tensor(
+        [[2.0, 0.5, 0.0], [1.0, 0.0, 0.0]]))
+    # sequence ratios, geometric means: (2 x 0.5 x 3)^(1/3) = 3^(1/3) = 1.442; (1 x 4)^(1/2) = 2
+    geo = 3 ** (1 / 3)
+    torch.testing.assert_close(importance_weights(old, sampler, mask, 1.8, "sequence_truncate"), torch.tensor(
+        [[geo] * 3, [1.8, 1.8, 0.0]]))
+    torch.testing.assert_close(importance_weights(old, sampler, mask, 1.8, "sequence_mask"), torch.tensor(
+        [[geo] * 3, [0.0, 0.0, 0.0]]))
+    stats = sampler_mismatch_stats(old, sampler, mask, 2.5, "token_mask")
+    assert stats["rollout/is_masked_frac"].item() == pytest.approx(2 / 5)
+
+
+def test_off_policy_sequence_masking_by_hand():
+    from lit_rlhf.ops import off_policy_sequences
+
+    old = torch.zeros(3, 2)
+    sampler = torch.tensor([[0.3, 0.1], [0.3, 0.1], [0.01, 0.01]])  # mean log(pi_sampler / pi_old): 0.2, 0.2, 0.01
+    mask = torch.ones(3, 2, dtype=torch.bool)
+    advantages = torch.tensor([[-1.0, -1.0], [1.0, 1.0], [-1.0, -1.0]])
+    # only a negative advantage AND a sampler KL above 0.1 drops a sequence
+    assert off_policy_sequences(old, sampler, mask, advantages, 0.1).tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("settings", [{"rollout_is_mode": "token_mask", "rollout_is_cap": 1.05},
+                                      {"rollout_is_mode": "sequence_truncate", "rollout_is_cap": 1.01},
+                                      {"off_policy_mask_threshold": 0.0}])
+def test_the_corrections_change_the_step_of_an_engine_rollout(settings):
+    from tests.algos.fixed_rollout import differs, one_step_delta
+
+    noisy = {"sampler_noise": 0.3}
+    assert differs(one_step_delta("grpo", rollout_options=noisy, **settings),
+                   one_step_delta("grpo", rollout_options=noisy))
