@@ -49,7 +49,8 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
         hp = module.hparams
         is_weights = importance_weights(logprobs, sampler_logprobs, response_mask, hp.rollout_is_cap,
                                         hp.rollout_is_mode)
-    return Rollout(sampler_logprobs=sampler_logprobs, is_weights=is_weights,queries=queries, query_mask=query_mask, responses=responses, response_mask=response_mask,
+    return Rollout(sampler_logprobs=sampler_logprobs, is_weights=is_weights, queries=queries, query_mask=query_mask,
+                   responses=responses, response_mask=response_mask,
                    prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=logprobs + ref_noise[mine],
                    scores=scores[mine], raw_scores=scores[mine], contains_stop=lengths[mine] < R,
                    values=values[mine] if isinstance(module, PPOModule) else None)
