@@ -22,10 +22,10 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
 
-def run(algo: str, seed: int, out: Path) -> dict:
-    run_dir = out / f"{algo}_seed{seed}"
+def run(algo: str, seed: int, out: Path, overrides: tuple[str, ...] = (), name: str | None = None) -> dict:
+    run_dir = out / f"{name or algo}_seed{seed}"
     start = time.time()
-    subprocess.run([sys.executable, "train.py", f"experiment=arithmetic_{algo}", f"seed={seed}",
+    subprocess.run([sys.executable, "train.py", f"experiment=arithmetic_{algo}", f"seed={seed}", *overrides,
                     f"hydra.run.dir={run_dir}", "overwrite_run_dir=true"], cwd=ROOT, check=True, capture_output=True)
     wall = time.time() - start
     summary = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
