@@ -197,7 +197,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
 
     # ---- update ----------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        rollout = self.rollout(batch)
+        rollout = self.training_rollout(batch)
         advantages, objective_stats = self.compute_advantages(rollout)
         objective_stats.update(self.mask_off_policy_sequences(rollout, advantages))
         update_stats = self.update(rollout, advantages)
@@ -207,6 +207,10 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         self.rl_step += 1
         if self.hparams.rl_steps is not None and self.rl_step >= self.hparams.rl_steps:
             self.trainer.should_stop = True  # RL steps are the unit: no optimizer-step arithmetic for max_steps
+
+    def training_rollout(self, batch: dict[str, torch.Tensor]) -> Rollout:
+        """The rollout an RL step trains on (GRPO's dynamic sampling may add refill rollouts)."""
+        return self.rollout(batch)
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.rollout_stats import zero_std_groups
 from lit_rlhf.config import GRPOConfig
+from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
 
 
@@ -33,15 +35,55 @@ class GRPOModule(RLHFModule):
     def kl_in_loss(self) -> bool:
         return self.hparams.kl_in == "loss" and self.uses_reference
 
+    _refill_stats: dict[str, torch.Tensor] = {}
+
+    def overlong_penalty(self, rollout: Rollout) -> torch.Tensor:
+        hp = self.hparams
+        if hp.overlong_buffer is None:
+            return torch.zeros_like(rollout.scores)
+        return overlong_penalty(rollout.response_mask.sum(1), hp.response_length, hp.overlong_buffer,
+                                hp.overlong_penalty_factor)  # N
+
+    def training_rollout(self, batch: dict[str, torch.Tensor]) -> Rollout:
+        """With filter_zero_std_groups and max_refill_rounds: DAPO's dynamic sampling (algos/refill.py). The step
+        keeps B groups, informative ones first; rollout/refill_rounds and rollout/refill_episodes count the extra
+        rollouts and the sequences they generated."""
+        rollout = self.rollout(batch)
+        hp = self.hparams
+        if not (hp.filter_zero_std_groups and hp.max_refill_rounds):
+            return rollout
+        groups = int(rollout.prompt_index.max()) + 1  # B
+        rounds = generated = 0
+        while True:
+            informative = ~zero_std_groups(rollout.scores + self.overlong_penalty(rollout), rollout.prompt_index)  # N
+            deficit = max(groups - len(torch.unique(rollout.prompt_index[informative])), 0)
+            needed = self.all_reduce_sum(torch.tensor(float(deficit), device=self.device))  # every rank rounds alike
+            if rounds == hp.max_refill_rounds or float(needed) == 0:
+                break
+            rounds += 1
+            extra = self.rollout(self.refill_batch(groups, rounds))
+            generated += len(extra)
+            rollout = concat_rollouts([rollout, extra], self.tokenizer.pad_token_id)
+        self._refill_stats = {"rollout/refill_rounds": torch.tensor(float(rounds)),
+                              "rollout/refill_episodes": torch.tensor(float(generated))}
+        return select_sequences(rollout, first_groups(informative, rollout.prompt_index, groups))
+
+    def refill_batch(self, count: int, round_: int) -> dict[str, torch.Tensor]:
+        """`count` training prompts drawn for refill round `round_` of this RL step (see algos/refill.py)."""
+        datamodule = self.trainer.datamodule
+        rows = datamodule.train_prompts
+        idx = refill_prompt_indices(len(rows), count, datamodule.hparams.seed, self.rl_step, round_,
+                                    self.global_rank)
+        return batch_to(datamodule._collate()([rows[i] for i in idx]), self.device)
+
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp = self.hparams
         kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
         if hp.kl_in == "loss":
             non_score_reward = torch.zeros_like(non_score_reward)
-        stats = {}
+        stats, self._refill_stats = dict(self._refill_stats), {}
         if hp.overlong_buffer is not None:
-            penalty = overlong_penalty(rollout.response_mask.sum(1), hp.response_length, hp.overlong_buffer,
-                                       hp.overlong_penalty_factor)  # N
+            penalty = self.overlong_penalty(rollout)  # N
             rollout.scores = rollout.scores + penalty
             stats["rollout/overlong_penalty"] = penalty.mean()
         if hp.filter_zero_std_groups:  # no signal in them: out of the loss, and out of its token counts

@@ -209,6 +209,8 @@ class GRPOConfig(RLHFConfig):
                                                   "ratio against the rollout's logprobs): set, it replaces it")
     filter_zero_std_groups: bool = setting(False, "leave groups whose K rewards are all equal (no signal) out of "
                                                   "the loss; `rollout/zero_std_frac` logs their share either way")
+    max_refill_rounds: int = setting(0, "with filter_zero_std_groups: DAPO's dynamic sampling, up to this many extra "
+                                        "rollouts of B prompts per RL step until B groups are informative (0: off)")
     overlong_buffer: Optional[int] = setting(None, "DAPO's soft overlong penalty: responses longer than "
                                                    "response_length - overlong_buffer lose up to "
                                                    "overlong_penalty_factor, linearly (null: off)")
@@ -236,6 +238,10 @@ class GRPOConfig(RLHFConfig):
             raise ConfigError(f"algo.overlong_buffer={self.overlong_buffer} is longer than algo.response_length="
                               f"{self.response_length}; pick a buffer <= response_length.")
         check_number("overlong_penalty_factor", self.overlong_penalty_factor, minimum=0)
+        check_number("max_refill_rounds", self.max_refill_rounds, minimum=0, integer=True)
+        if self.max_refill_rounds and not self.filter_zero_std_groups:
+            raise ConfigError(f"algo.max_refill_rounds={self.max_refill_rounds} refills groups that "
+                              f"filter_zero_std_groups leaves out; set algo.filter_zero_std_groups=true as well.")
 
     @property
     def kl_in_reward(self) -> bool:
