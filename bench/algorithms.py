@@ -1,7 +1,7 @@
 """Every algorithm on the embedded default, run as a user runs it (`python train.py algo=...`), at equal
 episodes (150 RL steps x 8 prompts x 4 samples = 4,800), seed 0.
 
-    python bench/algorithms.py            # ~8 minutes on 2 CPU cores; writes bench/results/algorithms.md
+    python bench/algorithms.py            # ~10 minutes on 2 CPU cores; writes bench/results/algorithms.md
 
 Reports the held-out mean score and KL to the reference before (step 0) and after training (16 prompts, the same
 sampling seed), the end-of-run evaluation's score difference to the reference with its 95% interval, and the
@@ -27,6 +27,10 @@ RUNS = {
     "Dr. GRPO": ["algo=grpo", "algo.scale_rewards=none", "algo.loss_type=dr_grpo"],
     "DAPO (clip-higher, zero-std filter, overlong penalty)": [
         "algo=grpo", "algo.cliprange_high=0.28", "algo.filter_zero_std_groups=true", "algo.overlong_buffer=8"],
+    "GRPO, plain k3 KL term": ["algo=grpo", "algo.use_bias_correction_kl=false"],
+    "DAPO, plain k3 KL term": [
+        "algo=grpo", "algo.cliprange_high=0.28", "algo.filter_zero_std_groups=true", "algo.overlong_buffer=8",
+        "algo.use_bias_correction_kl=false"],
     "REINFORCE++-baseline": ["algo=reinforce_pp"],
     "REINFORCE++": ["algo=reinforce_pp", "algo.baseline=none"],
 }
