@@ -44,7 +44,8 @@ def heldout(rows: list[dict], key: str) -> tuple[float, float]:
 def run(name: str, overrides: list[str], out: Path) -> dict:
     run_dir = out / name.split(" ")[0].replace(",", "").replace(".", "") / str(len(list(out.glob("*"))))
     start = time.time()
-    subprocess.run([sys.executable, "train.py", *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT, check=True,
+    subprocess.run([sys.executable, "train.py", *overrides, f"hydra.run.dir={run_dir}", "overwrite_run_dir=true"],
+                   cwd=ROOT, check=True,
                    capture_output=True)
     wall = time.time() - start
     result = json.loads((run_dir / "result.json").read_text())["metrics"]
