@@ -40,3 +40,18 @@ def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None 
         return f" (did you mean {synonym!r}? this algorithm's name for it)"
     close = difflib.get_close_matches(key, valid, n=1)
     return f" (did you mean {close[0]!r}?)" if close else f" ({otherwise or 'valid keys: ' + ', '.join(valid)})"
+
+
+def os_error_message(err: BaseException) -> str | None:
+    """The one-line message for an OS error a user can fix (a full disk, a read-only or forbidden target), else None."""
+    import errno
+
+    if not isinstance(err, OSError):
+        return None
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left writing {err.filename or 'a file'} ({err.strerror}); free some space or write to "
+                f"another disk (hydra.run.dir=...); the checkpoints already written are complete.")
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and err.filename:
+        return (f"cannot write {err.filename} ({err.strerror}); point it at a directory you can write to "
+                f"(the run's checkpoints so far are complete).")
+    return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from peft import PeftModel
 
 from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
-from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error
+from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error, os_error_message
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
 
@@ -150,11 +150,9 @@ def main() -> None:
     except (ConfigError, UnavailableError) as err:
         exit_with_user_error(err)
     except OSError as err:
-        from lit_rlhf.cli.errors import user_error
-
-        if user_error(err) is None:
+        if os_error_message(err) is None:
             raise
-        exit_with_user_error(user_error(err))
+        exit_with_user_error(os_error_message(err))
     print(f"Exported to {out}")
 
 

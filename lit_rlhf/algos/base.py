@@ -38,7 +38,6 @@ from lit_rlhf.ops import (
     identity_sum,
     kl_per_token,
     masked_mean,
-    off_policy_sequences,
     sampler_mismatch_stats,
 )
 from lit_rlhf.ops.batching import split_by_tokens
@@ -337,14 +336,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             "clip_ratio/region_mean": pg_stats["clip_region"],
         }
 
-    def check_token_budget(self, longest_prompt: int) -> None:
-        """max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
-        budget, longest = self.hparams.max_tokens_per_micro_batch, longest_prompt + self.hparams.response_length
-        if budget is not None and budget < longest:
-            raise ConfigError(f"algo.max_tokens_per_micro_batch={budget} is below the longest sequence "
-                              f"({longest_prompt} prompt + {self.hparams.response_length} response tokens = "
-                              f"{longest}); set it >= {longest}.")
-
     def _divide(self, total: int, parts: int, name: str, what: str) -> int:
         if total % parts:
             raise ConfigError(f"algo.{name}={parts} does not divide the {total} {what}; pick a divisor of {total}.")
@@ -372,19 +363,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             "policy/advantages": advantages[mask], "policy/ratio": torch.cat(self._ratios) if self._ratios else None,
             "tokens/responses_len_dist": mask.sum(1).float(),
         }
-
-    def mask_off_policy_sequences(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
-        """With algo.off_policy_mask_threshold and an engine's logprobs: the importance weight of sequences with a
-        negative advantage too far from the sampler becomes 0 (they leave the loss, its denominators unchanged, as
-        DeepSeek-V3.2's mask multiplies the loss). -> rollout/off_policy_masked_frac"""
-        threshold = self.hparams.off_policy_mask_threshold
-        if threshold is None or rollout.sampler_logprobs is None:
-            return {}
-        drop = off_policy_sequences(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask, advantages,
-                                    threshold)  # N
-        weights = rollout.is_weights if rollout.is_weights is not None else rollout.response_mask.float()  # N,R
-        rollout.is_weights = weights * (~drop).unsqueeze(1)  # N,R
-        return {"rollout/off_policy_masked_frac": drop.float().mean()}
 
     def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs

@@ -15,7 +15,7 @@ from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
-from lit_rlhf.ops import contains_stop, importance_weights
+from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -85,6 +85,27 @@ def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
 
 
 class RolloutScoring:
+    def mask_off_policy_sequences(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+        """With algo.off_policy_mask_threshold and an engine's logprobs: the importance weight of sequences with a
+        negative advantage too far from the sampler becomes 0 (they leave the loss, its denominators unchanged, as
+        DeepSeek-V3.2's mask multiplies the loss). -> rollout/off_policy_masked_frac"""
+        threshold = self.hparams.off_policy_mask_threshold
+        if threshold is None or rollout.sampler_logprobs is None:
+            return {}
+        drop = off_policy_sequences(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask, advantages,
+                                    threshold)  # N
+        weights = rollout.is_weights if rollout.is_weights is not None else rollout.response_mask.float()  # N,R
+        rollout.is_weights = weights * (~drop).unsqueeze(1)  # N,R
+        return {"rollout/off_policy_masked_frac": drop.float().mean()}
+
+    def check_token_budget(self, longest_prompt: int) -> None:
+        """max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
+        budget, longest = self.hparams.max_tokens_per_micro_batch, longest_prompt + self.hparams.response_length
+        if budget is not None and budget < longest:
+            raise ConfigError(f"algo.max_tokens_per_micro_batch={budget} is below the longest sequence "
+                              f"({longest_prompt} prompt + {self.hparams.response_length} response tokens = "
+                              f"{longest}); set it >= {longest}.")
+
     def check_columns(self, rows: list, dataset: str) -> None:
         """Before any training step: every row has every column the reward and the task metrics read."""
         from lit_rlhf.data.datamodule import missing_in_rows

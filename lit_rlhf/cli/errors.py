@@ -3,7 +3,6 @@ composition errors 2 as well (see docs/reliability.md#errors-and-exit-codes)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import sys
@@ -18,7 +17,14 @@ from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.cli.composition import composition_error
-from lit_rlhf.errors import EXIT_SIGTERM, EXIT_USER_ERROR, ConfigError, UnavailableError, exit_with_user_error
+from lit_rlhf.errors import (
+    EXIT_SIGTERM,
+    EXIT_USER_ERROR,
+    ConfigError,
+    UnavailableError,
+    exit_with_user_error,
+    os_error_message,
+)
 from lit_rlhf.interrupts import EndOfRunInterrupted
 
 T = TypeVar("T")
@@ -29,12 +35,8 @@ def user_error(err: BaseException) -> str | None:
     while err is not None:
         if isinstance(err, (ConfigError, UnavailableError)):
             return str(err)
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return (f"no space left writing {err.filename or 'a file'} ({err.strerror}); free some space or write to "
-                    f"another disk (hydra.run.dir=...); the checkpoints already written are complete.")
-        if isinstance(err, OSError) and err.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and err.filename:
-            return (f"cannot write {err.filename} ({err.strerror}); point it at a directory you can write to "
-                    f"(the run's checkpoints so far are complete).")
+        if os_error_message(err) is not None:
+            return os_error_message(err)
         if isinstance(err, InstantiationException) and "Error locating target" in str(err):
             target = re.search(r"target '([^']*)'", str(err))
             key = re.search(r"full_key: (\S+)", str(err))
