@@ -150,9 +150,9 @@ def main() -> None:
     except (ConfigError, UnavailableError) as err:
         exit_with_user_error(err)
     except OSError as err:
-        if os_error_message(err) is None:
+        if (message := os_error_message(err)) is None:
             raise
-        exit_with_user_error(os_error_message(err))
+        exit_with_user_error(message)
     print(f"Exported to {out}")
 
 

@@ -35,8 +35,8 @@ def user_error(err: BaseException) -> str | None:
     while err is not None:
         if isinstance(err, (ConfigError, UnavailableError)):
             return str(err)
-        if os_error_message(err) is not None:
-            return os_error_message(err)
+        if (message := os_error_message(err)) is not None:
+            return message
         if isinstance(err, InstantiationException) and "Error locating target" in str(err):
             target = re.search(r"target '([^']*)'", str(err))
             key = re.search(r"full_key: (\S+)", str(err))

@@ -66,8 +66,6 @@ def check_evaluation_settings(cfg: DictConfig) -> None:
     confidence = cfg.get("confidence")
     if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
         raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
-    if cfg.get("device") in ("gpu",):
-        raise ConfigError(f"device={cfg.device!r} is not a device; use auto, cpu or cuda.")
 
 
 def evaluate(cfg: DictConfig) -> Evaluation:
