@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
+from lit_rlhf.algos.episodes import EpisodeSupport
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout
@@ -29,8 +30,8 @@ from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.validation import check_optimizer
+from lit_rlhf.envs import EnvSpec, as_env_spec
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import (
     LossShare,
@@ -38,16 +39,16 @@ from lit_rlhf.ops import (
     identity_sum,
     kl_per_token,
     masked_mean,
-    sampler_mismatch_stats,
 )
 from lit_rlhf.ops.batching import split_by_tokens
 from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
+from lit_rlhf.rollout.trajectory import episode_stats
 from lit_rlhf.tasks.metrics import TaskMetric
 
 
-class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.LightningModule):
+class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, EpisodeSupport, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
@@ -66,12 +67,13 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
     def __init__(self, model: dict[str, Any] | ModelConfig, reward: Reward, optimizer: Callable | None = None,
                  lr_scheduler: Callable | None = None, rollout_engine: RolloutEngine | None = None,
                  kl_controller: KLController | None = None, score_transforms: Sequence[ScoreTransform] = (),
-                 task_metrics: Sequence[TaskMetric] = (), **settings: Any):
+                 task_metrics: Sequence[TaskMetric] = (), environment: EnvSpec | type | None = None, **settings: Any):
         """settings: the fields of `config_class` (RLOOConfig, PPOConfig, ...), whose defaults are the CLI's;
         an unknown one is a one-line error naming the nearest valid key. The module owns its KL controller
         (fixed at kl_coef by default) and its score transforms (applied to training scores, in order); both
         are checkpointed with it. task_metrics (e.g. ExactMatch) are measured on the held-out prompts at every
-        validation (eval/<name>) and by the end-of-run evaluation, apart from the reward."""
+        validation (eval/<name>) and by the end-of-run evaluation, apart from the reward. environment (an
+        EnvSpec or an Environment class) makes rollouts multi-turn episodes (docs/environments.md)."""
         super().__init__()
         config = build(self.config_class, settings, "algo")
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
@@ -87,6 +89,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         self.kl_controller.start(config.kl_coef)
         self.score_transforms = list(score_transforms)
         self.task_metrics = list(task_metrics)
+        self.environment = as_env_spec(environment)
         self.episode = 0  # sequences trained on, over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = None
@@ -215,12 +218,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""
         raise NotImplementedError
 
-    def estimate(self, rollout: Rollout, non_score_reward: torch.Tensor) -> Estimate:
-        """The advantages of the algorithm's estimator (ESTIMATORS[self.estimator]) with its settings."""
-        inputs = EstimatorInputs(rollout.scores, non_score_reward, rollout.response_mask, rollout.prompt_index,
-                                 rollout.values, self.all_reduce_sum)
-        return ESTIMATORS[self.estimator](inputs, self.hparams)
-
     def all_reduce_sum(self, total: torch.Tensor) -> torch.Tensor:
         """A tensor summed over ranks (itself on one rank, or outside a Trainer)."""
         if self._trainer is None or self.trainer.world_size == 1:
@@ -236,7 +233,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             step_tokens = float(tokens) / (self.trainer.world_size if self._trainer is not None else 1)
         # sequences the loss trains on: filtered ones (zero-std groups) are out of every loss type's denominator
         in_loss = len(idx) if rollout.in_loss is None else int(rollout.in_loss[idx].sum())
-        return LossShare(hp.loss_type, micro_batches, hp.response_length, step_tokens,
+        return LossShare(hp.loss_type, micro_batches, self.trajectory_length, step_tokens,
                          step_sequences=max(in_loss, 1))
 
     def micro_batches(self, rollout: Rollout, idx: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -245,7 +242,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         budget = self.hparams.max_tokens_per_micro_batch
         if budget is None:
             return list(idx.split(size))
-        tokens = rollout.query_mask.sum(1) + rollout.response_mask.sum(1)  # N
+        tokens = rollout.query_mask.sum(1) + rollout.forward_mask.sum(1)  # N
         return split_by_tokens(idx, tokens, budget)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -310,7 +307,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         if rollout.policy_outputs is not None:  # single update: the rollout already ran this forward
             new_logprobs, entropy = (t[idx] for t in rollout.policy_outputs)  # M,R ; M,R
         else:
-            new_logprobs, entropy = self.policy_logprobs_and_entropy(*rollout.sequences(idx))  # M,R ; M,R
+            new_logprobs, entropy = (rollout.on_model_tokens(t, idx) for t in
+                                     self.policy_logprobs_and_entropy(*rollout.sequences(idx)))  # M,R ; M,R
         return self.policy_loss(new_logprobs, entropy, rollout, advantages, idx, share)
 
     def policy_loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout,
@@ -346,6 +344,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.check_columns(datamodule.rows, datamodule.hparams.dataset)
+            self.check_environment(datamodule.rows, datamodule.hparams.dataset)
             self.check_token_budget(max(len(row.ids) for row in datamodule.rows))
         self.training_finished = False
         self._fit_start_time = time.time()
@@ -364,14 +363,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             "tokens/responses_len_dist": mask.sum(1).float(),
         }
 
-    def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs
-        (nothing when the engine reports none, as `rollout=hf`, whose sampler is the trainer's own model)."""
-        if rollout.sampler_logprobs is None:
-            return {}
-        return sampler_mismatch_stats(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask,
-                                      self.hparams.rollout_is_cap, self.hparams.rollout_is_mode)
-
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
         self.last_step_episodes = len(rollout) * self.trainer.world_size
         self.episode += self.last_step_episodes
@@ -380,6 +371,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, L.Lig
             **stats,
             **completion_stats(rollout.response_mask, rollout.contains_stop, rollout.completions),
             **reward_stats(rollout.reward_components),
+            **episode_stats(rollout.columns, rollout.response_mask, rollout.context_mask),
             **group_stats(rollout.scores, rollout.prompt_index),
             **self.sampler_stats(rollout),
             **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},

@@ -37,13 +37,26 @@ class Rollout:
     in_loss: torch.Tensor | None = None  # N  bool: sequences the loss trains on (None: all)
     reward_components: dict[str, torch.Tensor] = field(default_factory=dict)  # {name: N} each named reward's scores
     columns: dict[str, list] = field(default_factory=dict)  # {name: N values} the dataset columns of each prompt
+    # multi-turn: every token after the prompt (model turns and observations); response_mask then holds the model's
+    # tokens only, the ones logprobs, KL, advantages and losses count. None: single-turn (the response_mask).
+    context_mask: torch.Tensor | None = None  # N,R
+    conversations: list[list[tuple[str, str]]] = field(default_factory=list)  # N x [(model | env, text)], multi-turn
 
     def __len__(self) -> int:
         return self.responses.shape[0]
 
+    @property
+    def forward_mask(self) -> torch.Tensor:
+        """The tokens after the prompt that a forward attends to: the whole trajectory. -> (N,R)"""
+        return self.response_mask if self.context_mask is None else self.context_mask
+
     def sequences(self, idx: torch.Tensor | slice = slice(None)) -> tuple[torch.Tensor, ...]:
-        """(queries, query_mask, responses, response_mask) of sequences idx."""
-        return self.queries[idx], self.query_mask[idx], self.responses[idx], self.response_mask[idx]
+        """(queries, query_mask, responses, forward_mask) of sequences idx: what a forward takes."""
+        return self.queries[idx], self.query_mask[idx], self.responses[idx], self.forward_mask[idx]
+
+    def on_model_tokens(self, values: torch.Tensor, idx: torch.Tensor | slice = slice(None)) -> torch.Tensor:
+        """Per-token values (M,R) of sequences idx, zero on observation tokens (a forward computes them there too)."""
+        return values if self.context_mask is None else values * self.response_mask[idx]
 
     def loss_mask(self, idx: torch.Tensor | slice = slice(None)) -> torch.Tensor:
         """The response tokens of sequences idx that the loss trains on. -> (M,R)"""

@@ -15,7 +15,8 @@ from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
-from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences
+from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
+from lit_rlhf.rollout.trajectory import episode_columns, episode_conversation
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -98,12 +99,20 @@ class RolloutScoring:
         rollout.is_weights = weights * (~drop).unsqueeze(1)  # N,R
         return {"rollout/off_policy_masked_frac": drop.float().mean()}
 
+    def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs
+        (nothing when the engine reports none, as `rollout=hf`, whose sampler is the trainer's own model)."""
+        if rollout.sampler_logprobs is None:
+            return {}
+        return sampler_mismatch_stats(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask,
+                                      self.hparams.rollout_is_cap, self.hparams.rollout_is_mode)
+
     def check_token_budget(self, longest_prompt: int) -> None:
         """max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
-        budget, longest = self.hparams.max_tokens_per_micro_batch, longest_prompt + self.hparams.response_length
+        budget, longest = self.hparams.max_tokens_per_micro_batch, longest_prompt + self.trajectory_length
         if budget is not None and budget < longest:
             raise ConfigError(f"algo.max_tokens_per_micro_batch={budget} is below the longest sequence "
-                              f"({longest_prompt} prompt + {self.hparams.response_length} response tokens = "
+                              f"({longest_prompt} prompt + {self.trajectory_length} response tokens = "
                               f"{longest}); set it >= {longest}.")
 
     def check_columns(self, rows: list, dataset: str) -> None:
@@ -133,7 +142,8 @@ class RolloutScoring:
         k = samples_per_prompt or self.samples_per_prompt
         hp = self.hparams
         samples = self.rollout_engine.sample(self, batch, k, from_reference=from_reference, greedy=greedy)
-        sequences = (samples.queries, samples.query_mask, samples.responses, samples.response_mask)
+        forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask  # N,R
+        sequences = (samples.queries, samples.query_mask, samples.responses, forward_mask)
         reuse_forward = for_training and self.single_update
         was_training = self.policy.training
         self.policy.eval()  # no dropout: old logprobs must describe the sampling distribution
@@ -145,14 +155,24 @@ class RolloutScoring:
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
             logprobs, values = policy_outputs[0].detach(), None
+        if samples.context_mask is not None:  # observation tokens are context: no logprob, value or KL there
+            model = samples.response_mask  # N,R
+            logprobs, values, ref_logprobs = (t if t is None else t * model for t in (logprobs, values, ref_logprobs))
+            policy_outputs = None if policy_outputs is None else tuple(t * model for t in policy_outputs)
         is_weights = None  # N,R  the correction for an engine whose sampler differs from the trainer
         if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None:
             is_weights = importance_weights(logprobs, samples.sampler_logprobs, samples.response_mask,
                                             hp.rollout_is_cap, hp.rollout_is_mode)  # N,R
         prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
         completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
-        has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
         columns = sequence_columns(batch, samples.prompt_index)  # {name: N values}
+        conversations = []
+        if samples.episodes is None:
+            has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
+        else:
+            has_stop = torch.tensor([e.stopped for e in samples.episodes], device=samples.responses.device)  # N
+            conversations = [episode_conversation(e, self.tokenizer) for e in samples.episodes]
+            columns.update(episode_columns(samples.episodes, [turns[-1][1] for turns in conversations]))
         raw_scores, components = self.score_components(prompts, completions, columns)  # N ; {name: N}
         scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:
@@ -162,7 +182,7 @@ class RolloutScoring:
                        ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=has_stop,
                        values=values, prompts=prompts, completions=completions, policy_outputs=policy_outputs,
                        sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights, reward_components=components,
-                       columns=columns)
+                       columns=columns, context_mask=samples.context_mask, conversations=conversations)
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""

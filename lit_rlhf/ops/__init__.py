@@ -26,10 +26,13 @@ from lit_rlhf.ops.losses import LOSS_TYPES, LossShare, aggregate_loss, clipped_p
 from lit_rlhf.ops.masks import (
     contains_stop,
     first_stop_index,
+    gather_tokens,
     masked_mean,
     masked_var,
     masked_whiten,
+    model_tokens_first,
     response_mask_from_stop,
+    scatter_tokens,
     truncate_after_stop,
 )
 from lit_rlhf.ops.shaping import overlong_penalty
@@ -37,9 +40,10 @@ from lit_rlhf.ops.shaping import overlong_penalty
 __all__ = [
     "IS_MODES", "KL_ESTIMATORS", "LOSS_TYPES", "LossShare", "aggregate_loss", "bias_corrected_kl",
     "clipped_policy_loss", "clipped_value_loss", "contains_stop", "discounted_reverse_cumsum", "entropy_from_logits",
-    "first_stop_index", "gae_advantages", "global_masked_whiten", "group_all_equal", "group_mean", "group_std",
-    "identity_sum", "importance_weights", "kl_per_token", "leave_one_out_baseline", "logprobs_and_entropy",
-    "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten", "off_policy_sequences", "overlong_penalty",
-    "place_score_on_last_token", "response_mask_from_stop", "reward_to_go", "rloo_advantages",
-    "sampler_mismatch_stats", "truncate_after_stop", "truncated_is_weights",
+    "first_stop_index", "gae_advantages", "gather_tokens", "global_masked_whiten", "group_all_equal", "group_mean",
+    "group_std", "identity_sum", "importance_weights", "kl_per_token", "leave_one_out_baseline",
+    "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten",
+    "model_tokens_first", "off_policy_sequences", "overlong_penalty", "place_score_on_last_token",
+    "response_mask_from_stop", "reward_to_go", "rloo_advantages", "sampler_mismatch_stats", "scatter_tokens",
+    "truncate_after_stop", "truncated_is_weights",
 ]

@@ -57,3 +57,19 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     if not shift_mean:
         whitened = whitened + mean
     return whitened * mask.to(values.dtype)
+
+
+def model_tokens_first(mask: torch.Tensor) -> torch.Tensor:
+    """Per sequence, the positions of its masked tokens in order, then the others: the permutation that puts a
+    trajectory's model tokens side by side (observation tokens and padding after them). (N,R) -> (N,R) indices"""
+    return torch.sort((~mask.bool()).to(torch.int8), dim=1, stable=True).indices
+
+
+def gather_tokens(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """values (N,R) in the order of model_tokens_first. -> (N,R)"""
+    return values.gather(1, order)
+
+
+def scatter_tokens(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """The inverse of gather_tokens: values (N,R) back at their positions. -> (N,R)"""
+    return torch.zeros_like(values).scatter(1, order, values)

@@ -1,6 +1,10 @@
-"""The rollout seam: a RolloutEngine turns a prompt batch into sampled responses.
+"""The rollout seam: a RolloutEngine turns a prompt batch into sampled trajectories.
 
-    prompt batch (B prompts) --engine.sample--> Samples (N = B*K sequences: ids, masks, sampler logprobs)
+    prompt batch (B prompts) --engine.sample--> Samples (N = B*K episodes: ids, masks, sampler logprobs)
+
+`sample` runs the episodes (rollout/trajectory.py: one model turn for every live episode per engine call, the
+environment's answers in between); without an environment an episode is one turn, the single-turn rollout.
+An engine implements `generate_turn`: one model turn for a list of token-id contexts.
 
 Everything after sampling (old and reference logprobs, the reward, advantages) is the trainer's and
 stays in the RLHFModule, so an engine is only how tokens are drawn: Hugging Face `generate` (HFEngine,
@@ -18,6 +22,8 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.rollout.trajectory import Episode, episode_tensors, run_episodes
+
 
 @dataclass
 class Samples:
@@ -27,6 +33,10 @@ class Samples:
     response_mask: torch.Tensor  # N,R  True up to and including the stop token
     prompt_index: torch.Tensor  # N    which prompt of the batch each sequence answers
     sampler_logprobs: torch.Tensor | None = None  # N,R  the engine's own logprobs of the sampled tokens, if any
+    # multi-turn only: every token after the prompt (model turns and observations); response_mask is then the
+    # model's tokens only, with observation tokens in between
+    context_mask: torch.Tensor | None = None  # N,R
+    episodes: list[Episode] | None = None  # N
 
 
 def repeat_prompts(batch: dict[str, torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -38,22 +48,65 @@ def repeat_prompts(batch: dict[str, torch.Tensor], k: int) -> tuple[torch.Tensor
     return queries, query_mask, prompt_index
 
 
+def episode_rows(batch: dict[str, Any], prompt_index: torch.Tensor) -> list[dict[str, Any]]:
+    """The dataset columns of each episode's prompt. -> N dicts"""
+    columns = batch.get("columns") or {}
+    return [{name: values[i] for name, values in columns.items()} for i in prompt_index.tolist()]
+
+
+def left_pad(contexts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id lists as a left-padded batch. -> input_ids (N,L), attention_mask (N,L)"""
+    width = max(len(c) for c in contexts)
+    ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)  # N,L
+    mask = torch.zeros((len(contexts), width), dtype=torch.long)  # N,L
+    for i, context in enumerate(contexts):
+        ids[i, width - len(context):] = torch.tensor(context, dtype=torch.long)
+        mask[i, width - len(context):] = 1
+    return ids.to(device), mask.to(device)
+
+
 class RolloutEngine:
-    """How responses are sampled. Subclasses implement `sample`; `setup` runs once the module's weights are
+    """How tokens are sampled. Subclasses implement `generate_turn`; `setup` runs once the module's weights are
     loaded, `after_update` after every RL step's optimizer steps (an engine holding its own copy of the
-    weights syncs them there)."""
+    weights syncs them there), `begin`/`end` around each rollout's episodes."""
 
     #: every rank must call `sample` at the same time (e.g. ZeRO-3 gathers weights layer by layer)
     lockstep: bool = False
+    #: generate_turn returns the engine's logprobs of the sampled tokens (when sampling from the policy)
+    reports_logprobs: bool = False
 
     def setup(self, module: Any) -> None:
         """Called from RLHFModule.configure_model, after the policy, reference and tokenizer loaded."""
 
     def sample(self, module: Any, batch: dict[str, torch.Tensor], samples_per_prompt: int,
                from_reference: bool = False, greedy: bool = False) -> Samples:
-        """K responses per prompt of batch (input_ids, attention_mask: B,P) from the policy (or the reference);
+        """K episodes per prompt of batch (input_ids, attention_mask: B,P) from the policy (or the reference);
         greedy=True takes the argmax instead of sampling."""
+        queries, query_mask, prompt_index = repeat_prompts(batch, samples_per_prompt)  # N,P ; N,P ; N
+        self.begin(module, from_reference)
+        try:
+            episodes = run_episodes(self, module, queries, query_mask, episode_rows(batch, prompt_index),
+                                    from_reference, greedy)
+        finally:
+            self.end(module, from_reference)
+        tensors = episode_tensors(episodes, module.trajectory_length, module.tokenizer.pad_token_id, queries.device)
+        reported = self.reports_logprobs and not greedy and not from_reference
+        multi_turn = module.environment is not None
+        return Samples(queries, query_mask, tensors["responses"], tensors["response_mask"], prompt_index,
+                       tensors["sampler_logprobs"] if reported else None,
+                       tensors["context_mask"] if multi_turn else None, episodes if multi_turn else None)
+
+    def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
+                      greedy: bool) -> list[tuple[list[int], list[float] | None]]:
+        """One model turn per context (token ids: prompt and trajectory so far), at most max_new_tokens each:
+        (the sampled ids, the engine's logprobs of them or None), in order."""
         raise NotImplementedError
+
+    def begin(self, module: Any, from_reference: bool) -> None:
+        """Before a rollout's first turn."""
+
+    def end(self, module: Any, from_reference: bool) -> None:
+        """After its last turn (also when it failed)."""
 
     def after_update(self, module: Any) -> None:
         """Called after every RL step's optimizer steps."""

@@ -11,8 +11,7 @@ import torch
 from transformers import GenerationConfig
 
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import truncate_after_stop
-from lit_rlhf.rollout.engine import RolloutEngine, Samples, repeat_prompts
+from lit_rlhf.rollout.engine import RolloutEngine, left_pad
 from lit_rlhf.rollout.sampling import pure_sampling_config
 
 
@@ -30,27 +29,22 @@ class HFEngine(RolloutEngine):
             hp.generation_kwargs, hp.allow_biased_sampling)
 
     @torch.no_grad()
-    def sample(self, module: Any, batch: dict[str, torch.Tensor], samples_per_prompt: int,
-               from_reference: bool = False, greedy: bool = False) -> Samples:
-        queries, query_mask, prompt_index = repeat_prompts(batch, samples_per_prompt)  # N,P ; N,P ; N
-        config = self.generation_config
-        if greedy:
-            config = GenerationConfig(**{**config.to_dict(), "do_sample": False})
+    def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
+                      greedy: bool) -> list[tuple[list[int], None]]:
+        input_ids, attention_mask = left_pad(contexts, module.tokenizer.pad_token_id, module.device)  # N,L ; N,L
+        config = GenerationConfig(**{**self.generation_config.to_dict(), "max_new_tokens": max_new_tokens,
+                                     **({"do_sample": False} if greedy else {})})
         was_training = module.policy.training
         module.policy.eval()
         try:
             if from_reference:
                 with module.reference.active() as reference:
-                    sequences = self.generate(module, reference, queries, query_mask, config)  # N,P+R'
+                    sequences = self.generate(module, reference, input_ids, attention_mask, config)  # N,L+T
             else:
-                sequences = self.generate(module, module.policy, queries, query_mask, config)  # N,P+R'
+                sequences = self.generate(module, module.policy, input_ids, attention_mask, config)  # N,L+T
         finally:
             module.policy.train(was_training)
-        responses = sequences[:, queries.shape[1]:]  # N,R'  (R' < R when every sequence stopped early)
-        missing = module.hparams.response_length - responses.shape[1]
-        responses = torch.nn.functional.pad(responses, (0, missing), value=module.tokenizer.pad_token_id)  # N,R
-        responses, response_mask = truncate_after_stop(responses, module.stop_token_id, module.tokenizer.pad_token_id)
-        return Samples(queries, query_mask, responses, response_mask, prompt_index)
+        return [(row.tolist(), None) for row in sequences[:, input_ids.shape[1]:]]
 
     def generate(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
                  config: GenerationConfig) -> torch.Tensor:

@@ -23,8 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import truncate_after_stop
-from lit_rlhf.rollout.engine import RolloutEngine, Samples, repeat_prompts
+from lit_rlhf.rollout.engine import RolloutEngine
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.vllm_checks import (
     check_kv_cache,
@@ -53,10 +52,12 @@ class VLLMEngine(RolloutEngine):
     gpu_memory_utilization: the share of the device's memory vLLM may take (weights and KV cache); on CPU, of
     the machine's memory. kv_cache_gib: the KV cache's size instead (what to set when the trainer shares the
     device). sleep: vLLM's sleep mode on GPU (weights offloaded and KV cache freed between rollouts, level 1).
-    seeded: each prompt's K samples draw from a seed taken from torch's RNG, so a seeded run samples the same
+    seeded: each episode's turn draws from a seed taken from torch's RNG, so a seeded run samples the same
     tokens again (a resumed run continues the RNG from its checkpoint). cpu_cores: on CPU, the cores the engine
     computes on ("0-7"); None: as many as the trainer's torch threads (the trainer waits while the engine samples;
     under DDP each rank's own share). engine_kwargs: anything else `LLM(...)` accepts."""
+
+    reports_logprobs = True
 
     def __init__(self, gpu_memory_utilization: float = 0.3, kv_cache_gib: float | None = None,
                  dtype: str | None = None, max_model_len: int | None = None, enforce_eager: bool = True,
@@ -186,56 +187,40 @@ class VLLMEngine(RolloutEngine):
             self.asleep = True
 
     # ---- sampling ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def sample(self, module: Any, batch: dict[str, torch.Tensor], samples_per_prompt: int,
-               from_reference: bool = False, greedy: bool = False) -> Samples:
+    def begin(self, module: Any, from_reference: bool) -> None:
         if from_reference:
-            return self.generate_engine.sample(module, batch, samples_per_prompt, from_reference=True, greedy=greedy)
+            return
         self.wake()  # sleep mode: the weights are back on the device before a sync writes them
         if self.stale:
             self.sync(module)
-        hp = module.hparams
-        prompts = [ids[mask.bool()].tolist()
-                   for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]  # B lists
-        outputs = self.generate(module, prompts, samples_per_prompt, greedy)
-        self.rest(module.device)
-        queries, query_mask, prompt_index = repeat_prompts(batch, samples_per_prompt)  # N,P ; N,P ; N
-        pad_id = module.tokenizer.pad_token_id
-        responses, logprobs = completion_tensors(outputs, hp.response_length, pad_id)  # N,R ; N,R
-        responses, response_mask = truncate_after_stop(responses.to(queries.device), module.stop_token_id, pad_id)
-        sampler_logprobs = None if greedy else logprobs.to(queries.device) * response_mask  # N,R
-        return Samples(queries, query_mask, responses, response_mask, prompt_index, sampler_logprobs)
 
-    def generate(self, module: Any, prompts: list[list[int]], k: int, greedy: bool) -> list[list[tuple]]:
-        """Prompt by prompt (in order), its K completions as (token ids, the engine's logprobs or None)."""
+    def end(self, module: Any, from_reference: bool) -> None:
+        if not from_reference:
+            self.rest(module.device)
+
+    @torch.no_grad()
+    def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
+                      greedy: bool) -> list[tuple[list[int], list[float] | None]]:
+        """One engine call for every live episode's turn (vLLM batches them); the reference samples with
+        generate() (rollout=hf)."""
+        if from_reference:
+            return self.generate_engine.generate_turn(module, contexts, max_new_tokens, True, greedy)
         hp = module.hparams
         settings = {**self.sampling_settings, "temperature": 0.0} if greedy else self.sampling_settings
-        common = dict(n=k, max_tokens=hp.response_length, stop_token_ids=[module.stop_token_id], ignore_eos=True,
+        common = dict(n=1, max_tokens=max_new_tokens, stop_token_ids=[module.stop_token_id], ignore_eos=True,
                       logprobs=None if greedy else 0, detokenize=False, **settings)
         base = int(torch.randint(2**31 - 1, (1,))) if self.seeded else None
         rank = module.global_rank if module._trainer is not None else 0
         params = [{**common, "seed": None if base is None else (base + 7919 * rank + i) % 2**31}
-                  for i in range(len(prompts))]
+                  for i in range(len(contexts))]
         try:
-            return self.engine.call("generate", prompts, params)
+            outputs = self.engine.call("generate", contexts, params)
         except EngineError as err:  # vLLM's request validation errors (their classes vary across versions)
             if "context length" in str(err) or "max_model_len" in str(err):
-                longest = max(map(len, prompts))
-                raise ConfigError(f"a prompt of {longest} tokens with algo.response_length={hp.response_length} does "
-                                  f"not fit the vLLM engine's context; raise rollout.max_model_len (up to the "
-                                  f"model's) or shorten data.max_prompt_length.") from err
+                longest = max(map(len, contexts))
+                raise ConfigError(f"a context of {longest} tokens with algo.response_length={hp.response_length} "
+                                  f"does not fit the vLLM engine's context; raise rollout.max_model_len (up to the "
+                                  f"model's) or shorten data.max_prompt_length (or env.max_tokens).") from err
             raise
+        return [(list(tokens), None if logprobs is None else list(logprobs)) for (tokens, logprobs), in outputs]
 
-
-def completion_tensors(outputs: list[list[tuple]], length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The engine's completions (prompt by prompt, K each, as (token ids, logprobs or None)) as token ids padded
-    to `length` and the engine's logprobs of those tokens (0 where it reported none). -> (N,R), (N,R)"""
-    completions = [completion for output in outputs for completion in output]
-    responses = torch.full((len(completions), length), pad_id, dtype=torch.long)  # N,R
-    logprobs = torch.zeros(len(completions), length)  # N,R
-    for n, (tokens, token_logprobs) in enumerate(completions):
-        tokens = tokens[:length]
-        responses[n, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        if token_logprobs is not None:
-            logprobs[n, :len(tokens)] = torch.tensor(token_logprobs[:len(tokens)])
-    return responses, logprobs

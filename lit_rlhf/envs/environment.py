@@ -1,0 +1,114 @@
+"""The environment seam: what a multi-turn episode talks to.
+
+An Environment is created per episode from its prompt's dataset row (the columns its constructor names), offers
+`tools` (plain functions: the model calls them in its tool format and sees their results) and/or a `step` hook
+(the model's turn text -> an observation, or the end), and may score the finished episode with `reward`.
+EnvSpec says how episodes run: which environment, at most how many turns and tokens, the tool timeout and format.
+
+    class Calculator(Environment):
+        tools = [calculator]             # def calculator(expression: str) -> str, with a docstring
+
+    GRPOModule(model=..., reward=..., environment=EnvSpec(Calculator, max_turns=3, max_tokens=48))
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lit_rlhf.envs.formats import TOOL_FORMATS, ToolFormat
+from lit_rlhf.envs.tools import tool_name, tool_schema
+from lit_rlhf.errors import ConfigError, nearest
+
+
+class Environment:
+    """One episode's world. Subclasses name the dataset columns they need as constructor parameters."""
+
+    tools: Sequence[Callable] = ()
+
+    def __init__(self, **columns: Any):
+        self.columns = columns
+
+    def step(self, text: str) -> tuple[str | None, bool]:
+        """After a model turn with no tool call: (observation text to append, done). Default: the episode ends."""
+        return None, True
+
+    def reward(self) -> float | None:
+        """The finished episode's reward (read by `reward=environment`), or None."""
+        return None
+
+
+def factory_class(factory: Callable) -> Any:
+    """The class a factory builds (a class, or a functools.partial of one), else the factory itself."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    return factory
+
+
+@dataclass
+class EnvSpec:
+    factory: Callable[..., Environment]  # called with the row's columns that its signature names
+    max_turns: int = 4  # model turns per episode
+    max_tokens: int = 256  # trajectory tokens after the prompt (model turns and observations)
+    tool_timeout_s: float = 10.0  # per tool call and per step()
+    tool_format: str = "compact"  # compact | hermes (lit_rlhf.envs.formats)
+
+    def __post_init__(self) -> None:
+        name = getattr(factory_class(self.factory), "__name__", repr(self.factory))
+        if not callable(self.factory):
+            raise ConfigError(f"env.factory={self.factory!r} is not callable; give an Environment class "
+                              f"(env.factory._target_=mymodule.MyEnvironment, env.factory._partial_=true).")
+        for key, minimum in (("max_turns", 1), ("max_tokens", 2)):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ConfigError(f"env.{key}={value!r} must be a whole number >= {minimum}.")
+        if not self.tool_timeout_s > 0:
+            raise ConfigError(f"env.tool_timeout_s={self.tool_timeout_s!r} must be > 0 seconds.")
+        if self.tool_format not in TOOL_FORMATS:
+            raise ConfigError(f"env.tool_format={self.tool_format!r} is not a tool format"
+                              f"{nearest(self.tool_format, list(TOOL_FORMATS))}.")
+        self.schemas = [tool_schema(tool, f"the environment {name}") for tool in self.tools]
+
+    @property
+    def tools(self) -> list[Callable]:
+        """The environment class's tools (declared on the class, so their schemas are known before episodes)."""
+        return list(getattr(factory_class(self.factory), "tools", ()) or ())
+
+    @property
+    def format(self) -> ToolFormat:
+        return TOOL_FORMATS[self.tool_format]
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [tool_name(tool) for tool in self.tools]
+
+    def required_columns(self) -> list[str]:
+        """The dataset columns the factory needs (parameters without a default)."""
+        try:
+            parameters = inspect.signature(self.factory).parameters.values()
+        except (TypeError, ValueError):
+            return []
+        return [p.name for p in parameters if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+    def create(self, columns: dict[str, Any]) -> Environment:
+        """The environment of one episode, from its prompt's columns."""
+        try:
+            parameters = inspect.signature(self.factory).parameters
+        except (TypeError, ValueError):
+            return self.factory()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return self.factory(**columns)
+        return self.factory(**{k: v for k, v in columns.items() if k in parameters})
+
+
+def as_env_spec(environment: EnvSpec | Callable | None) -> EnvSpec | None:
+    """A module's `environment` argument: an EnvSpec, an Environment class (default limits), or None."""
+    if environment is None or isinstance(environment, EnvSpec):
+        return environment
+    if isinstance(environment, dict) and not environment:  # the CLI's env=none
+        return None
+    return EnvSpec(environment)

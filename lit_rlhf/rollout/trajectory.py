@@ -1,0 +1,168 @@
+"""Episodes: the rollout as trajectories. A single-turn rollout is the one-turn case (no environment).
+
+    turn t: the engine samples a model turn for every live episode (its prompt + trajectory so far)
+            -> the turn's sampled token ids are appended as sampled (token in, token out)
+            -> the environment answers: tool results or step() -> the observation is tokenized on its own and
+               appended (never re-tokenizing the conversation), or the episode ends
+
+An episode ends when the model's turn has no tool call and step() says done, when a turn ends without the stop
+token (the per-turn budget algo.response_length), after env.max_turns turns, or when the next observation would
+pass env.max_tokens (flagged as truncated). Episodes never span RL steps.
+
+Shapes: N episodes (B prompts x K samples), P prompt length, R = env.max_tokens (algo.response_length without
+an environment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lit_rlhf.envs import Environment, EnvSpec, ToolCallError, call_with_timeout, run_tool_call
+from lit_rlhf.envs.tools import tool_name
+
+
+@dataclass
+class Episode:
+    prompt: list[int]
+    env: Environment | None
+    tokens: list[int] = field(default_factory=list)  # everything after the prompt
+    model_mask: list[bool] = field(default_factory=list)  # True where the model sampled the token
+    sampler_logprobs: list[float] = field(default_factory=list)
+    segments: list[tuple[str, int]] = field(default_factory=list)  # (model | env, token count), in order
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    stopped: bool = False  # the last model turn ended with the stop token
+    truncated: bool = False  # ended by env.max_tokens or env.max_turns while the environment would go on
+    done: bool = False
+
+    def append(self, ids: list[int], by_model: bool, logprobs: list[float] | None = None) -> None:
+        self.tokens += ids
+        self.model_mask += [by_model] * len(ids)
+        self.sampler_logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.segments.append(("model" if by_model else "env", len(ids)))
+
+
+def cut_at_stop(ids: list[int], stop_id: int) -> list[int]:
+    """The sampled ids up to and including the first stop token (generate() pads after it)."""
+    return ids[:ids.index(stop_id) + 1] if stop_id in ids else ids
+
+
+def environment_answer(spec: EnvSpec, episode: Episode, text: str) -> tuple[str | None, bool]:
+    """The observation after a model turn and whether the episode is done: the results of its tool calls, else
+    the environment's step(). A malformed or failing call is an observation (the error text), and counted."""
+    tools = {tool_name(tool): tool for tool in getattr(episode.env, "tools", ()) or ()}
+    try:
+        calls = spec.format.parse(text) if tools else []
+    except ToolCallError as err:
+        episode.tool_calls += 1
+        episode.tool_errors += 1
+        return spec.format.observation([f"error: {err}"]), False
+    if calls:
+        results = []
+        for call in calls:
+            result, failed = run_tool_call(call, tools, spec.tool_timeout_s)
+            episode.tool_errors += failed
+            results.append(result)
+        episode.tool_calls += len(calls)
+        return spec.format.observation(results), False
+    try:
+        observation, done = call_with_timeout(episode.env.step, spec.tool_timeout_s, text)
+    except Exception as err:
+        episode.tool_errors += 1
+        message = (str(err).strip().splitlines() or [""])[0][:200]
+        return f"error: {type(err).__name__}: {message}", False
+    return observation, bool(done) or not observation
+
+
+def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: torch.Tensor,
+                 columns: list[dict[str, Any]], from_reference: bool, greedy: bool) -> list[Episode]:
+    """Every episode of the rollout (one per row of queries, N,P), turn by turn; columns: each one's dataset row."""
+    spec: EnvSpec | None = module.environment
+    stop_id, budget = module.stop_token_id, module.trajectory_length
+    episodes = [Episode(q[m.bool()].tolist(), spec.create(row) if spec is not None else None)
+                for q, m, row in zip(queries, query_mask, columns, strict=True)]
+    max_turns = spec.max_turns if spec is not None else 1
+    for turn in range(max_turns):
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        room = [budget - len(e.tokens) for e in live]
+        outputs = engine.generate_turn(module, [e.prompt + e.tokens for e in live],
+                                       min(module.hparams.response_length, max(room)), from_reference, greedy)
+        for episode, space, (ids, logprobs) in zip(live, room, outputs, strict=True):
+            ids = cut_at_stop(ids, stop_id)[:space]
+            episode.append(ids, True, None if logprobs is None else list(logprobs[:len(ids)]))
+            episode.turns += 1
+            episode.stopped = bool(ids) and ids[-1] == stop_id
+            if not episode.stopped or episode.env is None:
+                episode.done = True
+                episode.truncated = not episode.stopped and len(episode.tokens) >= budget and spec is not None
+                continue
+            observation, done = environment_answer(spec, episode, module.tokenizer.decode(ids))
+            if done:
+                episode.done = True
+                continue
+            observed = module.tokenizer(observation, add_special_tokens=False)["input_ids"]
+            if turn == max_turns - 1 or len(episode.tokens) + len(observed) >= budget:
+                episode.done = episode.truncated = True  # no room for the answer's turn: ended, flagged
+                continue
+            episode.append(observed, False)
+    return episodes
+
+
+def episode_tensors(episodes: list[Episode], length: int, pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The episodes as padded tensors: responses, response_mask (model tokens), context_mask (every token after
+    the prompt), sampler_logprobs. -> each (N,R)"""
+    n = len(episodes)
+    responses = torch.full((n, length), pad_id, dtype=torch.long)  # N,R
+    response_mask = torch.zeros((n, length), dtype=torch.bool)  # N,R
+    context_mask = torch.zeros((n, length), dtype=torch.bool)  # N,R
+    logprobs = torch.zeros((n, length))  # N,R
+    for i, episode in enumerate(episodes):
+        count = len(episode.tokens)
+        responses[i, :count] = torch.tensor(episode.tokens, dtype=torch.long)
+        response_mask[i, :count] = torch.tensor(episode.model_mask, dtype=torch.bool)
+        context_mask[i, :count] = True
+        logprobs[i, :count] = torch.tensor(episode.sampler_logprobs)
+    return {name: t.to(device) for name, t in (("responses", responses), ("response_mask", response_mask),
+                                                ("context_mask", context_mask), ("sampler_logprobs", logprobs))}
+
+
+def episode_conversation(episode: Episode, tokenizer: Any) -> list[tuple[str, str]]:
+    """The episode as [(model | env, text)] turns, in order, for samples and reports."""
+    turns, start = [], 0
+    for role, count in episode.segments:
+        turns.append((role, tokenizer.decode(episode.tokens[start:start + count], skip_special_tokens=True)))
+        start += count
+    return turns or [("model", "")]
+
+
+def episode_columns(episodes: list[Episode], final_responses: list[str]) -> dict[str, list]:
+    """What rewards may read about each episode besides its text: the environment's reward (env_reward), turns,
+    tool calls and errors, whether a limit ended it (truncated), the text of the model's last turn (final_response)."""
+    return {
+        "env_reward": [None if e.env is None else e.env.reward() for e in episodes],
+        "turns": [e.turns for e in episodes], "tool_calls": [e.tool_calls for e in episodes],
+        "tool_errors": [e.tool_errors for e in episodes], "truncated": [e.truncated for e in episodes],
+        "final_response": final_responses,
+    }
+
+
+def episode_stats(columns: dict[str, list], response_mask: torch.Tensor,
+                  context_mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """rollout/* of a multi-turn rollout (nothing for a single-turn one): turns, tool calls and tool errors per
+    episode, the share of trajectory tokens that came from the environment, the share of episodes a limit ended."""
+    if context_mask is None or "turns" not in columns:
+        return {}
+
+    def mean(name: str) -> torch.Tensor:
+        return torch.tensor([float(v) for v in columns[name]]).mean()
+
+    tokens = context_mask.sum().clamp(min=1)
+    return {"rollout/turns_mean": mean("turns"), "rollout/tool_calls_mean": mean("tool_calls"),
+            "rollout/tool_errors": mean("tool_errors"), "rollout/truncated_frac": mean("truncated"),
+            "rollout/env_token_frac": ((context_mask & ~response_mask).sum() / tokens).cpu().float()}
