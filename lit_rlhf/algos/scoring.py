@@ -158,7 +158,9 @@ class RolloutScoring:
         if samples.context_mask is not None:  # observation tokens are context: no logprob, value or KL there
             model = samples.response_mask  # N,R
             logprobs, values, ref_logprobs = (t if t is None else t * model for t in (logprobs, values, ref_logprobs))
-            policy_outputs = None if policy_outputs is None else tuple(t * model for t in policy_outputs)
+            if policy_outputs is not None:
+                with torch.enable_grad():  # the update's graph goes on through the mask
+                    policy_outputs = tuple(t * model for t in policy_outputs)
         is_weights = None  # N,R  the correction for an engine whose sampler differs from the trainer
         if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None:
             is_weights = importance_weights(logprobs, samples.sampler_logprobs, samples.response_mask,

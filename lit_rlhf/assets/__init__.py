@@ -1,8 +1,11 @@
-"""The embedded default: a tiny pythia-architecture model and tokenizer, built by scripts/build_assets.py."""
+"""The embedded models: the default tiny pythia-architecture model (scripts/build_assets.py), the arithmetic task's
+(scripts/build_arithmetic.py) and the calculator tool-use task's (scripts/build_calculator.py)."""
 
 from pathlib import Path
 
 TINY_PYTHIA = str(Path(__file__).parent / "tiny-pythia")
+TINY_ARITHMETIC = str(Path(__file__).parent / "tiny-arithmetic")
+TINY_CALCULATOR = str(Path(__file__).parent / "tiny-calculator")
 
 
 def asset_path(name: str) -> str:

@@ -1,0 +1,55 @@
+"""The embedded tool-use task: questions such as "What is 347*829?" (three-digit products, beyond what the tiny
+model computes in its head) with an `answer` column, and a `calculator` tool the model may call in the compact
+format, `<call>calculator(347*829)</call>`, before it answers with `Answer: <integer>`.
+
+    python train.py experiment=calculator_grpo      # env=calculator data=calculator model=tiny-calculator
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+
+from lit_rlhf.envs import Environment
+
+OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+             ast.USub: operator.neg, ast.UAdd: operator.pos}
+MAX_DIGITS = 30  # results past this are refused: a calculator, not a way to exhaust memory
+
+
+def evaluate_expression(node: ast.AST) -> int:
+    """Integer arithmetic on a parsed expression: numbers, + - * // and parentheses, nothing else."""
+    if isinstance(node, ast.Expression):
+        return evaluate_expression(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+        left, right = evaluate_expression(node.left), evaluate_expression(node.right)
+        result = OPERATORS[type(node.op)](left, right)
+        if abs(result) >= 10**MAX_DIGITS:
+            raise ValueError(f"the result has more than {MAX_DIGITS} digits")
+        return result
+    if isinstance(node, ast.UnaryOp) and type(node.op) in OPERATORS:
+        return OPERATORS[type(node.op)](evaluate_expression(node.operand))
+    raise ValueError("only whole numbers, + - * // and parentheses")
+
+
+def calculator(expression: str) -> str:
+    """Evaluates integer arithmetic exactly.
+
+    Args:
+        expression: whole numbers with + - * // and parentheses, e.g. 347*829
+    """
+    if len(expression) > 200:
+        raise ValueError("the expression is longer than 200 characters")
+    return str(evaluate_expression(ast.parse(expression.strip(), mode="eval")))
+
+
+class CalculatorEnvironment(Environment):
+    """An episode of the calculator task: the model may call `calculator`; its last `Answer:` is scored."""
+
+    tools = [calculator]
+
+
+class NoToolEnvironment(Environment):
+    """The same episodes without the tool (the ablation): a call gets no answer and ends the episode."""

@@ -1,0 +1,86 @@
+"""An engine that plays scripted model turns through the real episode loop (RolloutEngine.sample), and small
+environments for the tests."""
+
+import time
+
+from lit_rlhf.envs import Environment
+from lit_rlhf.rollout import RolloutEngine
+
+
+def odd_ids(tokenizer, text: str) -> list[int]:
+    """text as one token per character: a segmentation the tokenizer itself would not produce."""
+    return [i for char in text for i in tokenizer(char, add_special_tokens=False)["input_ids"]]
+
+
+class ScriptedEngine(RolloutEngine):
+    """Turn t of every episode is turns[t] (text, as odd_ids) plus the stop token and trailing junk, which the
+    loop must cut; `stop=False` leaves the stop token out."""
+
+    def __init__(self, turns: list[str], stop: bool = True):
+        self.turns, self.stop, self.calls, self.turn = turns, stop, [], 0
+
+    def begin(self, module, from_reference):
+        self.turn = 0  # every rollout's episodes start at the script's first turn
+
+    def generate_turn(self, module, contexts, max_new_tokens, from_reference, greedy):
+        self.calls.append([list(c) for c in contexts])
+        text = self.turns[min(self.turn, len(self.turns) - 1)]
+        self.turn += 1
+        ids = odd_ids(module.tokenizer, text) + ([module.stop_token_id] if self.stop else [])
+        junk = [module.tokenizer.pad_token_id] * 3
+        return [((ids + junk)[:max_new_tokens], None) for _ in contexts]
+
+
+def echo(text: str) -> str:
+    """Repeats its argument.
+
+    Args:
+        text: what to repeat
+    """
+    return f"echo:{text}"
+
+
+def fail(text: str) -> str:
+    """Always raises.
+
+    Args:
+        text: ignored
+    """
+    raise RuntimeError("the tool broke")
+
+
+def hang(text: str) -> str:
+    """Sleeps past any timeout.
+
+    Args:
+        text: ignored
+    """
+    time.sleep(30)
+    return "late"
+
+
+def undocumented(text):
+    return text
+
+
+class EchoEnvironment(Environment):
+    tools = [echo, fail, hang]
+
+
+class CountingEnvironment(Environment):
+    """No tools: answers every turn with a step() observation until the third turn; rewards the turn count."""
+
+    def __init__(self, prompt_id: int = 0):
+        self.turns = 0
+
+    def step(self, text):
+        self.turns += 1
+        return (" next", False) if self.turns < 3 else (None, True)
+
+    def reward(self):
+        return float(self.turns)
+
+
+class NeedsAnswer(Environment):
+    def __init__(self, answer: str):
+        self.answer = answer
