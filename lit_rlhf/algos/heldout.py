@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from lit_rlhf.data.datamodule import batch_to
+from lit_rlhf.rollout.trajectory import transcript
 
 
 class HeldoutSampling:
@@ -26,6 +27,10 @@ class HeldoutSampling:
                    "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}
         for metric in self.task_metrics:  # e.g. eval/exact_match: accuracy against the dataset's answers
             metrics[f"eval/{metric.name}"] = metric.correct(samples["completions"], **samples["columns"]).float().mean()
+        columns = samples["columns"]
+        for name in ("tool_calls", "tool_errors", "turns"):  # multi-turn episodes: how the environment was used
+            if name in columns:
+                metrics[f"eval/{name}_mean"] = torch.tensor([float(v) for v in columns[name]]).mean()
         return metrics, len(samples["prompts"])
 
     def log_heldout_before_training(self) -> None:
@@ -63,7 +68,10 @@ class HeldoutSampling:
                                    greedy=greedy)
         kl, non_score_reward = self.kl_and_non_score_reward(rollout)
         per_sequence_kl = kl.sum(1)  # N
-        return {"prompts": rollout.prompts, "completions": rollout.completions,
+        # what reports show: the completion, or the whole conversation with the environment's turns marked
+        transcripts = [transcript(c) for c in rollout.conversations] if rollout.conversations else rollout.completions
+        return {"prompts": rollout.prompts, "completions": rollout.completions, "transcripts": transcripts,
+                "conversations": rollout.conversations,
                 "scores": rollout.raw_scores.tolist(), "kl": per_sequence_kl.tolist(),
                 "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item(),
                 "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)

@@ -6,6 +6,9 @@ holds, else 0). The signs, each from metrics the module already logs:
     monitor/missing_stop_jump       completions/clipped_ratio rose more than missing_stop_rise above its start
     monitor/distinct_collapse       completions/distinct_2 fell below distinct_ratio x its start
     monitor/kl_over_budget          objective/kl above kl_budget (the training FAQ's 10)
+    monitor/tool_errors_jump        multi-turn: rollout/tool_error_rate (per call) rose more than tool_error_rise
+    monitor/truncated_jump          multi-turn: rollout/truncated_frac rose more than missing_stop_rise (episodes
+                                    looping on tools until a limit ends them)
 
 "Start" is the mean of the first `window` RL steps, "now" the mean of the last `window`. HackingSigns holds the
 logic, without Lightning, so it can be fed any metric stream.
@@ -23,20 +26,25 @@ from lit_rlhf.errors import ConfigError
 
 CHANGES = {"length_jump": ("completions/mean_length", "mean completion length"),
            "missing_stop_jump": ("completions/clipped_ratio", "share of completions without the stop token"),
-           "distinct_collapse": ("completions/distinct_2", "distinct-2 of completions")}
-SIGNS = ("reward_up_metric_down", "length_jump", "missing_stop_jump", "distinct_collapse", "kl_over_budget")
+           "distinct_collapse": ("completions/distinct_2", "distinct-2 of completions"),
+           "tool_errors_jump": ("rollout/tool_error_rate", "tool errors per call"),
+           "truncated_jump": ("rollout/truncated_frac", "share of episodes ended by a limit")}
+SIGNS = ("reward_up_metric_down", "length_jump", "missing_stop_jump", "distinct_collapse", "kl_over_budget",
+         "tool_errors_jump", "truncated_jump")
+RISES = {"missing_stop_jump": "missing_stop_rise", "tool_errors_jump": "tool_error_rise",
+         "truncated_jump": "missing_stop_rise"}  # sign: the threshold its metric may rise by
 
 
 class HackingSigns:
     def __init__(self, window: int = 10, kl_budget: float | None = 10.0, length_ratio: float = 2.0,
                  missing_stop_rise: float = 0.2, distinct_ratio: float = 0.6, metric_drop: float = 0.05,
-                 score_rise: float = 0.05):
+                 score_rise: float = 0.05, tool_error_rise: float = 0.2):
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ConfigError(f"callbacks.reward_hacking_monitor.window={window!r} must be a whole number >= 1 (RL "
                               f"steps averaged at the start and now).")
         self.window, self.kl_budget, self.length_ratio = window, kl_budget, length_ratio
         self.missing_stop_rise, self.distinct_ratio = missing_stop_rise, distinct_ratio
-        self.metric_drop, self.score_rise = metric_drop, score_rise
+        self.metric_drop, self.score_rise, self.tool_error_rise = metric_drop, score_rise, tool_error_rise
         self.start: dict[str, list[float]] = {}
         self.recent: dict[str, deque] = {}
         self.best_metric: dict[str, tuple[float, float]] = {}  # name: (best value, mean training score then)
@@ -57,9 +65,10 @@ class HackingSigns:
         length, length0 = self._mean("completions/mean_length", "now"), self._mean("completions/mean_length", "start")
         if length is not None and length0:
             signs["length_jump"] = not (1 / self.length_ratio <= length / length0 <= self.length_ratio)
-        clipped, clipped0 = (self._mean("completions/clipped_ratio", w) for w in ("now", "start"))
-        if clipped is not None and clipped0 is not None:
-            signs["missing_stop_jump"] = clipped - clipped0 > self.missing_stop_rise
+        for sign, threshold in RISES.items():
+            now, start = (self._mean(CHANGES[sign][0], w) for w in ("now", "start"))
+            if now is not None and start is not None:
+                signs[sign] = now - start > getattr(self, threshold)
         distinct, distinct0 = (self._mean("completions/distinct_2", w) for w in ("now", "start"))
         if distinct is not None and distinct0:
             signs["distinct_collapse"] = distinct < self.distinct_ratio * distinct0

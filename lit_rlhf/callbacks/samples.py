@@ -3,7 +3,9 @@
 At the start of fit, every `every_n_steps` RL steps (default: num_sample_generations times over the
 run, like TRL) and at the end, on rank zero: one completion per held-out prompt with the training
 sampling settings (and greedy, if asked), scored, with its KL to the reference. Written to
-<run dir>/samples.jsonl always; printed as a rich table; logged as a wandb Table or TensorBoard text.
+<run dir>/samples.jsonl always; printed as a rich table; logged as a wandb Table or TensorBoard text. A
+multi-turn episode shows as its conversation, the environment's turns marked `[env:...]` (and, in samples.jsonl,
+also as `turns`: [{role: model | env, text}]).
 """
 
 from __future__ import annotations
@@ -63,10 +65,11 @@ class GenerationSamples(L.Callback):
         rows = []
         for mode in ("sample", "greedy") if self.greedy else ("sample",):
             out = module.sample_heldout(batch, self.seed, greedy=mode == "greedy")
-            for query, response, score, kl in zip(out["prompts"], out["completions"], out["scores"], out["kl"],
-                                                  strict=True):
+            for i, (query, response) in enumerate(zip(out["prompts"], out["transcripts"], strict=True)):
                 rows.append({"step": module.rl_step, "stage": stage, "mode": mode, "query": query,
-                             "response": response, "score": score, "kl": kl})
+                             "response": response, "score": out["scores"][i], "kl": out["kl"][i]})
+                if out["conversations"]:  # multi-turn: the turns apart too
+                    rows[-1]["turns"] = [{"role": role, "text": text} for role, text in out["conversations"][i]]
         self.write(trainer, rows)
         return rows
 

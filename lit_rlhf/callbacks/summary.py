@@ -70,8 +70,8 @@ class TrainingSummary(L.Callback):
         for column, style in (("prompt", "bold"), ("before", None), ("score", None), ("after", None), ("score", None)):
             samples.add_column(column, style=style)
         for i in range(min(self.num_samples, len(self.before["prompts"]))):
-            samples.add_row(as_text(self.before["prompts"][i]), as_text(self._cut(self.before["completions"][i])),
-                            f"{self.before['scores'][i]:.2f}", as_text(self._cut(self.after["completions"][i])),
+            samples.add_row(as_text(self.before["prompts"][i]), as_text(self._cut(self.before["transcripts"][i])),
+                            f"{self.before['scores'][i]:.2f}", as_text(self._cut(self.after["transcripts"][i])),
                             f"{self.after['scores'][i]:.2f}")
         console.print(samples)
 

@@ -30,6 +30,15 @@ from lit_rlhf.interrupts import EndOfRunInterrupted
 T = TypeVar("T")
 
 
+def config_key(err: BaseException) -> str:
+    """The config key (with a trailing dot) an instantiation error names, as the user writes it."""
+    key = re.search(r"full_key: (\S+)", str(err))
+    if key is None:
+        return ""
+    name = key.group(1)
+    return ("env." + name.removeprefix("algo.environment.") if name.startswith("algo.environment.") else name) + "."
+
+
 def user_error(err: BaseException) -> str | None:
     """The one-line message for a mistake the user can fix, looking through Hydra's instantiate wrapper."""
     while err is not None:
@@ -39,10 +48,13 @@ def user_error(err: BaseException) -> str | None:
             return message
         if isinstance(err, InstantiationException) and "Error locating target" in str(err):
             target = re.search(r"target '([^']*)'", str(err))
-            key = re.search(r"full_key: (\S+)", str(err))
-            return (f"{key.group(1) + '.' if key else ''}_target_={target.group(1) if target else '?'!r} cannot be "
+            return (f"{config_key(err)}_target_={target.group(1) if target else '?'!r} cannot be "
                     f"imported; check its spelling (e.g. torch.optim.AdamW) and that its module is importable (on "
                     f"PYTHONPATH).")
+        if isinstance(err, InstantiationException) and "Expected a callable target" in str(err):
+            target = re.search(r"got '([^']*)'", str(err))
+            return (f"{config_key(err)}_target_ names {target.group(1) if target else 'a value'!r}, which is not "
+                    f"callable; name a class or function.")
         if isinstance(err, MisconfigurationException):  # Lightning's own messages name the setting
             return f"{(str(err).strip().splitlines() or [''])[0]} (check the trainer group's settings)"
         if isinstance(err, MissingMandatoryValue):

@@ -13,6 +13,7 @@ from lit_rlhf.cli.checks import check_reward_group
 from lit_rlhf.cli.noise import silence_known_noise
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
 from lit_rlhf.data import PromptDataModule
+from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint
@@ -31,8 +32,9 @@ def load_module(cfg: DictConfig):
                                       trust_remote_code=bool(cfg.get("trust_remote_code")), checkpoint=checkpoint,
                                       settings=trained.algo_overrides)
         module.task_metrics = [instantiate(spec) for spec in (trained.task_metrics or {}).values()]
+        module.environment = as_env_spec(instantiate(trained.env) if trained.env else None)
         return module, trained
-    trained = TrainedSettings(cfg.reward, cfg.get("task_metrics"), None, {})
+    trained = TrainedSettings(cfg.reward, cfg.get("task_metrics"), cfg.get("env"), None, {})
     model = OmegaConf.to_container(cfg.model, resolve=True)
     if cfg.get("policy_path"):
         if (Path(cfg.policy_path) / "adapter_config.json").exists():

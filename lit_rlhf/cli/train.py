@@ -54,7 +54,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     check_optimized_metric(cfg, [metric.name for metric in module.task_metrics])
     # saved in checkpoints, so that evaluate.py ckpt_path=... scores with what the run trained on
     module.run_config = {group: OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
-                         for group in ("reward", "task_metrics")}
+                         for group in ("reward", "task_metrics", "env")}
     loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
     try:
         return fit(cfg, module, datamodule, loggers)

@@ -1,4 +1,4 @@
-"""evaluate.py ckpt_path=...: evaluate what was trained. The checkpoint's data, reward and task metrics are
+"""evaluate.py ckpt_path=...: evaluate what was trained. The checkpoint's data, reward, task metrics and env are
 used unless the command line picks others; the checkpoint's algorithm and model settings always are, but for
 algo.response_length and algo.temperature, which an evaluation may change. A checkpoint never chooses code
 to run: a reward or task metric it names outside lit_rlhf must come from the command line."""
@@ -21,6 +21,7 @@ FROM_CHECKPOINT = ("algo", "model")  # groups a checkpoint fixes
 class TrainedSettings:
     reward: Any  # a config to instantiate
     task_metrics: Any
+    env: Any  # the environment of multi-turn episodes (a config), or None
     data: dict[str, Any] | None  # PromptDataModule settings, or None: the command line's cfg.data
     algo_overrides: dict[str, Any]
 
@@ -76,4 +77,4 @@ def trained_settings(cfg: DictConfig, checkpoint: dict[str, Any]) -> TrainedSett
     if "data" not in groups and isinstance(saved_data, dict):
         # the held-out prompts of the run; remote code only from this command line
         data = {**saved_data, "trust_remote_code": bool(cfg.data.get("trust_remote_code", False))}
-    return TrainedSettings(chosen("reward"), chosen("task_metrics"), data, algo_overrides)
+    return TrainedSettings(chosen("reward"), chosen("task_metrics"), chosen("env"), data, algo_overrides)

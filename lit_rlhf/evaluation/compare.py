@@ -86,11 +86,25 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
                                        for side, samples in (("policy", policy), ("reference", reference))}
                          for metric in getattr(module, "task_metrics", ())},
     }
+    if "tool_calls" in policy["columns"]:  # multi-turn episodes: how each side used the environment
+        summary["episodes"] = {side: episode_summary(samples, prompt_index, confidence, num_bootstraps, seed)
+                               for side, samples in (("policy", policy), ("reference", reference))}
     records = [{"prompt": policy["prompts"][i], "prompt_index": int(prompt_index[i]),
-                "policy": policy["completions"][i], "policy_score": policy["scores"][i], "policy_kl": policy["kl"][i],
-                "reference": reference["completions"][i], "reference_score": reference["scores"][i],
+                "policy": policy["transcripts"][i], "policy_score": policy["scores"][i], "policy_kl": policy["kl"][i],
+                "reference": reference["transcripts"][i], "reference_score": reference["scores"][i],
                 "judgment": judgments[i].item()} for i in range(len(judgments))]
     return Evaluation(summary, records)
+
+
+def episode_summary(samples: dict[str, Any], prompt_index: torch.Tensor, confidence: float, num_bootstraps: int,
+                    seed: int) -> dict[str, Any]:
+    """Episodes that called a tool (share, with its interval over prompts), tool errors and turns per episode."""
+    calls = torch.tensor([float(v) for v in samples["columns"]["tool_calls"]])  # N
+    return {"tool_call_rate": interval(per_prompt_mean((calls > 0).float(), prompt_index), confidence,
+                                       num_bootstraps, seed),
+            "tool_calls_mean": calls.mean().item(),
+            "tool_errors_mean": torch.tensor([float(v) for v in samples["columns"]["tool_errors"]]).mean().item(),
+            "turns_mean": torch.tensor([float(v) for v in samples["columns"]["turns"]]).mean().item()}
 
 
 def interval(values: torch.Tensor, confidence: float, num_bootstraps: int, seed: int) -> dict[str, float]:

@@ -37,6 +37,13 @@ def print_report(evaluation: Evaluation, console: Console | None = None) -> None
             reference = sides["reference"][stat]
             console.print(f"{name} {stat}: policy {percent_interval(policy)}, reference "
                           f"{percent_interval(reference)} ({level})")
+    if "episodes" in s:
+        policy, reference = s["episodes"]["policy"], s["episodes"]["reference"]
+        console.print(f"episodes calling a tool: policy {percent_interval(policy['tool_call_rate'])}, reference "
+                      f"{percent_interval(reference['tool_call_rate'])}")
+        console.print(f"tool errors per episode: policy {policy['tool_errors_mean']:.2f}, reference "
+                      f"{reference['tool_errors_mean']:.2f}; turns: policy {policy['turns_mean']:.2f}, reference "
+                      f"{reference['turns_mean']:.2f}")
     console.print(f"KL estimator: {s['kl_estimator']}")
 
 

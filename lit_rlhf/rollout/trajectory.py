@@ -141,6 +141,11 @@ def episode_conversation(episode: Episode, tokenizer: Any) -> list[tuple[str, st
     return turns or [("model", "")]
 
 
+def transcript(conversation: list[tuple[str, str]]) -> str:
+    """A conversation as one text with the environment's turns marked: `model text [env: observation] model text`."""
+    return "".join(text if role == "model" else f" [env:{text}]" for role, text in conversation)
+
+
 def episode_columns(episodes: list[Episode], final_responses: list[str]) -> dict[str, list]:
     """What rewards may read about each episode besides its text: the environment's reward (env_reward), turns,
     tool calls and errors, whether a limit ended it (truncated), the text of the model's last turn (final_response)."""
@@ -155,7 +160,8 @@ def episode_columns(episodes: list[Episode], final_responses: list[str]) -> dict
 def episode_stats(columns: dict[str, list], response_mask: torch.Tensor,
                   context_mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """rollout/* of a multi-turn rollout (nothing for a single-turn one): turns, tool calls and tool errors per
-    episode, the share of trajectory tokens that came from the environment, the share of episodes a limit ended."""
+    episode, tool errors per call, the share of trajectory tokens that came from the environment, the share of
+    episodes a limit ended."""
     if context_mask is None or "turns" not in columns:
         return {}
 
@@ -163,6 +169,8 @@ def episode_stats(columns: dict[str, list], response_mask: torch.Tensor,
         return torch.tensor([float(v) for v in columns[name]]).mean()
 
     tokens = context_mask.sum().clamp(min=1)
+    calls = sum(columns["tool_calls"])
     return {"rollout/turns_mean": mean("turns"), "rollout/tool_calls_mean": mean("tool_calls"),
             "rollout/tool_errors": mean("tool_errors"), "rollout/truncated_frac": mean("truncated"),
+            "rollout/tool_error_rate": torch.tensor(sum(columns["tool_errors"]) / max(calls, 1), dtype=torch.float32),
             "rollout/env_token_frac": ((context_mask & ~response_mask).sum() / tokens).cpu().float()}

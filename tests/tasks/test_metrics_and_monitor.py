@@ -49,7 +49,8 @@ def test_per_prompt_pass_at_k_and_majority_by_hand():
 
 def steady(step):
     return {"objective/scores": 0.1 + 0.001 * step, "completions/mean_length": 12.0, "completions/clipped_ratio": 0.05,
-            "completions/distinct_2": 0.6, "objective/kl": 2.0}
+            "completions/distinct_2": 0.6, "objective/kl": 2.0, "rollout/tool_error_rate": 0.1,
+            "rollout/truncated_frac": 0.0}
 
 
 def feed(signs, stream, steps):
@@ -69,6 +70,8 @@ def test_a_steady_run_raises_no_sign():
     ("completions/clipped_ratio", 0.6, "missing_stop_jump"),
     ("completions/distinct_2", 0.2, "distinct_collapse"),
     ("objective/kl", 14.0, "kl_over_budget"),
+    ("rollout/tool_error_rate", 0.5, "tool_errors_jump"),
+    ("rollout/truncated_frac", 0.5, "truncated_jump"),
 ])
 def test_each_sign_fires_on_its_own_jump(key, value, sign):
     def stream(step):
