@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from lit_rlhf.envs import Environment
+from lit_rlhf.envs import TOOL_FORMATS, Environment
 
 OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
              ast.USub: operator.neg, ast.UAdd: operator.pos}
@@ -52,4 +52,10 @@ class CalculatorEnvironment(Environment):
 
 
 class NoToolEnvironment(Environment):
-    """The same episodes without the tool (the ablation): a call gets no answer and ends the episode."""
+    """The same episodes without the tool (the ablation): a call is answered with an error, and the model goes on
+    unaided (it is not counted as a tool call: this environment has no tools)."""
+
+    def step(self, text: str) -> tuple[str | None, bool]:
+        if "<call>" in text:
+            return TOOL_FORMATS["compact"].observation(["error: no tools here"]), False
+        return None, True
