@@ -79,8 +79,8 @@ def main() -> None:
     for r in results:
         task, episodes = r["task"], r["episodes"]
         lines.append(f"| `{r['command']}` | {cell(task['reference']['accuracy'])} | "
-                     f"{cell(task['policy']['accuracy'])} | "
-                     f"{cell(episodes['reference']['tool_call_rate'])} | {cell(episodes['policy']['tool_call_rate'])} | "
+                     f"{cell(task['policy']['accuracy'])} | {cell(episodes['reference']['tool_call_rate'])} | "
+                     f"{cell(episodes['policy']['tool_call_rate'])} | "
                      f"{episodes['policy']['tool_errors_mean']:.2f} | {r['kl_after']:.2f} | {r['wall_s']:.0f} s |")
     lines += ["", f"Example conversations after training (`{results[0]['command']}`, held-out, `[env:...]` marks the "
               f"environment's turns):", ""]
