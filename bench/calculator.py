@@ -7,7 +7,8 @@ same model and budget without the tool (`env=calculator_no_tool`).
 Reports the end-of-run evaluation on the 200 held-out questions (4 samples each): exact-match accuracy and the share
 of episodes that call a tool, for the trained policy against its reference (the starting model, same seed), each
 with its 95% bootstrap interval; tool errors per episode, the held-out KL, the wall time. Writes
-bench/results/calculator.md and .json, the curves (calculator.png) and example conversations.
+bench/results/calculator.md and .json, the curves (calculator.png) and example conversations, and the table into
+docs/environments.md.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
@@ -35,7 +37,8 @@ def run(spec: str, out: Path) -> dict:
                     f"hydra.run.dir={run_dir}", "overwrite_run_dir=true"], cwd=ROOT, check=True, capture_output=True)
     wall = time.time() - start
     summary = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
-    rows = [r for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get("eval/exact_match")]
+    rows = [r for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open())
+            if r.get("eval/exact_match") and r.get("eval/tool_calls_mean")]  # validations (not the evaluation's row)
     curve = [(int(r["step"]), float(r["eval/exact_match"]), float(r["eval/tool_calls_mean"])) for r in rows]
     kl = [float(r["eval/kl"]) for r in rows if r.get("eval/kl")]
     generations = [json.loads(line) for line in (run_dir / "evaluation" / "generations.jsonl").open()]
@@ -88,7 +91,14 @@ def main() -> None:
     (BENCH / "results" / "calculator.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "calculator.json").write_text(json.dumps(results, indent=1))
     plot(results, BENCH / "results" / "calculator.png")
+    fill_results(ROOT / "docs" / "environments.md", "calculator", "\n".join(lines))
     print("\n".join(lines))
+
+
+def fill_results(page: Path, name: str, text: str) -> None:
+    """The block between `<!-- results:NAME -->` and `<!-- /results -->` of page becomes text."""
+    pattern = re.compile(rf"<!-- results:{name} -->.*?<!-- /results -->", re.S)
+    page.write_text(pattern.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results -->", page.read_text()))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
     module = instantiate(cfg.algo, _convert_="all")
+    if module.environment is not None:  # a chat template shows the model its tools
+        datamodule.tools = module.environment.schemas
     check_optimized_metric(cfg, [metric.name for metric in module.task_metrics])
     # saved in checkpoints, so that evaluate.py ckpt_path=... scores with what the run trained on
     module.run_config = {group: OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None

@@ -20,7 +20,7 @@ def render_default(value: Any) -> str:
 def default_of(f) -> Any:
     if f.default is not MISSING:
         return f.default
-    return f.default_factory() if f.default_factory is not MISSING else None
+    return f.default_factory() if f.default_factory is not MISSING else "???"  # no default: required
 
 
 def settings_table(cls: type, prefix: str, only: set[str] | None = None) -> str:
@@ -50,6 +50,7 @@ def settings_tables() -> dict[str, str]:
         RLHFConfig,
         RLOOConfig,
     )
+    from lit_rlhf.envs import EnvSpec
 
     return {
         "RLOOConfig": settings_table(RLOOConfig, "algo"),
@@ -59,6 +60,7 @@ def settings_tables() -> dict[str, str]:
         "ModelConfig": settings_table(ModelConfig, "model"),
         "LoraSettings": settings_table(LoraSettings, "model.lora"),
         "DataConfig": settings_table(DataConfig, "data"),
+        "EnvSpec": settings_table(EnvSpec, "env"),
     }
 
 

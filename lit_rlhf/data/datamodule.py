@@ -94,6 +94,9 @@ class PromptDataModule(L.LightningDataModule):
         self.train_prompts: list[PromptRow] = []
         self.eval_prompts: list[PromptRow] = []
         self.num_truncated = 0
+        # JSON schemas of the tools a multi-turn environment offers (EnvSpec.schemas): with apply_chat_template, the
+        # template shows them to the model; train.py sets them from env=..., Python users before fit
+        self.tools: list[dict[str, Any]] | None = None
 
     @property
     def local_batch_size(self) -> int:
@@ -131,8 +134,9 @@ class PromptDataModule(L.LightningDataModule):
             if not self.tokenizer.chat_template:
                 raise ConfigError(f"data.apply_chat_template=true, but the tokenizer {self.hparams.tokenizer!r} has "
                                   f"no chat template; set data.apply_chat_template=false.")
+            # tools: the environment's tool schemas, which the template shows the model (e.g. Qwen2.5's system turn)
             text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True)
+                                                      add_generation_prompt=True, tools=self.tools or None)
             add_special_tokens = False  # the template already holds them
         ids = self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
         if len(ids) > self.hparams.max_prompt_length:

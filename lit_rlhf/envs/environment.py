@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lit_rlhf.envs.formats import TOOL_FORMATS, ToolFormat
@@ -50,11 +50,17 @@ def factory_class(factory: Callable) -> Any:
 
 @dataclass
 class EnvSpec:
-    factory: Callable[..., Environment]  # called with the row's columns that its signature names
-    max_turns: int = 4  # model turns per episode
-    max_tokens: int = 256  # trajectory tokens after the prompt (model turns and observations)
-    tool_timeout_s: float = 10.0  # per tool call and per step()
-    tool_format: str = "compact"  # compact | hermes (lit_rlhf.envs.formats)
+    factory: Callable[..., Environment] = field(metadata={
+        "doc": "the Environment class (or factory), called per episode with the row's columns it names"})
+    max_turns: int = field(default=4, metadata={"doc": "model turns per episode (each up to algo.response_length "
+                                                       "tokens)"})
+    max_tokens: int = field(default=256, metadata={"doc": "trajectory tokens after the prompt, model turns and "
+                                                          "observations (R); an episode that would pass it is ended"})
+    tool_timeout_s: float = field(default=10.0, metadata={"doc": "per tool call and per step(); past it the model "
+                                                                  "sees the timeout as the answer"})
+    tool_format: str = field(default="compact", metadata={"doc": "how calls are written: compact "
+                                                                 "(`<call>f(x)</call>`) or hermes (Qwen2.5 "
+                                                                 "`<tool_call>` JSON)"})
 
     def __post_init__(self) -> None:
         name = getattr(factory_class(self.factory), "__name__", repr(self.factory))
