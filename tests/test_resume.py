@@ -8,7 +8,9 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 
 from lit_rlhf.algos import KLController, RewardNormalizer
+from lit_rlhf.envs import EnvSpec
 from tests.conftest import make_datamodule, make_ppo, make_rloo
+from tests.envs.scripted import CountingEnvironment
 
 STEPS = 7
 
@@ -38,6 +40,9 @@ def make(algo):
                       score_transforms=[RewardNormalizer()])
     if algo == "ppo":
         return make_ppo(num_ppo_epochs=2, response_length=12, **components)
+    if algo == "rloo_episodes":  # multi-turn: an environment answers every turn that ends with the stop token
+        return make_rloo(response_length=12, environment=EnvSpec(CountingEnvironment, max_turns=3, max_tokens=40),
+                         **components)
     return make_rloo(response_length=12, **components)
 
 
@@ -53,7 +58,7 @@ def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None):
     return module
 
 
-@pytest.mark.parametrize("algo", ["rloo", "ppo"])
+@pytest.mark.parametrize("algo", ["rloo", "ppo", "rloo_episodes"])
 @pytest.mark.parametrize("resume_at", [2, 4], ids=["mid_epoch", "epoch_boundary"])
 def test_resumed_run_matches_the_uninterrupted_run(algo, resume_at, small_prompts, tmp_path):
     full = Record()
@@ -75,6 +80,8 @@ def test_resumed_run_matches_the_uninterrupted_run(algo, resume_at, small_prompt
     for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     assert resumed.episode == reference.episode == STEPS * 16
+    if algo == "rloo_episodes":  # the episodes had turns after the first
+        assert max(stats["rollout/turns_mean"] for stats in full.stats.values()) > 1
 
 
 def test_checkpoints_hold_trained_tensors_only(small_prompts, tmp_path):

@@ -174,7 +174,8 @@ class RolloutScoring:
         else:
             has_stop = torch.tensor([e.stopped for e in samples.episodes], device=samples.responses.device)  # N
             conversations = [episode_conversation(e, self.tokenizer) for e in samples.episodes]
-            columns.update(episode_columns(samples.episodes, [turns[-1][1] for turns in conversations]))
+            final_turns = [turns[-1][1] for turns in conversations]
+            columns.update(episode_columns(self.environment, samples.episodes, final_turns))
         raw_scores, components = self.score_components(prompts, completions, columns)  # N ; {name: N}
         scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:

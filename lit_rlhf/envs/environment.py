@@ -63,7 +63,7 @@ class EnvSpec:
                                                                  "`<tool_call>` JSON)"})
 
     def __post_init__(self) -> None:
-        name = getattr(factory_class(self.factory), "__name__", repr(self.factory))
+        name = self.name
         if not callable(self.factory):
             raise ConfigError(f"env.factory={self.factory!r} is not callable; give an Environment class "
                               f"(env.factory._target_=mymodule.MyEnvironment, env.factory._partial_=true).")
@@ -100,15 +100,35 @@ class EnvSpec:
         return [p.name for p in parameters if p.default is inspect.Parameter.empty
                 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
+    @property
+    def name(self) -> str:
+        return getattr(factory_class(self.factory), "__name__", repr(self.factory))
+
     def create(self, columns: dict[str, Any]) -> Environment:
-        """The environment of one episode, from its prompt's columns."""
+        """The environment of one episode, from its prompt's columns; one line if the factory raises."""
         try:
             parameters = inspect.signature(self.factory).parameters
         except (TypeError, ValueError):
-            return self.factory()
+            parameters = {}
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            return self.factory(**columns)
-        return self.factory(**{k: v for k, v in columns.items() if k in parameters})
+            arguments = columns
+        else:
+            arguments = {k: v for k, v in columns.items() if k in parameters}
+        try:
+            return self.factory(**arguments)
+        except Exception as err:
+            message = (str(err).strip().splitlines() or [""])[0][:200]
+            raise ConfigError(f"the environment {self.name} raised {type(err).__name__}: {message} when built from a "
+                              f"row with {sorted(arguments) or 'no columns'}; fix the environment.") from err
+
+    def episode_reward(self, env: Environment) -> float | None:
+        """env.reward(), or one line naming the environment if it raises."""
+        try:
+            return env.reward()
+        except Exception as err:
+            message = (str(err).strip().splitlines() or [""])[0][:200]
+            raise ConfigError(f"the environment {self.name}'s reward() raised {type(err).__name__}: {message}; fix "
+                              f"the environment.") from err
 
 
 def as_env_spec(environment: EnvSpec | Callable | None) -> EnvSpec | None:

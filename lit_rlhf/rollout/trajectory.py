@@ -146,11 +146,11 @@ def transcript(conversation: list[tuple[str, str]]) -> str:
     return "".join(text if role == "model" else f" [env:{text}]" for role, text in conversation)
 
 
-def episode_columns(episodes: list[Episode], final_responses: list[str]) -> dict[str, list]:
+def episode_columns(spec: EnvSpec, episodes: list[Episode], final_responses: list[str]) -> dict[str, list]:
     """What rewards may read about each episode besides its text: the environment's reward (env_reward), turns,
     tool calls and errors, whether a limit ended it (truncated), the text of the model's last turn (final_response)."""
     return {
-        "env_reward": [None if e.env is None else e.env.reward() for e in episodes],
+        "env_reward": [None if e.env is None else spec.episode_reward(e.env) for e in episodes],
         "turns": [e.turns for e in episodes], "tool_calls": [e.tool_calls for e in episodes],
         "tool_errors": [e.tool_errors for e in episodes], "truncated": [e.truncated for e in episodes],
         "final_response": final_responses,

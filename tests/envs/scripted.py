@@ -84,3 +84,13 @@ class CountingEnvironment(Environment):
 class NeedsAnswer(Environment):
     def __init__(self, answer: str):
         self.answer = answer
+
+
+class Exploding(Environment):
+    def __init__(self):
+        raise RuntimeError("boom")
+
+
+class BadReward(Environment):
+    def reward(self):
+        raise KeyError("score")

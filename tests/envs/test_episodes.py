@@ -135,3 +135,15 @@ def test_without_an_environment_an_episode_is_one_turn_with_no_context_mask():
     rollout = module.rollout(next(iter(dm.val_dataloader())))
     assert rollout.context_mask is None and rollout.conversations == [] and len(engine.calls) == 1
     assert int(rollout.response_mask[0].sum()) == len(odd_ids(module.tokenizer, " fine")) + 1
+
+
+def test_an_environment_that_raises_when_built_or_scoring_is_one_line():
+    from lit_rlhf.errors import ConfigError
+    from tests.envs.scripted import BadReward, Exploding
+
+    module, _, batch = episode_module([" a"], env=Exploding)
+    with pytest.raises(ConfigError, match="the environment Exploding raised RuntimeError: boom when built from a row"):
+        module.rollout(batch)
+    module, _, batch = episode_module([" a"], env=BadReward)
+    with pytest.raises(ConfigError, match="the environment BadReward's reward\\(\\) raised KeyError: 'score'"):
+        module.rollout(batch)
