@@ -1,7 +1,7 @@
 """The calculator tool-use task as a user runs it: `python train.py experiment=calculator_<algo> seed=<s>`, and the
 same model and budget without the tool (`env=calculator_no_tool`).
 
-    python bench/calculator.py                   # GRPO and RLOO seeds 0 and 1, GRPO without the tool; ~25 min
+    python bench/calculator.py                   # GRPO and RLOO seeds 0 and 1, GRPO without the tool; ~10 min
     python bench/calculator.py --runs grpo:0     # one run (grpo-no-tool:0 for the ablation)
 
 Reports the end-of-run evaluation on the 200 held-out questions (4 samples each): exact-match accuracy and the share

@@ -19,7 +19,9 @@ class Rollout:
     queries: torch.Tensor  # N,P  left-padded prompts
     query_mask: torch.Tensor  # N,P
     responses: torch.Tensor  # N,R  padded after the stop token
-    response_mask: torch.Tensor  # N,R  True up to and including the stop token
+    # N,R  the action mask: the model's sampled tokens, up to and including the stop token (on a multi-turn
+    # trajectory, its turns' tokens only); every per-token quantity (logprobs, KL, advantages, losses) uses it
+    response_mask: torch.Tensor
     prompt_index: torch.Tensor  # N    which prompt of the batch each sequence answers
     logprobs: torch.Tensor  # N,R  policy at sampling time ("old")
     ref_logprobs: torch.Tensor  # N,R

@@ -57,3 +57,15 @@ def test_ddp_runs_one_engine_per_rank(tmp_path):
     steps = logged_steps(directory)
     assert sorted(steps) == [0, 1, 2]
     assert all(stats["rollout/logprob_diff_max"] < 1e-4 for stats in steps.values())  # each engine is synced
+
+
+def test_the_calculator_task_trains_with_vllm_turn_by_turn(tmp_path):
+    result = run_script("train.py", "experiment=calculator_grpo", "rollout=vllm", "rollout.kv_cache_gib=0.25",
+                        "steps=3", "trainer.val_check_interval=3", "callbacks.evaluation=null", cwd=tmp_path,
+                        timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = logged_steps(run_dir(result))
+    assert sorted(steps) == [0, 1, 2]
+    assert all(stats["rollout/logprob_diff_max"] < SYNCED for stats in steps.values())
+    assert max(stats["rollout/tool_calls_mean"] for stats in steps.values()) > 0  # tools were called and answered
+    assert max(stats["rollout/turns_mean"] for stats in steps.values()) > 1

@@ -145,3 +145,20 @@ def test_an_architecture_vllm_cannot_run_is_one_line(tmp_path):
 def test_an_engine_without_room_for_its_kv_cache_names_the_setting(tiny_path):
     with pytest.raises(ConfigError, match=r"rollout.kv_cache_gib"):
         VLLMEngine(gpu_memory_utilization=0.0001).start_engine(stub_module(tiny_path))
+
+
+def test_multi_turn_episodes_sample_turn_by_turn_and_logprobs_agree_on_model_tokens(module):
+    from lit_rlhf.envs import EnvSpec
+    from tests.envs.scripted import CountingEnvironment
+
+    module.environment = EnvSpec(CountingEnvironment, max_turns=3, max_tokens=60)
+    try:
+        samples = seeded_sample(module, first_batch())
+    finally:
+        module.environment = None
+    assert samples.responses.shape[1] == 60 and max(e.turns for e in samples.episodes) > 1
+    observation = (samples.context_mask & ~samples.response_mask)  # N,R  the environment's tokens
+    assert observation.any() and (samples.sampler_logprobs[~samples.response_mask] == 0).all()
+    logprobs, _ = module.old_logprobs_and_values(samples.queries, samples.query_mask, samples.responses,
+                                                 samples.context_mask)  # the forward sees the whole trajectory
+    assert float((logprobs - samples.sampler_logprobs).abs()[samples.response_mask].max()) < TOLERANCE
