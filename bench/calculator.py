@@ -7,7 +7,7 @@ same model and budget without the tool (`env=calculator_no_tool`).
 Reports the end-of-run evaluation on the 200 held-out questions (4 samples each): exact-match accuracy and the share
 of episodes that call a tool, for the trained policy against its reference (the starting model, same seed), each
 with its 95% bootstrap interval; tool errors per episode, the held-out KL, the wall time. Writes
-bench/results/calculator.md and .json, the curves (calculator.png) and example conversations, and the table into
+bench/results/calculator.md and .json, the curves (docs/images/calculator_curves.png) and example conversations, and the table into
 docs/environments.md.
 """
 
@@ -90,7 +90,7 @@ def main() -> None:
     lines += [f"- `{e['prompt']}` -> `{e['policy']}` (score {e['policy_score']:.0f})" for e in results[0]["examples"]]
     (BENCH / "results" / "calculator.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "calculator.json").write_text(json.dumps(results, indent=1))
-    plot(results, BENCH / "results" / "calculator.png")
+    plot(results, ROOT / "docs" / "images" / "calculator_curves.png")
     fill_results(ROOT / "docs" / "environments.md", "calculator", "\n".join(lines))
     print("\n".join(lines))
 
