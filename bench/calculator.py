@@ -7,8 +7,8 @@ same model and budget without the tool (`env=calculator_no_tool`).
 Reports the end-of-run evaluation on the 200 held-out questions (4 samples each): exact-match accuracy and the share
 of episodes that call a tool, for the trained policy against its reference (the starting model, same seed), each
 with its 95% bootstrap interval; tool errors per episode, the held-out KL, the wall time. Writes
-bench/results/calculator.md and .json, the curves (docs/images/calculator_curves.png) and example conversations, and the table into
-docs/environments.md.
+bench/results/calculator.md and .json, the curves (docs/images/calculator_curves.png) and example conversations,
+and the table into docs/environments.md.
 """
 
 from __future__ import annotations
