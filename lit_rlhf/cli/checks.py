@@ -3,15 +3,43 @@
 from __future__ import annotations
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lit_rlhf.errors import ConfigError
 
 REWARD_MODEL_TARGET = "lit_rlhf.models.SequenceClassifierReward"
+NAMED_REWARDS = "lit_rlhf.models.WeightedSum"  # what the reward group's files build
+GROUP_KEYS = ("_target_", "rewards", "weights", "concurrent")
+
+
+def your_own_reward(cfg: DictConfig) -> None:
+    """`reward._target_=mymodule.my_reward` on the command line makes that callable the reward, alone: a function
+    is used as it is, a class is built (with the reward's other keys as arguments). Without this the target would
+    replace the group's WeightedSum and be called with its `rewards` and `weights`."""
+    reward = cfg.get("reward")
+    target = reward.get("_target_") if reward is not None else None
+    if target in (None, NAMED_REWARDS, REWARD_MODEL_TARGET) or "rewards" not in reward:
+        return
+    from hydra.utils import get_object
+
+    try:
+        found = get_object(target)
+    except Exception as err:
+        raise ConfigError(f"reward._target_={target!r} cannot be imported; check its spelling and that its module is "
+                          f"importable (on PYTHONPATH, e.g. PYTHONPATH=. python train.py ...).") from err
+    if not callable(found):
+        raise ConfigError(f"reward._target_={target!r} is not callable; name a function (prompts, completions, "
+                          f"**columns) -> scores, or a class whose instances are.")
+    name = target.rsplit(".", 1)[-1]
+    arguments = {k: v for k, v in OmegaConf.to_container(reward).items() if k not in GROUP_KEYS}
+    own = {"_target_": target, **({"_partial_": True} if not isinstance(found, type) else arguments)}
+    with open_dict(cfg):
+        cfg.reward = {"_target_": NAMED_REWARDS, "rewards": {name: own}, "weights": {name: 1.0}, "concurrent": False}
 
 
 def check_reward_group(cfg: DictConfig) -> None:
     """The reward group: at least one reward, and reward_model alone (it is one reward, not a named set)."""
+    your_own_reward(cfg)
     reward = cfg.get("reward")
     if reward is None:
         raise ConfigError("reward=[] selects no reward; pick one or more, e.g. reward=vader or "

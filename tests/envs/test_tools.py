@@ -56,6 +56,12 @@ def test_schemas_come_from_type_hints_and_docstrings():
     with pytest.raises(ConfigError, match="the environment Broken: the tool 'undocumented' has no usable schema"):
         EnvSpec(Broken)
 
+    class NotCallable(CalculatorEnvironment):
+        tools = ["calculator"]
+
+    with pytest.raises(ConfigError, match="the environment NotCallable: the tool 'calculator' is not callable"):
+        EnvSpec(NotCallable)
+
 
 @pytest.mark.parametrize("settings, message", [
     ({"max_turns": 0}, "env.max_turns=0 must be a whole number >= 1"),

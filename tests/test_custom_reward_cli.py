@@ -1,0 +1,53 @@
+"""A reward of the user's own, named on the command line from a fresh directory, as the README shows:
+`PYTHONPATH=. python train.py reward._target_=myrewards.sum_correct` (a function reading a dataset column, or a
+class with arguments)."""
+
+import csv
+import os
+
+from tests.helpers import FAST, ROOT, one_line_error, run_script
+
+REWARDS = '''
+import torch
+
+
+def sum_correct(prompts, completions, answer):
+    """1 where the completion holds the row's answer."""
+    return torch.tensor([float(str(a) in c) for c, a in zip(completions, answer)])
+
+
+class Length:
+    def __init__(self, scale: float = 1.0):
+        self.scale = scale
+
+    def __call__(self, prompts, completions):
+        return torch.tensor([self.scale * len(c) for c in completions])
+'''
+
+
+def run_in_fresh_dir(tmp_path, *args):
+    (tmp_path / "myrewards.py").write_text(REWARDS)
+    return run_script("train.py", *FAST, *args, cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}{os.pathsep}."})
+
+
+def logged(tmp_path, key: str) -> list[float]:
+    path = next(tmp_path.glob("logs/*/runs/*/csv/metrics.csv"))
+    return [float(row[key]) for row in csv.DictReader(path.open()) if row.get(key)]
+
+
+def test_a_function_reward_reading_a_column_from_the_command_line(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "experiment=arithmetic_grpo", "reward._target_=myrewards.sum_correct",
+                              "algo.response_length=10")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert logged(tmp_path, "rewards/sum_correct/mean")  # the reward ran under its own name
+
+
+def test_a_class_reward_with_arguments_from_the_command_line(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.Length", "+reward.scale=0.0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert logged(tmp_path, "rewards/Length/mean") == [0.0]  # built with scale=0 (the default 1 scores > 0)
+
+
+def test_a_misspelled_reward_target_is_one_line(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.sum_corect")
+    assert one_line_error(result).startswith("error: reward._target_='myrewards.sum_corect' cannot be imported")
