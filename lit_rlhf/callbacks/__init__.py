@@ -7,10 +7,11 @@ from lit_rlhf.callbacks.evaluation import PolicyEvaluation
 from lit_rlhf.callbacks.histograms import Histograms
 from lit_rlhf.callbacks.interrupt import CheckpointOnInterrupt
 from lit_rlhf.callbacks.monitor import HackingSigns, RewardHackingMonitor
-from lit_rlhf.callbacks.progress import RLStepsProgressBar
+from lit_rlhf.callbacks.progress import ProgressLines, RLStepsProgressBar
 from lit_rlhf.callbacks.protocol import RLHFModuleView
 from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
 __all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "HackingSigns", "Histograms", "LastCheckpoint",
-           "PolicyEvaluation", "RLHFModuleView", "RLStepsProgressBar", "RewardHackingMonitor", "TrainingSummary"]
+           "PolicyEvaluation", "ProgressLines", "RLHFModuleView", "RLStepsProgressBar", "RewardHackingMonitor",
+           "TrainingSummary"]
