@@ -25,6 +25,13 @@ class EndOfRunInterrupted(Exception):
         return EXIT_CODES[self.signal_name]
 
 
+class TrainingInterrupted(Exception):
+    """Ctrl-C stopped training after a complete RL step and its checkpoint (CheckpointOnInterrupt): the run is
+    recorded as interrupted, not as finished; the message says how to resume."""
+
+    exit_code = EXIT_CODES["SIGINT"]
+
+
 @contextmanager
 def end_of_run_interrupts(training_finished: Callable[[], bool]) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise EndOfRunInterrupted once training_finished() is true.

@@ -11,6 +11,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.evaluation import Evaluation, PairwiseJudge, compare_with_reference, print_report, write_report
 
 
@@ -23,6 +24,8 @@ class PolicyEvaluation(L.Callback):
 
     def on_fit_end(self, trainer: L.Trainer, module) -> None:
         datamodule = getattr(trainer, "datamodule", None)
+        if stopped_by_interrupt(trainer) is not None:  # the user asked to stop: minutes of evaluation would not be
+            return
         # ZeRO-3 generation needs every rank stepping together; otherwise rank zero evaluates alone
         if datamodule is None or not (trainer.is_global_zero or module.rollout_engine.lockstep):
             return

@@ -1,8 +1,8 @@
 """CheckpointOnInterrupt: Ctrl-C or SIGTERM ends the run with a checkpoint to resume from.
 
 Ctrl-C (SIGINT) no longer stops a step halfway through its updates: the first one finishes the
-current RL step, writes <checkpoints>/interrupted.ckpt and ends fit normally (summaries included); a
-second one aborts at once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops
+current RL step, writes <checkpoints>/interrupted.ckpt and ends fit (summaries included, the end-of-run
+evaluation skipped; train.py then exits 130 with the run recorded as interrupted); a second one aborts at once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops
 after the current step on every rank; the checkpoint is written then. After training has finished
 (the final checkpoint is written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -27,13 +28,16 @@ class CheckpointOnInterrupt(Checkpoint):
 
     def __init__(self, dirpath: str | None = None, filename: str = "interrupted.ckpt"):
         self.dirpath, self.filename = dirpath, filename
+        # how to resume from the checkpoint, printed with it: train.py sets its own command line + ckpt_path
+        self.resume_hint: Callable[[Path], str] = library_resume_hint
+        self.stopped_by: str | None = None  # SIGINT or SIGTERM, once it stopped training
         self.requested = False
         self.training_finished = False
         self.path: Path | None = None
         self._previous_handler = None
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
-        self.requested, self.path, self.training_finished = False, None, False
+        self.requested, self.path, self.training_finished, self.stopped_by = False, None, False, None
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
 
@@ -51,11 +55,13 @@ class CheckpointOnInterrupt(Checkpoint):
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         if trainer.strategy.reduce_boolean_decision(self.requested, all=False):  # any rank asked
+            self.stopped_by = "SIGINT"
             self.save(trainer)
             trainer.should_stop = True
 
     def on_exception(self, trainer: L.Trainer, module, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException) and self.path is None:
+            self.stopped_by = "SIGTERM"
             self.save(trainer)
 
     def teardown(self, trainer: L.Trainer, module, stage: str) -> None:
@@ -69,4 +75,13 @@ class CheckpointOnInterrupt(Checkpoint):
                                           Path(trainer.default_root_dir) / "checkpoints"))
         self.path = directory / self.filename
         trainer.save_checkpoint(self.path)
-        rank_zero_info(f"Checkpoint written: {self.path}\nResume with: python train.py ckpt_path={self.path}")
+        rank_zero_info(f"Checkpoint written: {self.path}\nResume with: {self.resume_hint(self.path)}")
+
+
+def library_resume_hint(path: Path) -> str:
+    return f"trainer.fit(module, datamodule, ckpt_path={str(path)!r})"
+
+
+def stopped_by_interrupt(trainer: L.Trainer) -> CheckpointOnInterrupt | None:
+    """The trainer's CheckpointOnInterrupt when Ctrl-C or SIGTERM stopped its training, else None."""
+    return next((c for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt) and c.stopped_by), None)

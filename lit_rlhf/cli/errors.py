@@ -25,7 +25,7 @@ from lit_rlhf.errors import (
     exit_with_user_error,
     os_error_message,
 )
-from lit_rlhf.interrupts import EndOfRunInterrupted
+from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
 
 T = TypeVar("T")
 
@@ -100,8 +100,10 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
     mark_task_started()
     try:
         return fn(cfg)
-    except (SIGTERMException, EndOfRunInterrupted) as err:
-        if isinstance(err, SIGTERMException):
+    except (SIGTERMException, EndOfRunInterrupted, TrainingInterrupted) as err:
+        if isinstance(err, TrainingInterrupted):
+            message, code = str(err), err.exit_code
+        elif isinstance(err, SIGTERMException):
             message = "stopped by SIGTERM after a complete RL step; resume from the checkpoint above."
             code = EXIT_SIGTERM
         else:

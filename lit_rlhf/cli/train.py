@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from lit_rlhf.callbacks import PolicyEvaluation
+from lit_rlhf.callbacks import CheckpointOnInterrupt, PolicyEvaluation
+from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.cli.checks import check_accelerator, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.noise import silence_known_noise
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.interrupts import end_of_run_interrupts
+from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
 
 
 def instantiate_group(configs: DictConfig | None, **defaults: Any) -> list[Any]:
@@ -89,9 +93,24 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
+    for callback in trainer.callbacks:
+        if isinstance(callback, CheckpointOnInterrupt):
+            callback.resume_hint = resume_command
     with end_of_run_interrupts(lambda: module.training_finished):
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+        stopped = stopped_by_interrupt(trainer)
+        if stopped is not None and stopped.stopped_by == "SIGINT":
+            report(f"\nRun directory: {cfg.paths.output_dir}")
+            raise TrainingInterrupted(f"stopped by Ctrl-C after RL step {module.rl_step} of "
+                                      f"{module.total_rl_steps() or '?'}; resume with: {resume_command(stopped.path)}")
         return end_of_run(cfg, trainer, module, datamodule, loggers)
+
+
+def resume_command(checkpoint: Path) -> str:
+    """This run's own command line with ckpt_path=checkpoint: a resume changes nothing else."""
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "overwrite_run_dir")]
+    return shlex.join(["python", sys.argv[0], *kept, f"ckpt_path={checkpoint}"])
 
 
 def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any]) -> dict[str, float]:

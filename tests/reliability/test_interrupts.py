@@ -36,3 +36,35 @@ def test_a_signal_during_the_end_of_run_evaluation_stops_it_and_records_the_run(
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "interrupted"
     assert torch.load(last, weights_only=True)["rlhf_state"]["rl_step"] == 1
+
+
+def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_command_resumes_it(tmp_path):
+    """A non-default run stopped by Ctrl-C: exit 130, result.json says interrupted, no end-of-run evaluation, and
+    the printed command (the run's own command line plus ckpt_path) resumes it to the end."""
+    import shlex
+
+    fast = [a for a in FAST if not a.startswith(("steps=", "callbacks.evaluation"))]
+    args = [*fast, "steps=30", "algo.kl_coef=0.07", "callbacks.progress_lines.every_n_steps=1"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:  # the progress lines: stdout is not a terminal
+        if line.startswith("RL step 1/30"):
+            break
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("stopped by Ctrl-C after RL step ") and "Traceback" not in stderr
+    command = last_line.split("resume with: ", 1)[1]
+    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
+    assert not (run_dir / "evaluation").exists()  # no minutes of evaluation after the user asked to stop
+    assert "algo.kl_coef=0.07" in command and "ckpt_path=" in command
+
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", str(ROOT / "train.py")]
+    resumed = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "RL step 30/30" in resumed.stdout
