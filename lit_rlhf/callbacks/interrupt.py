@@ -2,8 +2,9 @@
 
 Ctrl-C (SIGINT) no longer stops a step halfway through its updates: the first one finishes the
 current RL step, writes <checkpoints>/interrupted.ckpt and ends fit (summaries included, the end-of-run
-evaluation skipped; train.py then exits 130 with the run recorded as interrupted); a second one aborts at once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops
-after the current step on every rank; the checkpoint is written then. After training has finished
+evaluation skipped; train.py then exits 130 with the run recorded as interrupted); a second one aborts at
+once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops after the current step on every
+rank; the checkpoint is written then. After training has finished
 (the final checkpoint is written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
 """
 
