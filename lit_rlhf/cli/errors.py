@@ -117,4 +117,7 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
         message = user_error(err)
         if message is None:
             raise
+        from lit_rlhf.cli.run_dirs import discard_unused_run_dir
+
+        discard_unused_run_dir(cfg)  # a run that failed its checks leaves no empty run directory behind
         exit_with_user_error(message)

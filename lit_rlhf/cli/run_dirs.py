@@ -111,3 +111,26 @@ class RunDirectoryGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         claim_run_dir(config, "hydra.sweep.dir")
+
+
+def holds_nothing_of_a_run(run_dir: Path) -> bool:
+    """True when run_dir holds only what Hydra and the lock write at start (.hydra/, .run.lock, empty logs)."""
+    for path in run_dir.rglob("*"):
+        relative = path.relative_to(run_dir)
+        if relative.parts[0] in (".hydra", LOCK_FILE) or path.is_dir():
+            continue
+        if path.suffix == ".log" and path.stat().st_size == 0:
+            continue
+        return False
+    return True
+
+
+def discard_unused_run_dir(cfg: DictConfig) -> None:
+    """After a run failed its checks before writing anything: its new run directory goes, not to be mistaken for
+    a run (a directory holding checkpoints, metrics or another run's files is never touched)."""
+    try:
+        run_dir = Path(cfg.paths.output_dir)
+    except Exception:  # no Hydra run (library use) or an unresolved path: nothing to clean
+        return
+    if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -130,3 +130,18 @@ def test_a_resume_from_an_earlier_checkpoint_of_its_own_directory_replaces_the_l
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(p.name for p in checkpoints.iterdir()) == names  # no last-v1.ckpt, no step2-v1.ckpt
     assert all((checkpoints / name).stat().st_mtime_ns > before[name] for name in ("last.ckpt", later))
+
+
+def test_a_run_that_fails_its_checks_leaves_no_run_directory_but_never_removes_a_run(tmp_path):
+    from tests.helpers import FAST, one_line_error, run_script
+
+    result = run_script("train.py", *FAST, "algo.kl_coef=-1", cwd=tmp_path)
+    assert one_line_error(result) == "error: algo.kl_coef=-1.0 must be >= 0."
+    assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
+    run_dir = tmp_path / "run"
+    assert run_script("train.py", *FAST, f"hydra.run.dir={run_dir}", cwd=tmp_path).returncode == 0
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    failed = run_script("train.py", *FAST, f"hydra.run.dir={run_dir}", f"ckpt_path={checkpoint}", "algo.kl_coef=-1",
+                        cwd=tmp_path)
+    assert one_line_error(failed).startswith("error: algo.kl_coef=-1.0")
+    assert checkpoint.is_file() and (run_dir / "csv").is_dir()  # the run's files stay
