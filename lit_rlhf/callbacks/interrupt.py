@@ -80,7 +80,7 @@ class CheckpointOnInterrupt(Checkpoint):
 
 
 def library_resume_hint(path: Path) -> str:
-    return f"trainer.fit(module, datamodule, ckpt_path={str(path)!r})"
+    return f"trainer.fit(module, datamodule, ckpt_path={str(path)!r}, weights_only=True)"
 
 
 def stopped_by_interrupt(trainer: L.Trainer) -> CheckpointOnInterrupt | None:

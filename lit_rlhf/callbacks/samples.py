@@ -27,7 +27,7 @@ COLUMNS = ["step", "stage", "mode", "query", "response", "score", "kl"]
 class GenerationSamples(L.Callback):
     def __init__(self, num_samples: int = 8, num_sample_generations: int = 10, every_n_steps: int | None = None,
                  greedy: bool = False, seed: int = 0, dirpath: str | None = None, filename: str = "samples.jsonl",
-                 print_to_console: bool = True, max_chars: int = 200):
+                 print_to_console: bool = False, max_chars: int = 200):
         self.num_samples, self.num_sample_generations = num_samples, num_sample_generations
         self.every_n_steps = every_n_steps
         self.greedy, self.seed, self.dirpath, self.filename = greedy, seed, dirpath, filename

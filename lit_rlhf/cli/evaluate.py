@@ -10,13 +10,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.checkpoint_io import load_checkpoint_file
 from lit_rlhf.cli.checks import check_reward_group
-from lit_rlhf.cli.noise import silence_known_noise
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
 from lit_rlhf.data import PromptDataModule
 from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint
+from lit_rlhf.noise import silence_known_noise
 
 
 def load_module(cfg: DictConfig):

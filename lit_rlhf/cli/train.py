@@ -19,10 +19,10 @@ from lit_rlhf.callbacks import CheckpointOnInterrupt, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.cli.checks import check_accelerator, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
-from lit_rlhf.cli.noise import silence_known_noise
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
+from lit_rlhf.noise import silence_known_noise
 
 
 def instantiate_group(configs: DictConfig | None, **defaults: Any) -> list[Any]:

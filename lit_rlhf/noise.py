@@ -1,5 +1,6 @@
-"""Messages a user of train.py or evaluate.py cannot act on, silenced one by one (never by category), so
-that every warning left in a run's output means something. Installed by the apps, not on import."""
+"""Messages a user of lit_rlhf cannot act on, silenced one by one (never by category), so that every warning left
+in a run's output means something. Installed by the apps and when lit_rlhf.algos is imported (the modules run in
+plain Lightning scripts too: one set of defaults)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import warnings
 LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging",)
 # Lightning's CombinedLoader builds a LeafSpec, which torch >= 2.10 deprecates; nothing to change on our side.
 LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+# The Trainer's default epoch limit: an RLHF module stops after its RL steps (rl_steps), whatever the epochs.
+LIGHTNING_MAX_EPOCHS = r"`max_epochs` was not set\. Setting it to 1000 epochs"
 
 
 class DropMessages(logging.Filter):
@@ -26,3 +29,4 @@ def silence_known_noise() -> None:
     if not any(isinstance(f, DropMessages) for f in logger.filters):
         logger.addFilter(DropMessages(LIGHTNING_TIPS))
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)
+    warnings.filterwarnings("ignore", message=LIGHTNING_MAX_EPOCHS)
