@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from results_blocks import fill_results
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RUNS = {
@@ -67,6 +69,7 @@ def main() -> None:
                      f"{r['eps']:.0f} | {32 / r['eps']:.2f} | {r['wall_s']:.0f} s |")
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1))
+    fill_results("algorithms", ["README.md", "docs/algorithms.md"])
     print("\n".join(lines))
 
 

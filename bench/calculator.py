@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from results_blocks import fill_results
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -91,14 +92,9 @@ def main() -> None:
     (BENCH / "results" / "calculator.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "calculator.json").write_text(json.dumps(results, indent=1))
     plot(results, ROOT / "docs" / "images" / "calculator_curves.png")
-    fill_results(ROOT / "docs" / "environments.md", "calculator", "\n".join(lines))
+    fill_results("calculator", ["docs/environments.md"])
     print("\n".join(lines))
 
-
-def fill_results(page: Path, name: str, text: str) -> None:
-    """The block between `<!-- results:NAME -->` and `<!-- /results -->` of page becomes text."""
-    pattern = re.compile(rf"<!-- results:{name} -->.*?<!-- /results -->", re.S)
-    page.write_text(pattern.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results -->", page.read_text()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,18 @@
+"""Docs quote a benchmark's table through a results block: `<!-- results:NAME -->` ... `<!-- /results -->` holds
+bench/results/NAME.md as the benchmark wrote it (tests/test_docs_results.py checks every block)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fill_results(name: str, pages: list[str]) -> None:
+    """Every `results:NAME` block of pages (relative to the repository) becomes bench/results/NAME.md."""
+    text = (ROOT / "bench" / "results" / f"{name}.md").read_text().strip()
+    pattern = re.compile(rf"<!-- results:{name} -->.*?<!-- /results -->", re.S)
+    for page in pages:
+        path = ROOT / page
+        path.write_text(pattern.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results -->", path.read_text()))
