@@ -112,7 +112,9 @@ def test_every_experiment_composes_and_instantiates_without_weights(experiment, 
     assert module.policy is None and module.hparams.model["name_or_path"] == cfg.model.name_or_path
     assert instantiate(cfg.data).hparams.tokenizer == cfg.model.name_or_path
     instantiate(cfg.reward)  # reward models load on first call
-    if experiment.startswith(("sentiment", "arithmetic")):
+    if experiment.startswith("calculator"):  # multi-turn: the environment reaches the module
+        assert module.environment.max_turns == cfg.env.max_turns and module.environment.schemas
+    if experiment.startswith(("sentiment", "arithmetic", "calculator")):
         trainer = instantiate(cfg.trainer, logger=False)
         assert trainer.max_steps == -1 and module.hparams.rl_steps == cfg.steps  # RL steps are the unit
     elif experiment.startswith("gsm8k"):  # GPU + Hub: GRPO with the math-verify reward and task metric

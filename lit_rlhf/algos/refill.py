@@ -21,9 +21,9 @@ from lit_rlhf.algos.rollout import Rollout
 
 # How each per-sequence field of a Rollout is padded to a common width: (side, value); None: not padded.
 PADDING = {"queries": ("left", "pad"), "query_mask": ("left", 0), "responses": ("right", "pad"),
-           "response_mask": ("right", False), "logprobs": ("right", 0.0), "ref_logprobs": ("right", 0.0),
-           "values": ("right", 0.0), "returns": ("right", 0.0), "sampler_logprobs": ("right", 0.0),
-           "is_weights": ("right", 0.0)}
+           "response_mask": ("right", False), "context_mask": ("right", False), "logprobs": ("right", 0.0),
+           "ref_logprobs": ("right", 0.0), "values": ("right", 0.0), "returns": ("right", 0.0),
+           "sampler_logprobs": ("right", 0.0), "is_weights": ("right", 0.0)}
 
 
 def refill_prompt_indices(num_prompts: int, count: int, seed: int, rl_step: int, round_: int,
@@ -80,7 +80,7 @@ def select_sequences(rollout: Rollout, keep: torch.Tensor) -> Rollout:
             value = value[idx]
         elif isinstance(value, tuple):
             value = tuple(t[idx] for t in value)
-        elif isinstance(value, list):
+        elif isinstance(value, list) and value:  # an empty list is a field this rollout does not carry
             value = [value[i] for i in idx.tolist()]
         elif isinstance(value, dict):
             value = {k: v[idx] if isinstance(v, torch.Tensor) else [v[i] for i in idx.tolist()]
