@@ -375,6 +375,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
             **group_stats(rollout.scores, rollout.prompt_index),
             **self.sampler_stats(rollout),
             **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
+            **{key: torch.tensor(value) for key, value in self.step_timings.items()},
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),
             "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),
@@ -382,6 +383,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
             "episode": torch.tensor(float(self.episode)),
             "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),
         }
+        self.step_timings.clear()
         self.last_stats = {k: float(v) for k, v in stats.items()}
         distributed = self.trainer.world_size > 1
         self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False,

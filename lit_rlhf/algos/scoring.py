@@ -7,12 +7,15 @@ Shapes: N sequences, P prompt length, R response length, V vocab.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_and_entropy
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
 from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
@@ -62,7 +65,7 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
                           f"column (e.g. data=arithmetic) or another reward.")
     try:
         returned = call_reward(reward, prompts, completions, columns)
-    except ConfigError:
+    except (ConfigError, UnavailableError):  # already one line (a remote reward's, after its retries)
         raise
     except Exception as err:
         prompt = failing_prompt(reward, prompts, completions, columns or {})
@@ -73,6 +76,12 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
     return checked_scores(name, returned, prompts, completions)
 
 
+def reward_waits(reward) -> bool:
+    """Whether a reward (or one of a WeightedSum's) waits on something outside the process (`waits = True`)."""
+    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
+    return any(getattr(part, "waits", False) is True for part in parts)
+
+
 def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
     """(what needs it, column) for every dataset column a reward component or task metric requires."""
     rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
@@ -80,6 +89,8 @@ def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
              for column in missing_columns(component, {})]
     needs += [(f"the reward {name}", component.answer_column) for name, component in rewards.items()
               if isinstance(getattr(component, "answer_column", None), str)]
+    needs += [(f"the reward {name}", column) for name, component in rewards.items()
+              for column in getattr(component, "required_columns", None) or []]  # e.g. a reward server's
     needs += [(f"task metric {metric.name}", metric.answer_column) for metric in task_metrics
               if getattr(metric, "answer_column", None)]
     return needs
@@ -142,6 +153,18 @@ class RolloutScoring:
         k = samples_per_prompt or self.samples_per_prompt
         hp = self.hparams
         samples = self.rollout_engine.sample(self, batch, k, from_reference=from_reference, greedy=greedy)
+        prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
+        completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
+        columns = sequence_columns(batch, samples.prompt_index)  # {name: N values}
+        conversations = []
+        if samples.episodes is None:
+            has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
+        else:
+            has_stop = torch.tensor([e.stopped for e in samples.episodes], device=samples.responses.device)  # N
+            conversations = [episode_conversation(e, self.tokenizer) for e in samples.episodes]
+            final_turns = [turns[-1][1] for turns in conversations]
+            columns.update(episode_columns(self.environment, samples.episodes, final_turns))
+        scored = self.start_scoring(prompts, completions, columns, for_training)  # a waiting reward overlaps
         forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask  # N,R
         sequences = (samples.queries, samples.query_mask, samples.responses, forward_mask)
         reuse_forward = for_training and self.single_update
@@ -165,18 +188,7 @@ class RolloutScoring:
         if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None:
             is_weights = importance_weights(logprobs, samples.sampler_logprobs, samples.response_mask,
                                             hp.rollout_is_cap, hp.rollout_is_mode)  # N,R
-        prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
-        completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
-        columns = sequence_columns(batch, samples.prompt_index)  # {name: N values}
-        conversations = []
-        if samples.episodes is None:
-            has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
-        else:
-            has_stop = torch.tensor([e.stopped for e in samples.episodes], device=samples.responses.device)  # N
-            conversations = [episode_conversation(e, self.tokenizer) for e in samples.episodes]
-            final_turns = [turns[-1][1] for turns in conversations]
-            columns.update(episode_columns(self.environment, samples.episodes, final_turns))
-        raw_scores, components = self.score_components(prompts, completions, columns)  # N ; {name: N}
+        raw_scores, components = scored()  # N ; {name: N}
         scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
@@ -224,6 +236,45 @@ class RolloutScoring:
                                     self.hparams.temperature, self.hparams.forward_batch_size,
                                     self.hparams.logits_chunk_size, self.packing_pad_id)
         return logprobs, None
+
+    def start_scoring(self, prompts: list[str], completions: list[str], columns: dict[str, list],
+                      for_training: bool) -> Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """Starts the reward on the sequences; the function returned waits for (scores (N), {name: (N)}). A reward
+        that waits on something (`waits = True`: a reward server, a judge endpoint) runs in a thread while the
+        step's reference and old-logprob forwards go on. A training rollout adds time/reward_s (the reward call)
+        and time/reward_wait_s (how long the step waited for it) to the step's timings."""
+        def timed() -> tuple[tuple[torch.Tensor, dict[str, torch.Tensor]], float]:
+            start = time.perf_counter()
+            return self.score_components(prompts, completions, columns), time.perf_counter() - start
+
+        def record(took: float, waited: float) -> None:
+            if for_training:
+                timings = self.step_timings
+                timings["time/reward_s"] = timings.get("time/reward_s", 0.0) + took
+                timings["time/reward_wait_s"] = timings.get("time/reward_wait_s", 0.0) + waited
+
+        if not reward_waits(self.reward):
+            result, took = timed()
+            record(took, took)
+            return lambda: result
+        pool = ThreadPoolExecutor(1, thread_name_prefix="reward")
+        future = pool.submit(timed)
+        pool.shutdown(wait=False)
+
+        def wait() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            start = time.perf_counter()
+            result, took = future.result()
+            record(took, time.perf_counter() - start)
+            return result
+
+        return wait
+
+    @property
+    def step_timings(self) -> dict[str, float]:
+        """{time/<what>: seconds} of the current RL step (reset when the step's metrics are logged)."""
+        if getattr(self, "_step_timings", None) is None:
+            self._step_timings = {}
+        return self._step_timings
 
     def score(self, prompts: list[str], completions: list[str], columns: dict[str, list] | None = None) -> torch.Tensor:
         return self.score_components(prompts, completions, columns)[0]

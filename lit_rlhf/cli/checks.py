@@ -44,6 +44,10 @@ def check_reward_group(cfg: DictConfig) -> None:
     if reward is None:
         raise ConfigError("reward=[] selects no reward; pick one or more, e.g. reward=vader or "
                           "reward=[arithmetic_correct,arithmetic_format].")
+    if "rewards" in reward and "url" in reward:
+        raise ConfigError("reward=http cannot be combined with other rewards on the command line (it is one reward, "
+                          "not a named set); serve the combination instead: python -m lit_rlhf.serve "
+                          "reward=[a,b], then reward=http reward.url=...")
     if "rewards" in reward and ("name_or_path" in reward or reward.get("_target_") == REWARD_MODEL_TARGET):
         raise ConfigError("reward=reward_model cannot be combined with other rewards on the command line (it is one "
                           "reward, not a named set); use it alone, or combine it in Python with lit_rlhf.models."
@@ -58,4 +62,4 @@ def check_accelerator(cfg: DictConfig) -> None:
     interval = cfg.get("trainer", {}).get("val_check_interval")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
         raise ConfigError(f"trainer.val_check_interval={interval} must be > 0 (RL steps between held-out "
-                          f"evaluations); to switch them off use trainer.limit_val_batches=0.")
+                          f"evaluations); to switch them off use +trainer.limit_val_batches=0.")

@@ -30,13 +30,22 @@ from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
 T = TypeVar("T")
 
 
+# groups the algo config holds under other names (conf/algo/common): the key as the user writes it
+NESTED_GROUPS = {"algo.environment.": "env.", "algo.reward.": "reward."}
+
+
+def user_key(name: str) -> str:
+    """A composed config key as the user writes it on the command line (algo.reward.url -> reward.url)."""
+    for nested, group in NESTED_GROUPS.items():
+        if name.startswith(nested):
+            return group + name.removeprefix(nested)
+    return name
+
+
 def config_key(err: BaseException) -> str:
     """The config key (with a trailing dot) an instantiation error names, as the user writes it."""
     key = re.search(r"full_key: (\S+)", str(err))
-    if key is None:
-        return ""
-    name = key.group(1)
-    return ("env." + name.removeprefix("algo.environment.") if name.startswith("algo.environment.") else name) + "."
+    return "" if key is None else user_key(key.group(1)) + "."
 
 
 def user_error(err: BaseException) -> str | None:
@@ -58,8 +67,8 @@ def user_error(err: BaseException) -> str | None:
         if isinstance(err, MisconfigurationException):  # Lightning's own messages name the setting
             return f"{(str(err).strip().splitlines() or [''])[0]} (check the trainer group's settings)"
         if isinstance(err, MissingMandatoryValue):
-            return (f"{err.full_key or err} is required (marked ??? in conf/); set it on the command line, "
-                    f"e.g. model.name_or_path=NAME_OR_PATH for model=causal_lm.")
+            key = user_key(err.full_key) if err.full_key else str(err)
+            return f"{key} is required (marked ??? in conf/); set it on the command line: {key}=..."
         err = err.__cause__
     return None
 
@@ -73,7 +82,7 @@ def mark_task_started() -> None:
     _task_started = True
 
 
-def run_hydra_app(main: Callable[[], Any], config_name: str) -> None:
+def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | None = None) -> None:
     """Runs a @hydra.main function (its conf/ beside the script). Hydra's own errors (an unknown key, a
     misspelled group option, a value of the wrong type) are user mistakes too: one line naming the key and
     the nearest valid one, exit code 2 like ours. Exit code 1 stays for errors raised inside the task that
@@ -88,7 +97,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str) -> None:
     except Exception as err:
         if _task_started:
             raise
-        config_dir = Path(sys.argv[0]).resolve().parent / "conf"
+        config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         exit_with_user_error(composition_error(err, config_dir, config_name, overrides))
 

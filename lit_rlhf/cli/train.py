@@ -20,7 +20,7 @@ from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.cli.checks import check_accelerator, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
 from lit_rlhf.noise import silence_known_noise
 
@@ -97,7 +97,12 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
         if isinstance(callback, CheckpointOnInterrupt):
             callback.resume_hint = resume_command
     with end_of_run_interrupts(lambda: module.training_finished):
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+        except UnavailableError as err:  # e.g. a reward server gone after its retries: say where to resume
+            if module.rl_step == 0:
+                raise
+            raise UnavailableError(f"{err} {resume_after_failure(trainer, module)}") from err
         stopped = stopped_by_interrupt(trainer)
         if stopped is not None and stopped.stopped_by == "SIGINT":
             report(f"\nRun directory: {cfg.paths.output_dir}")
@@ -111,6 +116,16 @@ def resume_command(checkpoint: Path) -> str:
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "overwrite_run_dir")]
     return shlex.join(["python", sys.argv[0], *kept, f"ckpt_path={checkpoint}"])
+
+
+def resume_after_failure(trainer, module) -> str:
+    """Where a run that failed mid-training resumes: its last checkpoint (complete: writes are atomic)."""
+    checkpoint = trainer.checkpoint_callback
+    last = Path(checkpoint.dirpath) / "last.ckpt" if checkpoint is not None and checkpoint.dirpath else None
+    if last is not None and last.exists():
+        return f"Stopped in RL step {module.rl_step + 1}; resume from the last checkpoint: {resume_command(last)}"
+    return (f"Stopped in RL step {module.rl_step + 1}, before the first checkpoint (written every "
+            f"callbacks.model_checkpoint.every_n_train_steps RL steps).")
 
 
 def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any]) -> dict[str, float]:

@@ -1,0 +1,193 @@
+"""A reward server: any lit_rlhf reward behind the schema of lit_rlhf.remote.schema, on FastAPI and uvicorn
+(`pip install -e ".[serve]"`; `python -m lit_rlhf.serve reward=...` runs it).
+
+Requests that arrive within max_wait_ms of each other are scored by one reward call (up to max_batch_size
+completions), in a worker thread, one call at a time: a reward model sees full batches and the event loop keeps
+answering /health while it works.
+"""
+
+import asyncio
+import contextlib
+import hmac
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, model_validator
+
+from lit_rlhf.errors import ConfigError
+
+
+class ScoreRequest(BaseModel):
+    """POST /score's body."""
+
+    prompts: list[str]
+    completions: list[str]
+    columns: dict[str, list[Any]] = {}
+
+    @model_validator(mode="after")
+    def one_entry_per_completion(self):
+        n = len(self.completions)
+        if len(self.prompts) != n or any(len(v) != n for v in self.columns.values()):
+            raise ValueError("prompts, completions and every column must have one entry per completion")
+        return self
+
+
+def reward_columns(reward) -> list[str]:
+    """The dataset columns a reward reads (what /health tells clients to send)."""
+    from lit_rlhf.algos.scoring import column_needs
+
+    return sorted({column for _, column in column_needs(reward, [])})
+
+
+def score_now(reward, prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[float]:
+    """The reward's checked scores (one finite float per completion) or ConfigError naming what went wrong."""
+    from lit_rlhf.algos.scoring import call_checked
+    from lit_rlhf.models import reward_name
+
+    return call_checked(reward_name(reward), reward, prompts, completions, columns).tolist()
+
+
+class Batcher:
+    """Gathers concurrent /score requests into reward calls; one call at a time, in a worker thread."""
+
+    def __init__(self, reward, max_batch_size: int, max_wait_s: float):
+        self.reward, self.max_batch_size, self.max_wait_s = reward, max_batch_size, max_wait_s
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    async def score(self, prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[float]:
+        future = asyncio.get_running_loop().create_future()
+        await self.queue.put(((prompts, completions, columns), future))
+        return await future
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self.queue.get()]
+            deadline = loop.time() + self.max_wait_s
+            while sum(len(item[0][1]) for item in batch) < self.max_batch_size:
+                try:
+                    batch.append(await asyncio.wait_for(self.queue.get(), max(deadline - loop.time(), 0)))
+                except asyncio.TimeoutError:
+                    break
+            groups: dict[tuple[str, ...], list] = {}  # requests sending the same columns go together
+            for item in batch:
+                groups.setdefault(tuple(sorted(item[0][2])), []).append(item)
+            for group in groups.values():
+                await self.score_group(group)
+
+    async def score_group(self, group: list) -> None:
+        prompts = [p for (request, _) in group for p in request[0]]
+        completions = [c for (request, _) in group for c in request[1]]
+        columns = {name: [v for (request, _) in group for v in request[2][name]] for name in group[0][0][2]}
+        try:
+            scores = await asyncio.to_thread(score_now, self.reward, prompts, completions, columns)
+        except Exception as err:  # every request of the call gets the error
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        start = 0
+        for (request, future) in group:
+            if not future.done():
+                future.set_result(scores[start:start + len(request[1])])
+            start += len(request[1])
+
+    def fail_pending(self) -> None:
+        while not self.queue.empty():
+            _, future = self.queue.get_nowait()
+            if not future.done():
+                future.set_exception(RuntimeError("the server is shutting down"))
+
+
+def create_app(reward, name: str, max_batch_size: int = 256, max_wait_ms: float = 5.0,
+               auth_env: str | None = None):
+    """The FastAPI app serving `reward`: POST /score, GET /health."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    token = os.environ.get(auth_env) if auth_env else None
+    if auth_env and not token:
+        raise ConfigError(f"auth_env={auth_env!r} names an environment variable that is not set; export "
+                          f"{auth_env}=<a token> (clients send it with reward.auth_env).")
+    columns = reward_columns(reward)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        app.state.batcher = Batcher(reward, max_batch_size, max_wait_ms / 1000)
+        worker = asyncio.create_task(app.state.batcher.run())
+        yield
+        worker.cancel()
+        app.state.batcher.fail_pending()
+
+    app = FastAPI(title="lit_rlhf reward server", lifespan=lifespan)
+
+    @app.middleware("http")
+    async def check_token(request: Request, call_next: Callable):
+        given = request.headers.get("authorization", "")
+        if token and not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401)
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "reward": name, "columns": columns}
+
+    @app.post("/score")
+    async def score(body: ScoreRequest):
+        missing = [c for c in columns if c not in body.columns]
+        if missing:
+            return JSONResponse({"detail": f"the reward reads the dataset column {missing[0]!r}; send it in "
+                                           f"\"columns\""}, status_code=422)
+        try:
+            scores = await app.state.batcher.score(body.prompts, body.completions, body.columns)
+        except Exception as err:
+            return JSONResponse({"detail": str(err)}, status_code=500)
+        return {"scores": scores}
+
+    return app
+
+
+def graceful_server_class():
+    import signal
+
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """uvicorn's server, whose SIGINT or SIGTERM stop (requests in flight answered) ends with exit code 0:
+        uvicorn re-raises the signal once it has stopped, which would end the process by it."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return GracefulServer
+
+
+def serve(reward, name: str, host: str = "127.0.0.1", port: int = 8000, max_batch_size: int = 256,
+          max_wait_ms: float = 5.0, auth_env: str | None = None, announce: Callable[[str], None] = print) -> None:
+    """Serves `reward` until SIGINT or SIGTERM; requests in flight are answered before it stops."""
+    import socket
+
+    import uvicorn
+
+    GracefulServer = graceful_server_class()
+    app = create_app(reward, name, max_batch_size, max_wait_ms, auth_env)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port} ({err.strerror}); pick another port (port=8001, or port=0 "
+                          f"for a free one) or host.") from None
+    server = GracefulServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    announce(f"Serving the reward {name} on http://{host}:{sock.getsockname()[1]} (POST /score, GET /health); "
+             f"Ctrl-C stops it.")
+    server.run(sockets=[sock])
+    announce("Reward server stopped.")

@@ -1,0 +1,72 @@
+"""A reward server that misbehaves on purpose (stdlib http.server, in a thread of the test process)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def length_scores(body: dict) -> list[float]:
+    return [float(len(c)) for c in body["completions"]]
+
+
+class FakeRewardServer:
+    """Answers GET /health and POST /score; `answer(number, body) -> (status, text)` decides each /score answer
+    (number counts the /score requests from 0). stop() closes the port: later requests cannot connect."""
+
+    def __init__(self, answer: Callable[[int, dict], tuple[int, str]] | None = None, columns: list[str] = (),
+                 port: int = 0):
+        self.answer = answer or (lambda n, body: (200, json.dumps({"scores": length_scores(body)})))
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status: int, text: str) -> None:
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self.reply(200, json.dumps({"status": "ok", "reward": "fake", "columns": list(columns)}))
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.headers.append(dict(self.headers))
+                number = len(server.requests)
+                server.requests.append(body)
+                self.reply(*server.answer(number, body))
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> FakeRewardServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def hang(seconds: float) -> Callable[[int, dict], tuple[int, str]]:
+    def answer(number: int, body: dict) -> tuple[int, str]:
+        time.sleep(seconds)
+        return 200, json.dumps({"scores": length_scores(body)})
+    return answer

@@ -1,0 +1,100 @@
+"""HTTPReward against a server that misbehaves on purpose: retries, timeouts, bad answers, auth."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.remote import HTTPReward, RewardServiceError
+from tests.remote.fake_server import FakeRewardServer, hang, length_scores
+
+PROMPTS = [f"p{i}" for i in range(7)]
+COMPLETIONS = ["a" * (i + 1) for i in range(7)]
+
+
+def test_batches_go_out_in_requests_of_batch_size_and_come_back_in_order():
+    with FakeRewardServer(columns=["answer"]) as server:
+        reward = HTTPReward(server.url, batch_size=3, max_concurrency=2)
+        scores = reward(PROMPTS, COMPLETIONS, answer=list(range(7)), unused=list("abcdefg"))
+    assert scores.tolist() == [float(i + 1) for i in range(7)] and scores.dtype == torch.float32
+    sent = sorted(server.requests, key=lambda body: body["prompts"][0])
+    assert [len(body["completions"]) for body in sent] == [3, 3, 1]
+    assert [body["columns"] for body in sent] == [{"answer": [0, 1, 2]}, {"answer": [3, 4, 5]}, {"answer": [6]}]
+    assert reward.required_columns == ["answer"]  # what the server's /health asked for, no more
+
+
+def test_5xx_answers_are_retried_with_backoff_and_4xx_is_not():
+    def flaky(number, body):
+        return (503, "busy") if number < 2 else (200, json.dumps({"scores": length_scores(body)}))
+
+    with FakeRewardServer(flaky) as server:
+        assert HTTPReward(server.url, retries=3, backoff_s=0.01)(["p"], ["abc"]).tolist() == [3.0]
+    assert len(server.requests) == 3
+    with FakeRewardServer(lambda n, body: (422, '{"detail": "bad"}')) as server:
+        with pytest.raises(RewardServiceError, match=r"refused POST /score with HTTP 422: \{\"detail\": \"bad\"\}"):
+            HTTPReward(server.url, retries=3, backoff_s=0.01)(["p"], ["abc"])
+    assert len(server.requests) == 1
+
+
+def test_a_server_that_is_down_or_goes_down_fails_after_its_retries_naming_it():
+    server = FakeRewardServer()
+    url = server.url
+    server.stop()
+    with pytest.raises(RewardServiceError) as caught:
+        HTTPReward(url, retries=2, backoff_s=0.01).load()
+    assert str(caught.value).startswith(f"the reward server {url}: cannot connect (ConnectError) after 3 attempts")
+
+
+def test_a_hanging_server_ends_in_the_timeout_not_a_hang():
+    with FakeRewardServer(hang(3.0)) as server:
+        reward = HTTPReward(server.url, timeout_s=0.2, retries=1, backoff_s=0.0)
+        start = time.monotonic()
+        with pytest.raises(RewardServiceError, match=r"batch 1 of 1, completions 0-0\): no answer within "
+                                                     r"reward.timeout_s=0.2 s after 2 attempts"):
+            reward(["p"], ["abc"])
+        assert time.monotonic() - start < 2.5  # two timeouts, not the server's 3 s
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ('{"scores": [1.0]}', r"answered 1 scores for 2 completions"),
+    ('{"scores": [1.0, NaN]}', r"answered nan for completion 1; every score must be a finite number"),
+    ('{"scores": [1.0, "2"]}', r"answered 2 for completion 1"),
+    ("<html>\x1b[31m oops", r"answered <html>\\x1b\[31m oops, which is not JSON"),
+    ('{"score": [1, 2]}', r"without a \"scores\" list"),
+])
+def test_a_wrong_answer_is_one_line_naming_the_server_and_the_batch(answer, expected):
+    with FakeRewardServer(lambda n, body: (200, answer)) as server:
+        with pytest.raises(RewardServiceError) as caught:
+            HTTPReward(server.url, batch_size=2)(["p", "q", "r"], ["a", "b", "c"])
+    message = str(caught.value)
+    assert message.startswith(f"the reward server {server.url} (batch 1 of 2, completions 0-1) ")
+    assert "\n" not in message and "\x1b" not in message
+    import re
+
+    assert re.search(expected, message), message
+
+
+def test_the_token_comes_from_the_environment_and_never_from_the_config(monkeypatch):
+    with pytest.raises(ConfigError, match="reward.auth_env='REWARD_TOKEN' names an environment variable that is "
+                                          "not set; export REWARD_TOKEN="):
+        HTTPReward("http://127.0.0.1:9", auth_env="REWARD_TOKEN")
+    monkeypatch.setenv("REWARD_TOKEN", "s3cret")
+    with FakeRewardServer() as server:
+        reward = HTTPReward(server.url, auth_env="REWARD_TOKEN")
+        reward(["p"], ["a"])
+    assert server.headers[0]["Authorization"] == "Bearer s3cret"
+    assert "s3cret" not in repr(vars(reward).get("auth_env")) and "s3cret" not in json.dumps(
+        {k: v for k, v in vars(reward).items() if isinstance(v, (str, int, float, bool, type(None)))})
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"url": "localhost:8000"}, "reward.url='localhost:8000' is not an http(s) URL"),
+    ({"url": "http://x", "batch_size": 0}, "reward.batch_size=0 must be a whole number >= 1"),
+    ({"url": "http://x", "timeout_s": 0}, "reward.timeout_s=0 must be a number of seconds > 0"),
+])
+def test_bad_settings_are_one_line(settings, expected):
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        HTTPReward(**settings)

@@ -1,0 +1,150 @@
+"""python -m lit_rlhf.serve and train.py reward=http together over loopback, as a user runs them."""
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from lit_rlhf.remote import HTTPReward
+from lit_rlhf.remote.server import Batcher
+from lit_rlhf.tasks.arithmetic import ArithmeticCorrect
+from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.remote.fake_server import FakeRewardServer, length_scores
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+class ServedReward:
+    """`python -m lit_rlhf.serve port=0 ...` in a subprocess; url from its first line; stop() sends SIGTERM."""
+
+    def __init__(self, *args: str, cwd, env: dict | None = None):
+        self.process = subprocess.Popen([sys.executable, "-m", "lit_rlhf.serve", "port=0", *args], cwd=cwd,
+                                        env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        self.first_line = self.process.stdout.readline()
+        found = re.search(r"http://[\d.]+:\d+", self.first_line)
+        assert found, (self.first_line, self.process.stderr.read()[-3000:] if self.process.poll() is not None else "")
+        self.url = found.group()
+
+    def stop(self) -> tuple[int, str]:
+        self.process.send_signal(signal.SIGTERM)
+        stdout, _ = self.process.communicate(timeout=60)
+        return self.process.returncode, stdout
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
+def test_a_served_reward_scores_like_the_reward_in_process_and_stops_cleanly(tmp_path):
+    prompts = [f"What is {i} + {i}?" for i in range(9)]
+    completions = [f"Answer: {2 * i if i % 3 else i}" for i in range(9)]
+    answers = [str(2 * i) for i in range(9)]
+    with ServedReward("reward=arithmetic_correct", cwd=tmp_path) as server:
+        assert server.first_line.startswith("Serving the reward arithmetic_correct on http://127.0.0.1:")
+        reward = HTTPReward(server.url, batch_size=4, max_concurrency=3)
+        assert reward.required_columns == ["answer"]  # the server asks for the column its reward reads
+        served = reward(prompts, completions, answer=answers)
+        code, stdout = server.stop()
+    assert served.tolist() == ArithmeticCorrect()(prompts, completions, answer=answers).tolist()
+    assert served.tolist().count(1.0) == 7  # all but i = 3 and 6
+    assert code == 0 and stdout.strip().endswith("Reward server stopped.")
+    assert list(tmp_path.iterdir()) == []  # a server writes no files
+
+
+def test_concurrent_requests_are_scored_by_one_reward_call():
+    calls = []
+
+    def reward(prompts, completions):
+        calls.append(len(completions))
+        return [float(len(c)) for c in completions]
+
+    async def two_clients():
+        batcher = Batcher(reward, max_batch_size=256, max_wait_s=0.5)
+        worker = asyncio.create_task(batcher.run())
+        scores = await asyncio.gather(batcher.score(["p", "q"], ["a", "bb"], {}), batcher.score(["r"], ["ccc"], {}))
+        worker.cancel()
+        return scores
+
+    assert asyncio.run(two_clients()) == [[1.0, 2.0], [3.0]]
+    assert calls == [3]
+
+
+def test_the_server_refuses_a_client_without_its_token(tmp_path):
+    with ServedReward("auth_env=SERVE_TOKEN", cwd=tmp_path, env={"SERVE_TOKEN": "s3cret"}) as server:
+        with pytest.raises(Exception, match="refused GET /health with HTTP 401"):
+            HTTPReward(server.url, retries=0).load()
+        os.environ["CLIENT_TOKEN"] = "s3cret"
+        try:
+            assert HTTPReward(server.url, auth_env="CLIENT_TOKEN")(["p"], ["I love it"]).item() > 0.5
+        finally:
+            del os.environ["CLIENT_TOKEN"]
+
+
+def test_training_against_a_served_reward_matches_training_in_process(tmp_path):
+    args = [a for a in FAST if not a.startswith("steps=")] + ["steps=3"]
+    (tmp_path / "remote").mkdir()
+    with ServedReward("reward=vader", cwd=tmp_path) as server:
+        remote = run_script("train.py", *args, "reward=http", f"reward.url={server.url}", cwd=tmp_path / "remote")
+        server.stop()
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    (tmp_path / "local").mkdir()
+    local = run_script("train.py", *args, "reward=vader", cwd=tmp_path / "local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    results = {side: json.loads(next((tmp_path / side / "logs" / "train" / "runs").iterdir()).joinpath(
+        "result.json").read_text())["metrics"] for side in ("remote", "local")}
+    for key in ("eval/scores", "eval/rlhf_reward", "objective/scores", "objective/kl"):
+        assert results["remote"][key] == results["local"][key], key
+    assert results["remote"]["rewards/http/mean"] == results["local"]["rewards/vader/mean"]
+    assert results["remote"]["time/reward_s"] >= results["remote"]["time/reward_wait_s"] >= 0
+
+
+def test_a_server_gone_mid_run_stops_the_run_in_one_line_and_the_printed_command_resumes_it(tmp_path):
+    """Two RL steps scored, then the server goes away: the third step's retries fail, the run stops with one line
+    naming the server and the command that resumes from the last checkpoint; with the server back, it does."""
+    args = [a for a in FAST if not a.startswith("steps=")] + [
+        "steps=4", "+trainer.limit_val_batches=0", "callbacks.model_checkpoint.every_n_train_steps=1"]
+
+    def two_then_gone(number, body):
+        if number == 1:
+            threading.Thread(target=server.stop).start()
+        return 200, json.dumps({"scores": length_scores(body)})
+
+    server = FakeRewardServer(two_then_gone)
+    result = run_script("train.py", *args, "reward=http", f"reward.url={server.url}", "reward.retries=2",
+                        "reward.backoff_s=0.05", cwd=tmp_path)
+    line = one_line_error(result)
+    assert line.startswith(f"error: the reward server {server.url} (batch 1 of 1, completions 0-15): cannot connect "
+                           f"(ConnectError) after 3 attempts; check that the server is up")
+    assert "Stopped in RL step 3; resume from the last checkpoint: python " in line
+    command = shlex.split(line.split("resume from the last checkpoint: ", 1)[1])
+    assert command[-1].endswith("checkpoints/last.ckpt")
+
+    with FakeRewardServer(port=server.port) as back:
+        resumed = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=ENV, capture_output=True,
+                                 text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert len(back.requests) == 2  # RL steps 3 and 4
+
+
+def test_a_server_down_at_start_is_one_line_before_any_training_step(tmp_path):
+    server = FakeRewardServer()
+    server.stop()
+    result = run_script("train.py", *FAST, "reward=http", f"reward.url={server.url}", "reward.retries=1",
+                        "reward.backoff_s=0", cwd=tmp_path)
+    assert one_line_error(result) == (f"error: the reward server {server.url}: cannot connect (ConnectError) after "
+                                      f"2 attempts; check that the server is up ({server.url}/health), then resume "
+                                      f"from the last checkpoint.")
+    assert not (tmp_path / "logs" / "train" / "runs").exists() or not any(
+        (run / "checkpoints").exists() for run in (tmp_path / "logs" / "train" / "runs").iterdir())
