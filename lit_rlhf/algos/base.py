@@ -347,7 +347,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
             self.check_environment(datamodule.rows, datamodule.hparams.dataset)
             self.check_token_budget(max(len(row.ids) for row in datamodule.rows))
         self.training_finished = False
-        self._fit_start_time = time.time()
+        self._fit_start_time = self._last_step_logged = time.time()
         self._episode_at_start = self.episode
 
     @torch.no_grad()
@@ -366,7 +366,9 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
         self.last_step_episodes = len(rollout) * self.trainer.world_size
         self.episode += self.last_step_episodes
-        elapsed = max(time.time() - self._fit_start_time, 1e-9)
+        now = time.time()
+        elapsed, step_s = max(now - self._fit_start_time, 1e-9), now - self._last_step_logged
+        self._last_step_logged = now
         stats = {
             **stats,
             **completion_stats(rollout.response_mask, rollout.contains_stop, rollout.completions),
@@ -376,6 +378,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
             **self.sampler_stats(rollout),
             **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
             **{key: torch.tensor(value) for key, value in self.step_timings.items()},
+            "time/step_s": torch.tensor(step_s),  # since the previous step's metrics (a validation between counts)
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),
             "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),

@@ -82,6 +82,13 @@ def reward_waits(reward) -> bool:
     return any(getattr(part, "waits", False) is True for part in parts)
 
 
+def reward_counts(reward) -> dict[str, float]:
+    """{rewards/<name>/<what>: count} that rewards report with pop_stats() (e.g. a judge's unparsable answers)."""
+    parts = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    return {f"rewards/{name}/{key}": value for name, part in parts.items() if callable(getattr(part, "pop_stats", None))
+            for key, value in part.pop_stats().items()}
+
+
 def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
     """(what needs it, column) for every dataset column a reward component or task metric requires."""
     rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
@@ -248,10 +255,10 @@ class RolloutScoring:
             return self.score_components(prompts, completions, columns), time.perf_counter() - start
 
         def record(took: float, waited: float) -> None:
+            counts = reward_counts(self.reward)  # read (and reset) even when not logged
             if for_training:
-                timings = self.step_timings
-                timings["time/reward_s"] = timings.get("time/reward_s", 0.0) + took
-                timings["time/reward_wait_s"] = timings.get("time/reward_wait_s", 0.0) + waited
+                for key, value in {"time/reward_s": took, "time/reward_wait_s": waited, **counts}.items():
+                    self.step_timings[key] = self.step_timings.get(key, 0.0) + value
 
         if not reward_waits(self.reward):
             result, took = timed()
@@ -271,7 +278,8 @@ class RolloutScoring:
 
     @property
     def step_timings(self) -> dict[str, float]:
-        """{time/<what>: seconds} of the current RL step (reset when the step's metrics are logged)."""
+        """{time/<what>: seconds, rewards/<name>/<what>: count} of the current RL step, summed over its rollouts
+        (reset when the step's metrics are logged)."""
         if getattr(self, "_step_timings", None) is None:
             self._step_timings = {}
         return self._step_timings

@@ -44,6 +44,10 @@ def check_reward_group(cfg: DictConfig) -> None:
     if reward is None:
         raise ConfigError("reward=[] selects no reward; pick one or more, e.g. reward=vader or "
                           "reward=[arithmetic_correct,arithmetic_format].")
+    if "rewards" in reward and "template" in reward:
+        raise ConfigError("reward=llm_judge cannot be combined with other rewards on the command line (it is one "
+                          "reward, not a named set); use it alone, or combine it in Python with lit_rlhf.models."
+                          "WeightedSum({'judge': LLMJudge(...), 'vader': VaderSentiment()}).")
     if "rewards" in reward and "url" in reward:
         raise ConfigError("reward=http cannot be combined with other rewards on the command line (it is one reward, "
                           "not a named set); serve the combination instead: python -m lit_rlhf.serve "

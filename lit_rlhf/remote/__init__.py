@@ -1,7 +1,8 @@
-"""Rewards that live elsewhere: HTTPReward (a client of the reward server's schema) and the server itself
-(lit_rlhf.remote.server, `python -m lit_rlhf.serve`)."""
+"""Rewards that live elsewhere: HTTPReward (a client of the reward server's schema), the server itself
+(lit_rlhf.remote.server, `python -m lit_rlhf.serve`) and LLMJudge (a generative judge, endpoint or local)."""
 
 from lit_rlhf.remote.client import HTTPReward
+from lit_rlhf.remote.judge import LLMJudge, parse_judgement
 from lit_rlhf.remote.schema import RewardServiceError
 
-__all__ = ["HTTPReward", "RewardServiceError"]
+__all__ = ["HTTPReward", "LLMJudge", "RewardServiceError", "parse_judgement"]

@@ -70,3 +70,21 @@ def hang(seconds: float) -> Callable[[int, dict], tuple[int, str]]:
         time.sleep(seconds)
         return 200, json.dumps({"scores": length_scores(body)})
     return answer
+
+
+def chat_reply(content: str) -> str:
+    """An OpenAI chat-completions answer holding `content`."""
+    return json.dumps({"id": "fake", "object": "chat.completion", "created": 0, "model": "fake-judge",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                    "finish_reason": "stop"}]})
+
+
+def judged_completion(body: dict) -> str:
+    """The completion a judge template shows (between 'Response: ' and the blank line before 'Score:')."""
+    text = body["messages"][0]["content"]
+    return text.split("Response: ", 1)[1].rsplit("\n\nScore:", 1)[0]
+
+
+def length_biased_judge(number: int, body: dict) -> tuple[int, str]:
+    """A judge with a pure length bias: one point per 4 characters of the completion, up to 10."""
+    return 200, chat_reply(str(min(10, len(judged_completion(body)) // 4)))

@@ -1,0 +1,78 @@
+"""LLMJudge: a strict parser of judgements, an OpenAI-compatible endpoint on loopback, a tiny local model."""
+
+import json
+
+import pytest
+
+from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.remote import LLMJudge, RewardServiceError, parse_judgement
+from tests.helpers import FAST, run_script
+from tests.remote.fake_server import FakeRewardServer, chat_reply, judged_completion, length_biased_judge
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("7", 7.0), ("Score: 8", 8.0), ("score=3", 3.0), ("7/10", 7.0), (" 3.5 ", 3.5), ("\n\n9\nbecause it is", 9.0),
+    ("10.", 10.0), ("0", 0.0),
+    ("11", None), ("-1", None), ("I think 7", None), ("", None), ("seven", None), ("7 or 8", None), ("Score:", None),
+])
+def test_the_parser_takes_a_number_in_range_on_the_first_line_and_nothing_else(text, expected):
+    assert parse_judgement(text, 0, 10) == expected
+
+
+def test_an_endpoint_judge_scores_each_completion_and_counts_what_it_cannot_parse():
+    def judge(number, body):
+        completion = judged_completion(body)
+        return 200, chat_reply("no idea" if completion == "???" else f"Score: {len(completion)}")
+
+    with FakeRewardServer(judge) as endpoint:
+        reward = LLMJudge(model="judge-1", base_url=endpoint.url + "/v1", unparsable_score=-1.0, retries=0)
+        scores = reward(["p1", "p2", "p3"], ["abc", "???", "abcdefg"])
+    assert scores.tolist() == [3.0, -1.0, 7.0]
+    assert reward.pop_stats() == {"unparsable": 1.0} and reward.pop_stats() == {"unparsable": 0.0}
+    (request,) = [r for r in endpoint.requests if "Prompt: p1\n" in r["messages"][0]["content"]]
+    assert request["model"] == "judge-1" and request["temperature"] == 0.0
+    assert "Prompt: p1\nResponse: abc\n\nScore:" in request["messages"][0]["content"]
+    assert reward.waits  # an endpoint is scored while the step's forwards run
+
+
+def test_an_endpoint_that_is_down_is_one_line_naming_it():
+    endpoint = FakeRewardServer()
+    endpoint.stop()
+    with pytest.raises(RewardServiceError) as caught:
+        LLMJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)(["p"], ["c"])
+    assert str(caught.value).startswith(f"the judge endpoint {endpoint.url}/v1: APIConnectionError after 1 attempts")
+
+
+def test_a_local_judge_scores_what_its_judgements_state():
+    reward = LLMJudge(model=TINY_PYTHIA, max_tokens=4, batch_size=2)
+    prompts, completions = ["The film was", "I thought it", "Overall"], ["great", "was bad", "fine"]
+    scores = reward(prompts, completions)
+    judgements = reward._local.generate([reward.template.format(prompt=p, completion=c, min_score="0",
+                                                                max_score="10")
+                                         for p, c in zip(prompts, completions, strict=True)])
+    parsed = [parse_judgement(j, 0, 10) for j in judgements]
+    assert scores.tolist() == [0.0 if s is None else s for s in parsed]
+    assert reward.pop_stats() == {"unparsable": float(sum(s is None for s in parsed))}
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"template": "Rate {completion}"}, "reward.template has no {prompt}"),
+    ({"min_score": 5, "max_score": 5}, "reward.min_score=5 must be below reward.max_score=5"),
+    ({"base_url": "localhost:8000/v1"}, "reward.base_url='localhost:8000/v1' is not an http(s) URL"),
+])
+def test_bad_judge_settings_are_one_line(settings, expected):
+    with pytest.raises(ConfigError) as caught:
+        LLMJudge(model="m", **settings)
+    assert str(caught.value).startswith(expected)
+
+
+def test_train_py_with_an_endpoint_judge_logs_its_scores_and_unparsable_count(tmp_path):
+    with FakeRewardServer(length_biased_judge) as endpoint:
+        result = run_script("train.py", *FAST, "reward=llm_judge", "reward.model=judge-1",
+                            f"reward.base_url={endpoint.url}/v1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    metrics = json.loads((run / "result.json").read_text())["metrics"]
+    assert metrics["rewards/llm_judge/unparsable"] == 0.0
+    assert 0.0 <= metrics["rewards/llm_judge/mean"] <= 10.0 and len(endpoint.requests) >= 16
