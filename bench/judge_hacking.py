@@ -10,8 +10,6 @@ the end, and the RL step at which the monitor's length_jump and missing_stop_jum
 bench/results/judge_hacking.md and .json and the table into docs/rewards.md.
 """
 
-from __future__ import annotations
-
 import argparse
 import csv
 import json

@@ -13,6 +13,9 @@ LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging",)
 LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 # The Trainer's default epoch limit: an RLHF module stops after its RL steps (rl_steps), whatever the epochs.
 LIGHTNING_MAX_EPOCHS = r"`max_epochs` was not set\. Setting it to 1000 epochs"
+# The HTTP clients of reward=http and reward=llm_judge log every request (and retry) at INFO; a failure that
+# matters ends as the reward's one-line error.
+HTTP_CLIENT_LOGGERS = ("httpx", "openai")
 
 
 class DropMessages(logging.Filter):
@@ -28,5 +31,7 @@ def silence_known_noise() -> None:
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, DropMessages) for f in logger.filters):
         logger.addFilter(DropMessages(LIGHTNING_TIPS))
+    for name in HTTP_CLIENT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)
     warnings.filterwarnings("ignore", message=LIGHTNING_MAX_EPOCHS)

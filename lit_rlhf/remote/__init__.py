@@ -2,7 +2,7 @@
 (lit_rlhf.remote.server, `python -m lit_rlhf.serve`) and LLMJudge (a generative judge, endpoint or local)."""
 
 from lit_rlhf.remote.client import HTTPReward
-from lit_rlhf.remote.judge import LLMJudge, parse_judgement
+from lit_rlhf.remote.judge import LLMJudge, LLMPairwiseJudge, parse_judgement, parse_verdict
 from lit_rlhf.remote.schema import RewardServiceError
 
-__all__ = ["HTTPReward", "LLMJudge", "RewardServiceError", "parse_judgement"]
+__all__ = ["HTTPReward", "LLMJudge", "LLMPairwiseJudge", "RewardServiceError", "parse_judgement", "parse_verdict"]

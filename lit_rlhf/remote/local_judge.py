@@ -9,12 +9,13 @@ from lit_rlhf.models.tokenizer import load_tokenizer
 
 
 class LocalJudgeModel:
-    def __init__(self, name_or_path: str, max_new_tokens: int, batch_size: int, device: str | None):
+    def __init__(self, name_or_path: str, max_new_tokens: int, batch_size: int, device: str | None,
+                 key: str = "reward"):
         from transformers import AutoModelForCausalLM
 
-        self.tokenizer = load_tokenizer(name_or_path, key="reward.model")  # left padding, a pad token
+        self.tokenizer = load_tokenizer(name_or_path, key=f"{key}.model")  # left padding, a pad token
         self.model = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "judge model",
-                                     key="reward.model").eval().requires_grad_(False)
+                                     key=f"{key}.model").eval().requires_grad_(False)
         if device:
             self.model.to(device)
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size

@@ -90,6 +90,19 @@ def test_a_user_defined_judge_plugs_in_through_the_config(trained_run, tmp_path)
     assert [r["judgment"] for r in evaluation.records] == expected
 
 
+def test_an_llm_judge_at_an_endpoint_decides_the_pairs(trained_run, tmp_path):
+    from tests.remote.fake_server import FakeRewardServer, longer_wins_judge
+
+    with FakeRewardServer(longer_wins_judge) as endpoint:
+        evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt",
+                                   "judge._target_=lit_rlhf.remote.LLMPairwiseJudge", "~judge.tie_margin",
+                                   "+judge.model=judge-1", f"+judge.base_url={endpoint.url}/v1", out=tmp_path)
+    assert evaluation.summary["judge"] == "LLMPairwiseJudge"
+    expected = [1.0 if len(r["policy"]) > len(r["reference"]) else 0.0 if len(r["policy"]) < len(r["reference"])
+                else 0.5 for r in evaluation.records]
+    assert [r["judgment"] for r in evaluation.records] == expected and len(endpoint.requests) == len(expected)
+
+
 def test_evaluate_py_reports_a_bad_checkpoint_path_in_one_line(tmp_path):
     result = run_script("evaluate.py", "ckpt_path=missing.ckpt", out=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr

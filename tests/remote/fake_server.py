@@ -88,3 +88,10 @@ def judged_completion(body: dict) -> str:
 def length_biased_judge(number: int, body: dict) -> tuple[int, str]:
     """A judge with a pure length bias: one point per 4 characters of the completion, up to 10."""
     return 200, chat_reply(str(min(10, len(judged_completion(body)) // 4)))
+
+
+def longer_wins_judge(number: int, body: dict) -> tuple[int, str]:
+    """A pairwise judge that prefers the longer response (A, B or tie)."""
+    text = body["messages"][0]["content"]
+    a, b = text.split("Response A: ", 1)[1].rsplit("\n\nBetter:", 1)[0].split("\n\nResponse B: ", 1)
+    return 200, chat_reply("A" if len(a) > len(b) else "B" if len(b) > len(a) else "tie")

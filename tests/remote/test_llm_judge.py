@@ -8,7 +8,13 @@ from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.remote import LLMJudge, RewardServiceError, parse_judgement
 from tests.helpers import FAST, run_script
-from tests.remote.fake_server import FakeRewardServer, chat_reply, judged_completion, length_biased_judge
+from tests.remote.fake_server import (
+    FakeRewardServer,
+    chat_reply,
+    judged_completion,
+    length_biased_judge,
+    longer_wins_judge,
+)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -48,7 +54,7 @@ def test_a_local_judge_scores_what_its_judgements_state():
     reward = LLMJudge(model=TINY_PYTHIA, max_tokens=4, batch_size=2)
     prompts, completions = ["The film was", "I thought it", "Overall"], ["great", "was bad", "fine"]
     scores = reward(prompts, completions)
-    judgements = reward._local.generate([reward.template.format(prompt=p, completion=c, min_score="0",
+    judgements = reward.judgements([reward.template.format(prompt=p, completion=c, min_score="0",
                                                                 max_score="10")
                                          for p, c in zip(prompts, completions, strict=True)])
     parsed = [parse_judgement(j, 0, 10) for j in judgements]
@@ -76,3 +82,29 @@ def test_train_py_with_an_endpoint_judge_logs_its_scores_and_unparsable_count(tm
     metrics = json.loads((run / "result.json").read_text())["metrics"]
     assert metrics["rewards/llm_judge/unparsable"] == 0.0
     assert 0.0 <= metrics["rewards/llm_judge/mean"] <= 10.0 and len(endpoint.requests) >= 16
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("A", "a"), ("b", "b"), ("Tie", "tie"), ("Winner: B", "b"), ("Response A.", "a"), ("\nA\nbecause", "a"),
+    ("A or B", None), ("both", None), ("", None), ("AB", None),
+])
+def test_the_pairwise_parser_takes_a_b_or_tie_on_the_first_line(text, expected):
+    from lit_rlhf.remote import parse_verdict
+
+    assert parse_verdict(text) == expected
+
+
+def test_a_pairwise_judge_alternates_positions_so_a_position_bias_cancels():
+    from lit_rlhf.remote import LLMPairwiseJudge
+
+    prompts, policy, reference = ["p"] * 4, ["long answer", "x", "same", "long answer"], ["x", "long answer", "same",
+                                                                                         "y"]
+    with FakeRewardServer(longer_wins_judge) as endpoint:
+        judge = LLMPairwiseJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)
+        assert judge(prompts, policy, reference).tolist() == [1.0, 0.0, 0.5, 1.0]
+    with FakeRewardServer(lambda n, body: (200, chat_reply("A"))) as endpoint:  # always the first position
+        judge = LLMPairwiseJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)
+        assert judge(prompts, policy, reference).tolist() == [1.0, 0.0, 1.0, 0.0]
+    with FakeRewardServer(lambda n, body: (200, chat_reply("Both are fine"))) as endpoint:
+        judge = LLMPairwiseJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)
+        assert judge(prompts, policy, reference).tolist() == [0.5] * 4 and judge.unparsable == 4

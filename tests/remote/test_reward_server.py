@@ -99,6 +99,7 @@ def test_training_against_a_served_reward_matches_training_in_process(tmp_path):
         remote = run_script("train.py", *args, "reward=http", f"reward.url={server.url}", cwd=tmp_path / "remote")
         server.stop()
     assert remote.returncode == 0, remote.stderr[-3000:]
+    assert "HTTP Request" not in remote.stdout + remote.stderr  # the client's per-request INFO lines are silenced
     (tmp_path / "local").mkdir()
     local = run_script("train.py", *args, "reward=vader", cwd=tmp_path / "local")
     assert local.returncode == 0, local.stderr[-3000:]
