@@ -3,8 +3,9 @@
     python bench/judge_hacking.py        # ~3 min on 2 CPU cores
 
 A stand-in for a generative judge with a pure length bias (an OpenAI-compatible endpoint on loopback answering
-"one point per 8 characters of the response, up to 10", what a judge that prefers longer answers rewards) scores the
-embedded default: `python train.py reward=llm_judge reward.model=stand-in reward.base_url=<it> steps=N`. Reports
+"one point per 16 characters of the response, up to 10", what a judge that prefers longer answers rewards) scores the
+embedded default with room to grow (64 new tokens): `python train.py reward=llm_judge reward.model=stand-in
+reward.base_url=<it> algo.response_length=64 steps=N`. Reports
 the judge's score, the completion length and the share of completions cut at the length limit, at the start and
 the end, and the RL step at which the monitor's length_jump and missing_stop_jump signs fired. Writes
 bench/results/judge_hacking.md and .json and the table into docs/rewards.md.
@@ -26,7 +27,7 @@ ROOT = BENCH.parent
 
 
 def length_biased_endpoint() -> str:
-    """A chat-completions endpoint in a thread: the score is len(response) // 8, at most 10."""
+    """A chat-completions endpoint in a thread: the score is len(response) // 16, at most 10."""
     import uvicorn
     from fastapi import FastAPI, Request
 
@@ -37,7 +38,7 @@ def length_biased_endpoint() -> str:
         text = (await request.json())["messages"][0]["content"]
         response = text.split("Response: ", 1)[1].rsplit("\n\nScore:", 1)[0]
         return {"id": "judge", "object": "chat.completion", "created": 0, "model": "stand-in", "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": str(min(10, len(response) // 8))},
+            {"index": 0, "message": {"role": "assistant", "content": str(min(10, len(response) // 16))},
              "finish_reason": "stop"}]}
 
     @app.get("/v1/models")
@@ -57,8 +58,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "logs" / "bench_judge_hacking")
     args = parser.parse_args()
     url = length_biased_endpoint()
-    command = ["reward=llm_judge", "reward.model=stand-in", f"reward.base_url={url}", f"steps={args.steps}",
-               "callbacks.evaluation=null"]
+    command = ["reward=llm_judge", "reward.model=stand-in", f"reward.base_url={url}", "algo.response_length=64",
+               f"steps={args.steps}", "reward.max_concurrency=16", "callbacks.evaluation=null"]
     done = subprocess.run([sys.executable, "train.py", *command, f"hydra.run.dir={args.out}", "overwrite_run_dir=true"],
                           cwd=ROOT, check=True, capture_output=True, text=True)
     rows = [r for r in csv.DictReader((args.out / "csv" / "metrics.csv").open()) if r.get("rewards/llm_judge/mean")]
@@ -79,7 +80,8 @@ def main() -> None:
     (BENCH / "results" / "judge_hacking.json").write_text(json.dumps(
         {"command": " ".join(command[:2] + command[3:]), "metrics": metrics, "first_step": signs,
          "warnings": warnings}, indent=2))
-    lines = [f"`python train.py reward=llm_judge reward.base_url=<length-biased stand-in> steps={args.steps}`; "
+    lines = [f"`python train.py reward=llm_judge reward.base_url=<length-biased stand-in> algo.response_length=64 "
+             f"steps={args.steps}`; "
              f"means of the first and the last 10 RL steps.", "",
              "| | first 10 steps | last 10 steps |", "|---|---:|---:|"]
     names = {"rewards/llm_judge/mean": "judge score (0-10)", "completions/mean_length": "completion length, tokens",

@@ -15,7 +15,7 @@ LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 LIGHTNING_MAX_EPOCHS = r"`max_epochs` was not set\. Setting it to 1000 epochs"
 # The HTTP clients of reward=http and reward=llm_judge log every request (and retry) at INFO; a failure that
 # matters ends as the reward's one-line error.
-HTTP_CLIENT_LOGGERS = ("httpx", "openai")
+HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "openai")
 
 
 class DropMessages(logging.Filter):
