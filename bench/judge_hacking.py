@@ -13,14 +13,13 @@ bench/results/judge_hacking.md and .json and the table into docs/rewards.md.
 
 import argparse
 import csv
-import json
 import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from results_blocks import fill_results
+from results_blocks import publish
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -77,9 +76,6 @@ def main() -> None:
                 "rewards/llm_judge/unparsable")}
     warnings = [line.strip() for line in done.stderr.splitlines() if "possible reward hacking" in line]
     signs = {sign: first_step(sign) for sign in ("length_jump", "missing_stop_jump", "distinct_collapse")}
-    (BENCH / "results" / "judge_hacking.json").write_text(json.dumps(
-        {"command": " ".join(command[:2] + command[3:]), "metrics": metrics, "first_step": signs,
-         "warnings": warnings}, indent=2))
     lines = [f"`python train.py reward=llm_judge reward.base_url=<length-biased stand-in> algo.response_length=64 "
              f"steps={args.steps}`; "
              f"means of the first and the last 10 RL steps.", "",
@@ -90,9 +86,9 @@ def main() -> None:
     lines += [f"| {names[k]} | {a:.2f} | {b:.2f} |" for k, (a, b) in metrics.items()]
     fired = ", ".join(f"`{s}` at RL step {step}" for s, step in signs.items() if step is not None) or "none"
     lines += ["", f"Monitor signs fired: {fired}."]
-    (BENCH / "results" / "judge_hacking.md").write_text("\n".join(lines) + "\n")
-    fill_results("judge_hacking", ["docs/rewards.md"])
-    print("\n".join(lines))
+    data = {"command": " ".join(command[:2] + command[3:]), "metrics": metrics, "first_step": signs,
+            "warnings": warnings}
+    publish("judge_hacking", data, lines, ["docs/rewards.md"])
 
 
 if __name__ == "__main__":

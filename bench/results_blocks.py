@@ -16,3 +16,13 @@ def fill_results(name: str, pages: list[str]) -> None:
     for page in pages:
         path = ROOT / page
         path.write_text(pattern.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results -->", path.read_text()))
+
+
+def publish(name: str, data: dict, lines: list[str], pages: list[str]) -> None:
+    """bench/results/NAME.json (data) and NAME.md (lines), the md into the pages' results blocks, printed."""
+    import json
+
+    (ROOT / "bench" / "results" / f"{name}.json").write_text(json.dumps(data, indent=2))
+    (ROOT / "bench" / "results" / f"{name}.md").write_text("\n".join(lines) + "\n")
+    fill_results(name, pages)
+    print("\n".join(lines))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import re
 import statistics
@@ -22,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from results_blocks import fill_results
+from results_blocks import publish
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -71,8 +70,6 @@ def main() -> None:
         server.terminate()
         server.wait()
     results = {case: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for case, rs in runs.items()}
-    (BENCH / "results" / "reward_overlap.json").write_text(json.dumps(
-        {"steps": args.steps, "repeats": args.repeats, "latency_s": 0.5, "results": results, "runs": runs}, indent=2))
     lines = [f"Embedded default (`python train.py steps={args.steps}`), reward served with 0.5 s latency per call; "
              f"medians of {args.repeats} interleaved runs, RL steps 2..{args.steps}.", "",
              "| reward | s per RL step | reward s per step | step waited for it, s |", "|---|---:|---:|---:|"]
@@ -80,9 +77,8 @@ def main() -> None:
               for case, r in results.items()]
     on, off = results["served, overlap on"]["step_s"], results["served, overlap off"]["step_s"]
     lines += ["", f"Overlap saves {off - on:.3f} s per RL step ({(off - on) / off:.0%} of the step without it)."]
-    (BENCH / "results" / "reward_overlap.md").write_text("\n".join(lines) + "\n")
-    fill_results("reward_overlap", ["docs/rewards.md"])
-    print("\n".join(lines))
+    data = {"steps": args.steps, "repeats": args.repeats, "latency_s": 0.5, "results": results, "runs": runs}
+    publish("reward_overlap", data, lines, ["docs/rewards.md"])
 
 
 if __name__ == "__main__":
