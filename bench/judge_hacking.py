@@ -7,7 +7,7 @@ A stand-in for a generative judge with a pure length bias (an OpenAI-compatible 
 embedded default with room to grow (64 new tokens): `python train.py reward=llm_judge reward.model=stand-in
 reward.base_url=<it> algo.response_length=64 steps=N`. Reports
 the judge's score, the completion length and the share of completions cut at the length limit, at the start and
-the end, and the RL step at which the monitor's length_jump and missing_stop_jump signs fired. Writes
+the end, the RL step at which each of the monitor's signs fired, and its warnings. Writes
 bench/results/judge_hacking.md and .json and the table into docs/rewards.md.
 """
 
@@ -74,8 +74,10 @@ def main() -> None:
     metrics = {key: (window(key, start), window(key, end)) for key in
                ("rewards/llm_judge/mean", "completions/mean_length", "completions/clipped_ratio",
                 "rewards/llm_judge/unparsable")}
-    warnings = [line.strip() for line in done.stderr.splitlines() if "possible reward hacking" in line]
-    signs = {sign: first_step(sign) for sign in ("length_jump", "missing_stop_jump", "distinct_collapse")}
+    warnings = [line.split("UserWarning: ", 1)[1].strip() for line in done.stderr.splitlines()
+                if "UserWarning: possible reward hacking" in line]
+    signs = {sign: first_step(sign) for sign in ("length_jump", "missing_stop_jump", "distinct_collapse",
+                                                 "kl_over_budget")}
     lines = [f"`python train.py reward=llm_judge reward.base_url=<length-biased stand-in> algo.response_length=64 "
              f"steps={args.steps}`; "
              f"means of the first and the last 10 RL steps.", "",
@@ -85,7 +87,8 @@ def main() -> None:
              "rewards/llm_judge/unparsable": "unparsable judgements per step"}
     lines += [f"| {names[k]} | {a:.2f} | {b:.2f} |" for k, (a, b) in metrics.items()]
     fired = ", ".join(f"`{s}` at RL step {step}" for s, step in signs.items() if step is not None) or "none"
-    lines += ["", f"Monitor signs fired: {fired}."]
+    lines += ["", f"Monitor signs fired: {fired}.", "", "The monitor's warnings:", ""]
+    lines += [f"- `{warning}`" for warning in warnings]
     data = {"command": " ".join(command[:2] + command[3:]), "metrics": metrics, "first_step": signs,
             "warnings": warnings}
     publish("judge_hacking", data, lines, ["docs/rewards.md"])
