@@ -68,7 +68,8 @@ def main() -> None:
         return sum(values) / len(values)
 
     def first_step(sign: str) -> int | None:
-        return next((int(r["step"]) for r in rows if float(r.get(f"monitor/{sign}") or 0) == 1.0), None)
+        # metrics.csv counts steps from 0; RL steps (as the progress and the warnings say) from 1
+        return next((int(r["step"]) + 1 for r in rows if float(r.get(f"monitor/{sign}") or 0) == 1.0), None)
 
     start, end = slice(0, 10), slice(-10, None)
     metrics = {key: (window(key, start), window(key, end)) for key in

@@ -63,6 +63,22 @@ def test_a_served_reward_scores_like_the_reward_in_process_and_stops_cleanly(tmp
     assert list(tmp_path.iterdir()) == []  # a server writes no files
 
 
+def test_a_request_in_flight_is_answered_before_the_server_stops(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ServedReward("reward._target_=tests.remote.slow_reward.length_after_2s", cwd=tmp_path) as server:
+        reward = HTTPReward(server.url, retries=0)
+        reward.load()
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(reward, ["p", "q"], ["ab", "abcd"])
+            import time
+
+            time.sleep(0.5)  # the reward call has started
+            code, stdout = server.stop()
+            assert pending.result(timeout=30).tolist() == [2.0, 4.0]
+    assert code == 0 and stdout.strip().endswith("Reward server stopped.")
+
+
 def test_concurrent_requests_are_scored_by_one_reward_call():
     calls = []
 
