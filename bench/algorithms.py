@@ -5,7 +5,9 @@ episodes (150 RL steps x 8 prompts x 4 samples = 4,800), seed 0.
 
 Reports the held-out mean score and KL to the reference before (step 0) and after training (16 prompts, the same
 sampling seed), the end-of-run evaluation's score difference to the reference with its 95% interval, and the
-training speed (`eps`, episodes/s at the last step: the RL step time is 32 / eps seconds) and wall time.
+training speed (`eps`, episodes/s at the last step: the RL step time is 32 / eps seconds) and wall time; and the
+end-of-run evaluation of RLOO (the default run) and PPO against the reference (bench/results/evaluation.md, quoted
+in docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -53,8 +55,41 @@ def run(name: str, overrides: list[str], out: Path) -> dict:
     result = json.loads((run_dir / "result.json").read_text())["metrics"]
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
     score, kl = heldout(rows, "eval/scores"), heldout(rows, "eval/kl")
+    evaluation = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
     return {"name": name, "overrides": " ".join(overrides), "score": score, "kl": kl, "wall_s": wall,
-            "eps": result["eps"], "diff": result["eval/score_diff"], "diff_low": result["eval/score_diff_ci_low"]}
+            "eps": result["eps"], "diff": result["eval/score_diff"], "diff_low": result["eval/score_diff_ci_low"],
+            "evaluation": evaluation}
+
+
+def evaluation_table(results: list[dict]) -> list[str]:
+    """The end-of-run evaluation of the default run (RLOO) and of algo=ppo, beside the reference."""
+    shown = [r for r in results if r["name"] in ("RLOO", "PPO")]
+    evaluations = [r["evaluation"] for r in shown]
+    first = evaluations[0]
+    header = (f"| {first['num_prompts']} held-out prompts x {first['samples_per_prompt']} samples, seed "
+              f"{first['seed']} | " + " | ".join(f"{r['name']} policy" for r in shown) + " | reference |")
+
+    def row(label: str, cell, reference: str = "") -> str:
+        return f"| {label} | " + " | ".join(cell(e) for e in evaluations) + f" | {reference} |"
+
+    def interval(value: dict, percent: bool = False) -> str:
+        if percent:
+            return f"{value['mean']:.1%} [{value['ci_low'] * 100:.1f}, {value['ci_high'] * 100:.1f}]"
+        return f"{value['mean']:+.3f} [{value['ci_low']:+.3f}, {value['ci_high']:+.3f}]"
+
+    ref = first["reference"]
+    return [header, "|---|" + "---|" * (len(shown) + 1),
+            row("mean score (std)", lambda e: f"{e['policy']['score_mean']:.3f} ({e['policy']['score_std']:.3f})",
+                f"{ref['score_mean']:.3f} ({ref['score_std']:.3f})"),
+            row("score difference to the reference, 95% CI", lambda e: interval(e["score_difference"])),
+            row("win rate over the reference, 95% CI", lambda e: interval(e["win_rate"], percent=True)),
+            row("KL to the reference (k1, summed over tokens)", lambda e: f"{e['policy']['kl_mean']:.2f}", "0"),
+            row("mean response length, EOS rate",
+                lambda e: f"{e['policy']['length_mean']:.1f}, {e['policy']['eos_rate']:.0%}",
+                f"{ref['length_mean']:.1f}, {ref['eos_rate']:.0%}"),
+            row("distinct-1, distinct-2",
+                lambda e: f"{e['policy']['distinct_1']:.3f}, {e['policy']['distinct_2']:.3f}",
+                f"{ref['distinct_1']:.3f}, {ref['distinct_2']:.3f}")]
 
 
 def main() -> None:
@@ -70,6 +105,8 @@ def main() -> None:
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1))
     fill_results("algorithms", ["README.md", "docs/algorithms.md"])
+    (BENCH / "results" / "evaluation.md").write_text("\n".join(evaluation_table(results)) + "\n")
+    fill_results("evaluation", ["docs/evaluation.md"])
     print("\n".join(lines))
 
 
