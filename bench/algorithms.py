@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -58,7 +59,13 @@ def run(name: str, overrides: list[str], out: Path) -> dict:
     evaluation = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
     return {"name": name, "overrides": " ".join(overrides), "score": score, "kl": kl, "wall_s": wall,
             "eps": result["eps"], "diff": result["eval/score_diff"], "diff_low": result["eval/score_diff_ci_low"],
-            "evaluation": evaluation}
+            "evaluation": evaluation, "run_dir": run_dir, "kl_steps": kl_steps(rows)}
+
+
+def kl_steps(rows: list[dict], budget: float = 10.0) -> dict:
+    """The training KL (objective/kl) per RL step: its peak and how many steps were above the budget."""
+    kl = [float(r["objective/kl"]) for r in rows if r.get("objective/kl")]
+    return {"peak": max(kl), "above_budget": sum(k > budget for k in kl), "steps": len(kl)}
 
 
 def evaluation_table(results: list[dict]) -> list[str]:
@@ -96,16 +103,20 @@ def main() -> None:
     out = BENCH / "results" / "algorithms_runs"
     results = [run(name, overrides, out) for name, overrides in RUNS.items()]
     lines = ["| algorithm (`python train.py ...`) | held-out score before -> after | KL before -> after | "
-             "score difference to the reference [95% low] | episodes/s | s per RL step | wall |",
-             "|---|---|---|---|---|---|---|"]
+             "score difference to the reference [95% low] | training KL: peak, steps above 10 | episodes/s | "
+             "s per RL step | wall |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['name']} (`{r['overrides']}`) | {r['score'][0]:.3f} -> {r['score'][1]:.3f} | "
                      f"{r['kl'][0]:.2f} -> {r['kl'][1]:.2f} | {r['diff']:+.3f} [{r['diff_low']:+.3f}] | "
+                     f"{r['kl_steps']['peak']:.1f}, {r['kl_steps']['above_budget']} of {r['kl_steps']['steps']} | "
                      f"{r['eps']:.0f} | {32 / r['eps']:.2f} | {r['wall_s']:.0f} s |")
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
-    (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1))
+    (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1, default=str))
     fill_results("algorithms", ["README.md", "docs/algorithms.md"])
     (BENCH / "results" / "evaluation.md").write_text("\n".join(evaluation_table(results)) + "\n")
+    grpo = next(r for r in results if r["name"] == "GRPO")  # its training curves, KL included, in docs/algorithms.md
+    shutil.copyfile(grpo["run_dir"] / "curves.png", ROOT / "docs" / "images" / "grpo_default_curves.png")
     fill_results("evaluation", ["docs/evaluation.md"])
     print("\n".join(lines))
 

@@ -199,7 +199,7 @@ class GRPOConfig(RLHFConfig):
     kl_in: str = setting("loss", "`loss`: + kl_coef x KL_t in the loss (GRPO's); `reward`: - kl_coef x sum_t KL_t "
                                  "in the reward, as RLOO")
     kl_estimator: str = setting("k3", "k3 in the loss (GRPO's); use k1 with kl_in=reward")
-    kl_coef: float = setting(0.04, "the KL coefficient (GRPO's beta); 0 skips the reference forward")
+    kl_coef: float = setting(0.2, "the KL coefficient (GRPO's beta); 0 skips the reference forward")
     beta: Optional[float] = setting(None, "TRL's name for kl_coef: set, it replaces it")
     use_bias_correction_kl: bool = setting(
         True, "with kl_in=loss, weight each token's KL term by the ratio pi / pi_old (with its gradient), as TRL: "
