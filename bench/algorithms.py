@@ -62,10 +62,15 @@ def run(name: str, overrides: list[str], out: Path) -> dict:
             "evaluation": evaluation, "run_dir": run_dir, "kl_steps": kl_steps(rows)}
 
 
-def kl_steps(rows: list[dict], budget: float = 10.0) -> dict:
-    """The training KL (objective/kl) per RL step: its peak and how many steps were above the budget."""
+def kl_steps(rows: list[dict], budget: float = 10.0) -> dict | None:
+    """The training KL (objective/kl) per RL step: its peak and how many steps were above the budget; None when
+    the run computes no KL (kl_coef 0: no reference forward)."""
     kl = [float(r["objective/kl"]) for r in rows if r.get("objective/kl")]
-    return {"peak": max(kl), "above_budget": sum(k > budget for k in kl), "steps": len(kl)}
+    return {"peak": max(kl), "above_budget": sum(k > budget for k in kl), "steps": len(kl)} if kl else None
+
+
+def kl_cell(steps: dict | None) -> str:
+    return "not computed" if steps is None else f"{steps['peak']:.1f}, {steps['above_budget']} of {steps['steps']}"
 
 
 def evaluation_table(results: list[dict]) -> list[str]:
@@ -109,7 +114,7 @@ def main() -> None:
     for r in results:
         lines.append(f"| {r['name']} (`{r['overrides']}`) | {r['score'][0]:.3f} -> {r['score'][1]:.3f} | "
                      f"{r['kl'][0]:.2f} -> {r['kl'][1]:.2f} | {r['diff']:+.3f} [{r['diff_low']:+.3f}] | "
-                     f"{r['kl_steps']['peak']:.1f}, {r['kl_steps']['above_budget']} of {r['kl_steps']['steps']} | "
+                     f"{kl_cell(r['kl_steps'])} | "
                      f"{r['eps']:.0f} | {32 / r['eps']:.2f} | {r['wall_s']:.0f} s |")
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1, default=str))
