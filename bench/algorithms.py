@@ -59,7 +59,7 @@ def run(name: str, overrides: list[str], out: Path) -> dict:
     evaluation = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
     return {"name": name, "overrides": " ".join(overrides), "score": score, "kl": kl, "wall_s": wall,
             "eps": result["eps"], "diff": result["eval/score_diff"], "diff_low": result["eval/score_diff_ci_low"],
-            "evaluation": evaluation, "run_dir": run_dir, "kl_steps": kl_steps(rows)}
+            "evaluation": evaluation, "run_dir": str(run_dir.relative_to(ROOT)), "kl_steps": kl_steps(rows)}
 
 
 def kl_steps(rows: list[dict], budget: float = 10.0) -> dict | None:
@@ -117,11 +117,11 @@ def main() -> None:
                      f"{kl_cell(r['kl_steps'])} | "
                      f"{r['eps']:.0f} | {32 / r['eps']:.2f} | {r['wall_s']:.0f} s |")
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
-    (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1, default=str))
+    (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1))
     fill_results("algorithms", ["README.md", "docs/algorithms.md"])
     (BENCH / "results" / "evaluation.md").write_text("\n".join(evaluation_table(results)) + "\n")
     grpo = next(r for r in results if r["name"] == "GRPO")  # its training curves, KL included, in docs/algorithms.md
-    shutil.copyfile(grpo["run_dir"] / "curves.png", ROOT / "docs" / "images" / "grpo_default_curves.png")
+    shutil.copyfile(ROOT / grpo["run_dir"] / "curves.png", ROOT / "docs" / "images" / "grpo_default_curves.png")
     fill_results("evaluation", ["docs/evaluation.md"])
     print("\n".join(lines))
 
