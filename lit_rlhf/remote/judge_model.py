@@ -7,7 +7,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.remote.schema import RewardServiceError, shown
 
 
@@ -56,7 +56,11 @@ class JudgeModel:
             return list(pool.map(one, texts))
 
     def client(self):
-        import openai
+        try:
+            import openai
+        except ImportError:
+            raise UnavailableError(f"{self.key}.base_url needs the openai client, which is not installed; "
+                                   f"pip install -e \".[judge]\" (or pip install openai).") from None
 
         if self._client is None:
             key = os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -66,10 +70,11 @@ class JudgeModel:
 
     def endpoint_call(self, call):
         """call(the openai client), its errors as one line naming the endpoint."""
+        client = self.client()
         import openai
 
         try:
-            return call(self.client())
+            return call(client)
         except openai.APIStatusError as err:
             raise RewardServiceError(f"the judge endpoint {self.base_url} refused the request with HTTP "
                                      f"{err.status_code}: {shown(err.message)}; check {self.key}.model and the key "

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, model_validator
 
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, UnavailableError
 
 
 class ScoreRequest(BaseModel):
@@ -148,6 +148,16 @@ def create_app(reward, name: str, max_batch_size: int = 256, max_wait_ms: float 
     return app
 
 
+def require_serving_extra() -> None:
+    """FastAPI and uvicorn are the `serve` extra: without them, one line saying how to install them."""
+    import importlib.util
+
+    missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UnavailableError(f"python -m lit_rlhf.serve needs {' and '.join(missing)} (not installed here); "
+                               f"pip install -e \".[serve]\" (or pip install fastapi uvicorn).")
+
+
 def graceful_server_class():
     import signal
 
@@ -174,6 +184,7 @@ def serve(reward, name: str, host: str = "127.0.0.1", port: int = 8000, max_batc
     """Serves `reward` until SIGINT or SIGTERM; requests in flight are answered before it stops."""
     import socket
 
+    require_serving_extra()
     import uvicorn
 
     GracefulServer = graceful_server_class()

@@ -108,3 +108,14 @@ def test_a_pairwise_judge_alternates_positions_so_a_position_bias_cancels():
     with FakeRewardServer(lambda n, body: (200, chat_reply("Both are fine"))) as endpoint:
         judge = LLMPairwiseJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)
         assert judge(prompts, policy, reference).tolist() == [0.5] * 4 and judge.unparsable == 4
+
+
+def test_without_the_openai_client_an_endpoint_judge_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from lit_rlhf.errors import UnavailableError
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # import openai raises ImportError
+    with pytest.raises(UnavailableError, match=r'reward.base_url needs the openai client, which is not installed; '
+                                               r'pip install -e "\.\[judge\]"'):
+        LLMJudge(model="m", base_url="http://127.0.0.1:9/v1").load()

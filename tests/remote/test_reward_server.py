@@ -165,3 +165,16 @@ def test_a_server_down_at_start_is_one_line_before_any_training_step(tmp_path):
                                       f"from the last checkpoint.")
     assert not (tmp_path / "logs" / "train" / "runs").exists() or not any(
         (run / "checkpoints").exists() for run in (tmp_path / "logs" / "train" / "runs").iterdir())
+
+
+def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
+    import importlib.util
+
+    from lit_rlhf.errors import UnavailableError
+    from lit_rlhf.remote.server import serve
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "fastapi" else find_spec(name, *args))
+    with pytest.raises(UnavailableError, match=r'python -m lit_rlhf.serve needs fastapi \(not installed here\); pip '):
+        serve(lambda prompts, completions: [0.0] * len(completions), "r", port=0)
