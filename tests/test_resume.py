@@ -31,7 +31,8 @@ class Record(L.Callback):
         self.stats = {}
 
     def on_train_batch_end(self, trainer, module, *args):
-        self.stats[module.rl_step] = {k: v for k, v in module.last_stats.items() if k != "eps"}
+        self.stats[module.rl_step] = {k: v for k, v in module.last_stats.items()  # wall-clock figures vary
+                                      if k != "eps" and not k.startswith("time/")}
 
 
 def make(algo):

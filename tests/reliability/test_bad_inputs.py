@@ -227,7 +227,7 @@ def test_an_upper_case_extension_is_read_and_reward_concurrent_is_a_setting(tmp_
 
 
 @pytest.mark.parametrize("settings, expected", [
-    ({"beta": 0.1, "kl_coef": 0.2}, "algo.beta=0.1 and algo.kl_coef=0.2 are both set; beta"),
+    ({"beta": 0.1, "kl_coef": 0.3}, "algo.beta=0.1 and algo.kl_coef=0.3 are both set; beta"),
     ({"num_iterations": 2, "num_ppo_epochs": 3}, "algo.num_iterations=2 and algo.num_ppo_epochs=3 are both set"),
     ({"max_tokens_per_micro_batch": 64, "gradient_accumulation_steps": 2},
      "algo.max_tokens_per_micro_batch=64 replaces algo.gradient_accumulation_steps=2, which is ignored"),
