@@ -71,6 +71,10 @@ def download(url: str, timeout_s: float) -> bytes:
 def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     """torch.load(weights_only=True) of a local path or URL, with one-line errors for unusable files."""
     name = str(path)
+    if not is_remote(name) and Path(name).is_dir():  # a sharded checkpoint of trainer=fsdp2, read whole
+        from lit_rlhf.distributed.checkpoint import read_sharded_checkpoint
+
+        return read_sharded_checkpoint(name)
     if not is_remote(name) and not Path(name).is_file():
         raise ConfigError(f"ckpt_path={name!r} is not a file; give a .ckpt written by lit_rlhf "
                           f"(e.g. <run dir>/checkpoints/last.ckpt).")
@@ -197,6 +201,10 @@ class SafeCheckpointIO(TorchCheckpointIO):
         atomic_torch_save(checkpoint, path)
 
     def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        if not is_remote(path) and Path(path).is_dir():
+            raise ConfigError(f"ckpt_path={str(path)!r} is a sharded checkpoint (trainer=fsdp2): resume it with "
+                              f"trainer=fsdp2 on the same number of ranks, or export it (python -m lit_rlhf.export) "
+                              f"and start from the exported model.")
         return load_checkpoint_file(path, map_location=map_location or "cpu")
 
     def remove_checkpoint(self, path) -> None:

@@ -15,7 +15,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
@@ -27,9 +26,10 @@ from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, reward_stats
 from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.scoring import RolloutScoring
-from lit_rlhf.checkpoint_io import SafeCheckpointIO
+from lit_rlhf.algos.strategies import StrategySupport
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.validation import check_optimizer
+from lit_rlhf.distributed.sharding import local_tensor
 from lit_rlhf.envs import EnvSpec, as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
@@ -48,7 +48,8 @@ from lit_rlhf.rollout.trajectory import episode_stats
 from lit_rlhf.tasks.metrics import TaskMetric
 
 
-class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, EpisodeSupport, L.LightningModule):
+class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, EpisodeSupport,
+                 L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
@@ -121,6 +122,12 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
     def configure_model(self) -> None:
         if self.policy is not None:
             return
+        self.load_models()
+        self.shard_models()  # trainer=fsdp2
+        self.rollout_engine.setup(self)
+
+    def load_models(self) -> None:
+        """The tokenizer, policy, reference (and, in subclasses, critic) from the model spec."""
         spec = dict(self.hparams.model)
         tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
@@ -133,19 +140,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
             hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1
         ) and hp.max_tokens_per_micro_batch is None and not has_active_dropout(self.policy)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
-        self.rollout_engine.setup(self)
-
-    def setup(self, stage: str) -> None:
-        strategy = type(self.trainer.strategy).__name__ if self._trainer is not None else ""
-        if "FSDP" in strategy:
-            raise ConfigError("trainer=fsdp cannot run generation inside training_step (FSDP shards the weights "
-                              "that generate() needs whole on every rank); use trainer=deepspeed_zero3 to shard "
-                              "parameters, or trainer=ddp.")
-        # ZeRO-3 gathers parameters layer by layer in every forward: all ranks must keep generating together
-        self.rollout_engine.lockstep = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
-        if self._trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            # atomic writes, weights-only loads, no non-finite weights (a custom checkpoint_io is kept)
-            self.trainer.strategy.checkpoint_io = SafeCheckpointIO()
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -286,7 +280,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, Episo
         counted (policy/skipped_updates), and after max_consecutive_nonfinite in a row the run stops with an
         error: the weights, and so every checkpoint, stay finite."""
         grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
-        finite = loss_finite and all(bool(torch.isfinite(g).all()) for g in grads)
+        finite = loss_finite and all(bool(torch.isfinite(local_tensor(g)).all()) for g in grads)  # a rank's shard
         if self._trainer is not None:
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
         if finite:

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
 from lit_rlhf.algos.run_identity import check_same_run, run_identity
 from lit_rlhf.checkpoint_io import tensors_digest
+from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
 
@@ -80,7 +81,8 @@ class TrainedStateCheckpoints:
             "episode": self.episode, "rl_step": self.rl_step, "kl_controller": self.kl_controller.state_dict(),
             "score_transforms": [getattr(t, "state_dict", dict)() for t in self.score_transforms],
             "skipped_updates": self.skipped_updates,
-            "trained_digest": tensors_digest(checkpoint["state_dict"]),  # a corrupted file is refused on load
+            # a corrupted file is refused on load (sharded checkpoints: shards of DTensors, not digested)
+            "trained_digest": None if is_sharded(self) else tensors_digest(checkpoint["state_dict"]),
             "identity": self.run_identity(),  # compared on resume (run_identity.py)
             # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
             "run_config": getattr(self, "run_config", None),

@@ -50,10 +50,8 @@ class PPOModule(RLHFModule):
         self.samples_per_prompt = self.hparams.samples_per_prompt
         self.value_head = self.critic_backbone = None
 
-    def configure_model(self) -> None:
-        super().configure_model()
-        if self.value_head is not None:
-            return
+    def load_models(self) -> None:
+        super().load_models()
         hp, spec = self.hparams, self.hparams.model
         if hp.critic == "reward_model":
             self.critic_backbone, self.value_head = load_reward_model_critic(

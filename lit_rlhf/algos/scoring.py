@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_and_entropy
+from lit_rlhf.distributed.sharding import gathered_weights
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
@@ -157,6 +158,11 @@ class RolloutScoring:
         for_training=False (evaluation, samples) leaves score transforms and their running state alone.
         from_reference=True samples from the reference instead of the policy (evaluation's baseline).
         """
+        with gathered_weights(self):  # trainer=fsdp2: the rollout runs on whole weights, no collective inside
+            return self.rollout_on_whole_weights(batch, samples_per_prompt, for_training, from_reference, greedy)
+
+    def rollout_on_whole_weights(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None,
+                                 for_training: bool, from_reference: bool, greedy: bool) -> Rollout:
         k = samples_per_prompt or self.samples_per_prompt
         hp = self.hparams
         samples = self.rollout_engine.sample(self, batch, k, from_reference=from_reference, greedy=greedy)

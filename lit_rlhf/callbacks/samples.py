@@ -57,7 +57,7 @@ class GenerationSamples(L.Callback):
         self.generate(trainer, module, "end")
 
     def generate(self, trainer: L.Trainer, module, stage: str) -> list[dict[str, Any]]:
-        if not trainer.is_global_zero:
+        if not (trainer.is_global_zero or module.rollout_engine.lockstep):  # trainer=fsdp2: every rank samples
             return []
         batch = heldout_batch(trainer, module, self.num_samples)
         if batch is None:
@@ -70,7 +70,8 @@ class GenerationSamples(L.Callback):
                              "response": response, "score": out["scores"][i], "kl": out["kl"][i]})
                 if out["conversations"]:  # multi-turn: the turns apart too
                     rows[-1]["turns"] = [{"role": role, "text": text} for role, text in out["conversations"][i]]
-        self.write(trainer, rows)
+        if trainer.is_global_zero:
+            self.write(trainer, rows)
         return rows
 
     def write(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:

@@ -157,7 +157,7 @@ def resume_path(cfg: DictConfig) -> str | None:
     if ckpt is None or str(ckpt) != "last":
         return None if ckpt is None else str(ckpt)
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-    if not last.is_file():
+    if not last.exists():  # a file, or a sharded directory (trainer=fsdp2)
         raise ConfigError(f"ckpt_path=last: {last} does not exist; pass hydra.run.dir=<the run's directory> with "
                           f"ckpt_path=last, or ckpt_path=<path to a .ckpt>.")
     return str(last)

@@ -70,8 +70,10 @@ class RolloutEngine:
     loaded, `after_update` after every RL step's optimizer steps (an engine holding its own copy of the
     weights syncs them there), `begin`/`end` around each rollout's episodes."""
 
-    #: every rank must call `sample` at the same time (e.g. ZeRO-3 gathers weights layer by layer)
+    #: every rank must call `sample` (FSDP2 gathers the weights for a rollout; ZeRO-3 layer by layer)
     lockstep: bool = False
+    #: every rank must run each generation step together (ZeRO-3: every forward gathers each layer)
+    synced_generation: bool = False
     #: generate_turn returns the engine's logprobs of the sampled tokens (when sampling from the policy)
     reports_logprobs: bool = False
 

@@ -50,7 +50,7 @@ class HFEngine(RolloutEngine):
                  config: GenerationConfig) -> torch.Tensor:
         try:
             return model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
-                                  synced_gpus=self.lockstep)  # N,P+R'
+                                  synced_gpus=self.synced_generation)  # N,P+R'
         except RuntimeError as err:
             if "probability tensor contains" not in str(err):
                 raise

@@ -90,7 +90,7 @@ class VLLMEngine(RolloutEngine):
         if self.engine is not None:
             return
         import_vllm()
-        if self.lockstep:
+        if self.synced_generation:
             raise ConfigError("rollout=vllm cannot sync weights that ZeRO-3 shards (trainer=deepspeed_zero3); use "
                               "trainer=ddp with rollout=vllm, or rollout=hf.")
         self.generate_engine.setup(module)

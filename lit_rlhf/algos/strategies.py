@@ -1,0 +1,55 @@
+"""How an RLHF module meets Lightning's strategy: FSDP2 sharding of its models (trainer=fsdp2), sampling in
+lockstep where it needs every rank, and atomic weights-only checkpoint files. Mixed into RLHFModule."""
+
+from __future__ import annotations
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+from lit_rlhf.checkpoint_io import SafeCheckpointIO
+from lit_rlhf.distributed.sharding import is_sharded, shard
+from lit_rlhf.errors import ConfigError
+
+
+class StrategySupport:
+    def models_to_shard(self) -> list[torch.nn.Module]:
+        """The models FSDP2 shards: the policy (LoRA: base and adapters), a full fine-tune's frozen reference
+        copy, and PPO's critic (value head, reward-model backbone)."""
+        names = ("policy", "frozen_reference", "critic_backbone", "value_head")
+        return [m for m in (getattr(self, name, None) for name in names) if m is not None]
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the module's models are FSDP2-sharded (trainer=fsdp2)."""
+        return self.policy is not None and is_sharded(self.policy)
+
+    def shard_models(self) -> None:
+        """Under Lightning's ModelParallelStrategy (trainer=fsdp2): fully_shard every model over the data-parallel
+        ranks. Called from configure_model, after the weights loaded."""
+        if self._trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
+            return
+        hp = self.hparams
+        if hp.max_tokens_per_micro_batch is not None:  # ranks would run different numbers of sharded forwards
+            raise ConfigError(f"algo.max_tokens_per_micro_batch={hp.max_tokens_per_micro_batch} makes ranks run "
+                              f"different numbers of micro-batches, which sharded updates cannot (every rank gathers "
+                              f"each block together); use algo.gradient_accumulation_steps with trainer=fsdp2.")
+        mesh = self.device_mesh["data_parallel"]
+        for model in self.models_to_shard():
+            shard(model, mesh)
+        self.single_update = False  # the rollout's forwards run on gathered weights, the update's on shards
+
+    def setup(self, stage: str) -> None:
+        strategy = type(self.trainer.strategy).__name__ if self._trainer is not None else ""
+        if self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
+            raise ConfigError("trainer=fsdp (FSDP1) cannot gather the weights that generation needs; use "
+                              "trainer=fsdp2 (FSDP2 through Lightning's ModelParallelStrategy) to shard.")
+        zero3 = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
+        # ZeRO-3 gathers parameters layer by layer in every forward: all ranks keep generating together. FSDP2
+        # gathers the whole weights once per rollout: all ranks must sample (also rank zero's reports), each at
+        # its own pace.
+        self.rollout_engine.lockstep = zero3 or isinstance(self.trainer.strategy, ModelParallelStrategy)
+        self.rollout_engine.synced_generation = zero3
+        if self._trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            # atomic writes, weights-only loads, no non-finite weights (a custom checkpoint_io is kept)
+            self.trainer.strategy.checkpoint_io = SafeCheckpointIO()

@@ -1,0 +1,92 @@
+"""FSDP2 (torch's `fully_shard`) applied to the module's models, and the full weights gathered where sampling
+needs them.
+
+Every transformer block (the classes a Hugging Face model lists in `_no_split_modules`) is its own FSDP unit,
+then the model's root (embeddings, final norm, head). With LoRA the frozen base weights are sharded beside the
+trainable adapters; a full fine-tune's frozen reference copy and PPO's critic are sharded the same way.
+
+Updates run sharded: each block's parameters are all-gathered for its forward and backward and freed after, and
+gradients are reduce-scattered (averaged over ranks, as DDP does). A rollout runs on gathered weights
+(`gathered_weights`): every FSDP unit is unsharded once, generation and the no-grad forwards run without any
+collective (ranks may take different numbers of turns or forwards), and the weights are resharded after it.
+The price is one full copy of the weights per rank during the rollout, which generation needs anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from peft import PeftModel
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+
+def block_classes(model: torch.nn.Module) -> set[str]:
+    """The class names of a model's transformer blocks (Hugging Face's `_no_split_modules`)."""
+    for module in model.modules():
+        names = getattr(module, "_no_split_modules", None)
+        if names:
+            return set(names)
+    return set()
+
+
+def shard(model: torch.nn.Module, mesh) -> None:
+    """fully_shard every transformer block of model, then its root: the Hugging Face model itself, under peft's
+    wrappers, whose forward every path takes (peft's forward and `generate` alike). FSDP2 takes the first
+    unit to run a forward as the root, so the root must be the outermost module that every forward enters."""
+    root = model.get_base_model() if isinstance(model, PeftModel) else model
+    blocks = block_classes(root)
+    for module in list(root.modules()):
+        if module is not root and type(module).__name__ in blocks and not isinstance(module, FSDPModule):
+            fully_shard(module, mesh=mesh)
+    # the root's weights (embeddings, head) stay gathered from its forward to its backward: the head's weight is
+    # also used outside the forward (chunked logprobs), and the backward would gather it again at once
+    fully_shard(root, mesh=mesh, reshard_after_forward=False)
+
+
+def fsdp_units(module: torch.nn.Module) -> list[FSDPModule]:
+    return [m for m in module.modules() if isinstance(m, FSDPModule)]
+
+
+def root_units(units: list[FSDPModule]) -> list[FSDPModule]:
+    """The units no other unit contains (each model's root)."""
+    inner = {id(m) for unit in units for m in unit.modules() if m is not unit}
+    return [unit for unit in units if id(unit) not in inner]
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    return any(isinstance(m, FSDPModule) for m in module.modules())
+
+
+@contextmanager
+def gathered_weights(module: torch.nn.Module) -> Iterator[None]:
+    """Every FSDP unit under module unsharded for the length of the block (forwards then all-gather nothing),
+    resharded after. Re-entrant: an inner block inside an outer one does nothing. Every rank must enter it."""
+    units = fsdp_units(module)
+    if not units or getattr(module, "_weights_gathered", False):
+        yield
+        return
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+    for unit in units:
+        unit.unshard()
+    module._weights_gathered = True
+    try:
+        yield
+    finally:
+        module._weights_gathered = False
+        roots = {id(unit) for unit in root_units(units)}
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(id(unit) not in roots, recurse=False)  # as shard() set them
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (a plain tensor is itself)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor gathered whole (a collective: every rank calls it); a plain tensor is itself."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor

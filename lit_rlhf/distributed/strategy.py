@@ -1,0 +1,70 @@
+"""FSDP2Strategy (trainer=fsdp2): Lightning's ModelParallelStrategy as pure sharded data parallelism.
+
+Lightning's ModelParallelStrategy (FSDP2 + tensor parallelism) is the strategy whose `configure_model` hook
+applies torch's `fully_shard`, on every accelerator including CPU (gloo). lit_rlhf uses its data-parallel
+dimension only: every rank is a data-parallel rank holding a shard of each model (tensor parallelism would
+split each sequence's forward, which sampling on gathered weights does not need). Checkpoints are sharded
+directories (lit_rlhf/distributed/checkpoint.py), or one full file with save_distributed_checkpoint=false.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.strategies import ModelParallelStrategy
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from lit_rlhf.checkpoint_io import writing
+from lit_rlhf.distributed.checkpoint import load_tensors, read_meta, save_sharded
+from lit_rlhf.errors import ConfigError
+
+
+class FSDP2Strategy(ModelParallelStrategy):
+    """ModelParallelStrategy with data_parallel_size = world size and tensor_parallel_size = 1."""
+
+    def __init__(self, save_distributed_checkpoint: bool = True, **kwargs):
+        super().__init__(data_parallel_size="auto", tensor_parallel_size=1,
+                         save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
+
+    def setup_environment(self) -> None:
+        self._data_parallel_size = self.num_nodes * self.num_processes  # every rank shards, across nodes too
+        super().setup_environment()
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath, storage_options: Any | None = None) -> None:
+        if not self._save_distributed_checkpoint:  # one full file, gathered on rank 0 (its checkpoint_io writes it)
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        path = Path(self.broadcast(str(filepath)))
+        token = self.broadcast(uuid.uuid4().hex[:8])
+        with writing(path):
+            save_sharded(checkpoint, path, self.global_rank, self.world_size, self.barrier, token)
+
+    def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict[str, Any]:
+        path = Path(self.broadcast(str(checkpoint_path)))
+        if not path.is_dir():
+            return super().load_checkpoint(path, weights_only=weights_only)
+        meta = read_meta(path)
+        if meta["world_size"] != self.world_size:
+            raise ConfigError(f"ckpt_path={str(path)!r} is sharded over {meta['world_size']} ranks and this run has "
+                              f"{self.world_size}; resume it on {meta['world_size']} ranks (trainer.devices x "
+                              f"trainer.num_nodes), or export it (python -m lit_rlhf.export) and train on from the "
+                              f"exported model.")
+        keys = self.lightning_module.trained_state_keys()
+        model_state = {k: v for k, v in get_model_state_dict(self.model).items() if k in keys}
+        state: dict[str, Any] = {"state_dict": model_state}
+        for index, optimizer in enumerate(self.optimizers):
+            state[f"optimizer_{index}"] = get_optimizer_state_dict(self.model, optimizer)["state"]
+        load_tensors(path, state)
+        set_model_state_dict(self.model, model_state, options=StateDictOptions(strict=False))
+        groups = meta.get("optimizer_states") or []
+        for index, optimizer in enumerate(self.optimizers):
+            full = {"state": state[f"optimizer_{index}"], "param_groups": groups[index]["param_groups"]}
+            set_optimizer_state_dict(self.model, optimizer, full)
+        return {**meta, "state_dict": model_state, "optimizer_states": groups}
