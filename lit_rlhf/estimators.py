@@ -24,7 +24,6 @@ from lit_rlhf.ops import (
     group_std,
     identity_sum,
     leave_one_out_baseline,
-    masked_whiten,
     place_score_on_last_token,
     reward_to_go,
 )
@@ -39,6 +38,15 @@ class EstimatorInputs:
     values: torch.Tensor | None = None  # N,R  the critic's values at rollout time
     # sums a tensor over every rank (the strategy's all-reduce): statistics "over the batch" are global
     all_reduce_sum: Callable[[torch.Tensor], torch.Tensor] = identity_sum
+
+
+def global_mean_std(values: torch.Tensor, all_reduce_sum) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and unbiased standard deviation of values (N) over every rank."""
+    sums = all_reduce_sum(torch.stack([values.sum(), torch.tensor(float(len(values)), device=values.device,
+                                                                  dtype=values.dtype)]))
+    mean = sums[0] / sums[1]
+    var = all_reduce_sum(((values - mean) ** 2).sum()) / (sums[1] - 1).clamp(min=1)
+    return mean, var.sqrt()
 
 
 @dataclass
@@ -56,15 +64,16 @@ def leave_one_out(inputs: EstimatorInputs, settings: Any) -> Estimate:
     if settings.kl_penalty == "sequence":
         rlhf_reward = inputs.scores + inputs.non_score_reward.sum(1)  # N
         advantages = rlhf_reward - leave_one_out_baseline(rlhf_reward, inputs.prompt_index)  # N
-        if settings.normalize_advantage:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if settings.normalize_advantage:  # over the sequences of every rank
+            mean, std = global_mean_std(advantages, inputs.all_reduce_sum)
+            advantages = (advantages - mean) / (std + 1e-8)
         return Estimate(advantages.unsqueeze(1) * mask, rlhf_reward)
     token_rewards = inputs.non_score_reward + place_score_on_last_token(inputs.scores, mask)  # N,R
     returns = reward_to_go(token_rewards, mask)  # N,R
     rlhf_reward = returns[:, 0]  # N
     advantages = (returns - leave_one_out_baseline(rlhf_reward, inputs.prompt_index).unsqueeze(1)) * mask  # N,R
     if settings.normalize_advantage:
-        advantages = masked_whiten(advantages, mask)
+        advantages = global_masked_whiten(advantages, mask, inputs.all_reduce_sum)
     return Estimate(advantages, rlhf_reward)
 
 
@@ -76,7 +85,7 @@ def generalized_advantage(inputs: EstimatorInputs, settings: Any) -> Estimate:
     mask = inputs.response_mask  # N,R
     token_rewards = inputs.non_score_reward + place_score_on_last_token(inputs.scores, mask)  # N,R
     if settings.whiten_rewards:
-        token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
+        token_rewards = global_masked_whiten(token_rewards, mask, inputs.all_reduce_sum, shift_mean=False)
     values = inputs.values * mask  # N,R
     advantages = gae_advantages(token_rewards, values, mask, settings.gamma, settings.lam)  # N,R
     return Estimate(advantages, inputs.scores + inputs.non_score_reward.sum(1), returns=advantages + values)
@@ -92,11 +101,7 @@ def group_relative(inputs: EstimatorInputs, settings: Any) -> Estimate:
     if settings.scale_rewards == "group":
         advantages = advantages / (group_std(rewards, inputs.prompt_index) + 1e-4)
     elif settings.scale_rewards == "batch":
-        sums = inputs.all_reduce_sum(torch.stack([rewards.sum(), torch.tensor(float(len(rewards)),
-                                                                             device=rewards.device)]))
-        mean = sums[0] / sums[1]
-        var = inputs.all_reduce_sum(((rewards - mean) ** 2).sum()) / (sums[1] - 1).clamp(min=1)
-        advantages = advantages / (var.sqrt() + 1e-4)
+        advantages = advantages / (global_mean_std(rewards, inputs.all_reduce_sum)[1] + 1e-4)
     # a group of equal rewards carries no signal: exactly 0, not the rounding error of its mean over its std
     advantages = advantages.masked_fill(group_all_equal(rewards, inputs.prompt_index), 0.0)  # N
     return Estimate(advantages.unsqueeze(1) * mask, rewards)

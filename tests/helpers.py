@@ -5,6 +5,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from lit_rlhf.distributed.sharding import full_tensor
+
 
 class DumpTrainable(L.Callback):
     """Writes, per rank, the trained tensors, the episode count and the prompts each step saw."""
@@ -17,7 +19,9 @@ class DumpTrainable(L.Callback):
 
     def on_fit_end(self, trainer, module):
         self.path.mkdir(parents=True, exist_ok=True)
-        trained = {k: v.detach().cpu() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
+        keys = module.trained_state_keys()
+        # trainer=fsdp2: each rank holds shards (DTensors); full_tensor() gathers them (every rank calls it)
+        trained = {k: full_tensor(v.detach()).cpu() for k, v in module.state_dict().items() if k in keys}
         torch.save({"trained": trained, "episode": module.episode, "prompts": self.prompts,
                     "kl_coef": module.kl_coef,
                     "world_size": trainer.world_size}, self.path / f"rank{trainer.global_rank}.pt")

@@ -22,11 +22,11 @@ from lit_rlhf.ops import (
     aggregate_loss,
     clipped_value_loss,
     entropy_from_logits,
+    global_masked_whiten,
     logprobs_and_entropy,
     logprobs_from_logits,
     masked_mean,
     masked_var,
-    masked_whiten,
 )
 
 
@@ -103,8 +103,8 @@ class PPOModule(RLHFModule):
             "returns/mean": masked_mean(rollout.returns, mask), "returns/var": masked_var(rollout.returns, mask),
             "policy/advantages_mean": masked_mean(advantages, mask),
         })
-        if hp.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+        if hp.whiten_advantages:  # over the tokens of every rank, as in one process
+            advantages = global_masked_whiten(advantages, mask, self.all_reduce_sum)
         return advantages, stats
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):

@@ -1,0 +1,56 @@
+"""`python tests/distributed/fsdp2_worker.py DEVICES ALGO LORA OUT [SETTING=VALUE ...]`: 3 RL steps (AdamW) on the
+fixed rollout, in 1 process or on DEVICES FSDP2 CPU ranks (gloo); rank 0 saves the trained tensors, whole, to OUT."""
+
+import functools
+import sys
+
+import lightning as L
+import torch
+import yaml
+
+from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.distributed.sharding import full_tensor
+from lit_rlhf.distributed.strategy import FSDP2Strategy
+from lit_rlhf.models import VaderSentiment
+from tests.algos.fixed_rollout import ALGORITHMS, K_SETTING, PROMPTS, K, R
+from tests.conftest import LORA, make_datamodule
+
+RL_STEPS = 3
+
+
+def in_float64(cls):
+    """The module's models in float64, before they are sharded: the sum of the ranks' gradients and the one
+    process' gradient round differently in float32, and AdamW turns a rounding difference in a near-zero gradient
+    into a step of up to lr; in float64 the comparison is of the maths, not of the rounding."""
+
+    class Float64(cls):
+        def load_models(self):
+            super().load_models()
+            for model in self.models_to_shard():
+                model.double()
+
+    return Float64
+
+
+def trained_after_three_steps(devices: int, algo: str, lora: bool, **settings) -> dict[str, torch.Tensor]:
+    L.seed_everything(0)
+    # the first RL step's policy is the sampling policy (ratio 1); the next two train off the fixed rollout
+    settings = {K_SETTING[algo]: K, "response_length": R, "reuse_rollout_forward": False, **settings}
+    module = in_float64(ALGORITHMS[algo])(model={"name_or_path": TINY_PYTHIA, "lora": LORA if lora else None},
+                              reward=VaderSentiment(), optimizer=functools.partial(torch.optim.AdamW, lr=1e-3),
+                              **settings)
+    trainer = L.Trainer(max_steps=RL_STEPS * module.optimizer_steps_per_rl_step, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, accelerator="cpu", devices=devices,
+                        strategy=FSDP2Strategy() if devices > 1 else "auto")
+    trainer.fit(module, make_datamodule(batch_size=PROMPTS))
+    assert module.sharded == (devices > 1)
+    return {n: full_tensor(p.detach()).clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
+if __name__ == "__main__":
+    devices, algo, lora, out = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "lora", sys.argv[4]
+    settings = {k: yaml.safe_load(v) for k, v in (arg.split("=", 1) for arg in sys.argv[5:])}
+    trained = trained_after_three_steps(devices, algo, lora, **settings)
+    if int(torch.distributed.get_rank() if torch.distributed.is_initialized() else 0) == 0:
+        torch.save(trained, out)
