@@ -41,7 +41,8 @@ class MetadataUnpickler(pickle.Unpickler):
     """Unpickles DCP's metadata: its own dataclasses, torch sizes, dtypes and layouts, plain containers."""
 
     ALLOWED = {("builtins", "set"), ("builtins", "frozenset"), ("builtins", "object"), ("collections", "OrderedDict"),
-               ("copyreg", "_reconstructor"), ("torch", "Size")}
+               ("copyreg", "_reconstructor"), ("torch", "Size"), ("torch.serialization", "_get_layout"),
+               ("pathlib", "PosixPath"), ("pathlib", "WindowsPath")}
 
     def find_class(self, module: str, name: str) -> Any:
         if module.startswith("torch.distributed.checkpoint.") or (module, name) in self.ALLOWED:

@@ -2,10 +2,15 @@
 sharded checkpoints that resume exactly, export from a sharded checkpoint, and the one-line refusals."""
 
 import csv
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
+from lit_rlhf.export import load_from_checkpoint
 from tests.helpers import ROOT, run_script
 
 FSDP2 = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]
@@ -46,3 +51,33 @@ def test_fsdp2_samples_and_trains_as_ddp_does(overrides, tmp_path):
     for step, row in ddp_rows.items():  # what was sampled and how it scored
         assert float(fsdp2_rows[step]["objective/scores"]) == pytest.approx(float(row["objective/scores"]), abs=1e-6)
 
+
+
+def test_a_sharded_checkpoint_resumes_exactly_and_exports(tmp_path):
+    """Checkpoints are directories of shards; resumed from step 2 on the same 2 ranks, the run logs and trains what
+    the uninterrupted run did, to the last digit; export makes a Hugging Face model of the trained policy."""
+    every_two = ["callbacks.model_checkpoint.every_n_train_steps=2", "callbacks.model_checkpoint.save_top_k=-1"]
+    whole = train(tmp_path / "whole", "steps=4", *FSDP2, *every_two)
+    step2 = tmp_path / "whole" / "checkpoints" / "step2.ckpt"
+    assert step2.is_dir() and (step2 / "meta.pt").is_file() and len(list(step2.glob("*.distcp"))) == 2
+    assert not list(step2.parent.glob(".*"))  # no partial or replaced directory left behind
+    resumed = train(tmp_path / "resumed", "steps=4", *FSDP2, f"ckpt_path={step2}")
+    for name, tensor in whole["trained"].items():
+        assert torch.equal(resumed["trained"][name], tensor), name
+    whole_rows, resumed_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "resumed")
+    assert len(whole_rows) == 4 and sorted(resumed_rows) == sorted(whole_rows)[2:]  # RL steps 3 and 4
+    for step, row in resumed_rows.items():
+        assert row == whole_rows[step]
+
+    last = tmp_path / "whole" / "checkpoints" / "last.ckpt"
+    module = load_from_checkpoint(last)  # one process reads the shards whole
+    state = module.state_dict()
+    for name, tensor in whole["trained"].items():
+        assert torch.equal(state[name], tensor), name
+    out = tmp_path / "exported"
+    result = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(last), str(out)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    exported = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    for name, tensor in module.policy.merge_and_unload().state_dict().items():
+        torch.testing.assert_close(exported[name], tensor, atol=1e-6, rtol=0, msg=name)
