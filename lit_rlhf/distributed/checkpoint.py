@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
@@ -71,8 +74,7 @@ class TensorsOnlyPlanner(DefaultLoadPlanner):
     """Loads tensors; an object item (which DCP would torch.load unrestricted) is refused."""
 
     def load_bytes(self, read_item, value) -> None:
-        raise pickle.UnpicklingError(f"refused the object item {read_item.dest_index.fqn}: lit_rlhf's sharded "
-                                     f"checkpoints hold tensors only")
+        raise pickle.UnpicklingError(f"refused the object item {read_item.dest_index.fqn}")
 
 
 def split_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -128,14 +130,19 @@ def read_meta(path: Path) -> dict[str, Any]:
 def load_tensors(path: Path, state: dict[str, Any]) -> None:
     """DCP load, in place, into state's tensors (DTensors are resharded to their own layout)."""
     try:
-        dcp.load(state, storage_reader=SafeReader(path), planner=TensorsOnlyPlanner())
-    except pickle.UnpicklingError as err:
-        raise ConfigError(f"ckpt_path={str(path)!r} was refused ({err}); give a checkpoint written by "
-                          f"lit_rlhf.") from err
-    except (RuntimeError, ValueError, OSError, EOFError) as err:
-        first = " ".join(str(err).split())[:160]
-        raise ConfigError(f"ckpt_path={str(path)!r} cannot be read ({type(err).__name__}: {first}); resume from "
-                          f"another checkpoint of the run.") from err
+        with warnings.catch_warnings():  # one process reading a checkpoint whole (export, evaluate) is intended
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+            dcp.load(state, storage_reader=SafeReader(path), planner=TensorsOnlyPlanner())
+    except (CheckpointException, pickle.UnpicklingError, RuntimeError, ValueError, OSError, EOFError) as err:
+        # DCP reports a failure of any rank as a CheckpointException holding each rank's traceback
+        refused = re.search(r"refused [^\n]*", str(err))
+        if refused:
+            raise ConfigError(f"ckpt_path={str(path)!r} was {refused.group(0).split(':')[0]}: lit_rlhf's sharded "
+                              f"checkpoints hold tensors only, never code; give a checkpoint written by "
+                              f"lit_rlhf.") from None
+        first = " ".join(str(err).split())[-160:]
+        raise ConfigError(f"ckpt_path={str(path)!r} cannot be read ({type(err).__name__}: ...{first}); resume from "
+                          f"another checkpoint of the run.") from None
 
 
 def read_sharded_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -9,10 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import FAST, ROOT, one_line_error, run_script
 
 TINY = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
+FSDP2_ONE_RANK = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=1"]
 
 
 class Payload:
@@ -52,6 +54,8 @@ def write_inputs(directory: Path) -> None:
     (directory / "a_file").write_text("x")
     (directory / "random.ckpt").write_bytes(random.Random(0).randbytes(2048))
     (directory / "empty.ckpt").write_bytes(b"")
+    (directory / "sharded.ckpt").mkdir()  # what trainer=fsdp2 on 2 ranks writes, as far as the checks read
+    torch.save({"world_size": 2}, directory / "sharded.ckpt" / "meta.pt")
     model = directory / "model_without_tokenizer"
     model.mkdir()
     for name in ("config.json", "model.safetensors"):
@@ -72,6 +76,12 @@ CASES = [
     ("mistyped ckpt_path", ["ckpt_path=no_such.ckpt"], "ckpt_path='no_such.ckpt' is not a file"),
     ("0-byte checkpoint", ["ckpt_path=empty.ckpt"], "ckpt_path='empty.ckpt' cannot be read"),
     ("random bytes as checkpoint", ["ckpt_path=random.ckpt"], "ckpt_path='random.ckpt' cannot be read"),
+    ("sharded checkpoint resumed without trainer=fsdp2", ["ckpt_path=sharded.ckpt"],
+     "ckpt_path='sharded.ckpt' is a sharded checkpoint (trainer=fsdp2)"),
+    ("sharded checkpoint resumed on another number of ranks", [*FSDP2_ONE_RANK, "ckpt_path=sharded.ckpt"],
+     "ckpt_path='sharded.ckpt' is sharded over 2 ranks and this run has 1"),
+    ("trainer=fsdp2 with micro-batches by token count", [*FSDP2_ONE_RANK, "algo.max_tokens_per_micro_batch=64"],
+     "algo.max_tokens_per_micro_batch=64 makes ranks run different numbers of micro-batches"),
     ("ckpt_path=last without a checkpoint", ["ckpt_path=last"], "ckpt_path=last:"),
     ("malformed JSONL line", ["data=files", "data.dataset=bad_line.jsonl"], "data.dataset='bad_line.jsonl', line 2"),
     ("empty prompt file", ["data=files", "data.dataset=empty.jsonl"], "data.dataset='empty.jsonl' holds no rows"),

@@ -1,0 +1,80 @@
+"""Sharded checkpoint directories in one process: what is written reads back, a writer that dies leaves the previous
+checkpoint whole, and nothing in a directory can run code."""
+
+import os
+import pickle
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from lit_rlhf.distributed import checkpoint as sharded
+from lit_rlhf.errors import ConfigError
+
+
+def write(path, value, **extra):
+    checkpoint = {"state_dict": {"w": torch.full((3, 2), value)}, "hyper_parameters": {"lr": 0.1},
+                  "optimizer_states": [{"state": {"w": {"exp_avg": torch.full((3, 2), value / 2)}},
+                                        "param_groups": [{"lr": 0.1, "params": ["w"]}]}], **extra}
+    sharded.save_sharded(checkpoint, path, rank=0, world_size=1, barrier=lambda: None, token="t0")
+
+
+def test_a_written_directory_reads_back_whole(tmp_path):
+    write(tmp_path / "step1.ckpt", 1.5)
+    checkpoint = sharded.read_sharded_checkpoint(tmp_path / "step1.ckpt")
+    assert torch.equal(checkpoint["state_dict"]["w"], torch.full((3, 2), 1.5))
+    assert checkpoint["hyper_parameters"] == {"lr": 0.1} and checkpoint["world_size"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step1.ckpt"]  # no partial directory left
+
+
+def test_a_writer_that_dies_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    target = tmp_path / "last.ckpt"
+    write(target, 1.0)
+    real_save = dcp.save
+
+    def dies_half_way(state, storage_writer):
+        real_save(state, storage_writer=storage_writer)  # the shards are written, meta.pt and the rename are not
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sharded.dcp, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        write(target, 2.0)
+    assert torch.equal(sharded.read_sharded_checkpoint(target)["state_dict"]["w"], torch.full((3, 2), 1.0))
+    assert any(p.name.startswith(".last.ckpt.partial-") for p in tmp_path.iterdir())
+    monkeypatch.setattr(sharded.dcp, "save", real_save)
+    write(target, 3.0)  # the next checkpoint replaces it and clears what the dead writer left
+    assert torch.equal(sharded.read_sharded_checkpoint(target)["state_dict"]["w"], torch.full((3, 2), 3.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_metadata_pickle_that_runs_code_is_refused(tmp_path):
+    write(tmp_path / "bad.ckpt", 1.0)
+    (tmp_path / "bad.ckpt" / ".metadata").write_bytes(pickle.dumps(Payload(tmp_path / "PWNED")))
+    with pytest.raises(ConfigError, match="unreadable .metadata"):
+        sharded.read_sharded_checkpoint(tmp_path / "bad.ckpt")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_an_object_item_is_refused(tmp_path):
+    """DCP stores non-tensor values as pickles that its own planner loads unrestricted: refused here."""
+    dcp.save({"state_dict": {"w": torch.ones(2), "x": Payload(tmp_path / "PWNED")}},
+             storage_writer=dcp.FileSystemWriter(tmp_path / "obj.ckpt"))
+    torch.save({"world_size": 1}, tmp_path / "obj.ckpt" / "meta.pt")
+    state = {"state_dict": {"w": torch.zeros(2), "x": None}}
+    with pytest.raises(ConfigError, match="refused the object item"):
+        sharded.load_tensors(tmp_path / "obj.ckpt", state)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_directory_without_meta_is_refused_in_one_line(tmp_path):
+    (tmp_path / "plain_dir").mkdir()
+    with pytest.raises(ConfigError, match="is a directory without meta.pt"):
+        sharded.read_sharded_checkpoint(tmp_path / "plain_dir")
