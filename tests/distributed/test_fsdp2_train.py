@@ -19,10 +19,10 @@ SHORT = ["algo.response_length=12", "data.batch_size=8", "callbacks.generation_s
          "callbacks.histograms=null", "trainer.val_check_interval=2", "data.num_eval_prompts=8"]
 
 
-def train(run_dir, *overrides, timeout=600):
+def train(run_dir, *overrides, timeout=600, env=None):
     result = run_script("train.py", f"hydra.run.dir={run_dir}", *SHORT,
                         "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={run_dir}/dump",
-                        *overrides, cwd=ROOT, timeout=timeout)
+                        *overrides, cwd=ROOT, timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(f"{run_dir}/dump/rank0.pt", weights_only=True)
 
@@ -81,3 +81,35 @@ def test_a_sharded_checkpoint_resumes_exactly_and_exports(tmp_path):
     exported = AutoModelForCausalLM.from_pretrained(out).state_dict()
     for name, tensor in module.policy.merge_and_unload().state_dict().items():
         torch.testing.assert_close(exported[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_launched_by_torchrun_train_what_two_local_ranks_train(tmp_path):
+    """The cluster path: torchrun on each of 2 "nodes" (1 CPU process each, on loopback), Lightning's
+    TorchElasticEnvironment ranks them; the result is the single-node 2-process run's, bit for bit."""
+    port, run_dir = free_port(), tmp_path / "nodes"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+               "--master_addr=127.0.0.1", f"--master_port={port}", str(ROOT / "train.py"), "trainer=fsdp2",
+               "trainer.accelerator=cpu", "trainer.devices=1", "trainer.num_nodes=2", f"hydra.run.dir={run_dir}",
+               "steps=2", *SHORT, "+callbacks.dump._target_=tests.helpers.DumpTrainable",
+               f"+callbacks.dump.path={run_dir}/dump"]
+    one_thread = {"OMP_NUM_THREADS": "1"}  # both launchers then run each rank's matmuls alike, to the last bit
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **one_thread}
+    nodes = [subprocess.Popen([*command[:3], f"--node_rank={rank}", *command[3:]], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=600)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    two_nodes = [torch.load(run_dir / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert two_nodes[0]["world_size"] == 2
+    one_node = train(tmp_path / "one_node", "steps=2", *FSDP2, env=one_thread)
+    for name, tensor in one_node["trained"].items():
+        assert torch.equal(two_nodes[0]["trained"][name], tensor), name
+        assert torch.equal(two_nodes[1]["trained"][name], tensor), name
+    assert (run_dir / "checkpoints" / "last.ckpt" / "meta.pt").is_file()
