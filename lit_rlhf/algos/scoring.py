@@ -158,7 +158,10 @@ class RolloutScoring:
         for_training=False (evaluation, samples) leaves score transforms and their running state alone.
         from_reference=True samples from the reference instead of the policy (evaluation's baseline).
         """
-        with gathered_weights(self):  # trainer=fsdp2: the rollout runs on whole weights, no collective inside
+        with gathered_weights(self) as gather_s:  # trainer=fsdp2: the rollout runs on whole weights, no collective
+            if gather_s and for_training:
+                self.step_timings["time/gather_weights_s"] = self.step_timings.get("time/gather_weights_s", 0.0) \
+                    + gather_s
             return self.rollout_on_whole_weights(batch, samples_per_prompt, for_training, from_reference, greedy)
 
     def rollout_on_whole_weights(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None,

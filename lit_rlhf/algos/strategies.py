@@ -42,8 +42,8 @@ class StrategySupport:
     def setup(self, stage: str) -> None:
         strategy = type(self.trainer.strategy).__name__ if self._trainer is not None else ""
         if self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
-            raise ConfigError("trainer=fsdp (FSDP1) cannot gather the weights that generation needs; use "
-                              "trainer=fsdp2 (FSDP2 through Lightning's ModelParallelStrategy) to shard.")
+            raise ConfigError("Lightning's FSDPStrategy (FSDP1) cannot gather the weights that generation needs; use "
+                              "trainer=fsdp2 to shard (FSDP2: lit_rlhf.distributed.strategy.FSDP2Strategy).")
         zero3 = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
         # ZeRO-3 gathers parameters layer by layer in every forward: all ranks keep generating together. FSDP2
         # gathers the whole weights once per rollout: all ranks must sample (also rank zero's reports), each at

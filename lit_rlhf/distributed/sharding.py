@@ -14,6 +14,7 @@ The price is one full copy of the weights per rank during the rollout, which gen
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -60,20 +61,23 @@ def is_sharded(module: torch.nn.Module) -> bool:
 
 
 @contextmanager
-def gathered_weights(module: torch.nn.Module) -> Iterator[None]:
+def gathered_weights(module: torch.nn.Module) -> Iterator[float]:
     """Every FSDP unit under module unsharded for the length of the block (forwards then all-gather nothing),
-    resharded after. Re-entrant: an inner block inside an outer one does nothing. Every rank must enter it."""
+    resharded after; gives the seconds the all-gather took (0 when nothing was gathered). Re-entrant: an inner
+    block inside an outer one does nothing. Every rank must enter it."""
     units = fsdp_units(module)
     if not units or getattr(module, "_weights_gathered", False):
-        yield
+        yield 0.0
         return
+    start = time.perf_counter()
     for unit in units:
         unit.set_reshard_after_forward(False, recurse=False)
     for unit in units:
         unit.unshard()
     module._weights_gathered = True
+    took = time.perf_counter() - start
     try:
-        yield
+        yield took
     finally:
         module._weights_gathered = False
         roots = {id(unit) for unit in root_units(units)}

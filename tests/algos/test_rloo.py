@@ -84,7 +84,7 @@ def test_fsdp_is_refused_with_a_reason():
 
     module = make_rloo()
     module._trainer = SimpleNamespace(strategy=FSDPStrategy.__new__(FSDPStrategy))
-    with pytest.raises(ConfigError, match="trainer=fsdp cannot run generation"):
+    with pytest.raises(ConfigError, match=r"FSDPStrategy \(FSDP1\) cannot gather the weights .*; use trainer=fsdp2"):
         module.setup("fit")
 
 
