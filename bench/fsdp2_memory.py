@@ -1,6 +1,6 @@
 """trainer=fsdp2 against one process: per-rank memory of parameters, gradients and optimizer state, and step time.
 
-    python bench/fsdp2_memory.py        # ~8 min on 2 CPU cores
+    python bench/fsdp2_memory.py        # ~2 min on 2 CPU cores
 
 Full fine-tuning (model.lora=null) of the pythia-160m shape (random weights, bench/workload.py), RLOO, 4 prompts x
 4 samples per RL step, 16 new tokens, 4 RL steps, as `python train.py` runs it: trainer=cpu (1 process) and

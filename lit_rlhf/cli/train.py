@@ -142,13 +142,27 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
     if cfg.get("export_dir") and trainer.is_global_zero:
         from lit_rlhf.export import export_policy
 
-        report(f"Exported the trained policy to {export_policy(module, cfg.export_dir)}")
+        report(f"Exported the trained policy to {export_policy(exportable(trainer, module), cfg.export_dir)}")
     report(f"\nRun directory: {output_dir}")
     for logger in loggers:
         report(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")
     if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
         report(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
     return metrics
+
+
+def exportable(trainer, module):
+    """The module to export: itself, or with trainer=fsdp2 (its weights are shards on every rank) the final
+    checkpoint, read whole on rank zero."""
+    if not module.sharded:
+        return module
+    from lit_rlhf.export import load_from_checkpoint
+
+    last = getattr(trainer.checkpoint_callback, "last_model_path", None)
+    if not last:
+        raise ConfigError("export_dir with trainer=fsdp2 exports the final checkpoint, and this run wrote none; keep "
+                          "callbacks.model_checkpoint, or export a checkpoint later (python -m lit_rlhf.export).")
+    return load_from_checkpoint(last, trust_remote_code=module.hparams.model.get("trust_remote_code", False))
 
 
 def resume_path(cfg: DictConfig) -> str | None:

@@ -57,7 +57,7 @@ def test_a_sharded_checkpoint_resumes_exactly_and_exports(tmp_path):
     """Checkpoints are directories of shards; resumed from step 2 on the same 2 ranks, the run logs and trains what
     the uninterrupted run did, to the last digit; export makes a Hugging Face model of the trained policy."""
     every_two = ["callbacks.model_checkpoint.every_n_train_steps=2", "callbacks.model_checkpoint.save_top_k=-1"]
-    whole = train(tmp_path / "whole", "steps=4", *FSDP2, *every_two)
+    whole = train(tmp_path / "whole", "steps=4", *FSDP2, *every_two, f"export_dir={tmp_path / 'at_end'}")
     step2 = tmp_path / "whole" / "checkpoints" / "step2.ckpt"
     assert step2.is_dir() and (step2 / "meta.pt").is_file() and len(list(step2.glob("*.distcp"))) == 2
     assert not list(step2.parent.glob(".*"))  # no partial or replaced directory left behind
@@ -79,8 +79,10 @@ def test_a_sharded_checkpoint_resumes_exactly_and_exports(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     exported = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    at_end = AutoModelForCausalLM.from_pretrained(tmp_path / "at_end").state_dict()  # export_dir= of the run
     for name, tensor in module.policy.merge_and_unload().state_dict().items():
         torch.testing.assert_close(exported[name], tensor, atol=1e-6, rtol=0, msg=name)
+        assert torch.equal(at_end[name], exported[name]), name
 
 
 def free_port() -> int:
