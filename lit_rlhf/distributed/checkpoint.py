@@ -127,12 +127,13 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def load_tensors(path: Path, state: dict[str, Any]) -> None:
-    """DCP load, in place, into state's tensors (DTensors are resharded to their own layout)."""
+def load_tensors(path: Path, state: dict[str, Any], single_process: bool = False) -> None:
+    """DCP load, in place, into state's tensors (DTensors are resharded to their own layout). single_process: this
+    process reads alone, even inside a distributed run (rank zero exporting at the end of training)."""
     try:
         with warnings.catch_warnings():  # one process reading a checkpoint whole (export, evaluate) is intended
             warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-            dcp.load(state, storage_reader=SafeReader(path), planner=TensorsOnlyPlanner())
+            dcp.load(state, storage_reader=SafeReader(path), planner=TensorsOnlyPlanner(), no_dist=single_process)
     except (CheckpointException, pickle.UnpicklingError, RuntimeError, ValueError, OSError, EOFError) as err:
         # DCP reports a failure of any rank as a CheckpointException holding each rank's traceback
         refused = re.search(r"refused [^\n]*", str(err))
@@ -161,7 +162,7 @@ def read_sharded_checkpoint(path: str | Path) -> dict[str, Any]:
         group, _, name = key.partition(".")
         if group == "state_dict" and isinstance(item, TensorStorageMetadata):
             state["state_dict"][name] = torch.empty(item.size, dtype=item.properties.dtype)
-    load_tensors(path, state)
+    load_tensors(path, state, single_process=True)
     meta.pop("optimizer_states", None)  # a plain checkpoint for weights (export, evaluate), not a resume
     return {**meta, "state_dict": state["state_dict"]}
 

@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from lit_rlhf.checkpoint_io import writing
+from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
 from lit_rlhf.distributed.checkpoint import load_tensors, read_meta, save_sharded
 from lit_rlhf.errors import ConfigError
 
@@ -38,8 +38,15 @@ class FSDP2Strategy(ModelParallelStrategy):
         self._data_parallel_size = self.num_nodes * self.num_processes  # every rank shards, across nodes too
         super().setup_environment()
 
+    def optimizer_state(self, optimizer) -> dict[str, Any]:
+        """Keyed by parameter name (whole tensors on rank 0 for a full file, this rank's shards otherwise)."""
+        optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer's
+        options = StateDictOptions(full_state_dict=not self._save_distributed_checkpoint, cpu_offload=True)
+        return get_optimizer_state_dict(self.model, optimizer, options=options)
+
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath, storage_options: Any | None = None) -> None:
         if not self._save_distributed_checkpoint:  # one full file, gathered on rank 0 (its checkpoint_io writes it)
+            checkpoint["world_size"] = self.world_size
             return super().save_checkpoint(checkpoint, filepath, storage_options)
         path = Path(self.broadcast(str(filepath)))
         token = self.broadcast(uuid.uuid4().hex[:8])
@@ -49,13 +56,9 @@ class FSDP2Strategy(ModelParallelStrategy):
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict[str, Any]:
         path = Path(self.broadcast(str(checkpoint_path)))
         if not path.is_dir():
-            return super().load_checkpoint(path, weights_only=weights_only)
+            return self.load_full_checkpoint(path)
         meta = read_meta(path)
-        if meta["world_size"] != self.world_size:
-            raise ConfigError(f"ckpt_path={str(path)!r} is sharded over {meta['world_size']} ranks and this run has "
-                              f"{self.world_size}; resume it on {meta['world_size']} ranks (trainer.devices x "
-                              f"trainer.num_nodes), or export it (python -m lit_rlhf.export) and train on from the "
-                              f"exported model.")
+        self.check_world_size(path, meta.get("world_size"))
         keys = self.lightning_module.trained_state_keys()
         model_state = {k: v for k, v in get_model_state_dict(self.model).items() if k in keys}
         state: dict[str, Any] = {"state_dict": model_state}
@@ -68,3 +71,24 @@ class FSDP2Strategy(ModelParallelStrategy):
             full = {"state": state[f"optimizer_{index}"], "param_groups": groups[index]["param_groups"]}
             set_optimizer_state_dict(self.model, optimizer, full)
         return {**meta, "state_dict": model_state, "optimizer_states": groups}
+
+    def check_world_size(self, path: Path, world_size: int | None) -> None:
+        if world_size is None:
+            raise ConfigError(f"ckpt_path={str(path)!r} was not written by trainer=fsdp2; resume it with the trainer "
+                              f"that wrote it, or export it (python -m lit_rlhf.export) and train on from the "
+                              f"exported model.")
+        if world_size != self.world_size:
+            raise ConfigError(f"ckpt_path={str(path)!r} is sharded over {world_size} ranks and this run has "
+                              f"{self.world_size}; resume it on {world_size} ranks (trainer.devices x "
+                              f"trainer.num_nodes), or export it (python -m lit_rlhf.export) and train on from the "
+                              f"exported model.")
+
+    def load_full_checkpoint(self, path: Path) -> dict[str, Any]:
+        """A full file (save_distributed_checkpoint=false), read weights-only by every rank, sharded on loading."""
+        checkpoint = load_checkpoint_file(path)
+        self.check_world_size(path, checkpoint.get("world_size"))
+        full = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(self.model, checkpoint["state_dict"], options=full)
+        for optimizer, state in zip(self.optimizers, checkpoint.get("optimizer_states", []), strict=True):
+            set_optimizer_state_dict(self.model, optimizer, state, options=full)
+        return checkpoint

@@ -53,15 +53,21 @@ def test_fsdp2_samples_and_trains_as_ddp_does(overrides, tmp_path):
 
 
 
-def test_a_sharded_checkpoint_resumes_exactly_and_exports(tmp_path):
-    """Checkpoints are directories of shards; resumed from step 2 on the same 2 ranks, the run logs and trains what
-    the uninterrupted run did, to the last digit; export makes a Hugging Face model of the trained policy."""
+@pytest.mark.parametrize("sharded", [True, False], ids=["sharded", "full-file"])
+def test_a_checkpoint_resumes_exactly_and_exports(sharded, tmp_path):
+    """Checkpoints are directories of shards (or one full file); resumed from step 2 on the same 2 ranks, the run
+    logs and trains what the uninterrupted run did, to the last digit; export makes a Hugging Face model of the
+    trained policy, from the checkpoint and at the end of the run (export_dir=)."""
+    fsdp2 = [*FSDP2, f"trainer.strategy.save_distributed_checkpoint={str(sharded).lower()}"]
     every_two = ["callbacks.model_checkpoint.every_n_train_steps=2", "callbacks.model_checkpoint.save_top_k=-1"]
-    whole = train(tmp_path / "whole", "steps=4", *FSDP2, *every_two, f"export_dir={tmp_path / 'at_end'}")
+    whole = train(tmp_path / "whole", "steps=4", *fsdp2, *every_two, f"export_dir={tmp_path / 'at_end'}")
     step2 = tmp_path / "whole" / "checkpoints" / "step2.ckpt"
-    assert step2.is_dir() and (step2 / "meta.pt").is_file() and len(list(step2.glob("*.distcp"))) == 2
-    assert not list(step2.parent.glob(".*"))  # no partial or replaced directory left behind
-    resumed = train(tmp_path / "resumed", "steps=4", *FSDP2, f"ckpt_path={step2}")
+    if sharded:
+        assert step2.is_dir() and (step2 / "meta.pt").is_file() and len(list(step2.glob("*.distcp"))) == 2
+    else:
+        assert step2.is_file()
+    assert not list(step2.parent.glob(".*"))  # no partial or replaced checkpoint left behind
+    resumed = train(tmp_path / "resumed", "steps=4", *fsdp2, f"ckpt_path={step2}")
     for name, tensor in whole["trained"].items():
         assert torch.equal(resumed["trained"][name], tensor), name
     whole_rows, resumed_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "resumed")
