@@ -121,3 +121,35 @@ def test_two_nodes_launched_by_torchrun_train_what_two_local_ranks_train(tmp_pat
         assert torch.equal(two_nodes[0]["trained"][name], tensor), name
         assert torch.equal(two_nodes[1]["trained"][name], tensor), name
     assert (run_dir / "checkpoints" / "last.ckpt" / "meta.pt").is_file()
+
+
+def test_kill_9_while_checkpointing_leaves_whole_checkpoints_that_resume(tmp_path):
+    """A run writing a sharded checkpoint at every RL step loses every process to SIGKILL at three moments; each time
+    every checkpoint left reads whole, and `ckpt_path=last` resumes the run (what the dead writers left is ignored
+    and cleared)."""
+    import random
+    import signal
+    import time
+
+    from lit_rlhf.distributed.checkpoint import read_sharded_checkpoint
+
+    run_dir, rng = tmp_path / "run", random.Random(0)
+    every_step = ["callbacks.model_checkpoint.every_n_train_steps=1", "callbacks.model_checkpoint.save_top_k=-1"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    for attempt in range(3):
+        resume = ["ckpt_path=last"] if attempt else []
+        run = subprocess.Popen([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", "steps=200",
+                                *SHORT, *FSDP2, *every_step, *resume], cwd=ROOT, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while not (run_dir / "checkpoints" / "last.ckpt").exists() or (
+                attempt and len(list((run_dir / "checkpoints").glob("step*.ckpt"))) <= attempt * 2):
+            assert run.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.5))
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        checkpoints = [p for p in (run_dir / "checkpoints").iterdir() if not p.name.startswith(".")]
+        assert checkpoints
+        for path in checkpoints:
+            assert read_sharded_checkpoint(path)["state_dict"], path

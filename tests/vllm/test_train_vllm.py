@@ -69,3 +69,15 @@ def test_the_calculator_task_trains_with_vllm_turn_by_turn(tmp_path):
     assert all(stats["rollout/logprob_diff_max"] < SYNCED for stats in steps.values())
     assert max(stats["rollout/tool_calls_mean"] for stats in steps.values()) > 0  # tools were called and answered
     assert max(stats["rollout/turns_mean"] for stats in steps.values()) > 1
+
+
+def test_fsdp2_sends_the_engine_its_gathered_weights(tmp_path):
+    """trainer=fsdp2 (one rank: its weights are still FSDP2 shards, DTensors): the engine gets the weights gathered
+    for the rollout, LoRA merged, after every update, so its logprobs stay with the trainer's."""
+    result = run_script("train.py", *ARGS, "steps=3", "trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=1",
+                        cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = logged_steps(run_dir(result))
+    assert sorted(steps) == [0, 1, 2]
+    for stats in steps.values():
+        assert stats["rollout/logprob_diff_max"] < SYNCED
