@@ -16,6 +16,8 @@ what export and evaluate do.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import os
 import pickle
 import re
@@ -41,15 +43,22 @@ TORCH_VALUE_TYPES = (torch.dtype, torch.layout, torch.memory_format)
 
 
 class MetadataUnpickler(pickle.Unpickler):
-    """Unpickles DCP's metadata: its own dataclasses, torch sizes, dtypes and layouts, plain containers."""
+    """Unpickles DCP's metadata: its own dataclasses and enums (classes only: a function of DCP's, such as one that
+    converts a torch.save file, would run with the pickle's arguments), torch sizes, dtypes and layouts, paths,
+    plain containers."""
 
+    METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
     ALLOWED = {("builtins", "set"), ("builtins", "frozenset"), ("builtins", "object"), ("collections", "OrderedDict"),
                ("copyreg", "_reconstructor"), ("torch", "Size"), ("torch.serialization", "_get_layout"),
                ("pathlib", "PosixPath"), ("pathlib", "WindowsPath")}
 
     def find_class(self, module: str, name: str) -> Any:
-        if module.startswith("torch.distributed.checkpoint.") or (module, name) in self.ALLOWED:
+        if (module, name) in self.ALLOWED:
             return super().find_class(module, name)
+        if module in self.METADATA_MODULES:
+            found = super().find_class(module, name)
+            if isinstance(found, type) and (dataclasses.is_dataclass(found) or issubclass(found, enum.Enum)):
+                return found
         if module == "torch" and isinstance(getattr(torch, name, None), TORCH_VALUE_TYPES):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"refused global {module}.{name} in a checkpoint's .metadata")
@@ -111,8 +120,9 @@ def replace_directory(new: Path, target: Path) -> None:
     os.rename(new, target)
     fsync_directory(target.parent)
     shutil.rmtree(old, ignore_errors=True)
-    for leftover in target.parent.glob(f".{target.name}{PARTIAL_MARK}*"):  # of writers killed before
-        shutil.rmtree(leftover, ignore_errors=True)
+    for mark in (PARTIAL_MARK, OLD_MARK):  # what writers killed before left
+        for leftover in target.parent.glob(f".{target.name}{mark}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def read_meta(path: Path) -> dict[str, Any]:

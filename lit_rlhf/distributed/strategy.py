@@ -78,7 +78,7 @@ class FSDP2Strategy(ModelParallelStrategy):
                               f"that wrote it, or export it (python -m lit_rlhf.export) and train on from the "
                               f"exported model.")
         if world_size != self.world_size:
-            raise ConfigError(f"ckpt_path={str(path)!r} is sharded over {world_size} ranks and this run has "
+            raise ConfigError(f"ckpt_path={str(path)!r} was written by {world_size} ranks and this run has "
                               f"{self.world_size}; resume it on {world_size} ranks (trainer.devices x "
                               f"trainer.num_nodes), or export it (python -m lit_rlhf.export) and train on from the "
                               f"exported model.")

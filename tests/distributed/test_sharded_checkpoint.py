@@ -78,3 +78,26 @@ def test_a_directory_without_meta_is_refused_in_one_line(tmp_path):
     (tmp_path / "plain_dir").mkdir()
     with pytest.raises(ConfigError, match="is a directory without meta.pt"):
         sharded.read_sharded_checkpoint(tmp_path / "plain_dir")
+
+
+def test_a_metadata_pickle_calling_a_dcp_function_is_refused(tmp_path, monkeypatch):
+    """A function of DCP's own package (dcp_to_torch_save would torch.load a file unrestricted) is never called."""
+    from torch.distributed.checkpoint import format_utils
+
+    calls = []
+
+    def recorder(*args):
+        calls.append(args)
+
+    recorder.__module__, recorder.__qualname__ = format_utils.__name__, "dcp_to_torch_save"
+    monkeypatch.setattr(format_utils, "dcp_to_torch_save", recorder)
+
+    class CallsADcpFunction:
+        def __reduce__(self):
+            return recorder, ("nowhere", "nowhere.pt")
+
+    write(tmp_path / "bad.ckpt", 1.0)
+    (tmp_path / "bad.ckpt" / ".metadata").write_bytes(pickle.dumps(CallsADcpFunction()))
+    with pytest.raises(ConfigError, match="unreadable .metadata"):
+        sharded.read_sharded_checkpoint(tmp_path / "bad.ckpt")
+    assert calls == []

@@ -79,7 +79,7 @@ CASES = [
     ("sharded checkpoint resumed without trainer=fsdp2", ["ckpt_path=sharded.ckpt"],
      "ckpt_path='sharded.ckpt' is a sharded checkpoint (trainer=fsdp2)"),
     ("sharded checkpoint resumed on another number of ranks", [*FSDP2_ONE_RANK, "ckpt_path=sharded.ckpt"],
-     "ckpt_path='sharded.ckpt' is sharded over 2 ranks and this run has 1"),
+     "ckpt_path='sharded.ckpt' was written by 2 ranks and this run has 1"),
     ("trainer=fsdp2 with micro-batches by token count", [*FSDP2_ONE_RANK, "algo.max_tokens_per_micro_batch=64"],
      "algo.max_tokens_per_micro_batch=64 makes ranks run different numbers of micro-batches"),
     ("ckpt_path=last without a checkpoint", ["ckpt_path=last"], "ckpt_path=last:"),
