@@ -5,7 +5,8 @@
 
 Reports the end-of-run evaluation on the 200 held-out questions (4 samples each): exact-match accuracy of the
 trained policy against its reference (the starting model, same seed), pass@4 and maj@4, each with its 95%
-bootstrap interval; the held-out KL; the wall time. Writes bench/results/arithmetic.md and .json.
+bootstrap interval; the held-out KL; the wall time. Writes bench/results/arithmetic.md and .json and the table
+into docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from results_blocks import publish
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -53,9 +56,7 @@ def main() -> None:
         lines.append(f"| `experiment=arithmetic_{r['algo']} seed={r['seed']}` | {cell(reference['accuracy'])} | "
                      f"{cell(policy['accuracy'])} | {cell(policy['pass@4'])} | {cell(policy['maj@4'])} | "
                      f"{r['kl_after']:.2f} | {r['wall_s']:.0f} s |")
-    (BENCH / "results" / "arithmetic.md").write_text("\n".join(lines) + "\n")
-    (BENCH / "results" / "arithmetic.json").write_text(json.dumps(results, indent=1))
-    print("\n".join(lines))
+    publish("arithmetic", results, lines, ["docs/tasks.md"])
 
 
 if __name__ == "__main__":

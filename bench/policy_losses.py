@@ -6,14 +6,14 @@
 Two updates per rollout (num_iterations=2): with one, every loss has the clipped surrogate's gradient (the
 ratio is 1), so they would not differ. Reports the end-of-run evaluation on the 200 held-out questions (4
 samples each): exact-match accuracy of the reference (before) and the policy (after) with 95% bootstrap
-intervals, the held-out KL before (0) and after. Writes bench/results/policy_losses.md and .json.
+intervals, the held-out KL before (0) and after. Writes bench/results/policy_losses.md and .json and the table into
+docs/algorithms.md.
 """
 
 from __future__ import annotations
 
-import json
-
 from arithmetic import BENCH, cell, run
+from results_blocks import publish
 
 TWO_UPDATES = ("algo.num_iterations=2",)
 LOSSES = {
@@ -38,9 +38,7 @@ def main() -> None:
         task = r["task"]
         lines.append(f"| {r['label']} (`{' '.join(r['overrides'][1:])}`) | {cell(task['reference']['accuracy'])} | "
                      f"{cell(task['policy']['accuracy'])} | 0.00 -> {r['kl_after']:.2f} | {r['wall_s']:.0f} s |")
-    (BENCH / "results" / "policy_losses.md").write_text("\n".join(lines) + "\n")
-    (BENCH / "results" / "policy_losses.json").write_text(json.dumps(results, indent=1))
-    print("\n".join(lines))
+    publish("policy_losses", results, lines, ["docs/algorithms.md"])
 
 
 if __name__ == "__main__":
