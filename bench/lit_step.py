@@ -1,6 +1,7 @@
 """lit_rlhf on the benchmark workload: RLOOModule (or PPOModule) under a plain Lightning Trainer.
 
     python bench/lit_step.py --model tiny --steps 5 --warmup 1 [--algo ppo] [--rollout vllm]   # prints one JSON line
+    python bench/lit_step.py --algo grpo --beta 0.04 [--full]     # GRPO (dapo) as bench/grpo_vs_trl.py runs it
 
 Phases are timed by wrapping the module's own methods (its rollout engine's sample, reference_logprobs, score, the
 policy forwards and backward) and hooks on the optimizer step; "other" is the rest of the step.
@@ -18,7 +19,7 @@ import lightning as L
 import torch
 import workload as W
 
-from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
+from lit_rlhf import GRPOModule, PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.models import VaderSentiment
 from lit_rlhf.rollout import VLLMEngine
 
@@ -86,7 +87,9 @@ class StepTimer(L.Callback):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--algo", default="rloo", choices=["rloo", "ppo"])
+    parser.add_argument("--algo", default="rloo", choices=["rloo", "ppo", "grpo"])
+    parser.add_argument("--beta", type=float, default=0.04, help="grpo: the KL coefficient (0: no reference forward)")
+    parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--dtype", default="float32")
@@ -104,7 +107,8 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     L.seed_everything(0, verbose=False)
     path = W.model_path(args.model)
-    common = dict(model={"name_or_path": path, "dtype": args.dtype, "lora": W.LORA}, reward=VaderSentiment(),
+    lora = None if args.full else W.LORA
+    common = dict(model={"name_or_path": path, "dtype": args.dtype, "lora": lora}, reward=VaderSentiment(),
                   optimizer=functools.partial(torch.optim.AdamW, lr=W.LR), response_length=args.new_tokens,
                   temperature=W.TEMPERATURE, kl_coef=W.KL_COEF, missing_eos_penalty=1.0,
                   max_grad_norm=W.MAX_GRAD_NORM, reuse_rollout_forward=not args.no_single_update,
@@ -115,6 +119,9 @@ def main() -> None:
         common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
+    elif args.algo == "grpo":  # TRL's GRPOTrainer on the same work: no missing-EOS penalty, dapo, beta
+        common.update(kl_coef=args.beta, missing_eos_penalty=None)
+        module = GRPOModule(num_generations=W.SAMPLES_PER_PROMPT, loss_type="dapo", **common)
     else:  # TRL's PPO defaults: 4 epochs over the rollout
         module = PPOModule(samples_per_prompt=W.SAMPLES_PER_PROMPT, num_ppo_epochs=4, **common)
     module.configure_model()
@@ -129,7 +136,7 @@ def main() -> None:
     impl = "lit_rlhf_no_single_update" if args.no_single_update else "lit_rlhf_padded" if args.padded else "lit_rlhf"
     report = W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases, timer.tokens,
                       device, memory_marks)
-    report["rollout"] = args.rollout
+    report.update(rollout=args.rollout, beta=args.beta if args.algo == "grpo" else None, full=args.full)
     if timer.sync_times:
         report["weight_sync_s"] = sorted(timer.sync_times)[len(timer.sync_times) // 2]
     print(json.dumps(report))

@@ -1,0 +1,115 @@
+"""GRPO against TRL's GRPOTrainer and the plain-PyTorch floor, on the same work.
+
+    make setup-trl                     # once: TRL 1.16 in .venv-trl (bench only, not a dependency of lit_rlhf)
+    python bench/grpo_vs_trl.py        # ~30 minutes on 2 CPU cores; writes bench/results/grpo_vs_trl.{json,md}
+
+Work (bench/workload.py): 8 prompts x 4 generations per step, dapo loss, one update per generation, AdamW,
+clipping, VADER reward, float32; lit_rlhf's GRPOModule under a Lightning Trainer (bench/lit_step.py --algo grpo),
+the floor (bench/grpo_floor.py) and TRL 1.16's GRPOTrainer (bench/trl_grpo.py, in .venv-trl). Each measurement is a
+fresh process (warm-up steps dropped); the three implementations alternate in a rotating order, --reps times per
+configuration, and the table gives medians with the ratios to the floor and to TRL measured in the same run.
+Configurations (--full-matrix: every combination on every model):
+- tiny (the embedded default): 32 and 128 forced new tokens x beta 0.04 and 0 x LoRA and full fine-tuning;
+- pythia-160m shape (random weights): 32 forced tokens, beta 0.04, LoRA and full; 128 forced tokens, LoRA;
+- pythia-160m-stops (mixed response lengths, no forced length): 128 new tokens at most, beta 0.04, LoRA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import workload as W
+from results_blocks import publish
+
+BENCH = Path(__file__).resolve().parent
+TRL_PYTHON = BENCH.parent / ".venv-trl" / "bin" / "python"
+IMPLS = {"lit_rlhf": [sys.executable, "lit_step.py", "--algo", "grpo"], "floor": [sys.executable, "grpo_floor.py"],
+         "trl": [str(TRL_PYTHON), "trl_grpo.py"]}
+STEPS = {"tiny": (5, 2), "pythia-160m": (1, 1), "pythia-160m-stops": (1, 1)}  # (measured, warm-up) per process
+
+
+def configurations(full_matrix: bool) -> list[dict]:
+    """(model, new tokens, mixed lengths, beta, full fine-tuning) of each measured configuration."""
+    def grid(model, tokens, betas, fulls, mixed=False):
+        return [dict(model=model, new_tokens=n, mixed=mixed, beta=b, full=f)
+                for n, b, f in itertools.product(tokens, betas, fulls)]
+    if full_matrix:
+        return [c for m in STEPS for c in grid(m, (32, 128), (0.04, 0.0), (False, True), m.endswith("-stops"))]
+    return (grid("tiny", (32, 128), (0.04, 0.0), (False, True))
+            + grid("pythia-160m", (32,), (0.04,), (False, True)) + grid("pythia-160m", (128,), (0.04,), (False,))
+            + grid("pythia-160m-stops", (128,), (0.04,), (False,), mixed=True))
+
+
+def measure(impl: str, config: dict) -> dict:
+    steps, warmup = STEPS[config["model"]]
+    command = [*IMPLS[impl], "--model", config["model"], "--new-tokens", str(config["new_tokens"]), "--beta",
+               str(config["beta"]), "--steps", str(steps), "--warmup", str(warmup)]
+    command += ["--full"] * config["full"] + ["--mixed"] * config["mixed"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=BENCH)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def summary(runs: list[dict]) -> dict:
+    return {"eps": statistics.median(r["eps"] for r in runs), "step_s": statistics.median(r["step_s"] for r in runs),
+            "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in runs),
+            "generation_s": statistics.median(r["phases_s"].get("generation", 0.0) for r in runs), "runs": runs}
+
+
+def markdown(results: dict) -> list[str]:
+    lines = [f"GRPO (dapo), 8 prompts x 4 generations per step, float32, {results['device']}; medians of "
+             f"{results['reps']} fresh processes per line (the three implementations alternating); TRL "
+             f"{results['trl_version']}.", "",
+             "| model | new tokens | tuning | beta | impl | episodes/s | vs floor | vs TRL | peak RSS MiB | vs floor "
+             "| vs TRL | step s | generation s |", "|---" * 13 + "|"]
+    for entry in results["configurations"]:
+        c, by_impl = entry["config"], entry["impls"]
+        floor, trl = by_impl["floor"], by_impl["trl"]
+        tokens = f"{c['new_tokens']}{' (mixed)' if c['mixed'] else ''}"
+        for impl, r in by_impl.items():
+            lines.append(f"| {c['model']} | {tokens} | {'full' if c['full'] else 'LoRA'} | {c['beta']:g} | {impl} | "
+                         f"{r['eps']:.2f} | {r['eps'] / floor['eps']:.2f}x | {r['eps'] / trl['eps']:.2f}x | "
+                         f"{r['peak_rss_mib']:.0f} | {r['peak_rss_mib'] / floor['peak_rss_mib']:.2f}x | "
+                         f"{r['peak_rss_mib'] / trl['peak_rss_mib']:.2f}x | {r['step_s']:.3f} | "
+                         f"{r['generation_s']:.3f} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--full-matrix", action="store_true")
+    parser.add_argument("--models", nargs="*", default=None, help="only these models")
+    args = parser.parse_args()
+    if not TRL_PYTHON.exists():
+        raise SystemExit(f"{TRL_PYTHON} does not exist; run `make setup-trl` first (TRL in a bench-only environment).")
+    trl_version = subprocess.run([str(TRL_PYTHON), "-c", "import trl; print(trl.__version__)"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    started, results = time.time(), {"device": "CPU", "reps": args.reps, "trl_version": trl_version,
+                                     "configurations": []}
+    for config in configurations(args.full_matrix):
+        if args.models and config["model"] not in args.models:
+            continue
+        W.model_path(config["model"])  # build a random-weight model once, outside the timing
+        runs = {impl: [] for impl in IMPLS}
+        names = list(IMPLS)
+        for rep in range(args.reps):
+            for impl in names[rep % 3:] + names[:rep % 3]:  # rotate the order: no position bias
+                runs[impl].append(measure(impl, config))
+                print(config, impl, f"{runs[impl][-1]['eps']:.2f} episodes/s", flush=True)
+        results["configurations"].append({"config": config, "impls": {i: summary(r) for i, r in runs.items()}})
+    results["wall_s"] = time.time() - started
+    publish("grpo_vs_trl", results, markdown(results), ["docs/performance.md"])
+    print(f"{results['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
