@@ -67,19 +67,44 @@ def summary(runs: list[dict]) -> dict:
 def markdown(results: dict) -> list[str]:
     lines = [f"GRPO (dapo), 8 prompts x 4 generations per step, float32, {results['device']}; medians of "
              f"{results['reps']} fresh processes per line (the three implementations alternating); TRL "
-             f"{results['trl_version']}.", "",
+             f"{results['trl_version']}. \"rest\" is the step without generate(): reward, logprob forwards, "
+             "backward, optimizer, framework.", "",
              "| model | new tokens | tuning | beta | impl | episodes/s | vs floor | vs TRL | peak RSS MiB | vs floor "
-             "| vs TRL | step s | generation s |", "|---" * 13 + "|"]
+             "| vs TRL | step s | generation s | rest s |", "|---" * 14 + "|"]
     for entry in results["configurations"]:
         c, by_impl = entry["config"], entry["impls"]
         floor, trl = by_impl["floor"], by_impl["trl"]
-        tokens = f"{c['new_tokens']}{' (mixed)' if c['mixed'] else ''}"
         for impl, r in by_impl.items():
-            lines.append(f"| {c['model']} | {tokens} | {'full' if c['full'] else 'LoRA'} | {c['beta']:g} | {impl} | "
-                         f"{r['eps']:.2f} | {r['eps'] / floor['eps']:.2f}x | {r['eps'] / trl['eps']:.2f}x | "
+            lines.append(f"| {c['model']} | {tokens_label(c)} | {'full' if c['full'] else 'LoRA'} | {c['beta']:g} | "
+                         f"{impl} | {r['eps']:.2f} | {r['eps'] / floor['eps']:.2f}x | {r['eps'] / trl['eps']:.2f}x | "
                          f"{r['peak_rss_mib']:.0f} | {r['peak_rss_mib'] / floor['peak_rss_mib']:.2f}x | "
                          f"{r['peak_rss_mib'] / trl['peak_rss_mib']:.2f}x | {r['step_s']:.3f} | "
-                         f"{r['generation_s']:.3f} |")
+                         f"{r['generation_s']:.3f} | {r['step_s'] - r['generation_s']:.3f} |")
+    return lines + ["", "lit_rlhf's episodes/s against TRL's and the floor's, and its peak RSS against TRL's, over the "
+                    "configurations above (lowest to highest):", ""] + ratio_ranges(results)
+
+
+def tokens_label(config: dict) -> str:
+    return f"{config['new_tokens']}{' (mixed)' if config['mixed'] else ''}"
+
+
+def span(ratios: list[float]) -> str:
+    low, high = min(ratios), max(ratios)
+    return f"{low:.2f}x" if len(ratios) == 1 else f"{low:.2f}x to {high:.2f}x"
+
+
+def ratio_ranges(results: dict) -> list[str]:
+    """One line per (model, new tokens): the range of lit_rlhf's ratios over tuning and beta."""
+    groups: dict[tuple, list[dict]] = {}
+    for entry in results["configurations"]:
+        groups.setdefault((entry["config"]["model"], tokens_label(entry["config"])), []).append(entry["impls"])
+    lines = ["| model | new tokens | configurations | episodes/s vs TRL | episodes/s vs floor | peak RSS vs TRL |",
+             "|---|---|---|---|---|---|"]
+    for (model, tokens), entries in groups.items():
+        eps_trl = span([e["lit_rlhf"]["eps"] / e["trl"]["eps"] for e in entries])
+        eps_floor = span([e["lit_rlhf"]["eps"] / e["floor"]["eps"] for e in entries])
+        rss_trl = span([e["lit_rlhf"]["peak_rss_mib"] / e["trl"]["peak_rss_mib"] for e in entries])
+        lines.append(f"| {model} | {tokens} | {len(entries)} | {eps_trl} | {eps_floor} | {rss_trl} |")
     return lines
 
 
@@ -88,7 +113,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--full-matrix", action="store_true")
     parser.add_argument("--models", nargs="*", default=None, help="only these models")
+    parser.add_argument("--markdown-only", action="store_true",
+                        help="write the tables again from bench/results/grpo_vs_trl.json, measuring nothing")
     args = parser.parse_args()
+    if args.markdown_only:
+        results = json.loads((BENCH / "results" / "grpo_vs_trl.json").read_text())
+        return publish("grpo_vs_trl", results, markdown(results), ["docs/performance.md"])
     if not TRL_PYTHON.exists():
         raise SystemExit(f"{TRL_PYTHON} does not exist; run `make setup-trl` first (TRL in a bench-only environment).")
     trl_version = subprocess.run([str(TRL_PYTHON), "-c", "import trl; print(trl.__version__)"], capture_output=True,
