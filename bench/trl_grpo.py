@@ -5,8 +5,10 @@
 The same work as bench/grpo_floor.py and `bench/lit_step.py --algo grpo`: 8 prompts x 4 generations per step,
 exactly --new-tokens new tokens (min_new_tokens), temperature 0.7, top_k 0, top_p 1, loss_type dapo, beta, one
 update per generation (num_iterations 1, no old-logprob forward), AdamW lr 1e-4, clipping at 1.0, VADER reward,
-float32, LoRA r=16 on all linear layers or full fine-tuning. gradient_checkpointing=False: TRL turns it on by
-default, which recomputes the forward in the backward; the other two implementations do not checkpoint.
+float32, LoRA r=16 on all linear layers or full fine-tuning. Three settings differ from TRL's defaults so that the
+work is the same: bf16=False; gradient_checkpointing=False (TRL's default recomputes the forward in the backward,
+the other two do not); optim="adamw_torch", torch.optim.AdamW with its defaults as the other two use it
+(transformers' default is the fused AdamW kernel).
 Prompts are cut to their last 5 tokens before TRL sees them (as the others cut them). The step time is that of
 TRL's training step (generation, reward, reference forward, loss, backward, optimizer); `generate()` is timed apart.
 """
@@ -96,8 +98,8 @@ def main() -> None:
             num_generations=W.SAMPLES_PER_PROMPT, max_completion_length=args.new_tokens,
             generation_kwargs=None if args.mixed else {"min_new_tokens": args.new_tokens},
             temperature=W.TEMPERATURE, top_k=0, top_p=1.0, loss_type="dapo", beta=args.beta, num_iterations=1,
-            learning_rate=W.LR, lr_scheduler_type="constant", max_grad_norm=W.MAX_GRAD_NORM, max_steps=steps,
-            gradient_checkpointing=False, logging_steps=steps, save_strategy="no", report_to="none",
+            learning_rate=W.LR, optim="adamw_torch", lr_scheduler_type="constant", max_grad_norm=W.MAX_GRAD_NORM,
+            max_steps=steps, gradient_checkpointing=False, logging_steps=steps, save_strategy="no", report_to="none",
             disable_tqdm=True, dataloader_num_workers=0, model_init_kwargs={"dtype": torch.float32})
         trainer = GRPOTrainer(model=path, reward_funcs=vader, args=config, train_dataset=dataset,
                               processing_class=tokenizer, peft_config=peft_config, callbacks=[timer])

@@ -41,6 +41,7 @@ from lit_rlhf.ops import (
     masked_mean,
 )
 from lit_rlhf.ops.batching import split_by_tokens
+from lit_rlhf.ops.finite import all_finite
 from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
@@ -280,7 +281,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
         counted (policy/skipped_updates), and after max_consecutive_nonfinite in a row the run stops with an
         error: the weights, and so every checkpoint, stay finite."""
         grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
-        finite = loss_finite and all(bool(torch.isfinite(local_tensor(g)).all()) for g in grads)  # a rank's shard
+        finite = loss_finite and all_finite([local_tensor(g) for g in grads])  # a rank's shard
         if self._trainer is not None:
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
         if finite:
