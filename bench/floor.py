@@ -64,7 +64,8 @@ def load_tokenizer_and_model(name: str, dtype: str, device: torch.device, lora: 
     return tokenizer, get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **W.LORA)) if lora else model
 
 
-def main() -> None:
+def step_arguments() -> argparse.ArgumentParser:
+    """The arguments every floor takes: model, steps, warm-up steps, dtype, new tokens, mixed lengths."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--steps", type=int, default=5)
@@ -72,6 +73,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--new-tokens", type=int, default=W.NEW_TOKENS)
     parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
+    return parser
+
+
+def main() -> None:
+    parser = step_arguments()
     args = parser.parse_args()
     memory_marks = {"after_imports": W.peak_rss_mib()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -104,16 +110,21 @@ def main() -> None:
         baseline = (rlhf_reward.sum(1, keepdim=True) - rlhf_reward) / (k - 1)  # B,K
         advantages = (rlhf_reward - baseline).view(-1, 1)  # N,1
         loss = -(advantages * logprobs * response_mask).sum() / response_mask.sum()
-        with timer("policy forward/backward"):
-            loss.backward()
-        with timer("optimizer"):
-            torch.nn.utils.clip_grad_norm_(trainable, W.MAX_GRAD_NORM)
-            optimizer.step()
-            optimizer.zero_grad()
+        backward_and_step(loss, trainable, optimizer, timer)
         return int(response_mask.sum())
 
     memory_marks["before_steps"] = W.peak_rss_mib()
     print(json.dumps(measure_steps(rloo_step, args, device, memory_marks, "floor", "rloo")))
+
+
+def backward_and_step(loss: torch.Tensor, trainable: list, optimizer, timer: W.PhaseTimer) -> None:
+    """Backward, gradient clipping, AdamW step."""
+    with timer("policy forward/backward"):
+        loss.backward()
+    with timer("optimizer"):
+        torch.nn.utils.clip_grad_norm_(trainable, W.MAX_GRAD_NORM)
+        optimizer.step()
+        optimizer.zero_grad()
 
 
 def measure_steps(one_step, args, device: torch.device, memory_marks: dict, impl: str, algo: str) -> dict:

@@ -10,14 +10,21 @@ fine-tuning), VADER reward, group-normalized advantages, clipped surrogate + bet
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import json
 
 import torch
 import workload as W
-from floor import load_tokenizer_and_model, measure_steps, prompt_batch, sample, token_logprobs
+from floor import (
+    backward_and_step,
+    load_tokenizer_and_model,
+    measure_steps,
+    prompt_batch,
+    sample,
+    step_arguments,
+    token_logprobs,
+)
 from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 
 CLIP_EPSILON = 0.2  # TRL's epsilon
@@ -37,13 +44,7 @@ def grpo_loss(logprobs, ref_logprobs, scores, response_mask, k: int, beta: float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--new-tokens", type=int, default=W.NEW_TOKENS)
-    parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
+    parser = step_arguments()
     parser.add_argument("--beta", type=float, default=0.04, help="the KL coefficient (0: no reference)")
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     args = parser.parse_args()
@@ -81,12 +82,7 @@ def main() -> None:
             texts = tokenizer.batch_decode(inputs[-1], skip_special_tokens=True)
             scores = torch.tensor([analyzer.polarity_scores(t)["compound"] for t in texts], device=device)
         loss = grpo_loss(logprobs, ref_logprobs, scores, response_mask, k, args.beta)
-        with timer("policy forward/backward"):
-            loss.backward()
-        with timer("optimizer"):
-            torch.nn.utils.clip_grad_norm_(trainable, W.MAX_GRAD_NORM)
-            optimizer.step()
-            optimizer.zero_grad()
+        backward_and_step(loss, trainable, optimizer, timer)
         return int(response_mask.sum())
 
     memory_marks["before_steps"] = W.peak_rss_mib()

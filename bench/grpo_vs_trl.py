@@ -81,7 +81,25 @@ def markdown(results: dict) -> list[str]:
                          f"{r['peak_rss_mib'] / trl['peak_rss_mib']:.2f}x | {r['step_s']:.3f} | "
                          f"{r['generation_s']:.3f} | {r['step_s'] - r['generation_s']:.3f} |")
     return lines + ["", "lit_rlhf's episodes/s against TRL's and the floor's, and its peak RSS against TRL's, over the "
-                    "configurations above (lowest to highest):", ""] + ratio_ranges(results)
+                    "configurations above (lowest to highest):", ""] + ratio_ranges(results) + [
+        "", "Where the step goes in lit_rlhf and the floor (medians, seconds; TRL's step is timed whole):", ""
+    ] + phase_table(results)
+
+
+PHASES = ("generation", "policy forward/backward", "reference forward", "reward", "optimizer", "other")
+
+
+def phase_table(results: dict) -> list[str]:
+    lines = ["| model | new tokens | tuning | beta | impl | " + " | ".join(PHASES) + " |",
+             "|---" * (5 + len(PHASES)) + "|"]
+    for entry in results["configurations"]:
+        c = entry["config"]
+        for impl in ("lit_rlhf", "floor"):
+            runs = entry["impls"][impl]["runs"]
+            cells = [f"{statistics.median(r['phases_s'].get(p, 0.0) for r in runs):.3f}" for p in PHASES]
+            lines.append(f"| {c['model']} | {tokens_label(c)} | {'full' if c['full'] else 'LoRA'} | {c['beta']:g} | "
+                         f"{impl} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def tokens_label(config: dict) -> str:
