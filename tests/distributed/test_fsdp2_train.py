@@ -120,7 +120,8 @@ def launch_two_torchrun_nodes(run_dir, env_overrides, cwd, timeout=400) -> tuple
                 if other.poll() is None:
                     os.killpg(other.pid, 9)
             outputs.append(node.communicate()[0] + "\n(killed: timeout)")
-    return [None if "(killed: timeout)" in out else node.returncode for node, out in zip(nodes, outputs)], outputs
+    codes = [None if "(killed: timeout)" in out else node.returncode for node, out in zip(nodes, outputs, strict=True)]
+    return codes, outputs
 
 
 def test_two_nodes_launched_by_torchrun_train_what_two_local_ranks_train(tmp_path):
