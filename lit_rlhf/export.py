@@ -10,7 +10,6 @@ the model's name_or_path. LoRA is merged into the base weights (safetensors + to
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import shutil
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from peft import PeftModel
 
 from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
+from lit_rlhf.checkpoint_targets import rlhf_module_class
 from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error, os_error_message
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
@@ -36,7 +36,7 @@ def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None
         checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
     if not isinstance(checkpoint.get("rlhf_state"), dict) or "algo" not in checkpoint["rlhf_state"]:
         raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
-    cls = algo_class(checkpoint["rlhf_state"]["algo"])
+    cls = rlhf_module_class(checkpoint["rlhf_state"]["algo"])
     overrides, settings = settings or {}, checkpoint_settings(checkpoint, ckpt_path)
     settings.update(overrides, model={**settings["model"], "trust_remote_code": trust_remote_code})
     if checkpoint["hyper_parameters"]["model"].get("trust_remote_code") and not trust_remote_code:
@@ -74,21 +74,6 @@ def remote_code_refused(name_or_path: str, flag: str):
             raise
         raise ConfigError(f"the checkpoint's model {name_or_path!r} needs to run its own Python code, which stays off "
                           f"unless you pass {flag} (only if you trust that code).") from err
-
-
-def algo_class(qualified_name: str):
-    """The RLHFModule subclass a checkpoint names. Only lit_rlhf's modules, or ones the user already
-    imported, are looked up: a checkpoint must not make us import (run) arbitrary code."""
-    from lit_rlhf.algos import RLHFModule
-
-    module_name, _, class_name = str(qualified_name).rpartition(".")
-    if not (module_name.startswith("lit_rlhf.") or module_name in sys.modules):
-        raise ConfigError(f"the checkpoint names algo {qualified_name!r}, outside lit_rlhf; import its module "
-                          f"before loading the checkpoint.")
-    cls = getattr(importlib.import_module(module_name), class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, RLHFModule)):
-        raise ConfigError(f"the checkpoint names algo {qualified_name!r}, which is not an RLHFModule.")
-    return cls
 
 
 def check_export_dir(out_dir: str | Path, key: str = "out_dir") -> Path:

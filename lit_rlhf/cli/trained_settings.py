@@ -1,7 +1,8 @@
 """evaluate.py ckpt_path=...: evaluate what was trained. The checkpoint's data, reward, task metrics and env are
 used unless the command line picks others; the checkpoint's algorithm and model settings always are, but for
 algo.response_length and algo.temperature, which an evaluation may change. A checkpoint never chooses code
-to run: a reward or task metric it names outside lit_rlhf must come from the command line."""
+to run: a reward, task metric or environment it names must be one of lit_rlhf's registered classes
+(lit_rlhf/checkpoint_targets.py); any other must come from the command line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.checkpoint_targets import only_registered_targets
 from lit_rlhf.errors import ConfigError
 
 EVALUATION_ALGO_SETTINGS = ("response_length", "temperature")  # the ones evaluate.py ckpt_path=... honours
@@ -33,24 +35,6 @@ def command_line_keys() -> list[str]:
     return [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
 
 
-def code_targets(config: Any) -> list[str]:
-    """Every `_target_` in a config tree."""
-    if isinstance(config, dict):
-        own = [str(config["_target_"])] if "_target_" in config else []
-        return own + [t for value in config.values() for t in code_targets(value)]
-    if isinstance(config, list):
-        return [t for value in config for t in code_targets(value)]
-    return []
-
-
-def without_outside_code(config: Any, group: str) -> Any:
-    outside = [t for t in code_targets(config) if not t.startswith("lit_rlhf.")]
-    if outside:
-        raise ConfigError(f"the checkpoint's {group} calls {outside[0]!r}, outside lit_rlhf, and a checkpoint never "
-                          f"chooses code to run; pass {group}=... (or {group}._target_=...) on the command line.")
-    return config
-
-
 def trained_settings(cfg: DictConfig, checkpoint: dict[str, Any]) -> TrainedSettings:
     """What to evaluate a checkpoint with (see module doc); one line for an override that cannot apply."""
     keys = command_line_keys()
@@ -70,7 +54,7 @@ def trained_settings(cfg: DictConfig, checkpoint: dict[str, Any]) -> TrainedSett
     def chosen(group: str) -> Any:
         if group in groups or group not in run_config:
             return cfg.get(group)
-        return without_outside_code(run_config[group], group)
+        return only_registered_targets(run_config[group], group)
 
     saved_data = checkpoint.get("datamodule_hyper_parameters")
     data = None

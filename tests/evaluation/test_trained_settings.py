@@ -41,14 +41,34 @@ def test_algorithm_settings_other_than_length_and_temperature_are_refused_with_a
     assert line.startswith("error: algo.kl_coef does not apply to evaluate.py ckpt_path=...")
 
 
-def test_a_checkpoint_cannot_choose_the_code_of_its_reward(arithmetic_run, tmp_path):
+@pytest.mark.parametrize("group, target", [
+    ("reward", "os.system"),
+    ("reward", "lit_rlhf.export.shutil.copyfile"),  # a prefix inside lit_rlhf, an attribute path out of it
+    ("task_metrics", "lit_rlhf.export.os.makedirs"),
+    ("env", "lit_rlhf.export.write_policy"),  # lit_rlhf's own, but not an environment
+])
+def test_a_checkpoint_cannot_choose_the_code_it_runs(group, target, arithmetic_run, tmp_path):
     checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
-    marker = tmp_path / "PWNED"
-    checkpoint["rlhf_state"]["run_config"]["reward"] = {"_target_": "os.system", "_args_": [f"touch {marker}"]}
+    victim, made = tmp_path / "victim.txt", tmp_path / "made_by_checkpoint"
+    victim.write_text("the user's data")
+    arguments = {"os.system": [f"touch {made}"], "lit_rlhf.export.shutil.copyfile": ["/dev/null", str(victim)],
+                 "lit_rlhf.export.os.makedirs": [str(made)], "lit_rlhf.export.write_policy": [None, None, str(made)]}
+    crafted = {"_target_": target, "_args_": arguments[target]}
+    checkpoint["rlhf_state"]["run_config"][group] = {"name": crafted} if group == "task_metrics" else crafted
     torch.save(checkpoint, tmp_path / "crafted.ckpt")
     line = one_line_error(run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
-    assert "the checkpoint's reward calls 'os.system', outside lit_rlhf" in line
-    assert not marker.exists()
+    assert f"the checkpoint's {group} names {target!r}, which is not one of lit_rlhf's {group} classes" in line
+    assert victim.read_text() == "the user's data" and not made.exists()
+
+
+@pytest.mark.parametrize("algo", ["lit_rlhf.export.importlib.import_module", "os.PathLike",
+                                  "lit_rlhf.algos.base.torch.nn.Module"])
+def test_a_checkpoint_names_only_an_rlhf_module_as_its_algorithm(algo, arithmetic_run, tmp_path):
+    checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["rlhf_state"]["algo"] = algo
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+    line = one_line_error(run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
+    assert f"the checkpoint names algo {algo!r}, which is not an RLHFModule class" in line
 
 
 @pytest.mark.parametrize("setting, expected", [
