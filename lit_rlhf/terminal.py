@@ -17,6 +17,8 @@ from rich.text import Text
 # C0 controls but tab and newline, DEL, C1 controls, and Unicode's bidirectional and zero-width formatting
 CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 NEWLINES = re.compile("[\n\t]")
+# the password of a URL's userinfo (scheme://user:password@host): kept out of every line, log and saved config
+URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:'\"]*:)[^/@\s'\"]+(?P<at>@)")
 
 
 def escape(match: re.Match) -> str:
@@ -24,9 +26,24 @@ def escape(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def without_passwords(text: str) -> str:
+    """`text` with the password of every URL in it shown as *** (http://user:***@host)."""
+    return URL_PASSWORD.sub(r"\g<head>***\g<at>", text)
+
+
+def config_without_passwords(config: Any) -> Any:
+    """A plain config tree (dicts, lists, values) with every URL's password masked, for logs and saved configs."""
+    if isinstance(config, dict):
+        return {key: config_without_passwords(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [config_without_passwords(value) for value in config]
+    return without_passwords(config) if isinstance(config, str) else config
+
+
 def printable(text: Any, one_line: bool = False) -> str:
-    """str(text) with every control character escaped; with one_line, newlines and tabs too."""
-    escaped = CONTROL_CHARACTERS.sub(escape, str(text))
+    """str(text) with every control character escaped (with one_line, newlines and tabs too) and URLs' passwords
+    masked."""
+    escaped = CONTROL_CHARACTERS.sub(escape, without_passwords(str(text)))
     return NEWLINES.sub(escape, escaped) if one_line else escaped
 
 

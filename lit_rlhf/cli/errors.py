@@ -103,9 +103,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
 
 
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
-                       on_interrupt: Callable[[str], None] | None = None) -> T:
+                       on_interrupt: Callable[[str], None] | None = None,
+                       on_failure: Callable[[str], None] | None = None) -> T:
     """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace; a run stopped
-    by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message)."""
+    by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message); on_failure(line) records any other failure
+    (a user mistake's line, or an unexpected error's type and message) before the exit."""
     mark_task_started()
     try:
         return fn(cfg)
@@ -125,8 +127,12 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
     except Exception as err:
         message = user_error(err)
         if message is None:
+            if on_failure is not None:
+                on_failure(f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}")
             raise
         from lit_rlhf.cli.run_dirs import discard_unused_run_dir
 
         discard_unused_run_dir(cfg)  # a run that failed its checks leaves no empty run directory behind
+        if on_failure is not None:
+            on_failure(str(message))
         exit_with_user_error(message)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.terminal import printable
@@ -134,3 +135,28 @@ def discard_unused_run_dir(cfg: DictConfig) -> None:
         return
     if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def hide_passwords_in_saved_configs() -> None:
+    """Hydra saves the composed config and the command line's overrides (.hydra/*.yaml, a sweep's multirun.yaml)
+    before the task starts: a URL's password in them (reward.url=http://user:password@host) is masked there."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from lit_rlhf.terminal import without_passwords
+
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    saved = []
+    if hydra_cfg.output_subdir is not None:
+        saved += list((Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir).glob("*.yaml"))
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+    for path in saved:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        masked = without_passwords(text)
+        if masked != text:
+            path.write_text(masked)

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from rich.table import Table
 
 from lit_rlhf.errors import ConfigError, nearest
-from lit_rlhf.terminal import as_text, plain_console, printable
+from lit_rlhf.terminal import as_text, config_without_passwords, plain_console, printable
 
 RESULT_FILE = "result.json"
 SUMMARY_METRICS = ("objective/scores", "objective/kl", "objective/rlhf_reward", "eval/scores", "eval/kl",
@@ -89,7 +89,7 @@ def write_result(output_dir: str | Path, status: str, objective: float | None, m
               "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "run_dir": str(output_dir),
               "error": error}
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n")
+    (Path(output_dir) / RESULT_FILE).write_text(json.dumps(config_without_passwords(result), indent=2) + "\n")
 
 
 def summary_rows(sweep_dir: Path) -> list[dict[str, Any]]:

@@ -19,10 +19,12 @@ from lit_rlhf.callbacks import CheckpointOnInterrupt, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.cli.checks import check_accelerator, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
+from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
 from lit_rlhf.noise import silence_known_noise
+from lit_rlhf.terminal import config_without_passwords, without_passwords
 
 
 def instantiate_group(configs: DictConfig | None, **defaults: Any) -> list[Any]:
@@ -48,6 +50,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                           "script, Lightning PR #18175); use trainer=ddp_spawn for sweeps.")
     silence_known_noise()
     check_run_settings(cfg)
+    rank_zero_only(hide_passwords_in_saved_configs)()
     if cfg.get("export_dir"):  # checked now, not after training
         from lit_rlhf.export import check_export_dir
 
@@ -59,8 +62,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         datamodule.tools = module.environment.schemas
     check_optimized_metric(cfg, [metric.name for metric in module.task_metrics])
     # saved in checkpoints, so that evaluate.py ckpt_path=... scores with what the run trained on
-    module.run_config = {group: OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
-                         for group in ("reward", "task_metrics", "env")}
+    # (a URL's password is masked: it never reaches a checkpoint, a log or a saved config)
+    module.run_config = config_without_passwords(
+        {group: OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
+         for group in ("reward", "task_metrics", "env")})
     loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
     try:
         return fit(cfg, module, datamodule, loggers)
@@ -91,7 +96,7 @@ def finish_wandb_run(loggers: list[Any]) -> None:
 def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, float]:
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
     for logger in loggers:
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
     # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
     for callback in trainer.callbacks:
         if isinstance(callback, CheckpointOnInterrupt):
@@ -115,7 +120,7 @@ def resume_command(checkpoint: Path) -> str:
     """This run's own command line with ckpt_path=checkpoint: a resume changes nothing else."""
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "overwrite_run_dir")]
-    return shlex.join(["python", sys.argv[0], *kept, f"ckpt_path={checkpoint}"])
+    return without_passwords(shlex.join(["python", sys.argv[0], *kept, f"ckpt_path={checkpoint}"]))
 
 
 def resume_after_failure(trainer, module) -> str:
@@ -188,7 +193,11 @@ def run(cfg: DictConfig) -> float | None:
         def record_interruption(message: str) -> None:
             rank_zero_only(write_result)(cfg.paths.output_dir, "interrupted", None, {}, message)
 
-        metrics = report_user_errors(train, cfg, on_interrupt=record_interruption)
+        def record_failure(message: str) -> None:  # where the run directory stays (a failure before it held
+            if Path(cfg.paths.output_dir).is_dir():  # anything of a run removes it)
+                rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message)
+
+        metrics = report_user_errors(train, cfg, on_interrupt=record_interruption, on_failure=record_failure)
         try:
             objective = config_objective(metrics, cfg)
         except ConfigError as err:
@@ -200,7 +209,7 @@ def run(cfg: DictConfig) -> float | None:
         metrics = train(cfg)
         objective = config_objective(metrics, cfg)
     except Exception as err:
-        traceback.print_exc()
+        print(without_passwords(traceback.format_exc()), file=sys.stderr, flush=True)
         message = user_error(err) or f"{type(err).__name__}: {err}"
         rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message.strip().splitlines()[0])
         return None

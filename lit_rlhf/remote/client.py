@@ -18,6 +18,7 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.remote.schema import RewardServiceError, parse_scores, shown
+from lit_rlhf.terminal import without_passwords
 
 RETRIED_STATUS = range(500, 600)
 
@@ -33,7 +34,7 @@ class HTTPReward:
     def __init__(self, url: str, batch_size: int = 64, max_concurrency: int = 4, timeout_s: float = 30.0,
                  retries: int = 3, backoff_s: float = 0.5, auth_env: str | None = None, overlap: bool = True):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"reward.url={url!r} is not an http(s) URL; give the reward server's address, e.g. "
+            raise ConfigError(f"reward.url={without_passwords(str(url))!r} is not an http(s) URL; give the reward server's address, e.g. "
                               f"reward.url=http://127.0.0.1:8000 (python -m lit_rlhf.serve reward=vader starts one).")
         for key, value, minimum in (("batch_size", batch_size, 1), ("max_concurrency", max_concurrency, 1),
                                     ("retries", retries, 0)):
@@ -47,6 +48,7 @@ class HTTPReward:
         auth_headers(auth_env)  # a variable that is not set fails now
         self.__name__ = "http"  # logged as rewards/http/*
         self.url = url.rstrip("/")
+        self.shown_url = without_passwords(self.url)  # what messages show: never a password in the URL
         self.batch_size, self.max_concurrency, self.timeout_s = batch_size, max_concurrency, float(timeout_s)
         self.retries, self.backoff_s, self.waits = retries, float(backoff_s), bool(overlap)
         self.client = self.new_client()
@@ -55,10 +57,10 @@ class HTTPReward:
     def load(self) -> None:
         """Asks the server's /health (once): a server that is not up stops the run here, before any training."""
         if self.server is None:
-            body = self.request("GET", "/health", None, f"the reward server {self.url}")
+            body = self.request("GET", "/health", None, f"the reward server {self.shown_url}")
             columns = body.get("columns", []) if isinstance(body, dict) else None
             if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-                raise RewardServiceError(f"the reward server {self.url} answered /health with {shown(body)}; a "
+                raise RewardServiceError(f"the reward server {self.shown_url} answered /health with {shown(body)}; a "
                                          f"reward server answers {{\"status\": \"ok\", \"columns\": [...]}}.")
             self.server = body
 
@@ -74,7 +76,7 @@ class HTTPReward:
 
         def score(number: int, start: int) -> list[float]:
             end = start + self.batch_size
-            where = (f"the reward server {self.url} (batch {number + 1} of {len(starts)}, completions "
+            where = (f"the reward server {self.shown_url} (batch {number + 1} of {len(starts)}, completions "
                      f"{start}-{min(end, len(completions)) - 1})")
             payload = {"prompts": list(prompts[start:end]), "completions": list(completions[start:end]),
                        "columns": {name: values[start:end] for name, values in sent.items()}}
@@ -118,8 +120,7 @@ class HTTPReward:
                 raise RewardServiceError(f"{where} answered {shown(response.text)}, which is not JSON; a reward "
                                          f"server answers JSON (docs/rewards.md).") from None
         tries = f"{self.retries + 1} attempt{'s' if self.retries else ''}"
-        raise RewardServiceError(f"{where}: {failure} after {tries}; check that the server is up ({self.url}/health), "
-                                 f"then resume from the last checkpoint.")
+        raise RewardServiceError(f"{where}: {failure} after {tries}; check that the server is up ({self.shown_url}/health).")
 
     def new_client(self):
         import httpx

@@ -81,8 +81,7 @@ class JudgeModel:
                                      f"in {self.key}.api_key_env.") from None
         except openai.APIError as err:
             raise RewardServiceError(f"the judge endpoint {self.base_url}: {type(err).__name__} after "
-                                     f"{self.retries + 1} attempts; check that it is up, then resume from the last "
-                                     f"checkpoint.") from None
+                                     f"{self.retries + 1} attempts; check that it is up.") from None
 
     def __getstate__(self) -> dict[str, Any]:  # ddp_spawn pickles the module: clients are made anew
         return {**self.__dict__, "_client": None}

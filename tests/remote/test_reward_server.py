@@ -161,10 +161,26 @@ def test_a_server_down_at_start_is_one_line_before_any_training_step(tmp_path):
     result = run_script("train.py", *FAST, "reward=http", f"reward.url={server.url}", "reward.retries=1",
                         "reward.backoff_s=0", cwd=tmp_path)
     assert one_line_error(result) == (f"error: the reward server {server.url}: cannot connect (ConnectError) after "
-                                      f"2 attempts; check that the server is up ({server.url}/health), then resume "
-                                      f"from the last checkpoint.")
+                                      f"2 attempts; check that the server is up ({server.url}/health).")
     assert not (tmp_path / "logs" / "train" / "runs").exists() or not any(
         (run / "checkpoints").exists() for run in (tmp_path / "logs" / "train" / "runs").iterdir())
+
+
+def test_a_password_in_the_reward_url_is_masked_in_the_error_the_saved_configs_and_result(tmp_path):
+    """reward.url=http://user:password@host: the password appears in no line printed and no file the run keeps."""
+    server = FakeRewardServer()
+    server.stop()
+    url = f"http://alice:s3cr3t-Pa55@127.0.0.1:{server.port}"
+    result = run_script("train.py", *FAST, "reward=http", f"reward.url={url}", "reward.retries=0",
+                        "hydra.run.dir=run", cwd=tmp_path)
+    line = one_line_error(result)
+    assert f"the reward server http://alice:***@127.0.0.1:{server.port}: cannot connect" in line
+    assert "s3cr3t" not in result.stderr + result.stdout
+    kept = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert kept, "the run directory keeps its records (.hydra, result.json)"
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "failed"
+    for path in kept:
+        assert b"s3cr3t" not in path.read_bytes(), path
 
 
 def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
