@@ -44,6 +44,12 @@ def is_launched_rank() -> bool:
     return any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "RANK", "NODE_RANK"))
 
 
+def in_multi_process_launch() -> bool:
+    """Started by a launcher of several processes that share the run directory (torchrun on several nodes, SLURM):
+    their Hydra start files may land there before rank zero's guard looks."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1
+
+
 def resumes_from(cfg: DictConfig, run_dir: Path) -> bool:
     ckpt = cfg.get("ckpt_path")
     if ckpt is None:
@@ -77,6 +83,8 @@ def claim_run_dir(cfg: DictConfig, key: str) -> None:
                f"paths.log_dir) at another disk.")
     if not any(p.name != LOCK_FILE for p in run_dir.iterdir()) or resumes_from(cfg, run_dir):
         return
+    if in_multi_process_launch() and holds_nothing_of_a_run(run_dir):
+        return  # the other ranks of this launch (torchrun, SLURM: other nodes) already wrote Hydra's start files
     if not cfg.get("overwrite_run_dir"):
         refuse(f"{key}={run_dir} already holds another run's files; pick a new directory, resume from it "
                f"(ckpt_path=last or a checkpoint inside it), or pass overwrite_run_dir=true to delete them.")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from lit_rlhf.cli.checks import check_reward_group
 from lit_rlhf.cli.errors import mark_task_started
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_reward
 from lit_rlhf.noise import silence_known_noise
 
@@ -18,11 +21,43 @@ def served_name(reward) -> str:
     return "+".join(reward.rewards) if isinstance(reward, WeightedSum) else reward_name(reward)
 
 
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def check_serve_settings(cfg: DictConfig) -> None:
+    """The address, batch settings and authentication, before the reward is built (one line each)."""
+    port, host = cfg.get("port"), cfg.get("host")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigError(f"port={port!r} is not a TCP port; give a whole number from 1 to 65535 (or 0 for a free "
+                          f"one).")
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"host={host!r} is not an address; give e.g. host=127.0.0.1 (this machine only).")
+    batch = cfg.get("max_batch_size")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ConfigError(f"max_batch_size={batch!r} must be a whole number >= 1 (completions per reward call).")
+    wait = cfg.get("max_wait_ms")
+    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not math.isfinite(wait) or wait < 0:
+        raise ConfigError(f"max_wait_ms={wait!r} must be a finite number of milliseconds >= 0.")
+    if not is_loopback(host) and not cfg.get("auth_env") and not cfg.get("allow_unauthenticated"):
+        raise ConfigError(f"host={host!r} accepts other machines, and without a token any of them may call the "
+                          f"reward; set auth_env=<a variable holding a token> (clients: reward.auth_env), or "
+                          f"allow_unauthenticated=true on a network you trust.")
+
+
 def serve_reward(cfg: DictConfig) -> None:
     from lit_rlhf.remote.server import serve
 
     mark_task_started()
     silence_known_noise()
+    check_serve_settings(cfg)
     check_reward_group(cfg)
     reward = instantiate(cfg.reward, _convert_="all")
     load_reward(reward)  # a reward model loads before the server says it is up

@@ -34,7 +34,8 @@ class HTTPReward:
     def __init__(self, url: str, batch_size: int = 64, max_concurrency: int = 4, timeout_s: float = 30.0,
                  retries: int = 3, backoff_s: float = 0.5, auth_env: str | None = None, overlap: bool = True):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"reward.url={without_passwords(str(url))!r} is not an http(s) URL; give the reward server's address, e.g. "
+            raise ConfigError(f"reward.url={without_passwords(str(url))!r} is not an http(s) URL; give the reward "
+                              f"server's address, e.g. "
                               f"reward.url=http://127.0.0.1:8000 (python -m lit_rlhf.serve reward=vader starts one).")
         for key, value, minimum in (("batch_size", batch_size, 1), ("max_concurrency", max_concurrency, 1),
                                     ("retries", retries, 0)):
@@ -120,7 +121,8 @@ class HTTPReward:
                 raise RewardServiceError(f"{where} answered {shown(response.text)}, which is not JSON; a reward "
                                          f"server answers JSON (docs/rewards.md).") from None
         tries = f"{self.retries + 1} attempt{'s' if self.retries else ''}"
-        raise RewardServiceError(f"{where}: {failure} after {tries}; check that the server is up ({self.shown_url}/health).")
+        raise RewardServiceError(f"{where}: {failure} after {tries}; check that the server is up "
+                                 f"({self.shown_url}/health).")
 
     def new_client(self):
         import httpx

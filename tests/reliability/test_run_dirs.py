@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from lit_rlhf.cli.run_dirs import new_run_dir
 from tests.helpers import FAST, ROOT, one_line_error, run_script
 
@@ -145,3 +147,36 @@ def test_a_run_that_fails_its_checks_leaves_no_run_directory_but_never_removes_a
                         cwd=tmp_path)
     assert one_line_error(failed).startswith("error: algo.kl_coef=-1.0")
     assert checkpoint.is_file() and (run_dir / "csv").is_dir()  # the run's files stay
+
+
+def test_rank_zero_of_a_multi_process_launch_accepts_the_start_files_its_other_ranks_wrote(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """torchrun / SLURM: another node's Hydra may write .hydra/ into the shared run directory before rank zero's
+    guard looks; that is this run, not another one. A directory holding a run's records is still refused."""
+    from omegaconf import OmegaConf
+
+    from lit_rlhf.cli import run_dirs
+
+    def claim(cfg):  # as a fresh process would: no lock held from the call before
+        while run_dirs._held_locks:
+            run_dirs._held_locks.pop().close()
+        run_dirs.claim_run_dir(cfg, "hydra.run.dir")
+
+    run_dir = tmp_path / "shared"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    cfg = OmegaConf.create({"hydra": {"run": {"dir": str(run_dir)}}})
+    for name in ("LOCAL_RANK", "RANK", "NODE_RANK", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    claim(cfg)  # accepted
+    (run_dir / "csv").mkdir()
+    (run_dir / "csv" / "metrics.csv").write_text("step\n1\n")
+    with pytest.raises(SystemExit):
+        claim(cfg)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    (run_dir / "csv" / "metrics.csv").unlink()
+    with pytest.raises(SystemExit):  # one process: .hydra/ there is another run's
+        claim(cfg)
+    captured = capsys.readouterr().err.splitlines()
+    assert len(captured) == 2 and all("already holds another run's files" in line for line in captured)

@@ -194,3 +194,29 @@ def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
                         lambda name, *args: None if name == "fastapi" else find_spec(name, *args))
     with pytest.raises(UnavailableError, match=r'python -m lit_rlhf.serve needs fastapi \(not installed here\); pip '):
         serve(lambda prompts, completions: [0.0] * len(completions), "r", port=0)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["host=0.0.0.0"], "host='0.0.0.0' accepts other machines, and without a token any of them may call the reward"),
+    (["port=70000"], "port=70000 is not a TCP port"),
+    (["port=abc"], "port='abc' is not a TCP port"),
+    (["max_batch_size=0"], "max_batch_size=0 must be a whole number >= 1"),
+    (["max_wait_ms=nan"], "max_wait_ms=nan must be a finite number"),
+])
+def test_bad_server_settings_are_one_line_before_serving(args, expected, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "lit_rlhf.serve", *args], cwd=tmp_path, env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    assert one_line_error(result).startswith(f"error: {expected}")
+
+
+def test_another_machines_address_is_served_with_a_token_or_an_explicit_flag(tmp_path):
+    with ServedReward("host=0.0.0.0", "auth_env=SERVE_TOKEN", cwd=tmp_path, env={"SERVE_TOKEN": "t0k"}) as served:
+        os.environ["SERVE_TOKEN"] = "t0k"
+        try:
+            HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1"), auth_env="SERVE_TOKEN").load()
+        finally:
+            del os.environ["SERVE_TOKEN"]
+        assert served.stop()[0] == 0
+    with ServedReward("host=0.0.0.0", "allow_unauthenticated=true", cwd=tmp_path) as served:
+        HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1")).load()
+        assert served.stop()[0] == 0
