@@ -48,6 +48,9 @@ def factory_class(factory: Callable) -> Any:
     return factory
 
 
+MAX_TIMEOUT_S = 86400.0  # a finite wait (threading cannot wait for inf or 1e12 s: every call would fail)
+
+
 @dataclass
 class EnvSpec:
     factory: Callable[..., Environment] = field(metadata={
@@ -58,6 +61,10 @@ class EnvSpec:
                                                           "observations (R); an episode that would pass it is ended"})
     tool_timeout_s: float = field(default=10.0, metadata={"doc": "per tool call and per step(); past it the model "
                                                                   "sees the timeout as the answer"})
+    max_tool_calls: int = field(default=8, metadata={"doc": "tool calls run per model turn; further calls in the "
+                                                            "turn are answered with an error, not run"})
+    turn_timeout_s: float = field(default=30.0, metadata={"doc": "all tool calls of one model turn together; a call "
+                                                                 "gets what is left of it (at most tool_timeout_s)"})
     tool_format: str = field(default="compact", metadata={"doc": "how calls are written: compact "
                                                                  "(`<call>f(x)</call>`) or hermes (Qwen2.5 "
                                                                  "`<tool_call>` JSON)"})
@@ -67,12 +74,15 @@ class EnvSpec:
         if not callable(self.factory):
             raise ConfigError(f"env.factory={self.factory!r} is not callable; give an Environment class "
                               f"(env.factory._target_=mymodule.MyEnvironment, env.factory._partial_=true).")
-        for key, minimum in (("max_turns", 1), ("max_tokens", 2)):
+        for key, minimum in (("max_turns", 1), ("max_tokens", 2), ("max_tool_calls", 1)):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConfigError(f"env.{key}={value!r} must be a whole number >= {minimum}.")
-        if not self.tool_timeout_s > 0:
-            raise ConfigError(f"env.tool_timeout_s={self.tool_timeout_s!r} must be > 0 seconds.")
+        for key in ("tool_timeout_s", "turn_timeout_s"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= MAX_TIMEOUT_S:
+                raise ConfigError(f"env.{key}={value!r} must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} "
+                                  f"(a day); a tool that may take longer is a job, not a tool call.")
         if self.tool_format not in TOOL_FORMATS:
             raise ConfigError(f"env.tool_format={self.tool_format!r} is not a tool format"
                               f"{nearest(self.tool_format, list(TOOL_FORMATS))}.")

@@ -59,13 +59,15 @@ class HermesFormat(ToolFormat):
                 call = json.loads(body)
             except json.JSONDecodeError as err:
                 raise ToolCallError(f"the tool call is not JSON ({err.msg} at character {err.pos})") from None
+            except RecursionError:
+                raise ToolCallError("the tool call's JSON is nested too deeply") from None
             if not isinstance(call, dict) or not isinstance(call.get("name"), str):
                 raise ToolCallError('a tool call must be {"name": ..., "arguments": {...}}')
             arguments = call.get("arguments") or {}
             if isinstance(arguments, str):  # some models write the arguments as a JSON string
                 try:
                     arguments = json.loads(arguments)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     raise ToolCallError("the tool call's arguments are not a JSON object") from None
             if not isinstance(arguments, dict):
                 raise ToolCallError("the tool call's arguments are not a JSON object")

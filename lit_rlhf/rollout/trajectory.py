@@ -15,13 +15,17 @@ an environment).
 
 from __future__ import annotations
 
+import functools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from lit_rlhf.envs import Environment, EnvSpec, ToolCallError, call_with_timeout, run_tool_call
-from lit_rlhf.envs.tools import tool_name
+from lit_rlhf.envs.tools import failure_text, str_or_type, tool_name
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.remote.schema import shown
 
 
 @dataclass
@@ -46,36 +50,61 @@ class Episode:
         self.segments.append(("model" if by_model else "env", len(ids)))
 
 
+@functools.lru_cache(maxsize=8)
+def max_chars_per_token(tokenizer: Any) -> int:
+    """The most characters one token of this tokenizer stands for (its longest vocabulary entry, at least 1): a
+    text of more than room * this characters cannot fit in `room` tokens, so it is cut before tokenizing."""
+    return max(1, max((len(token) for token in tokenizer.get_vocab()), default=1))
+
+
 def cut_at_stop(ids: list[int], stop_id: int) -> list[int]:
     """The sampled ids up to and including the first stop token (generate() pads after it)."""
     return ids[:ids.index(stop_id) + 1] if stop_id in ids else ids
 
 
-def environment_answer(spec: EnvSpec, episode: Episode, text: str) -> tuple[str | None, bool]:
+def cut_text(text: str, limit: int) -> str:
+    """text, or its first `limit` characters and a note saying how much was cut (the model sees the note)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} [cut: {len(text)} characters, {limit} shown (env.max_tokens)]"
+
+
+def environment_answer(spec: EnvSpec, episode: Episode, text: str, room_chars: int) -> tuple[str | None, bool]:
     """The observation after a model turn and whether the episode is done: the results of its tool calls, else
-    the environment's step(). A malformed or failing call is an observation (the error text), and counted."""
+    the environment's step(). A malformed or failing call is an observation (the error text), and counted. At most
+    env.max_tool_calls calls run, within env.turn_timeout_s together; each result (or step()'s observation) is cut
+    to room_chars characters before anything tokenizes it."""
     tools = {tool_name(tool): tool for tool in getattr(episode.env, "tools", ()) or ()}
     try:
         calls = spec.format.parse(text) if tools else []
     except ToolCallError as err:
         episode.tool_calls += 1
         episode.tool_errors += 1
-        return spec.format.observation([f"error: {err}"]), False
+        return spec.format.observation([f"error: {str(err)[:room_chars]}"]), False
     if calls:
-        results = []
-        for call in calls:
-            result, failed = run_tool_call(call, tools, spec.tool_timeout_s)
+        results, deadline = [], time.monotonic() + spec.turn_timeout_s
+        for number, call in enumerate(calls):
+            left = deadline - time.monotonic()
+            if number >= spec.max_tool_calls:
+                result, failed = f"error: not run: at most {spec.max_tool_calls} tool calls a turn", True
+            elif left <= 0:
+                result, failed = f"error: not run: the turn's {spec.turn_timeout_s:g} s for tool calls are spent", True
+            else:
+                result, failed = run_tool_call(call, tools, min(spec.tool_timeout_s, left))
             episode.tool_errors += failed
-            results.append(result)
+            results.append(cut_text(result, room_chars))
         episode.tool_calls += len(calls)
         return spec.format.observation(results), False
     try:
-        observation, done = call_with_timeout(episode.env.step, spec.tool_timeout_s, text)
+        answer = call_with_timeout(episode.env.step, spec.tool_timeout_s, text)
     except Exception as err:
         episode.tool_errors += 1
-        message = (str(err).strip().splitlines() or [""])[0][:200]
-        return f"error: {type(err).__name__}: {message}", False
-    return observation, bool(done) or not observation
+        return failure_text(err), False
+    if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], (str, type(None)))):
+        raise ConfigError(f"the environment {spec.name}'s step() returned {shown(str_or_type(answer))}; step() returns "
+                          f"(observation text, done), e.g. (\"try again\", False); fix the environment.")
+    observation, done = answer
+    return (None if observation is None else cut_text(observation, room_chars)), bool(done) or not observation
 
 
 def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: torch.Tensor,
@@ -102,7 +131,8 @@ def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: to
                 episode.done = True
                 episode.truncated = not episode.stopped and len(episode.tokens) >= budget and spec is not None
                 continue
-            observation, done = environment_answer(spec, episode, module.tokenizer.decode(ids))
+            room_chars = (budget - len(episode.tokens)) * max_chars_per_token(module.tokenizer)
+            observation, done = environment_answer(spec, episode, module.tokenizer.decode(ids), room_chars)
             if done:
                 episode.done = True
                 continue

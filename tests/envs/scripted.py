@@ -94,3 +94,51 @@ class Exploding(Environment):
 class BadReward(Environment):
     def reward(self):
         raise KeyError("score")
+
+
+def huge(text: str) -> str:
+    """Returns megabytes of text.
+
+    Args:
+        text: ignored
+    """
+    return "x" * 5_000_000
+
+
+def quits(text: str) -> str:
+    """Ends the process, if it were let.
+
+    Args:
+        text: SystemExit or KeyboardInterrupt
+    """
+    raise SystemExit(0) if text == "exit" else KeyboardInterrupt()
+
+
+class Unprintable:
+    def __str__(self):
+        raise ValueError("no text for you")
+
+
+def unprintable(text: str) -> Unprintable:
+    """Returns a result whose str() raises.
+
+    Args:
+        text: ignored
+    """
+    return Unprintable()
+
+
+class HostileEnvironment(Environment):
+    tools = [huge, quits, unprintable, hang, echo]
+
+
+class HugeStepEnvironment(Environment):
+    """No tools: step() answers with megabytes of text."""
+
+    def step(self, text):
+        return "y" * 5_000_000, False
+
+
+class NumberStepEnvironment(Environment):
+    def step(self, text):
+        return 42, False

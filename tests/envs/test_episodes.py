@@ -147,3 +147,102 @@ def test_an_environment_that_raises_when_built_or_scoring_is_one_line():
     module, _, batch = episode_module([" a"], env=BadReward)
     with pytest.raises(ConfigError, match="the environment BadReward's reward\\(\\) raised KeyError: 'score'"):
         module.rollout(batch)
+
+
+def test_a_huge_tool_result_or_step_observation_is_cut_in_characters_before_tokenizing():
+    """5 MB of text is cut to what env.max_tokens can still hold (in characters) and the model is told; nothing
+    tokenizes the 5 MB (the cut text is bounded, so the episode ends flagged within the budget, quickly)."""
+    import time
+
+    from tests.envs.scripted import HostileEnvironment, HugeStepEnvironment
+
+    for env, turn in ((HostileEnvironment, " <call>huge(x)</call>"), (HugeStepEnvironment, " hello")):
+        module, _, batch = episode_module([turn, " done"], env=env, max_tokens=64)
+        start = time.monotonic()
+        rollout = module.rollout(batch)
+        assert time.monotonic() - start < 60  # tokenizing 5 MB per episode took minutes
+        assert rollout.columns["truncated"] == [True] * len(rollout)
+        assert int(rollout.context_mask.sum(1).max()) <= 64
+
+
+def test_cut_text_says_what_was_cut():
+    from lit_rlhf.rollout.trajectory import cut_text
+
+    assert cut_text("abc", 3) == "abc"
+    assert cut_text("abcdef", 2) == "ab [cut: 6 characters, 2 shown (env.max_tokens)]"
+
+
+def test_a_cut_observation_that_fits_is_shown_to_the_model_with_its_note():
+    from lit_rlhf.rollout.trajectory import Episode, environment_answer
+    from tests.envs.scripted import HostileEnvironment
+
+    spec = EnvSpec(HostileEnvironment)
+    episode = Episode([1], HostileEnvironment())
+    observation, done = environment_answer(spec, episode, " <call>huge(x)</call>", room_chars=10)
+    assert observation == " <result>xxxxxxxxxx [cut: 5000000 characters, 10 shown (env.max_tokens)]</result>"
+    assert not done and episode.tool_errors == 0
+
+
+def test_calls_in_a_turn_are_bounded_in_number_and_in_total_time():
+    """60 calls to a hanging tool: at most env.max_tool_calls run, and together within env.turn_timeout_s."""
+    import threading
+    import time
+
+    from lit_rlhf.envs.tools import abandoned_calls
+    from lit_rlhf.rollout.trajectory import Episode, environment_answer
+    from tests.envs.scripted import HostileEnvironment
+
+    spec = EnvSpec(HostileEnvironment, tool_timeout_s=0.3, turn_timeout_s=0.5, max_tool_calls=4)
+    episode = Episode([1], HostileEnvironment())
+    threads_before, start = threading.active_count(), time.monotonic()
+    observation, _ = environment_answer(spec, episode, " <call>hang(x)</call>" * 60, room_chars=10_000)
+    assert time.monotonic() - start < 1.5  # not 60 x 0.3 s
+    results = observation.split("</result>")[:-1]
+    assert len(results) == 60 and episode.tool_calls == 60 and episode.tool_errors == 60
+    assert "no answer within 0.3 s" in results[0]
+    assert "TimeoutError" in results[1] and "within 0.3 s" not in results[1]  # what was left of the turn's 0.5 s
+    assert all("the turn's 0.5 s for tool calls are spent" in r for r in results[2:4])
+    assert all("at most 4 tool calls a turn" in r for r in results[4:])
+    assert threading.active_count() - threads_before <= 2 and abandoned_calls() >= 2
+
+
+def test_abandoned_calls_still_running_are_bounded(monkeypatch):
+    import time
+
+    from lit_rlhf.envs import tools
+
+    monkeypatch.setattr(tools, "MAX_ABANDONED_CALLS", tools.abandoned_calls() + 4)  # others' may still run
+    started = []
+
+    def sleepy():
+        started.append(1)
+        time.sleep(1.0)
+
+    results = [tools.run_tool_call(tools.ToolCall("sleepy"), {"sleepy": sleepy}, 0.01) for _ in range(9)]
+    assert len(started) == 4  # the rest were not started
+    assert all(failed for _, failed in results) and "not started" in results[-1][0]
+    time.sleep(1.2)  # the sleepers end; later tests start with room
+
+
+@pytest.mark.parametrize("turn, error", [
+    (" <call>quits(exit)</call>", "error: SystemExit: 0"),
+    (" <call>quits(ctrl-c)</call>", "error: KeyboardInterrupt: "),
+    (" <call>unprintable(x)</call>", "error: ValueError: no text for you"),
+])
+def test_a_tool_that_exits_interrupts_or_cannot_be_shown_fails_its_call_not_the_run(turn, error):
+    from tests.envs.scripted import HostileEnvironment
+
+    module, _, batch = episode_module([turn, " done"], env=HostileEnvironment)
+    rollout = module.rollout(batch_to(batch, module.device, num_prompts=2), samples_per_prompt=1)
+    assert rollout.conversations[0][1][1].startswith(f" <result>{error}")
+    assert rollout.columns["tool_errors"] == [1, 1]
+
+
+def test_a_step_returning_no_text_is_one_line_naming_the_environment():
+    from lit_rlhf.errors import ConfigError
+    from tests.envs.scripted import NumberStepEnvironment
+
+    module, _, batch = episode_module([" a", " b"], env=NumberStepEnvironment)
+    with pytest.raises(ConfigError, match=r"the environment NumberStepEnvironment's step\(\) returned \(42, False\); "
+                                          r"step\(\) returns \(observation text, done\)"):
+        module.rollout(batch)

@@ -66,7 +66,11 @@ def test_schemas_come_from_type_hints_and_docstrings():
 @pytest.mark.parametrize("settings, message", [
     ({"max_turns": 0}, "env.max_turns=0 must be a whole number >= 1"),
     ({"max_tokens": 1}, "env.max_tokens=1 must be a whole number >= 2"),
-    ({"tool_timeout_s": 0}, "env.tool_timeout_s=0 must be > 0"),
+    ({"tool_timeout_s": 0}, "env.tool_timeout_s=0 must be a number of seconds > 0"),
+    ({"tool_timeout_s": float("inf")}, "env.tool_timeout_s=inf must be a number of seconds > 0 and at most 86400"),
+    ({"tool_timeout_s": 1e12}, "env.tool_timeout_s=1000000000000.0 must be a number of seconds"),
+    ({"turn_timeout_s": float("nan")}, "env.turn_timeout_s=nan must be a number of seconds"),
+    ({"max_tool_calls": 0}, "env.max_tool_calls=0 must be a whole number >= 1"),
     ({"tool_format": "json"}, "env.tool_format='json' is not a tool format"),
 ])
 def test_bad_episode_limits_are_one_line(settings, message):
@@ -88,3 +92,12 @@ def test_a_chat_template_shows_the_model_its_tools(tmp_path):
     dm.setup()
     text = dm.tokenizer.decode(dm.rows[0].ids)
     assert text.startswith("tools: calculator user: ")
+
+
+def test_a_hermes_call_nested_thousands_deep_is_a_malformed_call_not_a_recursion_error():
+    deep = "<tool_call>" + '{"a":' * 100_000 + "1" + "}" * 100_000 + "</tool_call>"
+    with pytest.raises(ToolCallError, match="nested too deeply"):
+        TOOL_FORMATS["hermes"].parse(deep)
+    as_string = '<tool_call>{"name": "f", "arguments": "' + "[" * 100_000 + '"}</tool_call>'
+    with pytest.raises(ToolCallError, match="not a JSON object"):
+        TOOL_FORMATS["hermes"].parse(as_string)
