@@ -9,6 +9,7 @@ then the run stops with one line (its checkpoints are complete). A 4xx answer is
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -100,7 +101,7 @@ class HTTPReward:
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                response = self.client.request(method, path, json=payload)
+                response = self.send_within_timeout(method, path, payload)
             except httpx.TimeoutException:
                 failure = f"no answer within reward.timeout_s={self.timeout_s:g} s"
                 continue
@@ -123,6 +124,35 @@ class HTTPReward:
         tries = f"{self.retries + 1} attempt{'s' if self.retries else ''}"
         raise RewardServiceError(f"{where}: {failure} after {tries}; check that the server is up "
                                  f"({self.shown_url}/health).")
+
+    def send_within_timeout(self, method: str, path: str, payload: Any):
+        """The response to one request, read whole within timeout_s from its start (httpx's timeouts bound each
+        read, so a server trickling a byte at a time would hold the run for ever): past the deadline the response is
+        closed and httpx.ReadTimeout raised."""
+        import httpx
+
+        deadline = time.monotonic() + self.timeout_s
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def send() -> None:
+            try:
+                with self.client.stream(method, path, json=payload) as response:
+                    outcome["response"] = response
+                    response.read()
+            except BaseException as err:  # handed to the caller
+                outcome["error"] = err
+            finally:
+                done.set()
+
+        threading.Thread(target=send, daemon=True, name="lit_rlhf-http").start()
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            if "response" in outcome:
+                outcome["response"].close()  # ends the trickle: the sender's read fails and its thread ends
+            raise httpx.ReadTimeout(f"no complete answer within {self.timeout_s:g} s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["response"]
 
     def new_client(self):
         import httpx

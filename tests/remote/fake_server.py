@@ -28,13 +28,23 @@ class FakeRewardServer:
             def log_message(self, *args):
                 pass
 
-            def reply(self, status: int, text: str) -> None:
+            def reply(self, status: int, text: str, trickle_s: float = 0.0) -> None:
+                """The answer; with trickle_s, its body one byte every trickle_s seconds."""
                 data = text.encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if not trickle_s:
+                    self.wfile.write(data)
+                    return
+                try:
+                    for byte in data:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(trickle_s)
+                except OSError:  # the client gave up and closed the connection
+                    pass
 
             def do_GET(self):
                 self.reply(200, json.dumps({"status": "ok", "reward": "fake", "columns": list(columns)}))
@@ -69,6 +79,13 @@ def hang(seconds: float) -> Callable[[int, dict], tuple[int, str]]:
     def answer(number: int, body: dict) -> tuple[int, str]:
         time.sleep(seconds)
         return 200, json.dumps({"scores": length_scores(body)})
+    return answer
+
+
+def trickle(seconds_per_byte: float) -> Callable[[int, dict], tuple[int, str, float]]:
+    """A server that answers at once, then sends its body one byte every seconds_per_byte."""
+    def answer(number: int, body: dict) -> tuple[int, str, float]:
+        return 200, json.dumps({"scores": length_scores(body)}), seconds_per_byte
     return answer
 
 

@@ -8,7 +8,7 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.remote import HTTPReward, RewardServiceError
-from tests.remote.fake_server import FakeRewardServer, hang, length_scores
+from tests.remote.fake_server import FakeRewardServer, hang, length_scores, trickle
 
 PROMPTS = [f"p{i}" for i in range(7)]
 COMPLETIONS = ["a" * (i + 1) for i in range(7)]
@@ -56,6 +56,19 @@ def test_a_hanging_server_ends_in_the_timeout_not_a_hang():
             reward(["p"], ["abc"])
         assert time.monotonic() - start < 5.0  # two timeouts of 0.2 s, not the server's 10 s
     assert len(server.requests) == 2
+
+
+def test_a_server_trickling_its_answer_ends_in_the_timeout_of_the_whole_request():
+    """httpx's timeout bounds each read; a byte every 0.3 s never trips it. timeout_s bounds the whole request."""
+    with FakeRewardServer(trickle(0.3)) as server:
+        reward = HTTPReward(server.url, timeout_s=1.0, retries=0)
+        reward.load()
+        start = time.monotonic()
+        with pytest.raises(RewardServiceError, match=r"no answer within reward.timeout_s=1 s after 1 attempt"):
+            reward(["p"], ["abc" * 20])  # an answer of ~18 bytes: 5 s at this pace
+        assert time.monotonic() - start < 3.0
+    with FakeRewardServer(trickle(0.01)) as server:  # slow but within the timeout: answered
+        assert HTTPReward(server.url, timeout_s=5.0, retries=0)(["p"], ["abc"]).tolist() == [3.0]
 
 
 @pytest.mark.parametrize("answer, expected", [
