@@ -8,6 +8,7 @@ Shapes: B prompts per rank, K = num_generations, N = B*K sequences, R response l
 from __future__ import annotations
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
@@ -54,18 +55,29 @@ class GRPOModule(RLHFModule):
             return rollout
         groups = int(rollout.prompt_index.max()) + 1  # B
         rounds = generated = 0
+        before = None  # the share of zero-std groups that triggered the refill (the logged share is after it)
+        needed_before = None
         while True:
             informative = ~zero_std_groups(rollout.scores + self.overlong_penalty(rollout), rollout.prompt_index)  # N
             deficit = max(groups - len(torch.unique(rollout.prompt_index[informative])), 0)
             needed = self.all_reduce_sum(torch.tensor(float(deficit), device=self.device))  # every rank rounds alike
+            if before is None:
+                before = torch.tensor(deficit / groups)
+            elif float(needed) == float(needed_before) and not getattr(self, "_warned_fruitless_refill", False):
+                self._warned_fruitless_refill = True
+                rank_zero_warn(f"DAPO refill: round {rounds} of RL step {self.rl_step + 1} added no informative group "
+                          f"(every new group's K rewards were equal again); a reward that is constant on these "
+                          f"prompts makes every round a full rollout for nothing (algo.max_refill_rounds="
+                          f"{hp.max_refill_rounds} bounds them). Said once per run.")
             if rounds == hp.max_refill_rounds or float(needed) == 0:
                 break
-            rounds += 1
+            rounds, needed_before = rounds + 1, needed
             extra = self.rollout(self.refill_batch(groups, rounds))
             generated += len(extra)
             rollout = concat_rollouts([rollout, extra], self.tokenizer.pad_token_id)
         self._refill_stats = {"rollout/refill_rounds": torch.tensor(float(rounds)),
-                              "rollout/refill_episodes": torch.tensor(float(generated))}
+                              "rollout/refill_episodes": torch.tensor(float(generated)),
+                              "rollout/zero_std_frac_before_refill": before}
         return select_sequences(rollout, first_groups(informative, rollout.prompt_index, groups))
 
     def refill_batch(self, count: int, round_: int) -> dict[str, torch.Tensor]:

@@ -27,6 +27,7 @@ CRITIC_KINDS = ("shared", "adapter", "reward_model")
 SCALE_REWARDS = ("group", "batch", "none")
 KL_PLACES = ("loss", "reward")
 BASELINES = ("group", "none")
+MAX_REFILL_ROUNDS = 100  # DAPO refill rounds per RL step (each one a full rollout of B prompts)
 
 
 @dataclass
@@ -210,7 +211,8 @@ class GRPOConfig(RLHFConfig):
     filter_zero_std_groups: bool = setting(False, "leave groups whose K rewards are all equal (no signal) out of "
                                                   "the loss; `rollout/zero_std_frac` logs their share either way")
     max_refill_rounds: int = setting(0, "with filter_zero_std_groups: DAPO's dynamic sampling, up to this many extra "
-                                        "rollouts of B prompts per RL step until B groups are informative (0: off)")
+                                        "rollouts of B prompts per RL step until B groups are informative (0: off; "
+                                        "at most 100)")
     overlong_buffer: Optional[int] = setting(None, "DAPO's soft overlong penalty: responses longer than "
                                                    "response_length - overlong_buffer lose up to "
                                                    "overlong_penalty_factor, linearly (null: off)")
@@ -239,6 +241,11 @@ class GRPOConfig(RLHFConfig):
                               f"{self.response_length}; pick a buffer <= response_length.")
         check_number("overlong_penalty_factor", self.overlong_penalty_factor, minimum=0)
         check_number("max_refill_rounds", self.max_refill_rounds, minimum=0, integer=True)
+        if self.max_refill_rounds > MAX_REFILL_ROUNDS:
+            raise ConfigError(f"algo.max_refill_rounds={self.max_refill_rounds} is more than {MAX_REFILL_ROUNDS}: "
+                              f"each round is a full rollout of B prompts, and a reward that is constant on the "
+                              f"prompts would run them all every step; pick at most {MAX_REFILL_ROUNDS} (verl's "
+                              f"default is 10).")
         if self.max_refill_rounds and not self.filter_zero_std_groups:
             raise ConfigError(f"algo.max_refill_rounds={self.max_refill_rounds} refills groups that "
                               f"filter_zero_std_groups leaves out; set algo.filter_zero_std_groups=true as well.")

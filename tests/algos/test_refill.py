@@ -6,7 +6,7 @@ import torch
 
 from lit_rlhf.algos.refill import concat_rollouts, first_groups, select_sequences
 from lit_rlhf.algos.rollout import Rollout
-from tests.helpers import run_script
+from tests.helpers import one_line_error, run_script
 
 QUIET = ["data.num_eval_prompts=8", "callbacks.generation_samples=null", "callbacks.training_summary=null",
          "callbacks.curves=null", "callbacks.histograms=null", "callbacks.evaluation=null"]
@@ -62,6 +62,18 @@ def test_refill_rounds_add_informative_groups_and_count_what_they_generate(tmp_p
     # the same first rollout; refilled, the step holds fewer groups without signal
     first_plain = metrics(tmp_path / "plain" / "csv" / "metrics.csv")[0]
     assert float(rows[0]["rollout/zero_std_frac"]) < float(first_plain["rollout/zero_std_frac"])
+    # what triggered the refill: the first rollout's share, before any round
+    assert float(rows[0]["rollout/zero_std_frac_before_refill"]) == float(first_plain["rollout/zero_std_frac"])
+
+
+def test_a_constant_reward_warns_at_the_first_fruitless_round_and_rounds_are_bounded(tmp_path):
+    result = run_script("train.py", *FORMAT_ONLY, "steps=1", "algo.max_refill_rounds=3",
+                        "reward._target_=tests.helpers.constant_reward", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "Warning: DAPO refill" in line]
+    assert len(warnings) == 1 and "DAPO refill: round 1 of RL step 1" in warnings[0]
+    line = one_line_error(run_script("train.py", *FORMAT_ONLY, "algo.max_refill_rounds=100000", cwd=tmp_path))
+    assert line.startswith("error: algo.max_refill_rounds=100000 is more than 100")
 
 
 def test_a_resume_with_refills_is_exact(tmp_path):
