@@ -20,7 +20,7 @@ from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
 from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
-from lit_rlhf.rollout.trajectory import episode_columns, episode_conversation
+from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, episode_columns, episode_conversation
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -139,6 +139,11 @@ class RolloutScoring:
         from lit_rlhf.data.datamodule import missing_in_rows
 
         for who, column in column_needs(self.reward, self.task_metrics) if self.reward is not None else []:
+            if column in EPISODE_COLUMNS:  # made by each episode, not read from the rows
+                if self.environment is None:
+                    raise ConfigError(f"{who} reads {column!r}, a column the episodes of an environment add; set "
+                                      f"env=<an environment> (e.g. env=calculator) or pick another reward.")
+                continue
             row = missing_in_rows(rows, column)
             if row is None:
                 continue

@@ -176,6 +176,9 @@ def transcript(conversation: list[tuple[str, str]]) -> str:
     return "".join(text if role == "model" else f" [env:{text}]" for role, text in conversation)
 
 
+EPISODE_COLUMNS = ("env_reward", "turns", "tool_calls", "tool_errors", "truncated", "final_response")
+
+
 def episode_columns(spec: EnvSpec, episodes: list[Episode], final_responses: list[str]) -> dict[str, list]:
     """What rewards may read about each episode besides its text: the environment's reward (env_reward), turns,
     tool calls and errors, whether a limit ended it (truncated), the text of the model's last turn (final_response)."""

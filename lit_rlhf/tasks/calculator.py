@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import operator
+from typing import Any
 
 from lit_rlhf.envs import TOOL_FORMATS, Environment
+from lit_rlhf.tasks.arithmetic import answers_match
 
 OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
              ast.USub: operator.neg, ast.UAdd: operator.pos}
@@ -22,16 +24,20 @@ def evaluate_expression(node: ast.AST) -> int:
     if isinstance(node, ast.Expression):
         return evaluate_expression(node.body)
     if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
+        return within_digits(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
         left, right = evaluate_expression(node.left), evaluate_expression(node.right)
-        result = OPERATORS[type(node.op)](left, right)
-        if abs(result) >= 10**MAX_DIGITS:
-            raise ValueError(f"the result has more than {MAX_DIGITS} digits")
-        return result
+        return within_digits(OPERATORS[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in OPERATORS:
         return OPERATORS[type(node.op)](evaluate_expression(node.operand))
     raise ValueError("only whole numbers, + - * // and parentheses")
+
+
+def within_digits(value: int) -> int:
+    """value, or ValueError when it has more than MAX_DIGITS digits (a number typed or computed)."""
+    if abs(value) >= 10**MAX_DIGITS:
+        raise ValueError(f"a number has more than {MAX_DIGITS} digits")
+    return value
 
 
 def calculator(expression: str) -> str:
@@ -46,9 +52,23 @@ def calculator(expression: str) -> str:
 
 
 class CalculatorEnvironment(Environment):
-    """An episode of the calculator task: the model may call `calculator`; its last `Answer:` is scored."""
+    """An episode of the calculator task: the model may call `calculator`; its last `Answer:` is scored (by the
+    task's reward, or with reward=environment by reward(): 1 when the final turn's answer is the row's)."""
 
     tools = [calculator]
+
+    def __init__(self, answer: Any = None):
+        super().__init__(answer=answer)
+        self.answer, self.final_turn = answer, None
+
+    def step(self, text: str) -> tuple[str | None, bool]:
+        self.final_turn = text  # a turn without a tool call ends the episode: its answer is scored
+        return None, True
+
+    def reward(self) -> float | None:
+        if self.answer is None:
+            return None
+        return float(answers_match([self.final_turn or ""], [self.answer])[0])
 
 
 class NoToolEnvironment(Environment):

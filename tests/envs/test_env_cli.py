@@ -60,3 +60,22 @@ def test_a_broken_user_environment_is_one_line_before_any_step(tmp_path, target,
 def test_a_user_environment_from_the_command_line_trains(tmp_path):
     result = run_with_user_env(tmp_path, "env.factory._target_=myenvs.Shouting")
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_reward_environment_trains_on_each_episodes_own_score(tmp_path):
+    """reward=environment: the score is Environment.reward() of each finished episode (a column the episode adds,
+    not one of the prompts' rows); the calculator environment scores the final turn's answer."""
+    import csv
+
+    result = run_script("train.py", *FAST, "experiment=calculator_grpo", "reward=environment", "steps=2",
+                        "hydra.run.dir=run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("rewards/environment/mean")]
+    assert len(rows) == 2 and all(0.0 <= float(r["rewards/environment/mean"]) <= 1.0 for r in rows)
+
+
+def test_reward_environment_without_an_environment_is_one_line(tmp_path):
+    line = one_line_error(run_script("train.py", *FAST, "reward=environment", cwd=tmp_path))
+    assert line.startswith("error: the reward environment reads 'env_reward', a column the episodes of an "
+                           "environment add; set env=<an environment>")

@@ -5,6 +5,8 @@ evaluation of its checkpoint show the conversations and the tool use."""
 import csv
 import json
 
+import pytest
+
 from tests.helpers import run_script
 
 
@@ -33,3 +35,26 @@ def test_a_short_calculator_run_learns_to_call_its_tool_and_answers_right_more_o
     summary = json.loads(next(tmp_path.glob("logs/evaluate/runs/*/evaluation.json")).read_text())
     episodes = summary["episodes"]
     assert episodes["policy"]["tool_call_rate"]["mean"] > episodes["reference"]["tool_call_rate"]["mean"] + 0.3
+
+
+def test_the_calculator_refuses_typed_numbers_past_its_digit_limit_too():
+    from lit_rlhf.tasks.calculator import MAX_DIGITS, calculator
+
+    with pytest.raises(ValueError, match=f"more than {MAX_DIGITS} digits"):
+        calculator("9" * 180)
+    with pytest.raises(ValueError, match=f"more than {MAX_DIGITS} digits"):
+        calculator("-" + "9" * 31)
+    assert calculator("9" * 30) == "9" * 30
+
+
+def test_the_calculator_environment_scores_the_final_turns_answer_as_the_task_reward_does():
+    from lit_rlhf.tasks.arithmetic import ArithmeticCorrect
+    from lit_rlhf.tasks.calculator import CalculatorEnvironment
+
+    for final, answer in ((" Answer: 42", 42), (" Answer: 41", 42), (" no answer", 42), (None, 42)):
+        env = CalculatorEnvironment(answer=answer)
+        if final is not None:
+            assert env.step(final) == (None, True)
+        expected = float(ArithmeticCorrect()([""], [final or ""], answer=[answer])[0])
+        assert env.reward() == expected
+    assert CalculatorEnvironment().reward() is None  # no answer column: nothing to score
