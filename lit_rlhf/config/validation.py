@@ -4,6 +4,7 @@ Run when the module is built, so a bad value fails before any weights load."""
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -27,8 +28,8 @@ def check_number(name: str, value: Any, minimum: float | None = None, strictly: 
     """algo.<name> must be a number (an integer) at or above minimum (strictly above with strictly=True)."""
     if value is None and optional:
         return
-    kind = "a whole number" if integer else "a number"
-    if not is_number(value) or (integer and int(value) != value):
+    kind = "a whole number" if integer else "a finite number"
+    if not is_number(value) or not math.isfinite(value) or (integer and int(value) != value):
         raise ConfigError(f"algo.{name}={value!r} must be {kind}{' or null' if optional else ''}.")
     if minimum is not None and (value <= minimum if strictly else value < minimum):
         bound = f"> {minimum}" if strictly else f">= {minimum}"
@@ -48,10 +49,11 @@ def check_optimizer(optimizer: Callable | None) -> None:
     keywords = getattr(optimizer, "keywords", None) or {}
     if "lr" in keywords:
         lr = keywords["lr"]
-        if not is_number(lr) or lr <= 0:
+        if not is_number(lr) or not math.isfinite(lr) or lr <= 0:
             raise ConfigError(f"algo.optimizer.lr={lr!r} must be a number > 0 (e.g. 1e-5).")
-    if "weight_decay" in keywords and (not is_number(keywords["weight_decay"]) or keywords["weight_decay"] < 0):
-        raise ConfigError(f"algo.optimizer.weight_decay={keywords['weight_decay']!r} must be a number >= 0.")
+    decay = keywords.get("weight_decay", 0.0)
+    if not is_number(decay) or not math.isfinite(decay) or decay < 0:
+        raise ConfigError(f"algo.optimizer.weight_decay={decay!r} must be a finite number >= 0.")
 
 
 def check_shared_settings(hp: Any) -> None:

@@ -8,6 +8,7 @@ then the run stops with one line (its checkpoints are complete). A 4xx answer is
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -43,9 +44,9 @@ class HTTPReward:
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConfigError(f"reward.{key}={value!r} must be a whole number >= {minimum}.")
         for key, value in (("timeout_s", timeout_s), ("backoff_s", backoff_s)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or \
-                    (key == "timeout_s" and value == 0):
-                raise ConfigError(f"reward.{key}={value!r} must be a number of seconds > 0.")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or \
+                    value < 0 or (key == "timeout_s" and value == 0):
+                raise ConfigError(f"reward.{key}={value!r} must be a finite number of seconds > 0.")
         self.auth_env = auth_env
         auth_headers(auth_env)  # a variable that is not set fails now
         self.__name__ = "http"  # logged as rewards/http/*

@@ -58,3 +58,33 @@ def test_the_settings_tables_in_the_docs_are_the_dataclass_docs():
     page = (ROOT / "docs" / "configuration.md").read_text()
     assert "<!-- settings:RLOOConfig -->" in page and "<!-- settings:PPOConfig -->" in page
     assert fill_tables(page) == page, "run `python scripts/settings_tables.py`"
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("cispo_cap", {"policy_loss": "cispo"}), ("sapo_temperature_pos", {"policy_loss": "sapo"}),
+    ("sapo_temperature_neg", {"policy_loss": "sapo"}), ("sequence_cliprange_low", {}),
+    ("off_policy_mask_threshold", {}), ("rollout_is_cap", {}), ("kl_coef", {}), ("cliprange", {}),
+    ("temperature", {}), ("max_grad_norm", {}),
+])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nan_and_inf_are_refused_by_every_range_check(name, extra, value):
+    """NaN passes `value < minimum` and inf passes `value > 0`: both must be refused, not train on skipped
+    updates."""
+    from lit_rlhf import GRPOModule
+
+    with pytest.raises(ConfigError, match=rf"algo.{name}={value!r} must be a finite number"):
+        GRPOModule(model={"name_or_path": "m"}, reward=None, **{name: value, **extra})
+
+
+@pytest.mark.parametrize("keywords, expected", [({"lr": float("nan")}, "algo.optimizer.lr=nan must be a number > 0"),
+                                                ({"lr": 1e-5, "weight_decay": float("inf")},
+                                                 "algo.optimizer.weight_decay=inf must be a finite number >= 0")])
+def test_nan_and_inf_optimizer_settings_are_refused(keywords, expected):
+    import functools
+
+    import torch
+
+    from lit_rlhf.config.validation import check_optimizer
+
+    with pytest.raises(ConfigError, match=expected):
+        check_optimizer(functools.partial(torch.optim.AdamW, **keywords))

@@ -106,7 +106,7 @@ def test_the_token_comes_from_the_environment_and_never_from_the_config(monkeypa
 @pytest.mark.parametrize("settings, expected", [
     ({"url": "localhost:8000"}, "reward.url='localhost:8000' is not an http(s) URL"),
     ({"url": "http://x", "batch_size": 0}, "reward.batch_size=0 must be a whole number >= 1"),
-    ({"url": "http://x", "timeout_s": 0}, "reward.timeout_s=0 must be a number of seconds > 0"),
+    ({"url": "http://x", "timeout_s": 0}, "reward.timeout_s=0 must be a finite number of seconds > 0"),
 ])
 def test_bad_settings_are_one_line(settings, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
