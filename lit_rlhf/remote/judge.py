@@ -12,10 +12,12 @@ Anything else is unparsable: scored by a documented rule (min_score; a tie) and 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.remote.judge_model import JudgeModel
@@ -28,6 +30,7 @@ PAIRWISE_TEMPLATE = (
     "Which response is the better continuation of the prompt? Answer A, B or tie, and nothing else.\n\n"
     "Prompt: {prompt}\n\nResponse A: {a}\n\nResponse B: {b}\n\nBetter:"
 )
+UNPARSABLE_WARNING_SHARE = 0.5  # a batch with at least this share of judgements without a score warns (once)
 SCORE = re.compile(r"^(?:score\s*[:=]?\s*)?([-+]?\d+(?:\.\d+)?)(?:\s*/\s*\d+(?:\.\d+)?)?\s*\.?$", re.I)
 VERDICT = re.compile(r"^(?:(?:winner|better)\s*[:=]?\s*)?(?:response\s+)?(a|b|tie)\s*\.?$", re.I)
 
@@ -51,11 +54,24 @@ def parse_verdict(text: str) -> str | None:
     return found.group(1).lower() if found else None
 
 
-def check_template(template: str, fields: tuple[str, ...], key: str) -> None:
+def check_template(template: str, fields: tuple[str, ...], key: str, optional: tuple[str, ...] = ()) -> None:
+    """The template names every field and formats with the judge's fields alone (no unknown `{field}`, literal braces
+    doubled), else one line naming reward.template (or judge.template) before anything runs."""
+    if not isinstance(template, str):
+        raise ConfigError(f"{key}.template={template!r} is not text; give a template with {{prompt}} and friends.")
     missing = [f for f in fields if f not in set(re.findall(r"{(\w+)}", template))]
     if missing:
         shown = ", ".join("{" + f + "}" for f in fields)
         raise ConfigError(f"{key}.template has no {{{missing[0]}}}; a judge template shows the judge {shown}.")
+    known = ", ".join("{" + f + "}" for f in (*fields, *optional))
+    try:
+        template.format(**{name: "" for name in (*fields, *optional)})
+    except (KeyError, IndexError) as err:
+        raise ConfigError(f"{key}.template names {{{str(err).strip(chr(39))}}}, which the judge does not fill (it "
+                          f"fills {known}); write literal braces as {{{{ and }}}}.") from None
+    except ValueError as err:
+        raise ConfigError(f"{key}.template cannot be formatted ({err}); write literal braces (e.g. JSON) as {{{{ and "
+                          f"}}}}.") from None
 
 
 class LLMJudge(JudgeModel):
@@ -68,19 +84,32 @@ class LLMJudge(JudgeModel):
                  **backend):
         if not min_score < max_score:
             raise ConfigError(f"reward.min_score={min_score} must be below reward.max_score={max_score}.")
-        check_template(template, ("prompt", "completion"), "reward")
+        check_template(template, ("prompt", "completion"), "reward", optional=("min_score", "max_score"))
+        if unparsable_score is not None and not (isinstance(unparsable_score, (int, float))
+                                                 and math.isfinite(unparsable_score)):
+            raise ConfigError(f"reward.unparsable_score={unparsable_score!r} must be a finite number (the score of a "
+                              f"judgement without one), or null for min_score.")
         super().__init__(model, base_url, **backend)
         self.__name__ = "llm_judge"  # logged as rewards/llm_judge/*
         self.template, self.min_score, self.max_score = template, float(min_score), float(max_score)
         self.unparsable_score = self.min_score if unparsable_score is None else float(unparsable_score)
         self.unparsable = 0  # judgements without a score since the module last read them
+        self.warned_unparsable = False
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
         bounds = {"min_score": f"{self.min_score:g}", "max_score": f"{self.max_score:g}"}
         texts = [self.template.format(prompt=p, completion=c, **bounds)
                  for p, c in zip(prompts, completions, strict=True)]
         scores = [parse_judgement(j, self.min_score, self.max_score) for j in self.judgements(texts)]
-        self.unparsable += sum(s is None for s in scores)
+        unparsable = sum(s is None for s in scores)
+        self.unparsable += unparsable
+        if scores and unparsable >= UNPARSABLE_WARNING_SHARE * len(scores) and not self.warned_unparsable:
+            self.warned_unparsable = True
+            rank_zero_warn(f"the judge {self.model!r} stated no score in [{self.min_score:g}, {self.max_score:g}] for "
+                           f"{unparsable} of {len(scores)} completions, which then score reward.unparsable_score="
+                           f"{self.unparsable_score:g}: a constant teaches nothing. Check reward.template, "
+                           f"reward.max_tokens and the judge model (rewards/llm_judge/unparsable counts them every "
+                           f"step). Said once per run.")
         return torch.tensor([self.unparsable_score if s is None else s for s in scores], dtype=torch.float32)
 
     def pop_stats(self) -> dict[str, float]:

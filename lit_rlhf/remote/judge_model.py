@@ -3,6 +3,7 @@ e.g. `vllm serve`, through the official `openai` client) or a local Hugging Face
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,6 +24,12 @@ class JudgeModel:
         if api_key_env and not os.environ.get(api_key_env):
             raise ConfigError(f"{key}.api_key_env={api_key_env!r} names an environment variable that is not set; "
                               f"export {api_key_env}=<the endpoint's key> before the run.")
+        for name, value, minimum in (("max_tokens", max_tokens, 1), ("retries", retries, 0),
+                                     ("max_concurrency", max_concurrency, 1), ("batch_size", batch_size, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ConfigError(f"{key}.{name}={value!r} must be a whole number >= {minimum}.")
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf:
+            raise ConfigError(f"{key}.timeout_s={timeout_s!r} must be a finite number of seconds > 0.")
         self.model, self.base_url, self.key = model, base_url, key
         self.max_tokens, self.timeout_s, self.retries = max_tokens, float(timeout_s), retries
         self.max_concurrency, self.batch_size, self.device = max_concurrency, batch_size, device
@@ -50,7 +57,15 @@ class JudgeModel:
                 model=self.model, messages=[{"role": "user", "content": text}], temperature=0.0,
                 max_tokens=self.max_tokens))
             choices = getattr(reply, "choices", None) or []
-            return (choices[0].message.content or "") if choices else ""
+            if not choices:
+                return ""
+            message = getattr(choices[0], "message", None)
+            if message is None:
+                raise RewardServiceError(f"the judge endpoint {self.base_url} answered without a message "
+                                         f"(choices[0].message); an OpenAI-compatible chat endpoint answers "
+                                         f"{{\"choices\": [{{\"message\": {{\"content\": ...}}}}]}}.")
+            content = getattr(message, "content", None)
+            return content if isinstance(content, str) else ""
 
         with ThreadPoolExecutor(max(1, min(self.max_concurrency, len(texts)))) as pool:
             return list(pool.map(one, texts))

@@ -66,6 +66,13 @@ def test_a_local_judge_scores_what_its_judgements_state():
     ({"template": "Rate {completion}"}, "reward.template has no {prompt}"),
     ({"min_score": 5, "max_score": 5}, "reward.min_score=5 must be below reward.max_score=5"),
     ({"base_url": "localhost:8000/v1"}, "reward.base_url='localhost:8000/v1' is not an http(s) URL"),
+    ({"template": "{prompt} {completion} {rubric}"}, "reward.template names {rubric}, which the judge does not fill"),
+    ({"template": '{prompt} {completion} Answer as {"score": n}'}, 'reward.template names {"score"}, which the '
+                                                                     "judge does not fill"),
+    ({"template": "{prompt} {completion} {"}, "reward.template cannot be formatted"),
+    ({"unparsable_score": float("nan")}, "reward.unparsable_score=nan must be a finite number"),
+    ({"max_tokens": 0}, "reward.max_tokens=0 must be a whole number >= 1"),
+    ({"timeout_s": float("inf")}, "reward.timeout_s=inf must be a finite number of seconds > 0"),
 ])
 def test_bad_judge_settings_are_one_line(settings, expected):
     with pytest.raises(ConfigError) as caught:
@@ -119,3 +126,25 @@ def test_without_the_openai_client_an_endpoint_judge_says_how_to_install_it(monk
     with pytest.raises(UnavailableError, match=r'reward.base_url needs the openai client, which is not installed; '
                                                r'pip install -e "\.\[judge\]"'):
         LLMJudge(model="m", base_url="http://127.0.0.1:9/v1").load()
+
+
+def test_an_endpoint_reply_without_a_message_is_one_line_naming_the_endpoint():
+    reply = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                        "choices": [{"index": 0, "finish_reason": "stop"}]})
+    with FakeRewardServer(lambda number, body: (200, reply)) as endpoint:
+        with pytest.raises(RewardServiceError, match=f"the judge endpoint {endpoint.url}/v1 answered without a "
+                                                     f"message"):
+            LLMJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)(["p"], ["c"])
+
+
+def test_a_judge_whose_answers_are_mostly_unparsable_warns_once():
+    with FakeRewardServer(lambda number, body: (200, chat_reply("I cannot rate this"))) as endpoint:
+        reward = LLMJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)
+        with pytest.warns(UserWarning, match=r"stated no score in \[0, 10\] for 3 of 3 completions"):
+            reward(["p"] * 3, ["a", "b", "c"])
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            reward(["p"] * 3, ["a", "b", "c"])  # said once
+    assert reward.pop_stats() == {"unparsable": 6.0}
