@@ -28,7 +28,8 @@ from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.algos.strategies import StrategySupport
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
-from lit_rlhf.config.validation import check_optimizer
+from lit_rlhf.config.idle import idle_settings
+from lit_rlhf.config.validation import check_optimizer, warn_once
 from lit_rlhf.distributed.sharding import local_tensor
 from lit_rlhf.envs import EnvSpec, as_env_spec
 from lit_rlhf.errors import ConfigError
@@ -39,6 +40,7 @@ from lit_rlhf.ops import (
     identity_sum,
     kl_per_token,
     masked_mean,
+    off_policy_sequences,
 )
 from lit_rlhf.ops.batching import split_by_tokens
 from lit_rlhf.ops.finite import all_finite
@@ -87,6 +89,8 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
         self.reward = reward
         self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
+        for line in idle_settings(config, self.rollout_engine.reports_logprobs):
+            warn_once(line)
         self.kl_controller = kl_controller or KLController()
         self.kl_controller.start(config.kl_coef)
         self.score_transforms = list(score_transforms)
@@ -196,7 +200,6 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         rollout = self.training_rollout(batch)
         advantages, objective_stats = self.compute_advantages(rollout)
-        objective_stats.update(self.mask_off_policy_sequences(rollout, advantages))
         update_stats = self.update(rollout, advantages)
         self.log_stats(rollout, {**objective_stats, **update_stats})
         self.last_distributions = self.distributions(rollout, advantages)
@@ -316,6 +319,14 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
         if hp.importance_sampling_level == "sequence":  # GSPO's own, much smaller, clip range
             low, high = hp.sequence_cliprange_low, hp.sequence_cliprange_high
         is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
+        off_policy_stats = {}
+        if hp.off_policy_mask_threshold is not None:  # measured against the policy being updated, as TRL
+            behaviour = rollout.logprobs if rollout.sampler_logprobs is None else rollout.sampler_logprobs  # N,R
+            drop = off_policy_sequences(new_logprobs, behaviour[idx], mask, advantages[idx],
+                                        hp.off_policy_mask_threshold)  # M
+            keep = (~drop).unsqueeze(1).to(new_logprobs.dtype).expand_as(new_logprobs)  # M,R
+            is_weights = keep if is_weights is None else is_weights * keep  # M,R
+            off_policy_stats["rollout/off_policy_masked_frac"] = drop.float().mean()
         loss = PolicyLoss(hp.policy_loss, hp.importance_sampling_level, hp.cispo_cap, hp.sapo_temperature_pos,
                           hp.sapo_temperature_neg)
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
@@ -326,7 +337,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
             "loss/policy_avg": pg_stats["token_mean"], "policy/entropy_avg": masked_mean(entropy, mask),
             "val/ratio": pg_stats["ratio"], "val/ratio_var": pg_stats["ratio_var"],
             "clip_ratio/low_mean": pg_stats["clip_low"], "clip_ratio/high_mean": pg_stats["clip_high"],
-            "clip_ratio/region_mean": pg_stats["clip_region"],
+            "clip_ratio/region_mean": pg_stats["clip_region"], **off_policy_stats,
         }
 
     def _divide(self, total: int, parts: int, name: str, what: str) -> int:

@@ -110,10 +110,12 @@ class GRPOModule(RLHFModule):
         to the reference (kl_estimator, k3 by default), aggregated the same way."""
         loss, stats = super().policy_loss(new_logprobs, entropy, rollout, advantages, idx, share)
         if self.kl_in_loss:
+            mask = rollout.loss_mask(idx)  # M,R
             kl = kl_per_token(new_logprobs, rollout.ref_logprobs[idx], self.hparams.kl_estimator)  # M,R
-            if self.hparams.use_bias_correction_kl:
-                kl = bias_corrected_kl(kl, new_logprobs, rollout.logprobs[idx])  # M,R
-            kl_loss = aggregate_loss(kl, rollout.loss_mask(idx), share)
+            if self.hparams.use_bias_correction_kl:  # weighted by the loss's own ratio, per token or sequence
+                sequence_mask = mask if self.hparams.importance_sampling_level == "sequence" else None
+                kl = bias_corrected_kl(kl, new_logprobs, rollout.logprobs[idx], sequence_mask)  # M,R
+            kl_loss = aggregate_loss(kl, mask, share)
             loss = loss + self.kl_coef * kl_loss
-            stats["loss/kl_avg"] = masked_mean(kl.detach(), rollout.loss_mask(idx))
+            stats["loss/kl_avg"] = masked_mean(kl.detach(), mask)
         return loss, stats

@@ -19,7 +19,7 @@ from lit_rlhf.distributed.sharding import gathered_weights
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
-from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
+from lit_rlhf.ops import contains_stop, importance_weights, sampler_mismatch_stats
 from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, episode_columns, episode_conversation
 
 
@@ -105,26 +105,14 @@ def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
 
 
 class RolloutScoring:
-    def mask_off_policy_sequences(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
-        """With algo.off_policy_mask_threshold and an engine's logprobs: the importance weight of sequences with a
-        negative advantage too far from the sampler becomes 0 (they leave the loss, its denominators unchanged, as
-        DeepSeek-V3.2's mask multiplies the loss). -> rollout/off_policy_masked_frac"""
-        threshold = self.hparams.off_policy_mask_threshold
-        if threshold is None or rollout.sampler_logprobs is None:
-            return {}
-        drop = off_policy_sequences(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask, advantages,
-                                    threshold)  # N
-        weights = rollout.is_weights if rollout.is_weights is not None else rollout.response_mask.float()  # N,R
-        rollout.is_weights = weights * (~drop).unsqueeze(1)  # N,R
-        return {"rollout/off_policy_masked_frac": drop.float().mean()}
-
     def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs
         (nothing when the engine reports none, as `rollout=hf`, whose sampler is the trainer's own model)."""
         if rollout.sampler_logprobs is None:
             return {}
         return sampler_mismatch_stats(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask,
-                                      self.hparams.rollout_is_cap, self.hparams.rollout_is_mode)
+                                      self.hparams.rollout_is_cap, self.hparams.rollout_is_mode,
+                                      self.hparams.rollout_is_min)
 
     def check_token_budget(self, longest_prompt: int) -> None:
         """max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
@@ -208,7 +196,7 @@ class RolloutScoring:
         is_weights = None  # N,R  the correction for an engine whose sampler differs from the trainer
         if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None:
             is_weights = importance_weights(logprobs, samples.sampler_logprobs, samples.response_mask,
-                                            hp.rollout_is_cap, hp.rollout_is_mode)  # N,R
+                                            hp.rollout_is_cap, hp.rollout_is_mode, hp.rollout_is_min)  # N,R
         raw_scores, components = scored()  # N ; {name: N}
         scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:

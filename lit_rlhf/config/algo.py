@@ -85,13 +85,19 @@ class RLHFConfig:
         2.0, "with an engine that reports its own logprobs (rollout=vllm): each token's policy loss is weighted by "
              "min(pi_old / pi_sampler, this cap), truncated importance sampling for the sampler/trainer mismatch "
              "(null: off; > 1)")
+    rollout_is_min: Optional[float] = setting(
+        None, "the lower bound of the sampler/trainer ratio (TRL's vllm_importance_sampling_clip_min): `*_truncate` "
+              "raises ratios below it to it, `*_mask` drops them (null: no lower bound; below rollout_is_cap)")
     rollout_is_mode: str = setting(
-        "token_truncate", "the sampler/trainer correction (TRL's names): `token_truncate` (min(ratio, cap) per "
-                          "token), `token_mask` (tokens whose ratio leaves [1/cap, cap] leave the loss), "
-                          "`sequence_truncate` / `sequence_mask` (the same with each sequence's geometric-mean ratio)")
+        "token_truncate", "the sampler/trainer correction, as TRL's vllm_importance_sampling_mode computes it: "
+                          "`token_truncate` (each token's ratio clamped to [rollout_is_min, cap]), `token_mask` "
+                          "(tokens whose ratio leaves that range leave the loss), `sequence_truncate` / "
+                          "`sequence_mask` (the same with each sequence's ratio, the product of its tokens'); "
+                          "`sequence_geo_truncate` / `sequence_geo_mask`: the geometric mean instead (ours)")
     off_policy_mask_threshold: Optional[float] = setting(
-        None, "with an engine's logprobs: sequences with a negative advantage whose mean log(pi_sampler / pi_old) "
-              "exceeds this leave the loss (DeepSeek-V3.2's off-policy sequence masking; null: off)")
+        None, "DeepSeek-V3.2's off-policy sequence masking, as TRL: in every micro-batch, sequences with a negative "
+              "advantage whose mean log(pi_sampler / pi_theta) exceeds this leave the policy loss (pi_theta: the "
+              "policy being updated; pi_sampler: the engine's logprobs, or pi_old with rollout=hf; null: off)")
     reuse_rollout_forward: bool = setting(
         True, "with 1 epoch x 1 minibatch x 1 micro-batch and no dropout (a Dropout module, or train-mode forwards "
               "that differ), the update's forward runs in the rollout and replaces the old-logprob forward; false "
@@ -106,6 +112,11 @@ class RLHFConfig:
         check_choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         check_choice("rollout_is_mode", self.rollout_is_mode, IS_MODES)
         check_number("off_policy_mask_threshold", self.off_policy_mask_threshold, minimum=0, optional=True)
+        check_number("rollout_is_min", self.rollout_is_min, minimum=0, strictly=True, optional=True)
+        if self.rollout_is_min is not None and self.rollout_is_cap is not None and \
+                self.rollout_is_min >= self.rollout_is_cap:
+            raise ConfigError(f"algo.rollout_is_min={self.rollout_is_min} must be below algo.rollout_is_cap="
+                              f"{self.rollout_is_cap}; the ratio is kept in [rollout_is_min, rollout_is_cap].")
         check_choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
         for name in ("sequence_cliprange_low", "sequence_cliprange_high"):
             check_number(name, getattr(self, name), minimum=0, strictly=True)

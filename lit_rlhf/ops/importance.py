@@ -10,40 +10,52 @@ Shapes: N sequences, R response length.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lit_rlhf.ops.kl import kl_per_token
 from lit_rlhf.ops.masks import masked_mean
 
-IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+# TRL's vllm_importance_sampling_mode names compute TRL's numbers; sequence_geo_* is this library's variant
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "sequence_geo_truncate",
+            "sequence_geo_mask")
 
 
 def importance_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, response_mask: torch.Tensor,
-                       cap: float, mode: str = "token_truncate") -> torch.Tensor:
-    """pi_old / pi_sampler per token, or per sequence as the geometric mean of its tokens' ratios (on every token of
-    it); `truncate` caps it at cap, `mask` zeroes it where it leaves [1/cap, cap] (the token, or the whole
-    sequence, leaves the loss). No gradient; 0 after the response. (N,R) x3 -> (N,R)"""
+                       cap: float | None, mode: str = "token_truncate", lower: float | None = None) -> torch.Tensor:
+    """pi_old / pi_sampler per token; per sequence (`sequence_*`, as TRL) the product of its tokens' ratios, exp of
+    the summed log-ratio; `sequence_geo_*` the geometric mean, exp of the mean log-ratio (on every token of the
+    sequence). `truncate` clamps it to [lower, cap], `mask` zeroes it outside [lower, cap] (the token, or the whole
+    sequence, leaves the loss); a bound that is None is no bound (TRL's vllm_importance_sampling_clip_min/max).
+    No gradient; 0 after the response. (N,R) x3 -> (N,R)"""
     mask = response_mask.to(old_logprobs.dtype)
     log_ratio = (old_logprobs - sampler_logprobs) * mask  # N,R
-    if mode.startswith("sequence"):
+    if mode.startswith("sequence_geo"):
         log_ratio = (log_ratio.sum(1) / mask.sum(1).clamp(min=1)).unsqueeze(1).expand_as(log_ratio)  # N,R
+    elif mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(1, keepdim=True).expand_as(log_ratio)  # N,R
     ratio = torch.exp(log_ratio)  # N,R
     if mode.endswith("truncate"):
-        weights = ratio.clamp(max=cap)
+        weights = ratio if lower is None and cap is None else ratio.clamp(min=lower, max=cap)
     else:
-        weights = ratio * ((ratio >= 1.0 / cap) & (ratio <= cap))
+        outside = ratio > (math.inf if cap is None else cap)
+        if lower is not None:
+            outside |= ratio < lower
+        weights = ratio.masked_fill(outside, 0.0)
     return (weights * mask).detach()
 
 
-def off_policy_sequences(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, response_mask: torch.Tensor,
+def off_policy_sequences(policy_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, response_mask: torch.Tensor,
                          advantages: torch.Tensor, threshold: float) -> torch.Tensor:
-    """DeepSeek-V3.2's off-policy sequence masking: sequences with a negative advantage whose mean per-token
-    log(pi_sampler / pi_old) exceeds threshold (too far from the sampler to learn from what went wrong).
-    (N,R) x4 -> (N,) bool"""
-    mask = response_mask.to(old_logprobs.dtype)
-    tokens = mask.sum(1).clamp(min=1)  # N
-    kl = ((sampler_logprobs - old_logprobs) * mask).sum(1) / tokens  # N
-    advantage = (advantages * mask).sum(1) / tokens  # N
+    """DeepSeek-V3.2's off-policy sequence masking (TRL's get_off_policy_mask): sequences with a negative advantage
+    whose mean per-token log(pi_behaviour / pi_theta) exceeds threshold, pi_theta the policy being updated (its
+    logprobs detached) and pi_behaviour the sampler's (or pi_old without engine logprobs): too far from the policy
+    that drew them to learn from what went wrong. (M,R) x4 -> (M,) bool"""
+    mask = response_mask.to(policy_logprobs.dtype)
+    tokens = mask.sum(1).clamp(min=1)  # M
+    kl = ((behaviour_logprobs - policy_logprobs.detach()) * mask).sum(1) / tokens  # M
+    advantage = (advantages * mask).sum(1) / tokens  # M
     return (advantage < 0) & (kl > threshold)
 
 
@@ -53,11 +65,12 @@ def truncated_is_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Ten
 
 
 def sampler_mismatch_stats(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, response_mask: torch.Tensor,
-                           cap: float | None, mode: str = "token_truncate") -> dict[str, torch.Tensor]:
+                           cap: float | None, mode: str = "token_truncate",
+                           lower: float | None = None) -> dict[str, torch.Tensor]:
     """How far the sampler's logprobs are from the trainer's on the response tokens: the mean and max absolute
     difference, the k3 estimate of KL(sampler || trainer) per token (the tokens were drawn by the sampler), and,
-    with a cap, the mean importance weight and the share of tokens the cap truncated (`*_truncate` modes) or
-    masked out (`*_mask` modes: rollout/is_masked_frac)."""
+    with a cap, the mean importance weight and the share of tokens whose ratio the bounds truncated (`*_truncate`
+    modes) or masked out (`*_mask` modes: rollout/is_masked_frac)."""
     mask = response_mask.bool()
     diff = (old_logprobs - sampler_logprobs).abs()  # N,R
     kl = kl_per_token(sampler_logprobs, old_logprobs, "k3")  # N,R
@@ -65,11 +78,12 @@ def sampler_mismatch_stats(old_logprobs: torch.Tensor, sampler_logprobs: torch.T
              "rollout/logprob_diff_max": diff[mask].max() if mask.any() else diff.new_zeros(()),
              "rollout/sampler_kl": masked_mean(kl, mask)}
     if cap is not None:
-        weights = importance_weights(old_logprobs, sampler_logprobs, mask, cap, mode)  # N,R
+        weights = importance_weights(old_logprobs, sampler_logprobs, mask, cap, mode, lower)  # N,R
         stats["rollout/is_weight_mean"] = masked_mean(weights, mask)
         if mode.endswith("truncate"):
-            ratio = importance_weights(old_logprobs, sampler_logprobs, mask, float("inf"), mode)  # N,R
-            stats["rollout/is_truncated_frac"] = masked_mean((ratio > cap).float(), mask)
+            ratio = importance_weights(old_logprobs, sampler_logprobs, mask, None, mode)  # N,R
+            outside = (ratio > cap) | (ratio < (lower if lower is not None else -math.inf))  # N,R
+            stats["rollout/is_truncated_frac"] = masked_mean(outside.float(), mask)
         else:
             stats["rollout/is_masked_frac"] = masked_mean((weights == 0).float(), mask)
     return stats

@@ -25,10 +25,16 @@ def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: 
     raise ValueError(f"kl_estimator={estimator!r} is not one of {KL_ESTIMATORS}; pick one of those.")
 
 
-def bias_corrected_kl(kl: torch.Tensor, logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tensor:
+def bias_corrected_kl(kl: torch.Tensor, logprobs: torch.Tensor, old_logprobs: torch.Tensor,
+                      sequence_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The per-token KL term weighted by the importance ratio pi / pi_old (with its gradient), as TRL's
     `use_bias_correction_kl`. Responses are sampled from pi_old, so the plain k3 term's gradient,
     E_old[(1 - pi_ref/pi) grad log pi], is the gradient of KL(pi_ref || pi); weighted by the ratio it becomes
     E_old[ratio (log pi - log pi_ref) grad log pi], the gradient of the reverse KL(pi || pi_ref) that the
-    objective states. (M,R) x3 -> (M,R)"""
-    return kl * torch.exp(logprobs - old_logprobs)
+    objective states. The ratio is the loss's own (TRL's coef_1): per token, or with sequence_mask (M,R; GSPO's
+    importance_sampling_level=sequence) each sequence's, exp of its tokens' mean log-ratio. (M,R) x3 -> (M,R)"""
+    log_ratio = logprobs - old_logprobs  # M,R
+    if sequence_mask is not None:
+        mask = sequence_mask.to(logprobs.dtype)
+        log_ratio = ((log_ratio * mask).sum(1) / mask.sum(1).clamp(min=1)).unsqueeze(1)  # M,1
+    return kl * torch.exp(log_ratio)

@@ -68,6 +68,15 @@ class PolicyLoss:
     tau_neg: float = 1.05
 
 
+def sequence_share(per_token: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """The mean over sequences with a response token of a per-sequence value broadcast over its tokens (each
+    sequence counted once, whatever its length). (M,R) x2 -> ()"""
+    mask = response_mask.to(per_token.dtype)
+    has_tokens = mask.sum(1) > 0  # M
+    per_sequence = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)  # M
+    return per_sequence[has_tokens].mean() if has_tokens.any() else per_token.new_zeros(())
+
+
 def clipped_policy_loss(
     logprobs: torch.Tensor,  # M,R  under the policy being updated
     old_logprobs: torch.Tensor,  # M,R  under the policy that sampled
@@ -103,17 +112,19 @@ def clipped_policy_loss(
         if loss.kind == "clip":
             clipped_low = (ratio < 1.0 - cliprange_low) & (advantages < 0)  # M,R
             clipped_high = (ratio > 1.0 + cliprange_high) & (advantages > 0)  # M,R
-        else:
+        else:  # CISPO counts, as TRL's cispo_clip_ratio, the capped weights of positive advantages
             clipped_low = torch.zeros_like(ratio, dtype=torch.bool)  # M,R
-            clipped_high = ratio > loss.cispo_cap if loss.kind == "cispo" else clipped_low  # M,R
+            clipped_high = (ratio > loss.cispo_cap) & (advantages > 0) if loss.kind == "cispo" else clipped_low
+        # clip_ratio/*: a share of tokens, or with a sequence ratio (GSPO) a share of sequences, as TRL counts them
+        share_of = sequence_share if loss.level == "sequence" else masked_mean
         stats = {
             "approxkl": 0.5 * masked_mean(logprobs_diff**2, response_mask),
             "clipfrac": masked_mean((clipped_low | clipped_high).float(), response_mask),
             "ratio": masked_mean(ratio, response_mask),
             "ratio_var": masked_var(ratio, response_mask),
-            "clip_low": masked_mean(clipped_low.float(), response_mask),
-            "clip_high": masked_mean(clipped_high.float(), response_mask),
-            "clip_region": masked_mean((clipped_low | clipped_high).float(), response_mask),
+            "clip_low": share_of(clipped_low.float(), response_mask),
+            "clip_high": share_of(clipped_high.float(), response_mask),
+            "clip_region": share_of((clipped_low | clipped_high).float(), response_mask),
             "token_mean": masked_mean(pg_loss_max, response_mask),
         }
     return pg_loss, stats

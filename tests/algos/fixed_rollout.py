@@ -48,7 +48,7 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
         sampler_logprobs = logprobs + sampler_noise * torch.randn(n, R, generator=gen)[mine]
         hp = module.hparams
         is_weights = importance_weights(logprobs, sampler_logprobs, response_mask, hp.rollout_is_cap,
-                                        hp.rollout_is_mode)
+                                        hp.rollout_is_mode, hp.rollout_is_min)
     return Rollout(sampler_logprobs=sampler_logprobs, is_weights=is_weights, queries=queries, query_mask=query_mask,
                    responses=responses, response_mask=response_mask,
                    prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=logprobs + ref_noise[mine],

@@ -88,3 +88,32 @@ def test_nan_and_inf_optimizer_settings_are_refused(keywords, expected):
 
     with pytest.raises(ConfigError, match=expected):
         check_optimizer(functools.partial(torch.optim.AdamW, **keywords))
+
+
+@pytest.mark.parametrize("settings, said", [
+    ({"rollout_is_mode": "sequence_mask"}, "algo.rollout_is_mode=sequence_mask corrects an engine's own logprobs"),
+    ({"off_policy_mask_threshold": 0.5}, "algo.off_policy_mask_threshold=0.5 measures how far"),
+    ({"importance_sampling_level": "sequence", "cliprange_high": 0.28},
+     "algo.cliprange_high=0.28 is not used with importance_sampling_level=sequence"),
+    ({"policy_loss": "cispo", "cliprange": 0.3}, "algo.cliprange=0.3 is not used with policy_loss=cispo"),
+])
+def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
+    from lit_rlhf import GRPOModule
+    from lit_rlhf.config.validation import _warned
+
+    _warned.clear()
+    with pytest.warns(UserWarning, match=said):
+        GRPOModule(model={"name_or_path": "m"}, reward=None, **settings)
+
+
+def test_settings_that_act_are_not_said():
+    import warnings
+
+    from lit_rlhf import GRPOModule
+    from lit_rlhf.config.validation import _warned
+
+    _warned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GRPOModule(model={"name_or_path": "m"}, reward=None, off_policy_mask_threshold=0.5, num_iterations=2,
+                   importance_sampling_level="sequence", policy_loss="cispo", cispo_cap=4.0)

@@ -55,3 +55,22 @@ def test_a_group_of_equal_float32_rewards_is_detected_and_gets_exactly_zero_adva
         advantages = group_relative(inputs, type("S", (), {"scale_rewards": scale})()).advantages
         assert (advantages[:8] == 0).all()
         assert (advantages[8:] != 0).any()
+
+
+def test_the_bias_corrected_kl_of_gspo_weights_by_the_sequence_ratio_as_trl():
+    """TRL multiplies the per-token k3 by coef_1, the loss's ratio: per sequence under GSPO, exp of the mean token
+    log-ratio (with its gradient), the same for every token of the sequence."""
+    logprobs = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.7, -9.0]], requires_grad=True)
+    old = torch.tensor([[-1.2, -1.5, -0.5], [-0.3, -0.2, -1.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    kl = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
+    corrected = bias_corrected_kl(kl, logprobs, old, mask)
+    ratios = [math.exp((0.2 - 0.5 + 0.0) / 3), math.exp((0.0 - 0.5) / 2)]  # mean log-ratio over the response
+    for i in range(2):
+        for t in range(3):
+            assert corrected[i, t].item() == pytest.approx(kl[i, t].item() * ratios[i], rel=1e-6)
+    corrected[0].sum().backward()  # d/dlogp_t of (sum kl) x exp(mean log-ratio) = (sum kl) x ratio / 3 per token
+    expected = 0.6 * ratios[0] / 3
+    assert logprobs.grad[0].tolist() == pytest.approx([expected] * 3, rel=1e-5)
+    per_token = bias_corrected_kl(kl, logprobs.detach(), old)  # the token level: each token's own ratio
+    assert per_token[0, 0].item() == pytest.approx(0.1 * math.exp(0.2), rel=1e-6)

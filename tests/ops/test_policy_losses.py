@@ -70,3 +70,25 @@ def test_each_policy_loss_through_the_aggregated_loss(kind):
                  "sapo": lambda: sapo_loss(ratio, advantages, 1.0, 1.05)}[kind]()
     torch.testing.assert_close(loss, (per_token * mask).sum() / 13.0)
     assert 0 <= stats["clipfrac"].item() <= 1
+
+
+def test_clip_ratios_count_sequences_under_gspo_and_positive_advantages_under_cispo_as_trl():
+    """TRL: a sequence ratio's clip indicator counts once per sequence (not once per token), and cispo_clip_ratio
+    counts capped weights of positive advantages only."""
+    from lit_rlhf.ops import clipped_policy_loss
+    from lit_rlhf.ops.losses import PolicyLoss
+
+    old = torch.zeros(3, 4)
+    # sequence mean log-ratios: 0.5 (clipped above, 4 tokens), 0.0 (inside, 1 token), -0.5 (clipped below, 2 tokens)
+    new = torch.tensor([[0.5] * 4, [0.0] * 4, [-0.5] * 4])
+    mask = torch.tensor([[True] * 4, [True, False, False, False], [True, True, False, False]])
+    advantages = torch.tensor([[1.0] * 4, [1.0] * 4, [-1.0] * 4])
+    _, stats = clipped_policy_loss(new, old, advantages, mask, 3e-4, 4e-4, loss=PolicyLoss(level="sequence"))
+    assert stats["clip_high"].item() == pytest.approx(1 / 3) and stats["clip_low"].item() == pytest.approx(1 / 3)
+    assert stats["clip_region"].item() == pytest.approx(2 / 3)  # per token it would be (4 + 2) / 7
+    # CISPO: ratios e^2 = 7.4 above the cap 5 for a positive and for a negative advantage; only the first counts
+    new = torch.tensor([[2.0] * 4, [2.0] * 4, [0.0] * 4])
+    advantages = torch.tensor([[1.0] * 4, [-1.0] * 4, [1.0] * 4])
+    full = torch.ones(3, 4, dtype=torch.bool)
+    _, stats = clipped_policy_loss(new, old, advantages, full, 0.2, 0.2, loss=PolicyLoss(kind="cispo", cispo_cap=5.0))
+    assert stats["clip_high"].item() == pytest.approx(1 / 3)

@@ -1,0 +1,44 @@
+"""Settings that do nothing in the combination chosen: each is said once, at construction, so a user does not tune
+a knob that is not connected (e.g. a sequence-level correction of engine logprobs with rollout=hf, which has none)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+
+def changed(config: Any, name: str) -> bool:
+    """Whether `name` differs from its default in the config's class."""
+    default = next(f.default for f in fields(type(config)) if f.name == name)
+    return getattr(config, name) != default
+
+
+def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
+    """One line per setting of `config` (an algorithm's settings) that the rest of it leaves without effect."""
+    said = []
+    if not engine_reports_logprobs:
+        for name in ("rollout_is_mode", "rollout_is_min", "rollout_is_cap"):
+            if hasattr(config, name) and changed(config, name):
+                said.append(f"algo.{name}={getattr(config, name)} corrects an engine's own logprobs, and this rollout "
+                            f"engine reports none (rollout=hf samples with the trainer's model): it does nothing; "
+                            f"use rollout=vllm or drop it.")
+        threshold = getattr(config, "off_policy_mask_threshold", None)
+        updates = getattr(config, "num_ppo_epochs", 1) * getattr(config, "num_mini_batches", 1)
+        if threshold is not None and updates == 1:
+            said.append(f"algo.off_policy_mask_threshold={threshold} measures how far the policy being updated is "
+                        f"from the one that sampled; with rollout=hf and a single update per rollout they are the "
+                        f"same policy, so it masks nothing (it acts with num_ppo_epochs or num_mini_batches > 1, "
+                        f"or rollout=vllm).")
+    if getattr(config, "importance_sampling_level", "token") == "sequence":
+        for name in ("cliprange_low", "cliprange_high"):
+            if getattr(config, name, None) is not None:
+                said.append(f"algo.{name}={getattr(config, name)} is not used with importance_sampling_level="
+                            f"sequence, which clips with sequence_cliprange_low/high (GSPO's range); drop it.")
+    kind = getattr(config, "policy_loss", "clip")
+    if kind != "clip":
+        bound = "cispo_cap" if kind == "cispo" else "sapo_temperature_pos/neg"
+        for name in ("cliprange", "cliprange_low", "cliprange_high"):
+            if hasattr(config, name) and changed(config, name):
+                said.append(f"algo.{name}={getattr(config, name)} is not used with policy_loss={kind}, which bounds "
+                            f"its update with {bound}; drop it.")
+    return said
