@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
+import math
 import os
 import pickle
 import re
@@ -70,13 +72,25 @@ class SafeReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
         with self.fs.create_stream(path, "rb") as file:
-            metadata = MetadataUnpickler(file).load()
-        if not isinstance(metadata, Metadata):
-            raise pickle.UnpicklingError("a checkpoint's .metadata holds no DCP metadata")
+            metadata = load_dcp_metadata(file)
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+def load_dcp_metadata(file) -> Metadata:
+    """DCP's Metadata from a .metadata file through MetadataUnpickler; pickle.UnpicklingError for anything else
+    (a refused global, a dict or another object, a constructor called with bad arguments, a truncated file)."""
+    try:
+        metadata = MetadataUnpickler(file).load()
+    except pickle.UnpicklingError:
+        raise
+    except Exception as err:  # what a crafted pickle can make allowed constructors raise
+        raise pickle.UnpicklingError(f"refused a malformed .metadata ({type(err).__name__})") from None
+    if not isinstance(metadata, Metadata) or not isinstance(getattr(metadata, "state_dict_metadata", None), dict):
+        raise pickle.UnpicklingError("refused a .metadata that holds no DCP metadata")
+    return metadata
 
 
 class TensorsOnlyPlanner(DefaultLoadPlanner):
@@ -102,10 +116,10 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, rank: int, world_size: 
         tensors[f"optimizer_{index}"], rest = split_optimizer_state(optimizer_state)
         groups.append(rest)
     dcp.save(tensors, storage_writer=FileSystemWriter(partial))
+    barrier()  # every rank's shards are on disk: rank 0 digests them all into meta.pt
     if rank == 0:
-        atomic_torch_save({**checkpoint, "optimizer_states": groups, "world_size": world_size}, partial / META_FILE)
-    barrier()
-    if rank == 0:
+        atomic_torch_save({**checkpoint, "optimizer_states": groups, "world_size": world_size,
+                           "file_digests": file_digests(partial)}, partial / META_FILE)
         replace_directory(partial, path)
     barrier()
 
@@ -125,15 +139,63 @@ def replace_directory(new: Path, target: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
+def file_digests(directory: Path) -> dict[str, str]:
+    """{file name: BLAKE2 digest} of a sharded checkpoint's data files (.metadata and every rank's shards)."""
+    digests = {}
+    for path in sorted(directory.iterdir()):
+        if path.name == META_FILE or not path.is_file():
+            continue
+        digest = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        digests[path.name] = digest.hexdigest()
+    return digests
+
+
+def refuse_links_and_foreign_files(path: Path) -> None:
+    """A checkpoint directory holds plain files of its own: a symlink (to a file modified elsewhere, or anywhere
+    outside the directory) or a subdirectory is refused before anything is read."""
+    for entry in path.iterdir():
+        if entry.is_symlink() or not entry.is_file():
+            kind = "a symlink" if entry.is_symlink() else "not a plain file"
+            raise ConfigError(f"ckpt_path={str(path)!r} holds {entry.name!r}, which is {kind}; a lit_rlhf checkpoint "
+                              f"directory holds its own files only (copy the checkpoint, do not link into it).")
+
+
+def verify_files(path: Path, meta: dict[str, Any]) -> None:
+    """Every data file matches the digest written with it (checkpoints written before digests carry none)."""
+    expected = meta.get("file_digests")
+    if expected is None:
+        return
+    if not isinstance(expected, dict):
+        raise ConfigError(f"ckpt_path={str(path)!r} has a malformed {META_FILE}; give a checkpoint written by "
+                          f"lit_rlhf.")
+    found = file_digests(path)
+    for name in sorted(set(expected) | set(found)):
+        if expected.get(name) != found.get(name):
+            what = "is missing" if name not in found else "was not written with it" if name not in expected else \
+                "does not match the digest written with it (changed or corrupted on disk)"
+            raise ConfigError(f"ckpt_path={str(path)!r}: {name} {what}; resume from another checkpoint of the run.")
+
+
 def read_meta(path: Path) -> dict[str, Any]:
+    """meta.pt of a sharded checkpoint, after the directory's files are checked (no links, every digest)."""
+    refuse_links_and_foreign_files(path)
     meta_file = path / META_FILE
     if not meta_file.is_file():
         raise ConfigError(f"ckpt_path={str(path)!r} is a directory without {META_FILE}; give a checkpoint written "
                           f"by lit_rlhf (a .ckpt file, or a sharded .ckpt directory of trainer=fsdp2).")
-    meta = torch.load(meta_file, map_location="cpu", weights_only=True)
+    try:
+        meta = torch.load(meta_file, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise ConfigError(f"ckpt_path={str(path)!r} has a {META_FILE} that cannot be read as weights only "
+                          f"({reason}); lit_rlhf's checkpoints hold tensors and plain values, never code.") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("world_size"), int):
         raise ConfigError(f"ckpt_path={str(path)!r} has a malformed {META_FILE}; give a checkpoint written by "
                           f"lit_rlhf.")
+    verify_files(path, meta)
     return meta
 
 
@@ -156,6 +218,21 @@ def load_tensors(path: Path, state: dict[str, Any], single_process: bool = False
                           f"another checkpoint of the run.") from None
 
 
+def check_declared_sizes(path: Path, declared: dict[str, TensorStorageMetadata]) -> None:
+    """The tensors .metadata declares fit in the shards on disk (they are stored there raw): a crafted size (2**50
+    elements) is one line, not an allocation."""
+    try:
+        declared_bytes = sum(math.prod(int(d) for d in item.size) * torch.empty((), dtype=item.properties.dtype)
+                             .element_size() for item in declared.values())
+    except (TypeError, ValueError, AttributeError, RuntimeError):
+        raise ConfigError(f"ckpt_path={str(path)!r} has a .metadata with malformed tensor sizes; give a checkpoint "
+                          f"written by lit_rlhf.") from None
+    on_disk = sum(p.stat().st_size for p in path.glob("*.distcp"))
+    if declared_bytes > on_disk:
+        raise ConfigError(f"ckpt_path={str(path)!r}: its .metadata declares {declared_bytes} bytes of tensors and its "
+                          f"shards hold {on_disk}; give a checkpoint written by lit_rlhf.")
+
+
 def read_sharded_checkpoint(path: str | Path) -> dict[str, Any]:
     """A sharded checkpoint directory as one plain checkpoint (full trained tensors, on the CPU), read in this
     process alone."""
@@ -163,15 +240,17 @@ def read_sharded_checkpoint(path: str | Path) -> dict[str, Any]:
     meta = read_meta(path)
     try:
         with open(path / ".metadata", "rb") as file:
-            metadata = MetadataUnpickler(file).load()
-    except (OSError, pickle.UnpicklingError, EOFError) as err:
-        raise ConfigError(f"ckpt_path={str(path)!r} has an unreadable .metadata ({type(err).__name__}); give a "
-                          f"checkpoint written by lit_rlhf.") from err
+            metadata = load_dcp_metadata(file)
+    except (OSError, pickle.UnpicklingError) as err:
+        raise ConfigError(f"ckpt_path={str(path)!r} has an unreadable .metadata ({err}); give a checkpoint written "
+                          f"by lit_rlhf.") from None
+    declared = {name: item for key, item in metadata.state_dict_metadata.items()
+                for group, _, name in [key.partition(".")]
+                if group == "state_dict" and isinstance(item, TensorStorageMetadata)}
+    check_declared_sizes(path, declared)
     state: dict[str, Any] = {"state_dict": {}}
-    for key, item in metadata.state_dict_metadata.items():
-        group, _, name = key.partition(".")
-        if group == "state_dict" and isinstance(item, TensorStorageMetadata):
-            state["state_dict"][name] = torch.empty(item.size, dtype=item.properties.dtype)
+    for name, item in declared.items():
+        state["state_dict"][name] = torch.empty(item.size, dtype=item.properties.dtype)
     load_tensors(path, state, single_process=True)
     meta.pop("optimizer_states", None)  # a plain checkpoint for weights (export, evaluate), not a resume
     return {**meta, "state_dict": state["state_dict"]}

@@ -19,6 +19,15 @@ def write(path, value, **extra):
     sharded.save_sharded(checkpoint, path, rank=0, world_size=1, barrier=lambda: None, token="t0")
 
 
+def forge(path, name, data: bytes):
+    """An attacker's edit: the file replaced and meta.pt's digests recomputed to match (digests catch corruption;
+    the readers below must refuse what a forged file holds)."""
+    (path / name).write_bytes(data)
+    meta = torch.load(path / "meta.pt", weights_only=True)
+    meta["file_digests"] = sharded.file_digests(path)
+    torch.save(meta, path / "meta.pt")
+
+
 def test_a_written_directory_reads_back_whole(tmp_path):
     write(tmp_path / "step1.ckpt", 1.5)
     checkpoint = sharded.read_sharded_checkpoint(tmp_path / "step1.ckpt")
@@ -57,7 +66,7 @@ class Payload:
 
 def test_a_metadata_pickle_that_runs_code_is_refused(tmp_path):
     write(tmp_path / "bad.ckpt", 1.0)
-    (tmp_path / "bad.ckpt" / ".metadata").write_bytes(pickle.dumps(Payload(tmp_path / "PWNED")))
+    forge(tmp_path / "bad.ckpt", ".metadata", pickle.dumps(Payload(tmp_path / "PWNED")))
     with pytest.raises(ConfigError, match="unreadable .metadata"):
         sharded.read_sharded_checkpoint(tmp_path / "bad.ckpt")
     assert not (tmp_path / "PWNED").exists()
@@ -97,7 +106,70 @@ def test_a_metadata_pickle_calling_a_dcp_function_is_refused(tmp_path, monkeypat
             return recorder, ("nowhere", "nowhere.pt")
 
     write(tmp_path / "bad.ckpt", 1.0)
-    (tmp_path / "bad.ckpt" / ".metadata").write_bytes(pickle.dumps(CallsADcpFunction()))
+    forge(tmp_path / "bad.ckpt", ".metadata", pickle.dumps(CallsADcpFunction()))
     with pytest.raises(ConfigError, match="unreadable .metadata"):
         sharded.read_sharded_checkpoint(tmp_path / "bad.ckpt")
     assert calls == []
+
+
+def test_flipped_bytes_in_a_shard_are_refused_by_its_digest(tmp_path):
+    write(tmp_path / "step1.ckpt", 1.5)
+    (shard,) = (tmp_path / "step1.ckpt").glob("*.distcp")
+    data = bytearray(shard.read_bytes())
+    for i in range(64):  # 64 bytes flipped, the file's size unchanged
+        data[-1 - i] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=f"{shard.name} does not match the digest written with it"):
+        sharded.read_sharded_checkpoint(tmp_path / "step1.ckpt")
+    with pytest.raises(ConfigError, match="does not match the digest"):
+        sharded.read_meta(tmp_path / "step1.ckpt")  # what a resume under trainer=fsdp2 reads first
+
+
+def test_a_shard_replaced_by_a_symlink_is_refused(tmp_path):
+    write(tmp_path / "step1.ckpt", 1.5)
+    (shard,) = (tmp_path / "step1.ckpt").glob("*.distcp")
+    outside = tmp_path / "elsewhere.distcp"
+    outside.write_bytes(shard.read_bytes())
+    shard.unlink()
+    shard.symlink_to(outside)
+    with pytest.raises(ConfigError, match=f"holds {shard.name!r}, which is a symlink"):
+        sharded.read_sharded_checkpoint(tmp_path / "step1.ckpt")
+
+
+class BadArguments:
+    """A pickle that calls an allowed DCP constructor with arguments it does not take."""
+
+    def __reduce__(self):
+        from torch.distributed.checkpoint.metadata import Metadata
+
+        return Metadata, (1, 2, 3, 4, 5, 6, 7)
+
+
+def huge_metadata(tmp_path):
+    """The written .metadata with its tensor declared as 2**50 elements."""
+    with open(tmp_path / "big.ckpt" / ".metadata", "rb") as file:
+        metadata = sharded.MetadataUnpickler(file).load()
+    item = metadata.state_dict_metadata["state_dict.w"]
+    item.size = torch.Size([2**25, 2**25])
+    return pickle.dumps(metadata)
+
+
+@pytest.mark.parametrize("crafted, expected", [
+    (lambda tmp_path: pickle.dumps({"state_dict_metadata": {}}), "holds no DCP metadata"),
+    (lambda tmp_path: pickle.dumps(BadArguments()), "refused a malformed .metadata"),
+    (lambda tmp_path: b"\x80\x04", "refused a malformed .metadata"),
+    (huge_metadata, "declares 4503599627370496 bytes of tensors and its shards hold"),
+])
+def test_crafted_dcp_metadata_is_one_line(crafted, expected, tmp_path):
+    write(tmp_path / "big.ckpt", 1.0)
+    forge(tmp_path / "big.ckpt", ".metadata", crafted(tmp_path))
+    with pytest.raises(ConfigError, match=expected):
+        sharded.read_sharded_checkpoint(tmp_path / "big.ckpt")
+
+
+def test_a_pickle_in_meta_pt_is_one_line_and_runs_nothing(tmp_path):
+    write(tmp_path / "step1.ckpt", 1.0)
+    (tmp_path / "step1.ckpt" / "meta.pt").write_bytes(pickle.dumps({"world_size": Payload(tmp_path / "PWNED")}))
+    with pytest.raises(ConfigError, match="has a meta.pt that cannot be read as weights only"):
+        sharded.read_sharded_checkpoint(tmp_path / "step1.ckpt")
+    assert not (tmp_path / "PWNED").exists()
