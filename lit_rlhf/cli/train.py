@@ -21,6 +21,7 @@ from lit_rlhf.cli.checks import check_accelerator, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
+from lit_rlhf.distributed.lost_rank import lost_rank_line
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
 from lit_rlhf.noise import silence_known_noise
@@ -108,6 +109,11 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
             if module.rl_step == 0:
                 raise
             raise UnavailableError(f"{err} {resume_after_failure(trainer, module)}") from err
+        except RuntimeError as err:  # another rank died: one line naming it, and where to resume
+            lost = lost_rank_line(err, trainer.global_rank, trainer.world_size)
+            if lost is None:
+                raise
+            raise UnavailableError(f"{lost} {resume_after_failure(trainer, module)}") from None
         stopped = stopped_by_interrupt(trainer)
         if stopped is not None and stopped.stopped_by == "SIGINT":
             report(f"\nRun directory: {cfg.paths.output_dir}")

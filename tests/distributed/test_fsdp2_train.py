@@ -175,3 +175,32 @@ def test_kill_9_while_checkpointing_leaves_whole_checkpoints_that_resume(tmp_pat
         assert checkpoints
         for path in checkpoints:
             assert read_sharded_checkpoint(path)["state_dict"], path
+
+
+def test_a_rank_killed_mid_run_is_one_line_naming_it_and_the_checkpoint_resumes(tmp_path):
+    """SIGKILL of rank 1 only: rank 0's next collective fails with gloo's "connection closed by peer"; it stops with
+    one line naming the lost rank and the command that resumes (no trace), and its last checkpoint reads whole."""
+    import signal
+    import time
+
+    from lit_rlhf.distributed.checkpoint import read_sharded_checkpoint
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", "steps=200", *SHORT,
+                            *FSDP2, "callbacks.model_checkpoint.every_n_train_steps=1"], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 300
+    while not (run_dir / "checkpoints" / "last.ckpt").exists():
+        assert run.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    rank1 = subprocess.run(["pgrep", "-f", f"hydra.run.dir={run_dir}"], capture_output=True, text=True)
+    children = [int(pid) for pid in rank1.stdout.split() if int(pid) != run.pid]
+    assert children, rank1.stdout
+    os.kill(children[-1], signal.SIGKILL)  # Lightning's launcher started rank 1 as rank 0's child
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("error: rank 0 lost rank 1 of this 2-rank run (it was killed or crashed"), line
+    assert "resume from the last checkpoint: python " in line
+    assert read_sharded_checkpoint(run_dir / "checkpoints" / "last.ckpt")["state_dict"]
