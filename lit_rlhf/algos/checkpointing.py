@@ -35,6 +35,18 @@ def rng_state() -> dict[str, Any]:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
+def every_ranks_rng_state() -> list[dict[str, Any]] | None:
+    """[rank 0's random states, rank 1's, ...] in a distributed run (gathered: every rank saves a checkpoint
+    together), None in one process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, rng_state())
+    return states
+
+
 def set_rng_state(rng: dict[str, Any]) -> None:
     torch.set_rng_state(rng["torch"])
     set_numpy_rng_state(rng["numpy"])
@@ -87,6 +99,9 @@ class TrainedStateCheckpoints:
             # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
             "run_config": getattr(self, "run_config", None),
             "rng": rng_state(),
+            # every rank's own: ranks draw different amounts (their responses stop at different lengths), so rank
+            # zero's states restored on every rank would sample something else than the uninterrupted run
+            "rng_per_rank": every_ranks_rng_state(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -110,7 +125,11 @@ class TrainedStateCheckpoints:
             if hasattr(transform, "load_state_dict"):
                 transform.load_state_dict(transform_state)
         self.skipped_updates = state.get("skipped_updates", 0)
-        self._rng_to_restore = state.get("rng")
+        per_rank = state.get("rng_per_rank")
+        world_size = self.trainer.world_size if self._trainer is not None else 1
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        own = per_rank[rank] if isinstance(per_rank, list) and len(per_rank) == world_size else None
+        self._rng_to_restore = own or state.get("rng")
         if self._rng_to_restore:
             check_rng_state(self._rng_to_restore)
 

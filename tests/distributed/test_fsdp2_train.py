@@ -204,3 +204,25 @@ def test_a_rank_killed_mid_run_is_one_line_naming_it_and_the_checkpoint_resumes(
     assert line.startswith("error: rank 0 lost rank 1 of this 2-rank run (it was killed or crashed"), line
     assert "resume from the last checkpoint: python " in line
     assert read_sharded_checkpoint(run_dir / "checkpoints" / "last.ckpt")["state_dict"]
+
+
+def test_a_finished_run_resumed_to_more_steps_continues_as_the_longer_run(tmp_path):
+    """steps=3, then ckpt_path=last with steps=4, logs what a steps=4 run logs. The ranks' responses stop at different
+    lengths, so their random states differ: each rank must get its own back (rank zero's on both sampled other
+    tokens on rank 1 from the first resumed step)."""
+    longer = [a for a in SHORT if not a.startswith("algo.response_length")] + ["algo.response_length=32"]
+    args = [*FSDP2, *longer, "callbacks.model_checkpoint.every_n_train_steps=1"]
+
+    def run(run_dir, *extra):
+        result = run_script("train.py", f"hydra.run.dir={run_dir}", *args, *extra, cwd=ROOT)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    run(tmp_path / "short", "steps=3")
+    meta = torch.load(tmp_path / "short" / "checkpoints" / "last.ckpt" / "meta.pt", weights_only=True)
+    per_rank = meta["rlhf_state"]["rng_per_rank"]
+    assert len(per_rank) == 2 and not torch.equal(per_rank[0]["torch"], per_rank[1]["torch"])
+    run(tmp_path / "short", "steps=4", "ckpt_path=last")
+    run(tmp_path / "long", "steps=4")
+    resumed, uninterrupted = metric_rows(tmp_path / "short"), metric_rows(tmp_path / "long")
+    assert sorted(resumed) == sorted(uninterrupted) and len(resumed) == 4
+    assert resumed[3] == uninterrupted[3]  # the resumed step, every metric
