@@ -393,10 +393,13 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
             "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),
         }
         self.step_timings.clear()
+        if self.trainer.world_size > 1:  # the mean over ranks, in one collective: what every report shows
+            names = sorted(stats)
+            local = torch.stack([stats[k].detach().to(self.device, torch.float64).reshape(()) for k in names])
+            reduced = self.trainer.strategy.reduce(local, reduce_op="mean")
+            stats = {k: reduced[i] for i, k in enumerate(names)}
         self.last_stats = {k: float(v) for k, v in stats.items()}
-        distributed = self.trainer.world_size > 1
-        self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False,
-                      sync_dist=distributed, batch_size=len(rollout))
+        self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=len(rollout))
         bar = {"score": stats["objective/scores"], **({"kl": stats["objective/kl"]} if "objective/kl" in stats else {})}
         self.log_dict(bar, prog_bar=True,
                       logger=False, on_step=True, on_epoch=False, batch_size=len(rollout))

@@ -216,13 +216,18 @@ def test_a_finished_run_resumed_to_more_steps_continues_as_the_longer_run(tmp_pa
     def run(run_dir, *extra):
         result = run_script("train.py", f"hydra.run.dir={run_dir}", *args, *extra, cwd=ROOT)
         assert result.returncode == 0, result.stderr[-3000:]
+        return result
 
     run(tmp_path / "short", "steps=3")
     meta = torch.load(tmp_path / "short" / "checkpoints" / "last.ckpt" / "meta.pt", weights_only=True)
     per_rank = meta["rlhf_state"]["rng_per_rank"]
     assert len(per_rank) == 2 and not torch.equal(per_rank[0]["torch"], per_rank[1]["torch"])
     run(tmp_path / "short", "steps=4", "ckpt_path=last")
-    run(tmp_path / "long", "steps=4")
+    console = run(tmp_path / "long", "steps=4").stdout
     resumed, uninterrupted = metric_rows(tmp_path / "short"), metric_rows(tmp_path / "long")
     assert sorted(resumed) == sorted(uninterrupted) and len(resumed) == 4
     assert resumed[3] == uninterrupted[3]  # the resumed step, every metric
+    # the console's score is the logged one (the mean over ranks), not rank zero's own
+    printed = [float(line.split("| score ")[1].split()[0]) for line in console.splitlines() if "| score " in line]
+    logged = [float(uninterrupted[step]["objective/scores"]) for step in sorted(uninterrupted)]
+    assert printed == [round(score, 3) for score in logged], (printed, logged)
