@@ -118,6 +118,17 @@ def write_policy(module, policy, out: Path, adapter_only: bool) -> None:
         else:
             policy.save_pretrained(out, safe_serialization=True)
         module.tokenizer.save_pretrained(out)
+    readable_as_umask_allows(out)
+
+
+def readable_as_umask_allows(directory: Path) -> None:
+    """Files as the user's umask makes new files (safetensors writes its file 0600 through a temporary file): an
+    exported model is read by other tools and users as any file the user writes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~umask)
 
 
 def main() -> None:

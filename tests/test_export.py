@@ -89,3 +89,16 @@ def test_export_never_overwrites_and_refuses_a_corrupted_checkpoint(trained, tmp
     corrupted = export_cli(tmp_path / "corrupted.ckpt", tmp_path / "out2")
     assert corrupted.returncode == 2 and "corrupted" in corrupted.stderr and "Traceback" not in corrupted.stderr
     assert not (tmp_path / "out2").exists()
+
+
+def test_exported_files_get_the_mode_the_users_umask_gives_new_files(trained, tmp_path):
+    import os
+
+    _, ckpt, _ = trained
+    previous = os.umask(0o022)
+    try:
+        out = export_policy(load_from_checkpoint(ckpt), tmp_path / "hf")
+    finally:
+        os.umask(previous)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in out.iterdir()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
