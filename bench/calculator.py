@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from results_blocks import fill_results
+from results_blocks import fill_results, machine
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -90,7 +90,7 @@ def main() -> None:
               f"environment's turns):", ""]
     lines += [f"- `{e['prompt']}` -> `{e['policy']}` (score {e['policy_score']:.0f})" for e in results[0]["examples"]]
     (BENCH / "results" / "calculator.md").write_text("\n".join(lines) + "\n")
-    (BENCH / "results" / "calculator.json").write_text(json.dumps(results, indent=1))
+    (BENCH / "results" / "calculator.json").write_text(json.dumps({"runs": results, "machine": machine()}, indent=1))
     plot(results, ROOT / "docs" / "images" / "calculator_curves.png")
     fill_results("calculator", ["docs/environments.md"])
     print("\n".join(lines))

@@ -18,11 +18,25 @@ def fill_results(name: str, pages: list[str]) -> None:
         path.write_text(pattern.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results -->", path.read_text()))
 
 
+def machine() -> dict:
+    """What a result's last digits depend on: the CPU count, torch's threads (OMP_NUM_THREADS) and the versions of
+    torch and transformers (another thread count adds the matrix products' terms in another order)."""
+    import os
+
+    import torch
+    import transformers
+
+    return {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
 def publish(name: str, data: dict, lines: list[str], pages: list[str]) -> None:
-    """bench/results/NAME.json (data) and NAME.md (lines), the md into the pages' results blocks, printed."""
+    """bench/results/NAME.json (data, with the machine it ran on) and NAME.md (lines), the md into the pages'
+    results blocks, printed."""
     import json
 
-    (ROOT / "bench" / "results" / f"{name}.json").write_text(json.dumps(data, indent=2))
+    (ROOT / "bench" / "results" / f"{name}.json").write_text(json.dumps({**data, "machine": machine()}, indent=2))
     (ROOT / "bench" / "results" / f"{name}.md").write_text("\n".join(lines) + "\n")
     fill_results(name, pages)
     print("\n".join(lines))

@@ -37,7 +37,7 @@ RISES = {"missing_stop_jump": "missing_stop_rise", "tool_errors_jump": "tool_err
 
 class HackingSigns:
     def __init__(self, window: int = 10, kl_budget: float | None = 10.0, length_ratio: float = 2.0,
-                 missing_stop_rise: float = 0.2, distinct_ratio: float = 0.6, metric_drop: float = 0.05,
+                 missing_stop_rise: float = 0.2, distinct_ratio: float | None = 0.6, metric_drop: float = 0.05,
                  score_rise: float = 0.05, tool_error_rise: float = 0.2):
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ConfigError(f"callbacks.reward_hacking_monitor.window={window!r} must be a whole number >= 1 (RL "
@@ -70,7 +70,7 @@ class HackingSigns:
             if now is not None and start is not None:
                 signs[sign] = now - start > getattr(self, threshold)
         distinct, distinct0 = (self._mean("completions/distinct_2", w) for w in ("now", "start"))
-        if distinct is not None and distinct0:
+        if distinct is not None and distinct0 and self.distinct_ratio is not None:  # null: not watched
             signs["distinct_collapse"] = distinct < self.distinct_ratio * distinct0
         if self.kl_budget is not None and "objective/kl" in stats:
             signs["kl_over_budget"] = stats["objective/kl"] > self.kl_budget

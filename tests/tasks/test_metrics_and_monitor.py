@@ -113,3 +113,17 @@ def test_math_verify_reward_on_hand_written_cases(completion, answer, expected):
 
     assert MathVerifyReward()([""], [completion], answer=[answer]).tolist() == [expected]
     assert MathVerifyMatch().correct([completion], answer=[answer]).tolist() == [expected]
+
+
+def test_distinct_ratio_null_leaves_the_diversity_sign_unwatched_as_the_calculator_presets_set_it():
+    def stream(step):
+        return {**steady(step), **({"completions/distinct_2": 0.2} if step >= 30 else {})}
+
+    signs = HackingSigns(window=5, distinct_ratio=None)
+    assert feed(signs, stream, 40) == set()
+    from tests.config.test_settings import compose_train
+
+    for preset in ("calculator_grpo", "calculator_rloo"):
+        cfg = compose_train(f"experiment={preset}")
+        assert cfg.callbacks.reward_hacking_monitor.distinct_ratio is None
+        assert cfg.callbacks.reward_hacking_monitor._target_ == "lit_rlhf.callbacks.RewardHackingMonitor"
