@@ -65,6 +65,8 @@ class EnvSpec:
                                                             "turn are answered with an error, not run"})
     turn_timeout_s: float = field(default=30.0, metadata={"doc": "all tool calls of one model turn together; a call "
                                                                  "gets what is left of it (at most tool_timeout_s)"})
+    max_concurrency: int = field(default=8, metadata={"doc": "live episodes whose tool calls and step() run at "
+                                                             "once in a turn (1: one after another)"})
     tool_format: str = field(default="compact", metadata={"doc": "how calls are written: compact "
                                                                  "(`<call>f(x)</call>`) or hermes (Qwen2.5 "
                                                                  "`<tool_call>` JSON)"})
@@ -74,7 +76,7 @@ class EnvSpec:
         if not callable(self.factory):
             raise ConfigError(f"env.factory={self.factory!r} is not callable; give an Environment class "
                               f"(env.factory._target_=mymodule.MyEnvironment, env.factory._partial_=true).")
-        for key, minimum in (("max_turns", 1), ("max_tokens", 2), ("max_tool_calls", 1)):
+        for key, minimum in (("max_turns", 1), ("max_tokens", 2), ("max_tool_calls", 1), ("max_concurrency", 1)):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConfigError(f"env.{key}={value!r} must be a whole number >= {minimum}.")

@@ -3,6 +3,8 @@ templates take, from type hints and a Google-style docstring), and calling one w
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +63,18 @@ def str_or_type(value: Any) -> str:
         return f"<a {type(value).__name__} whose str() raised {type(err).__name__}>"
 
 
+def awaited(value: Any) -> Any:
+    """value, or what it resolves to when it is awaitable (an `async def` tool or step() is awaited on an event loop
+    of the calling thread's own)."""
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wait() -> Any:
+        return await value
+
+    return asyncio.run(wait())
+
+
 def abandoned_calls() -> int:
     """Tool calls abandoned at their timeout that are still running."""
     with _abandoned_lock:
@@ -110,6 +124,6 @@ def run_tool_call(call: ToolCall, tools: dict[str, Callable], timeout_s: float) 
         return f"error: unknown tool {call.name!r} (tools: {', '.join(sorted(tools)) or 'none'})", True
     args, kwargs = ((), call.arguments) if isinstance(call.arguments, dict) else (call.arguments, {})
     try:  # the result is made text in the call's thread too: its __str__ is the tool's code
-        return call_with_timeout(lambda: str(tool(*args, **kwargs)), timeout_s), False
+        return call_with_timeout(lambda: str(awaited(tool(*args, **kwargs))), timeout_s), False
     except Exception as err:
         return failure_text(err), True

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from lit_rlhf.envs import Environment, EnvSpec, ToolCallError, call_with_timeout, run_tool_call
-from lit_rlhf.envs.tools import failure_text, str_or_type, tool_name
+from lit_rlhf.envs.tools import awaited, failure_text, str_or_type, tool_name
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.remote.schema import shown
 
@@ -96,7 +97,7 @@ def environment_answer(spec: EnvSpec, episode: Episode, text: str, room_chars: i
         episode.tool_calls += len(calls)
         return spec.format.observation(results), False
     try:
-        answer = call_with_timeout(episode.env.step, spec.tool_timeout_s, text)
+        answer = call_with_timeout(lambda: awaited(episode.env.step(text)), spec.tool_timeout_s)
     except Exception as err:
         episode.tool_errors += 1
         return failure_text(err), False
@@ -105,6 +106,16 @@ def environment_answer(spec: EnvSpec, episode: Episode, text: str, room_chars: i
                           f"(observation text, done), e.g. (\"try again\", False); fix the environment.")
     observation, done = answer
     return (None if observation is None else cut_text(observation, room_chars)), bool(done) or not observation
+
+
+def answer_concurrently(spec: EnvSpec | None,
+                        answering: list[tuple[Episode, str, int]]) -> list[tuple[str | None, bool]]:
+    """environment_answer for every episode that needs one this turn, env.max_concurrency at a time (each its own
+    tool calls and step(), with their timeouts), in the episodes' order."""
+    if len(answering) <= 1 or spec.max_concurrency == 1:
+        return [environment_answer(spec, *work) for work in answering]
+    with ThreadPoolExecutor(min(spec.max_concurrency, len(answering)), thread_name_prefix="lit_rlhf-episode") as pool:
+        return list(pool.map(lambda work: environment_answer(spec, *work), answering))
 
 
 def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: torch.Tensor,
@@ -122,6 +133,7 @@ def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: to
         room = [budget - len(e.tokens) for e in live]
         outputs = engine.generate_turn(module, [e.prompt + e.tokens for e in live],
                                        min(module.hparams.response_length, max(room)), from_reference, greedy)
+        answering = []  # (episode, its turn's text, the characters its observation may take)
         for episode, space, (ids, logprobs) in zip(live, room, outputs, strict=True):
             ids = cut_at_stop(ids, stop_id)[:space]
             episode.append(ids, True, None if logprobs is None else list(logprobs[:len(ids)]))
@@ -132,7 +144,8 @@ def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: to
                 episode.truncated = not episode.stopped and len(episode.tokens) >= budget and spec is not None
                 continue
             room_chars = (budget - len(episode.tokens)) * max_chars_per_token(module.tokenizer)
-            observation, done = environment_answer(spec, episode, module.tokenizer.decode(ids), room_chars)
+            answering.append((episode, module.tokenizer.decode(ids), room_chars))
+        for (episode, _, _), (observation, done) in zip(answering, answer_concurrently(spec, answering), strict=True):
             if done:
                 episode.done = True
                 continue

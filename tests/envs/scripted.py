@@ -142,3 +142,60 @@ class HugeStepEnvironment(Environment):
 class NumberStepEnvironment(Environment):
     def step(self, text):
         return 42, False
+
+
+class InFlight:
+    """Counts tool calls running at once; each call waits (up to 2 s) for `expect` calls to be in flight together."""
+
+    def __init__(self, expect: int):
+        import threading
+
+        self.expect, self.now, self.most = expect, 0, 0
+        self.lock, self.all_in = threading.Lock(), threading.Event()
+
+    def call(self) -> str:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            if self.now >= self.expect:
+                self.all_in.set()
+        self.all_in.wait(2.0)
+        with self.lock:
+            self.now -= 1
+        return "ok"
+
+
+IN_FLIGHT = InFlight(1)
+
+
+def wait_together(text: str) -> str:
+    """Joins the calls in flight.
+
+    Args:
+        text: ignored
+    """
+    return IN_FLIGHT.call()
+
+
+async def async_echo(text: str) -> str:
+    """Repeats its argument, asynchronously.
+
+    Args:
+        text: what to repeat
+    """
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    return f"async:{text}"
+
+
+class ConcurrentEnvironment(Environment):
+    tools = [wait_together, async_echo]
+
+
+class AsyncStepEnvironment(Environment):
+    async def step(self, text):
+        import asyncio
+
+        await asyncio.sleep(0.01)
+        return " awaited", False

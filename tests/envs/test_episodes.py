@@ -246,3 +246,41 @@ def test_a_step_returning_no_text_is_one_line_naming_the_environment():
     with pytest.raises(ConfigError, match=r"the environment NumberStepEnvironment's step\(\) returned \(42, False\); "
                                           r"step\(\) returns \(observation text, done\)"):
         module.rollout(batch)
+
+
+@pytest.mark.parametrize("max_concurrency, expected", [(8, 8), (3, 3), (1, 1)])
+def test_the_tool_calls_of_live_episodes_run_at_once_up_to_max_concurrency(max_concurrency, expected):
+    """8 episodes call a tool in the same turn: with env.max_concurrency=8 all 8 calls are in flight together (a turn
+    costs about one call's latency), with 3 at most 3, with 1 one after another."""
+    from lit_rlhf.rollout.trajectory import Episode, answer_concurrently
+    from tests.envs import scripted
+
+    scripted.IN_FLIGHT = scripted.InFlight(expect=expected)
+    spec = EnvSpec(scripted.ConcurrentEnvironment, max_concurrency=max_concurrency)
+    episodes = [Episode([1], scripted.ConcurrentEnvironment()) for _ in range(8)]
+    answers = answer_concurrently(spec, [(e, " <call>wait_together(x)</call>", 1000) for e in episodes])
+    assert answers == [(" <result>ok</result>", False)] * 8
+    assert scripted.IN_FLIGHT.most == expected
+
+
+def test_async_def_tools_and_step_are_awaited():
+    from lit_rlhf.rollout.trajectory import Episode, environment_answer
+    from tests.envs.scripted import AsyncStepEnvironment, ConcurrentEnvironment
+
+    spec = EnvSpec(ConcurrentEnvironment)
+    episode = Episode([1], ConcurrentEnvironment())
+    assert environment_answer(spec, episode, " <call>async_echo(hi)</call>", 1000) == (" <result>async:hi</result>",
+                                                                                      False)
+    spec = EnvSpec(AsyncStepEnvironment)
+    assert environment_answer(spec, Episode([1], AsyncStepEnvironment()), " hello", 1000) == (" awaited", False)
+
+
+def test_concurrent_episodes_give_the_rollout_that_one_at_a_time_gives():
+    rollouts = []
+    for max_concurrency in (1, 8):
+        module, _, batch = episode_module([" <call>echo(hi)</call>", " <call>fail(x)</call>", " done"],
+                                          max_turns=3, max_concurrency=max_concurrency)
+        rollouts.append(module.rollout(batch))
+    one, many = rollouts
+    assert torch.equal(one.responses, many.responses) and one.conversations == many.conversations
+    assert one.columns["tool_errors"] == many.columns["tool_errors"]

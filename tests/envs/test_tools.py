@@ -71,6 +71,7 @@ def test_schemas_come_from_type_hints_and_docstrings():
     ({"tool_timeout_s": 1e12}, "env.tool_timeout_s=1000000000000.0 must be a number of seconds"),
     ({"turn_timeout_s": float("nan")}, "env.turn_timeout_s=nan must be a number of seconds"),
     ({"max_tool_calls": 0}, "env.max_tool_calls=0 must be a whole number >= 1"),
+    ({"max_concurrency": 0}, "env.max_concurrency=0 must be a whole number >= 1"),
     ({"tool_format": "json"}, "env.tool_format='json' is not a tool format"),
 ])
 def test_bad_episode_limits_are_one_line(settings, message):
