@@ -23,7 +23,7 @@ from lit_rlhf.algos.episodes import EpisodeSupport
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, reward_stats
+from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, mean_over_ranks, reward_stats
 from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.algos.strategies import StrategySupport
@@ -40,7 +40,6 @@ from lit_rlhf.ops import (
     identity_sum,
     kl_per_token,
     masked_mean,
-    off_policy_sequences,
 )
 from lit_rlhf.ops.batching import split_by_tokens
 from lit_rlhf.ops.finite import all_finite
@@ -319,14 +318,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
         if hp.importance_sampling_level == "sequence":  # GSPO's own, much smaller, clip range
             low, high = hp.sequence_cliprange_low, hp.sequence_cliprange_high
         is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
-        off_policy_stats = {}
-        if hp.off_policy_mask_threshold is not None:  # measured against the policy being updated, as TRL
-            behaviour = rollout.logprobs if rollout.sampler_logprobs is None else rollout.sampler_logprobs  # N,R
-            drop = off_policy_sequences(new_logprobs, behaviour[idx], mask, advantages[idx],
-                                        hp.off_policy_mask_threshold)  # M
-            keep = (~drop).unsqueeze(1).to(new_logprobs.dtype).expand_as(new_logprobs)  # M,R
-            is_weights = keep if is_weights is None else is_weights * keep  # M,R
-            off_policy_stats["rollout/off_policy_masked_frac"] = drop.float().mean()
+        is_weights, off_policy_stats = self.mask_off_policy(new_logprobs, rollout, advantages, idx, is_weights)
         loss = PolicyLoss(hp.policy_loss, hp.importance_sampling_level, hp.cispo_cap, hp.sapo_temperature_pos,
                           hp.sapo_temperature_neg)
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
@@ -394,10 +386,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
         }
         self.step_timings.clear()
         if self.trainer.world_size > 1:  # the mean over ranks, in one collective: what every report shows
-            names = sorted(stats)
-            local = torch.stack([stats[k].detach().to(self.device, torch.float64).reshape(()) for k in names])
-            reduced = self.trainer.strategy.reduce(local, reduce_op="mean")
-            stats = {k: reduced[i] for i, k in enumerate(names)}
+            stats = mean_over_ranks(stats, self.trainer.strategy, self.device)
         self.last_stats = {k: float(v) for k, v in stats.items()}
         self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=len(rollout))
         bar = {"score": stats["objective/scores"], **({"kl": stats["objective/kl"]} if "objective/kl" in stats else {})}

@@ -42,3 +42,11 @@ def group_stats(scores: torch.Tensor, prompt_index: torch.Tensor) -> dict[str, t
         return {}
     share = zero_std_groups(scores, prompt_index).float().mean()  # every group has K members: sequences = groups
     return {"rollout/zero_std_frac": share, "frac_reward_zero_std": share}
+
+
+def mean_over_ranks(stats: dict[str, torch.Tensor], strategy, device: torch.device) -> dict[str, torch.Tensor]:
+    """Every statistic's mean over the ranks, in one collective (the keys are the same on every rank)."""
+    names = sorted(stats)
+    local = torch.stack([stats[k].detach().to(device, torch.float64).reshape(()) for k in names])
+    reduced = strategy.reduce(local, reduce_op="mean")
+    return {k: reduced[i] for i, k in enumerate(names)}

@@ -19,7 +19,7 @@ from lit_rlhf.distributed.sharding import gathered_weights
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
-from lit_rlhf.ops import contains_stop, importance_weights, sampler_mismatch_stats
+from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
 from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, episode_columns, episode_conversation
 
 
@@ -105,6 +105,21 @@ def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
 
 
 class RolloutScoring:
+    def mask_off_policy(self, new_logprobs: torch.Tensor, rollout: Rollout, advantages: torch.Tensor,
+                        idx: torch.Tensor, is_weights: torch.Tensor | None):
+        """With algo.off_policy_mask_threshold: DeepSeek-V3.2's off-policy sequence mask, measured in this
+        micro-batch against the policy being updated (new_logprobs, M,R), as TRL; the behaviour policy is the
+        engine's logprobs, or pi_old without them. -> the micro-batch's weights (M,R, or None), stats"""
+        threshold = self.hparams.off_policy_mask_threshold
+        if threshold is None:
+            return is_weights, {}
+        behaviour = rollout.logprobs if rollout.sampler_logprobs is None else rollout.sampler_logprobs  # N,R
+        drop = off_policy_sequences(new_logprobs, behaviour[idx], rollout.loss_mask(idx), advantages[idx],
+                                    threshold)  # M
+        keep = (~drop).unsqueeze(1).to(new_logprobs.dtype).expand_as(new_logprobs)  # M,R
+        weights = keep if is_weights is None else is_weights * keep  # M,R
+        return weights, {"rollout/off_policy_masked_frac": drop.float().mean()}
+
     def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs
         (nothing when the engine reports none, as `rollout=hf`, whose sampler is the trainer's own model)."""
