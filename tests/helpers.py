@@ -66,3 +66,16 @@ def constant_reward(prompts, completions, **columns):
     import torch
 
     return torch.ones(len(completions))
+
+
+class NonFiniteGradientsFrom(L.Callback):
+    """From RL step `rl_step` on (0-based), every backward leaves a NaN in one trained gradient: a non-finite
+    gradient on demand, where a diverging learning rate reaches one only with some machines' kernels."""
+
+    def __init__(self, rl_step: int = 1):
+        self.rl_step = rl_step
+
+    def on_after_backward(self, trainer, module) -> None:
+        if module.rl_step >= self.rl_step:
+            grad = next(p.grad for p in module.trainable_parameters() if p.grad is not None)
+            grad.view(-1)[0] = float("nan")
