@@ -27,6 +27,7 @@ class GRPOModule(RLHFModule):
 
     config_class = GRPOConfig
     estimator = "group"
+    _warned_fruitless_refill = False  # a refill round that added no informative group is said once per run
 
     @property
     def samples_per_prompt(self) -> int:
@@ -55,20 +56,19 @@ class GRPOModule(RLHFModule):
             return rollout
         groups = int(rollout.prompt_index.max()) + 1  # B
         rounds = generated = 0
-        before = None  # the share of zero-std groups that triggered the refill (the logged share is after it)
-        needed_before = None
+        before = needed_before = None  # the zero-std share that triggered the refill; the deficit before a round
         while True:
             informative = ~zero_std_groups(rollout.scores + self.overlong_penalty(rollout), rollout.prompt_index)  # N
             deficit = max(groups - len(torch.unique(rollout.prompt_index[informative])), 0)
             needed = self.all_reduce_sum(torch.tensor(float(deficit), device=self.device))  # every rank rounds alike
             if before is None:
                 before = torch.tensor(deficit / groups)
-            elif float(needed) == float(needed_before) and not getattr(self, "_warned_fruitless_refill", False):
+            elif float(needed) == float(needed_before) and not self._warned_fruitless_refill:
                 self._warned_fruitless_refill = True
-                rank_zero_warn(f"DAPO refill: round {rounds} of RL step {self.rl_step + 1} added no informative group "
-                          f"(every new group's K rewards were equal again); a reward that is constant on these "
-                          f"prompts makes every round a full rollout for nothing (algo.max_refill_rounds="
-                          f"{hp.max_refill_rounds} bounds them). Said once per run.")
+                rank_zero_warn(f"DAPO refill: round {rounds} of RL step {self.rl_step + 1} added no informative "
+                               f"group (every new group's K rewards were equal again); a reward that is constant on "
+                               f"these prompts makes every round a full rollout for nothing (algo.max_refill_rounds="
+                               f"{hp.max_refill_rounds} bounds them). Said once per run.")
             if rounds == hp.max_refill_rounds or float(needed) == 0:
                 break
             rounds, needed_before = rounds + 1, needed

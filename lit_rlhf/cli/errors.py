@@ -128,7 +128,7 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
         message = user_error(err)
         if message is None:
             if on_failure is not None:
-                on_failure(f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}")
+                on_failure(f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}")
             raise
         from lit_rlhf.cli.run_dirs import discard_unused_run_dir
 

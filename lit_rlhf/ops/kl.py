@@ -33,8 +33,8 @@ def bias_corrected_kl(kl: torch.Tensor, logprobs: torch.Tensor, old_logprobs: to
     E_old[ratio (log pi - log pi_ref) grad log pi], the gradient of the reverse KL(pi || pi_ref) that the
     objective states. The ratio is the loss's own (TRL's coef_1): per token, or with sequence_mask (M,R; GSPO's
     importance_sampling_level=sequence) each sequence's, exp of its tokens' mean log-ratio. (M,R) x3 -> (M,R)"""
-    log_ratio = logprobs - old_logprobs  # M,R
-    if sequence_mask is not None:
-        mask = sequence_mask.to(logprobs.dtype)
-        log_ratio = ((log_ratio * mask).sum(1) / mask.sum(1).clamp(min=1)).unsqueeze(1)  # M,1
-    return kl * torch.exp(log_ratio)
+    if sequence_mask is None:
+        return kl * torch.exp(logprobs - old_logprobs)
+    from lit_rlhf.ops.policy_losses import sequence_log_ratio
+
+    return kl * torch.exp(sequence_log_ratio(logprobs, old_logprobs, sequence_mask))  # M,R
