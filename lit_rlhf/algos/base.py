@@ -17,15 +17,16 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lit_rlhf.algos.asynchronous import AsyncRollouts
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import EpisodeSupport
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, mean_over_ranks, reward_stats
 from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.scoring import RolloutScoring
+from lit_rlhf.algos.step_stats import StepStatistics
 from lit_rlhf.algos.strategies import StrategySupport
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.idle import idle_settings
@@ -46,12 +47,11 @@ from lit_rlhf.ops.finite import all_finite
 from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.sampling import stop_token_id
-from lit_rlhf.rollout.trajectory import episode_stats
 from lit_rlhf.tasks.metrics import TaskMetric
 
 
-class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, HeldoutSampling, EpisodeSupport,
-                 L.LightningModule):
+class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, RolloutScoring, HeldoutSampling,
+                 EpisodeSupport, StepStatistics, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
@@ -272,7 +272,8 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
                 optimizer.step()  # also when skipped, so Lightning's step count stays RL steps x updates
                 optimizer.zero_grad()
         rollout.policy_outputs = None  # frees the graph of a reused rollout forward
-        self.rollout_engine.after_update(self)
+        if self.producer is None:  # async mode: the producer's engine follows the versions it draws with
+            self.rollout_engine.after_update(self)
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()
@@ -340,6 +341,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
     # ---- logging ---------------------------------------------------------------------------
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
+        self.check_async(datamodule)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.check_columns(datamodule.rows, datamodule.hparams.dataset)
             self.check_environment(datamodule.rows, datamodule.hparams.dataset)
@@ -347,48 +349,3 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutScoring, Heldo
         self.training_finished = False
         self._fit_start_time = self._last_step_logged = time.time()
         self._episode_at_start = self.episode
-
-    @torch.no_grad()
-    def distributions(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per-sequence and per-token values for histograms (names after TRL's PPO logging page)."""
-        mask = rollout.response_mask
-        kl, _ = self.kl_and_non_score_reward(rollout)
-        return {
-            "env/reward_dist": rollout.raw_scores, "objective/kl_dist": None if kl is None else kl.sum(1),
-            "objective/logprobs": rollout.logprobs[mask],
-            "objective/ref_logprobs": None if kl is None else rollout.ref_logprobs[mask],
-            "policy/advantages": advantages[mask], "policy/ratio": torch.cat(self._ratios) if self._ratios else None,
-            "tokens/responses_len_dist": mask.sum(1).float(),
-        }
-
-    def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
-        self.last_step_episodes = len(rollout) * self.trainer.world_size
-        self.episode += self.last_step_episodes
-        now = time.time()
-        elapsed, step_s = max(now - self._fit_start_time, 1e-9), now - self._last_step_logged
-        self._last_step_logged = now
-        stats = {
-            **stats,
-            **completion_stats(rollout.response_mask, rollout.contains_stop, rollout.completions),
-            **reward_stats(rollout.reward_components),
-            **episode_stats(rollout.columns, rollout.response_mask, rollout.context_mask),
-            **group_stats(rollout.scores, rollout.prompt_index),
-            **self.sampler_stats(rollout),
-            **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
-            **{key: torch.tensor(value) for key, value in self.step_timings.items()},
-            "time/step_s": torch.tensor(step_s),  # since the previous step's metrics (a validation between counts)
-            "val/num_eos_tokens": rollout.contains_stop.sum().float(),
-            "objective/kl_coef": torch.tensor(self.kl_coef),
-            "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),
-            "lr": torch.tensor(self.optimizers().param_groups[0]["lr"]),
-            "episode": torch.tensor(float(self.episode)),
-            "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),
-        }
-        self.step_timings.clear()
-        if self.trainer.world_size > 1:  # the mean over ranks, in one collective: what every report shows
-            stats = mean_over_ranks(stats, self.trainer.strategy, self.device)
-        self.last_stats = {k: float(v) for k, v in stats.items()}
-        self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=len(rollout))
-        bar = {"score": stats["objective/scores"], **({"kl": stats["objective/kl"]} if "objective/kl" in stats else {})}
-        self.log_dict(bar, prog_bar=True,
-                      logger=False, on_step=True, on_epoch=False, batch_size=len(rollout))

@@ -43,6 +43,7 @@ class Rollout:
     # tokens only, the ones logprobs, KL, advantages and losses count. None: single-turn (the response_mask).
     context_mask: torch.Tensor | None = None  # N,R
     conversations: list[list[tuple[str, str]]] = field(default_factory=list)  # N x [(model | env, text)], multi-turn
+    policy_version: int | None = None  # async mode: the version (RL steps trained) of the weights that sampled it
 
     def __len__(self) -> int:
         return self.responses.shape[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,7 +21,23 @@ from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
 from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
+from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, episode_columns, episode_conversation
+
+
+@dataclass
+class Drawn:
+    """A rollout as the engine and the reward leave it, before the trainer's forwards (RolloutScoring.draw)."""
+
+    samples: Samples
+    prompts: list[str]
+    completions: list[str]
+    columns: dict[str, list]  # {name: N values}
+    conversations: list  # N x [(model | env, text)], multi-turn
+    has_stop: torch.Tensor  # N
+    scored: Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]  # waits for (scores N, {name: N})
+    version: int | None = None  # async mode: the policy version (RL steps trained) whose weights sampled it
+    staleness: int = 0  # async mode: versions between those weights and the ones it is trained at
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -174,9 +191,15 @@ class RolloutScoring:
 
     def rollout_on_whole_weights(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None,
                                  for_training: bool, from_reference: bool, greedy: bool) -> Rollout:
-        k = samples_per_prompt or self.samples_per_prompt
-        hp = self.hparams
-        samples = self.rollout_engine.sample(self, batch, k, from_reference=from_reference, greedy=greedy)
+        drawn = self.draw(self, batch, samples_per_prompt or self.samples_per_prompt, for_training, from_reference,
+                          greedy)
+        return self.finish_rollout(drawn, for_training)
+
+    def draw(self, sampler: Any, batch: dict[str, torch.Tensor], k: int, for_training: bool = True,
+             from_reference: bool = False, greedy: bool = False, timings: dict[str, float] | None = None) -> Drawn:
+        """The engine's side of a rollout: K episodes per prompt sampled by `sampler` (the module, or the async
+        producer's view of it), decoded, and the reward started on them (it may still run when this returns)."""
+        samples = self.rollout_engine.sample(sampler, batch, k, from_reference=from_reference, greedy=greedy)
         prompts = self.tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
         completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
         columns = sequence_columns(batch, samples.prompt_index)  # {name: N values}
@@ -188,10 +211,17 @@ class RolloutScoring:
             conversations = [episode_conversation(e, self.tokenizer) for e in samples.episodes]
             final_turns = [turns[-1][1] for turns in conversations]
             columns.update(episode_columns(self.environment, samples.episodes, final_turns))
-        scored = self.start_scoring(prompts, completions, columns, for_training)  # a waiting reward overlaps
+        scored = self.start_scoring(prompts, completions, columns, for_training, timings)  # a waiting reward overlaps
+        return Drawn(samples, prompts, completions, columns, conversations, has_stop, scored)
+
+    def finish_rollout(self, drawn: Drawn, for_training: bool) -> Rollout:
+        """The trainer's side: old (or the update's) and reference logprobs, the correction for a sampler that is
+        not the trainer's weights, the scores."""
+        hp, samples = self.hparams, drawn.samples
         forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask  # N,R
         sequences = (samples.queries, samples.query_mask, samples.responses, forward_mask)
         reuse_forward = for_training and self.single_update
+        behaviour_as_old = drawn.staleness > 0 and hp.async_correction == "behaviour"
         was_training = self.policy.training
         self.policy.eval()  # no dropout: old logprobs must describe the sampling distribution
         if not reuse_forward:
@@ -202,6 +232,8 @@ class RolloutScoring:
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
             logprobs, values = policy_outputs[0].detach(), None
+        if behaviour_as_old:  # async_correction=behaviour: the clip is around the policy that sampled
+            logprobs = samples.sampler_logprobs
         if samples.context_mask is not None:  # observation tokens are context: no logprob, value or KL there
             model = samples.response_mask  # N,R
             logprobs, values, ref_logprobs = (t if t is None else t * model for t in (logprobs, values, ref_logprobs))
@@ -209,19 +241,20 @@ class RolloutScoring:
                 with torch.enable_grad():  # the update's graph goes on through the mask
                     policy_outputs = tuple(t * model for t in policy_outputs)
         is_weights = None  # N,R  the correction for an engine whose sampler differs from the trainer
-        if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None:
+        if samples.sampler_logprobs is not None and hp.rollout_is_cap is not None and not behaviour_as_old:
             is_weights = importance_weights(logprobs, samples.sampler_logprobs, samples.response_mask,
                                             hp.rollout_is_cap, hp.rollout_is_mode, hp.rollout_is_min)  # N,R
-        raw_scores, components = scored()  # N ; {name: N}
-        scores = self.transform_scores(raw_scores, prompts, completions) if for_training else raw_scores
+        raw_scores, components = drawn.scored()  # N ; {name: N}
+        scores = self.transform_scores(raw_scores, drawn.prompts, drawn.completions) if for_training else raw_scores
         if hp.missing_eos_penalty is not None:
-            scores = scores - hp.missing_eos_penalty * (~has_stop).to(scores.dtype)
+            scores = scores - hp.missing_eos_penalty * (~drawn.has_stop).to(scores.dtype)
         return Rollout(queries=samples.queries, query_mask=samples.query_mask, responses=samples.responses,
                        response_mask=samples.response_mask, prompt_index=samples.prompt_index, logprobs=logprobs,
-                       ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=has_stop,
-                       values=values, prompts=prompts, completions=completions, policy_outputs=policy_outputs,
-                       sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights, reward_components=components,
-                       columns=columns, context_mask=samples.context_mask, conversations=conversations)
+                       ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=drawn.has_stop,
+                       values=values, prompts=drawn.prompts, completions=drawn.completions,
+                       policy_outputs=policy_outputs, sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights,
+                       reward_components=components, columns=drawn.columns, context_mask=samples.context_mask,
+                       conversations=drawn.conversations, policy_version=drawn.version)
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""
@@ -262,11 +295,13 @@ class RolloutScoring:
         return logprobs, None
 
     def start_scoring(self, prompts: list[str], completions: list[str], columns: dict[str, list],
-                      for_training: bool) -> Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+                      for_training: bool, timings: dict[str, float] | None = None
+                      ) -> Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         """Starts the reward on the sequences; the function returned waits for (scores (N), {name: (N)}). A reward
         that waits on something (`waits = True`: a reward server, a judge endpoint) runs in a thread while the
         step's reference and old-logprob forwards go on. A training rollout adds time/reward_s (the reward call)
-        and time/reward_wait_s (how long the step waited for it) to the step's timings."""
+        and time/reward_wait_s (how long the step waited for it) to the step's timings (or to `timings`: the async
+        producer's own)."""
         def timed() -> tuple[tuple[torch.Tensor, dict[str, torch.Tensor]], float]:
             start = time.perf_counter()
             return self.score_components(prompts, completions, columns), time.perf_counter() - start
@@ -274,8 +309,9 @@ class RolloutScoring:
         def record(took: float, waited: float) -> None:
             counts = reward_counts(self.reward)  # read (and reset) even when not logged
             if for_training:
+                into = self.step_timings if timings is None else timings
                 for key, value in {"time/reward_s": took, "time/reward_wait_s": waited, **counts}.items():
-                    self.step_timings[key] = self.step_timings.get(key, 0.0) + value
+                    into[key] = into.get(key, 0.0) + value
 
         if not reward_waits(self.reward):
             result, took = timed()

@@ -27,6 +27,7 @@ CRITIC_KINDS = ("shared", "adapter", "reward_model")
 SCALE_REWARDS = ("group", "batch", "none")
 KL_PLACES = ("loss", "reward")
 BASELINES = ("group", "none")
+ASYNC_CORRECTIONS = ("decoupled", "behaviour")
 MAX_REFILL_ROUNDS = 100  # DAPO refill rounds per RL step (each one a full rollout of B prompts)
 
 
@@ -106,6 +107,14 @@ class RLHFConfig:
                                                 "`policy/skipped_updates`); this many in a row stop the run")
     rl_steps: Optional[int] = setting(None, "stop after this many RL steps (the CLI's `steps`; null: the Trainer's "
                                             "max_steps, in optimizer steps, decides)")
+    max_staleness: Optional[int] = setting(
+        None, "asynchronous mode (docs/async.md): a producer thread samples, runs the episodes and scores rollout t "
+              "with the weights of RL step t - S while the trainer updates, S = this bound; 0: strictly in turn "
+              "through the producer (equal to the synchronous run); null: off, synchronous")
+    async_correction: str = setting(
+        "decoupled", "async mode's off-policy correction: `decoupled` (pi_old recomputed by the trainer, the clip "
+                     "around it, the behaviour ratio pi_old / pi_sampler weighted by rollout_is_*), `behaviour` "
+                     "(pi_old = the sampler's logprobs: the clip around the stale policy, no rollout_is_* weight)")
 
     def __post_init__(self):
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
@@ -118,6 +127,8 @@ class RLHFConfig:
             raise ConfigError(f"algo.rollout_is_min={self.rollout_is_min} must be below algo.rollout_is_cap="
                               f"{self.rollout_is_cap}; the ratio is kept in [rollout_is_min, rollout_is_cap].")
         check_choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+        check_number("max_staleness", self.max_staleness, minimum=0, optional=True, integer=True)
+        check_choice("async_correction", self.async_correction, ASYNC_CORRECTIONS)
         for name in ("sequence_cliprange_low", "sequence_cliprange_high"):
             check_number(name, getattr(self, name), minimum=0, strictly=True)
             if getattr(self, name) >= 1:

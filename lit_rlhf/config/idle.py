@@ -16,12 +16,15 @@ def changed(config: Any, name: str) -> bool:
 def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
     """One line per setting of `config` (an algorithm's settings) that the rest of it leaves without effect."""
     said = []
-    if not engine_reports_logprobs:
+    if getattr(config, "max_staleness", None) is None and changed(config, "async_correction"):
+        said.append(f"algo.async_correction={config.async_correction} corrects rollouts drawn ahead in asynchronous "
+                    f"mode, which is off: it does nothing; set algo.max_staleness (e.g. 1) or drop it.")
+    if not engine_reports_logprobs and not getattr(config, "max_staleness", None):
         for name in ("rollout_is_mode", "rollout_is_min", "rollout_is_cap"):
             if hasattr(config, name) and changed(config, name):
                 said.append(f"algo.{name}={getattr(config, name)} corrects an engine's own logprobs, and this rollout "
                             f"engine reports none (rollout=hf samples with the trainer's model): it does nothing; "
-                            f"use rollout=vllm or drop it.")
+                            f"use rollout=vllm or algo.max_staleness >= 1, or drop it.")
         threshold = getattr(config, "off_policy_mask_threshold", None)
         updates = getattr(config, "num_ppo_epochs", 1) * getattr(config, "num_mini_batches", 1)
         if threshold is not None and updates == 1:

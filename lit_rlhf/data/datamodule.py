@@ -152,15 +152,18 @@ class PromptDataModule(L.LightningDataModule):
         if len(self.train_prompts) < self.hparams.batch_size:
             raise ConfigError(f"data.batch_size={self.hparams.batch_size} exceeds the {len(self.train_prompts)} "
                               f"training prompts; lower it.")
+        # the stream is already batched and sharded; one process reads it (it is cheap)
+        return DataLoader(self.prompt_stream(), batch_size=None, num_workers=0, generator=self._own_generator())
+
+    def prompt_stream(self) -> PromptStream:
+        """This rank's stream of training batches, from the RL steps the module already did."""
         trainer = self.trainer
         module = trainer.lightning_module if trainer is not None else None
-        stream = PromptStream(
+        return PromptStream(
             self.train_prompts, self.hparams.batch_size, self._collate(), seed=self.hparams.seed,
             rank=trainer.global_rank if trainer is not None else 0,
             world_size=trainer.world_size if trainer is not None else 1,
             start_step=getattr(module, "rl_step", 0))
-        # the stream is already batched and sharded; one process reads it (it is cheap)
-        return DataLoader(stream, batch_size=None, num_workers=0, generator=self._own_generator())
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.eval_prompts, batch_size=self.hparams.eval_batch_size, shuffle=False,

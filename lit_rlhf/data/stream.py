@@ -34,9 +34,13 @@ class PromptStream(IterableDataset):
         start = index * self.global_batch_size
         return self.epoch_order(data_epoch)[start : start + self.global_batch_size]
 
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        """This rank's prompt batch of RL step `step` (what the asynchronous producer reads ahead)."""
+        share = self.global_batch(step)[self.rank * self.local_batch_size : (self.rank + 1) * self.local_batch_size]
+        return self.collate([self.prompts[i] for i in share])
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         step = self.start_step
         while True:
-            share = self.global_batch(step)[self.rank * self.local_batch_size : (self.rank + 1) * self.local_batch_size]
-            yield self.collate([self.prompts[i] for i in share])
+            yield self.batch(step)
             step += 1

@@ -1,0 +1,197 @@
+"""Asynchronous mode (algo.max_staleness = S): a producer thread draws the coming rollouts (the engine's episodes,
+their tools and the reward) while the trainer updates. Mixed into RLHFModule; the thread is rollout/producer.py.
+
+The producer samples with its own copy of the policy (LoRA: the adapters only, the frozen base is shared), into
+which each version's trained weights are copied when the producer first needs them; an engine that holds its own
+weights (rollout=vllm) is fed from that copy. Every copy is verified: the copy's logprobs of a fixed probe sequence
+must equal the trainer's at that version. A rollout drawn S > 0 versions ago carries the sampler's own logprobs (the
+engine's, or the copy's forward with rollout=hf), so the update corrects for the lag (algo.async_correction).
+
+Shapes: N sequences, P prompt length, R response length.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from lit_rlhf.algos.rollout import Rollout, batched_logprobs
+from lit_rlhf.data.datamodule import batch_to
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.rollout.producer import RolloutProducer
+
+PROBE_TOLERANCE = 1e-3  # the copy's probe logprobs against the trainer's (same weights, same code: equal)
+
+
+class SamplerView:
+    """The module as the producer's engine sees it: its settings, tokenizer and environment, with the sampler's copy
+    of the policy (at the version it draws with) as `policy`."""
+
+    def __init__(self, module: Any, policy: torch.nn.Module):
+        self._module, self.policy = module, policy
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def sampler_copy(policy: torch.nn.Module, trained: list[torch.nn.Parameter]) -> torch.nn.Module:
+    """A copy of the policy whose trained tensors are its own and whose frozen ones (a LoRA base) are shared."""
+    trained_ids = {id(p) for p in trained}
+    shared = {id(p): p for p in policy.parameters() if id(p) not in trained_ids}
+    return copy.deepcopy(policy, shared).eval()
+
+
+class AsyncRollouts:
+    producer: RolloutProducer | None = None
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.hparams.max_staleness is not None
+
+    def check_async(self, datamodule: Any) -> None:
+        """Before any work: async mode needs prompts it can read ahead and a rollout the producer can run alone."""
+        if not self.asynchronous:
+            return
+        setting = f"algo.max_staleness={self.hparams.max_staleness}"
+        if self.sharded or self.rollout_engine.lockstep:
+            raise ConfigError(f"{setting} needs trainer=ddp or one process: trainer=fsdp2 gathers the sharded weights "
+                              f"for every rollout with all ranks, which a producer beside the trainer cannot; drop "
+                              f"algo.max_staleness or use trainer=ddp.")
+        if getattr(self.hparams, "filter_zero_std_groups", False) and getattr(self.hparams, "max_refill_rounds", 0):
+            raise ConfigError(f"{setting} cannot refill a step with dynamic sampling (algo.max_refill_rounds="
+                              f"{self.hparams.max_refill_rounds} samples more prompts inside the step); set "
+                              f"algo.max_refill_rounds=0 or drop algo.max_staleness.")
+        if not callable(getattr(datamodule, "prompt_stream", None)):
+            raise ConfigError(f"{setting} reads prompt batches ahead of the trainer from a PromptDataModule (its "
+                              f"prompt_stream()); train with lit_rlhf's PromptDataModule or drop algo.max_staleness.")
+
+    # ---- lifetime ---------------------------------------------------------------------------
+    def start_producer(self) -> None:
+        """At the start of training (after a resume restored the random states): the thread starts at this step."""
+        if not self.asynchronous or self.producer is not None:
+            return
+        self.stream = self.trainer.datamodule.prompt_stream()
+        trained = [p for p in self.policy.parameters() if p.requires_grad]
+        self.sampler_policy = sampler_copy(self.policy, trained)
+        self.sampler = SamplerView(self, self.sampler_policy)
+        self.probe = None  # (queries, query_mask, responses, forward_mask) of one sequence, set by the first draw
+        self.staleness_seen: list[int] = []
+        total = self.total_rl_steps()
+        self.producer = RolloutProducer(self.draw_ahead, self.load_version, self.hparams.max_staleness,
+                                        start=self.rl_step, weights=self.trained_snapshot(), stop_after=total).begin()
+
+    def stop_producer(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is not None and not producer.stop():
+            from lightning.pytorch.utilities import rank_zero_warn
+
+            rank_zero_warn("the rollout producer did not stop within its timeout (a tool or reward that does not "
+                           "return); it is a daemon thread and ends with the process.")
+
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        self.start_producer()
+
+    def on_train_end(self) -> None:
+        self.stop_producer()
+        super().on_train_end()
+
+    def teardown(self, stage: str) -> None:
+        self.stop_producer()  # also after a failed step: no thread outlives the run
+        super().teardown(stage)
+
+    # ---- producer thread --------------------------------------------------------------------
+    def trained_snapshot(self) -> dict[str, Any]:
+        """The policy's trained tensors now (detached copies) and the trainer's logprobs of the probe with them."""
+        trained = {name: p.detach().clone() for name, p in self.policy.named_parameters() if p.requires_grad}
+        return {"tensors": trained, "probe": self.probe_logprobs(self.policy)}
+
+    def probe_logprobs(self, policy: torch.nn.Module) -> torch.Tensor | None:
+        if getattr(self, "probe", None) is None:
+            return None
+        was_training = policy.training
+        policy.eval()
+        try:
+            return batched_logprobs(policy, *self.probe, self.hparams.temperature)  # 1,R
+        finally:
+            policy.train(was_training)
+
+    def load_version(self, version: int, weights: dict[str, Any]) -> None:
+        """The trained tensors of `version` into the sampler's copy, verified by the probe; an engine with weights
+        of its own takes them from the copy before its next draw."""
+        params = dict(self.sampler_policy.named_parameters())
+        missing = sorted(set(weights["tensors"]) - set(params))
+        if missing:
+            raise ConfigError(f"RL step {version}: the sampler's copy of the policy has no tensor {missing[0]!r}; "
+                              f"the copy and the policy differ in structure, so async mode cannot sync it.")
+        with torch.no_grad():
+            for name, tensor in weights["tensors"].items():
+                params[name].copy_(tensor)
+        self.rollout_engine.after_update(self.sampler)  # rollout=vllm: its weights are now behind the copy
+        if weights["probe"] is None:
+            return
+        copied = self.probe_logprobs(self.sampler_policy)
+        error = float((copied - weights["probe"]).abs().max())
+        if not error <= PROBE_TOLERANCE:
+            raise ConfigError(f"RL step {version}: the weight sync to the rollout producer failed: its copy of the "
+                              f"policy gives the probe sequence logprobs {error:.3g} away from the trainer's (more "
+                              f"than {PROBE_TOLERANCE:g}), so it would sample another policy; the checkpoints written "
+                              f"so far are intact.")
+
+    def draw_ahead(self, step: int, version: int) -> Any:
+        """Rollout `step` drawn with weights `version`, scored, with the sampler's logprobs when it is stale."""
+        batch = batch_to(self.stream.batch(step), self.device)
+        timings: dict[str, float] = {}
+        drawn = self.draw(self.sampler, batch, self.samples_per_prompt, timings=timings)
+        result = drawn.scored()  # waits for the reward here, in the producer
+        drawn.scored = lambda: result
+        drawn.version, drawn.staleness, drawn.timings = version, step - version, timings
+        samples = drawn.samples
+        if drawn.staleness > 0 and samples.sampler_logprobs is None:  # rollout=hf: the copy's own forward
+            forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask
+            logprobs = batched_logprobs(self.sampler_policy, samples.queries, samples.query_mask, samples.responses,
+                                        forward_mask, self.hparams.temperature, self.hparams.forward_batch_size,
+                                        self.hparams.logits_chunk_size, self.packing_pad_id)
+            samples.sampler_logprobs = logprobs * samples.response_mask  # N,R  zero on observation tokens
+        if self.probe is None:
+            forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask
+            self.probe = tuple(t[:1].clone() for t in (samples.queries, samples.query_mask, samples.responses,
+                                                       forward_mask))
+        return drawn
+
+    # ---- trainer thread ---------------------------------------------------------------------
+    def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
+                for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:
+        """A training rollout comes from the producer; any other (held-out, samples) pauses it meanwhile."""
+        if self.producer is None:
+            return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
+        if for_training:
+            drawn = self.producer.take(self.rl_step)
+            for key, value in drawn.timings.items():
+                self.step_timings[key] = self.step_timings.get(key, 0.0) + value
+            self.staleness_seen.append(drawn.staleness)
+            return self.finish_rollout(drawn, for_training=True)
+        with self.producer.paused():
+            try:
+                return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
+            finally:
+                self.rollout_engine.after_update(self.sampler)  # an engine's weights are the trainer's now
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After an RL step: its weights, version rl_step, for the rollouts drawn with them."""
+        if self.producer is not None:
+            self.producer.publish(self.rl_step, self.trained_snapshot())
+
+    def async_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """async/*: the staleness of the rollout trained now (versions between the weights that drew it and the
+        trainer's), its running mean and max, how far the producer's weights trail the trainer's, idle fractions."""
+        if self.producer is None or rollout.policy_version is None:
+            return {}
+        seen = self.staleness_seen
+        loaded = self.producer.loaded if self.producer.loaded is not None else rollout.policy_version
+        stats = {"async/staleness": float(self.rl_step - rollout.policy_version),
+                 "async/staleness_mean": sum(seen) / len(seen), "async/staleness_max": float(max(seen)),
+                 "async/version_lag": float(self.rl_step - loaded), **self.producer.pop_stats()}
+        return {key: torch.tensor(value) for key, value in stats.items()}

@@ -1,0 +1,63 @@
+"""The statistics an RL step logs (names after TRL's RLOO/PPO trainers and its logging page) and the per-sequence
+values its histograms show. Mixed into RLHFModule.
+
+Shapes: N sequences, R response length.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, mean_over_ranks, reward_stats
+from lit_rlhf.rollout.trajectory import episode_stats
+
+
+class StepStatistics:
+    @torch.no_grad()
+    def distributions(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sequence and per-token values for histograms (names after TRL's PPO logging page)."""
+        mask = rollout.response_mask
+        kl, _ = self.kl_and_non_score_reward(rollout)
+        return {
+            "env/reward_dist": rollout.raw_scores, "objective/kl_dist": None if kl is None else kl.sum(1),
+            "objective/logprobs": rollout.logprobs[mask],
+            "objective/ref_logprobs": None if kl is None else rollout.ref_logprobs[mask],
+            "policy/advantages": advantages[mask], "policy/ratio": torch.cat(self._ratios) if self._ratios else None,
+            "tokens/responses_len_dist": mask.sum(1).float(),
+        }
+
+    def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
+        self.last_step_episodes = len(rollout) * self.trainer.world_size
+        self.episode += self.last_step_episodes
+        now = time.time()
+        elapsed, step_s = max(now - self._fit_start_time, 1e-9), now - self._last_step_logged
+        self._last_step_logged = now
+        stats = {
+            **stats,
+            **completion_stats(rollout.response_mask, rollout.contains_stop, rollout.completions),
+            **reward_stats(rollout.reward_components),
+            **episode_stats(rollout.columns, rollout.response_mask, rollout.context_mask),
+            **group_stats(rollout.scores, rollout.prompt_index),
+            **self.sampler_stats(rollout),
+            **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
+            **{key: torch.tensor(value) for key, value in self.step_timings.items()},
+            **self.async_stats(rollout),
+            "time/step_s": torch.tensor(step_s),  # since the previous step's metrics (a validation between counts)
+            "val/num_eos_tokens": rollout.contains_stop.sum().float(),
+            "objective/kl_coef": torch.tensor(self.kl_coef),
+            "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),
+            "lr": torch.tensor(self.optimizers().param_groups[0]["lr"]),
+            "episode": torch.tensor(float(self.episode)),
+            "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),
+        }
+        self.step_timings.clear()
+        if self.trainer.world_size > 1:  # the mean over ranks, in one collective: what every report shows
+            stats = mean_over_ranks(stats, self.trainer.strategy, self.device)
+        self.last_stats = {k: float(v) for k, v in stats.items()}
+        self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=len(rollout))
+        bar = {"score": stats["objective/scores"], **({"kl": stats["objective/kl"]} if "objective/kl" in stats else {})}
+        self.log_dict(bar, prog_bar=True,
+                      logger=False, on_step=True, on_epoch=False, batch_size=len(rollout))
