@@ -79,3 +79,31 @@ class NonFiniteGradientsFrom(L.Callback):
         if module.rl_step >= self.rl_step:
             grad = next(p.grad for p in module.trainable_parameters() if p.grad is not None)
             grad.view(-1)[0] = float("nan")
+
+
+class RecordTrainedPrompts(L.Callback):
+    """Appends {rl_step, prompts} of every trained RL step to a JSON-lines file, flushed at once (a run killed
+    afterwards keeps them)."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def on_train_batch_end(self, trainer, module, *args):
+        import json
+
+        with self.path.open("a") as file:
+            file.write(json.dumps({"rl_step": module.rl_step, "prompts": sorted(set(module.last_step_prompts))}) + "\n")
+
+
+class KillAt(L.Callback):
+    """SIGKILL of this process at the end of RL step `rl_step` (1-based: after that many steps)."""
+
+    def __init__(self, rl_step: int):
+        self.rl_step = rl_step
+
+    def on_train_batch_end(self, trainer, module, *args):
+        import os
+        import signal
+
+        if module.rl_step == self.rl_step:
+            os.kill(os.getpid(), signal.SIGKILL)

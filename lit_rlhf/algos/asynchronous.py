@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import lightning as L
 import torch
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs
@@ -41,6 +42,13 @@ def sampler_copy(policy: torch.nn.Module, trained: list[torch.nn.Parameter]) -> 
     trained_ids = {id(p) for p in trained}
     shared = {id(p): p for p in policy.parameters() if id(p) not in trained_ids}
     return copy.deepcopy(policy, shared).eval()
+
+
+class StopProducerOnException(L.Callback):
+    """Lightning calls no module hook when a step raises, only callbacks' on_exception: the producer stops there."""
+
+    def on_exception(self, trainer: L.Trainer, module: Any, exception: BaseException) -> None:
+        module.stop_producer()
 
 
 class AsyncRollouts:
@@ -80,10 +88,16 @@ class AsyncRollouts:
         self.staleness_seen: list[int] = []
         total = self.total_rl_steps()
         self.producer = RolloutProducer(self.draw_ahead, self.load_version, self.hparams.max_staleness,
-                                        start=self.rl_step, weights=self.trained_snapshot(), stop_after=total).begin()
+                                        start=self.rl_step, weights=self.trained_snapshot(), stop_after=total)
+        self.producer_guard = StopProducerOnException()
+        self.trainer.callbacks.append(self.producer_guard)
+        self.producer.begin()
 
     def stop_producer(self) -> None:
         producer, self.producer = self.producer, None
+        guard = getattr(self, "producer_guard", None)
+        if guard is not None and self._trainer is not None and guard in self.trainer.callbacks:
+            self.trainer.callbacks.remove(guard)
         if producer is not None and not producer.stop():
             from lightning.pytorch.utilities import rank_zero_warn
 
@@ -118,17 +132,21 @@ class AsyncRollouts:
         finally:
             policy.train(was_training)
 
-    def load_version(self, version: int, weights: dict[str, Any]) -> None:
-        """The trained tensors of `version` into the sampler's copy, verified by the probe; an engine with weights
-        of its own takes them from the copy before its next draw."""
+    def copy_into_sampler(self, weights: dict[str, Any]) -> None:
+        """The trained tensors of a version into the sampler's copy of the policy."""
         params = dict(self.sampler_policy.named_parameters())
         missing = sorted(set(weights["tensors"]) - set(params))
         if missing:
-            raise ConfigError(f"RL step {version}: the sampler's copy of the policy has no tensor {missing[0]!r}; "
-                              f"the copy and the policy differ in structure, so async mode cannot sync it.")
+            raise ConfigError(f"the sampler's copy of the policy has no tensor {missing[0]!r}; the copy and the "
+                              f"policy differ in structure, so async mode cannot sync it.")
         with torch.no_grad():
             for name, tensor in weights["tensors"].items():
                 params[name].copy_(tensor)
+
+    def load_version(self, version: int, weights: dict[str, Any]) -> None:
+        """The weights of `version` into the sampler's copy, verified by the probe; an engine with weights of its
+        own (rollout=vllm) takes them from the copy before its next draw."""
+        self.copy_into_sampler(weights)
         self.rollout_engine.after_update(self.sampler)  # rollout=vllm: its weights are now behind the copy
         if weights["probe"] is None:
             return

@@ -102,6 +102,7 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         self.last_stats: dict[str, float] = {}
         self.last_distributions: dict[str, torch.Tensor] = {}
         self.last_step_episodes = 0
+        self.last_step_prompts: list[str] = []
         self._ratios: list[torch.Tensor] = []
         self._fit_start_time = None
         self.last_validated_rl_step = -1

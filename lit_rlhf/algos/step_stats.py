@@ -31,6 +31,7 @@ class StepStatistics:
 
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
         self.last_step_episodes = len(rollout) * self.trainer.world_size
+        self.last_step_prompts = rollout.prompts  # N  what this rank trained on (repeated K times)
         self.episode += self.last_step_episodes
         now = time.time()
         elapsed, step_s = max(now - self._fit_start_time, 1e-9), now - self._last_step_logged

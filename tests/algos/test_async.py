@@ -1,0 +1,162 @@
+"""Asynchronous mode (algo.max_staleness): S=0 is the synchronous run bit for bit, S>0 trains each rollout exactly
+S versions after the weights that drew it with the sampler's logprobs as the behaviour policy, the weight sync is
+verified, and no thread outlives a run."""
+
+import functools
+import threading
+
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf.algos.asynchronous import AsyncRollouts
+from lit_rlhf.algos.rollout import batched_logprobs
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.ops import importance_weights
+from tests.conftest import make_datamodule, make_ppo, make_rloo
+
+SGD = functools.partial(torch.optim.SGD, lr=0.5)  # large steps: every version's logprobs differ
+
+
+class Record(L.Callback):
+    def __init__(self):
+        self.stats = []
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.stats.append(dict(module.last_stats))
+
+
+def fit(module, rl_steps=3, callbacks=()):
+    L.seed_everything(0)
+    record = Record()
+    trainer = L.Trainer(max_steps=rl_steps * module.optimizer_steps_per_rl_step, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, accelerator="cpu", callbacks=[record, *callbacks])
+    trainer.fit(module, make_datamodule())
+    weights = {k: v.detach().clone() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
+    return weights, record.stats
+
+
+def producer_threads():
+    return [t for t in threading.enumerate() if t.name == "lit-rlhf-rollout-producer" and t.is_alive()]
+
+
+def comparable(stats):
+    return [{k: v for k, v in step.items() if not k.startswith(("time/", "async/")) and k != "eps"} for step in stats]
+
+
+@pytest.mark.parametrize("make", [make_rloo, make_ppo], ids=["rloo", "ppo"])
+def test_staleness_0_through_the_producer_equals_the_synchronous_run_bit_for_bit(make):
+    sync_weights, sync_stats = fit(make(optimizer=SGD))
+    async_weights, async_stats = fit(make(optimizer=SGD, max_staleness=0))
+    assert comparable(async_stats) == comparable(sync_stats)  # every metric, to the last digit
+    assert sync_weights.keys() == async_weights.keys()
+    for name, weight in sync_weights.items():
+        assert torch.equal(weight, async_weights[name]), name
+    assert [s["async/staleness"] for s in async_stats] == [0.0] * 3
+    assert not producer_threads()
+
+
+def test_each_rollout_is_trained_s_versions_after_the_weights_that_drew_it(monkeypatch):
+    """S=2: rollout t is drawn with version max(0, t - 2). The sampler logprobs a stale rollout carries are those of
+    the weights of that version (kept from the trainer at each step), and its importance weights are
+    min(pi_old / pi_sampler, cap) with pi_old the trainer's current policy (the decoupled correction)."""
+    module = make_rloo(optimizer=SGD, max_staleness=2, reuse_rollout_forward=False)
+    versions, checked = {}, []
+
+    class KeepWeights(L.Callback):  # the trainer's policy at every version, to recompute what the sampler saw
+        def on_train_start(self, trainer, module):
+            versions[0] = {n: p.detach().clone() for n, p in module.policy.named_parameters()}
+
+        def on_train_batch_end(self, trainer, module, *args):
+            versions[module.rl_step] = {n: p.detach().clone() for n, p in module.policy.named_parameters()}
+
+    finish = module.finish_rollout
+
+    def checking_finish(drawn, for_training):
+        rollout = finish(drawn, for_training)
+        samples = drawn.samples
+        assert drawn.version == max(0, module.rl_step - 2) and drawn.staleness == module.rl_step - drawn.version
+        if drawn.staleness == 0:
+            assert samples.sampler_logprobs is None and rollout.is_weights is None
+        else:
+            now = {n: p.detach().clone() for n, p in module.policy.named_parameters()}
+            module.policy.load_state_dict(versions[drawn.version], strict=False)
+            module.policy.eval()
+            behaviour = batched_logprobs(module.policy, samples.queries, samples.query_mask, samples.responses,
+                                         samples.response_mask, module.hparams.temperature)
+            module.policy.load_state_dict(now, strict=False)
+            module.policy.train()
+            torch.testing.assert_close(samples.sampler_logprobs, behaviour, atol=1e-5, rtol=0)
+            expected = importance_weights(rollout.logprobs, behaviour, samples.response_mask, 2.0)
+            torch.testing.assert_close(rollout.is_weights, expected, atol=1e-4, rtol=1e-4)
+            assert (rollout.logprobs - behaviour).abs().max() > 1e-3  # the versions differ: a real correction
+        checked.append(drawn.staleness)
+        return rollout
+
+    monkeypatch.setattr(module, "finish_rollout", checking_finish)
+    _, stats = fit(module, rl_steps=5, callbacks=[KeepWeights()])
+    assert checked == [0, 1, 2, 2, 2]
+    assert [s["async/staleness"] for s in stats] == [0.0, 1.0, 2.0, 2.0, 2.0]
+    assert stats[-1]["async/staleness_max"] == 2.0 and stats[-1]["async/staleness_mean"] == pytest.approx(7 / 5)
+    assert "rollout/sampler_kl" in stats[-1] and 0 <= stats[-1]["async/trainer_idle_frac"] <= 1
+    assert not producer_threads()
+
+
+def test_behaviour_correction_clips_around_the_sampler_and_has_no_importance_weight(monkeypatch):
+    module = make_rloo(optimizer=SGD, max_staleness=1, async_correction="behaviour")
+    finish = module.finish_rollout
+    seen = []
+
+    def checking_finish(drawn, for_training):
+        rollout = finish(drawn, for_training)
+        if drawn.staleness:
+            assert torch.equal(rollout.logprobs, drawn.samples.sampler_logprobs) and rollout.is_weights is None
+            seen.append(drawn.staleness)
+        return rollout
+
+    monkeypatch.setattr(module, "finish_rollout", checking_finish)
+    _, stats = fit(module)
+    assert seen == [1, 1] and stats[-1]["val/ratio"] != 1.0  # the first update's ratio is against the sampler
+
+
+def test_a_weight_sync_that_does_not_reach_the_sampler_stops_the_run_with_one_line(monkeypatch):
+    """An adapter that never reaches the sampler: its copy keeps the initial weights. The probe sees it at the
+    first version after the first update, instead of training on samples of the initial policy."""
+    monkeypatch.setattr(AsyncRollouts, "copy_into_sampler", lambda self, weights: None)
+    with pytest.raises(ConfigError, match=r"RL step 1: the weight sync to the rollout producer failed") as err:
+        fit(make_rloo(optimizer=SGD, max_staleness=0))
+    assert "\n" not in str(err.value)
+    assert not producer_threads()
+
+
+def test_a_failing_step_leaves_no_producer_thread(monkeypatch):
+    module = make_rloo(max_staleness=2)
+
+    def failing_update(rollout, advantages):
+        raise RuntimeError("update failed")
+
+    monkeypatch.setattr(module, "update", failing_update)
+    with pytest.raises(RuntimeError, match="update failed"):
+        fit(module)
+    assert not producer_threads()
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1, "algo.max_staleness=-1 must be >= 0"),
+    (1.5, "algo.max_staleness=1.5 must be a whole number"),
+])
+def test_a_bad_staleness_bound_is_one_line(value, message):
+    with pytest.raises(ConfigError, match=message):
+        make_rloo(max_staleness=value)
+
+
+def test_async_mode_needs_a_prompt_datamodule():
+    module = make_rloo(max_staleness=1)
+    datamodule = make_datamodule()
+    datamodule.setup()
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    with pytest.raises(ConfigError, match="reads prompt batches ahead of the trainer from a PromptDataModule"):
+        trainer.fit(module, train_dataloaders=datamodule.train_dataloader())
+    assert not producer_threads()

@@ -1,0 +1,109 @@
+"""RolloutProducer without models: the version schedule, the bound on what is drawn ahead, no rollout dropped or
+repeated, errors handed to the trainer, and a thread that stops."""
+
+import random
+import threading
+import time
+
+import pytest
+
+from lit_rlhf.rollout.producer import ProducerStopped, RolloutProducer
+
+
+class Recorder:
+    """draw/load stand-ins that sleep a random while and record what the producer did, and when."""
+
+    def __init__(self, seed=0):
+        self.rng, self.lock = random.Random(seed), threading.Lock()
+        self.loaded, self.drawn, self.events = [], [], []
+
+    def pause(self):
+        time.sleep(self.rng.uniform(0, 0.004))
+
+    def load(self, version, weights):
+        assert weights == f"weights {version}"
+        self.loaded.append(version)
+
+    def draw(self, step, version):
+        self.pause()
+        with self.lock:
+            self.drawn.append((step, version))
+            self.events.append(("drawn", step))
+        return (step, version)
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 2, 3])
+@pytest.mark.parametrize("start", [0, 5])
+def test_rollout_t_is_drawn_once_with_version_t_minus_s_and_never_more_than_s_plus_1_ahead(staleness, start):
+    recorder, steps = Recorder(seed=staleness), 12
+    producer = RolloutProducer(recorder.draw, recorder.load, staleness, start=start, weights=f"weights {start}",
+                               stop_after=start + steps).begin()
+    trained = []
+    for step in range(start, start + steps):
+        drawn_step, version = producer.take(step)
+        with recorder.lock:
+            ahead = sum(1 for kind, s in recorder.events if kind == "drawn" and s > step)
+            recorder.events.append(("trained", step))
+        trained.append((drawn_step, version))
+        assert ahead <= staleness  # rollouts beyond this one already drawn: their versions are not out yet
+        recorder.pause()  # the update
+        producer.publish(step + 1, f"weights {step + 1}")
+    assert producer.stop()
+    expected = [(step, max(start, step - staleness)) for step in range(start, start + steps)]
+    assert trained == expected and recorder.drawn == expected  # each step once, in order, with its version
+    assert all(0 <= step - version <= staleness for step, version in trained)
+    assert recorder.loaded == sorted(set(v for _, v in expected))  # each version loaded once
+
+
+def test_staleness_0_alternates_draw_and_update_strictly():
+    recorder = Recorder()
+    producer = RolloutProducer(recorder.draw, recorder.load, 0, start=0, weights="weights 0", stop_after=5).begin()
+    for step in range(5):
+        producer.take(step)
+        with recorder.lock:
+            recorder.events.append(("trained", step))
+        time.sleep(0.01)  # the producer has time to run ahead, if it could
+        producer.publish(step + 1, f"weights {step + 1}")
+    producer.stop()
+    assert recorder.events == [(kind, step) for step in range(5) for kind in ("drawn", "trained")]
+
+
+def test_the_producers_error_is_raised_in_the_trainer_and_stop_ends_the_thread():
+    def draw(step, version):
+        if step == 2:
+            raise ValueError("reward server said no")
+        return step
+
+    producer = RolloutProducer(draw, lambda v, w: None, 2, start=0, weights="w").begin()
+    assert producer.take(0) == 0 and producer.take(1) == 1
+    with pytest.raises(ValueError, match="reward server said no"):
+        producer.take(2)
+    assert producer.stop() and not producer.thread.is_alive()
+
+
+def test_a_producer_waiting_for_a_version_stops_and_a_trainer_waiting_for_it_is_told():
+    producer = RolloutProducer(lambda s, v: s, lambda v, w: None, 0, start=0, weights="w").begin()
+    assert producer.take(0) == 0  # rollout 1 needs version 1, which is never published
+    stopper = threading.Timer(0.05, producer.stop)
+    stopper.start()
+    with pytest.raises(ProducerStopped):
+        producer.take(1)
+    stopper.join()
+    assert not producer.thread.is_alive()
+
+
+def test_paused_holds_the_producer_between_draws():
+    started = threading.Event()
+    drawing = []
+
+    def draw(step, version):
+        started.set()
+        drawing.append(step)
+        return step
+
+    producer = RolloutProducer(draw, lambda v, w: None, 3, start=0, weights="w", stop_after=4)
+    with producer.paused():
+        producer.begin()
+        assert not started.wait(0.1) and drawing == []  # nothing drawn while paused
+    assert [producer.take(step) for step in range(4)] == [0, 1, 2, 3]
+    producer.stop()
