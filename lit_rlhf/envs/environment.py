@@ -88,6 +88,11 @@ class EnvSpec:
         if self.tool_format not in TOOL_FORMATS:
             raise ConfigError(f"env.tool_format={self.tool_format!r} is not a tool format"
                               f"{nearest(self.tool_format, list(TOOL_FORMATS))}.")
+        for hook in [*self.tools, getattr(factory_class(self.factory), "step", None)]:
+            if inspect.isasyncgenfunction(hook):
+                raise ConfigError(f"the environment {name}'s {getattr(hook, '__name__', hook)} is an async generator "
+                                  f"(async def with yield), which cannot be awaited to one answer; return the answer "
+                                  f"instead of yielding it.")
         self.schemas = [tool_schema(tool, f"the environment {name}") for tool in self.tools]
 
     @property

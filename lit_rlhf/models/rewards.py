@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from lit_rlhf.envs.tools import awaited
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.tokenizer import load_checked_tokenizer
 
@@ -37,7 +38,12 @@ def missing_columns(reward: Callable, columns: dict[str, list] | None) -> list[s
 
 def call_reward(reward: Callable, prompts: Sequence[str], completions: Sequence[str],
                 columns: dict[str, list] | None = None) -> Any:
-    """reward(prompts, completions, **the columns its signature accepts)."""
+    """reward(prompts, completions, **the columns its signature accepts); an `async def` reward is awaited."""
+    return awaited(call_reward_with_columns(reward, prompts, completions, columns))
+
+
+def call_reward_with_columns(reward: Callable, prompts: Sequence[str], completions: Sequence[str],
+                             columns: dict[str, list] | None) -> Any:
     if not columns:
         return reward(prompts, completions)
     try:

@@ -102,3 +102,37 @@ def test_a_hermes_call_nested_thousands_deep_is_a_malformed_call_not_a_recursion
     as_string = '<tool_call>{"name": "f", "arguments": "' + "[" * 100_000 + '"}</tool_call>'
     with pytest.raises(ToolCallError, match="not a JSON object"):
         TOOL_FORMATS["hermes"].parse(as_string)
+
+
+def test_an_async_generator_tool_or_step_cannot_be_awaited_and_is_one_line():
+    from lit_rlhf.envs import EnvSpec, Environment
+    from lit_rlhf.errors import ConfigError
+
+    async def lookup(query: str) -> str:
+        """Looks a query up.
+
+        Args:
+            query: what to look up
+        """
+        yield "one"
+
+    class StreamingTools(Environment):
+        tools = [lookup]
+
+    class StreamingStep(Environment):
+        async def step(self, text):
+            yield "more", False
+
+    for env, name in ((StreamingTools, "lookup"), (StreamingStep, "step")):
+        with pytest.raises(ConfigError, match=f"{name} is an async generator .* return the answer instead") as err:
+            EnvSpec(env)
+        assert "\n" not in str(err.value)
+
+
+def test_an_async_def_reward_is_awaited():
+    from lit_rlhf.models.rewards import call_reward
+
+    async def length_reward(prompts, completions, answer):
+        return [float(len(c)) + a for c, a in zip(completions, answer, strict=True)]
+
+    assert call_reward(length_reward, ["p", "q"], ["ab", "c"], {"answer": [1, 2], "other": [0, 0]}) == [3.0, 3.0]
