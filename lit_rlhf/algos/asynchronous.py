@@ -162,9 +162,8 @@ class AsyncRollouts:
         """Rollout `step` drawn with weights `version`, scored, with the sampler's logprobs when it is stale."""
         batch = batch_to(self.stream.batch(step), self.device)
         timings: dict[str, float] = {}
+        # a reward that waits (a server, a judge) goes on in its thread while the producer draws the next rollout
         drawn = self.draw(self.sampler, batch, self.samples_per_prompt, timings=timings)
-        result = drawn.scored()  # waits for the reward here, in the producer
-        drawn.scored = lambda: result
         drawn.version, drawn.staleness, drawn.timings = version, step - version, timings
         samples = drawn.samples
         if drawn.staleness > 0 and samples.sampler_logprobs is None:  # rollout=hf: the copy's own forward
@@ -187,10 +186,11 @@ class AsyncRollouts:
             return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
         if for_training:
             drawn = self.producer.take(self.rl_step)
+            self.staleness_seen.append(drawn.staleness)
+            rollout = self.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
             for key, value in drawn.timings.items():
                 self.step_timings[key] = self.step_timings.get(key, 0.0) + value
-            self.staleness_seen.append(drawn.staleness)
-            return self.finish_rollout(drawn, for_training=True)
+            return rollout
         with self.producer.paused():
             try:
                 return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
