@@ -17,8 +17,8 @@ def records(path):
 
 def test_a_run_killed_with_rollouts_in_flight_resumes_without_skipping_or_repeating_prompts(tmp_path):
     env = {"PYTHONPATH": str(ROOT)}
-    full = run_script("train.py", "steps=6", *RUN, "hydra.run.dir=full", f"+callbacks.record.path={tmp_path}/full.jsonl",
-                      cwd=tmp_path, env=env)
+    full = run_script("train.py", "steps=6", *RUN, "hydra.run.dir=full",
+                      f"+callbacks.record.path={tmp_path}/full.jsonl", cwd=tmp_path, env=env)
     assert full.returncode == 0, full.stderr[-2000:]
     killed = run_script("train.py", "steps=6", *RUN, "hydra.run.dir=run", f"+callbacks.record.path={tmp_path}/a.jsonl",
                         "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.rl_step=3",

@@ -105,7 +105,7 @@ def test_a_hermes_call_nested_thousands_deep_is_a_malformed_call_not_a_recursion
 
 
 def test_an_async_generator_tool_or_step_cannot_be_awaited_and_is_one_line():
-    from lit_rlhf.envs import EnvSpec, Environment
+    from lit_rlhf.envs import Environment, EnvSpec
     from lit_rlhf.errors import ConfigError
 
     async def lookup(query: str) -> str:
