@@ -27,10 +27,13 @@ class Record(L.Callback):
 
 
 def fit(module, rl_steps=3, callbacks=()):
+    from lightning.pytorch.callbacks import Checkpoint
+
     L.seed_everything(0)
     record = Record()
     trainer = L.Trainer(max_steps=rl_steps * module.optimizer_steps_per_rl_step, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
+                        enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, accelerator="cpu", callbacks=[record, *callbacks])
     trainer.fit(module, make_datamodule())
     weights = {k: v.detach().clone() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
@@ -160,3 +163,35 @@ def test_async_mode_needs_a_prompt_datamodule():
     with pytest.raises(ConfigError, match="reads prompt batches ahead of the trainer from a PromptDataModule"):
         trainer.fit(module, train_dataloaders=datamodule.train_dataloader())
     assert not producer_threads()
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_and_sigterm_stop_the_producer_and_leave_a_checkpoint_that_resumes(signame, tmp_path):
+    import os
+    import signal
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lit_rlhf.callbacks import CheckpointOnInterrupt
+
+    class SignalAt(L.Callback):
+        def on_train_batch_end(self, trainer, module, *args):
+            if module.rl_step == 2:
+                os.kill(os.getpid(), getattr(signal, signame))
+
+    guard = CheckpointOnInterrupt(dirpath=str(tmp_path))
+    if signame == "SIGTERM":
+        with pytest.raises(SIGTERMException):
+            fit(make_rloo(max_staleness=2), rl_steps=5, callbacks=[SignalAt(), guard])
+    else:
+        _, stats = fit(make_rloo(max_staleness=2), rl_steps=5, callbacks=[SignalAt(), guard])
+        assert len(stats) == 2
+    assert guard.path == tmp_path / "interrupted.ckpt" and not producer_threads()
+
+    L.seed_everything(0)
+    module, record = make_rloo(max_staleness=2), Record()
+    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu", callbacks=[record])
+    trainer.fit(module, make_datamodule(), ckpt_path=str(guard.path))
+    assert module.rl_step == 5 and len(record.stats) == 3  # steps 3-5, from the checkpoint's weights
+    assert [s["async/staleness"] for s in record.stats] == [0.0, 1.0, 2.0] and not producer_threads()
