@@ -17,6 +17,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs
 from lit_rlhf.data.datamodule import batch_to
@@ -99,8 +100,6 @@ class AsyncRollouts:
         if guard is not None and self._trainer is not None and guard in self.trainer.callbacks:
             self.trainer.callbacks.remove(guard)
         if producer is not None and not producer.stop():
-            from lightning.pytorch.utilities import rank_zero_warn
-
             rank_zero_warn("the rollout producer did not stop within its timeout (a tool or reward that does not "
                            "return); it is a daemon thread and ends with the process.")
 
@@ -167,15 +166,13 @@ class AsyncRollouts:
         drawn.version, drawn.staleness, drawn.timings = version, step - version, timings
         samples = drawn.samples
         if drawn.staleness > 0 and samples.sampler_logprobs is None:  # rollout=hf: the copy's own forward
-            forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask
             logprobs = batched_logprobs(self.sampler_policy, samples.queries, samples.query_mask, samples.responses,
-                                        forward_mask, self.hparams.temperature, self.hparams.forward_batch_size,
+                                        samples.forward_mask, self.hparams.temperature, self.hparams.forward_batch_size,
                                         self.hparams.logits_chunk_size, self.packing_pad_id)
             samples.sampler_logprobs = logprobs * samples.response_mask  # N,R  zero on observation tokens
         if self.probe is None:
-            forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask
             self.probe = tuple(t[:1].clone() for t in (samples.queries, samples.query_mask, samples.responses,
-                                                       forward_mask))
+                                                       samples.forward_mask))
         return drawn
 
     # ---- trainer thread ---------------------------------------------------------------------

@@ -218,8 +218,7 @@ class RolloutScoring:
         """The trainer's side: old (or the update's) and reference logprobs, the correction for a sampler that is
         not the trainer's weights, the scores."""
         hp, samples = self.hparams, drawn.samples
-        forward_mask = samples.response_mask if samples.context_mask is None else samples.context_mask  # N,R
-        sequences = (samples.queries, samples.query_mask, samples.responses, forward_mask)
+        sequences = (samples.queries, samples.query_mask, samples.responses, samples.forward_mask)  # N,P x2 ; N,R x2
         reuse_forward = for_training and self.single_update
         behaviour_as_old = drawn.staleness > 0 and hp.async_correction == "behaviour"
         was_training = self.policy.training

@@ -38,6 +38,11 @@ class Samples:
     context_mask: torch.Tensor | None = None  # N,R
     episodes: list[Episode] | None = None  # N
 
+    @property
+    def forward_mask(self) -> torch.Tensor:
+        """The tokens after the prompt that a forward attends to: the whole trajectory. -> (N,R)"""
+        return self.response_mask if self.context_mask is None else self.context_mask
+
 
 def repeat_prompts(batch: dict[str, torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """K copies of every prompt, adjacent (the K siblings of a prompt stay together and on one rank).
