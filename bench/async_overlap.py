@@ -1,6 +1,7 @@
-"""Synchronous against asynchronous (algo.max_staleness = 1, 2) on 2 CPU cores, as a user runs them:
+"""Synchronous against asynchronous (algo.max_staleness = 1, 2; algo.async_draws rollouts drawn at once) on 2 CPU
+cores, as a user runs them:
 
-    python bench/async_overlap.py        # ~25 min on 2 CPU cores
+    python bench/async_overlap.py        # ~30 min on 2 CPU cores
 
 (a) `python train.py experiment=calculator_grpo` with a calculator tool answering after 200 ms
 (bench/slow_tools.py) and the reward served by `python -m lit_rlhf.serve` answering after 200 ms
@@ -30,7 +31,7 @@ from results_blocks import publish
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-STALENESS = (None, 1, 2)
+MODES = ((None, 1), (1, 1), (1, 2), (2, 3))  # (algo.max_staleness, algo.async_draws); None: synchronous
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONPATH": f"{ROOT}{os.pathsep}{BENCH}"}
 
 
@@ -48,9 +49,9 @@ def task_args(task: str, url: str) -> list[str]:
     return ["steps=100", "trainer.val_check_interval=25"]
 
 
-def run(task: str, staleness: int | None, url: str, out: Path) -> dict:
-    run_dir = out / f"{task}_{staleness}"
-    setting = [] if staleness is None else [f"algo.max_staleness={staleness}"]
+def run(task: str, staleness: int | None, draws: int, url: str, out: Path) -> dict:
+    run_dir = out / f"{task}_{staleness}_{draws}"
+    setting = [] if staleness is None else [f"algo.max_staleness={staleness}", f"algo.async_draws={draws}"]
     command = ["train.py", *task_args(task, url), *setting, "callbacks.generation_samples=null",
                f"hydra.run.dir={run_dir}"]
     start = time.time()
@@ -71,7 +72,8 @@ def run(task: str, staleness: int | None, url: str, out: Path) -> dict:
         values = [float(r[key]) for r in steps if r.get(key)]
         return statistics.mean(values) if values else None
 
-    return {"task": task, "max_staleness": staleness, "command": " ".join(command[1:-1]), "wall_s": wall,
+    return {"task": task, "max_staleness": staleness, "async_draws": draws, "command": " ".join(command[1:-1]),
+            "wall_s": wall,
             "episodes_per_s": episodes_per_step * len(step_s) / sum(step_s), "step_s_median": statistics.median(step_s),
             "producer_idle_frac": mean_of("async/producer_idle_frac"),
             "trainer_idle_frac": mean_of("async/trainer_idle_frac"), "held_out": held_out,
@@ -92,7 +94,8 @@ def main() -> None:
     server, url = serve()
     try:
         with tempfile.TemporaryDirectory() as out:
-            results = [run(task, s, url, Path(out)) for task in ("calculator", "sentiment") for s in STALENESS]
+            results = [run(task, s, draws, url, Path(out)) for task in ("calculator", "sentiment")
+                       for s, draws in MODES]
     finally:
         server.terminate()
         server.wait()
@@ -100,7 +103,8 @@ def main() -> None:
              "held-out after the run (95% interval) |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         sync = next(s for s in results if s["task"] == r["task"] and s["max_staleness"] is None)
-        mode = "synchronous" if r["max_staleness"] is None else f"async, S={r['max_staleness']}"
+        mode = ("synchronous" if r["max_staleness"] is None
+                else f"async, S={r['max_staleness']}, {r['async_draws']} drawn at once")
         task = ("(a) calculator, 200 ms tool + 200 ms reward server: exact match" if r["task"] == "calculator"
                 else "(b) sentiment default: score gain over the reference")
         lines.append(f"| {task} | {mode} | {r['episodes_per_s']:.1f} | {r['step_s_median']:.2f} | "

@@ -37,3 +37,24 @@ def test_ddp_on_two_cpu_processes_keeps_ranks_identical_and_counts_global_episod
         assert len(zero) == len(one) == 4 and not set(zero) & set(one)
     metrics = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()
     assert len([row for row in metrics[1:] if row.split(",")[0]]) == 3  # rank zero logs one row per step
+
+
+def test_ddp_in_async_mode_each_rank_draws_its_own_half_ahead_and_ranks_stay_identical(tmp_path):
+    """algo.max_staleness=1 under DDP: each rank's producer reads its own share of every global batch ahead and
+    samples with its own copy; the update's collectives stay in the trainer's thread, so the ranks stay equal."""
+    result = run_train(tmp_path, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                       "algo.max_staleness=1", "algo.async_draws=2", "algo.optimizer.lr=0.01")
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for key, tensor in ranks[0]["trained"].items():
+        assert torch.equal(tensor, ranks[1]["trained"][key]), key
+    assert ranks[0]["episode"] == ranks[1]["episode"] == 3 * 8 * 4
+    seen = []
+    for step in range(3):
+        zero, one = ranks[0]["prompts"][step], ranks[1]["prompts"][step]
+        assert len(zero) == len(one) == 4 and not set(zero) & set(one)
+        seen += [*zero, *one]
+    assert len(seen) == len(set(seen))  # no prompt trained twice across steps and ranks
+    header, *rows = [line.split(",") for line in (tmp_path / "csv" / "metrics.csv").read_text().splitlines()]
+    staleness = [row[header.index("async/staleness")] for row in rows if row[header.index("async/staleness")]]
+    assert [float(s) for s in staleness] == [0.0, 1.0, 1.0]

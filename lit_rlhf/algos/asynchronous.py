@@ -72,6 +72,10 @@ class AsyncRollouts:
             raise ConfigError(f"{setting} cannot refill a step with dynamic sampling (algo.max_refill_rounds="
                               f"{self.hparams.max_refill_rounds} samples more prompts inside the step); set "
                               f"algo.max_refill_rounds=0 or drop algo.max_staleness.")
+        if self.hparams.async_draws > 1 and not self.rollout_engine.concurrent_draws:
+            raise ConfigError(f"algo.async_draws={self.hparams.async_draws} draws rollouts with different weights at "
+                              f"once, and this rollout engine holds one set of weights (rollout=vllm); set "
+                              f"algo.async_draws=1 or use rollout=hf.")
         if not callable(getattr(datamodule, "prompt_stream", None)):
             raise ConfigError(f"{setting} reads prompt batches ahead of the trainer from a PromptDataModule (its "
                               f"prompt_stream()); train with lit_rlhf's PromptDataModule or drop algo.max_staleness.")
@@ -83,13 +87,14 @@ class AsyncRollouts:
             return
         self.stream = self.trainer.datamodule.prompt_stream()
         trained = [p for p in self.policy.parameters() if p.requires_grad]
-        self.sampler_policy = sampler_copy(self.policy, trained)
-        self.sampler = SamplerView(self, self.sampler_policy)
         self.probe = None  # (queries, query_mask, responses, forward_mask) of one sequence, set by the first draw
         self.staleness_seen: list[int] = []
-        total = self.total_rl_steps()
         self.producer = RolloutProducer(self.draw_ahead, self.load_version, self.hparams.max_staleness,
-                                        start=self.rl_step, weights=self.trained_snapshot(), stop_after=total)
+                                        start=self.rl_step, weights=self.trained_snapshot(),
+                                        stop_after=self.total_rl_steps(), draws=self.hparams.async_draws)
+        # one copy per worker: the rollouts drawn at once sample with different versions
+        self.sampler_policies = [sampler_copy(self.policy, trained) for _ in self.producer.threads]
+        self.samplers = [SamplerView(self, policy) for policy in self.sampler_policies]
         self.producer_guard = StopProducerOnException()
         self.trainer.callbacks.append(self.producer_guard)
         self.producer.begin()
@@ -131,9 +136,9 @@ class AsyncRollouts:
         finally:
             policy.train(was_training)
 
-    def copy_into_sampler(self, weights: dict[str, Any]) -> None:
-        """The trained tensors of a version into the sampler's copy of the policy."""
-        params = dict(self.sampler_policy.named_parameters())
+    def copy_into_sampler(self, weights: dict[str, Any], slot: int = 0) -> None:
+        """The trained tensors of a version into a worker's copy of the policy."""
+        params = dict(self.sampler_policies[slot].named_parameters())
         missing = sorted(set(weights["tensors"]) - set(params))
         if missing:
             raise ConfigError(f"the sampler's copy of the policy has no tensor {missing[0]!r}; the copy and the "
@@ -142,14 +147,14 @@ class AsyncRollouts:
             for name, tensor in weights["tensors"].items():
                 params[name].copy_(tensor)
 
-    def load_version(self, version: int, weights: dict[str, Any]) -> None:
-        """The weights of `version` into the sampler's copy, verified by the probe; an engine with weights of its
+    def load_version(self, version: int, weights: dict[str, Any], slot: int) -> None:
+        """The weights of `version` into a worker's copy, verified by the probe; an engine with weights of its
         own (rollout=vllm) takes them from the copy before its next draw."""
-        self.copy_into_sampler(weights)
-        self.rollout_engine.after_update(self.sampler)  # rollout=vllm: its weights are now behind the copy
+        self.copy_into_sampler(weights, slot)
+        self.rollout_engine.after_update(self.samplers[slot])  # rollout=vllm: its weights are now behind the copy
         if weights["probe"] is None:
             return
-        copied = self.probe_logprobs(self.sampler_policy)
+        copied = self.probe_logprobs(self.sampler_policies[slot])
         error = float((copied - weights["probe"]).abs().max())
         if not error <= PROBE_TOLERANCE:
             raise ConfigError(f"RL step {version}: the weight sync to the rollout producer failed: its copy of the "
@@ -157,18 +162,20 @@ class AsyncRollouts:
                               f"than {PROBE_TOLERANCE:g}), so it would sample another policy; the checkpoints written "
                               f"so far are intact.")
 
-    def draw_ahead(self, step: int, version: int) -> Any:
-        """Rollout `step` drawn with weights `version`, scored, with the sampler's logprobs when it is stale."""
+    def draw_ahead(self, step: int, version: int, slot: int) -> Any:
+        """Rollout `step` drawn with weights `version` (in the worker's slot), scored, with the sampler's logprobs
+        when it is stale."""
         batch = batch_to(self.stream.batch(step), self.device)
         timings: dict[str, float] = {}
         # a reward that waits (a server, a judge) goes on in its thread while the producer draws the next rollout
-        drawn = self.draw(self.sampler, batch, self.samples_per_prompt, timings=timings)
+        drawn = self.draw(self.samplers[slot], batch, self.samples_per_prompt, timings=timings)
         drawn.version, drawn.staleness, drawn.timings = version, step - version, timings
         samples = drawn.samples
         if drawn.staleness > 0 and samples.sampler_logprobs is None:  # rollout=hf: the copy's own forward
-            logprobs = batched_logprobs(self.sampler_policy, samples.queries, samples.query_mask, samples.responses,
-                                        samples.forward_mask, self.hparams.temperature, self.hparams.forward_batch_size,
-                                        self.hparams.logits_chunk_size, self.packing_pad_id)
+            logprobs = batched_logprobs(self.sampler_policies[slot], samples.queries, samples.query_mask,
+                                        samples.responses, samples.forward_mask, self.hparams.temperature,
+                                        self.hparams.forward_batch_size, self.hparams.logits_chunk_size,
+                                        self.packing_pad_id)
             samples.sampler_logprobs = logprobs * samples.response_mask  # N,R  zero on observation tokens
         if self.probe is None:
             self.probe = tuple(t[:1].clone() for t in (samples.queries, samples.query_mask, samples.responses,
@@ -192,7 +199,7 @@ class AsyncRollouts:
             try:
                 return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
             finally:
-                self.rollout_engine.after_update(self.sampler)  # an engine's weights are the trainer's now
+                self.rollout_engine.after_update(self.samplers[0])  # an engine's weights are the trainer's now
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """After an RL step: its weights, version rl_step, for the rollouts drawn with them."""

@@ -115,6 +115,10 @@ class RLHFConfig:
         "decoupled", "async mode's off-policy correction: `decoupled` (pi_old recomputed by the trainer, the clip "
                      "around it, the behaviour ratio pi_old / pi_sampler weighted by rollout_is_*), `behaviour` "
                      "(pi_old = the sampler's logprobs: the clip around the stale policy, no rollout_is_* weight)")
+    async_draws: int = setting(
+        1, "async mode: rollouts the producer draws at once (at most max_staleness + 1 can), each sampling with its "
+           "own copy of the trained weights (LoRA: the adapters; full fine-tuning: a whole copy each), so one "
+           "rollout's tool and reward waits overlap the next one's sampling; rollout=hf only")
 
     def __post_init__(self):
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
@@ -129,6 +133,7 @@ class RLHFConfig:
         check_choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
         check_number("max_staleness", self.max_staleness, minimum=0, optional=True, integer=True)
         check_choice("async_correction", self.async_correction, ASYNC_CORRECTIONS)
+        check_number("async_draws", self.async_draws, minimum=1, integer=True)
         for name in ("sequence_cliprange_low", "sequence_cliprange_high"):
             check_number(name, getattr(self, name), minimum=0, strictly=True)
             if getattr(self, name) >= 1:

@@ -19,6 +19,11 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
     if getattr(config, "max_staleness", None) is None and changed(config, "async_correction"):
         said.append(f"algo.async_correction={config.async_correction} corrects rollouts drawn ahead in asynchronous "
                     f"mode, which is off: it does nothing; set algo.max_staleness (e.g. 1) or drop it.")
+    draws, staleness = getattr(config, "async_draws", 1), getattr(config, "max_staleness", None)
+    if draws > 1 and (staleness is None or draws > staleness + 1):
+        said.append(f"algo.async_draws={draws}: at most algo.max_staleness + 1 rollouts can be drawn at once (the "
+                    f"others' weights are not trained yet), and max_staleness={staleness}; "
+                    + ("set algo.max_staleness or drop it." if staleness is None else f"only {staleness + 1} draw."))
     if not engine_reports_logprobs and not getattr(config, "max_staleness", None):
         for name in ("rollout_is_mode", "rollout_is_min", "rollout_is_cap"):
             if hasattr(config, name) and changed(config, name):

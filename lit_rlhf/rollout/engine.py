@@ -81,6 +81,8 @@ class RolloutEngine:
     synced_generation: bool = False
     #: generate_turn returns the engine's logprobs of the sampled tokens (when sampling from the policy)
     reports_logprobs: bool = False
+    #: `sample` may run in several threads at once, each with its own module view (async mode's algo.async_draws)
+    concurrent_draws: bool = True
 
     def setup(self, module: Any) -> None:
         """Called from RLHFModule.configure_model, after the policy, reference and tokenizer loaded."""

@@ -58,6 +58,7 @@ class VLLMEngine(RolloutEngine):
     under DDP each rank's own share). engine_kwargs: anything else `LLM(...)` accepts."""
 
     reports_logprobs = True
+    concurrent_draws = False  # one server with one set of weights
 
     def __init__(self, gpu_memory_utilization: float = 0.3, kv_cache_gib: float | None = None,
                  dtype: str | None = None, max_model_len: int | None = None, enforce_eager: bool = True,

@@ -41,7 +41,7 @@ def fit(module, rl_steps=3, callbacks=()):
 
 
 def producer_threads():
-    return [t for t in threading.enumerate() if t.name == "lit-rlhf-rollout-producer" and t.is_alive()]
+    return [t for t in threading.enumerate() if t.name.startswith("lit-rlhf-rollout-producer") and t.is_alive()]
 
 
 def comparable(stats):
@@ -60,11 +60,13 @@ def test_staleness_0_through_the_producer_equals_the_synchronous_run_bit_for_bit
     assert not producer_threads()
 
 
-def test_each_rollout_is_trained_s_versions_after_the_weights_that_drew_it(monkeypatch):
+@pytest.mark.parametrize("draws", [1, 3])
+def test_each_rollout_is_trained_s_versions_after_the_weights_that_drew_it(monkeypatch, draws):
     """S=2: rollout t is drawn with version max(0, t - 2). The sampler logprobs a stale rollout carries are those of
     the weights of that version (kept from the trainer at each step), and its importance weights are
-    min(pi_old / pi_sampler, cap) with pi_old the trainer's current policy (the decoupled correction)."""
-    module = make_rloo(optimizer=SGD, max_staleness=2, reuse_rollout_forward=False)
+    min(pi_old / pi_sampler, cap) with pi_old the trainer's current policy (the decoupled correction). With three
+    rollouts drawn at once each worker's copy holds the version it draws with."""
+    module = make_rloo(optimizer=SGD, max_staleness=2, reuse_rollout_forward=False, async_draws=draws)
     versions, checked = {}, []
 
     class KeepWeights(L.Callback):  # the trainer's policy at every version, to recompute what the sampler saw
@@ -126,7 +128,7 @@ def test_behaviour_correction_clips_around_the_sampler_and_has_no_importance_wei
 def test_a_weight_sync_that_does_not_reach_the_sampler_stops_the_run_with_one_line(monkeypatch):
     """An adapter that never reaches the sampler: its copy keeps the initial weights. The probe sees it at the
     first version after the first update, instead of training on samples of the initial policy."""
-    monkeypatch.setattr(AsyncRollouts, "copy_into_sampler", lambda self, weights: None)
+    monkeypatch.setattr(AsyncRollouts, "copy_into_sampler", lambda self, weights, slot=0: None)
     with pytest.raises(ConfigError, match=r"RL step 1: the weight sync to the rollout producer failed") as err:
         fit(make_rloo(optimizer=SGD, max_staleness=0))
     assert "\n" not in str(err.value)

@@ -96,6 +96,8 @@ def test_nan_and_inf_optimizer_settings_are_refused(keywords, expected):
     ({"importance_sampling_level": "sequence", "cliprange_high": 0.28},
      "algo.cliprange_high=0.28 is not used with importance_sampling_level=sequence"),
     ({"policy_loss": "cispo", "cliprange": 0.3}, "algo.cliprange=0.3 is not used with policy_loss=cispo"),
+    ({"async_draws": 2}, r"algo.async_draws=2: at most algo.max_staleness \+ 1 .* set algo.max_staleness or drop it"),
+    ({"async_draws": 3, "max_staleness": 1}, r"max_staleness=1; only 2 draw"),
 ])
 def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
     from lit_rlhf import GRPOModule

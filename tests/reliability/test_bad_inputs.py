@@ -90,6 +90,8 @@ CASES = [
      "algo.max_staleness=1 cannot refill a step with dynamic sampling"),
     ("async mode with trainer=fsdp2", [*FSDP2_ONE_RANK, "algo.max_staleness=1"],
      "algo.max_staleness=1 needs trainer=ddp or one process"),
+    ("async draws below 1", ["algo.max_staleness=1", "algo.async_draws=0"],
+     "algo.async_draws=0 must be >= 1"),
     ("env.max_concurrency below 1", ["env=calculator", "env.max_concurrency=0"],
      "env.max_concurrency=0 must be a whole number >= 1"),
     ("malformed JSONL line", ["data=files", "data.dataset=bad_line.jsonl"], "data.dataset='bad_line.jsonl', line 2"),

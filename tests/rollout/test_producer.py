@@ -20,11 +20,11 @@ class Recorder:
     def pause(self):
         time.sleep(self.rng.uniform(0, 0.004))
 
-    def load(self, version, weights):
+    def load(self, version, weights, slot=0):
         assert weights == f"weights {version}"
         self.loaded.append(version)
 
-    def draw(self, step, version):
+    def draw(self, step, version, slot=0):
         self.pause()
         with self.lock:
             self.drawn.append((step, version))
@@ -69,41 +69,118 @@ def test_staleness_0_alternates_draw_and_update_strictly():
 
 
 def test_the_producers_error_is_raised_in_the_trainer_and_stop_ends_the_thread():
-    def draw(step, version):
+    def draw(step, version, slot):
         if step == 2:
             raise ValueError("reward server said no")
         return step
 
-    producer = RolloutProducer(draw, lambda v, w: None, 2, start=0, weights="w").begin()
+    producer = RolloutProducer(draw, lambda v, w, slot: None, 2, start=0, weights="w").begin()
     assert producer.take(0) == 0 and producer.take(1) == 1
     with pytest.raises(ValueError, match="reward server said no"):
         producer.take(2)
-    assert producer.stop() and not producer.thread.is_alive()
+    assert producer.stop() and not producer.alive()
 
 
 def test_a_producer_waiting_for_a_version_stops_and_a_trainer_waiting_for_it_is_told():
-    producer = RolloutProducer(lambda s, v: s, lambda v, w: None, 0, start=0, weights="w").begin()
+    producer = RolloutProducer(lambda s, v, slot: s, lambda v, w, slot: None, 0, start=0, weights="w").begin()
     assert producer.take(0) == 0  # rollout 1 needs version 1, which is never published
     stopper = threading.Timer(0.05, producer.stop)
     stopper.start()
     with pytest.raises(ProducerStopped):
         producer.take(1)
     stopper.join()
-    assert not producer.thread.is_alive()
+    assert not producer.alive()
 
 
 def test_paused_holds_the_producer_between_draws():
     started = threading.Event()
     drawing = []
 
-    def draw(step, version):
+    def draw(step, version, slot):
         started.set()
         drawing.append(step)
         return step
 
-    producer = RolloutProducer(draw, lambda v, w: None, 3, start=0, weights="w", stop_after=4)
+    producer = RolloutProducer(draw, lambda v, w, slot: None, 3, start=0, weights="w", stop_after=4)
     with producer.paused():
         producer.begin()
         assert not started.wait(0.1) and drawing == []  # nothing drawn while paused
     assert [producer.take(step) for step in range(4)] == [0, 1, 2, 3]
     producer.stop()
+
+
+@pytest.mark.parametrize("staleness,draws", [(1, 2), (2, 3), (2, 2), (3, 8)])
+def test_concurrent_draws_keep_the_schedule_and_overlap(staleness, draws):
+    """Workers claim steps in order: each rollout still drawn once with version t - S, each worker's slot loaded
+    with the versions it draws with, and draws whose versions are out run at the same time."""
+    lock, steps = threading.Lock(), 12
+    active, overlap, drawn, slot_loads = [0], [0], [], {}
+
+    def load(version, weights, slot):
+        assert weights == f"weights {version}"
+        slot_loads.setdefault(slot, []).append(version)
+
+    def draw(step, version, slot):
+        assert slot_loads[slot][-1] == version  # the worker's slot holds the version it draws with
+        with lock:
+            active[0] += 1
+            overlap[0] = max(overlap[0], active[0])
+        time.sleep(0.02)  # a tool's wait
+        with lock:
+            active[0] -= 1
+            drawn.append((step, version))
+        return step, version
+
+    producer = RolloutProducer(draw, load, staleness, start=0, weights="weights 0", stop_after=steps, draws=draws)
+    workers = min(draws, staleness + 1)
+    assert len(producer.threads) == workers
+    producer.begin()
+    for step in range(steps):
+        assert producer.take(step) == (step, max(0, step - staleness))
+        producer.publish(step + 1, f"weights {step + 1}")
+    assert producer.stop()
+    assert sorted(drawn) == [(step, max(0, step - staleness)) for step in range(steps)]
+    assert overlap[0] == workers  # the trainer here is instant: every worker draws at once
+    for versions in slot_loads.values():
+        assert versions == sorted(set(versions))  # a slot loads each version once, in order
+
+
+def test_paused_waits_for_every_draw_in_progress():
+    release, inside = threading.Event(), threading.Event()
+
+    def draw(step, version, slot):
+        inside.set()
+        release.wait(5)
+        return step
+
+    producer = RolloutProducer(draw, lambda v, w, slot: None, 1, start=0, weights="w", stop_after=2, draws=2).begin()
+    assert inside.wait(5)
+    paused = threading.Event()
+
+    def pause():
+        with producer.paused():
+            paused.set()
+
+    pauser = threading.Thread(target=pause)
+    pauser.start()
+    assert not paused.wait(0.1)  # two draws in progress
+    release.set()
+    pauser.join(5)
+    assert paused.is_set()
+    assert [producer.take(0), producer.take(1)] == [0, 1]
+    producer.stop()
+
+
+def test_an_error_in_one_worker_stops_the_others():
+    def draw(step, version, slot):
+        if step == 1:
+            raise ValueError("tool crashed")
+        time.sleep(0.01)
+        return step
+
+    producer = RolloutProducer(draw, lambda v, w, slot: None, 2, start=0, weights="w", draws=3).begin()
+    with pytest.raises(ValueError, match="tool crashed"):
+        for step in range(10):
+            producer.take(step)
+            producer.publish(step + 1, "w")
+    assert producer.stop() and not producer.alive()

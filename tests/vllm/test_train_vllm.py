@@ -81,3 +81,24 @@ def test_fsdp2_sends_the_engine_its_gathered_weights(tmp_path):
     assert sorted(steps) == [0, 1, 2]
     for stats in steps.values():
         assert stats["rollout/logprob_diff_max"] < SYNCED
+
+
+def test_async_mode_samples_with_the_engine_fed_from_the_producers_copy(tmp_path):
+    """algo.max_staleness=1 with rollout=vllm: the engine samples for the producer, one version behind the trainer;
+    its logprobs are the behaviour policy of the decoupled correction."""
+    result = run_script("train.py", *ARGS, "steps=4", "algo.max_staleness=1", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    directory = run_dir(result)
+    steps = logged_steps(directory)
+    assert sorted(steps) == [0, 1, 2, 3]
+    assert steps[0]["rollout/logprob_diff_max"] < 1e-4  # version 0 in the engine and the trainer
+    assert all(math.isfinite(stats["rollout/is_weight_mean"]) for stats in steps.values())
+    rows = [r for r in csv.DictReader((directory / "csv" / "metrics.csv").open()) if r.get("async/staleness")]
+    assert [float(r["async/staleness"]) for r in rows] == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_async_mode_refuses_concurrent_draws_with_one_engine(tmp_path):
+    result = run_script("train.py", *ARGS, "steps=2", "algo.max_staleness=1", "algo.async_draws=2", cwd=tmp_path,
+                        timeout=600)
+    assert result.returncode != 0
+    assert "algo.async_draws=2 draws rollouts with different weights at once" in result.stderr
