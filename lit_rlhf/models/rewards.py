@@ -11,12 +11,16 @@ reward of (prompts, completions) only works unchanged.
 from __future__ import annotations
 
 import inspect
+import json
+import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from lit_rlhf.envs.tools import awaited
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.tokenizer import load_checked_tokenizer
 
@@ -84,8 +88,9 @@ class SequenceClassifierReward:
 
     def __init__(self, name_or_path: str, dtype: str = "float32", label_index: int = 0,
                  batch_size: int = 16, max_length: int = 1024, device: str | None = None,
-                 tokenizer_name_or_path: str | None = None):
+                 tokenizer_name_or_path: str | None = None, normalize: bool = False):
         self.name_or_path, self.dtype, self.label_index = name_or_path, dtype, label_index
+        self.normalize, self.stats = normalize, None
         self.tokenizer_name_or_path = tokenizer_name_or_path or name_or_path
         self.batch_size, self.max_length, self.device = batch_size, max_length, device
         self.model = self.tokenizer = None
@@ -107,6 +112,8 @@ class SequenceClassifierReward:
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
         if self.device:
             self.model.to(self.device)
+        if self.normalize:
+            self.stats = saved_reward_stats(self.name_or_path)
 
     @torch.no_grad()
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
@@ -118,4 +125,22 @@ class SequenceClassifierReward:
             enc = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True,
                                  truncation=True, max_length=self.max_length).to(self.model.device)
             scores.append(self.model(**enc).logits[:, self.label_index].float().cpu())
-        return torch.cat(scores)
+        scores = torch.cat(scores)
+        if self.stats is not None:  # normalize=True: the held-out mean and std saved beside the weights
+            scores = (scores - self.stats["mean"]) / max(self.stats["std"], 1e-8)
+        return scores
+
+
+def saved_reward_stats(name_or_path: str) -> dict[str, float]:
+    """reward_stats.json of a reward model folder (RewardModelModule.save_reward_model writes it)."""
+    path = Path(str(name_or_path)) / "reward_stats.json"
+    try:
+        stats = json.loads(path.read_text())
+        mean, std = float(stats["mean"]), float(stats["std"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"reward.normalize=true reads the reward's mean and std from {path}, which is missing or "
+                          f"not {{\"mean\": ..., \"std\": ...}} ({type(err).__name__}); set reward.normalize=false "
+                          f"or give a folder written by a reward-model run.") from err
+    if not (math.isfinite(mean) and math.isfinite(std) and std > 0):
+        raise ConfigError(f"{path}: mean={mean} and std={std} must be finite with std > 0; set reward.normalize=false.")
+    return {"mean": mean, "std": std}

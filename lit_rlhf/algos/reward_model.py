@@ -1,0 +1,146 @@
+"""RewardModelModule: a causal LM backbone with a scalar head trained on preference pairs (Bradley-Terry).
+
+    loss = -log sigmoid(r_chosen - r_rejected - margin) + center_rewards_coefficient * mean((r_chosen + r_rejected)^2)
+
+as TRL's RewardTrainer (the margin column and the reward-centering term are optional). The backbone is Hugging
+Face's AutoModelForSequenceClassification with one label (its score head reads the last non-pad token), trained
+with LoRA (peft, the head trained in full) or in full. `save_reward_model(dir)` writes a folder that
+`reward=reward_model reward.name_or_path=dir` loads as it is: the merged weights, the tokenizer, and
+reward_stats.json with the mean and std of the rewards it gives the held-out pairs' responses, for normalization.
+
+Shapes: B pairs, L sequence length; a batch holds the B chosen sequences, then the B rejected (2B,L).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForSequenceClassification
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+from lit_rlhf.models.policy import linear_module_names, peft_reads_deprecated_alias
+from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
+
+REWARD_STATS_FILE = "reward_stats.json"
+
+
+def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None,
+                       center_rewards_coefficient: float | None = None) -> torch.Tensor:
+    """-log sigmoid(r_c - r_r - margin), averaged over the B pairs, plus the centering term. chosen, rejected: B."""
+    difference = chosen - rejected - (margin if margin is not None else 0.0)  # B
+    loss = -F.logsigmoid(difference).mean()
+    if center_rewards_coefficient:
+        loss = loss + center_rewards_coefficient * ((chosen + rejected) ** 2).mean()
+    return loss
+
+
+def pair_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, torch.Tensor]:
+    """accuracy (r_c > r_r), margin (mean r_c - r_r), reward mean and std over both responses of the B pairs."""
+    both = torch.cat([chosen, rejected])  # 2B
+    return {"accuracy": (chosen > rejected).float().mean(), "margin": (chosen - rejected).mean(),
+            "reward_mean": both.mean(), "reward_std": both.std(unbiased=False)}
+
+
+class RewardModelModule(L.LightningModule):
+    """model: {name_or_path, tokenizer_name_or_path, dtype, lora: {r, lora_alpha, ...} or None for full
+    fine-tuning}; optimizer: a partial of a torch optimizer (AdamW at lr 1e-5 by default)."""
+
+    def __init__(self, model: dict[str, Any], optimizer: Any = None, center_rewards_coefficient: float | None = None,
+                 use_margin: bool = True):
+        super().__init__()
+        if not isinstance(model, dict) or not model.get("name_or_path"):
+            raise ConfigError("model.name_or_path is not set; give the backbone's hub name or local directory.")
+        if center_rewards_coefficient is not None and not (
+                isinstance(center_rewards_coefficient, (int, float)) and math.isfinite(center_rewards_coefficient)
+                and center_rewards_coefficient >= 0):
+            raise ConfigError(f"algo.center_rewards_coefficient={center_rewards_coefficient!r} must be a finite "
+                              f"number >= 0 (null: off; TRL suggests 0.01).")
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=1e-5)
+        self.backbone = self.tokenizer = None
+        self.eval_rewards: list[torch.Tensor] = []
+
+    def configure_model(self) -> None:
+        if self.backbone is not None:
+            return
+        spec = self.hparams.model
+        self.tokenizer = load_checked_tokenizer(spec.get("tokenizer_name_or_path") or spec["name_or_path"],
+                                                key="model.tokenizer_name_or_path")
+        ensure_pad_token(self.tokenizer)
+        backbone = from_pretrained(AutoModelForSequenceClassification.from_pretrained, spec["name_or_path"],
+                                   "reward model backbone", key="model.name_or_path", num_labels=1,
+                                   dtype=resolve_dtype(spec.get("dtype", "float32")))
+        if len(self.tokenizer) > backbone.get_input_embeddings().num_embeddings:  # a pad token was added
+            backbone.resize_token_embeddings(len(self.tokenizer))
+        backbone.config.pad_token_id = self.tokenizer.pad_token_id
+        lora = spec.get("lora")
+        if lora is not None:
+            with peft_reads_deprecated_alias():
+                try:  # SEQ_CLS: peft trains the score head in full beside the adapters
+                    backbone = get_peft_model(backbone, LoraConfig(task_type="SEQ_CLS", **lora))
+                except ValueError as err:
+                    if "not found in the base model" not in str(err):
+                        raise
+                    raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module "
+                                      f"of {spec['name_or_path']}; use 'all-linear' or names of its linear layers, "
+                                      f"e.g. {linear_module_names(backbone)[:4]}.") from err
+        self.backbone = backbone
+
+    def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scalar rewards of the chosen and of the rejected responses. -> (B, B)"""
+        scores = self.backbone(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, 0]
+        chosen, rejected = scores.float().chunk(2)  # B, B
+        return chosen, rejected
+
+    def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+        chosen, rejected = self.rewards(batch)
+        margin = batch.get("margin") if self.hparams.use_margin else None
+        loss = bradley_terry_loss(chosen, rejected, margin, self.hparams.center_rewards_coefficient)
+        metrics = {f"{stage}/{name}": value for name, value in pair_metrics(chosen.detach(), rejected.detach()).items()}
+        self.log_dict({f"{stage}/loss": loss.detach(), **metrics}, batch_size=len(chosen), prog_bar=stage == "val",
+                      on_step=stage == "train", on_epoch=True)
+        if stage == "val":
+            self.eval_rewards.append(torch.cat([chosen, rejected]).detach().cpu())
+        return loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.step(batch, "train")
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.step(batch, "val")
+
+    def on_validation_epoch_start(self) -> None:
+        self.eval_rewards = []
+
+    def configure_optimizers(self):
+        return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
+
+    def reward_stats(self) -> dict[str, float] | None:
+        """Mean and std of the rewards of the last validation's responses (chosen and rejected)."""
+        if not self.eval_rewards:
+            return None
+        rewards = torch.cat(self.eval_rewards)
+        return {"mean": float(rewards.mean()), "std": float(rewards.std(unbiased=False)), "count": len(rewards)}
+
+    def save_reward_model(self, directory: str | Path) -> Path:
+        """A folder `reward=reward_model` loads as it is: merged weights (safetensors), tokenizer, reward_stats.json."""
+        directory = Path(directory)
+        model = self.backbone
+        if hasattr(model, "merge_and_unload"):  # LoRA: the adapters merged into a copy, the head kept
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        stats = self.reward_stats()
+        if stats is not None:
+            (directory / REWARD_STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
+        return directory

@@ -1,0 +1,72 @@
+"""PreferenceDataModule: batches of tokenized preference pairs, with a fixed held-out split.
+
+Shapes: B pairs per batch, L sequence length (prompt + response, right-padded).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader
+
+from lit_rlhf.data.preferences import collate_pairs, load_preference_pairs, tokenize_pair_side
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
+
+
+class PreferenceDataModule(L.LightningDataModule):
+    """(prompt, chosen, rejected[, margin]) rows of `dataset` (a .jsonl/.csv/.parquet file or a hub dataset);
+    `num_eval_pairs` of them (a seeded draw) held out for validation."""
+
+    def __init__(self, tokenizer: str, dataset: str | None = None, prompt_column: str = "prompt",
+                 chosen_column: str = "chosen", rejected_column: str = "rejected", margin_column: str | None = None,
+                 split: str = "train", subset: str | None = None, batch_size: int = 8, num_eval_pairs: int = 64,
+                 max_length: int = 256, max_prompt_length: int = 128, seed: int = 0, num_workers: int = 0):
+        super().__init__()
+        self.save_hyperparameters()
+        for name, minimum in (("batch_size", 1), ("num_eval_pairs", 0), ("max_prompt_length", 1)):
+            value = getattr(self.hparams, name)
+            if not isinstance(value, int) or value < minimum:
+                raise ConfigError(f"data.{name}={value!r} must be a whole number >= {minimum}.")
+        if not isinstance(max_length, int) or max_length <= max_prompt_length:
+            raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
+                              f"(the response needs room); raise data.max_length.")
+        self.tokenizer = None
+        self.train_pairs: list[dict[str, Any]] = []
+        self.eval_pairs: list[dict[str, Any]] = []
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_pairs:
+            return
+        hp = self.hparams
+        self.tokenizer = load_checked_tokenizer(hp.tokenizer, key="data.tokenizer")
+        ensure_pad_token(self.tokenizer)
+        pairs, identical = load_preference_pairs(hp.dataset, self.tokenizer, hp.prompt_column, hp.chosen_column,
+                                                 hp.rejected_column, hp.margin_column, hp.split, hp.subset)
+        if identical:
+            rank_zero_warn(f"data.dataset={hp.dataset!r}: {identical} rows whose chosen equals rejected were left "
+                           f"out (no preference to learn).")
+        side = partial(tokenize_pair_side, self.tokenizer, max_length=hp.max_length,
+                       max_prompt_length=hp.max_prompt_length)
+        items = [{"chosen": side(p.prompt, p.chosen), "rejected": side(p.prompt, p.rejected), "margin": p.margin}
+                 for p in pairs]
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(hp.seed)).tolist()
+        held = min(hp.num_eval_pairs, len(items) - 1)
+        self.eval_pairs = [items[i] for i in order[:held]]
+        self.train_pairs = [items[i] for i in order[held:]]
+
+    def _loader(self, items: list, shuffle: bool) -> DataLoader:
+        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=shuffle,
+                          collate_fn=partial(collate_pairs, pad_token_id=self.tokenizer.pad_token_id),
+                          generator=torch.Generator().manual_seed(self.hparams.seed),
+                          num_workers=self.hparams.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_pairs, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        return self._loader(self.eval_pairs, shuffle=False) if self.eval_pairs else []

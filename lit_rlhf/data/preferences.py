@@ -1,0 +1,121 @@
+"""Preference pairs (prompt, chosen, rejected[, margin]) for reward-model training and DPO.
+
+Rows come from the same sources as prompts (a .jsonl/.csv/.parquet file or a hub dataset). Texts are plain strings,
+or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template. A pair is tokenized
+as the prompt's ids then the response's, truncated so that the boundary stays: the prompt keeps its last
+`max_prompt_length` tokens, the response its first `max_length - prompt` tokens.
+
+Shapes: B pairs, L sequence length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS, FORMATS, load_file, load_hub, read_jsonl
+from lit_rlhf.errors import ConfigError
+
+
+@dataclass
+class PreferencePair:
+    prompt: str
+    chosen: str
+    rejected: str
+    margin: float = 0.0
+
+
+def as_text(value: Any, tokenizer: Any, what: str, generation_prompt: bool = False) -> str:
+    """A plain string, or chat messages rendered by the tokenizer's chat template."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ConfigError(f"{what} holds chat messages and the tokenizer has no chat template; give plain text, "
+                              f"or a tokenizer with a chat template (model.tokenizer_name_or_path).")
+        return tokenizer.apply_chat_template(value, tokenize=False, add_generation_prompt=generation_prompt)
+    raise ConfigError(f"{what} is {type(value).__name__}, not text or chat messages; fix that row.")
+
+
+def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[dict[str, Any]]:
+    from pathlib import Path
+
+    path = Path(dataset)
+    if dataset in BUNDLED:
+        raise ConfigError(f"data.dataset={dataset!r} is a bundled prompt set, not preference pairs; give a file "
+                          f"with prompt, chosen and rejected columns.")
+    if path.suffix.lower() in FILE_BUILDERS:
+        if not path.is_file():
+            raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing {FORMATS.split(',')[0]} "
+                              f"... file of preference pairs.")
+        if path.suffix.lower() == ".jsonl":
+            return read_jsonl(path, dataset)
+        return load_file(path, dataset, prompt_column)
+    return load_hub(dataset, prompt_column, split, subset)
+
+
+def load_preference_pairs(dataset: str | None, tokenizer: Any, prompt_column: str = "prompt",
+                          chosen_column: str = "chosen", rejected_column: str = "rejected",
+                          margin_column: str | None = None, split: str = "train",
+                          subset: str | None = None) -> tuple[list[PreferencePair], int]:
+    """The pairs of `dataset`, checked, and how many rows were dropped because chosen equals rejected."""
+    if dataset is None:
+        raise ConfigError("data.dataset is not set; give a .jsonl, .csv or .parquet file (or a hub dataset) with "
+                          "prompt, chosen and rejected columns.")
+    rows = read_rows(dataset, prompt_column, split, subset)
+    if not rows:
+        raise ConfigError(f"data.dataset={dataset!r} holds no rows; give preference pairs.")
+    needed = [prompt_column, chosen_column, rejected_column, *([margin_column] if margin_column else [])]
+    for number, row in enumerate(rows, start=1):
+        missing = [column for column in needed if column not in row]
+        if missing:
+            key = column_key(missing[0], needed)
+            raise ConfigError(f"data.dataset={dataset!r}, row {number}: no {missing[0]!r} column (it has "
+                              f"{sorted(row)}); preference pairs need {needed} (set data.{key} to the name your "
+                              f"file uses).")
+    pairs, identical = [], 0
+    for number, row in enumerate(rows, start=1):
+        where = f"data.dataset={dataset!r}, row {number}"
+        prompt = as_text(row[prompt_column], tokenizer, f"{where} {prompt_column!r}", generation_prompt=True)
+        chosen = as_text(row[chosen_column], tokenizer, f"{where} {chosen_column!r}")
+        rejected = as_text(row[rejected_column], tokenizer, f"{where} {rejected_column!r}")
+        for column, text in ((chosen_column, chosen), (rejected_column, rejected)):
+            if not text.strip():
+                raise ConfigError(f"{where}: {column!r} is empty; give every response text, or remove the row.")
+        if chosen == rejected:
+            identical += 1
+            continue
+        margin = float(row[margin_column]) if margin_column else 0.0
+        pairs.append(PreferencePair(prompt, chosen, rejected, margin))
+    if not pairs:
+        raise ConfigError(f"data.dataset={dataset!r}: chosen equals rejected on every one of its {len(rows)} rows, "
+                          f"so there is no preference to learn; check the {chosen_column!r} and {rejected_column!r} "
+                          f"columns.")
+    return pairs, identical
+
+
+def column_key(column: str, needed: list[str]) -> str:
+    return ("prompt_column", "chosen_column", "rejected_column", "margin_column")[needed.index(column)]
+
+
+def tokenize_pair_side(tokenizer: Any, prompt: str, response: str, max_length: int,
+                       max_prompt_length: int) -> list[int]:
+    """prompt ids (its last max_prompt_length) + response ids (as many as max_length leaves)."""
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-max_prompt_length:]
+    response_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    return prompt_ids + response_ids[: max_length - len(prompt_ids)]
+
+
+def collate_pairs(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded chosen and rejected sequences (2B,L: the B chosen first, then the B rejected), margins (B)."""
+    sequences = [item["chosen"] for item in items] + [item["rejected"] for item in items]
+    width = max(map(len, sequences))
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)  # 2B,L
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)  # 2B,L
+    for i, ids in enumerate(sequences):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        attention_mask[i, : len(ids)] = 1
+    margins = torch.tensor([item["margin"] for item in items], dtype=torch.float32)  # B
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "margin": margins}
