@@ -1,0 +1,96 @@
+"""RewardModelModule: the Bradley-Terry loss and metrics against hand-computed values, a tiny backbone that learns
+separable pairs, and the saved folder that `reward=reward_model` loads as it is (same scores, normalization)."""
+
+import functools
+import json
+import math
+import random
+
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf.algos.reward_model import RewardModelModule, bradley_terry_loss, pair_metrics
+from lit_rlhf.data.preference_datamodule import PreferenceDataModule
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.rewards import SequenceClassifierReward
+from tests.conftest import LORA, TINY_PYTHIA
+
+
+def log_sigmoid(x):
+    return math.log(1 / (1 + math.exp(-x)))
+
+
+def test_bradley_terry_loss_with_margin_and_centering_matches_hand_computed_values():
+    chosen, rejected = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    margin = torch.tensor([0.5, 0.0])
+    plain = -(log_sigmoid(1.0) + log_sigmoid(-1.0)) / 2
+    assert bradley_terry_loss(chosen, rejected).item() == pytest.approx(plain)
+    with_margin = -(log_sigmoid(0.5) + log_sigmoid(-1.0)) / 2
+    assert bradley_terry_loss(chosen, rejected, margin).item() == pytest.approx(with_margin)
+    centered = with_margin + 0.01 * ((1.0 + 0.0) ** 2 + (0.0 + 1.0) ** 2) / 2
+    assert bradley_terry_loss(chosen, rejected, margin, 0.01).item() == pytest.approx(centered)
+
+
+def test_pair_metrics_match_hand_computed_values():
+    metrics = pair_metrics(torch.tensor([2.0, 0.0, 1.0]), torch.tensor([1.0, 1.0, -1.0]))
+    assert metrics["accuracy"].item() == pytest.approx(2 / 3)
+    assert metrics["margin"].item() == pytest.approx((1 - 1 + 2) / 3)
+    both = [2.0, 0.0, 1.0, 1.0, 1.0, -1.0]
+    mean = sum(both) / 6
+    assert metrics["reward_mean"].item() == pytest.approx(mean)
+    assert metrics["reward_std"].item() == pytest.approx(math.sqrt(sum((b - mean) ** 2 for b in both) / 6))
+
+
+def separable_pairs(path, n=160):
+    rng = random.Random(0)
+    good = ["I love this, wonderful.", "Great and happy day.", "This is excellent!", "Lovely, nice work."]
+    bad = ["I hate this, awful.", "Terrible and sad day.", "This is horrible!", "Ugly, bad work."]
+    rows = [{"prompt": f"Review {i}:", "chosen": " " + rng.choice(good), "rejected": " " + rng.choice(bad)}
+            for i in range(n)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("lora", [LORA, None], ids=["lora", "full"])
+def test_a_tiny_reward_model_learns_separable_pairs_and_its_folder_scores_the_same(tmp_path, lora):
+    L.seed_everything(0)
+    data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl"),
+                                batch_size=16, num_eval_pairs=32)
+    module = RewardModelModule(model={"name_or_path": TINY_PYTHIA, "lora": lora},
+                               optimizer=functools.partial(torch.optim.AdamW, lr=3e-3 if lora else 1e-3))
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.validate(module, data)
+    loss_before = float(trainer.callback_metrics["val/loss"])
+    trainer.fit(module, data)
+    assert float(trainer.callback_metrics["val/accuracy"]) >= 0.9
+    assert float(trainer.callback_metrics["val/loss"]) < loss_before / 2
+    folder = module.save_reward_model(tmp_path / "rm")
+    assert not any(p.name.startswith("adapter") for p in folder.iterdir())  # merged: a plain model folder
+    stats = json.loads((folder / "reward_stats.json").read_text())
+    assert stats["count"] == 64 and stats["std"] > 0  # 32 held-out pairs, both responses
+
+    prompts, completions = ["Review 1:", "Review 1:"], [" I love this, wonderful.", " I hate this, awful."]
+    loaded = SequenceClassifierReward(str(folder))(prompts, completions)
+    module.eval()
+    batch = data.val_dataloader().collate_fn([{"chosen": data.tokenizer(p + c)["input_ids"],
+                                               "rejected": data.tokenizer(p + c)["input_ids"], "margin": 0.0}
+                                              for p, c in zip(prompts, completions)])
+    with torch.no_grad():
+        own, _ = module.rewards(batch)
+    torch.testing.assert_close(loaded, own, atol=1e-4, rtol=1e-4)
+    assert loaded[0] > loaded[1]
+    normalized = SequenceClassifierReward(str(folder), normalize=True)(prompts, completions)
+    torch.testing.assert_close(normalized, (loaded - stats["mean"]) / stats["std"])
+
+
+def test_normalize_without_saved_stats_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="reward.normalize=true reads the reward's mean and std from") as err:
+        SequenceClassifierReward(TINY_PYTHIA, normalize=True)(["a"], [" b"])
+    assert "\n" not in str(err.value)
+
+
+def test_a_negative_centering_coefficient_is_refused():
+    with pytest.raises(ConfigError, match="algo.center_rewards_coefficient=-0.1 must be a finite number >= 0"):
+        RewardModelModule(model={"name_or_path": TINY_PYTHIA}, center_rewards_coefficient=-0.1)

@@ -1,0 +1,104 @@
+"""Preference pairs: the file formats, the checks (one line each), chat messages, and truncation that keeps the
+prompt/response boundary."""
+
+import json
+import re
+
+import pytest
+
+from lit_rlhf.data.preference_datamodule import PreferenceDataModule
+from lit_rlhf.data.preferences import collate_pairs, load_preference_pairs, tokenize_pair_side
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.tokenizer import load_tokenizer
+from tests.conftest import TINY_PYTHIA
+
+ROWS = [{"prompt": f"Q{i}:", "chosen": f" yes {i}", "rejected": f" no {i}", "strength": float(i)} for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(TINY_PYTHIA)
+
+
+def write_jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
+def test_pairs_load_from_jsonl_csv_and_parquet_with_a_margin_column(tmp_path, tokenizer, suffix):
+    import datasets
+
+    path = tmp_path / f"pairs.{suffix}"
+    if suffix == "jsonl":
+        write_jsonl(path, ROWS)
+    else:
+        getattr(datasets.Dataset.from_list(ROWS), f"to_{suffix}")(str(path))
+    pairs, identical = load_preference_pairs(str(path), tokenizer, margin_column="strength")
+    assert identical == 0
+    assert [(p.prompt, p.chosen, p.rejected, p.margin) for p in pairs] == \
+        [(r["prompt"], r["chosen"], r["rejected"], r["strength"]) for r in ROWS]
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([{"prompt": "Q", "chosen": " a"}], "row 1: no 'rejected' column (it has ['chosen', 'prompt'])"),
+    ([{"prompt": "Q", "chosen": " a", "rejected": " a"}] * 3, "chosen equals rejected on every one of its 3 rows"),
+    ([{"prompt": "Q", "chosen": " a", "rejected": " b"}, {"prompt": "Q", "chosen": "  ", "rejected": " b"}],
+     "row 2: 'chosen' is empty"),
+    ([{"prompt": "Q", "chosen": 3, "rejected": " b"}], "row 1 'chosen' is int, not text or chat messages"),
+])
+def test_bad_rows_are_one_line_errors_naming_the_row(tmp_path, tokenizer, rows, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)) as err:
+        load_preference_pairs(write_jsonl(tmp_path / "p.jsonl", rows), tokenizer)
+    assert "\n" not in str(err.value)
+
+
+def test_rows_whose_chosen_equals_rejected_are_left_out_and_counted(tmp_path, tokenizer):
+    rows = [*ROWS[:3], {"prompt": "Q", "chosen": " same", "rejected": " same"}]
+    pairs, identical = load_preference_pairs(write_jsonl(tmp_path / "p.jsonl", rows), tokenizer)
+    assert len(pairs) == 3 and identical == 1
+
+
+def test_chat_messages_are_rendered_with_the_chat_template(tmp_path, tokenizer):
+    tokenizer.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}" \
+                              "{% if add_generation_prompt %}<assistant>{% endif %}"
+    try:
+        rows = [{"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", "content": "hello"}],
+                 "rejected": [{"role": "assistant", "content": "go away"}]}]
+        (pair,), _ = load_preference_pairs(write_jsonl(tmp_path / "p.jsonl", rows), tokenizer)
+        assert (pair.prompt, pair.chosen, pair.rejected) == ("<user>hi<assistant>", "<assistant>hello",
+                                                             "<assistant>go away")
+    finally:
+        tokenizer.chat_template = None
+    with pytest.raises(ConfigError, match="holds chat messages and the tokenizer has no chat template"):
+        load_preference_pairs(str(tmp_path / "p.jsonl"), tokenizer)
+
+
+def test_truncation_keeps_the_end_of_the_prompt_and_the_start_of_the_response(tokenizer):
+    prompt = tokenizer.decode(list(range(1000, 1010)))
+    response = tokenizer.decode(list(range(2000, 2020)))
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    response_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    ids = tokenize_pair_side(tokenizer, prompt, response, max_length=12, max_prompt_length=4)
+    assert ids == prompt_ids[-4:] + response_ids[:8]
+
+
+def test_collate_puts_the_chosen_first_then_the_rejected_right_padded():
+    batch = collate_pairs([{"chosen": [1, 2, 3], "rejected": [4], "margin": 0.5},
+                           {"chosen": [5], "rejected": [6, 7], "margin": 0.0}], pad_token_id=0)
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [5, 0, 0], [4, 0, 0], [6, 7, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 0, 0], [1, 1, 0]]
+    assert batch["margin"].tolist() == [0.5, 0.0]
+
+
+def test_the_held_out_split_is_seeded_and_disjoint(tmp_path):
+    rows = [{"prompt": f"Q{i}:", "chosen": f" yes {i}", "rejected": f" no {i}"} for i in range(20)]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    splits = []
+    for _ in range(2):
+        data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=path, num_eval_pairs=5)
+        data.setup("fit")
+        splits.append(([tuple(p["chosen"]) for p in data.train_pairs], [tuple(p["chosen"]) for p in data.eval_pairs]))
+    assert splits[0] == splits[1]
+    train, held_out = splits[0]
+    assert len(train) == 15 and len(held_out) == 5 and not set(train) & set(held_out)
