@@ -76,7 +76,7 @@ def test_a_tiny_reward_model_learns_separable_pairs_and_its_folder_scores_the_sa
     module.eval()
     batch = data.val_dataloader().collate_fn([{"chosen": data.tokenizer(p + c)["input_ids"],
                                                "rejected": data.tokenizer(p + c)["input_ids"], "margin": 0.0}
-                                              for p, c in zip(prompts, completions)])
+                                              for p, c in zip(prompts, completions, strict=True)])
     with torch.no_grad():
         own, _ = module.rewards(batch)
     torch.testing.assert_close(loaded, own, atol=1e-4, rtol=1e-4)
