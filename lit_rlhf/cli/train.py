@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,8 +189,9 @@ def resume_path(cfg: DictConfig) -> str | None:
     return str(last)
 
 
-def run(cfg: DictConfig) -> float | None:
-    """train.py's task: train, then return the objective (config_objective) to a sweeper.
+def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train) -> float | None:
+    """train.py's task: train (or another `task` returning its final metrics), then return the objective
+    (config_objective) to a sweeper.
 
     A single run reports user mistakes in one line (exit code 2). In a multirun, a failing trial is
     recorded in its result.json with a one-line error and returns None, so the sweep goes on (Optuna
@@ -203,7 +205,7 @@ def run(cfg: DictConfig) -> float | None:
             if Path(cfg.paths.output_dir).is_dir():  # anything of a run removes it)
                 rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message)
 
-        metrics = report_user_errors(train, cfg, on_interrupt=record_interruption, on_failure=record_failure)
+        metrics = report_user_errors(task, cfg, on_interrupt=record_interruption, on_failure=record_failure)
         try:
             objective = config_objective(metrics, cfg)
         except ConfigError as err:
@@ -212,7 +214,7 @@ def run(cfg: DictConfig) -> float | None:
         rank_zero_only(write_result)(cfg.paths.output_dir, "ok", objective, metrics)
         return objective
     try:
-        metrics = train(cfg)
+        metrics = task(cfg)
         objective = config_objective(metrics, cfg)
     except Exception as err:
         print(without_passwords(traceback.format_exc()), file=sys.stderr, flush=True)

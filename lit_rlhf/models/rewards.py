@@ -104,11 +104,12 @@ class SequenceClassifierReward:
         self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key="reward.tokenizer_name_or_path")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # only for batching; masks come from attention
-        self.model = from_pretrained(
+        self.model, loading = from_pretrained(
             AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
-                key="reward.name_or_path",
-            dtype=resolve_dtype(self.dtype),
-        ).eval().requires_grad_(False)
+            key="reward.name_or_path", dtype=resolve_dtype(self.dtype), output_loading_info=True,
+        )
+        self.model.eval().requires_grad_(False)
+        check_head_loaded(self.name_or_path, sorted(loading.get("missing_keys") or []))
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
         if self.device:
             self.model.to(self.device)
@@ -129,6 +130,14 @@ class SequenceClassifierReward:
         if self.stats is not None:  # normalize=True: the held-out mean and std saved beside the weights
             scores = (scores - self.stats["mean"]) / max(self.stats["std"], 1e-8)
         return scores
+
+
+def check_head_loaded(name_or_path: str, missing_keys: list[str]) -> None:
+    """A folder without the scalar head (e.g. a causal LM's) would score with a randomly initialised one."""
+    if missing_keys:
+        raise ConfigError(f"reward.name_or_path={str(name_or_path)!r} has no weights for {missing_keys[0]!r} (of "
+                          f"{len(missing_keys)} missing), so its reward head would be random; give a sequence-"
+                          f"classification model folder, e.g. one written by train_reward_model.py.")
 
 
 def saved_reward_stats(name_or_path: str) -> dict[str, float]:
