@@ -33,3 +33,20 @@ def test_bad_preference_data_is_one_line(tmp_path, rows, expected):
     (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     result = run_script("train_reward_model.py", "data.dataset=pairs.jsonl", cwd=tmp_path)
     assert expected in one_line_error(result)
+
+
+def test_the_python_example_of_docs_preferences_runs(tmp_path, monkeypatch):
+    """docs/preferences.md's example, with the embedded backbone in place of the hub name (no network here)."""
+    from pathlib import Path
+
+    from tests.conftest import TINY_PYTHIA
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "preferences.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", text.split("## From Python", 1)[1], re.S)
+    separable_pairs(tmp_path / "pairs.jsonl", n=24)
+    monkeypatch.chdir(tmp_path)
+    code = code.replace('"EleutherAI/pythia-160m"', repr(str(TINY_PYTHIA))).replace(
+        "L.Trainer(max_epochs=1)", "L.Trainer(max_epochs=1, accelerator='cpu', logger=False, enable_checkpointing=False)")
+    exec(compile(code, "docs/preferences.md", "exec"), {})
+    assert (tmp_path / "my_reward_model" / "model.safetensors").is_file()
+    assert (tmp_path / "my_reward_model" / "reward_stats.json").is_file()
