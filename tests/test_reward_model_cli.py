@@ -45,8 +45,8 @@ def test_the_python_example_of_docs_preferences_runs(tmp_path, monkeypatch):
     (code,) = re.findall(r"```python\n(.*?)```", text.split("## From Python", 1)[1], re.S)
     separable_pairs(tmp_path / "pairs.jsonl", n=24)
     monkeypatch.chdir(tmp_path)
-    code = code.replace('"EleutherAI/pythia-160m"', repr(str(TINY_PYTHIA))).replace(
-        "L.Trainer(max_epochs=1)", "L.Trainer(max_epochs=1, accelerator='cpu', logger=False, enable_checkpointing=False)")
+    quiet = "L.Trainer(max_epochs=1, accelerator='cpu', logger=False, enable_checkpointing=False)"
+    code = code.replace('"EleutherAI/pythia-160m"', repr(str(TINY_PYTHIA))).replace("L.Trainer(max_epochs=1)", quiet)
     exec(compile(code, "docs/preferences.md", "exec"), {})
     assert (tmp_path / "my_reward_model" / "model.safetensors").is_file()
     assert (tmp_path / "my_reward_model" / "reward_stats.json").is_file()

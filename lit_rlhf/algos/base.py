@@ -21,6 +21,7 @@ from lit_rlhf.algos.asynchronous import AsyncRollouts
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import EpisodeSupport
+from lit_rlhf.algos.gold import check_gold_reward
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout
@@ -70,13 +71,15 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
     def __init__(self, model: dict[str, Any] | ModelConfig, reward: Reward, optimizer: Callable | None = None,
                  lr_scheduler: Callable | None = None, rollout_engine: RolloutEngine | None = None,
                  kl_controller: KLController | None = None, score_transforms: Sequence[ScoreTransform] = (),
-                 task_metrics: Sequence[TaskMetric] = (), environment: EnvSpec | type | None = None, **settings: Any):
+                 task_metrics: Sequence[TaskMetric] = (), environment: EnvSpec | type | None = None,
+                 gold_reward: Reward | None = None, **settings: Any):
         """settings: the fields of `config_class` (RLOOConfig, PPOConfig, ...), whose defaults are the CLI's;
         an unknown one is a one-line error naming the nearest valid key. The module owns its KL controller
         (fixed at kl_coef by default) and its score transforms (applied to training scores, in order); both
         are checkpointed with it. task_metrics (e.g. ExactMatch) are measured on the held-out prompts at every
         validation (eval/<name>) and by the end-of-run evaluation, apart from the reward. environment (an
-        EnvSpec or an Environment class) makes rollouts multi-turn episodes (docs/environments.md)."""
+        EnvSpec or an Environment class) makes rollouts multi-turn episodes (docs/environments.md). gold_reward:
+        scored and logged (gold/score, eval/gold_score), never trained on (docs/preferences.md)."""
         super().__init__()
         config = build(self.config_class, settings, "algo")
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
@@ -87,6 +90,8 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
         self.reward = reward
+        self.gold_reward = None if isinstance(gold_reward, dict) and not gold_reward else gold_reward  # CLI: gold=none
+        check_gold_reward(self.gold_reward, reward)
         self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
         for line in idle_settings(config, self.rollout_engine.reports_logprobs):
             warn_once(line)
@@ -138,6 +143,8 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, **spec)
         load_reward(self.reward)  # a bad reward model path fails here, before any training work
+        if self.gold_reward is not None:
+            load_reward(self.gold_reward)
         self.policy.train()  # dropout (e.g. lora_dropout) acts in updates; rollouts switch to eval
         self.frozen_reference = self.reference.frozen_copy  # registered, so it follows the device
         hp = self.hparams

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.algos.gold import gold_scores
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.rollout.trajectory import transcript
 
@@ -25,6 +26,9 @@ class HeldoutSampling:
         samples = self.sample_heldout(batch, seed=batch_idx)
         metrics = {"eval/scores": torch.tensor(samples["mean_score"]), "eval/kl": torch.tensor(samples["mean_kl"]),
                    "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}
+        if self.gold_reward is not None:  # never trained on: how the quality the proxy stands for moves
+            metrics["eval/gold_score"] = gold_scores(self.gold_reward, samples["prompts"], samples["completions"],
+                                                     samples["columns"]).mean()
         for metric in self.task_metrics:  # e.g. eval/exact_match: accuracy against the dataset's answers
             metrics[f"eval/{metric.name}"] = metric.correct(samples["completions"], **samples["columns"]).float().mean()
         columns = samples["columns"]

@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from lit_rlhf.algos.gold import gold_step_stats
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, mean_over_ranks, reward_stats
 from lit_rlhf.rollout.trajectory import episode_stats
@@ -46,6 +47,7 @@ class StepStatistics:
             **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
             **{key: torch.tensor(value) for key, value in self.step_timings.items()},
             **self.async_stats(rollout),
+            **gold_step_stats(self.gold_reward, rollout),
             "time/step_s": torch.tensor(step_s),  # since the previous step's metrics (a validation between counts)
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),

@@ -4,6 +4,7 @@ RLHFModuleView (callbacks/protocol.py) and change nothing in the training maths.
 from lit_rlhf.callbacks.checkpoint import LastCheckpoint
 from lit_rlhf.callbacks.curves import CurvesPlot
 from lit_rlhf.callbacks.evaluation import PolicyEvaluation
+from lit_rlhf.callbacks.gold import GoldCurve
 from lit_rlhf.callbacks.histograms import Histograms
 from lit_rlhf.callbacks.interrupt import CheckpointOnInterrupt
 from lit_rlhf.callbacks.monitor import HackingSigns, RewardHackingMonitor
@@ -12,6 +13,6 @@ from lit_rlhf.callbacks.protocol import RLHFModuleView
 from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
-__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "HackingSigns", "Histograms", "LastCheckpoint",
-           "PolicyEvaluation", "ProgressLines", "RLHFModuleView", "RLStepsProgressBar", "RewardHackingMonitor",
-           "TrainingSummary"]
+__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "GoldCurve", "HackingSigns", "Histograms",
+           "LastCheckpoint", "PolicyEvaluation", "ProgressLines", "RLHFModuleView", "RLStepsProgressBar",
+           "RewardHackingMonitor", "TrainingSummary"]

@@ -1,7 +1,8 @@
 """RewardHackingMonitor: warns when training looks like reward hacking, and logs monitor/* (1 while a sign
 holds, else 0). The signs, each from metrics the module already logs:
 
-    monitor/reward_up_metric_down   a task metric (eval/<name>) fell from its best while the training score rose
+    monitor/reward_up_metric_down   a task metric (eval/<name>), or the gold score (gold/score, a moving average over
+                                    `window` steps), fell from its best while the training score rose
     monitor/length_jump             completions/mean_length left [1/length_ratio, length_ratio] x its start
     monitor/missing_stop_jump       completions/clipped_ratio rose more than missing_stop_rise above its start
     monitor/distinct_collapse       completions/distinct_2 fell below distinct_ratio x its start
@@ -101,6 +102,9 @@ class RewardHackingMonitor(L.Callback):
         if not self.enabled or not module.last_stats:
             return
         signs = self.signs.update(module.last_stats)
+        recent_gold = self.signs.recent.get("gold/score")
+        if recent_gold is not None and len(recent_gold) >= self.signs.window:  # a gold reward: watched as a metric
+            self.signs.update_task_metrics({"gold/score": fmean(recent_gold)})
         module.log_dict({f"monitor/{name}": float(holds) for name, holds in signs.items()}, on_step=True,
                         on_epoch=False, batch_size=1)
         for name, holds in signs.items():

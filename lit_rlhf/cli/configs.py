@@ -9,7 +9,7 @@ from hydra.core.config_store import ConfigStore
 from lit_rlhf.config import DataConfig, GRPOConfig, ModelConfig, PPOConfig, ReinforcePPConfig, RLOOConfig
 
 MODULE_ARGUMENTS = ("model", "reward", "optimizer", "lr_scheduler", "rollout_engine", "kl_controller",
-                    "score_transforms", "task_metrics", "environment")
+                    "score_transforms", "task_metrics", "environment", "gold_reward")
 
 
 def schema(settings: type, target: str, arguments: tuple[str, ...] = ()) -> type:

@@ -79,6 +79,10 @@ def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
     check_reward_group(cfg)
     check_accelerator(cfg)
+    if cfg.get("gold") and cfg.get("gold") == cfg.get("reward"):
+        raise ConfigError("gold= names the trained reward: the gold score would measure what the run optimizes, not "
+                          "the quality the proxy stands for; name another reward as gold (e.g. gold=vader with "
+                          "reward=reward_model).")
     for key, minimum in (("seed", 0), ("steps", 1)):
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:

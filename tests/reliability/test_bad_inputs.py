@@ -118,6 +118,7 @@ CASES = [
     ("export_dir is a file", ["export_dir=a_file"], "export_dir='a_file' is a file"),
     ("reward model path that does not exist", ["reward=reward_model", "reward.name_or_path=no_such_reward_model"],
      "tokenizer 'no_such_reward_model' is not available"),
+    ("a gold reward equal to the trained reward", ["gold=vader"], "gold= names the trained reward"),
     ("a reward model folder without its head", ["reward=reward_model", f"reward.name_or_path={TINY}",
                                                 "reward.dtype=float32"],
      f"reward.name_or_path={str(TINY)!r} has no weights for 'score.weight'"),

@@ -1,0 +1,55 @@
+"""The gold reward: a reward that is scored and logged beside the trained (proxy) reward and never trained on, to
+measure over-optimization (Gao, Schulman, Hilton 2022): the gold score against d = sqrt(KL to the reference).
+
+    gold/score        the mean gold score of this RL step's completions (the proxy's is objective/scores)
+    eval/gold_score   on the held-out prompts, at every validation
+
+Shapes: N sequences.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from lit_rlhf.errors import ConfigError
+
+
+def check_gold_reward(gold_reward: Any, reward: Any) -> None:
+    if gold_reward is not None and gold_reward is reward:
+        raise ConfigError("the gold reward is the trained reward: it would measure what the run optimizes, not the "
+                          "quality the proxy stands for; name another reward as gold (e.g. gold=vader with a "
+                          "learned reward model).")
+
+
+def gold_scores(gold_reward: Any, prompts: list[str], completions: list[str], columns: dict[str, list]) -> torch.Tensor:
+    """The gold reward's scores of N completions (checked: finite, one per completion). -> N"""
+    from lit_rlhf.algos.scoring import call_checked
+
+    return call_checked("gold", gold_reward, prompts, completions, columns)
+
+
+def gold_step_stats(gold_reward: Any, rollout: Any) -> dict[str, torch.Tensor]:
+    """gold/score of an RL step (nothing without a gold reward)."""
+    if gold_reward is None:
+        return {}
+    return {"gold/score": gold_scores(gold_reward, rollout.prompts, rollout.completions, rollout.columns).mean()}
+
+
+def fit_rl_form(sqrt_kl: list[float], gold_gain: list[float]) -> dict[str, float] | None:
+    """Least squares of gold_gain = d (alpha - beta log d) over the points with d > 0 (Gao et al.'s RL form; the
+    gain is the gold score minus the initial policy's). -> alpha, beta, and where the fitted curve peaks: d* =
+    exp(alpha / beta - 1), KL* = d*^2 (beta > 0; else no peak within the form)."""
+    points = [(d, y) for d, y in zip(sqrt_kl, gold_gain, strict=True) if d > 0]
+    if len(points) < 3:
+        return None
+    design = torch.tensor([[d, -d * math.log(d)] for d, _ in points], dtype=torch.float64)  # P,2
+    target = torch.tensor([y for _, y in points], dtype=torch.float64)  # P
+    alpha, beta = torch.linalg.lstsq(design, target.unsqueeze(1)).solution.squeeze(1).tolist()
+    fit = {"alpha": alpha, "beta": beta, "points": len(points)}
+    if beta > 0:
+        peak = math.exp(alpha / beta - 1)
+        fit.update(peak_sqrt_kl=peak, peak_kl=peak ** 2, peak_gain=peak * (alpha - beta * math.log(peak)))
+    return fit

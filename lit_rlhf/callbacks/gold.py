@@ -1,0 +1,57 @@
+"""GoldCurve: with a gold reward, the run's over-optimization curve. Every RL step adds (d = sqrt(objective/kl),
+gold/score, objective/scores); at the end of training it writes gold.json in the run directory: the points, the RL form
+d (alpha - beta log d) fitted to the gold gain, the KL where the fitted curve peaks, the step and KL where the
+observed gold score (a moving average over `window` steps) peaked, and whether the proxy kept rising after it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from statistics import fmean
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
+
+from lit_rlhf.algos.gold import fit_rl_form
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    return [fmean(values[max(0, i - window + 1): i + 1]) for i in range(len(values))]
+
+
+class GoldCurve(L.Callback):
+    def __init__(self, window: int = 10, filename: str = "gold.json"):
+        self.window, self.filename = window, filename
+        self.points: list[dict[str, float]] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        stats = getattr(module, "last_stats", None) or {}
+        if "gold/score" in stats and "objective/kl" in stats:  # the means over ranks
+            self.points.append({"rl_step": module.rl_step, "sqrt_kl": math.sqrt(max(stats["objective/kl"], 0.0)),
+                                "gold": stats["gold/score"], "proxy": stats["objective/scores"]})
+
+    def report(self) -> dict | None:
+        if not self.points:
+            return None
+        gold = moving_average([p["gold"] for p in self.points], self.window)
+        proxy = moving_average([p["proxy"] for p in self.points], self.window)
+        peak = max(range(len(gold)), key=gold.__getitem__)
+        start = self.points[0]["gold"]  # the first rollout: the initial policy's samples
+        fit = fit_rl_form([p["sqrt_kl"] for p in self.points], [p["gold"] - start for p in self.points])
+        return {"points": self.points, "window": self.window, "fit": fit,
+                "gold_peak": {"rl_step": self.points[peak]["rl_step"], "kl": self.points[peak]["sqrt_kl"] ** 2,
+                              "gold_smoothed": gold[peak]},
+                "proxy_rose_after_gold_peak": proxy[-1] - proxy[peak], "gold_fell_after_peak": gold[peak] - gold[-1]}
+
+    def on_train_end(self, trainer: L.Trainer, module) -> None:
+        report = self.report()
+        if report is None or not trainer.is_global_zero:
+            return
+        path = Path(trainer.default_root_dir) / self.filename
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        peak, fit = report["gold_peak"], report["fit"]
+        fitted = (f"; fitted d(alpha - beta log d) peaks at KL {fit['peak_kl']:.2f}" if fit and "peak_kl" in fit
+                  else "")
+        rank_zero_info(f"Gold score peaked at RL step {peak['rl_step']} (KL {peak['kl']:.2f}){fitted}; the proxy "
+                       f"rose by {report['proxy_rose_after_gold_peak']:+.3f} after it: {path}")
