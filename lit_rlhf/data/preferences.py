@@ -101,21 +101,29 @@ def column_key(column: str, needed: list[str]) -> str:
 
 
 def tokenize_pair_side(tokenizer: Any, prompt: str, response: str, max_length: int,
-                       max_prompt_length: int) -> list[int]:
-    """prompt ids (its last max_prompt_length) + response ids (as many as max_length leaves)."""
+                       max_prompt_length: int) -> tuple[list[int], int]:
+    """prompt ids (its last max_prompt_length) + response ids (as many as max_length leaves), and the prompt's
+    length in it (where the response starts)."""
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-max_prompt_length:]
     response_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
-    return prompt_ids + response_ids[: max_length - len(prompt_ids)]
+    return prompt_ids + response_ids[: max_length - len(prompt_ids)], len(prompt_ids)
 
 
 def collate_pairs(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded chosen and rejected sequences (2B,L: the B chosen first, then the B rejected), margins (B)."""
-    sequences = [item["chosen"] for item in items] + [item["rejected"] for item in items]
+    """Right-padded chosen and rejected sequences (2B,L: the B chosen first, then the B rejected), the response
+    mask (2B,L: 1 on response tokens), margins (B). An item: {"chosen": (ids, prompt length), "rejected": ...,
+    "margin": float}; a bare id list counts as all response."""
+    sides = [item[side] for side in ("chosen", "rejected") for item in items]
+    sides = [side if isinstance(side, tuple) else (side, 0) for side in sides]
+    sequences = [ids for ids, _ in sides]
     width = max(map(len, sequences))
     input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)  # 2B,L
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)  # 2B,L
-    for i, ids in enumerate(sequences):
+    response_mask = torch.zeros((len(sequences), width), dtype=torch.long)  # 2B,L
+    for i, (ids, prompt_length) in enumerate(sides):
         input_ids[i, : len(ids)] = torch.tensor(ids)
         attention_mask[i, : len(ids)] = 1
+        response_mask[i, prompt_length : len(ids)] = 1
     margins = torch.tensor([item["margin"] for item in items], dtype=torch.float32)  # B
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "margin": margins}
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
+            "margin": margins}

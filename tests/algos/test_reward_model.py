@@ -86,8 +86,12 @@ def test_a_tiny_reward_model_learns_separable_pairs_and_its_folder_scores_the_sa
 
 
 def test_normalize_without_saved_stats_is_one_line(tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    AutoModelForSequenceClassification.from_pretrained(TINY_PYTHIA, num_labels=1).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(tmp_path)  # a head, and no reward_stats.json
     with pytest.raises(ConfigError, match="reward.normalize=true reads the reward's mean and std from") as err:
-        SequenceClassifierReward(TINY_PYTHIA, normalize=True)(["a"], [" b"])
+        SequenceClassifierReward(str(tmp_path), normalize=True)(["a"], [" b"])
     assert "\n" not in str(err.value)
 
 

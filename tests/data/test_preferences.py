@@ -75,19 +75,21 @@ def test_chat_messages_are_rendered_with_the_chat_template(tmp_path, tokenizer):
 
 
 def test_truncation_keeps_the_end_of_the_prompt_and_the_start_of_the_response(tokenizer):
-    prompt = tokenizer.decode(list(range(1000, 1010)))
-    response = tokenizer.decode(list(range(2000, 2020)))
+    prompt = "one two three four five six seven eight nine ten"
+    response = " alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     response_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
-    ids = tokenize_pair_side(tokenizer, prompt, response, max_length=12, max_prompt_length=4)
-    assert ids == prompt_ids[-4:] + response_ids[:8]
+    ids, prompt_length = tokenize_pair_side(tokenizer, prompt, response, max_length=12, max_prompt_length=4)
+    assert len(prompt_ids) > 4 and len(response_ids) > 8
+    assert ids == prompt_ids[-4:] + response_ids[:8] and prompt_length == 4
 
 
 def test_collate_puts_the_chosen_first_then_the_rejected_right_padded():
-    batch = collate_pairs([{"chosen": [1, 2, 3], "rejected": [4], "margin": 0.5},
-                           {"chosen": [5], "rejected": [6, 7], "margin": 0.0}], pad_token_id=0)
-    assert batch["input_ids"].tolist() == [[1, 2, 3], [5, 0, 0], [4, 0, 0], [6, 7, 0]]
-    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 0, 0], [1, 1, 0]]
+    batch = collate_pairs([{"chosen": ([1, 2, 3], 1), "rejected": ([1, 4], 1), "margin": 0.5},
+                           {"chosen": ([5], 0), "rejected": ([6, 7], 1), "margin": 0.0}], pad_token_id=0)
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [5, 0, 0], [1, 4, 0], [6, 7, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 0]]
+    assert batch["response_mask"].tolist() == [[0, 1, 1], [1, 0, 0], [0, 1, 0], [0, 1, 0]]
     assert batch["margin"].tolist() == [0.5, 0.0]
 
 
@@ -98,7 +100,8 @@ def test_the_held_out_split_is_seeded_and_disjoint(tmp_path):
     for _ in range(2):
         data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=path, num_eval_pairs=5)
         data.setup("fit")
-        splits.append(([tuple(p["chosen"]) for p in data.train_pairs], [tuple(p["chosen"]) for p in data.eval_pairs]))
+        splits.append(([tuple(p["chosen"][0]) for p in data.train_pairs],
+                       [tuple(p["chosen"][0]) for p in data.eval_pairs]))
     assert splits[0] == splits[1]
     train, held_out = splits[0]
     assert len(train) == 15 and len(held_out) == 5 and not set(train) & set(held_out)
