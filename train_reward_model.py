@@ -5,8 +5,8 @@ import hydra
 from omegaconf import DictConfig
 
 from lit_rlhf.cli.errors import run_hydra_app
+from lit_rlhf.cli.preferences import train_reward_model
 from lit_rlhf.cli.resolvers import register_resolvers
-from lit_rlhf.cli.reward_model import train_reward_model
 from lit_rlhf.cli.train import run
 
 register_resolvers()

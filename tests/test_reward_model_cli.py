@@ -50,3 +50,13 @@ def test_the_python_example_of_docs_preferences_runs(tmp_path, monkeypatch):
     exec(compile(code, "docs/preferences.md", "exec"), {})
     assert (tmp_path / "my_reward_model" / "model.safetensors").is_file()
     assert (tmp_path / "my_reward_model" / "reward_stats.json").is_file()
+
+
+def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with_its_start(tmp_path):
+    separable_pairs(tmp_path / "pairs.jsonl", n=64)
+    trained = run_script("train_dpo.py", "data.dataset=pairs.jsonl", "algo.optimizer.lr=3e-3", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    command = re.search(r"python evaluate.py (.+)", trained.stdout).group(1).split()
+    evaluated = run_script("evaluate.py", *command, "data.num_eval_prompts=4", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "score difference (policy - reference)" in evaluated.stdout

@@ -74,6 +74,9 @@ def evaluate(cfg: DictConfig) -> Evaluation:
     silence_known_noise()
     check_reward_group(cfg)
     check_evaluation_settings(cfg)
+    if cfg.get("gold"):
+        raise ConfigError("evaluate.py does not score a gold reward; train with gold=<reward> (gold/score, "
+                          "eval/gold_score, gold.json) or evaluate with reward=<the gold reward>.")
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     module, trained = load_module(cfg)

@@ -1,9 +1,11 @@
-"""train_reward_model.py's task: a reward model fitted on preference pairs, saved as a folder that
-`reward=reward_model reward.name_or_path=<folder>` loads as it is."""
+"""train_reward_model.py's and train_dpo.py's tasks: a module fitted on preference pairs (a PreferenceDataModule),
+then saved as a folder: a reward model that `reward=reward_model reward.name_or_path=<folder>` loads, or a DPO
+policy that `evaluate.py policy_path=<folder>` compares with the model it started from."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from hydra.utils import instantiate
@@ -15,8 +17,8 @@ from lit_rlhf.noise import silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
 
 
-def train_reward_model(cfg: DictConfig) -> dict[str, float]:
-    """Fits cfg.algo (a RewardModelModule) on cfg.data (a PreferenceDataModule); returns the final metrics."""
+def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
+    """cfg.algo fitted on cfg.data for cfg.epochs epochs."""
     silence_known_noise()
     epochs = cfg.get("epochs")
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
@@ -29,10 +31,26 @@ def train_reward_model(cfg: DictConfig) -> dict[str, float]:
     for logger in loggers:
         logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return module, trainer
+
+
+def train_reward_model(cfg: DictConfig) -> dict[str, float]:
+    """A RewardModelModule fitted and saved (weights, tokenizer, reward_stats.json); returns the final metrics."""
+    module, trainer = fit_on_pairs(cfg)
     if trainer.is_global_zero:
         folder = module.save_reward_model(Path(cfg.save_dir))
         report(f"\nReward model: {folder}\n  use it: python train.py reward=reward_model "
                f"reward.name_or_path={folder} reward.dtype=float32 reward.normalize=true")
     report(f"Run directory: {cfg.paths.output_dir}")
-    return metrics
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def train_dpo(cfg: DictConfig) -> dict[str, float]:
+    """A DPOModule fitted and its policy saved (LoRA merged); returns the final metrics."""
+    module, trainer = fit_on_pairs(cfg)
+    if trainer.is_global_zero:
+        folder = module.save_policy(Path(cfg.save_dir))
+        report(f"\nPolicy: {folder}\n  evaluate it against the model it started from: python evaluate.py "
+               f"policy_path={folder} model.name_or_path={cfg.model.name_or_path}")
+    report(f"Run directory: {cfg.paths.output_dir}")
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -1,0 +1,106 @@
+"""DPOModule: Direct Preference Optimization on preference pairs, the offline baseline the RL modules are compared
+with. The reference is shared as in the RL modules: with LoRA, the policy with its adapters disabled.
+
+    logits = beta * ((log pi(y_c|x) - log ref(y_c|x)) - (log pi(y_r|x) - log ref(y_r|x)))
+    loss   = -(1 - label_smoothing) * log sigmoid(logits) - label_smoothing * log sigmoid(-logits)
+
+(TRL's DPOTrainer, loss_type "sigmoid"; log pi(y|x) sums the response tokens' logprobs). Metrics after TRL's:
+rewards/chosen and rewards/rejected (beta * (log pi - log ref), means), rewards/accuracies (chosen above
+rejected), rewards/margins, logps/chosen, logps/rejected; on held-out pairs with the eval/ prefix.
+
+Shapes: B pairs, L sequence length; a batch holds the B chosen sequences, then the B rejected (2B,L).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from lit_rlhf.config import model_config
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models import load_policy, load_tokenizer
+
+
+def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Sum of the logprobs of each sequence's response tokens (response_mask). -> 2B"""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]  # 2B,L-1,V
+    targets = batch["input_ids"][:, 1:]  # 2B,L-1
+    logprobs = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # 2B,L-1
+    return (logprobs * batch["response_mask"][:, 1:]).sum(-1)
+
+
+def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, reference_chosen: torch.Tensor,
+             reference_rejected: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
+    """The mean over B pairs of the (label-smoothed) sigmoid DPO loss; every argument: B sequence logprobs."""
+    logits = beta * ((policy_chosen - reference_chosen) - (policy_rejected - reference_rejected))  # B
+    return (-(1 - label_smoothing) * F.logsigmoid(logits) - label_smoothing * F.logsigmoid(-logits)).mean()
+
+
+class DPOModule(L.LightningModule):
+    """model: the policy's spec (as the RL modules': name_or_path, lora, ...); optimizer: a partial of a torch
+    optimizer (AdamW at lr 5e-6 by default, TRL's DPO default 1e-6 is for full fine-tuning of large models)."""
+
+    def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, label_smoothing: float = 0.0):
+        super().__init__()
+        if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+            raise ConfigError(f"algo.beta={beta!r} must be a finite number > 0 (TRL's default 0.1).")
+        if not (isinstance(label_smoothing, (int, float)) and 0 <= label_smoothing < 0.5):
+            raise ConfigError(f"algo.label_smoothing={label_smoothing!r} must be in [0, 0.5) (0: plain DPO).")
+        self.save_hyperparameters({"model": asdict(model_config(model)), "beta": beta,
+                                   "label_smoothing": label_smoothing})
+        self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=5e-6)
+        self.policy = self.reference = self.tokenizer = None
+
+    def configure_model(self) -> None:
+        if self.policy is not None:
+            return
+        spec = dict(self.hparams.model)
+        self.tokenizer = load_tokenizer(spec.pop("tokenizer_name_or_path") or spec["name_or_path"])
+        self.policy, self.reference = load_policy(tokenizer=self.tokenizer, **spec)
+        self.frozen_reference = self.reference.frozen_copy  # registered: it follows the device (full fine-tuning)
+
+    def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+        policy_chosen, policy_rejected = sequence_logprobs(self.policy, batch).chunk(2)  # B, B
+        with torch.no_grad(), self.reference.active() as reference:
+            reference_chosen, reference_rejected = sequence_logprobs(reference, batch).chunk(2)  # B, B
+        hp = self.hparams
+        loss = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, hp.beta,
+                        hp.label_smoothing)
+        chosen = hp.beta * (policy_chosen - reference_chosen).detach()  # B
+        rejected = hp.beta * (policy_rejected - reference_rejected).detach()  # B
+        prefix = "" if stage == "train" else "eval/"
+        metrics = {"loss": loss.detach(), "rewards/chosen": chosen.mean(), "rewards/rejected": rejected.mean(),
+                   "rewards/accuracies": (chosen > rejected).float().mean(),
+                   "rewards/margins": (chosen - rejected).mean(), "logps/chosen": policy_chosen.detach().mean(),
+                   "logps/rejected": policy_rejected.detach().mean()}
+        self.log_dict({prefix + k: v for k, v in metrics.items()}, batch_size=len(chosen),
+                      on_step=stage == "train", on_epoch=True, prog_bar=stage != "train")
+        return loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.step(batch, "train")
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.step(batch, "val")
+
+    def configure_optimizers(self):
+        return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
+
+    def save_policy(self, directory: str | Path) -> Path:
+        """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer:
+        `evaluate.py policy_path=<folder>` compares it with the model it started from."""
+        directory = Path(directory)
+        model = self.policy
+        if hasattr(model, "merge_and_unload"):
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        return directory

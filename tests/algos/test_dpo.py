@@ -1,0 +1,75 @@
+"""DPOModule: sequence logprobs against a slow per-sequence reference, the loss against hand-computed values, a
+start at log 2 (the policy is its reference), learning separable pairs, and a saved policy equal to the trained."""
+
+import functools
+import math
+
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf.algos.dpo import DPOModule, dpo_loss, sequence_logprobs
+from lit_rlhf.data.preference_datamodule import PreferenceDataModule
+from lit_rlhf.data.preferences import collate_pairs
+from lit_rlhf.errors import ConfigError
+from tests.algos.test_reward_model import separable_pairs
+from tests.conftest import LORA, TINY_PYTHIA
+
+
+def log_sigmoid(x):
+    return math.log(1 / (1 + math.exp(-x)))
+
+
+def test_dpo_loss_matches_hand_computed_values():
+    pc, pr, rc, rr = (torch.tensor([v]) for v in (-10.0, -12.0, -11.0, -11.5))
+    logits = 0.1 * ((-10.0 + 11.0) - (-12.0 + 11.5))  # 0.15
+    assert dpo_loss(pc, pr, rc, rr, beta=0.1).item() == pytest.approx(-log_sigmoid(logits))
+    smoothed = -0.9 * log_sigmoid(logits) - 0.1 * log_sigmoid(-logits)
+    assert dpo_loss(pc, pr, rc, rr, beta=0.1, label_smoothing=0.1).item() == pytest.approx(smoothed)
+
+
+def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does():
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
+    items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
+             {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
+    batch = collate_pairs(items, pad_token_id=0)
+    with torch.no_grad():
+        fast = sequence_logprobs(model, batch)
+        slow = []
+        for ids, prompt_length in [items[0]["chosen"], items[1]["chosen"], items[0]["rejected"], items[1]["rejected"]]:
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
+            slow.append(sum(logprobs[t - 1, ids[t]].item() for t in range(prompt_length, len(ids))))
+    torch.testing.assert_close(fast, torch.tensor(slow), atol=1e-4, rtol=1e-5)
+
+
+def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    L.seed_everything(0)
+    data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl"),
+                                batch_size=16, num_eval_pairs=32)
+    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA},
+                       optimizer=functools.partial(torch.optim.AdamW, lr=3e-3))
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.validate(module, data)
+    assert float(trainer.callback_metrics["eval/loss"]) == pytest.approx(math.log(2), abs=1e-6)
+    assert float(trainer.callback_metrics["eval/rewards/margins"]) == pytest.approx(0.0, abs=1e-6)
+    trainer.fit(module, data)
+    assert float(trainer.callback_metrics["eval/rewards/accuracies"]) >= 0.9
+    assert float(trainer.callback_metrics["eval/loss"]) < 0.3
+    folder = module.save_policy(tmp_path / "policy")
+    saved = AutoModelForCausalLM.from_pretrained(folder).eval()
+    module.policy.eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(saved(ids).logits, module.policy(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("settings, expected", [({"beta": 0}, "algo.beta=0 must be a finite number > 0"),
+                                                ({"label_smoothing": 0.5}, "algo.label_smoothing=0.5 must be in")])
+def test_bad_dpo_settings_are_one_line(settings, expected):
+    with pytest.raises(ConfigError, match=expected):
+        DPOModule(model={"name_or_path": TINY_PYTHIA}, **settings)

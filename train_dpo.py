@@ -1,0 +1,21 @@
+"""DPO on preference pairs. `python train_dpo.py data.dataset=pairs.jsonl`; see
+docs/preferences.md."""
+
+import hydra
+from omegaconf import DictConfig
+
+from lit_rlhf.cli.errors import run_hydra_app
+from lit_rlhf.cli.preferences import train_dpo
+from lit_rlhf.cli.resolvers import register_resolvers
+from lit_rlhf.cli.train import run
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train_dpo")
+def main(cfg: DictConfig) -> float | None:
+    return run(cfg, task=train_dpo)  # the objective (optimized_metric), for Hydra sweepers
+
+
+if __name__ == "__main__":
+    run_hydra_app(main, "train_dpo")
