@@ -23,12 +23,11 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForSequenceClassification
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
-from lit_rlhf.models.policy import linear_module_names, peft_reads_deprecated_alias
+from lit_rlhf.models.policy import with_lora
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
 
 REWARD_STATS_FILE = "reward_stats.json"
@@ -83,17 +82,8 @@ class RewardModelModule(L.LightningModule):
         if len(self.tokenizer) > backbone.get_input_embeddings().num_embeddings:  # a pad token was added
             backbone.resize_token_embeddings(len(self.tokenizer))
         backbone.config.pad_token_id = self.tokenizer.pad_token_id
-        lora = spec.get("lora")
-        if lora is not None:
-            with peft_reads_deprecated_alias():
-                try:  # SEQ_CLS: peft trains the score head in full beside the adapters
-                    backbone = get_peft_model(backbone, LoraConfig(task_type="SEQ_CLS", **lora))
-                except ValueError as err:
-                    if "not found in the base model" not in str(err):
-                        raise
-                    raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module "
-                                      f"of {spec['name_or_path']}; use 'all-linear' or names of its linear layers, "
-                                      f"e.g. {linear_module_names(backbone)[:4]}.") from err
+        if spec.get("lora") is not None:  # SEQ_CLS: peft trains the score head in full beside the adapters
+            backbone = with_lora(backbone, spec["lora"], "SEQ_CLS", spec["name_or_path"])
         self.backbone = backbone
 
     def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

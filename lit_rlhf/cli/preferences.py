@@ -4,6 +4,7 @@ policy that `evaluate.py policy_path=<folder>` compares with the model it starte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +37,22 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
 
 def train_reward_model(cfg: DictConfig) -> dict[str, float]:
     """A RewardModelModule fitted and saved (weights, tokenizer, reward_stats.json); returns the final metrics."""
-    module, trainer = fit_on_pairs(cfg)
-    if trainer.is_global_zero:
-        folder = module.save_reward_model(Path(cfg.save_dir))
-        report(f"\nReward model: {folder}\n  use it: python train.py reward=reward_model "
-               f"reward.name_or_path={folder} reward.dtype=float32 reward.normalize=true")
-    report(f"Run directory: {cfg.paths.output_dir}")
-    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return fit_and_save(cfg, lambda module, folder: (
+        f"Reward model: {module.save_reward_model(folder)}\n  use it: python train.py reward=reward_model "
+        f"reward.name_or_path={folder} reward.dtype=float32 reward.normalize=true"))
 
 
 def train_dpo(cfg: DictConfig) -> dict[str, float]:
     """A DPOModule fitted and its policy saved (LoRA merged); returns the final metrics."""
+    return fit_and_save(cfg, lambda module, folder: (
+        f"Policy: {module.save_policy(folder)}\n  evaluate it against the model it started from: python "
+        f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"))
+
+
+def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str]) -> dict[str, float]:
+    """fit_on_pairs, then save(module, cfg.save_dir) on rank zero (it returns the lines to print)."""
     module, trainer = fit_on_pairs(cfg)
     if trainer.is_global_zero:
-        folder = module.save_policy(Path(cfg.save_dir))
-        report(f"\nPolicy: {folder}\n  evaluate it against the model it started from: python evaluate.py "
-               f"policy_path={folder} model.name_or_path={cfg.model.name_or_path}")
+        report("\n" + save(module, Path(cfg.save_dir)))
     report(f"Run directory: {cfg.paths.output_dir}")
     return {k: float(v) for k, v in trainer.callback_metrics.items()}

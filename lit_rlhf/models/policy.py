@@ -73,6 +73,19 @@ def linear_module_names(model: torch.nn.Module) -> list[str]:
     return sorted(names - {"lm_head", "embed_out"})
 
 
+def with_lora(model: torch.nn.Module, lora: dict[str, Any], task_type: str, name_or_path: str) -> torch.nn.Module:
+    """model wrapped with LoRA adapters (peft); target modules that match nothing are one line naming some that do."""
+    with peft_reads_deprecated_alias():
+        try:
+            return get_peft_model(model, LoraConfig(task_type=task_type, **lora))
+        except ValueError as err:  # peft's NoMatchingPeftModuleError
+            if "not found in the base model" not in str(err):
+                raise
+            raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module of "
+                              f"{name_or_path}; use 'all-linear' or names of its linear layers, e.g. "
+                              f"{linear_module_names(model)[:4]}.") from err
+
+
 def load_policy(
     name_or_path: str,
     tokenizer: PreTrainedTokenizerBase,
@@ -112,15 +125,7 @@ def load_policy(
         policy.set_adapter(TRAINABLE_ADAPTER)
         return policy, Reference(policy)
     if lora is not None:
-        with peft_reads_deprecated_alias():
-            try:
-                policy = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
-            except ValueError as err:  # peft's NoMatchingPeftModuleError
-                if "not found in the base model" not in str(err):
-                    raise
-                raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module of "
-                                  f"{name_or_path}; use 'all-linear' or names of its linear layers, e.g. "
-                                  f"{linear_module_names(model)[:4]}.") from err
+        policy = with_lora(model, lora, "CAUSAL_LM", name_or_path)
         return policy, Reference(policy)
     if reference_name_or_path is None:
         frozen = copy.deepcopy(model)
