@@ -1,7 +1,7 @@
 """Synchronous against asynchronous (algo.max_staleness = 1, 2; algo.async_draws rollouts drawn at once) on 2 CPU
 cores, as a user runs them:
 
-    python bench/async_overlap.py        # ~30 min on 2 CPU cores
+    python bench/async_overlap.py        # ~25 min on 2 CPU cores
 
 (a) `python train.py experiment=calculator_grpo` with a calculator tool answering after 200 ms
 (bench/slow_tools.py) and the reward served by `python -m lit_rlhf.serve` answering after 200 ms
