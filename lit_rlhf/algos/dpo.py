@@ -27,13 +27,13 @@ import torch.nn.functional as F
 from lit_rlhf.config import model_config
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_policy, load_tokenizer
+from lit_rlhf.ops.logprobs import logprobs_from_logits
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Sum of the logprobs of each sequence's response tokens (response_mask). -> 2B"""
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]  # 2B,L-1,V
-    targets = batch["input_ids"][:, 1:]  # 2B,L-1
-    logprobs = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # 2B,L-1
+    logprobs = logprobs_from_logits(logits, batch["input_ids"][:, 1:])  # 2B,L-1
     return (logprobs * batch["response_mask"][:, 1:]).sum(-1)
 
 
