@@ -13,8 +13,10 @@ from contextlib import contextmanager
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
-class EndOfRunInterrupted(Exception):
-    """Ctrl-C or SIGTERM after training finished; `signal_name` is SIGINT or SIGTERM."""
+class EndOfRunInterrupted(BaseException):
+    """Ctrl-C or SIGTERM after training finished; `signal_name` is SIGINT or SIGTERM. A BaseException, as
+    KeyboardInterrupt is: it may arrive inside a reward, a tool or a callback, whose `except Exception` guards
+    would otherwise report it as that code's error."""
 
     def __init__(self, signal_name: str):
         super().__init__(f"{signal_name} after training finished: the end-of-run reports were skipped")
@@ -25,7 +27,7 @@ class EndOfRunInterrupted(Exception):
         return EXIT_CODES[self.signal_name]
 
 
-class TrainingInterrupted(Exception):
+class TrainingInterrupted(BaseException):
     """Ctrl-C stopped training after a complete RL step and its checkpoint (CheckpointOnInterrupt): the run is
     recorded as interrupted, not as finished; the message says how to resume."""
 

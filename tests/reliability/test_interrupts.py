@@ -11,6 +11,8 @@ import time
 import pytest
 import torch
 
+from lit_rlhf.algos.scoring import call_checked
+from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
 from tests.helpers import FAST, ROOT
 
 
@@ -68,3 +70,13 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
                              timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "RL step 30/30" in resumed.stdout
+
+
+@pytest.mark.parametrize("interruption", [EndOfRunInterrupted("SIGINT"), TrainingInterrupted("stopped")])
+def test_an_interruption_arriving_inside_a_reward_is_not_reported_as_the_rewards_error(interruption):
+    # a signal raises where the main thread is: often inside a reward, whose errors are otherwise made one line
+    def reward(prompts, completions):
+        raise interruption
+
+    with pytest.raises(type(interruption)):
+        call_checked("vader", reward, ["a prompt"], ["a completion"], None)
