@@ -15,7 +15,8 @@ from lit_rlhf.errors import ConfigError
 
 
 def registered_classes() -> dict[str, tuple[type, ...]]:
-    """Per config group, the classes a checkpoint may name (lit_rlhf's own rewards, task metrics, environments)."""
+    """Per config group, the classes a checkpoint may name (lit_rlhf's own rewards, gold rewards, task metrics,
+    environments)."""
     from lit_rlhf.envs import EnvSpec
     from lit_rlhf.envs.reward import EnvironmentReward
     from lit_rlhf.models import SequenceClassifierReward, VaderSentiment, WeightedSum
@@ -25,9 +26,11 @@ def registered_classes() -> dict[str, tuple[type, ...]]:
     from lit_rlhf.tasks.math import MathVerifyMatch, MathVerifyReward
     from lit_rlhf.tasks.metrics import ExactMatch
 
+    rewards = (WeightedSum, VaderSentiment, SequenceClassifierReward, ArithmeticCorrect, ArithmeticFormat,
+               MathVerifyReward, EnvironmentReward, HTTPReward, LLMJudge)
     return {
-        "reward": (WeightedSum, VaderSentiment, SequenceClassifierReward, ArithmeticCorrect, ArithmeticFormat,
-                   MathVerifyReward, EnvironmentReward, HTTPReward, LLMJudge),
+        "reward": rewards,
+        "gold": rewards,
         "task_metrics": (ExactMatch, MathVerifyMatch),
         "env": (EnvSpec, CalculatorEnvironment, NoToolEnvironment),
     }

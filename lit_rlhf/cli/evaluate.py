@@ -16,6 +16,7 @@ from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint
+from lit_rlhf.models import load_reward
 from lit_rlhf.noise import silence_known_noise
 
 
@@ -34,7 +35,7 @@ def load_module(cfg: DictConfig):
         module.task_metrics = [instantiate(spec) for spec in (trained.task_metrics or {}).values()]
         module.environment = as_env_spec(instantiate(trained.env) if trained.env else None)
         return module, trained
-    trained = TrainedSettings(cfg.reward, cfg.get("task_metrics"), cfg.get("env"), None, {})
+    trained = TrainedSettings(cfg.reward, cfg.get("task_metrics"), cfg.get("env"), None, {}, cfg.get("gold"))
     model = OmegaConf.to_container(cfg.model, resolve=True)
     if cfg.get("policy_path"):
         if (Path(cfg.policy_path) / "adapter_config.json").exists():
@@ -74,12 +75,12 @@ def evaluate(cfg: DictConfig) -> Evaluation:
     silence_known_noise()
     check_reward_group(cfg)
     check_evaluation_settings(cfg)
-    if cfg.get("gold"):
-        raise ConfigError("evaluate.py does not score a gold reward; train with gold=<reward> (gold/score, "
-                          "eval/gold_score, gold.json) or evaluate with reward=<the gold reward>.")
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     module, trained = load_module(cfg)
+    if trained.gold:  # scored on both sides beside the reward (summary["gold"])
+        module.gold_reward = instantiate(trained.gold)
+        load_reward(module.gold_reward)
     module = module.to(device).eval()
     policy_tokenizer = module.hparams.model["name_or_path"]
     if trained.data is not None:  # the run's own prompts and held-out split

@@ -1,7 +1,7 @@
-"""evaluate.py ckpt_path=...: evaluate what was trained. The checkpoint's data, reward, task metrics and env are
-used unless the command line picks others; the checkpoint's algorithm and model settings always are, but for
-algo.response_length and algo.temperature, which an evaluation may change. A checkpoint never chooses code
-to run: a reward, task metric or environment it names must be one of lit_rlhf's registered classes
+"""evaluate.py ckpt_path=...: evaluate what was trained. The checkpoint's data, reward, gold reward, task metrics
+and env are used unless the command line picks others; the checkpoint's algorithm and model settings always are,
+but for algo.response_length and algo.temperature, which an evaluation may change. A checkpoint never chooses code
+to run: a reward, gold reward, task metric or environment it names must be one of lit_rlhf's registered classes
 (lit_rlhf/checkpoint_targets.py); any other must come from the command line."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class TrainedSettings:
     env: Any  # the environment of multi-turn episodes (a config), or None
     data: dict[str, Any] | None  # PromptDataModule settings, or None: the command line's cfg.data
     algo_overrides: dict[str, Any]
+    gold: Any = None  # the gold reward (a config; empty or None: none)
 
 
 def command_line_keys() -> list[str]:
@@ -61,4 +62,5 @@ def trained_settings(cfg: DictConfig, checkpoint: dict[str, Any]) -> TrainedSett
     if "data" not in groups and isinstance(saved_data, dict):
         # the held-out prompts of the run; remote code only from this command line
         data = {**saved_data, "trust_remote_code": bool(cfg.data.get("trust_remote_code", False))}
-    return TrainedSettings(chosen("reward"), chosen("task_metrics"), chosen("env"), data, algo_overrides)
+    return TrainedSettings(chosen("reward"), chosen("task_metrics"), chosen("env"), data, algo_overrides,
+                           chosen("gold"))

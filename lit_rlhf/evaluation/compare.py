@@ -12,9 +12,11 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.algos.gold import gold_scores
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
 from lit_rlhf.evaluation.statistics import bootstrap_mean_ci, distinct_n, per_prompt_mean
+from lit_rlhf.models import WeightedSum, reward_name
 from lit_rlhf.tasks.metrics import per_prompt_majority, per_prompt_pass_at_k
 
 KL_ESTIMATOR_NAMES = {"k1": "k1: sum over response tokens of log p - log p_ref, on policy samples",
@@ -39,7 +41,10 @@ class Evaluation:
                 **{f"{prefix}{name}_{stat}" if stat != "accuracy" else f"{prefix}{name}": value["mean"]
                    for name, sides in s.get("task_metrics", {}).items() for stat, value in sides["policy"].items()},
                 **{f"{prefix}reference_{name}": sides["reference"]["accuracy"]["mean"]
-                   for name, sides in s.get("task_metrics", {}).items()}}
+                   for name, sides in s.get("task_metrics", {}).items()},
+                **({f"{prefix}gold_score_diff": s["gold"]["difference"]["mean"],
+                    f"{prefix}policy_gold_score": s["gold"]["policy_score"],
+                    f"{prefix}reference_gold_score": s["gold"]["reference_score"]} if "gold" in s else {})}
 
 
 def side_summary(samples: dict[str, Any], scores: torch.Tensor) -> dict[str, float]:
@@ -86,6 +91,9 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
                                        for side, samples in (("policy", policy), ("reference", reference))}
                          for metric in getattr(module, "task_metrics", ())},
     }
+    gold = getattr(module, "gold_reward", None)
+    if gold is not None:  # the quality the trained reward stands for, never trained on (docs/preferences.md)
+        summary["gold"] = gold_summary(gold, policy, reference, prompt_index, confidence, num_bootstraps, seed)
     if "tool_calls" in policy["columns"]:  # multi-turn episodes: how each side used the environment
         summary["episodes"] = {side: episode_summary(samples, prompt_index, confidence, num_bootstraps, seed)
                                for side, samples in (("policy", policy), ("reference", reference))}
@@ -93,7 +101,24 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
                 "policy": policy["transcripts"][i], "policy_score": policy["scores"][i], "policy_kl": policy["kl"][i],
                 "reference": reference["transcripts"][i], "reference_score": reference["scores"][i],
                 "judgment": judgments[i].item()} for i in range(len(judgments))]
+    if gold is not None:
+        for i, record in enumerate(records):
+            record.update(policy_gold=policy["gold"][i], reference_gold=reference["gold"][i])
     return Evaluation(summary, records)
+
+
+def gold_summary(gold, policy: dict[str, Any], reference: dict[str, Any], prompt_index: torch.Tensor,
+                 confidence: float, num_bootstraps: int, seed: int) -> dict[str, Any]:
+    """Both sides' mean gold score and the per-prompt difference with its interval; each side's N gold scores are
+    kept as samples["gold"] for the records."""
+    for samples in (policy, reference):
+        samples["gold"] = gold_scores(gold, samples["prompts"], samples["completions"], samples["columns"]).tolist()
+    policy_gold, reference_gold = torch.tensor(policy["gold"]), torch.tensor(reference["gold"])  # N
+    parts = list(gold.rewards) if isinstance(gold, WeightedSum) else [reward_name(gold)]
+    return {"reward": "+".join(parts), "policy_score": policy_gold.mean().item(),
+            "reference_score": reference_gold.mean().item(),
+            "difference": interval(per_prompt_mean(policy_gold - reference_gold, prompt_index), confidence,
+                                   num_bootstraps, seed)}
 
 
 def episode_summary(samples: dict[str, Any], prompt_index: torch.Tensor, confidence: float, num_bootstraps: int,

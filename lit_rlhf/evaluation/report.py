@@ -32,6 +32,11 @@ def print_report(evaluation: Evaluation, console: Console | None = None) -> None
                   f"[{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]")
     console.print(f"win rate of the policy ({s['judge']}, ties count 1/2): {win['mean']:.1%}  {level} "
                   f"[{win['ci_low']:.1%}, {win['ci_high']:.1%}]")
+    if "gold" in s:
+        gold = s["gold"]
+        console.print(f"gold score ({gold['reward']}): policy {gold['policy_score']:.3f}, reference "
+                      f"{gold['reference_score']:.3f}, difference {gold['difference']['mean']:+.3f}  {level} "
+                      f"[{gold['difference']['ci_low']:+.3f}, {gold['difference']['ci_high']:+.3f}]")
     for name, sides in s.get("task_metrics", {}).items():
         for stat, policy in sides["policy"].items():
             reference = sides["reference"][stat]

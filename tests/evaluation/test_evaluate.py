@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from lit_rlhf.cli.evaluate import evaluate
 from lit_rlhf.cli.resolvers import register_resolvers
+from lit_rlhf.models import VaderSentiment
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -23,10 +24,11 @@ def run_script(script, *overrides, out):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """A short RLOO run through train.py; its end-of-training evaluation is on by default."""
+    """A short RLOO run through train.py; its end-of-training evaluation is on by default. Its gold reward (VADER of
+    prompt and completion, where the trained reward scores the completion) is scored beside the reward."""
     out = tmp_path_factory.mktemp("run")
     result = run_script("train.py", "steps=20", "trainer.val_check_interval=20", "callbacks.generation_samples=null",
-                        out=out)
+                        "gold=vader", "gold.rewards.vader.include_prompt=true", out=out)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -52,10 +54,29 @@ def test_a_short_rloo_run_beats_its_reference_with_a_positive_interval_and_a_win
     with open(trained_run / "csv" / "metrics.csv") as f:
         header = f.readline()
     assert "eval/win_rate" in header and "eval/score_diff" in header and "eval/rlhf_reward" in header
+    assert "eval/gold_score_diff" in header and "gold/score" in header
+
+
+def test_the_evaluation_scores_the_gold_reward_on_both_sides(trained_run):
+    summary = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
+    rows = [json.loads(line) for line in (trained_run / "evaluation" / "generations.jsonl").open()]
+    gold = VaderSentiment(include_prompt=True)
+    for side in ("policy", "reference"):
+        expected = gold([r["prompt"] for r in rows], [r[side] for r in rows])
+        assert [r[f"{side}_gold"] for r in rows] == pytest.approx(expected.tolist())
+        assert summary["gold"][f"{side}_score"] == pytest.approx(expected.mean().item())
+    by_prompt = {}
+    for r in rows:
+        by_prompt.setdefault(r["prompt_index"], []).append(r["policy_gold"] - r["reference_gold"])
+    per_prompt = [sum(v) / len(v) for v in by_prompt.values()]
+    assert summary["gold"]["reward"] == "vader"
+    assert summary["gold"]["difference"]["mean"] == pytest.approx(sum(per_prompt) / len(per_prompt))
+    assert summary["gold"]["difference"]["ci_low"] <= summary["gold"]["difference"]["mean"]
 
 
 def test_evaluate_py_on_the_checkpoint_reproduces_the_end_of_training_report(trained_run, tmp_path):
     evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt", out=tmp_path)
+    # the checkpoint's gold reward too: the command line names none
     assert evaluation.summary == json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
     assert (tmp_path / "evaluation.json").exists() and (tmp_path / "generations.jsonl").exists()
 
@@ -64,13 +85,16 @@ def test_an_exported_model_directory_evaluates_against_the_base_model(trained_ru
     export = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"),
                              str(tmp_path / "hf")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert export.returncode == 0, export.stderr[-2000:]
-    from_export = evaluate_with(f"policy_path={tmp_path / 'hf'}", out=tmp_path / "eval").summary
+    from_export = evaluate_with(f"policy_path={tmp_path / 'hf'}", "gold=vader", "gold.rewards.vader.include_prompt=true",
+                                out=tmp_path / "eval").summary
     from_ckpt = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
     assert from_export["reference"] == from_ckpt["reference"]  # the base model, loaded from model.name_or_path
     # merged LoRA weights round differently from the adapter path: the same samples up to float noise
     assert from_export["policy"]["score_mean"] == pytest.approx(from_ckpt["policy"]["score_mean"], abs=0.03)
     assert from_export["policy"]["kl_mean"] == pytest.approx(from_ckpt["policy"]["kl_mean"], rel=0.05)
     assert from_export["win_rate"]["mean"] == pytest.approx(from_ckpt["win_rate"]["mean"], abs=0.05)
+    assert from_export["gold"]["reference_score"] == from_ckpt["gold"]["reference_score"]  # gold= on the command line
+    assert from_export["gold"]["policy_score"] == pytest.approx(from_ckpt["gold"]["policy_score"], abs=0.03)
 
 
 def test_the_reference_against_itself_has_zero_kl_zero_difference_and_only_ties(tmp_path):
