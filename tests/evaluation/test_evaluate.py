@@ -85,8 +85,8 @@ def test_an_exported_model_directory_evaluates_against_the_base_model(trained_ru
     export = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"),
                              str(tmp_path / "hf")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert export.returncode == 0, export.stderr[-2000:]
-    from_export = evaluate_with(f"policy_path={tmp_path / 'hf'}", "gold=vader", "gold.rewards.vader.include_prompt=true",
-                                out=tmp_path / "eval").summary
+    from_export = evaluate_with(f"policy_path={tmp_path / 'hf'}", "gold=vader",
+                                "gold.rewards.vader.include_prompt=true", out=tmp_path / "eval").summary
     from_ckpt = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
     assert from_export["reference"] == from_ckpt["reference"]  # the base model, loaded from model.name_or_path
     # merged LoRA weights round differently from the adapter path: the same samples up to float noise
