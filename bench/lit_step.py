@@ -100,6 +100,9 @@ def main() -> None:
     parser.add_argument("--rollout", default="hf", choices=["hf", "vllm"],
                         help="the rollout engine; vllm: VLLMEngine with a 1 GiB KV cache (the weight sync is part of "
                              "its generation phase, and reported alone as weight_sync_s)")
+    parser.add_argument("--recompute-logits", action="store_true",
+                        help="ablation: recompute the chunked logits in the backward whatever their size "
+                             "(logits_budget_mib=null, the path before the budget)")
     parser.add_argument("--padded", action="store_true",
                         help="ablation: full logits of the padded batch (logits_chunk_size=null, padding_free=false)")
     args = parser.parse_args()
@@ -113,6 +116,7 @@ def main() -> None:
                   temperature=W.TEMPERATURE, kl_coef=W.KL_COEF, missing_eos_penalty=1.0,
                   max_grad_norm=W.MAX_GRAD_NORM, reuse_rollout_forward=not args.no_single_update,
                   **({"logits_chunk_size": None, "padding_free": False} if args.padded else {}),
+                  **({"logits_budget_mib": None} if args.recompute_logits else {}),
                   **({} if args.mixed else {"generation_kwargs": {"min_new_tokens": args.new_tokens},
                                             "allow_biased_sampling": True}))  # fixed length
     if args.rollout == "vllm":
@@ -133,7 +137,8 @@ def main() -> None:
     trainer.fit(module, PromptDataModule(tokenizer=path, batch_size=W.PROMPTS_PER_STEP,
                                          max_prompt_length=W.PROMPT_TOKENS))
     memory_marks["before_steps"] = timer.rss_before_steps
-    impl = "lit_rlhf_no_single_update" if args.no_single_update else "lit_rlhf_padded" if args.padded else "lit_rlhf"
+    impl = ("lit_rlhf_no_single_update" if args.no_single_update else "lit_rlhf_padded" if args.padded
+            else "lit_rlhf_recompute_logits" if args.recompute_logits else "lit_rlhf")
     report = W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases, timer.tokens,
                       device, memory_marks)
     report.update(rollout=args.rollout, beta=args.beta if args.algo == "grpo" else None, full=args.full)

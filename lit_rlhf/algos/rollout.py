@@ -11,7 +11,7 @@ import torch
 
 from lit_rlhf.algos.packing import packed_response_hidden
 from lit_rlhf.ops import logprobs_and_entropy
-from lit_rlhf.ops.logprobs import chunked_logprobs_and_entropy
+from lit_rlhf.ops.logprobs import chunked_logprobs_and_entropy, kept_logits_mib
 
 
 @dataclass
@@ -101,14 +101,15 @@ def plain_output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
 
 
 def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, responses, response_mask,
-                                  temperature: float, chunk_size: int | None,
-                                  pad_token_id: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                                  temperature: float, chunk_size: int | None, pad_token_id: int | None = None,
+                                  logits_budget_mib: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs (N,R) and entropy (N,R, no gradient) of the response tokens; zero after the stop token.
 
     With chunk_size, from the last hidden states of the real response tokens, chunk_size positions at a time
     (ops.chunked_logprobs_and_entropy): the (N,R,V) logits are never held; with a pad_token_id too, from a
-    padding-free forward (algos.packing). Without chunk_size, or when the output layer is not a plain Linear,
-    from the full logits of the padded batch."""
+    padding-free forward (algos.packing). With gradients, the chunks' logits are kept for the backward pass when
+    they fit logits_budget_mib (ops.kept_logits_mib), else recomputed there (None: always recomputed). Without
+    chunk_size, or when the output layer is not a plain Linear, from the full logits of the padded batch."""
     layer = plain_output_layer(model) if chunk_size else None
     if layer is None:
         logits = response_logits(model, queries, query_mask, responses, response_mask)  # N,R,V
@@ -123,8 +124,9 @@ def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, r
         out = model(**sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
                     logits_to_keep=1, output_hidden_states=True)
         hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # T,H  the states that predict response tokens
+    recompute = logits_budget_mib is None or kept_logits_mib(len(hidden), layer.out_features) > logits_budget_mib
     token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, responses[real], temperature,
-                                                                 chunk_size)  # T ; T
+                                                                 chunk_size, recompute)  # T ; T
     logprobs = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_logprobs)
     entropy = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_entropy)
     return logprobs, entropy  # N,R ; N,R

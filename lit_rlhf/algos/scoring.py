@@ -274,7 +274,7 @@ class RolloutScoring:
         """The policy's forward on the sequences. -> logprobs (N,R), entropy (N,R, no grad); zero after the stop"""
         return response_logprobs_and_entropy(self.policy, queries, query_mask, responses, response_mask,
                                              self.hparams.temperature, self.hparams.logits_chunk_size,
-                                             self.packing_pad_id)
+                                             self.packing_pad_id, self.hparams.logits_budget_mib)
 
     @property
     def packing_pad_id(self) -> int | None:

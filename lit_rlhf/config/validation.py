@@ -61,6 +61,7 @@ def check_shared_settings(hp: Any) -> None:
         check_number(name, getattr(hp, name), minimum=1, integer=True)
     check_number("forward_batch_size", hp.forward_batch_size, minimum=1, integer=True, optional=True)
     check_number("logits_chunk_size", hp.logits_chunk_size, minimum=1, integer=True, optional=True)
+    check_number("logits_budget_mib", hp.logits_budget_mib, minimum=0, optional=True)
     check_number("max_tokens_per_micro_batch", hp.max_tokens_per_micro_batch, minimum=1, integer=True, optional=True)
     check_number("rl_steps", hp.rl_steps, minimum=1, integer=True, optional=True)
     check_number("temperature", hp.temperature, minimum=0, strictly=True)

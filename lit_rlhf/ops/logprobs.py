@@ -46,16 +46,25 @@ def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return token_logprobs, entropy
 
 
+def kept_logits_mib(tokens: int, vocab_size: int) -> float:
+    """What keeping the logits of `tokens` positions for the backward pass holds: float32 logits and log-probabilities,
+    8 bytes per position and vocabulary entry, in MiB."""
+    return tokens * vocab_size * 8 / 2**20
+
+
 def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Linear, tokens: torch.Tensor,
-                                 temperature: float = 1.0, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+                                 temperature: float = 1.0, chunk_size: int = 1024,
+                                 recompute: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """logprobs_and_entropy from the last hidden states, chunk_size positions at a time, never holding the logits of
-    every position: with gradients, each chunk runs under activation checkpointing, so its (chunk, V) logits are
-    recomputed in the backward pass instead of being kept. (T,H), (T,) -> (T,), (T,) (entropy without gradient)"""
+    every position at once in the forward. With gradients and recompute, each chunk runs under activation
+    checkpointing, so its (chunk, V) logits are recomputed in the backward pass instead of being kept; without
+    recompute they are kept (faster when they fit in memory: see kept_logits_mib).
+    (T,H), (T,) -> (T,), (T,) (entropy without gradient)"""
     weight, bias = output_layer.weight, output_layer.bias
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_size):
         part = (hidden[start:start + chunk_size], weight, bias, tokens[start:start + chunk_size], temperature)
-        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        if recompute and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
             token_logprobs, entropy = torch.utils.checkpoint.checkpoint(_chunk_logprobs, *part, use_reentrant=False)
         else:
             token_logprobs, entropy = _chunk_logprobs(*part)
