@@ -5,10 +5,11 @@ Shapes: N sequences, P prompt length, R response length.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
-from transformers import GenerationConfig
+from transformers import DynamicCache, GenerationConfig
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout.engine import RolloutEngine, left_pad
@@ -17,10 +18,15 @@ from lit_rlhf.rollout.sampling import pure_sampling_config
 
 class HFEngine(RolloutEngine):
     """`generate()` on the policy (or on the reference: adapters disabled, or its frozen copy), pure sampling
-    from softmax(logits / temperature); the policy is in eval mode (no dropout) while it samples."""
+    from softmax(logits / temperature); the policy is in eval mode (no dropout) while it samples.
 
-    def __init__(self):
+    shared_prefill: the K samples of a prompt share one prefill: the B distinct prompts run through the model once
+    and their KV cache is repeated K times, instead of N = B*K identical prefills (the same logits, so the same
+    samples under the same seed)."""
+
+    def __init__(self, shared_prefill: bool = True):
         self.generation_config: GenerationConfig | None = None
+        self.shared_prefill = shared_prefill
 
     def setup(self, module: Any) -> None:
         hp = module.hparams
@@ -32,6 +38,8 @@ class HFEngine(RolloutEngine):
     def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
                       greedy: bool) -> list[tuple[list[int], None]]:
         input_ids, attention_mask = left_pad(contexts, module.tokenizer.pad_token_id, module.device)  # N,L ; N,L
+        # ZeRO-3 steps every rank's forwards together: a prefill on one rank alone would stall the others
+        siblings = sibling_count(contexts) if self.shared_prefill and not self.synced_generation else 1
         config = GenerationConfig(**{**self.generation_config.to_dict(), "max_new_tokens": max_new_tokens,
                                      **({"do_sample": False} if greedy else {})})
         was_training = module.policy.training
@@ -39,21 +47,55 @@ class HFEngine(RolloutEngine):
         try:
             if from_reference:
                 with module.reference.active() as reference:
-                    sequences = self.generate(module, reference, input_ids, attention_mask, config)  # N,L+T
+                    sequences = self.generate(module, reference, input_ids, attention_mask, config,
+                                              siblings)  # N,L+T
             else:
-                sequences = self.generate(module, module.policy, input_ids, attention_mask, config)  # N,L+T
+                sequences = self.generate(module, module.policy, input_ids, attention_mask, config, siblings)
         finally:
             module.policy.train(was_training)
         return [(row.tolist(), None) for row in sequences[:, input_ids.shape[1]:]]
 
     def generate(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
-                 config: GenerationConfig) -> torch.Tensor:
+                 config: GenerationConfig, siblings: int = 1) -> torch.Tensor:
+        """Samples of N = B*siblings contexts (each distinct one repeated `siblings` times, adjacent). -> N,P+R'"""
+        cache = {}
+        if siblings > 1 and queries.shape[1] > 1:
+            cache[cache_keyword(model)] = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
         try:
             return model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
-                                  synced_gpus=self.synced_generation)  # N,P+R'
+                                  synced_gpus=self.synced_generation, **cache)  # N,P+R'
         except RuntimeError as err:
             if "probability tensor contains" not in str(err):
                 raise
             raise ConfigError(f"sampling failed at RL step {module.rl_step}: the policy's logits are not finite; "
                               f"lower algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
                               f"checkpoint.") from err
+
+
+def sibling_count(contexts: list[list[int]]) -> int:
+    """K when the contexts are groups of K adjacent identical ones (a rollout's first turn), else 1."""
+    k = 1
+    while k < len(contexts) and contexts[k] == contexts[0]:
+        k += 1
+    if k == 1 or len(contexts) % k:
+        return 1
+    same = all(contexts[i] == contexts[i - i % k] for i in range(len(contexts)))
+    return k if same else 1
+
+
+def shared_prefill(model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor, k: int) -> DynamicCache:
+    """The KV cache of the B distinct prompts but their last token, each repeated k times (generate() runs the last
+    token, which gives the first sampled token's logits). queries, query_mask: B,P left-padded."""
+    positions = (query_mask.cumsum(-1) - 1).clamp(min=0)  # B,P  as generate() numbers left-padded rows
+    cache = DynamicCache(config=getattr(model, "config", None))
+    model(input_ids=queries[:, :-1], attention_mask=query_mask[:, :-1], position_ids=positions[:, :-1],
+          use_cache=True, **{cache_keyword(model): cache})
+    cache.batch_repeat_interleave(k)
+    return cache
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The name under which this model's forward and generate() take a KV cache: `cache` in newer transformers,
+    `past_key_values` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
