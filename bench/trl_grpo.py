@@ -5,9 +5,9 @@
 The same work as bench/grpo_floor.py and `bench/lit_step.py --algo grpo`: 8 prompts x 4 generations per step,
 exactly --new-tokens new tokens (min_new_tokens), temperature 0.7, top_k 0, top_p 1, loss_type dapo, beta, one
 update per generation (num_iterations 1, no old-logprob forward), AdamW lr 1e-4, clipping at 1.0, VADER reward,
-float32, LoRA r=16 on all linear layers or full fine-tuning. Three settings differ from TRL's defaults so that the
-work is the same: bf16=False; gradient_checkpointing=False (TRL's default recomputes the forward in the backward,
-the other two do not); optim="adamw_torch", torch.optim.AdamW with its defaults as the other two use it
+float32 (--dtype), LoRA r=16 on all linear layers or full fine-tuning. Three settings differ from TRL's defaults so
+that the work is the same: bf16=False; gradient_checkpointing=False (TRL's default recomputes the forward in the
+backward, the other two do not); optim="adamw_torch", torch.optim.AdamW with its defaults as the other two use it
 (transformers' default is the fused AdamW kernel).
 Prompts are cut to their last 5 tokens before TRL sees them (as the others cut them). The step time is that of
 TRL's training step (generation, reward, reference forward, loss, backward, optimizer); `generate()` is timed apart.
@@ -72,7 +72,9 @@ def main() -> None:
     parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
     parser.add_argument("--beta", type=float, default=0.04)
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+    parser.add_argument("--dtype", default="float32", help="the weights' dtype (bench/gpu.py: bfloat16)")
     args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     memory_marks = {"after_imports": W.peak_rss_mib()}
     torch.manual_seed(0)
     path = W.model_path(args.model)
@@ -100,15 +102,16 @@ def main() -> None:
             temperature=W.TEMPERATURE, top_k=0, top_p=1.0, loss_type="dapo", beta=args.beta, num_iterations=1,
             learning_rate=W.LR, optim="adamw_torch", lr_scheduler_type="constant", max_grad_norm=W.MAX_GRAD_NORM,
             max_steps=steps, gradient_checkpointing=False, logging_steps=steps, save_strategy="no", report_to="none",
-            disable_tqdm=True, dataloader_num_workers=0, model_init_kwargs={"dtype": torch.float32})
+            disable_tqdm=True, dataloader_num_workers=0, model_init_kwargs={"dtype": getattr(torch, args.dtype)})
         trainer = GRPOTrainer(model=path, reward_funcs=vader, args=config, train_dataset=dataset,
                               processing_class=tokenizer, peft_config=peft_config, callbacks=[timer])
         trainer.train()
     memory_marks["before_steps"] = timer.rss_before_steps
     measured = slice(args.warmup, None)
     generation = timer.generation[measured]
+    forced_tokens = 0 if args.mixed else W.PROMPTS_PER_STEP * W.SAMPLES_PER_PROMPT * args.new_tokens  # per step
     report = W.report("trl", args.model, "grpo", timer.step_times[measured], timer.cpu_times[measured],
-                      {"generation": generation}, [0] * len(generation), torch.device("cpu"), memory_marks)
+                      {"generation": generation}, [forced_tokens] * len(generation), device, memory_marks)
     print(json.dumps({**report, "beta": args.beta, "full": args.full}))
 
 

@@ -7,7 +7,7 @@ step time would follow the longest sampled response of each step, and the two im
 sample different sequences, which made the tiny model's episodes/s vary by +-15% between runs.
 Prompts are cut to their last 5 tokens (PROMPT_TOKENS; the bundled ones have 2 to 8), so that
 nearly every batch is 5 tokens wide in both implementations, whatever prompts each one draws.
-Models: the embedded default, and pythia-160m / pythia-1b shapes with random weights (built from
+Models: the embedded default, and pythia-160m / 410m / 1b shapes with random weights (built from
 the configuration, no download; the tiny tokenizer's ids fit their vocabulary).
 """
 
@@ -28,6 +28,7 @@ LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-l
 LR, KL_COEF, MAX_GRAD_NORM = 1e-4, 0.05, 1.0
 SHAPES = {
     "pythia-160m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "pythia-410m": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
     "pythia-1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=8, intermediate_size=8192),
 }
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,12 +47,12 @@ def make(algo):
     return make_rloo(response_length=12, **components)
 
 
-def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None):
+def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None, accelerator="cpu"):
     L.seed_everything(0)
     module = make(algo)
     updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
     trainer = L.Trainer(max_steps=rl_steps * updates, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", val_check_interval=3, limit_val_batches=1,
+                        enable_model_summary=False, accelerator=accelerator, val_check_interval=3, limit_val_batches=1,
                         num_sanity_val_steps=1, callbacks=callbacks,
                         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks))
     trainer.fit(module, make_datamodule(dataset=prompts, num_eval_prompts=8, batch_size=4), ckpt_path=ckpt_path)

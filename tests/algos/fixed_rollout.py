@@ -37,15 +37,18 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
     mine = torch.arange(n)[(prompt_index % world == rank) & ((prompt_index > 0) | (not drop_first_group))]
     prompt_index = prompt_index[mine] // world
     prompt_index = prompt_index - prompt_index.min()
-    queries, query_mask, responses = queries[mine], query_mask[mine], responses[mine]
-    response_mask = response_mask[mine]
+    device = module.device
+    queries, query_mask, responses = queries[mine].to(device), query_mask[mine].to(device), responses[mine].to(device)
+    response_mask = response_mask[mine].to(device)
+    scores, lengths, ref_noise, values = scores.to(device), lengths.to(device), ref_noise.to(device), values.to(device)
+    prompt_index = prompt_index.to(device)
     module.policy.eval()
     logprobs = batched_logprobs(module.policy, queries, query_mask, responses, response_mask,
                                 module.hparams.temperature)
     module.policy.train()
     sampler_logprobs = is_weights = None  # an engine whose logprobs differ from the trainer's by sampler_noise
     if sampler_noise:
-        sampler_logprobs = logprobs + sampler_noise * torch.randn(n, R, generator=gen)[mine]
+        sampler_logprobs = logprobs + sampler_noise * torch.randn(n, R, generator=gen)[mine].to(device)
         hp = module.hparams
         is_weights = importance_weights(logprobs, sampler_logprobs, response_mask, hp.rollout_is_cap,
                                         hp.rollout_is_mode, hp.rollout_is_min)
@@ -97,7 +100,7 @@ def differs(a: dict, b: dict) -> bool:
     return any(not torch.allclose(a[n], b[n], atol=1e-5, rtol=0) for n in a)
 
 
-def one_step_delta(algo: str, devices: int = 1, rollout_options: dict | None = None,
+def one_step_delta(algo: str, devices: int = 1, rollout_options: dict | None = None, accelerator: str = "cpu",
                    **settings) -> dict[str, torch.Tensor]:
     """The change of every trained tensor after one SGD step (lr 1, no clipping): minus the step's gradient."""
     import functools
@@ -117,7 +120,7 @@ def one_step_delta(algo: str, devices: int = 1, rollout_options: dict | None = N
     module.configure_model()
     before = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
     trainer = L.Trainer(max_steps=module.optimizer_steps_per_rl_step, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, accelerator="cpu",
-                        devices=devices, strategy="ddp" if devices > 1 else "auto")
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        accelerator=accelerator, devices=devices, strategy="ddp" if devices > 1 else "auto")
     trainer.fit(module, make_datamodule(batch_size=PROMPTS // devices))
-    return {n: (p.detach() - before[n]) for n, p in module.named_parameters() if n in before}
+    return {n: (p.detach() - before[n].to(p.device)).cpu() for n, p in module.named_parameters() if n in before}

@@ -1,0 +1,149 @@
+"""The GPU check: one command for any machine with a CUDA GPU, offline, installing nothing.
+
+    python bench/gpu.py                  # < 10 min on one GPU; writes bench/results/gpu_check.{md,json}
+    python bench/gpu.py --device cpu --shapes tiny --steps 1 --warmup 0 --out OUT   # its CPU path
+
+Needs what the set-up installs (torch built with CUDA, transformers, peft, lightning, vaderSentiment) and pytest for
+the correctness pass; TRL's GRPOTrainer is measured too when `import trl` works (or `make setup-trl` made
+.venv-trl). No download: the models are pythia's 160m / 410m / 1b shapes with random weights, built from their
+configurations into bench/.cache (bench/workload.py).
+
+Performance, each a fresh process (bench/workload.py's work: 8 prompts x 4 samples per step, 32 forced new
+tokens, LoRA r=16, AdamW, VADER reward), weights in --dtype (bfloat16): RLOO (bench/lit_step.py against the
+plain-PyTorch floor bench/floor.py) and GRPO (dapo, beta 0.04: bench/lit_step.py --algo grpo against
+bench/grpo_floor.py and TRL, bench/trl_grpo.py). Reported: episodes/s, generation tokens/s, peak GPU memory.
+Correctness: `pytest tests/device` on the same device (bf16 autocast training, the loss contract, exact resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+TRL_VENV = ROOT / ".venv-trl" / "bin" / "python"
+NEEDED = ("torch", "transformers", "peft", "lightning", "vaderSentiment", "pytest")
+
+
+def trl_python() -> str | None:
+    """The interpreter that has TRL: this one, or the bench-only .venv-trl; None without TRL."""
+    if importlib.util.find_spec("trl") is not None:
+        return sys.executable
+    return str(TRL_VENV) if TRL_VENV.exists() else None
+
+
+def implementations(algo: str) -> dict[str, list[str]]:
+    if algo == "rloo":
+        return {"lit_rlhf": [sys.executable, "lit_step.py"], "floor": [sys.executable, "floor.py"]}
+    impls = {"lit_rlhf": [sys.executable, "lit_step.py", "--algo", "grpo", "--beta", "0.04"],
+             "floor": [sys.executable, "grpo_floor.py", "--beta", "0.04"]}
+    trl = trl_python()
+    if trl is not None:
+        impls["trl"] = [trl, "trl_grpo.py", "--beta", "0.04"]
+    return impls
+
+
+def measure(command: list[str], shape: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
+    command = [*command, "--model", shape, "--dtype", args.dtype, "--steps", str(args.steps), "--warmup",
+               str(args.warmup), "--new-tokens", str(args.new_tokens)]
+    done = subprocess.run(command, cwd=BENCH, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["exit code " + str(done.returncode)])[-1][:300]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def correctness(env: dict[str, str]) -> dict:
+    """pytest tests/device on the device: its summary line and exit code."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/device"], cwd=ROOT,
+                          env=env, capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    return {"exit_code": done.returncode, "summary": lines[-1] if lines else done.stderr[-300:]}
+
+
+def table(data: dict) -> list[str]:
+    lines = [f"{data['device_name']}; weights in {data['dtype']}; 8 prompts x 4 samples, {data['new_tokens']} forced "
+             f"new tokens, LoRA; {data['steps']} measured steps after {data['warmup']} warm-up per fresh process; "
+             f"`python bench/gpu.py` ({data['minutes']:.1f} min).", "",
+             f"| shape | algo | impl | episodes/s | vs floor | generation tokens/s | "
+             f"{'peak GPU memory' if data['device'] == 'cuda' else 'peak RSS'} MiB | step s |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for row in data["runs"]:
+        r = row["result"]
+        if "error" in r:
+            lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | failed: {r['error']} | | | | |")
+            continue
+        floor = next((x["result"] for x in data["runs"] if x["shape"] == row["shape"] and x["algo"] == row["algo"]
+                      and x["impl"] == "floor"), {})
+        ratio = f"{r['eps'] / floor['eps']:.2f}x" if floor.get("eps") else ""
+        memory = r["peak_gpu_mib"] if data["device"] == "cuda" else r["peak_rss_mib"]
+        lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | {r['eps']:.2f} | {ratio} | "
+                     f"{r['tokens_per_s']:.0f} | {memory:.0f} | {r['step_s']:.3f} |")
+    lines += ["", f"Correctness (`pytest tests/device` on the device): {data['correctness']['summary']}."]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--shapes", nargs="+", default=["pythia-160m", "pythia-410m", "pythia-1b"])
+    parser.add_argument("--algos", nargs="+", default=["rloo", "grpo"], choices=["rloo", "grpo"])
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--skip-checks", action="store_true", help="leave out the correctness pass")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write gpu_check.json and gpu_check.md (default on CUDA: bench/results)")
+    args = parser.parse_args()
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if missing:
+        sys.exit(f"error: bench/gpu.py needs {', '.join(missing)}; run the set-up of README.md (make setup), "
+                 f"then pip install pytest.")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("error: --device cuda, but torch sees no CUDA device (torch.cuda.is_available() is False); run this "
+                 "on a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu for the CPU path.")
+    if args.out is None and args.device == "cpu":
+        sys.exit("error: the CPU path writes no results file of the repository; pass --out DIR.")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    if args.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the scripts take cuda when they see it
+    start = time.perf_counter()
+    runs = []
+    for shape in args.shapes:
+        for algo in args.algos:
+            for impl, command in implementations(algo).items():
+                result = measure(command, shape, args, env)
+                runs.append({"shape": shape, "algo": algo, "impl": impl, "result": result})
+                print(json.dumps(runs[-1]), flush=True)
+    checks = {"summary": "not run (--skip-checks)", "exit_code": None} if args.skip_checks else correctness(env)
+    data = {"device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
+            "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "new_tokens": args.new_tokens,
+            "runs": runs, "correctness": checks, "minutes": (time.perf_counter() - start) / 60,
+            "versions": {name: importlib.metadata.version(name) for name in ("torch", "transformers", "peft",
+                                                                             "lightning")}}
+    lines = table(data)
+    if args.out is None:
+        from results_blocks import publish
+
+        publish("gpu_check", data, lines, [])
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_check.json").write_text(json.dumps(data, indent=2))
+        (args.out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    if checks["exit_code"] not in (None, 0):
+        sys.exit(f"the correctness pass failed: {checks['summary']}")
+
+
+if __name__ == "__main__":
+    main()
