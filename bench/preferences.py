@@ -24,9 +24,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import fmean
 
 from preference_pairs import make_pairs
 from results_blocks import publish
+
+from lit_rlhf.callbacks.gold import moving_average
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -63,19 +66,15 @@ def gold_accuracy(folder: Path, heldout: Path) -> float:
     return (chosen > rejected).float().mean().item()
 
 
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def rl_summary(run_dir: Path) -> dict:
     gold = json.loads((run_dir / "gold.json").read_text())
     evaluation = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
     points = gold["points"]
-    return {"proxy_first10": mean([p["proxy"] for p in points[:10]]),
-            "proxy_last10": mean([p["proxy"] for p in points[-10:]]),
-            "gold_first10": mean([p["gold"] for p in points[:10]]),
-            "gold_last10": mean([p["gold"] for p in points[-10:]]),
-            "kl_last10": mean([p["sqrt_kl"] ** 2 for p in points[-10:]]),
+    return {"proxy_first10": fmean([p["proxy"] for p in points[:10]]),
+            "proxy_last10": fmean([p["proxy"] for p in points[-10:]]),
+            "gold_first10": fmean([p["gold"] for p in points[:10]]),
+            "gold_last10": fmean([p["gold"] for p in points[-10:]]),
+            "kl_last10": fmean([p["sqrt_kl"] ** 2 for p in points[-10:]]),
             "gold_peak": gold["gold_peak"], "gold_fell_after_peak": gold["gold_fell_after_peak"],
             "proxy_rose_after_gold_peak": gold["proxy_rose_after_gold_peak"], "fit": gold["fit"],
             "eval_gold_gain": evaluation["gold"]["difference"], "eval_kl": evaluation["policy"]["kl_mean"],
@@ -88,14 +87,11 @@ def plot(runs: dict[str, dict], path: Path, window: int = 10) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def smooth(values: list[float]) -> list[float]:
-        return [mean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
-
     fig, (gold_ax, proxy_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for label, summary in runs.items():
-        d = smooth([p["sqrt_kl"] for p in summary["points"]])
-        gold_ax.plot(d, smooth([p["gold"] for p in summary["points"]]), label=label)
-        proxy_ax.plot(d, smooth([p["proxy"] for p in summary["points"]]), label=label)
+        d = moving_average([p["sqrt_kl"] for p in summary["points"]], window)
+        gold_ax.plot(d, moving_average([p["gold"] for p in summary["points"]], window), label=label)
+        proxy_ax.plot(d, moving_average([p["proxy"] for p in summary["points"]], window), label=label)
     gold_ax.set(xlabel="sqrt(KL to the reference)", ylabel="gold score (VADER)", title="Gold")
     proxy_ax.set(xlabel="sqrt(KL to the reference)", ylabel="proxy score (normalized)", title="Proxy (trained on)")
     gold_ax.legend(fontsize=8)

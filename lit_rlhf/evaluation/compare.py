@@ -93,7 +93,10 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
     }
     gold = getattr(module, "gold_reward", None)
     if gold is not None:  # the quality the trained reward stands for, never trained on (docs/preferences.md)
-        summary["gold"] = gold_summary(gold, policy, reference, prompt_index, confidence, num_bootstraps, seed)
+        policy_gold, reference_gold = (gold_scores(gold, side["prompts"], side["completions"], side["columns"])
+                                       for side in (policy, reference))  # N ; N
+        summary["gold"] = gold_summary(gold, policy_gold, reference_gold, prompt_index, confidence, num_bootstraps,
+                                       seed)
     if "tool_calls" in policy["columns"]:  # multi-turn episodes: how each side used the environment
         summary["episodes"] = {side: episode_summary(samples, prompt_index, confidence, num_bootstraps, seed)
                                for side, samples in (("policy", policy), ("reference", reference))}
@@ -102,18 +105,15 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
                 "reference": reference["transcripts"][i], "reference_score": reference["scores"][i],
                 "judgment": judgments[i].item()} for i in range(len(judgments))]
     if gold is not None:
-        for i, record in enumerate(records):
-            record.update(policy_gold=policy["gold"][i], reference_gold=reference["gold"][i])
+        for record, policy_score, reference_score in zip(records, policy_gold.tolist(), reference_gold.tolist(),
+                                                         strict=True):
+            record.update(policy_gold=policy_score, reference_gold=reference_score)
     return Evaluation(summary, records)
 
 
-def gold_summary(gold, policy: dict[str, Any], reference: dict[str, Any], prompt_index: torch.Tensor,
+def gold_summary(gold, policy_gold: torch.Tensor, reference_gold: torch.Tensor, prompt_index: torch.Tensor,
                  confidence: float, num_bootstraps: int, seed: int) -> dict[str, Any]:
-    """Both sides' mean gold score and the per-prompt difference with its interval; each side's N gold scores are
-    kept as samples["gold"] for the records."""
-    for samples in (policy, reference):
-        samples["gold"] = gold_scores(gold, samples["prompts"], samples["completions"], samples["columns"]).tolist()
-    policy_gold, reference_gold = torch.tensor(policy["gold"]), torch.tensor(reference["gold"])  # N
+    """Both sides' mean gold score (from their N gold scores) and the per-prompt difference with its interval."""
     parts = list(gold.rewards) if isinstance(gold, WeightedSum) else [reward_name(gold)]
     return {"reward": "+".join(parts), "policy_score": policy_gold.mean().item(),
             "reference_score": reference_gold.mean().item(),
