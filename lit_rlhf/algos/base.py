@@ -141,7 +141,7 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         spec = dict(self.hparams.model)
         tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
-        self.policy, self.reference = load_policy(tokenizer=self.tokenizer, **spec)
+        self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.loads_sharded, **spec)
         load_reward(self.reward)  # a bad reward model path fails here, before any training work
         if self.gold_reward is not None:
             load_reward(self.gold_reward)

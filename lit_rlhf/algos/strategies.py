@@ -8,6 +8,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
+from lit_rlhf.distributed.meta_loading import materialize
 from lit_rlhf.distributed.sharding import is_sharded, shard
 from lit_rlhf.errors import ConfigError
 
@@ -18,6 +19,16 @@ class StrategySupport:
         copy, and PPO's critic (value head, reward-model backbone)."""
         names = ("policy", "frozen_reference", "critic_backbone", "value_head")
         return [m for m in (getattr(self, name, None) for name in names) if m is not None]
+
+    @property
+    def fsdp2_setting(self):
+        """A setting of the run's FSDP2Strategy by name (None without trainer=fsdp2)."""
+        return lambda name: getattr(self.trainer.strategy, name, None) if self._trainer is not None else None
+
+    @property
+    def loads_sharded(self) -> bool:
+        """Models built on the meta device, each rank reading its shards after fully_shard (trainer=fsdp2)."""
+        return bool(self.fsdp2_setting("sharded_loading"))
 
     @property
     def sharded(self) -> bool:
@@ -35,8 +46,11 @@ class StrategySupport:
                               f"different numbers of micro-batches, which sharded updates cannot (every rank gathers "
                               f"each block together); use algo.gradient_accumulation_steps with trainer=fsdp2.")
         mesh = self.device_mesh["data_parallel"]
-        for model in self.models_to_shard():
-            shard(model, mesh)
+        models = self.models_to_shard()
+        for model in models:
+            shard(model, mesh, cpu_offload=bool(self.fsdp2_setting("cpu_offload")))
+        for model in models:  # sharded loading: each rank reads its shards now
+            materialize(model)
         self.single_update = False  # the rollout's forwards run on gathered weights, the update's on shards
 
     def setup(self, stage: str) -> None:

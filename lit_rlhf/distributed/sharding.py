@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 from peft import PeftModel
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
 
 def block_classes(model: torch.nn.Module) -> set[str]:
@@ -32,18 +32,20 @@ def block_classes(model: torch.nn.Module) -> set[str]:
     return set()
 
 
-def shard(model: torch.nn.Module, mesh) -> None:
+def shard(model: torch.nn.Module, mesh, cpu_offload: bool = False) -> None:
     """fully_shard every transformer block of model, then its root: the Hugging Face model itself, under peft's
     wrappers, whose forward every path takes (peft's forward and `generate` alike). FSDP2 takes the first
-    unit to run a forward as the root, so the root must be the outermost module that every forward enters."""
+    unit to run a forward as the root, so the root must be the outermost module that every forward enters.
+    cpu_offload: the shards, their gradients and (so) the optimizer state in CPU memory (FSDP2's CPUOffloadPolicy)."""
     root = model.get_base_model() if isinstance(model, PeftModel) else model
+    policy = {"offload_policy": CPUOffloadPolicy()} if cpu_offload else {}
     blocks = block_classes(root)
     for module in list(root.modules()):
         if module is not root and type(module).__name__ in blocks and not isinstance(module, FSDPModule):
-            fully_shard(module, mesh=mesh)
+            fully_shard(module, mesh=mesh, **policy)
     # the root's weights (embeddings, head) stay gathered from its forward to its backward: the head's weight is
     # also used outside the forward (chunked logprobs), and the backward would gather it again at once
-    fully_shard(root, mesh=mesh, reshard_after_forward=False)
+    fully_shard(root, mesh=mesh, reshard_after_forward=False, **policy)
 
 
 def fsdp_units(module: torch.nn.Module) -> list[FSDPModule]:

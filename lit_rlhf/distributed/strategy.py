@@ -28,11 +28,20 @@ from lit_rlhf.errors import ConfigError
 
 
 class FSDP2Strategy(ModelParallelStrategy):
-    """ModelParallelStrategy with data_parallel_size = world size and tensor_parallel_size = 1."""
+    """ModelParallelStrategy with data_parallel_size = world size and tensor_parallel_size = 1.
 
-    def __init__(self, save_distributed_checkpoint: bool = True, **kwargs):
+    sharded_loading: models are built on the meta device and each rank reads only its shards from the model's
+    safetensors files (false: every rank loads the whole model, then shards it).
+    sharded_sampling: rollouts run on the sharded model, each block gathered as the forward reaches it and freed
+    after (false: the whole weights gathered once per rollout).
+    cpu_offload: sharded parameters, gradients and optimizer state live in CPU memory (FSDP2's CPUOffloadPolicy),
+    copied to the device block by block."""
+
+    def __init__(self, save_distributed_checkpoint: bool = True, sharded_loading: bool = True,
+                 sharded_sampling: bool = False, cpu_offload: bool = False, **kwargs):
         super().__init__(data_parallel_size="auto", tensor_parallel_size=1,
                          save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
+        self.sharded_loading, self.sharded_sampling, self.cpu_offload = sharded_loading, sharded_sampling, cpu_offload
 
     def setup_environment(self) -> None:
         self._data_parallel_size = self.num_nodes * self.num_processes  # every rank shards, across nodes too

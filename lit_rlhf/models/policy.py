@@ -21,6 +21,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
+from lit_rlhf.distributed.meta_loading import empty_model, is_empty
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 
@@ -95,17 +96,15 @@ def load_policy(
     trust_remote_code: bool = False,
     gradient_checkpointing: bool = False,
     reference_name_or_path: str | None = None,
+    empty: bool = False,
 ) -> tuple[torch.nn.Module, Reference]:
-    """Loads the causal LM and wraps it for training; returns (policy, reference)."""
+    """Loads the causal LM and wraps it for training; returns (policy, reference). empty: built on the meta device,
+    its weights read after sharding (lit_rlhf/distributed/meta_loading.py); adapters are real from the start."""
     if reference_name_or_path is not None and (lora is not None or adapter_path is not None):
         raise ConfigError(f"model.reference_name_or_path={reference_name_or_path!r} needs model.lora=null: with LoRA "
                           f"the reference is the policy with adapters disabled.")
-    model = from_pretrained(
-        AutoModelForCausalLM.from_pretrained, name_or_path, "model", key="model.name_or_path",
-        dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code,
-    )
-    if len(tokenizer) > model.get_input_embeddings().num_embeddings:  # a pad token was added
-        model.resize_token_embeddings(len(tokenizer))
+    model = load_causal_lm(name_or_path, "model.name_or_path", dtype, trust_remote_code, empty)
+    fit_embeddings(model, tokenizer, "model.name_or_path")
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing and hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -121,19 +120,41 @@ def load_policy(
                 lambda path: PeftModel.from_pretrained(model, path, adapter_name=TRAINABLE_ADAPTER, is_trainable=True),
                 adapter_path, "adapter", cache_first=False, errors=(OSError, ValueError), key="model.adapter_path",
             )
-        policy.load_adapter(adapter_path, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+            policy.load_adapter(adapter_path, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
         policy.set_adapter(TRAINABLE_ADAPTER)
         return policy, Reference(policy)
     if lora is not None:
         policy = with_lora(model, lora, "CAUSAL_LM", name_or_path)
         return policy, Reference(policy)
-    if reference_name_or_path is None:
+    if reference_name_or_path is None and not empty:
         frozen = copy.deepcopy(model)
+    elif reference_name_or_path is None:  # placeholders: a deep copy would allocate them whole
+        frozen = load_causal_lm(name_or_path, "model.name_or_path", dtype, trust_remote_code, empty)
+        fit_embeddings(frozen, tokenizer, "model.name_or_path")
+        frozen.generation_config.pad_token_id = tokenizer.pad_token_id
     else:
-        frozen = from_pretrained(AutoModelForCausalLM.from_pretrained, reference_name_or_path, "reference model",
-            key="model.reference_name_or_path",
-                                 dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code)
-        if len(tokenizer) > frozen.get_input_embeddings().num_embeddings:
-            frozen.resize_token_embeddings(len(tokenizer))
+        frozen = load_causal_lm(reference_name_or_path, "model.reference_name_or_path", dtype, trust_remote_code,
+                                empty)
+        fit_embeddings(frozen, tokenizer, "model.reference_name_or_path")
     frozen.requires_grad_(False).eval()
     return model, Reference(model, frozen_copy=frozen)
+
+
+def load_causal_lm(name_or_path: str, key: str, dtype: str | None, trust_remote_code: bool, empty: bool):
+    """from_pretrained, or (empty) the model on the meta device, tagged with the file keys of its weights."""
+    if empty:
+        return empty_model(AutoModelForCausalLM, name_or_path, key, resolve_dtype(dtype), trust_remote_code)
+    return from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", key=key,
+                           dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code)
+
+
+def fit_embeddings(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, key: str) -> None:
+    """Room in the embeddings for a pad token the tokenizer added (new rows, initialised by transformers)."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) <= rows:
+        return
+    if is_empty(model):
+        raise ConfigError(f"{key}: the tokenizer adds a pad token ({len(tokenizer)} tokens, the model has {rows} "
+                          f"embeddings), which sharded loading cannot read from the model's files; set "
+                          f"trainer.strategy.sharded_loading=false, or use a model whose vocabulary has a pad token.")
+    model.resize_token_embeddings(len(tokenizer))

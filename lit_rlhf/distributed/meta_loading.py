@@ -1,0 +1,172 @@
+"""Loading for trainer=fsdp2 without a whole copy of the weights on any rank.
+
+A model is built from its config with placeholder parameters: each a single zero broadcast to the parameter's
+shape (a stride-0 view of one element), so the model costs no memory while peft wraps it, as a CPU model it is
+to peft (adapters initialise as on a loaded model, drawing the same random numbers). `fully_shard` then gives each
+rank storage for its shard only, and `materialize` fills the shards of the placeholders with just those rows of
+the model's safetensors files (safetensors reads a slice without reading the rest). Buffers are real from the
+start; tensors added later (LoRA adapters, a value head) keep their values.
+
+FSDP2 shards each parameter along dim 0 as `torch.chunk` does: rank r holds rows [r * c, (r + 1) * c) with
+c = ceil(rows / ranks), fewer (or none) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from accelerate import init_empty_weights
+from safetensors import safe_open
+from transformers import AutoConfig, GenerationConfig
+from transformers.conversion_mapping import get_model_conversion_mapping
+from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+from transformers.utils import cached_file
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.loading import from_pretrained
+
+WEIGHT_KEYS = "_lit_rlhf_weight_keys"  # set on each module of an empty model: (WeightFiles, {name: file key})
+INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
+
+
+class WeightFiles:
+    """A model's safetensors files, read by key and rows (files opened once, lazily)."""
+
+    def __init__(self, name_or_path: str, key: str, files: dict[str, Path]):
+        self.name_or_path, self.key, self.files = name_or_path, key, files  # file key -> its file
+        self._open: dict[Path, object] = {}
+
+    @classmethod
+    def find(cls, name_or_path: str, key: str) -> WeightFiles:
+        """The files of a local directory or a cached hub model; a model without safetensors is one line."""
+        def locate(filename: str) -> str | None:
+            return cached_file(name_or_path, filename, _raise_exceptions_for_missing_entries=False)
+
+        index = locate(INDEX)
+        if index is not None:
+            weight_map = json.loads(Path(index).read_text())["weight_map"]
+            paths = {name: Path(locate(name)) for name in set(weight_map.values())}
+            return cls(name_or_path, key, {k: paths[name] for k, name in weight_map.items()})
+        single = locate(SINGLE)
+        if single is None:
+            raise ConfigError(f"{key}={name_or_path!r} has no safetensors weights, which sharded loading reads by "
+                              f"slices; save it with save_pretrained (safetensors), or set "
+                              f"trainer.strategy.sharded_loading=false to load it whole on every rank.")
+        with safe_open(single, framework="pt") as f:
+            return cls(name_or_path, key, {k: Path(single) for k in f.keys()})
+
+    def __deepcopy__(self, memo):  # a model's copy (a full fine-tune's reference) reads the same files
+        return self
+
+    def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
+        path = self.files[key]
+        if path not in self._open:
+            self._open[path] = safe_open(path, framework="pt")
+        view = self._open[path].get_slice(key)
+        return view[start:stop] if view.get_shape() else view[:]
+
+    def close(self) -> None:
+        self._open.clear()
+
+
+def empty_model(auto_class, name_or_path: str, key: str, dtype: torch.dtype | None, trust_remote_code: bool = False,
+                **config_kwargs) -> torch.nn.Module:
+    """auto_class's model of name_or_path with placeholder parameters (buffers real), in eval mode as
+    from_pretrained gives it, with its generation config; its modules tagged with the file keys of their
+    parameters."""
+    files = WeightFiles.find(name_or_path, key)
+    config = from_pretrained(AutoConfig.from_pretrained, name_or_path, "model config", key=key,
+                             trust_remote_code=trust_remote_code, **config_kwargs)
+    with init_empty_weights(include_buffers=False):
+        model = auto_class.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(name_or_path)
+    except OSError:  # no generation_config.json: the one from_config made
+        pass
+    model_keys = checkpoint_keys(model, files)
+    placeholders = {}
+    for module_name, module in model.named_modules():
+        keys = {}
+        for name, param in module._parameters.items():
+            if param is None:
+                continue
+            if id(param) not in placeholders:  # tied weights stay one parameter
+                zero = torch.zeros((), dtype=param.dtype).expand(param.shape)
+                placeholders[id(param)] = torch.nn.Parameter(zero, requires_grad=param.requires_grad)
+            module._parameters[name] = placeholders[id(param)]
+            full = f"{module_name}.{name}" if module_name else name
+            keys[name] = model_keys.get(full, full)
+        setattr(module, WEIGHT_KEYS, (files, keys))
+    return model.eval()
+
+
+def checkpoint_keys(model: torch.nn.Module, files: WeightFiles) -> dict[str, str]:
+    """{parameter name: its key in the files}, through the renamings transformers applies while loading (e.g.
+    pythia's embed_out is lm_head) and the base-model prefix. A weight transformers converts (fused, split) is
+    not stored as the model holds it, so its rows cannot be read: one line."""
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    converted = {pattern for converter in converters for pattern in converter.source_patterns}
+    names = dict.fromkeys(model.state_dict())
+    keys = {}
+    for file_key in files.files:
+        name, pattern = rename_source_key(file_key, renamings, converters, model.base_model_prefix, names)
+        if pattern in converted and name in names:
+            raise ConfigError(f"{files.key}={files.name_or_path!r} stores {file_key!r} in another layout than the "
+                              f"model's (transformers converts it while loading), which sharded loading cannot read "
+                              f"by slices; set trainer.strategy.sharded_loading=false to load it whole on every rank.")
+        keys[name] = file_key
+    return keys
+
+
+def is_empty(model: torch.nn.Module) -> bool:
+    """Whether model holds placeholders not yet filled from its files."""
+    return any(WEIGHT_KEYS in vars(module) for module in model.modules())
+
+
+def shard_rows(param: torch.Tensor) -> tuple[int, int]:
+    """The rows of the whole tensor that this rank's shard holds (all of them for a plain tensor)."""
+    rows = param.shape[0] if param.dim() else 0
+    if not hasattr(param, "to_local"):
+        return 0, rows
+    local_rows = param.to_local().shape[0] if param.dim() else 0
+    mesh = param.device_mesh
+    chunk = math.ceil(rows / mesh.size()) if rows else 0
+    start = min(mesh.get_local_rank() * chunk, rows)
+    return start, start + local_rows
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def materialize(model: torch.nn.Module) -> None:
+    """Fills the placeholders of model (this rank's shards, once sharded) from the model's files. Nothing happens
+    to a model without placeholders."""
+    places: dict[int, list] = {}  # per parameter (tied weights are one): where it is registered, and its key
+    for module in model.modules():
+        files, keys = vars(module).get(WEIGHT_KEYS, (None, {}))  # vars: peft's wrappers forward getattr
+        for name, key in keys.items():
+            places.setdefault(id(getattr(module, name)), []).append((module, name, files, key))
+    with torch.no_grad():
+        for found in places.values():
+            module, name, files, key = next((place for place in found if place[3] in place[2].files), found[0])
+            if key not in files.files:
+                raise ConfigError(f"{files.key}={files.name_or_path!r}: its safetensors files hold no {key!r}, "
+                                  f"which the model needs; set trainer.strategy.sharded_loading=false to load it "
+                                  f"as from_pretrained does, on every rank.")
+            param = getattr(module, name)
+            rows = files.rows(key, *shard_rows(param)).to(param.dtype)
+            if hasattr(param, "to_local"):  # a shard FSDP2 allocated
+                param.to_local().copy_(rows)
+                continue
+            loaded = torch.nn.Parameter(rows, requires_grad=param.requires_grad)  # a placeholder never sharded
+            for module, name, _, _ in found:
+                module._parameters[name] = loaded
+    for module in model.modules():
+        if WEIGHT_KEYS in vars(module):
+            vars(module).pop(WEIGHT_KEYS)[0].close()
