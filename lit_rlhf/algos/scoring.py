@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_and_entropy
-from lit_rlhf.distributed.sharding import gathered_weights
+from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
@@ -183,7 +183,8 @@ class RolloutScoring:
         for_training=False (evaluation, samples) leaves score transforms and their running state alone.
         from_reference=True samples from the reference instead of the policy (evaluation's baseline).
         """
-        with gathered_weights(self) as gather_s:  # trainer=fsdp2: the rollout runs on whole weights, no collective
+        # trainer=fsdp2: the rollout runs on whole weights, no collective; or, sampling sharded, block by block
+        with resharded_after(self) if self.samples_sharded else gathered_weights(self) as gather_s:
             if gather_s and for_training:
                 self.step_timings["time/gather_weights_s"] = self.step_timings.get("time/gather_weights_s", 0.0) \
                     + gather_s

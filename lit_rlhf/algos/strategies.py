@@ -8,9 +8,10 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
-from lit_rlhf.distributed.meta_loading import materialize
+from lit_rlhf.distributed.meta_loading import materialize, placeholders_to_meta
 from lit_rlhf.distributed.sharding import is_sharded, shard
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.rollout.hf import HFEngine
 
 
 class StrategySupport:
@@ -31,6 +32,22 @@ class StrategySupport:
         return bool(self.fsdp2_setting("sharded_loading"))
 
     @property
+    def samples_sharded(self) -> bool:
+        """Rollouts on the sharded model, each block gathered as the forward reaches it (trainer=fsdp2 with
+        trainer.strategy.sharded_sampling=true), instead of on the whole weights gathered once."""
+        return bool(self.fsdp2_setting("sharded_sampling"))
+
+    def check_sharded_sampling(self) -> None:
+        if not isinstance(self.rollout_engine, HFEngine):
+            raise ConfigError(f"trainer.strategy.sharded_sampling=true samples through the sharded model's generate() "
+                              f"(rollout=hf); {type(self.rollout_engine).__name__} holds its own whole copy of the "
+                              f"weights. Use rollout=hf, or trainer.strategy.sharded_sampling=false.")
+        if self.environment is not None:
+            raise ConfigError("trainer.strategy.sharded_sampling=true samples single-turn rollouts (with an "
+                              "environment the ranks take different numbers of turns, and every turn gathers on all "
+                              "ranks); use env=none, or trainer.strategy.sharded_sampling=false.")
+
+    @property
     def sharded(self) -> bool:
         """Whether the module's models are FSDP2-sharded (trainer=fsdp2)."""
         return self.policy is not None and is_sharded(self.policy)
@@ -48,9 +65,10 @@ class StrategySupport:
         mesh = self.device_mesh["data_parallel"]
         models = self.models_to_shard()
         for model in models:
+            placeholders_to_meta(model)  # sharded loading
             shard(model, mesh, cpu_offload=bool(self.fsdp2_setting("cpu_offload")))
         for model in models:  # sharded loading: each rank reads its shards now
-            materialize(model)
+            materialize(model, self.trainer.strategy.root_device)
         self.single_update = False  # the rollout's forwards run on gathered weights, the update's on shards
 
     def setup(self, stage: str) -> None:
@@ -63,7 +81,10 @@ class StrategySupport:
         # gathers the whole weights once per rollout: all ranks must sample (also rank zero's reports), each at
         # its own pace.
         self.rollout_engine.lockstep = zero3 or isinstance(self.trainer.strategy, ModelParallelStrategy)
-        self.rollout_engine.synced_generation = zero3
+        # trainer.strategy.sharded_sampling: as ZeRO-3, every generation step gathers each block on all ranks
+        self.rollout_engine.synced_generation = zero3 or self.samples_sharded
+        if self.samples_sharded:
+            self.check_sharded_sampling()
         if self._trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             # atomic writes, weights-only loads, no non-finite weights (a custom checkpoint_io is kept)
             self.trainer.strategy.checkpoint_io = SafeCheckpointIO()

@@ -1,11 +1,12 @@
 """Loading for trainer=fsdp2 without a whole copy of the weights on any rank.
 
 A model is built from its config with placeholder parameters: each a single zero broadcast to the parameter's
-shape (a stride-0 view of one element), so the model costs no memory while peft wraps it, as a CPU model it is
-to peft (adapters initialise as on a loaded model, drawing the same random numbers). `fully_shard` then gives each
-rank storage for its shard only, and `materialize` fills the shards of the placeholders with just those rows of
-the model's safetensors files (safetensors reads a slice without reading the rest). Buffers are real from the
-start; tensors added later (LoRA adapters, a value head) keep their values.
+shape (a stride-0 view of one element), so the model costs no memory while peft wraps it, and is a CPU model to
+peft (adapters initialise as on a loaded model, drawing the same random numbers; on the meta device peft would
+move them there and lose their values). Before `fully_shard` the placeholders become meta-device parameters;
+after it, `materialize` gives each rank storage for its shards only (`to_empty`) and fills them with just those
+rows of the model's safetensors files (safetensors reads a slice without reading the rest). Buffers are real
+from the start; tensors added after loading (LoRA adapters, a value head) keep their values.
 
 FSDP2 shards each parameter along dim 0 as `torch.chunk` does: rank r holds rows [r * c, (r + 1) * c) with
 c = ceil(rows / ranks), fewer (or none) at the end.
@@ -144,29 +145,49 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
-def materialize(model: torch.nn.Module) -> None:
-    """Fills the placeholders of model (this rank's shards, once sharded) from the model's files. Nothing happens
-    to a model without placeholders."""
+def placeholders_to_meta(model: torch.nn.Module) -> None:
+    """The placeholders as meta-device parameters, which fully_shard takes (it refuses stride-0 tensors)."""
+    meta: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name in vars(module).get(WEIGHT_KEYS, (None, {}))[1]:
+            param = module._parameters[name]
+            if param.is_meta:  # already (sharded, possibly)
+                continue
+            if id(param) not in meta:
+                empty = torch.empty(param.shape, dtype=param.dtype, device="meta")
+                meta[id(param)] = torch.nn.Parameter(empty, requires_grad=param.requires_grad)
+            module._parameters[name] = meta[id(param)]
+
+
+def materialize(model: torch.nn.Module, device: torch.device) -> None:
+    """Storage on device for the placeholders of model (this rank's shards, once sharded), filled from the model's
+    files; the real tensors (adapters, a value head, buffers) keep their values. Nothing happens to a model without
+    placeholders."""
+    if not is_empty(model):
+        return
+    placeholders_to_meta(model)
     places: dict[int, list] = {}  # per parameter (tied weights are one): where it is registered, and its key
+    kept = []
     for module in model.modules():
         files, keys = vars(module).get(WEIGHT_KEYS, (None, {}))  # vars: peft's wrappers forward getattr
         for name, key in keys.items():
-            places.setdefault(id(getattr(module, name)), []).append((module, name, files, key))
+            places.setdefault(id(module._parameters[name]), []).append((module, name, files, key))
+        for name, tensor in [*module._parameters.items(), *module._buffers.items()]:
+            if tensor is not None and not tensor.is_meta:
+                kept.append((module, name, local(tensor).detach().clone()))
+    model.to_empty(device=device)  # FSDP2's shards get storage of their own size
     with torch.no_grad():
+        for module, name, value in kept:
+            local(getattr(module, name)).copy_(value)
         for found in places.values():
             module, name, files, key = next((place for place in found if place[3] in place[2].files), found[0])
             if key not in files.files:
                 raise ConfigError(f"{files.key}={files.name_or_path!r}: its safetensors files hold no {key!r}, "
                                   f"which the model needs; set trainer.strategy.sharded_loading=false to load it "
                                   f"as from_pretrained does, on every rank.")
-            param = getattr(module, name)
-            rows = files.rows(key, *shard_rows(param)).to(param.dtype)
-            if hasattr(param, "to_local"):  # a shard FSDP2 allocated
-                param.to_local().copy_(rows)
-                continue
-            loaded = torch.nn.Parameter(rows, requires_grad=param.requires_grad)  # a placeholder never sharded
-            for module, name, _, _ in found:
-                module._parameters[name] = loaded
+            for module, name, _, _ in found:  # a tied weight: the same rows wherever it is registered
+                param = getattr(module, name)
+                local(param).copy_(files.rows(key, *shard_rows(param)).to(param.dtype))
     for module in model.modules():
         if WEIGHT_KEYS in vars(module):
             vars(module).pop(WEIGHT_KEYS)[0].close()

@@ -38,7 +38,8 @@ def shard(model: torch.nn.Module, mesh, cpu_offload: bool = False) -> None:
     unit to run a forward as the root, so the root must be the outermost module that every forward enters.
     cpu_offload: the shards, their gradients and (so) the optimizer state in CPU memory (FSDP2's CPUOffloadPolicy)."""
     root = model.get_base_model() if isinstance(model, PeftModel) else model
-    policy = {"offload_policy": CPUOffloadPolicy()} if cpu_offload else {}
+    # pinned host memory speeds the copies to a GPU; on a CPU-only run there is no device to pin for
+    policy = {"offload_policy": CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")} if cpu_offload else {}
     blocks = block_classes(root)
     for module in list(root.modules()):
         if module is not root and type(module).__name__ in blocks and not isinstance(module, FSDPModule):
@@ -86,6 +87,19 @@ def gathered_weights(module: torch.nn.Module) -> Iterator[float]:
         for unit in units:
             unit.reshard()
             unit.set_reshard_after_forward(id(unit) not in roots, recurse=False)  # as shard() set them
+
+
+@contextmanager
+def resharded_after(module: torch.nn.Module) -> Iterator[float]:
+    """Sampling on the sharded weights: each forward gathers the blocks it reaches (every rank runs the same
+    forwards); after the block the model roots, which stay gathered after a forward until the backward, are
+    resharded too, so a frozen model (a full fine-tune's reference) keeps no whole root. Gives 0.0 (gathered up
+    front: nothing)."""
+    try:
+        yield 0.0
+    finally:
+        for unit in root_units(fsdp_units(module)):
+            unit.reshard()
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
