@@ -67,3 +67,32 @@ def check_accelerator(cfg: DictConfig) -> None:
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
         raise ConfigError(f"trainer.val_check_interval={interval} must be > 0 (RL steps between held-out "
                           f"evaluations); to switch them off use +trainer.limit_val_batches=0.")
+
+
+FSDP2_TARGET = "lit_rlhf.distributed.strategy.FSDP2Strategy"
+FSDP2_SETTINGS = ("sharded_loading", "sharded_sampling", "cpu_offload")
+
+
+def fsdp2_only(name: str, value) -> str:
+    return (f"trainer.strategy.{name}={value} is a setting of trainer=fsdp2 (FSDP2's sharding); add trainer=fsdp2 to "
+            f"use it.")
+
+
+def fsdp2_setting_without_fsdp2(key: str, overrides: list[str]) -> str | None:
+    """The one line for an FSDP2 setting typed without trainer=fsdp2 (its strategy has no such key), or None."""
+    for override in overrides:
+        path, _, value = override.lstrip("+~").partition("=")
+        parent, _, name = path.rpartition(".")
+        if parent == "trainer.strategy" and name in FSDP2_SETTINGS and path.startswith(key):
+            return fsdp2_only(name, value)
+    return None
+
+
+def check_fsdp2_settings(cfg: DictConfig) -> None:
+    strategy = cfg.get("trainer", {}).get("strategy")
+    if not isinstance(strategy, DictConfig):
+        return
+    if strategy.get("_target_") != FSDP2_TARGET:
+        for name in FSDP2_SETTINGS:
+            if name in strategy:
+                raise ConfigError(fsdp2_only(name, strategy[name]))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
 from lit_rlhf.errors import nearest
 
 
@@ -44,6 +45,8 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if converted and key:
         return f"{key}={converted.group(1)!r} must be of type {converted.group(2).lower()}."
     if key and ("not in struct" in text or "Could not override" in text or "not in '" in text):
+        if fsdp2_line := fsdp2_setting_without_fsdp2(key, overrides):
+            return fsdp2_line
         parent, _, name = key.rpartition(".")
         remaining = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
         keys = valid_keys(config_dir, config_name, remaining, parent)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.callbacks import CheckpointOnInterrupt, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
-from lit_rlhf.cli.checks import check_accelerator, check_reward_group
+from lit_rlhf.cli.checks import check_accelerator, check_fsdp2_settings, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
@@ -79,6 +79,7 @@ def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
     check_reward_group(cfg)
     check_accelerator(cfg)
+    check_fsdp2_settings(cfg)
     if cfg.get("gold") and cfg.get("gold") == cfg.get("reward"):
         raise ConfigError("gold= names the trained reward: the gold score would measure what the run optimizes, not "
                           "the quality the proxy stands for; name another reward as gold (e.g. gold=vader with "
