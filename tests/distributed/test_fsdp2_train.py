@@ -91,6 +91,33 @@ def test_a_checkpoint_resumes_exactly_and_exports(sharded, tmp_path):
         assert torch.equal(at_end[name], exported[name]), name
 
 
+def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tmp_path):
+    """Full fine-tuning. Every rank loading the whole model and sampling on gathered weights, against each rank
+    reading its shards, sampling on the sharded model (blocks gathered as the forward reaches them) and keeping
+    its shards and AdamW state CPU-offloaded: the same samples, metrics and weights, to the last bit. With the
+    latter, a run resumed from its step-2 checkpoint continues exactly."""
+    full = ["model.lora=null", "steps=4", "callbacks.model_checkpoint.every_n_train_steps=2",
+            "callbacks.model_checkpoint.save_top_k=-1"]
+    whole = train(tmp_path / "whole", *FSDP2, *full, "trainer.strategy.sharded_loading=false")
+    sharded_settings = ["trainer.strategy.sharded_sampling=true", "trainer.strategy.cpu_offload=true"]
+    sharded = train(tmp_path / "sharded", *FSDP2, *full, *sharded_settings)
+    resumed = train(tmp_path / "resumed", *FSDP2, *full, *sharded_settings,
+                    f"ckpt_path={tmp_path / 'sharded' / 'checkpoints' / 'step2.ckpt'}")
+    assert whole["trained"].keys() == sharded["trained"].keys() == resumed["trained"].keys()
+    for name, tensor in whole["trained"].items():
+        assert torch.equal(sharded["trained"][name], tensor), name
+        assert torch.equal(resumed["trained"][name], tensor), name
+    whole_rows, sharded_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "sharded")
+    assert len(whole_rows) == 4
+    for step, row in whole_rows.items():
+        assert sharded_rows[step] == row
+    for run, gathers in (("whole", True), ("sharded", False)):  # sharded sampling gathers no whole copy
+        with open(tmp_path / run / "csv" / "metrics.csv") as f:
+            assert any(r.get("time/gather_weights_s") for r in csv.DictReader(f)) == gathers, run
+    for step, row in metric_rows(tmp_path / "resumed").items():
+        assert row == sharded_rows[step]
+
+
 def free_port() -> int:
     import socket
 
