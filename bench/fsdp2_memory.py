@@ -1,13 +1,18 @@
-"""trainer=fsdp2 against one process: per-rank memory of parameters, gradients and optimizer state, and step time.
+"""trainer=fsdp2 against one process: per-rank memory (tensors and peak RSS), step and gather times, and the
+memory model of bench/memory_model.py checked against what is measured.
 
-    python bench/fsdp2_memory.py        # ~2 min on 2 CPU cores
+    python bench/fsdp2_memory.py                  # ~15 min on 2 CPU cores
+    python bench/fsdp2_memory.py pythia-160m      # one shape (prints its table, writes nothing)
 
-Full fine-tuning (model.lora=null) of the pythia-160m shape (random weights, bench/workload.py), RLOO, 4 prompts x
-4 samples per RL step, 16 new tokens, 4 RL steps, as `python train.py` runs it: trainer=cpu (1 process) and
-trainer=fsdp2 on 2 CPU processes (gloo). Each rank counts the bytes of its own tensors at its last optimizer step
-(parameters: the policy and the frozen reference copy; gradients; AdamW's state), its peak RSS, the median
-seconds per RL step (time/step_s, steps 2..4) and the all-gather of the weights before each rollout
-(time/gather_weights_s). Writes bench/results/fsdp2_memory.md and .json and the table into docs/scale.md.
+Full fine-tuning (model.lora=null) of the pythia-160m and pythia-410m shapes (random weights, bench/workload.py),
+RLOO, 4 prompts x 4 samples per RL step, 16 new tokens, 4 RL steps, as `python train.py` runs it: trainer=cpu
+(1 process), and trainer=fsdp2 on 2 CPU processes (gloo) loading the whole model on every rank
+(sharded_loading=false, as before sharded loading existed), loading sharded (the default), and loading and
+sampling sharded. Each rank counts the bytes of its own tensors at its last optimizer step (parameters: the
+policy and the frozen reference copy; gradients; AdamW's state), its RSS before the models load (the process'
+fixed cost), its peak RSS once the models are loaded and at the end, the median seconds per RL step
+(time/step_s, steps 2..4) and the all-gather of the weights before each rollout (time/gather_weights_s).
+Writes bench/results/fsdp2_memory.md and .json and the table into docs/scale.md.
 On 2 CPU cores the 2 ranks share the cores one process had: the step times say what sharding costs here, not
 what it gains on devices of their own.
 """
@@ -25,16 +30,24 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from memory_model import CONFIGS, ModelShape, Workload, per_rank_bytes
 from results_blocks import publish
 from workload import build_model, peak_rss_mib
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-RUN = ["model.lora=null", "steps=4", "data.batch_size=4", "algo.response_length=16", "+trainer.limit_val_batches=0",
+PROMPTS, K, NEW_TOKENS = 4, 4, 16
+PROMPT_TOKENS = 8  # about the widest bundled sentiment prompt, in tokens (for the KV cache term; a small one here)
+RUN = ["model.lora=null", "steps=4", f"data.batch_size={PROMPTS}", f"algo.rloo_k={K}",
+       f"algo.response_length={NEW_TOKENS}", "+trainer.limit_val_batches=0",
        "callbacks.evaluation=null", "callbacks.generation_samples=null", "callbacks.training_summary=null",
        "callbacks.curves=null", "callbacks.model_checkpoint=null"]
+FSDP2 = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]
 CASES = {"1 process (trainer=cpu)": ["trainer=cpu"],
-         "2 ranks (trainer=fsdp2)": ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]}
+         "2 ranks, whole loading, gathered sampling": [*FSDP2, "trainer.strategy.sharded_loading=false"],
+         "2 ranks, sharded loading, gathered sampling": FSDP2,
+         "2 ranks, sharded loading, sharded sampling": [*FSDP2, "trainer.strategy.sharded_sampling=true"]}
+SHAPES = ("pythia-160m", "pythia-410m")
 MIB = 2**20
 
 
@@ -45,18 +58,32 @@ def local_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in local)
 
 
+def current_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 class StateBytes(L.Callback):
-    """Per rank, at the last optimizer step: bytes of parameters, gradients and optimizer state, and peak RSS."""
+    """Per rank: RSS before the models load, peak RSS after loading and at the end, and at the last optimizer step
+    the bytes of parameters, gradients and optimizer state."""
 
     def __init__(self, path: str):
         self.path, self.measured = Path(path), {}
 
+    def setup(self, trainer, module, stage) -> None:  # before configure_model: no weights yet
+        self.measured["rss_before_models"] = current_rss_mib()
+
+    def on_fit_start(self, trainer, module) -> None:
+        self.measured["peak_rss_loaded"] = peak_rss_mib()
+
     def on_before_optimizer_step(self, trainer, module, optimizer) -> None:
         params = list(module.parameters())
         state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-        self.measured = {"parameters": local_bytes(params) / MIB,
-                         "gradients": local_bytes([p.grad for p in params if p.grad is not None]) / MIB,
-                         "optimizer": local_bytes(state) / MIB}
+        self.measured.update(parameters=local_bytes(params) / MIB,
+                             gradients=local_bytes([p.grad for p in params if p.grad is not None]) / MIB,
+                             optimizer=local_bytes(state) / MIB)
 
     def on_fit_end(self, trainer, module) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -80,27 +107,48 @@ def run(model: Path, overrides: list[str], out: Path) -> dict:
             "gather_weights_s": statistics.median(gather) if gather else None}
 
 
-def main() -> None:
-    model = build_model("pythia-160m")
+def predicted_peak_mib(shape: str, name: str, rank: dict) -> float:
+    """The memory model's peak for this run, on top of the rank's measured RSS before its models loaded."""
+    ranks = rank["world_size"]
+    work = Workload(sequences=PROMPTS * K // ranks, prompt_tokens=PROMPT_TOKENS, response_tokens=NEW_TOKENS,
+                    micro_batch=PROMPTS * K // ranks)
+    terms = per_rank_bytes(ModelShape.of(shape, CONFIGS[shape]()), ranks, lora=False, offload=False,
+                           sharded_sampling="sharded sampling" in name, work=work)
+    return rank["rss_before_models"] + terms["peak"] / MIB
+
+
+def main(shapes: tuple[str, ...] = SHAPES) -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, overrides in CASES.items():
-            results[name] = run(model, overrides, Path(tmp) / f"run{len(results)}")
-    lines = ["| run | parameters (MiB/rank) | gradients | AdamW state | sum | peak RSS (MiB/rank) | s per RL step | "
-             "weight all-gather (s/step) |", "|---|---|---|---|---|---|---|---|"]
-    for name, result in results.items():
-        rank = max(result["ranks"], key=lambda r: r["parameters"] + r["gradients"] + r["optimizer"])
-        total = rank["parameters"] + rank["gradients"] + rank["optimizer"]
-        rss = max(r["peak_rss"] for r in result["ranks"])
+        for shape in shapes:
+            model = build_model(shape)
+            for name, overrides in CASES.items():
+                print(f"{shape}: {name}", flush=True)
+                results[f"{shape}: {name}"] = run(model, overrides, Path(tmp) / f"run{len(results)}")
+    lines = ["| shape | run | parameters (MiB/rank) | gradients | AdamW state | RSS before loading | peak RSS loaded | "
+             "peak RSS | vs 1 process | model's peak | model / measured | s per RL step | all-gather (s/step) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, result in results.items():
+        shape, name = key.split(": ", 1)
+        rank = max(result["ranks"], key=lambda r: r["peak_rss"])  # the larger rank
+        single = max(r["peak_rss"] for r in results[f"{shape}: 1 process (trainer=cpu)"]["ranks"])
+        predicted = predicted_peak_mib(shape, name, rank)
+        result["predicted_peak_rss"] = predicted
         gather = "-" if result["gather_weights_s"] is None else f"{result['gather_weights_s']:.2f}"
-        lines.append(f"| {name} | {rank['parameters']:.0f} | {rank['gradients']:.0f} | {rank['optimizer']:.0f} | "
-                     f"{total:.0f} | {rss:.0f} | {result['step_s']:.1f} | {gather} |")
+        lines.append(f"| {shape} | {name} | {rank['parameters']:.0f} | {rank['gradients']:.0f} | "
+                     f"{rank['optimizer']:.0f} | {rank['rss_before_models']:.0f} | {rank['peak_rss_loaded']:.0f} | "
+                     f"{rank['peak_rss']:.0f} | {rank['peak_rss'] / single:.2f}x | {predicted:.0f} | "
+                     f"{predicted / rank['peak_rss']:.2f} | {result['step_s']:.1f} | {gather} |")
     lines.append("")
-    lines.append("pythia-160m shape, full fine-tuning, RLOO, 4 prompts x 4 samples, 16 new tokens, 2 CPU cores "
-                 "(`python bench/fsdp2_memory.py`). Parameters include the frozen reference copy; the larger rank "
-                 "is shown.")
+    lines.append(f"Full fine-tuning, RLOO, {PROMPTS} prompts x {K} samples, {NEW_TOKENS} new tokens, 2 CPU cores "
+                 f"(`python bench/fsdp2_memory.py`). MiB per rank, the rank with the larger peak shown. Parameters "
+                 f"include the frozen reference copy. Model's peak: the RSS before loading plus the formulas of "
+                 f"bench/memory_model.py for this run.")
+    if shapes != SHAPES:
+        print("\n".join(lines))
+        return
     publish("fsdp2_memory", results, lines, ["docs/scale.md"])
 
 
 if __name__ == "__main__":
-    main()
+    main(tuple(sys.argv[1:]) or SHAPES)
