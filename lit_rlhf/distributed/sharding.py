@@ -1,9 +1,10 @@
 """FSDP2 (torch's `fully_shard`) applied to the module's models, and the full weights gathered where sampling
 needs them.
 
-Every transformer block (the classes a Hugging Face model lists in `_no_split_modules`) is its own FSDP unit,
-then the model's root (embeddings, final norm, head). With LoRA the frozen base weights are sharded beside the
-trainable adapters; a full fine-tune's frozen reference copy and PPO's critic are sharded the same way.
+Every transformer block (the classes a Hugging Face model lists in `_no_split_modules`) is its own FSDP unit, as
+are the input embeddings (unless tied to the head), then the model's root (final norm, head). With LoRA the
+frozen base weights are sharded beside the trainable adapters; a full fine-tune's frozen reference copy and PPO's
+critic are sharded the same way.
 
 Updates run sharded: each block's parameters are all-gathered for its forward and backward and freed after, and
 gradients are reduce-scattered (averaged over ranks, as DDP does). A rollout runs on gathered weights
@@ -14,6 +15,7 @@ The price is one full copy of the weights per rank during the rollout, which gen
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,9 +46,17 @@ def shard(model: torch.nn.Module, mesh, cpu_offload: bool = False) -> None:
     for module in list(root.modules()):
         if module is not root and type(module).__name__ in blocks and not isinstance(module, FSDPModule):
             fully_shard(module, mesh=mesh, **policy)
-    # the root's weights (embeddings, head) stay gathered from its forward to its backward: the head's weight is
+    # the input embeddings are a unit of their own, gathered for the forward's first step and its backward's last
+    # (on small models they are a quarter of the weights); not when tied to the head, which must stay in the root
+    embeddings = root.get_input_embeddings() if hasattr(root, "get_input_embeddings") else None
+    head = root.get_output_embeddings() if hasattr(root, "get_output_embeddings") else None
+    if embeddings is not None and (head is None or head.weight is not embeddings.weight):
+        fully_shard(embeddings, mesh=mesh, **policy)
+    # the root's weights (final norm, head) stay gathered from its forward to its backward: the head's weight is
     # also used outside the forward (chunked logprobs), and the backward would gather it again at once
     fully_shard(root, mesh=mesh, reshard_after_forward=False, **policy)
+    for unit in fsdp_units(root):
+        unit._reshards_after_forward = unit is not root  # what gathered_weights restores
 
 
 def fsdp_units(module: torch.nn.Module) -> list[FSDPModule]:
@@ -83,10 +93,10 @@ def gathered_weights(module: torch.nn.Module) -> Iterator[float]:
         yield took
     finally:
         module._weights_gathered = False
-        roots = {id(unit) for unit in root_units(units)}
         for unit in units:
             unit.reshard()
-            unit.set_reshard_after_forward(id(unit) not in roots, recurse=False)  # as shard() set them
+            unit.set_reshard_after_forward(unit._reshards_after_forward, recurse=False)  # as shard() set them
+        release_freed_host_memory()
 
 
 @contextmanager
@@ -100,6 +110,26 @@ def resharded_after(module: torch.nn.Module) -> Iterator[float]:
     finally:
         for unit in root_units(fsdp_units(module)):
             unit.reshard()
+        release_freed_host_memory()
+
+
+def release_freed_host_memory() -> None:
+    """Hands the host memory freed by a reshard back to the system (glibc's malloc_trim). glibc keeps freed blocks
+    below its mmap threshold (at most 32 MiB: most of a model's tensors) for reuse, so on CPU the whole copy a
+    rollout gathered would stay in every rank's RSS after it was freed. No effect elsewhere (GPU memory, other C
+    libraries)."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL("libc.so.6")
+            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
+
+
+_libc = None
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
