@@ -113,7 +113,7 @@ def predicted_peak_mib(shape: str, name: str, rank: dict) -> float:
     work = Workload(sequences=PROMPTS * K // ranks, prompt_tokens=PROMPT_TOKENS, response_tokens=NEW_TOKENS,
                     micro_batch=PROMPTS * K // ranks)
     terms = per_rank_bytes(ModelShape.of(shape, CONFIGS[shape]()), ranks, lora=False, offload=False,
-                           sharded_sampling="sharded sampling" in name, work=work)
+                           sharded_sampling="sharded sampling" in name, work=work, fsdp=ranks > 1)
     return rank["rss_before_models"] + terms["peak"] / MIB
 
 

@@ -14,9 +14,10 @@ adapters), b bytes per parameter (4: float32 weights, as with trainer.precision=
                       sharded sampling:  copies * (R + 2 B) * b (the roots, a block and the next one prefetched)
     update weights    (R + 3 B) * b           (root, a block, the next one, the block's unsharded gradient)
     KV cache          2 * layers * kv_width * (prompt + response tokens) * sequences * b
-    activations       layers * tokens * hidden * 68 + micro-batch logits (tokens * vocab * 4 * 2)
+    activations       layers * tokens * hidden * 68 + micro-batch logits (tokens * vocab * 4 * 2); with
+                      gradient checkpointing, layers * tokens * hidden * 4 plus one layer's 68 per token
 
-With W = 1 (one process, no FSDP) the weights are whole already: no rollout or update weights. CPU offload
+In one process without FSDP the weights are whole already: no rollout or update weights. CPU offload
 (trainer.strategy.cpu_offload=true) moves parameters, gradients and AdamW state to host memory: the device keeps
 the transient terms only. The peak is the persistent terms plus the larger of the rollout's (weights + KV cache)
 and the update's (weights + activations). The activation term is the usual per-layer estimate for a
@@ -92,11 +93,12 @@ class Workload:
     prompt_tokens: int
     response_tokens: int
     micro_batch: int
+    checkpointing: bool = False  # model.gradient_checkpointing: a block's input kept per layer, the rest recomputed
 
 
 def per_rank_bytes(shape: ModelShape, ranks: int, lora: bool, offload: bool, sharded_sampling: bool,
-                   work: Workload, bytes_per_param: int = 4) -> dict[str, float]:
-    """Each term of the formulas above, in bytes, for one rank."""
+                   work: Workload, bytes_per_param: int = 4, fsdp: bool = True) -> dict[str, float]:
+    """Each term of the formulas above, in bytes, for one rank (fsdp=False: one process without FSDP)."""
     b, w = bytes_per_param, ranks
     copies = 1 if lora else 2
     trained = shape.lora if lora else shape.params
@@ -106,14 +108,16 @@ def per_rank_bytes(shape: ModelShape, ranks: int, lora: bool, offload: bool, sha
         "gradients": trained * b / w,
         "optimizer": 2 * trained * 4 / w,
     }
-    sharded = w > 1
+    sharded = fsdp
     rollout_weights = copies * ((shape.root + 2 * shape.block) if sharded_sampling else shape.params) * b
     terms["rollout_weights"] = rollout_weights if sharded else 0.0
     terms["update_weights"] = (shape.root + 3 * shape.block) * b if sharded else 0.0
     terms["kv_cache"] = 2 * shape.layers * shape.kv_width * tokens * work.sequences * b
     update_tokens = work.micro_batch * tokens
-    terms["activations"] = shape.layers * update_tokens * shape.hidden * 68 \
-        + work.micro_batch * work.response_tokens * shape.vocab * 4 * 2
+    per_layer = update_tokens * shape.hidden * 68
+    kept = shape.layers * update_tokens * shape.hidden * 4 + per_layer if work.checkpointing \
+        else shape.layers * per_layer
+    terms["activations"] = kept + work.micro_batch * work.response_tokens * shape.vocab * 4 * 2
     persistent = terms["parameters"] + terms["gradients"] + terms["optimizer"]
     terms["host"] = persistent if offload else 0.0
     device_persistent = 0.0 if offload else persistent
@@ -123,7 +127,7 @@ def per_rank_bytes(shape: ModelShape, ranks: int, lora: bool, offload: bool, sha
 
 
 TABLE_RANKS = (1, 2, 8, 64)
-TABLE_WORK = Workload(sequences=16, prompt_tokens=512, response_tokens=512, micro_batch=4)
+TABLE_WORK = Workload(sequences=16, prompt_tokens=512, response_tokens=512, micro_batch=4, checkpointing=True)
 
 
 def main() -> None:
@@ -142,10 +146,11 @@ def main() -> None:
                     cells = " | ".join(f"{p:,.1f}" for p in peaks)
                     rows.append(f"| {name} | {'LoRA r=16' if lora else 'full'} | {'yes' if offload else 'no'} | "
                                 f"{'sharded' if sharded_sampling else 'gathered'} | {cells} |")
-    rows += ["", f"Peak device memory per rank in GiB (float32 weights, AdamW), each rank sampling "
-             f"{TABLE_WORK.sequences} sequences of {TABLE_WORK.prompt_tokens} + {TABLE_WORK.response_tokens} tokens "
-             f"and updating on micro-batches of {TABLE_WORK.micro_batch}; with offload, parameters, gradients and "
-             f"AdamW state are in host memory instead. Parameters per copy: "
+    rows += ["", f"Peak device memory per rank in GiB under trainer=fsdp2 (float32 weights, AdamW, "
+             f"model.gradient_checkpointing=true), each rank sampling {TABLE_WORK.sequences} sequences of "
+             f"{TABLE_WORK.prompt_tokens} + {TABLE_WORK.response_tokens} tokens and updating on micro-batches of "
+             f"{TABLE_WORK.micro_batch}; with offload, parameters, gradients and AdamW state are in host memory "
+             f"instead (not counted). Parameters per copy: "
              + ", ".join(f"{n} {s.params / 1e9:.2f}B" for n, s in shapes.items())
              + ". `python bench/memory_model.py`."]
     publish("memory_model", data, rows, ["docs/scale.md"])

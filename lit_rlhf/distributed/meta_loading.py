@@ -22,8 +22,6 @@ import torch
 from accelerate import init_empty_weights
 from safetensors import safe_open
 from transformers import AutoConfig, GenerationConfig
-from transformers.conversion_mapping import get_model_conversion_mapping
-from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 from transformers.utils import cached_file
 
 from lit_rlhf.errors import ConfigError
@@ -108,6 +106,12 @@ def checkpoint_keys(model: torch.nn.Module, files: WeightFiles) -> dict[str, str
     """{parameter name: its key in the files}, through the renamings transformers applies while loading (e.g.
     pythia's embed_out is lm_head) and the base-model prefix. A weight transformers converts (fused, split) is
     not stored as the model holds it, so its rows cannot be read: one line."""
+    try:  # transformers >= 5
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:  # transformers 4 names parameters as it saves them, with or without the base-model prefix
+        names, prefix = dict.fromkeys(model.state_dict()), f"{model.base_model_prefix}."
+        return {next((n for n in (k, k.removeprefix(prefix), prefix + k) if n in names), k): k for k in files.files}
     transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
