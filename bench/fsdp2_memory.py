@@ -3,6 +3,8 @@ memory model of bench/memory_model.py checked against what is measured.
 
     python bench/fsdp2_memory.py                  # ~15 min on 2 CPU cores
     python bench/fsdp2_memory.py pythia-160m      # one shape (prints its table, writes nothing)
+    python bench/fsdp2_memory.py --table          # the table again from bench/results/fsdp2_memory.json (the
+                                                  # measurements kept, the model's column recomputed)
 
 Full fine-tuning (model.lora=null) of the pythia-160m and pythia-410m shapes (random weights, bench/workload.py),
 RLOO, 4 prompts x 4 samples per RL step, 16 new tokens, 4 RL steps, as `python train.py` runs it: trainer=cpu
@@ -117,7 +119,7 @@ def predicted_peak_mib(shape: str, name: str, rank: dict) -> float:
     return rank["rss_before_models"] + terms["peak"] / MIB
 
 
-def main(shapes: tuple[str, ...] = SHAPES) -> None:
+def measure(shapes: tuple[str, ...]) -> dict:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for shape in shapes:
@@ -125,6 +127,11 @@ def main(shapes: tuple[str, ...] = SHAPES) -> None:
             for name, overrides in CASES.items():
                 print(f"{shape}: {name}", flush=True)
                 results[f"{shape}: {name}"] = run(model, overrides, Path(tmp) / f"run{len(results)}")
+    return results
+
+
+def main(shapes: tuple[str, ...] = SHAPES, results: dict | None = None) -> None:
+    results = results or measure(shapes)
     lines = ["| shape | run | parameters (MiB/rank) | gradients | AdamW state | RSS before loading | peak RSS loaded | "
              "peak RSS | vs 1 process | model's peak | model / measured | s per RL step | all-gather (s/step) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -151,4 +158,8 @@ def main(shapes: tuple[str, ...] = SHAPES) -> None:
 
 
 if __name__ == "__main__":
-    main(tuple(sys.argv[1:]) or SHAPES)
+    if sys.argv[1:] == ["--table"]:
+        saved = json.loads((BENCH / "results" / "fsdp2_memory.json").read_text())
+        main(results={key: value for key, value in saved.items() if key != "machine"})
+    else:
+        main(tuple(sys.argv[1:]) or SHAPES)

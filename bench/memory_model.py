@@ -13,16 +13,18 @@ adapters), b bytes per parameter (4: float32 weights, as with trainer.precision=
     rollout weights   gathered sampling: copies * P * b (every unit all-gathered once per rollout)
                       sharded sampling:  copies * (R + 2 B) * b (the roots, a block and the next one prefetched)
     update weights    (R + 3 B) * b           (root, a block, the next one, the block's unsharded gradient)
+    optimizer step    T * 4 / W               (AdamW's foreach step holds sqrt(v) for every shard at once)
     KV cache          2 * layers * kv_width * (prompt + response tokens) * sequences * b
     activations       layers * tokens * hidden * 68 + micro-batch logits (tokens * vocab * 4 * 2); with
                       gradient checkpointing, layers * tokens * hidden * 4 plus one layer's 68 per token
 
 In one process without FSDP the weights are whole already: no rollout or update weights. CPU offload
-(trainer.strategy.cpu_offload=true) moves parameters, gradients and AdamW state to host memory: the device keeps
-the transient terms only. The peak is the persistent terms plus the larger of the rollout's (weights + KV cache)
-and the update's (weights + activations). The activation term is the usual per-layer estimate for a
-transformer block without recomputation (34 bytes per token and hidden unit in 16 bits, Korthikanti et al. 2022),
-doubled for float32. bench/fsdp2_memory.py checks these formulas against what it measures.
+(trainer.strategy.cpu_offload=true) moves parameters, gradients and AdamW state to host memory (and the optimizer
+step to the CPU): the device keeps the other transient terms only. The peak is the persistent terms plus the
+largest of the rollout's (weights + KV cache), the update's (weights + activations) and the optimizer step's.
+The activation term is the usual per-layer estimate for a transformer block without recomputation (34 bytes
+per token and hidden unit in 16 bits, Korthikanti et al. 2022), doubled for float32. bench/fsdp2_memory.py checks
+these formulas against what it measures.
 """
 
 from __future__ import annotations
@@ -121,8 +123,9 @@ def per_rank_bytes(shape: ModelShape, ranks: int, lora: bool, offload: bool, sha
     persistent = terms["parameters"] + terms["gradients"] + terms["optimizer"]
     terms["host"] = persistent if offload else 0.0
     device_persistent = 0.0 if offload else persistent
+    terms["optimizer_step"] = 0.0 if offload else trained * 4 / w
     terms["peak"] = device_persistent + max(terms["rollout_weights"] + terms["kv_cache"],
-                                            terms["update_weights"] + terms["activations"])
+                                            terms["update_weights"] + terms["activations"], terms["optimizer_step"])
     return terms
 
 
