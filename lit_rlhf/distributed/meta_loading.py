@@ -47,8 +47,12 @@ class WeightFiles:
         index = locate(INDEX)
         if index is not None:
             weight_map = json.loads(Path(index).read_text())["weight_map"]
-            paths = {name: Path(locate(name)) for name in set(weight_map.values())}
-            return cls(name_or_path, key, {k: paths[name] for k, name in weight_map.items()})
+            paths = {name: locate(name) for name in set(weight_map.values())}
+            missing = sorted(name for name, path in paths.items() if path is None)
+            if missing:
+                raise ConfigError(f"{key}={name_or_path!r}: its {INDEX} names {missing[0]!r}, which is not there; "
+                                  f"download the model again, or set trainer.strategy.sharded_loading=false.")
+            return cls(name_or_path, key, {k: Path(paths[name]) for k, name in weight_map.items()})
         single = locate(SINGLE)
         if single is None:
             raise ConfigError(f"{key}={name_or_path!r} has no safetensors weights, which sharded loading reads by "
@@ -76,9 +80,9 @@ def empty_model(auto_class, name_or_path: str, key: str, dtype: torch.dtype | No
     """auto_class's model of name_or_path with placeholder parameters (buffers real), in eval mode as
     from_pretrained gives it, with its generation config; its modules tagged with the file keys of their
     parameters."""
-    files = WeightFiles.find(name_or_path, key)
     config = from_pretrained(AutoConfig.from_pretrained, name_or_path, "model config", key=key,
-                             trust_remote_code=trust_remote_code, **config_kwargs)
+                             trust_remote_code=trust_remote_code, **config_kwargs)  # a missing model: one line
+    files = WeightFiles.find(name_or_path, key)
     with init_empty_weights(include_buffers=False):
         model = auto_class.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
     try:

@@ -108,3 +108,13 @@ def test_each_rank_reads_only_its_rows(tmp_path):
     for key, total in file_rows.items():  # the two ranks read disjoint halves, together the whole
         assert ranks[0]["read"][key] + ranks[1]["read"].get(key, 0) == total, key
         assert ranks[0]["read"][key] == -(-total // 2), key
+
+
+def test_an_index_naming_a_missing_file_is_one_line(tmp_path):
+    import json
+    import shutil
+
+    shutil.copy(f"{TINY_PYTHIA}/config.json", tmp_path / "config.json")
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a.weight": "part-1.safetensors"}}))
+    with pytest.raises(ConfigError, match="names 'part-1.safetensors', which is not there"):
+        WeightFiles.find(str(tmp_path), "model.name_or_path")
