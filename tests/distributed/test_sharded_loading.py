@@ -115,6 +115,7 @@ def test_an_index_naming_a_missing_file_is_one_line(tmp_path):
     import shutil
 
     shutil.copy(f"{TINY_PYTHIA}/config.json", tmp_path / "config.json")
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a.weight": "part-1.safetensors"}}))
+    index = {"weight_map": {"a.weight": "part-1.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ConfigError, match="names 'part-1.safetensors', which is not there"):
         WeightFiles.find(str(tmp_path), "model.name_or_path")
