@@ -21,14 +21,14 @@ class StrategySupport:
         names = ("policy", "frozen_reference", "critic_backbone", "value_head")
         return [m for m in (getattr(self, name, None) for name in names) if m is not None]
 
-    @property
-    def fsdp2_setting(self):
+    def fsdp2_setting(self, name: str):
         """A setting of the run's FSDP2Strategy by name (None without trainer=fsdp2)."""
-        return lambda name: getattr(self.trainer.strategy, name, None) if self._trainer is not None else None
+        return getattr(self.trainer.strategy, name, None) if self._trainer is not None else None
 
     @property
     def loads_sharded(self) -> bool:
-        """Models built on the meta device, each rank reading its shards after fully_shard (trainer=fsdp2)."""
+        """Models built with placeholder parameters, each rank reading its shards after fully_shard
+        (trainer=fsdp2; lit_rlhf/distributed/meta_loading.py)."""
         return bool(self.fsdp2_setting("sharded_loading"))
 
     @property

@@ -30,7 +30,7 @@ from lit_rlhf.errors import ConfigError
 class FSDP2Strategy(ModelParallelStrategy):
     """ModelParallelStrategy with data_parallel_size = world size and tensor_parallel_size = 1.
 
-    sharded_loading: models are built on the meta device and each rank reads only its shards from the model's
+    sharded_loading: models are built without storage and each rank reads only its shards from the model's
     safetensors files (false: every rank loads the whole model, then shards it).
     sharded_sampling: rollouts run on the sharded model, each block gathered as the forward reaches it and freed
     after (false: the whole weights gathered once per rollout).
