@@ -1,7 +1,7 @@
 """trainer=fsdp2 against one process: per-rank memory (tensors and peak RSS), step and gather times, and the
 memory model of bench/memory_model.py checked against what is measured.
 
-    python bench/fsdp2_memory.py                  # ~15 min on 2 CPU cores
+    python bench/fsdp2_memory.py                  # ~25 min on 2 CPU cores
     python bench/fsdp2_memory.py pythia-160m      # one shape (prints its table, writes nothing)
     python bench/fsdp2_memory.py --table          # the table again from bench/results/fsdp2_memory.json (the
                                                   # measurements kept, the model's column recomputed)
@@ -9,11 +9,12 @@ memory model of bench/memory_model.py checked against what is measured.
 Full fine-tuning (model.lora=null) of the pythia-160m and pythia-410m shapes (random weights, bench/workload.py),
 RLOO, 4 prompts x 4 samples per RL step, 16 new tokens, 4 RL steps, as `python train.py` runs it: trainer=cpu
 (1 process), and trainer=fsdp2 on 2 CPU processes (gloo) loading the whole model on every rank
-(sharded_loading=false, as before sharded loading existed), loading sharded (the default), and loading and
-sampling sharded. Each rank counts the bytes of its own tensors at its last optimizer step (parameters: the
-policy and the frozen reference copy; gradients; AdamW's state), its RSS before the models load (the process'
-fixed cost), its peak RSS once the models are loaded and at the end, the median seconds per RL step
-(time/step_s, steps 2..4) and the all-gather of the weights before each rollout (time/gather_weights_s).
+(sharded_loading=false, as before sharded loading existed), loading sharded (the default), loading and
+sampling sharded, and the latter with freed host tensors of 1 MiB and more handed back to the system at once
+(trainer.strategy.host_mmap_threshold_mib=1). Each rank counts the bytes of its own tensors at its last optimizer
+step (parameters: the policy and the frozen reference copy; gradients; AdamW's state), its RSS before the models
+load (the process' fixed cost), its peak RSS once the models are loaded and at the end, the median seconds per RL
+step (time/step_s, steps 2..4) and the all-gather of the weights before each rollout (time/gather_weights_s).
 Writes bench/results/fsdp2_memory.md and .json and the table into docs/scale.md.
 On 2 CPU cores the 2 ranks share the cores one process had: the step times say what sharding costs here, not
 what it gains on devices of their own.
@@ -48,7 +49,9 @@ FSDP2 = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]
 CASES = {"1 process (trainer=cpu)": ["trainer=cpu"],
          "2 ranks, whole loading, gathered sampling": [*FSDP2, "trainer.strategy.sharded_loading=false"],
          "2 ranks, sharded loading, gathered sampling": FSDP2,
-         "2 ranks, sharded loading, sharded sampling": [*FSDP2, "trainer.strategy.sharded_sampling=true"]}
+         "2 ranks, sharded loading, sharded sampling": [*FSDP2, "trainer.strategy.sharded_sampling=true"],
+         "2 ranks, sharded loading, sharded sampling, 1 MiB mmap threshold":
+             [*FSDP2, "trainer.strategy.sharded_sampling=true", "trainer.strategy.host_mmap_threshold_mib=1"]}
 SHAPES = ("pythia-160m", "pythia-410m")
 MIB = 2**20
 

@@ -70,7 +70,7 @@ def check_accelerator(cfg: DictConfig) -> None:
 
 
 FSDP2_TARGET = "lit_rlhf.distributed.strategy.FSDP2Strategy"
-FSDP2_SETTINGS = ("sharded_loading", "sharded_sampling", "cpu_offload")
+FSDP2_SETTINGS = ("sharded_loading", "sharded_sampling", "cpu_offload", "host_mmap_threshold_mib")
 
 
 def fsdp2_only(name: str, value) -> str:

@@ -15,7 +15,6 @@ The price is one full copy of the weights per rank during the rollout, which gen
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,8 @@ from contextlib import contextmanager
 import torch
 from peft import PeftModel
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
+
+from lit_rlhf.distributed.host_memory import release_freed_host_memory
 
 
 def block_classes(model: torch.nn.Module) -> set[str]:
@@ -111,25 +112,6 @@ def resharded_after(module: torch.nn.Module) -> Iterator[float]:
         for unit in root_units(fsdp_units(module)):
             unit.reshard()
         release_freed_host_memory()
-
-
-def release_freed_host_memory() -> None:
-    """Hands the host memory freed by a reshard back to the system (glibc's malloc_trim). glibc keeps freed blocks
-    below its mmap threshold (at most 32 MiB: most of a model's tensors) for reuse, so on CPU the whole copy a
-    rollout gathered would stay in every rank's RSS after it was freed. No effect elsewhere (GPU memory, other C
-    libraries)."""
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL("libc.so.6")
-            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            _libc = False
-    if _libc:
-        _libc.malloc_trim(0)
-
-
-_libc = None
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:

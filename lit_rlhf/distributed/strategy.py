@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
 from lit_rlhf.distributed.checkpoint import load_tensors, read_meta, save_sharded
+from lit_rlhf.distributed.host_memory import check_mmap_threshold, set_host_mmap_threshold
 from lit_rlhf.errors import ConfigError
 
 
@@ -35,16 +36,23 @@ class FSDP2Strategy(ModelParallelStrategy):
     sharded_sampling: rollouts run on the sharded model, each block gathered as the forward reaches it and freed
     after (false: the whole weights gathered once per rollout).
     cpu_offload: sharded parameters, gradients and optimizer state live in CPU memory (FSDP2's CPUOffloadPolicy),
-    copied to the device block by block."""
+    copied to the device block by block.
+    host_mmap_threshold_mib: host tensors of at least this many MiB get memory of their own from the system and
+    give it back when freed (glibc's M_MMAP_THRESHOLD), so a rank's RSS follows its live tensors (None: glibc's
+    default, which keeps freed blocks up to 32 MiB for reuse)."""
 
     def __init__(self, save_distributed_checkpoint: bool = True, sharded_loading: bool = True,
-                 sharded_sampling: bool = False, cpu_offload: bool = False, **kwargs):
+                 sharded_sampling: bool = False, cpu_offload: bool = False,
+                 host_mmap_threshold_mib: int | None = None, **kwargs):
         super().__init__(data_parallel_size="auto", tensor_parallel_size=1,
                          save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
         self.sharded_loading, self.sharded_sampling, self.cpu_offload = sharded_loading, sharded_sampling, cpu_offload
+        self.host_mmap_threshold_mib = check_mmap_threshold(host_mmap_threshold_mib)
 
     def setup_environment(self) -> None:
         self._data_parallel_size = self.num_nodes * self.num_processes  # every rank shards, across nodes too
+        if self.host_mmap_threshold_mib is not None:  # in every rank's process, before any model loads
+            set_host_mmap_threshold(self.host_mmap_threshold_mib)
         super().setup_environment()
 
     def optimizer_state(self, optimizer) -> dict[str, Any]:

@@ -94,12 +94,14 @@ def test_a_checkpoint_resumes_exactly_and_exports(sharded, tmp_path):
 def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tmp_path):
     """Full fine-tuning. Every rank loading the whole model and sampling on gathered weights, against each rank
     reading its shards, sampling on the sharded model (blocks gathered as the forward reaches them) and keeping
-    its shards and AdamW state CPU-offloaded: the same samples, metrics and weights, to the last bit. With the
+    its shards and AdamW state CPU-offloaded, with a 1 MiB mmap threshold: the same samples, metrics and weights, to
+    the last bit. With the
     latter, a run resumed from its step-2 checkpoint continues exactly."""
     full = ["model.lora=null", "steps=4", "callbacks.model_checkpoint.every_n_train_steps=2",
             "callbacks.model_checkpoint.save_top_k=-1"]
     whole = train(tmp_path / "whole", *FSDP2, *full, "trainer.strategy.sharded_loading=false")
-    sharded_settings = ["trainer.strategy.sharded_sampling=true", "trainer.strategy.cpu_offload=true"]
+    sharded_settings = ["trainer.strategy.sharded_sampling=true", "trainer.strategy.cpu_offload=true",
+                        "trainer.strategy.host_mmap_threshold_mib=1"]
     sharded = train(tmp_path / "sharded", *FSDP2, *full, *sharded_settings)
     resumed = train(tmp_path / "resumed", *FSDP2, *full, *sharded_settings,
                     f"ckpt_path={tmp_path / 'sharded' / 'checkpoints' / 'step2.ckpt'}")
