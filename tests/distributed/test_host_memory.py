@@ -8,9 +8,9 @@ import pytest
 from lit_rlhf.distributed.host_memory import check_mmap_threshold, libc
 from lit_rlhf.errors import ConfigError
 
-# Frees 48 tensors of 8 MiB, each followed in memory by a small live one (so glibc cannot give them back by
-# shrinking its heap's top), and prints how many MiB of RSS the free returned. glibc's dynamic threshold has first been raised past 8 MiB by
-# freeing one such tensor, as a run's first steps do.
+# Frees 48 tensors of 8 MiB, each followed in memory by a live one of 512 KiB (so glibc cannot give them back by
+# shrinking its heap's top), and prints how many MiB of RSS the free returned. glibc's dynamic threshold has first
+# been raised past 8 MiB by freeing one such tensor, as a run's first steps do.
 FRAGMENTED_FREE = """
 import sys, torch
 from pathlib import Path
