@@ -47,12 +47,17 @@ def shard(model: torch.nn.Module, mesh, cpu_offload: bool = False) -> None:
     for module in list(root.modules()):
         if module is not root and type(module).__name__ in blocks and not isinstance(module, FSDPModule):
             fully_shard(module, mesh=mesh, **policy)
-    # the input embeddings are a unit of their own, gathered for the forward's first step and its backward's last
-    # (on small models they are a quarter of the weights); not when tied to the head, which must stay in the root
+    # the input embeddings are a unit of their own, gathered for the forward's first step (on small models they are
+    # a quarter of the weights); not when tied to the head, which must stay in the root
     embeddings = root.get_input_embeddings() if hasattr(root, "get_input_embeddings") else None
     head = root.get_output_embeddings() if hasattr(root, "get_output_embeddings") else None
     if embeddings is not None and (head is None or head.weight is not embeddings.weight):
+        lookup_only = type(embeddings) is torch.nn.Embedding  # fully_shard changes the class: asked before
         fully_shard(embeddings, mesh=mesh, **policy)
+        if lookup_only and hasattr(embeddings, "set_unshard_in_backward"):
+            # a lookup's gradient needs the indices, not the table: the backward's last step gathers nothing (a
+            # LoRA-wrapped embedding needs its adapters there and is gathered as usual)
+            embeddings.set_unshard_in_backward(False)
     # the root's weights (final norm, head) stay gathered from its forward to its backward: the head's weight is
     # also used outside the forward (chunked logprobs), and the backward would gather it again at once
     fully_shard(root, mesh=mesh, reshard_after_forward=False, **policy)
