@@ -1,7 +1,7 @@
 """trainer=fsdp2 against one process: per-rank memory (tensors and peak RSS), step and gather times, and the
 memory model of bench/memory_model.py checked against what is measured.
 
-    python bench/fsdp2_memory.py                  # ~25 min on 2 CPU cores
+    python bench/fsdp2_memory.py                  # ~30 min on 2 CPU cores
     python bench/fsdp2_memory.py pythia-160m      # one shape (prints its table, writes nothing)
     python bench/fsdp2_memory.py --table          # the table again from bench/results/fsdp2_memory.json (the
                                                   # measurements kept, the model's column recomputed)

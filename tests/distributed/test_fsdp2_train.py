@@ -95,8 +95,7 @@ def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tm
     """Full fine-tuning. Every rank loading the whole model and sampling on gathered weights, against each rank
     reading its shards, sampling on the sharded model (blocks gathered as the forward reaches them) and keeping
     its shards and AdamW state CPU-offloaded, with a 1 MiB mmap threshold: the same samples, metrics and weights, to
-    the last bit. With the
-    latter, a run resumed from its step-2 checkpoint continues exactly."""
+    the last bit. With the latter, a run resumed from its step-2 checkpoint continues exactly."""
     full = ["model.lora=null", "steps=4", "callbacks.model_checkpoint.every_n_train_steps=2",
             "callbacks.model_checkpoint.save_top_k=-1"]
     whole = train(tmp_path / "whole", *FSDP2, *full, "trainer.strategy.sharded_loading=false")
