@@ -55,7 +55,7 @@ class PPOModule(RLHFModule):
         hp, spec = self.hparams, self.hparams.model
         if hp.critic == "reward_model":
             self.critic_backbone, self.value_head = load_reward_model_critic(
-                hp.critic_model_path, spec.get("dtype"), spec.get("lora"))
+                hp.critic_model_path, spec.get("dtype"), spec.get("lora"), empty=self.loads_sharded)
             return
         if hp.critic == "adapter":
             add_critic_adapter(self.policy, spec.get("lora"))

@@ -132,6 +132,25 @@ def checkpoint_keys(model: torch.nn.Module, files: WeightFiles) -> dict[str, str
     return keys
 
 
+def initialise_unsaved(model: torch.nn.Module, module: torch.nn.Module) -> None:
+    """Real, freshly initialised parameters (the model's own `_init_weights`) for those of module that the files do
+    not hold, as from_pretrained initialises them: a classifier's score head on a causal LM's folder. A module with
+    some of its parameters saved is left as it is (materialize names what is missing)."""
+    files, keys = vars(module).get(WEIGHT_KEYS, (None, {}))
+    unsaved = [name for name, key in keys.items() if key not in files.files]
+    if not unsaved or len(unsaved) < len(keys):
+        return
+    for name in unsaved:
+        placeholder = module._parameters[name]
+        module._parameters[name] = torch.nn.Parameter(torch.empty(placeholder.shape, dtype=placeholder.dtype),
+                                                      requires_grad=placeholder.requires_grad)
+        del keys[name]
+    with torch.no_grad():
+        model._init_weights(module)
+    if not keys:
+        del vars(module)[WEIGHT_KEYS]
+
+
 def is_empty(model: torch.nn.Module) -> bool:
     """Whether model holds placeholders not yet filled from its files."""
     return any(WEIGHT_KEYS in vars(module) for module in model.modules())

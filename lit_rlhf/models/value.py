@@ -14,6 +14,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForSequenceClassification
 
 from lit_rlhf.config.algo import CRITIC_KINDS  # noqa: F401  (re-exported)
+from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER, peft_reads_deprecated_alias
@@ -62,15 +63,20 @@ def critic_adapter_active(policy: torch.nn.Module) -> Iterator[torch.nn.Module]:
         _activate_policy_adapter(policy)
 
 
-def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[str, Any] | None):
+def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[str, Any] | None, empty: bool = False):
     """Backbone and score head of a sequence-classification reward model: (backbone, head).
 
     Its backbone is a separate set of weights (a reward model is not the policy), trained through
-    LoRA when model.lora is set; its 1-output score head becomes the value head.
+    LoRA when model.lora is set; its 1-output score head becomes the value head. empty: built with placeholders,
+    each rank reading its shards after sharding (trainer=fsdp2; lit_rlhf/distributed/meta_loading.py).
     """
-    model = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path, "critic reward model",
-        key="algo.critic_model_path",
-                            dtype=resolve_dtype(dtype), num_labels=1)
+    key = "algo.critic_model_path"
+    if empty:
+        model = empty_model(AutoModelForSequenceClassification, name_or_path, key, resolve_dtype(dtype), num_labels=1)
+        initialise_unsaved(model, model.score)
+    else:
+        model = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path, "critic reward model",
+                                key=key, dtype=resolve_dtype(dtype), num_labels=1)
     backbone, head = model.base_model, model.score
     if lora is not None:
         with peft_reads_deprecated_alias():

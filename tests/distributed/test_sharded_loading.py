@@ -63,12 +63,52 @@ def test_a_tokenizer_that_adds_tokens_is_one_line():
         fit_embeddings(policy, Larger(), "model.name_or_path")
 
 
+def save_reward_model(path) -> torch.nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForSequenceClassification
+
+    config = GPTNeoXConfig(vocab_size=len(load_tokenizer(TINY_PYTHIA)), hidden_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, intermediate_size=64, num_labels=1, pad_token_id=1)
+    torch.manual_seed(0)
+    model = GPTNeoXForSequenceClassification(config)
+    model.save_pretrained(path)
+    return model
+
+
+def test_ppo_reads_a_reward_model_critic_by_shards_too(tmp_path, monkeypatch):
+    """PPO's algo.critic=reward_model under sharded loading: backbone and score head are placeholders until
+    materialized, then equal the reward model's files; a causal LM's folder (no score head saved) gets a real head,
+    initialised as from_pretrained initialises it."""
+    from lit_rlhf import PPOModule
+    from lit_rlhf.models.value import load_reward_model_critic
+    from tests.conftest import make_ppo
+
+    saved = save_reward_model(tmp_path)
+    monkeypatch.setattr(PPOModule, "loads_sharded", True)  # what trainer=fsdp2 sets
+    module = make_ppo(critic="reward_model", critic_model_path=str(tmp_path), model={"name_or_path": TINY_PYTHIA,
+                                                                                     "lora": None})
+    module.load_models()
+    assert is_empty(module.critic_backbone) and is_empty(module.value_head) and is_empty(module.policy)
+    assert storage_bytes(module.critic_backbone) <= 8 * len(list(module.critic_backbone.parameters()))
+    for model in (module.critic_backbone, module.value_head):
+        materialize(model, torch.device("cpu"))
+    expected = saved.state_dict()
+    for name, tensor in module.critic_backbone.state_dict().items():
+        assert torch.equal(tensor, expected[f"gpt_neox.{name}"]), name
+    assert torch.equal(module.value_head.weight, expected["score.weight"])
+
+    torch.manual_seed(0)
+    _, head = load_reward_model_critic(TINY_PYTHIA, None, None, empty=True)
+    assert not is_empty(head) and head.weight.requires_grad
+    assert 0.01 < head.weight.std() < 0.03  # normal(0, initializer_range=0.02), not a placeholder's zeros
+
+
 def two_rank_worker(rank: int, port: int, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy
 
     from lit_rlhf.distributed.meta_loading import placeholders_to_meta
     from lit_rlhf.distributed.sharding import full_tensor, shard
+    from lit_rlhf.models.value import load_reward_model_critic
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
@@ -76,36 +116,51 @@ def two_rank_worker(rank: int, port: int, out: str) -> None:
     rows = WeightFiles.rows
 
     def counting(self, key, start, stop):
-        read[key] = read.get(key, 0) + stop - start
+        read[self.key, key] = read.get((self.key, key), 0) + stop - start
         return rows(self, key, start, stop)
 
     WeightFiles.rows = counting
     policy, _ = load_policy(TINY_PYTHIA, load_tokenizer(TINY_PYTHIA), lora=None, empty=True)
-    placeholders_to_meta(policy)
-    shard(policy, init_device_mesh("cpu", (2,)), cpu_offload=True)
-    materialize(policy, torch.device("cpu"))
+    critic, _ = load_reward_model_critic(f"{out}/reward_model", None, None, empty=True)
+    for model in (policy, critic):
+        placeholders_to_meta(model)
+        shard(model, init_device_mesh("cpu", (2,)), cpu_offload=True)
+        materialize(model, torch.device("cpu"))
     whole = {name: full_tensor(p.detach()).clone() for name, p in policy.named_parameters()}
+    whole_critic = {name: full_tensor(p.detach()).clone() for name, p in critic.named_parameters()}
     offloaded = all(isinstance(unit._get_fsdp_state()._fsdp_param_group.offload_policy, CPUOffloadPolicy)
                     for unit in policy.modules() if hasattr(unit, "_get_fsdp_state"))
-    torch.save({"read": read, "whole": whole, "offloaded": offloaded}, f"{out}/rank{rank}.pt")
+    saved = {"read": read, "whole": whole, "whole_critic": whole_critic, "offloaded": offloaded}
+    torch.save(saved, f"{out}/rank{rank}.pt")
     torch.distributed.destroy_process_group()
 
 
 def test_each_rank_reads_only_its_rows(tmp_path):
+    """The policy and a PPO critic's reward model, sharded over 2 ranks (CPU-offloaded): each rank reads its half of
+    every tensor's rows, and the shards gathered are the files' tensors."""
     from tests.distributed.test_fsdp2_train import free_port
 
+    reward_model = save_reward_model(tmp_path / "reward_model")
     mp.spawn(two_rank_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     loaded = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
     expected = dict(loaded.named_parameters())
+    expected_critic = {name.removeprefix("gpt_neox."): p for name, p in reward_model.named_parameters()}
     for rank in ranks:
         assert rank["offloaded"]
         assert rank["whole"].keys() == expected.keys()
         for name, tensor in rank["whole"].items():
             assert torch.equal(tensor, expected[name]), name
-    file_rows = {key: tensor.shape[0] if tensor.dim() else 0 for key, tensor in (
-        (k, expected["lm_head.weight" if k == "embed_out.weight" else k]) for k in ranks[0]["read"])}
-    for key, total in file_rows.items():  # the two ranks read disjoint halves, together the whole
+        assert rank["whole_critic"].keys() == expected_critic.keys() - {"score.weight"}
+        for name, tensor in rank["whole_critic"].items():
+            assert torch.equal(tensor, expected_critic[name]), name
+    file_tensors = {("model.name_or_path", "embed_out.weight" if k == "lm_head.weight" else k): p
+                    for k, p in expected.items()}
+    file_tensors.update({("algo.critic_model_path", k): p for k, p in reward_model.state_dict().items()
+                         if k != "score.weight"})
+    assert ranks[0]["read"].keys() == file_tensors.keys()
+    for key, tensor in file_tensors.items():  # the two ranks read disjoint halves, together the whole
+        total = tensor.shape[0] if tensor.dim() else 0
         assert ranks[0]["read"][key] + ranks[1]["read"].get(key, 0) == total, key
         assert ranks[0]["read"][key] == -(-total // 2), key
 
