@@ -5,7 +5,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from lit_rlhf.distributed.sharding import full_tensor
+from lit_rlhf.distributed.sharding import full_tensor, local_tensor
 
 
 class DumpTrainable(L.Callback):
@@ -22,9 +22,28 @@ class DumpTrainable(L.Callback):
         keys = module.trained_state_keys()
         # trainer=fsdp2: each rank holds shards (DTensors); full_tensor() gathers them (every rank calls it)
         trained = {k: full_tensor(v.detach()).cpu() for k, v in module.state_dict().items() if k in keys}
+        reward_models = getattr(module, "reward_models", None)  # trainer=fsdp2: this rank's shard of them
+        reward_numel = None if reward_models is None else (sum(local_tensor(p).numel() for p in
+                                                              reward_models.parameters()),
+                                                          sum(p.numel() for p in reward_models.parameters()))
         torch.save({"trained": trained, "episode": module.episode, "prompts": self.prompts,
-                    "kl_coef": module.kl_coef,
+                    "kl_coef": module.kl_coef, "reward_model_numel": reward_numel,
                     "world_size": trainer.world_size}, self.path / f"rank{trainer.global_rank}.pt")
+
+
+def save_reward_model(path) -> torch.nn.Module:
+    """A tiny sequence-classification reward model on the tiny pythia's vocabulary, saved (safetensors) to path."""
+    from transformers import GPTNeoXConfig, GPTNeoXForSequenceClassification
+
+    from lit_rlhf.assets import TINY_PYTHIA
+    from lit_rlhf.models import load_tokenizer
+
+    config = GPTNeoXConfig(vocab_size=len(load_tokenizer(TINY_PYTHIA)), hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=64, num_labels=1, pad_token_id=1)
+    torch.manual_seed(0)
+    model = GPTNeoXForSequenceClassification(config)
+    model.save_pretrained(path)
+    return model
 
 
 class ShorterWins:

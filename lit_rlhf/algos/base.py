@@ -142,6 +142,7 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.loads_sharded, **spec)
+        self.load_reward_models()  # trainer=fsdp2: sharded with the policy
         load_reward(self.reward)  # a bad reward model path fails here, before any training work
         if self.gold_reward is not None:
             load_reward(self.gold_reward)

@@ -7,19 +7,39 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
+from lit_rlhf.algos.scoring import reward_waits
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.distributed.meta_loading import materialize, placeholders_to_meta
 from lit_rlhf.distributed.sharding import is_sharded, shard
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.rewards import SequenceClassifierReward, reward_models
 from lit_rlhf.rollout.hf import HFEngine
 
 
 class StrategySupport:
     def models_to_shard(self) -> list[torch.nn.Module]:
         """The models FSDP2 shards: the policy (LoRA: base and adapters), a full fine-tune's frozen reference
-        copy, and PPO's critic (value head, reward-model backbone)."""
+        copy, PPO's critic (value head, reward-model backbone) and the reward's sequence-classification models."""
         names = ("policy", "frozen_reference", "critic_backbone", "value_head")
-        return [m for m in (getattr(self, name, None) for name in names) if m is not None]
+        models = [m for m in (getattr(self, name, None) for name in names) if m is not None]
+        return models + [reward.model for reward in self.sharded_rewards()]
+
+    def sharded_rewards(self) -> list[SequenceClassifierReward]:
+        """Under trainer=fsdp2, the reward's sequence-classification models: sharded like the policy and scored on
+        the rollout's weights (gathered with the policy's, or block by block when sampling sharded)."""
+        if self._trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
+            return []
+        return reward_models(self.reward) if self.reward is not None else []
+
+    def load_reward_models(self) -> None:
+        """The reward's sequence-classification models, with placeholders under sharded loading (each rank reads
+        its shards once sharded); registered in the module under trainer=fsdp2, so that the rollout gathers (or
+        reshards) them with the policy and they follow the rank's device."""
+        for reward in self.sharded_rewards():
+            reward.load(empty=self.loads_sharded)
+        models = [reward.model for reward in self.sharded_rewards()]
+        if models:
+            self.reward_models = torch.nn.ModuleList(models)
 
     def fsdp2_setting(self, name: str):
         """A setting of the run's FSDP2Strategy by name (None without trainer=fsdp2)."""
@@ -42,6 +62,12 @@ class StrategySupport:
             raise ConfigError(f"trainer.strategy.sharded_sampling=true samples through the sharded model's generate() "
                               f"(rollout=hf); {type(self.rollout_engine).__name__} holds its own whole copy of the "
                               f"weights. Use rollout=hf, or trainer.strategy.sharded_sampling=false.")
+        if self.sharded_rewards() and reward_waits(self.reward):
+            raise ConfigError("trainer.strategy.sharded_sampling=true with a reward model beside a reward that waits "
+                              "(a server, a judge): the reward runs in a thread while the rollout's sharded forwards "
+                              "gather, and the ranks' collectives could interleave differently; use "
+                              "trainer.strategy.sharded_sampling=false (the reward model is then scored on gathered "
+                              "weights).")
         if self.environment is not None:
             raise ConfigError("trainer.strategy.sharded_sampling=true samples single-turn rollouts (with an "
                               "environment the ranks take different numbers of turns, and every turn gathers on all "

@@ -132,6 +132,15 @@ def checkpoint_keys(model: torch.nn.Module, files: WeightFiles) -> dict[str, str
     return keys
 
 
+def unsaved_keys(model: torch.nn.Module) -> list[str]:
+    """The file keys of an empty model's parameters that its files do not hold (from_pretrained's missing keys)."""
+    missing = []
+    for module in model.modules():
+        files, keys = vars(module).get(WEIGHT_KEYS, (None, {}))
+        missing += [key for key in keys.values() if key not in files.files]
+    return missing
+
+
 def initialise_unsaved(model: torch.nn.Module, module: torch.nn.Module) -> None:
     """Real, freshly initialised parameters (the model's own `_init_weights`) for those of module that the files do
     not hold, as from_pretrained initialises them: a classifier's score head on a causal LM's folder. A module with

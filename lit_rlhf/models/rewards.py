@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
+from lit_rlhf.distributed.meta_loading import empty_model, unsaved_keys
 from lit_rlhf.envs.tools import awaited
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
@@ -59,6 +60,14 @@ def call_reward_with_columns(reward: Callable, prompts: Sequence[str], completio
     return reward(prompts, completions, **{k: v for k, v in columns.items() if k in parameters})
 
 
+def reward_models(reward) -> list[SequenceClassifierReward]:
+    """The sequence-classification reward models in a reward (itself, or a WeightedSum's parts)."""
+    from lit_rlhf.models.reward_set import WeightedSum
+
+    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
+    return [part for part in parts if isinstance(part, SequenceClassifierReward)]
+
+
 def load_reward(reward) -> None:
     """Loads a reward's weights now (rewards with a `load()` method), not at its first call."""
     load = getattr(reward, "load", None)
@@ -95,8 +104,9 @@ class SequenceClassifierReward:
         self.batch_size, self.max_length, self.device = batch_size, max_length, device
         self.model = self.tokenizer = None
 
-    def load(self) -> None:
-        """Loads weights and tokenizer (once): the RLHF module calls it when it loads the policy."""
+    def load(self, empty: bool = False) -> None:
+        """Loads weights and tokenizer (once): the RLHF module calls it when it loads the policy. empty: the model
+        with placeholder weights that each rank reads by shards once sharded (trainer=fsdp2, in the module)."""
         if self.model is not None:
             return
         from transformers import AutoModelForSequenceClassification
@@ -104,14 +114,20 @@ class SequenceClassifierReward:
         self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key="reward.tokenizer_name_or_path")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # only for batching; masks come from attention
-        self.model, loading = from_pretrained(
-            AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
-            key="reward.name_or_path", dtype=resolve_dtype(self.dtype), output_loading_info=True,
-        )
+        if empty:
+            self.model = empty_model(AutoModelForSequenceClassification, self.name_or_path, "reward.name_or_path",
+                                     resolve_dtype(self.dtype))
+            missing = unsaved_keys(self.model)
+        else:
+            self.model, loading = from_pretrained(
+                AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
+                key="reward.name_or_path", dtype=resolve_dtype(self.dtype), output_loading_info=True,
+            )
+            missing = loading.get("missing_keys") or []
         self.model.eval().requires_grad_(False)
-        check_head_loaded(self.name_or_path, sorted(loading.get("missing_keys") or []))
+        check_head_loaded(self.name_or_path, sorted(missing))
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        if self.device:
+        if self.device and not empty:
             self.model.to(self.device)
         if self.normalize:
             self.stats = saved_reward_stats(self.name_or_path)
@@ -121,6 +137,7 @@ class SequenceClassifierReward:
         if self.model is None:
             self.load()
         texts = [p + c for p, c in zip(prompts, completions, strict=True)]
+        self.model.eval()  # a model registered in a module (trainer=fsdp2) follows the module's train()
         scores = []
         for start in range(0, len(texts), self.batch_size):
             enc = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True,

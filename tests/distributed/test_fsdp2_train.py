@@ -10,8 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.export import load_from_checkpoint
-from tests.helpers import ROOT, run_script
+from tests.helpers import ROOT, run_script, save_reward_model
 
 FSDP2 = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]
 SHORT = ["algo.response_length=12", "data.batch_size=8", "callbacks.generation_samples=null",
@@ -92,12 +93,17 @@ def test_a_checkpoint_resumes_exactly_and_exports(sharded, tmp_path):
 
 
 def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tmp_path):
-    """Full fine-tuning. Every rank loading the whole model and sampling on gathered weights, against each rank
-    reading its shards, sampling on the sharded model (blocks gathered as the forward reaches them) and keeping
-    its shards and AdamW state CPU-offloaded, with a 1 MiB mmap threshold: the same samples, metrics and weights, to
-    the last bit. With the latter, a run resumed from its step-2 checkpoint continues exactly."""
+    """Full fine-tuning, scored by a reward model. Every rank loading the whole models and sampling on gathered
+    weights, against each rank reading its shards (the policy's, the reference's and the reward model's), sampling
+    and scoring on the sharded models (blocks gathered as the forward reaches them) and keeping its shards and AdamW
+    state CPU-offloaded, with a 1 MiB mmap threshold: the same samples, scores, metrics and weights, to the last bit.
+    With the latter, a run resumed from its step-2 checkpoint continues exactly. Either way each rank holds half of
+    the reward model."""
+    save_reward_model(tmp_path / "reward_model")
     full = ["model.lora=null", "steps=4", "callbacks.model_checkpoint.every_n_train_steps=2",
-            "callbacks.model_checkpoint.save_top_k=-1"]
+            "callbacks.model_checkpoint.save_top_k=-1", "reward=reward_model",
+            f"reward.name_or_path={tmp_path / 'reward_model'}", f"reward.tokenizer_name_or_path={TINY_PYTHIA}",
+            "reward.dtype=float32"]
     whole = train(tmp_path / "whole", *FSDP2, *full, "trainer.strategy.sharded_loading=false")
     sharded_settings = ["trainer.strategy.sharded_sampling=true", "trainer.strategy.cpu_offload=true",
                         "trainer.strategy.host_mmap_threshold_mib=1"]
@@ -117,6 +123,9 @@ def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tm
             assert any(r.get("time/gather_weights_s") for r in csv.DictReader(f)) == gathers, run
     for step, row in metric_rows(tmp_path / "resumed").items():
         assert row == sharded_rows[step]
+    for run in (whole, sharded, resumed):
+        local, total = run["reward_model_numel"]
+        assert total > 0 and local <= total // 2 + 64  # rank 0's shard: half of every tensor's rows, rounded up
 
 
 def free_port() -> int:

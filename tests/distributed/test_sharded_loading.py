@@ -15,6 +15,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.policy import fit_embeddings, load_policy
 from tests.conftest import LORA
+from tests.helpers import save_reward_model
 
 
 def storage_bytes(model: torch.nn.Module) -> int:
@@ -61,17 +62,6 @@ def test_a_tokenizer_that_adds_tokens_is_one_line():
 
     with pytest.raises(ConfigError, match=f"the tokenizer adds a pad token \\({rows + 1} tokens, the model has {rows}"):
         fit_embeddings(policy, Larger(), "model.name_or_path")
-
-
-def save_reward_model(path) -> torch.nn.Module:
-    from transformers import GPTNeoXConfig, GPTNeoXForSequenceClassification
-
-    config = GPTNeoXConfig(vocab_size=len(load_tokenizer(TINY_PYTHIA)), hidden_size=32, num_hidden_layers=1,
-                           num_attention_heads=2, intermediate_size=64, num_labels=1, pad_token_id=1)
-    torch.manual_seed(0)
-    model = GPTNeoXForSequenceClassification(config)
-    model.save_pretrained(path)
-    return model
 
 
 def test_ppo_reads_a_reward_model_critic_by_shards_too(tmp_path, monkeypatch):
@@ -174,3 +164,25 @@ def test_an_index_naming_a_missing_file_is_one_line(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ConfigError, match="names 'part-1.safetensors', which is not there"):
         WeightFiles.find(str(tmp_path), "model.name_or_path")
+
+
+def test_sharded_sampling_refuses_a_reward_model_beside_a_waiting_reward():
+    """A reward that waits runs in a thread while the rollout's forwards go on; with sampling sharded, a reward model
+    in it would gather blocks while those forwards gather theirs, in an order the ranks need not share."""
+    import lightning as L
+
+    from lit_rlhf.distributed.strategy import FSDP2Strategy
+    from lit_rlhf.models import SequenceClassifierReward, VaderSentiment, WeightedSum
+    from tests.conftest import make_rloo
+
+    class Waiting(VaderSentiment):
+        waits = True
+
+    rewards = {"model": SequenceClassifierReward("unloaded"), "server": Waiting()}
+    module = make_rloo(reward=WeightedSum(rewards))
+    module.trainer = L.Trainer(strategy=FSDP2Strategy(sharded_sampling=True), accelerator="cpu", devices=1,
+                               logger=False, enable_checkpointing=False)
+    with pytest.raises(ConfigError, match="sharded_sampling=true with a reward model beside a reward that waits"):
+        module.check_sharded_sampling()
+    module.reward = WeightedSum({"model": SequenceClassifierReward("unloaded"), "vader": VaderSentiment()})
+    module.check_sharded_sampling()  # scored in the rollout's own thread: every rank gathers in the same order
