@@ -1,0 +1,110 @@
+"""Where a rollout's generate() time goes, per new token: the prefill, the model's forward per decoding step (its
+transformer blocks and embeddings, and its output head), and generate()'s own work between forwards (logits
+processing, sampling, stopping criteria, KV-cache bookkeeping).
+
+    python bench/generation_profile.py    # ~3 min on 2 CPU cores; writes bench/results/generation_profile.{md,json}
+
+HFEngine's generate() on the LoRA-wrapped policy, as rollouts call it: 8 distinct prompts x K=4 samples, 16-token
+prompts (random token ids), exactly 32 new tokens, temperature 0.7; the tiny default and the pythia-160m shape
+(random weights, bench/workload.py), with the K samples' prefill shared (rollout.shared_prefill, the default) and
+not. Times come from forward hooks on the model and on its output head (time.perf_counter around each call);
+medians of 3 calls after a warm-up call, in one process. A forward of more than one position is a prefill; every
+other forward is a decoding step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import workload as W
+from peft import LoraConfig, get_peft_model
+from results_blocks import publish
+from transformers import AutoModelForCausalLM, GenerationConfig
+
+from lit_rlhf.rollout import HFEngine
+
+PROMPTS, K, PROMPT_TOKENS, NEW_TOKENS, REPS = 8, 4, 16, 32, 3
+
+
+class ForwardClock:
+    """Seconds spent in a module's forwards, split into prefills (more than one position) and decoding steps."""
+
+    def __init__(self, module: torch.nn.Module, positions_of):
+        self.positions_of, self.prefill_s, self.step_s, self.steps = positions_of, 0.0, 0.0, 0
+        module.register_forward_pre_hook(self.start, with_kwargs=True)
+        module.register_forward_hook(self.stop, with_kwargs=True)
+
+    def reset(self) -> None:
+        self.prefill_s, self.step_s, self.steps = 0.0, 0.0, 0
+
+    def start(self, module, args, kwargs) -> None:
+        self.began, self.positions = time.perf_counter(), self.positions_of(args, kwargs)
+
+    def stop(self, module, args, kwargs, output) -> None:
+        took = time.perf_counter() - self.began
+        if self.positions > 1:
+            self.prefill_s += took
+        else:
+            self.step_s, self.steps = self.step_s + took, self.steps + 1
+
+
+def input_positions(args, kwargs) -> int:
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    return ids.shape[1] if ids is not None else kwargs["inputs_embeds"].shape[1]
+
+
+def profile(engine: HFEngine, model, queries, mask, config, siblings: int, clocks) -> dict[str, float]:
+    for clock in clocks.values():
+        clock.reset()
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    with torch.no_grad():
+        engine.generate(None, model, queries, mask, config, siblings)
+    total = time.perf_counter() - start
+    whole, head = clocks["model"], clocks["head"]
+    steps = max(whole.steps, 1)
+    return {"total_s": total, "prefill_s": whole.prefill_s, "steps": whole.steps,
+            "step_forward_ms": 1e3 * whole.step_s / steps, "step_head_ms": 1e3 * head.step_s / steps,
+            "between_forwards_ms": 1e3 * (total - whole.prefill_s - whole.step_s) / steps}
+
+
+def main() -> None:
+    engine, rows = HFEngine(), []
+    config = GenerationConfig(do_sample=True, temperature=W.TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS,
+                              min_new_tokens=NEW_TOKENS, pad_token_id=1, eos_token_id=0)
+    for name in ("tiny", "pythia-160m"):
+        base = AutoModelForCausalLM.from_pretrained(W.model_path(name))
+        clocks = {"model": ForwardClock(base, input_positions),
+                  "head": ForwardClock(base.get_output_embeddings(), lambda args, kwargs: args[0].shape[1])}
+        model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", **W.LORA)).eval()
+        prompts = torch.randint(2, min(model.config.vocab_size, 900), (PROMPTS, PROMPT_TOKENS),
+                                generator=torch.Generator().manual_seed(0))
+        queries = prompts.repeat_interleave(K, dim=0)  # N,P
+        mask = torch.ones_like(queries)
+        profile(engine, model, queries, mask, config, K, clocks)  # warm-up
+        runs = {1: [], K: []}
+        for _ in range(REPS):
+            for siblings in (1, K):
+                runs[siblings].append(profile(engine, model, queries, mask, config, siblings, clocks))
+        for siblings, measured in runs.items():
+            row = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
+            rows.append({"model": name, "shared_prefill": siblings > 1, **row})
+            print(rows[-1], flush=True)
+    lines = [f"generate() of {PROMPTS} prompts x K={K} samples, {PROMPT_TOKENS}-token prompts, {NEW_TOKENS} new "
+             f"tokens, LoRA, float32, CPU; medians of {REPS} calls; per decoding step (one new token for all "
+             f"{PROMPTS * K} sequences); `python bench/generation_profile.py`.", "",
+             "| model | shared prefill | total s | prefill s | forward ms/step | of which head ms/step | "
+             "between forwards ms/step | between forwards, share of a step |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        step = r["step_forward_ms"] + r["between_forwards_ms"]
+        lines.append(f"| {r['model']} | {'yes' if r['shared_prefill'] else 'no'} | {r['total_s']:.3f} | "
+                     f"{r['prefill_s']:.3f} | {r['step_forward_ms']:.2f} | {r['step_head_ms']:.2f} | "
+                     f"{r['between_forwards_ms']:.2f} | {r['between_forwards_ms'] / step:.0%} |")
+    publish("generation_profile", {"rows": rows}, lines, ["docs/rollout.md"])
+
+
+if __name__ == "__main__":
+    main()
