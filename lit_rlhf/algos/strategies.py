@@ -35,11 +35,11 @@ class StrategySupport:
         """The reward's sequence-classification models, with placeholders under sharded loading (each rank reads
         its shards once sharded); registered in the module under trainer=fsdp2, so that the rollout gathers (or
         reshards) them with the policy and they follow the rank's device."""
-        for reward in self.sharded_rewards():
+        rewards = self.sharded_rewards()
+        for reward in rewards:
             reward.load(empty=self.loads_sharded)
-        models = [reward.model for reward in self.sharded_rewards()]
-        if models:
-            self.reward_models = torch.nn.ModuleList(models)
+        if rewards:
+            self.reward_models = torch.nn.ModuleList(reward.model for reward in rewards)
 
     def fsdp2_setting(self, name: str):
         """A setting of the run's FSDP2Strategy by name (None without trainer=fsdp2)."""

@@ -6,6 +6,7 @@ from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.errors import ConfigError
 from tests.conftest import assert_learns_positivity, make_datamodule, make_ppo
 from tests.gae_reference import gae_reverse_loop
+from tests.helpers import save_reward_model
 
 
 def fit(module, steps, callbacks=()):
@@ -54,15 +55,8 @@ def test_critic_adapter_trains_its_own_adapter_on_the_same_base_weights():
     assert all("lora_" in n or n.startswith("value_head") for n in moved)
 
 
-def test_reward_model_critic_starts_from_its_backbone_and_head(tmp_path, tiny_path):
-    from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForSequenceClassification
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
-    config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=64, num_labels=1, pad_token_id=1)
-    torch.manual_seed(0)
-    rm = GPTNeoXForSequenceClassification(config)
-    rm.save_pretrained(tmp_path)
+def test_reward_model_critic_starts_from_its_backbone_and_head(tmp_path):
+    rm = save_reward_model(tmp_path)
     L.seed_everything(0)
     module = make_ppo(critic="reward_model", critic_model_path=str(tmp_path), num_ppo_epochs=1)
     module.configure_model()
