@@ -24,6 +24,7 @@ from peft import PeftModel
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
 from lit_rlhf.distributed.host_memory import release_freed_host_memory
+from lit_rlhf.distributed.host_reduce_scatter import use_piecewise_reduce_scatter
 
 
 def block_classes(model: torch.nn.Module) -> set[str]:
@@ -63,6 +64,8 @@ def shard(model: torch.nn.Module, mesh, cpu_offload: bool = False) -> None:
     fully_shard(root, mesh=mesh, reshard_after_forward=False, **policy)
     for unit in fsdp_units(root):
         unit._reshards_after_forward = unit is not root  # what gathered_weights restores
+    if mesh.device_type == "cpu":  # gloo: its reduce-scatter copies each unit's whole gradient once more
+        use_piecewise_reduce_scatter(fsdp_units(root))
 
 
 def fsdp_units(module: torch.nn.Module) -> list[FSDPModule]:

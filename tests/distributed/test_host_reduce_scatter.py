@@ -1,0 +1,60 @@
+"""Gradient reduce-scatter between CPU ranks in pieces: the same numbers as gloo's own reduce-scatter (two ranks:
+to the last bit), and trainer=fsdp2 on CPU reduce-scatters every unit's gradients through it."""
+
+import os
+
+import torch
+import torch.multiprocessing as mp
+from transformers import AutoModelForCausalLM
+
+from lit_rlhf.assets import TINY_PYTHIA
+
+
+def worker(rank: int, port: int, out: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from lit_rlhf.distributed import host_reduce_scatter
+    from lit_rlhf.distributed.sharding import full_tensor, shard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    host_reduce_scatter.PIECE_BYTES = 7 * 4  # 7 floats a piece: a chunk of 23 takes 4 exchanges, the last short
+    torch.manual_seed(rank)
+    ops = {"sum": torch.distributed.ReduceOp.SUM, "avg": torch.distributed.ReduceOp.AVG}
+    same = {}
+    for name, op in ops.items():
+        gradient = torch.randn(2 * 23)
+        ours, gloos = torch.empty(23), torch.empty(23)
+        host_reduce_scatter.PiecewiseReduceScatter()(ours, gradient.clone(), None, op)
+        torch.distributed.reduce_scatter_tensor(gloos, gradient.clone(), op=op)
+        same[name] = torch.equal(ours, gloos)
+
+    calls = []
+    original = host_reduce_scatter.reduce_scatter_in_pieces
+    host_reduce_scatter.reduce_scatter_in_pieces = lambda output, *args, **kw: (calls.append(output.numel()),
+                                                                              original(output, *args, **kw))
+    host_reduce_scatter.PIECE_BYTES = 2**20
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
+    shard(model, init_device_mesh("cpu", (2,)))
+    tokens = torch.arange(1, 13).reshape(2, 6) + 6 * rank  # each rank its own batch: the gradients differ
+    model(tokens).logits.float().square().mean().backward()
+    grads = {name: full_tensor(p.grad).clone() for name, p in model.named_parameters()}
+    torch.save({"same": same, "calls": calls, "grads": grads}, f"{out}/rank{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def test_pieces_give_gloos_numbers_and_fsdp2_reduces_through_them(tmp_path):
+    from tests.distributed.test_fsdp2_train import free_port
+
+    mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
+    for rank in ranks:
+        assert rank["same"] == {"sum": True, "avg": True}
+        # one reduce-scatter per unit with gradients: every block, the input embeddings, the root
+        units = model.config.num_hidden_layers + 2
+        assert len(rank["calls"]) == units
+    both = torch.cat([torch.arange(1, 13).reshape(2, 6), torch.arange(1, 13).reshape(2, 6) + 6])
+    model(both).logits.float().square().mean().backward()  # the mean over both ranks' batches
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(ranks[0]["grads"][name], p.grad, rtol=1e-5, atol=1e-7, msg=name)
