@@ -2,14 +2,15 @@
 transformer blocks and embeddings, and its output head), and generate()'s own work between forwards (logits
 processing, sampling, stopping criteria, KV-cache bookkeeping).
 
-    python bench/generation_profile.py    # ~3 min on 2 CPU cores; writes bench/results/generation_profile.{md,json}
+    python bench/generation_profile.py    # ~4 min on 2 CPU cores; writes bench/results/generation_profile.{md,json}
 
 HFEngine's generate() on the LoRA-wrapped policy, as rollouts call it: 8 distinct prompts x K=4 samples, 16-token
-prompts (random token ids), exactly 32 new tokens, temperature 0.7; the tiny default and the pythia-160m shape
-(random weights, bench/workload.py), with the K samples' prefill shared (rollout.shared_prefill, the default) and
-not. Times come from forward hooks on the model and on its output head (time.perf_counter around each call);
-medians of 3 calls after a warm-up call, in one process. A forward of more than one position is a prefill; every
-other forward is a decoding step.
+prompts (random token ids), 32 new tokens (the stop token is too unlikely to end one early), temperature 0.7; the
+tiny default and the pythia-160m shape (random weights, bench/workload.py), with the K samples' prefill shared
+(rollout.shared_prefill, the default) and not, and each sampler (rollout.sampler: inverse_cdf, the default, and
+generate()'s own multinomial). Times come from forward hooks on the model and on its output head
+(time.perf_counter around each call); medians of 3 calls after a warm-up call, in one process. A forward of more
+than one position is a prefill; every other forward is a decoding step.
 """
 
 from __future__ import annotations
@@ -71,9 +72,10 @@ def profile(engine: HFEngine, model, queries, mask, config, siblings: int, clock
 
 
 def main() -> None:
-    engine, rows = HFEngine(), []
+    engines, rows = {sampler: HFEngine(sampler=sampler) for sampler in ("generate", "inverse_cdf")}, []
+    # pure sampling; random weights make the stop token (id 0) so unlikely that every response runs NEW_TOKENS long
     config = GenerationConfig(do_sample=True, temperature=W.TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS,
-                              min_new_tokens=NEW_TOKENS, pad_token_id=1, eos_token_id=0)
+                              pad_token_id=1, eos_token_id=0)
     for name in ("tiny", "pythia-160m"):
         base = AutoModelForCausalLM.from_pretrained(W.model_path(name))
         clocks = {"model": ForwardClock(base, input_positions),
@@ -83,26 +85,28 @@ def main() -> None:
                                 generator=torch.Generator().manual_seed(0))
         queries = prompts.repeat_interleave(K, dim=0)  # N,P
         mask = torch.ones_like(queries)
-        profile(engine, model, queries, mask, config, K, clocks)  # warm-up
-        runs = {1: [], K: []}
+        profile(engines["generate"], model, queries, mask, config, K, clocks)  # warm-up
+        runs = {(sampler, siblings): [] for sampler in engines for siblings in (1, K)}
         for _ in range(REPS):
-            for siblings in (1, K):
-                runs[siblings].append(profile(engine, model, queries, mask, config, siblings, clocks))
-        for siblings, measured in runs.items():
+            for sampler, siblings in runs:
+                runs[sampler, siblings].append(profile(engines[sampler], model, queries, mask, config, siblings,
+                                                       clocks))
+        for (sampler, siblings), measured in runs.items():
             row = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
-            rows.append({"model": name, "shared_prefill": siblings > 1, **row})
+            rows.append({"model": name, "sampler": sampler, "shared_prefill": siblings > 1, **row})
             print(rows[-1], flush=True)
     lines = [f"generate() of {PROMPTS} prompts x K={K} samples, {PROMPT_TOKENS}-token prompts, {NEW_TOKENS} new "
              f"tokens, LoRA, float32, CPU; medians of {REPS} calls; per decoding step (one new token for all "
              f"{PROMPTS * K} sequences); `python bench/generation_profile.py`.", "",
-             "| model | shared prefill | total s | prefill s | forward ms/step | of which head ms/step | "
-             "between forwards ms/step | between forwards, share of a step |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| model | sampler | shared prefill | total s | prefill s | forward ms/step | of which head ms/step | "
+             "between forwards ms/step | between forwards, share of a step | decoding steps |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         step = r["step_forward_ms"] + r["between_forwards_ms"]
-        lines.append(f"| {r['model']} | {'yes' if r['shared_prefill'] else 'no'} | {r['total_s']:.3f} | "
-                     f"{r['prefill_s']:.3f} | {r['step_forward_ms']:.2f} | {r['step_head_ms']:.2f} | "
-                     f"{r['between_forwards_ms']:.2f} | {r['between_forwards_ms'] / step:.0%} |")
+        lines.append(f"| {r['model']} | {r['sampler']} | {'yes' if r['shared_prefill'] else 'no'} | "
+                     f"{r['total_s']:.3f} | {r['prefill_s']:.3f} | {r['step_forward_ms']:.2f} | "
+                     f"{r['step_head_ms']:.2f} | "
+                     f"{r['between_forwards_ms']:.2f} | {r['between_forwards_ms'] / step:.0%} | {r['steps']:.0f} |")
     publish("generation_profile", {"rows": rows}, lines, ["docs/rollout.md"])
 
 

@@ -9,11 +9,14 @@ import inspect
 from typing import Any
 
 import torch
-from transformers import DynamicCache, GenerationConfig
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout.engine import RolloutEngine, left_pad
-from lit_rlhf.rollout.sampling import pure_sampling_config
+from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
+from lit_rlhf.rollout.sampling import NEUTRAL_VALUES, pure_sampling_config
+
+SAMPLERS = ("inverse_cdf", "generate")
 
 
 class HFEngine(RolloutEngine):
@@ -22,11 +25,19 @@ class HFEngine(RolloutEngine):
 
     shared_prefill: the K samples of a prompt share one prefill: the B distinct prompts run through the model once
     and their KV cache is repeated K times, instead of N = B*K identical prefills (the same logits, so the same
-    samples under the same seed)."""
+    samples under the same seed).
 
-    def __init__(self, shared_prefill: bool = True):
+    sampler: how the next token is drawn from softmax(logits / temperature): "inverse_cdf", one uniform number per
+    sequence against the cumulative distribution (lit_rlhf.rollout.inverse_cdf); "generate", generate()'s own
+    torch.multinomial (one random number per vocabulary entry; what runs anyway where algo.generation_kwargs bias
+    sampling). The same distribution and reproducible under a seed, but other tokens for the same seed."""
+
+    def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf"):
+        if sampler not in SAMPLERS:
+            raise ConfigError(f"rollout.sampler={sampler!r} is not a sampler; use one of {', '.join(SAMPLERS)}.")
         self.generation_config: GenerationConfig | None = None
         self.shared_prefill = shared_prefill
+        self.sampler = sampler
 
     def setup(self, module: Any) -> None:
         hp = module.hparams
@@ -58,18 +69,28 @@ class HFEngine(RolloutEngine):
     def generate(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
                  config: GenerationConfig, siblings: int = 1) -> torch.Tensor:
         """Samples of N = B*siblings contexts (each distinct one repeated `siblings` times, adjacent). -> N,P+R'"""
-        cache = {}
+        extra = {}  # generate()'s keyword arguments beyond the prompts and config
         if siblings > 1 and queries.shape[1] > 1:
-            cache[cache_keyword(model)] = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
+            extra[cache_keyword(model)] = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
+        if self.sampler == "inverse_cdf" and config.do_sample and samples_purely(config):
+            # a greedy generate() whose last logits processor draws the token (generate() has no sampler hook)
+            extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature)])
+            config = GenerationConfig(**{**config.to_dict(), "do_sample": False, "temperature": None, "top_k": None,
+                                         "top_p": None})  # sampling's settings unset: the processor samples
         try:
             return model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
-                                  synced_gpus=self.synced_generation, **cache)  # N,P+R'
+                                  synced_gpus=self.synced_generation, **extra)  # N,P+R'
         except RuntimeError as err:
             if "probability tensor contains" not in str(err):
                 raise
             raise ConfigError(f"sampling failed at RL step {module.rl_step}: the policy's logits are not finite; "
                               f"lower algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
                               f"checkpoint.") from err
+
+
+def samples_purely(config: GenerationConfig) -> bool:
+    """Whether generate() would sample from softmax(logits / temperature) itself (no setting biases it)."""
+    return all(getattr(config, key, None) in neutral for key, neutral in NEUTRAL_VALUES.items())
 
 
 def sibling_count(contexts: list[list[int]]) -> int:

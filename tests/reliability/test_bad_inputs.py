@@ -169,6 +169,8 @@ CASES = [
      "algo.temperature instead"),
     ("sampling that is not sampling", ["+algo.generation_kwargs.do_sample=false"],
      "algo.generation_kwargs.do_sample=False is set by lit_rlhf"),
+    ("a sampler that does not exist", ["rollout.sampler=fast"],
+     "rollout.sampler='fast' is not a sampler; use one of inverse_cdf, generate"),
     ("a reward weight that is not a number", ["reward.weights.vader=abc"],
      "reward.weights.vader='abc' must be a finite number"),
     ("a reward weight that is NaN", ["reward.weights.vader=nan"], "reward.weights.vader=nan must be a finite number"),

@@ -1,0 +1,105 @@
+"""The next token drawn by inverse transform sampling (rollout.sampler=inverse_cdf, the default): the frequencies
+of softmax(logits / temperature), zero-probability tokens never, generate() takes the drawn token, and
+torch.multinomial (generate()'s own sampler) runs only where asked for or where settings bias sampling."""
+
+import pytest
+import torch
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.rollout import HFEngine
+from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler, sample_inverse_cdf
+from tests.conftest import make_datamodule, make_rloo
+
+
+def assert_frequencies(tokens: torch.Tensor, probs: torch.Tensor, sigmas: float = 5.0) -> None:
+    """Each token's frequency within `sigmas` standard errors of its probability (binomial)."""
+    n = len(tokens)
+    counts = torch.bincount(tokens, minlength=len(probs)).double()
+    stderr = (probs * (1 - probs) / n).sqrt()
+    assert ((counts / n - probs).abs() <= sigmas * stderr + 1e-12).all(), (counts / n, probs)
+
+
+def test_draws_follow_the_softmax_and_never_a_zero_probability_token():
+    logits = torch.tensor([2.0, -1.0, float("-inf"), 0.5, 0.0, float("-inf")])
+    probs = torch.softmax(logits.double(), -1)  # [0.6285, 0.0313, 0, 0.1402, 0.0851 ... ]: the hand reference
+    torch.manual_seed(0)
+    tokens = sample_inverse_cdf(logits.expand(200_000, -1))
+    assert not torch.isin(tokens, torch.tensor([2, 5])).any()
+    assert_frequencies(tokens, probs)
+    # a distribution that is all on the last token, and rows that differ
+    rows = torch.tensor([[float("-inf")] * 3 + [0.0], [0.0, float("-inf"), float("-inf"), float("-inf")]])
+    assert sample_inverse_cdf(rows).tolist() == [3, 0]
+
+
+def test_the_processor_leaves_only_the_drawn_token_finite_at_its_temperature():
+    scores = torch.tensor([[1.0, 0.0, -1.0]]).expand(100_000, -1)
+    torch.manual_seed(1)
+    out = InverseCDFSampler(temperature=0.5)(None, scores)
+    assert (torch.isfinite(out).sum(-1) == 1).all() and (out.max(-1).values == 0).all()
+    assert_frequencies(out.argmax(-1), torch.softmax(scores[0].double() / 0.5, -1))
+
+
+def test_non_finite_logits_raise_what_multinomial_raises():
+    with pytest.raises(RuntimeError, match="probability tensor contains"):
+        sample_inverse_cdf(torch.tensor([[0.0, float("nan")]]))
+
+
+def rollout_batch():
+    datamodule = make_datamodule(batch_size=2)
+    datamodule.setup()
+    return next(iter(datamodule.train_dataloader()))
+
+
+def sample(module, engine: HFEngine, seed: int, samples_per_prompt: int = 4):
+    module.rollout_engine = engine
+    engine.setup(module)
+    torch.manual_seed(seed)
+    return engine.sample(module, rollout_batch(), samples_per_prompt=samples_per_prompt).responses
+
+
+def test_generate_takes_the_drawn_token_with_the_model_s_first_token_distribution():
+    module = make_rloo(response_length=1, temperature=0.7)
+    module.configure_model()
+    batch = rollout_batch()
+    prompt = batch["input_ids"][:1][:, batch["attention_mask"][0].bool()]  # the first prompt, unpadded
+    with torch.no_grad():
+        probs = torch.softmax(module.policy(prompt).logits[0, -1].double() / 0.7, -1)
+    engine = HFEngine()
+    engine.setup(module)
+    torch.manual_seed(2)
+    tokens = engine.generate_turn(module, [prompt[0].tolist()] * 4000, 1, from_reference=False, greedy=False)
+    drawn = torch.tensor([t[0][0] for t in tokens])
+    top = probs.topk(5).indices  # the likely tokens, then the rest together
+    frequent = torch.cat([probs[top], (1 - probs[top].sum()).unsqueeze(0)])
+    bucket = torch.full_like(drawn, 5)
+    for i, token in enumerate(top):
+        bucket[drawn == token] = i
+    assert_frequencies(bucket, frequent)
+
+
+def test_multinomial_runs_only_with_sampler_generate_or_biased_settings(monkeypatch):
+    module = make_rloo(response_length=6)
+    module.configure_model()
+    calls = []
+    multinomial = torch.multinomial
+    monkeypatch.setattr(torch, "multinomial", lambda *a, **kw: calls.append(1) or multinomial(*a, **kw))
+    first, again = sample(module, HFEngine(), seed=3), sample(module, HFEngine(), seed=3)
+    assert calls == [] and torch.equal(first, again)  # reproducible under a seed
+    sample(module, HFEngine(sampler="generate"), seed=3)
+    assert len(calls) > 0
+    calls.clear()
+    biased = make_rloo(response_length=6, generation_kwargs={"top_k": 5}, allow_biased_sampling=True)
+    biased.configure_model()
+    sample(biased, HFEngine(), seed=3)
+    assert len(calls) > 0
+
+
+def test_an_unknown_sampler_and_non_finite_logits_are_one_line():
+    with pytest.raises(ConfigError, match="rollout.sampler='fast' is not a sampler; use one of inverse_cdf, generate"):
+        HFEngine(sampler="fast")
+    module = make_rloo(response_length=4)
+    module.configure_model()
+    with torch.no_grad():
+        module.policy.get_output_embeddings().weight.fill_(float("nan"))
+    with pytest.raises(ConfigError, match="logits are not finite"):
+        sample(module, HFEngine(), seed=0)
