@@ -17,6 +17,12 @@ from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
 from lit_rlhf.rollout.sampling import NEUTRAL_VALUES, pure_sampling_config
 
 SAMPLERS = ("inverse_cdf", "generate")
+# generate() settings that act only while generate() samples itself (its warpers after the temperature), or that
+# choose another decoding strategy: with any of them set, generate() draws the tokens. Its logits processors
+# (min_new_tokens, repetition_penalty, ...) run before either sampler.
+GENERATE_SAMPLES = ("top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "num_beams",
+                    "num_beam_groups", "penalty_alpha", "diversity_penalty", "constraints", "force_words_ids",
+                    "dola_layers")
 
 
 class HFEngine(RolloutEngine):
@@ -29,8 +35,9 @@ class HFEngine(RolloutEngine):
 
     sampler: how the next token is drawn from softmax(logits / temperature): "inverse_cdf", one uniform number per
     sequence against the cumulative distribution (lit_rlhf.rollout.inverse_cdf); "generate", generate()'s own
-    torch.multinomial (one random number per vocabulary entry; what runs anyway where algo.generation_kwargs bias
-    sampling). The same distribution and reproducible under a seed, but other tokens for the same seed."""
+    torch.multinomial (one random number per vocabulary entry; what runs anyway where algo.generation_kwargs set a
+    warper such as top_k or top_p). The same distribution and reproducible under a seed, but other tokens for the
+    same seed."""
 
     def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf"):
         if sampler not in SAMPLERS:
@@ -72,7 +79,7 @@ class HFEngine(RolloutEngine):
         extra = {}  # generate()'s keyword arguments beyond the prompts and config
         if siblings > 1 and queries.shape[1] > 1:
             extra[cache_keyword(model)] = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
-        if self.sampler == "inverse_cdf" and config.do_sample and samples_purely(config):
+        if self.sampler == "inverse_cdf" and config.do_sample and only_temperature_warps(config):
             # a greedy generate() whose last logits processor draws the token (generate() has no sampler hook)
             extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature)])
             config = GenerationConfig(**{**config.to_dict(), "do_sample": False, "temperature": None, "top_k": None,
@@ -88,9 +95,10 @@ class HFEngine(RolloutEngine):
                               f"checkpoint.") from err
 
 
-def samples_purely(config: GenerationConfig) -> bool:
-    """Whether generate() would sample from softmax(logits / temperature) itself (no setting biases it)."""
-    return all(getattr(config, key, None) in neutral for key, neutral in NEUTRAL_VALUES.items())
+def only_temperature_warps(config: GenerationConfig) -> bool:
+    """Whether generate() would sample from softmax(processed logits / temperature): no other warper, no other
+    decoding strategy."""
+    return all(getattr(config, key, None) in NEUTRAL_VALUES[key] for key in GENERATE_SAMPLES)
 
 
 def sibling_count(contexts: list[list[int]]) -> int:

@@ -4,7 +4,9 @@ torch.multinomial (generate()'s own sampler) runs only where asked for or where 
 
 import pytest
 import torch
+from transformers import AutoConfig
 
+from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import HFEngine
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler, sample_inverse_cdf
@@ -88,10 +90,26 @@ def test_multinomial_runs_only_with_sampler_generate_or_biased_settings(monkeypa
     sample(module, HFEngine(sampler="generate"), seed=3)
     assert len(calls) > 0
     calls.clear()
-    biased = make_rloo(response_length=6, generation_kwargs={"top_k": 5}, allow_biased_sampling=True)
-    biased.configure_model()
-    sample(biased, HFEngine(), seed=3)
+    processed = make_rloo(response_length=6, generation_kwargs={"min_new_tokens": 6}, allow_biased_sampling=True)
+    processed.configure_model()
+    sample(processed, HFEngine(), seed=3)  # a logits processor: the inverse CDF draws from its output
+    assert calls == []
+    warped = make_rloo(response_length=6, generation_kwargs={"top_k": 5}, allow_biased_sampling=True)
+    warped.configure_model()
+    sample(warped, HFEngine(), seed=3)  # a warper: generate() samples
     assert len(calls) > 0
+
+
+def test_logits_processors_run_before_the_draw():
+    """suppress_tokens (a logits processor, which generate() runs before any sampler) leaving two tokens: every
+    drawn token is one of them."""
+    allowed = {5, 6}
+    vocabulary = AutoConfig.from_pretrained(TINY_PYTHIA).vocab_size
+    module = make_rloo(response_length=6, allow_biased_sampling=True, generation_kwargs={
+        "suppress_tokens": [t for t in range(vocabulary) if t not in allowed]})
+    module.configure_model()
+    responses = sample(module, HFEngine(), seed=4)
+    assert set(responses.unique().tolist()) == allowed
 
 
 def test_an_unknown_sampler_and_non_finite_logits_are_one_line():
