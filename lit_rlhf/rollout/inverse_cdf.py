@@ -17,14 +17,14 @@ from transformers import LogitsProcessor
 NOT_FINITE = "probability tensor contains either `inf`, `nan` or element < 0"
 
 
-def sample_inverse_cdf(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_inverse_cdf(logits: torch.Tensor) -> torch.Tensor:
     """One token per row of logits (N,V), drawn from softmax(logits). -> N"""
     probs = torch.softmax(logits.to(torch.float64), dim=-1)  # N,V
     cumulative = probs.cumsum(dim=-1)  # N,V  non-decreasing
     total = cumulative[:, -1:]  # N,1  1 up to rounding
     if not bool(torch.isfinite(total).all()):
         raise RuntimeError(NOT_FINITE)
-    uniform = torch.rand(total.shape, dtype=torch.float64, device=logits.device, generator=generator)  # [0, 1)
+    uniform = torch.rand(total.shape, dtype=torch.float64, device=logits.device)  # [0, 1)
     target = (1 - uniform) * total  # (0, total]: the first entry reaching it is a token of positive probability
     return torch.searchsorted(cumulative, target).squeeze(-1).clamp_(max=logits.shape[-1] - 1)  # N
 
