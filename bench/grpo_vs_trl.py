@@ -1,12 +1,14 @@
 """GRPO against TRL's GRPOTrainer and the plain-PyTorch floor, on the same work.
 
     make setup-trl                     # once: TRL 1.16 in .venv-trl (bench only, not a dependency of lit_rlhf)
-    python bench/grpo_vs_trl.py        # ~30 minutes on 2 CPU cores; writes bench/results/grpo_vs_trl.{json,md}
+    python bench/grpo_vs_trl.py        # ~50 minutes on 2 CPU cores; writes bench/results/grpo_vs_trl.{json,md}
+    python bench/grpo_vs_trl.py --models tiny --new-tokens 32 --merge   # those lines again, the others kept
 
 Work (bench/workload.py): 8 prompts x 4 generations per step, dapo loss, one update per generation, AdamW,
-clipping, VADER reward, float32; lit_rlhf's GRPOModule under a Lightning Trainer (bench/lit_step.py --algo grpo),
-the floor (bench/grpo_floor.py) and TRL 1.16's GRPOTrainer (bench/trl_grpo.py, in .venv-trl). Each measurement is a
-fresh process (warm-up steps dropped); the three implementations alternate in a rotating order, --reps times per
+clipping, VADER reward, float32; lit_rlhf's GRPOModule under a Lightning Trainer (bench/lit_step.py --algo grpo;
+"lit_rlhf compiled": with rollout.compile_mode=default, its decoding step compiled in the warm-up steps), the
+floor (bench/grpo_floor.py) and TRL 1.16's GRPOTrainer (bench/trl_grpo.py, in .venv-trl). Each measurement is a
+fresh process (warm-up steps dropped); the implementations alternate in a rotating order, --reps times per
 configuration, and the table gives medians with the ratios to the floor and to TRL measured in the same run.
 Configurations (--full-matrix: every combination on every model):
 - tiny (the embedded default): 32 and 128 forced new tokens x beta 0.04 and 0 x LoRA and full fine-tuning;
@@ -30,8 +32,10 @@ from results_blocks import publish
 
 BENCH = Path(__file__).resolve().parent
 TRL_PYTHON = BENCH.parent / ".venv-trl" / "bin" / "python"
-IMPLS = {"lit_rlhf": [sys.executable, "lit_step.py", "--algo", "grpo"], "floor": [sys.executable, "grpo_floor.py"],
-         "trl": [str(TRL_PYTHON), "trl_grpo.py"]}
+LIT = [sys.executable, "lit_step.py", "--algo", "grpo"]
+IMPLS = {"lit_rlhf": LIT, "lit_rlhf compiled": [*LIT, "--compile-mode", "default"],
+         "floor": [sys.executable, "grpo_floor.py"], "trl": [str(TRL_PYTHON), "trl_grpo.py"]}
+LIT_IMPLS = ("lit_rlhf", "lit_rlhf compiled")  # the default HFEngine, and with rollout.compile_mode=default
 STEPS = {"tiny": (5, 2), "pythia-160m": (1, 1), "pythia-160m-stops": (1, 1)}  # (measured, warm-up) per process
 
 
@@ -66,9 +70,10 @@ def summary(runs: list[dict]) -> dict:
 
 def markdown(results: dict) -> list[str]:
     lines = [f"GRPO (dapo), 8 prompts x 4 generations per step, float32, {results['device']}; medians of "
-             f"{results['reps']} fresh processes per line (the three implementations alternating); TRL "
+             f"{results['reps']} fresh processes per line (the implementations alternating); TRL "
              f"{results['trl_version']}. \"rest\" is the step without generate(): reward, logprob forwards, "
-             "backward, optimizer, framework.", "",
+             "backward, optimizer, framework. \"lit_rlhf compiled\": rollout.compile_mode=default (the decoding "
+             "step compiled over a static KV cache; compiled in the warm-up steps).", "",
              "| model | new tokens | tuning | beta | impl | episodes/s | vs floor | vs TRL | peak RSS MiB | vs floor "
              "| vs TRL | step s | generation s | rest s |", "|---" * 14 + "|"]
     for entry in results["configurations"]:
@@ -94,7 +99,9 @@ def phase_table(results: dict) -> list[str]:
              "|---" * (5 + len(PHASES)) + "|"]
     for entry in results["configurations"]:
         c = entry["config"]
-        for impl in ("lit_rlhf", "floor"):
+        for impl in (*LIT_IMPLS, "floor"):
+            if impl not in entry["impls"]:
+                continue
             runs = entry["impls"][impl]["runs"]
             cells = [f"{statistics.median(r['phases_s'].get(p, 0.0) for r in runs):.3f}" for p in PHASES]
             lines.append(f"| {c['model']} | {tokens_label(c)} | {'full' if c['full'] else 'LoRA'} | {c['beta']:g} | "
@@ -116,14 +123,26 @@ def ratio_ranges(results: dict) -> list[str]:
     groups: dict[tuple, list[dict]] = {}
     for entry in results["configurations"]:
         groups.setdefault((entry["config"]["model"], tokens_label(entry["config"])), []).append(entry["impls"])
-    lines = ["| model | new tokens | configurations | episodes/s vs TRL | episodes/s vs floor | peak RSS vs TRL |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| model | new tokens | impl | configurations | episodes/s vs TRL | episodes/s vs floor "
+             "| peak RSS vs TRL |", "|---" * 7 + "|"]
     for (model, tokens), entries in groups.items():
-        eps_trl = span([e["lit_rlhf"]["eps"] / e["trl"]["eps"] for e in entries])
-        eps_floor = span([e["lit_rlhf"]["eps"] / e["floor"]["eps"] for e in entries])
-        rss_trl = span([e["lit_rlhf"]["peak_rss_mib"] / e["trl"]["peak_rss_mib"] for e in entries])
-        lines.append(f"| {model} | {tokens} | {len(entries)} | {eps_trl} | {eps_floor} | {rss_trl} |")
+        for impl in LIT_IMPLS:
+            measured = [e for e in entries if impl in e]
+            if not measured:
+                continue
+            eps_trl = span([e[impl]["eps"] / e["trl"]["eps"] for e in measured])
+            eps_floor = span([e[impl]["eps"] / e["floor"]["eps"] for e in measured])
+            rss_trl = span([e[impl]["peak_rss_mib"] / e["trl"]["peak_rss_mib"] for e in measured])
+            lines.append(f"| {model} | {tokens} | {impl} | {len(measured)} | {eps_trl} | {eps_floor} | {rss_trl} |")
     return lines
+
+
+def merged(previous: dict, new: dict) -> dict:
+    """previous's configurations, those measured again replaced in place by new's."""
+    fresh = {json.dumps(e["config"], sort_keys=True): e for e in new["configurations"]}
+    kept = [fresh.pop(json.dumps(e["config"], sort_keys=True), e) for e in previous["configurations"]]
+    return {**previous, "trl_version": new["trl_version"], "configurations": kept + list(fresh.values()),
+            "wall_s": previous.get("wall_s", 0.0) + new["wall_s"]}
 
 
 def main() -> None:
@@ -131,6 +150,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--full-matrix", action="store_true")
     parser.add_argument("--models", nargs="*", default=None, help="only these models")
+    parser.add_argument("--new-tokens", type=int, nargs="*", default=None, help="only these response lengths")
+    parser.add_argument("--merge", action="store_true",
+                        help="replace only the measured configurations in bench/results/grpo_vs_trl.json, keeping "
+                             "the others (each configuration's lines come from one run)")
     parser.add_argument("--markdown-only", action="store_true",
                         help="write the tables again from bench/results/grpo_vs_trl.json, measuring nothing")
     args = parser.parse_args()
@@ -144,17 +167,20 @@ def main() -> None:
     started, results = time.time(), {"device": "CPU", "reps": args.reps, "trl_version": trl_version,
                                      "configurations": []}
     for config in configurations(args.full_matrix):
-        if args.models and config["model"] not in args.models:
+        if (args.models and config["model"] not in args.models
+                or args.new_tokens and config["new_tokens"] not in args.new_tokens):
             continue
         W.model_path(config["model"])  # build a random-weight model once, outside the timing
         runs = {impl: [] for impl in IMPLS}
         names = list(IMPLS)
         for rep in range(args.reps):
-            for impl in names[rep % 3:] + names[:rep % 3]:  # rotate the order: no position bias
+            for impl in names[rep % len(names):] + names[:rep % len(names)]:  # rotate the order: no position bias
                 runs[impl].append(measure(impl, config))
                 print(config, impl, f"{runs[impl][-1]['eps']:.2f} episodes/s", flush=True)
         results["configurations"].append({"config": config, "impls": {i: summary(r) for i, r in runs.items()}})
     results["wall_s"] = time.time() - started
+    if args.merge:
+        results = merged(json.loads((BENCH / "results" / "grpo_vs_trl.json").read_text()), results)
     publish("grpo_vs_trl", results, markdown(results), ["docs/performance.md"])
     print(f"{results['wall_s']:.0f} s")
 

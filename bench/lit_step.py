@@ -21,7 +21,7 @@ import workload as W
 
 from lit_rlhf import GRPOModule, PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.models import VaderSentiment
-from lit_rlhf.rollout import VLLMEngine
+from lit_rlhf.rollout import HFEngine, VLLMEngine
 
 PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward",
           "score_components": "reward",
@@ -105,6 +105,8 @@ def main() -> None:
                              "(logits_budget_mib=null, the path before the budget)")
     parser.add_argument("--padded", action="store_true",
                         help="ablation: full logits of the padded batch (logits_chunk_size=null, padding_free=false)")
+    parser.add_argument("--compile-mode", default=None,
+                        help="rollout.compile_mode: the decoding step compiled over a static KV cache (e.g. default)")
     args = parser.parse_args()
     memory_marks = {"after_imports": W.peak_rss_mib()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -121,6 +123,8 @@ def main() -> None:
                                             "allow_biased_sampling": True}))  # fixed length
     if args.rollout == "vllm":
         common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
+    elif args.compile_mode:
+        common["rollout_engine"] = HFEngine(compile_mode=args.compile_mode)
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
     elif args.algo == "grpo":  # TRL's GRPOTrainer on the same work: no missing-EOS penalty, dapo, beta

@@ -5,13 +5,16 @@ Shapes: N sequences, P prompt length, R response length.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.rollout import compiled_decoding as compiled
 from lit_rlhf.rollout.engine import RolloutEngine, left_pad
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
 from lit_rlhf.rollout.sampling import NEUTRAL_VALUES, pure_sampling_config
@@ -37,16 +40,26 @@ class HFEngine(RolloutEngine):
     sequence against the cumulative distribution (lit_rlhf.rollout.inverse_cdf); "generate", generate()'s own
     torch.multinomial (one random number per vocabulary entry; what runs anyway where algo.generation_kwargs set a
     warper such as top_k or top_p). The same distribution and reproducible under a seed, but other tokens for the
-    same seed."""
+    same seed.
 
-    def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf"):
+    compile_mode: a torch.compile mode for the decoding step over a static KV cache of static_cache_length
+    positions (None: sized per call), lit_rlhf.rollout.compiled_decoding; None: plain generate(). Where compilation
+    cannot run (no compiler, an unsupported platform, weights sharded across ranks), one warning and plain
+    generate()."""
+
+    def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf", compile_mode: str | None = None,
+                 static_cache_length: int | None = None):
         if sampler not in SAMPLERS:
             raise ConfigError(f"rollout.sampler={sampler!r} is not a sampler; use one of {', '.join(SAMPLERS)}.")
+        compiled.check_compile_mode(compile_mode)
         self.generation_config: GenerationConfig | None = None
         self.shared_prefill = shared_prefill
         self.sampler = sampler
+        self.compile_mode, self.static_cache_length = compile_mode, static_cache_length
+        self.compile_ready: bool | None = None  # decided at the first call, on the device the policy samples on
 
     def setup(self, module: Any) -> None:
+        compiled.check_static_cache_length(self.static_cache_length, compiled.model_context(module.policy))
         hp = module.hparams
         self.generation_config = pure_sampling_config(
             hp.response_length, hp.temperature, module.stop_token_id, module.tokenizer.pad_token_id,
@@ -76,23 +89,56 @@ class HFEngine(RolloutEngine):
     def generate(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
                  config: GenerationConfig, siblings: int = 1) -> torch.Tensor:
         """Samples of N = B*siblings contexts (each distinct one repeated `siblings` times, adjacent). -> N,P+R'"""
+        requested = config
         extra = {}  # generate()'s keyword arguments beyond the prompts and config
+        prefilled = None
         if siblings > 1 and queries.shape[1] > 1:
-            extra[cache_keyword(model)] = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
+            prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
+        use_compiled = self.compiled_decoding(queries.device)
+        if use_compiled:
+            length = compiled.cache_length(queries.shape[1] + config.max_new_tokens, self.static_cache_length,
+                                           compiled.model_context(model))
+            prefilled = compiled.static_cache(model, length, prefilled)
+        if prefilled is not None:
+            extra[cache_keyword(model)] = prefilled
         if self.sampler == "inverse_cdf" and config.do_sample and only_temperature_warps(config):
             # a greedy generate() whose last logits processor draws the token (generate() has no sampler hook)
             extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature)])
             config = GenerationConfig(**{**config.to_dict(), "do_sample": False, "temperature": None, "top_k": None,
                                          "top_p": None})  # sampling's settings unset: the processor samples
+        if use_compiled:
+            config = copy.deepcopy(config)
+            config.compile_config = compiled.compile_config(self.compile_mode)
         try:
             return model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
                                   synced_gpus=self.synced_generation, **extra)  # N,P+R'
         except RuntimeError as err:
+            if use_compiled and compiled.is_compile_failure(err):
+                self.fall_back(f"torch.compile failed ({type(err).__name__}: {str(err).strip().splitlines()[0]})")
+                return self.generate(module, model, queries, query_mask, requested, siblings)
             if "probability tensor contains" not in str(err):
                 raise
             raise ConfigError(f"sampling failed at RL step {module.rl_step}: the policy's logits are not finite; "
                               f"lower algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
                               f"checkpoint.") from err
+
+    def compiled_decoding(self, device: torch.device) -> bool:
+        """Whether this call decodes with the compiled step (decided once: the mode, the device, the platform)."""
+        if self.compile_mode is None:
+            return False
+        if self.compile_ready is None:
+            compiled.check_mode_runs_on(self.compile_mode, device)
+            self.compile_ready = True
+            reason = ("the weights are sharded across ranks, whose decoding steps run in lockstep"
+                      if self.synced_generation else compiled.unavailable_reason(device))
+            if reason:
+                self.fall_back(reason)
+        return self.compile_ready
+
+    def fall_back(self, reason: str) -> None:
+        self.compile_ready = False
+        rank_zero_warn(f"rollout.compile_mode={self.compile_mode}: {reason}; sampling with plain generate() "
+                       f"(a dynamic KV cache, no compilation).")
 
 
 def only_temperature_warps(config: GenerationConfig) -> bool:

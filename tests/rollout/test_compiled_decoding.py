@@ -1,0 +1,87 @@
+"""The decoding step compiled over a static KV cache (rollout.compile_mode): the same samples as plain generate()
+under the same seed (shared prefill, separate prefills, the reference), weights updated between calls reach the
+compiled step, and where compilation cannot run: one line (a bad setting) or one warning and plain generate()."""
+
+import pytest
+import torch
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.rollout import HFEngine
+from lit_rlhf.rollout.compiled_decoding import cache_length
+from tests.conftest import make_datamodule, make_rloo
+
+
+def prompt_batch():
+    datamodule = make_datamodule(batch_size=2)
+    datamodule.setup()
+    return next(iter(datamodule.train_dataloader()))
+
+
+def sample(module, engine: HFEngine, batch, seed: int, **kwargs):
+    module.rollout_engine = engine
+    engine.setup(module)
+    torch.manual_seed(seed)
+    return engine.sample(module, batch, samples_per_prompt=2, **kwargs).responses
+
+
+def compiled_frames() -> int:
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def test_the_compiled_step_samples_what_plain_generate_samples_and_sees_updated_weights():
+    torch._dynamo.reset()
+    module = make_rloo(response_length=10, temperature=0.7)
+    module.configure_model()
+    batch = prompt_batch()
+    engine = HFEngine(compile_mode="default")
+    for shared in (True, False):
+        engine.shared_prefill = shared
+        plain = sample(module, HFEngine(shared_prefill=shared), batch, seed=shared)
+        assert torch.equal(sample(module, engine, batch, seed=shared), plain)
+    assert engine.compile_ready and compiled_frames() > 0
+    assert torch.equal(sample(module, engine, batch, seed=5, from_reference=True),
+                       sample(module, HFEngine(), batch, seed=5, from_reference=True))
+    with torch.no_grad():  # an update of the adapters between RL steps: the compiled step must not keep the old ones
+        for name, param in module.policy.named_parameters():
+            if "lora_B" in name:
+                param.add_(torch.randn_like(param) * 0.5)
+    updated = sample(module, HFEngine(), batch, seed=7)
+    assert not torch.equal(updated, sample(module, HFEngine(), batch, seed=5))
+    assert torch.equal(sample(module, engine, batch, seed=7), updated)
+
+
+def test_without_a_compiler_one_warning_and_plain_generate(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (None, "no-such-compiler"))
+    module = make_rloo(response_length=6)
+    module.configure_model()
+    batch = prompt_batch()
+    engine = HFEngine(compile_mode="default")
+    with pytest.warns(UserWarning, match=r"rollout.compile_mode=default: no C\+\+ compiler .*plain generate\(\)"):
+        responses = sample(module, engine, batch, seed=2)
+    assert engine.compile_ready is False
+    assert torch.equal(responses, sample(module, HFEngine(), batch, seed=2))
+
+
+def test_bad_settings_are_one_line():
+    with pytest.raises(ConfigError, match="rollout.compile_mode='fast' is not a torch.compile mode; use null"):
+        HFEngine(compile_mode="fast")
+    module = make_rloo(response_length=4)
+    module.configure_model()
+    with pytest.raises(ConfigError, match=r"captures CUDA graphs, but the policy samples on cpu; use "):
+        sample(module, HFEngine(compile_mode="reduce-overhead"), prompt_batch(), seed=0)
+    context = module.policy.config.max_position_embeddings
+    with pytest.raises(ConfigError, match=f"static_cache_length={context + 1} is longer than the model's context "
+                                          f"\\({context} positions\\); set at most {context}"):
+        HFEngine(compile_mode="default", static_cache_length=context + 1).setup(module)
+
+
+def test_cache_lengths_round_up_within_the_context():
+    assert cache_length(70, None, 2048) == 128
+    assert cache_length(64, None, 2048) == 64
+    assert cache_length(250, None, 256) == 256  # the bucket would pass the context: the context
+    assert cache_length(300, None, 256) == 300  # a call longer than the context: as plain generate() would run it
+    assert cache_length(100, 200, 256) == 200
+    with pytest.raises(ConfigError, match="static_cache_length=50 is shorter than this call's context \\+ response "
+                                          "\\(100 tokens\\)"):
+        cache_length(100, 50, 256)
