@@ -4,6 +4,9 @@ processing, sampling, stopping criteria, KV-cache bookkeeping).
 
     python bench/generation_profile.py    # ~4 min on 2 CPU cores; writes bench/results/generation_profile.{md,json}
 
+Then generation tokens/s of plain generate() (its own sampler, every sample prefilled), lit_rlhf's default engine
+(shared prefill, inverse_cdf) and the same with the decoding step compiled (rollout.compile_mode=default).
+
 HFEngine's generate() on the LoRA-wrapped policy, as rollouts call it: 8 distinct prompts x K=4 samples, 16-token
 prompts (random token ids), 32 new tokens (the stop token is too unlikely to end one early), temperature 0.7; the
 tiny default and the pythia-160m shape (random weights, bench/workload.py), with the K samples' prefill shared
@@ -71,8 +74,35 @@ def profile(engine: HFEngine, model, queries, mask, config, siblings: int, clock
             "between_forwards_ms": 1e3 * (total - whole.prefill_s - whole.step_s) / steps}
 
 
+THROUGHPUT = {"generate() alone": dict(sampler="generate", shared_prefill=False),
+              "lit_rlhf (the default)": {}, "lit_rlhf, rollout.compile_mode=default": dict(compile_mode="default")}
+
+
+def throughput(name: str, config: GenerationConfig, queries: torch.Tensor, mask: torch.Tensor) -> list[dict]:
+    """Generation tokens/s of each engine in THROUGHPUT on a fresh model without hooks (the compiled step traces
+    the forward); the first call, which compiles, is timed apart."""
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(W.model_path(name)),
+                           LoraConfig(task_type="CAUSAL_LM", **W.LORA)).eval()
+    rows = []
+    for label, settings in THROUGHPUT.items():
+        engine = HFEngine(**settings)
+        siblings = K if engine.shared_prefill else 1
+        seconds = []
+        for _ in range(REPS + 1):
+            torch.manual_seed(0)
+            start = time.perf_counter()
+            with torch.no_grad():
+                engine.generate(None, model, queries, mask, config, siblings)
+            seconds.append(time.perf_counter() - start)
+        total = statistics.median(seconds[1:])
+        rows.append({"model": name, "engine": label, "first_call_s": seconds[0], "total_s": total,
+                     "tokens_per_s": len(queries) * NEW_TOKENS / total})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
-    engines, rows = {sampler: HFEngine(sampler=sampler) for sampler in ("generate", "inverse_cdf")}, []
+    engines, rows, speeds = {sampler: HFEngine(sampler=sampler) for sampler in ("generate", "inverse_cdf")}, [], []
     # pure sampling; random weights make the stop token (id 0) so unlikely that every response runs NEW_TOKENS long
     config = GenerationConfig(do_sample=True, temperature=W.TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS,
                               pad_token_id=1, eos_token_id=0)
@@ -95,6 +125,7 @@ def main() -> None:
             row = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
             rows.append({"model": name, "sampler": sampler, "shared_prefill": siblings > 1, **row})
             print(rows[-1], flush=True)
+        speeds += throughput(name, config, queries, mask)
     lines = [f"generate() of {PROMPTS} prompts x K={K} samples, {PROMPT_TOKENS}-token prompts, {NEW_TOKENS} new "
              f"tokens, LoRA, float32, CPU; medians of {REPS} calls; per decoding step (one new token for all "
              f"{PROMPTS * K} sequences); `python bench/generation_profile.py`.", "",
@@ -107,7 +138,15 @@ def main() -> None:
                      f"{r['total_s']:.3f} | {r['prefill_s']:.3f} | {r['step_forward_ms']:.2f} | "
                      f"{r['step_head_ms']:.2f} | "
                      f"{r['between_forwards_ms']:.2f} | {r['between_forwards_ms'] / step:.0%} | {r['steps']:.0f} |")
-    publish("generation_profile", {"rows": rows}, lines, ["docs/rollout.md"])
+    lines += ["", "Generation tokens/s (new tokens of all sequences per second of generate(), medians of "
+              f"{REPS} calls after the first; the first call compiles where compile_mode is set):", "",
+              "| model | engine | tokens/s | vs generate() alone | total s | first call s |", "|---" * 6 + "|"]
+    for r in speeds:
+        alone = next(s for s in speeds if s["model"] == r["model"] and s["engine"] == "generate() alone")
+        lines.append(f"| {r['model']} | {r['engine']} | {r['tokens_per_s']:.0f} | "
+                     f"{r['tokens_per_s'] / alone['tokens_per_s']:.2f}x | {r['total_s']:.3f} | "
+                     f"{r['first_call_s']:.2f} |")
+    publish("generation_profile", {"rows": rows, "throughput": speeds}, lines, ["docs/rollout.md"])
 
 
 if __name__ == "__main__":
