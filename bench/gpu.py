@@ -11,7 +11,9 @@ configurations into bench/.cache (bench/workload.py).
 Performance, each a fresh process (bench/workload.py's work: 8 prompts x 4 samples per step, 32 forced new
 tokens, LoRA r=16, AdamW, VADER reward), weights in --dtype (bfloat16): RLOO (bench/lit_step.py against the
 plain-PyTorch floor bench/floor.py) and GRPO (dapo, beta 0.04: bench/lit_step.py --algo grpo against
-bench/grpo_floor.py and TRL, bench/trl_grpo.py). Reported: episodes/s, generation tokens/s, peak GPU memory.
+bench/grpo_floor.py and TRL, bench/trl_grpo.py); on --compiled-shapes (pythia-160m) also GRPO with the decoding step
+compiled ("lit_rlhf compiled": rollout.compile_mode=--compile-mode, reduce-overhead on CUDA: CUDA graphs).
+Reported: episodes/s, generation tokens/s, peak GPU memory.
 Correctness: `pytest tests/device` on the same device (bf16 autocast training, the loss contract, exact resume).
 """
 
@@ -40,11 +42,13 @@ def trl_python() -> str | None:
     return str(TRL_VENV) if TRL_VENV.exists() else None
 
 
-def implementations(algo: str) -> dict[str, list[str]]:
+def implementations(algo: str, compile_mode: str | None = None) -> dict[str, list[str]]:
     if algo == "rloo":
         return {"lit_rlhf": [sys.executable, "lit_step.py"], "floor": [sys.executable, "floor.py"]}
     impls = {"lit_rlhf": [sys.executable, "lit_step.py", "--algo", "grpo", "--beta", "0.04"],
              "floor": [sys.executable, "grpo_floor.py", "--beta", "0.04"]}
+    if compile_mode is not None:
+        impls["lit_rlhf compiled"] = [*impls["lit_rlhf"], "--compile-mode", compile_mode]
     trl = trl_python()
     if trl is not None:
         impls["trl"] = [trl, "trl_grpo.py", "--beta", "0.04"]
@@ -99,6 +103,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--compiled-shapes", nargs="*", default=["pythia-160m"],
+                        help="shapes on which GRPO also runs with the decoding step compiled")
+    parser.add_argument("--compile-mode", default=None,
+                        help="rollout.compile_mode of those runs (default: reduce-overhead on CUDA, default on CPU)")
     parser.add_argument("--skip-checks", action="store_true", help="leave out the correctness pass")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write gpu_check.json and gpu_check.md (default on CUDA: bench/results)")
@@ -121,7 +129,9 @@ def main() -> None:
     runs = []
     for shape in args.shapes:
         for algo in args.algos:
-            for impl, command in implementations(algo).items():
+            compiled = (args.compile_mode or ("reduce-overhead" if args.device == "cuda" else "default")
+                        if shape in args.compiled_shapes else None)
+            for impl, command in implementations(algo, compiled).items():
                 result = measure(command, shape, args, env)
                 runs.append({"shape": shape, "algo": algo, "impl": impl, "result": result})
                 print(json.dumps(runs[-1]), flush=True)

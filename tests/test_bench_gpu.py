@@ -13,12 +13,14 @@ from tests.helpers import ROOT
 
 def test_the_cpu_path_measures_every_implementation_of_both_algorithms(tmp_path):
     done = subprocess.run([sys.executable, "bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--steps", "1",
-                           "--warmup", "0", "--new-tokens", "8", "--skip-checks", "--out", str(tmp_path)],
+                           "--warmup", "0", "--new-tokens", "8", "--compiled-shapes", "tiny", "--skip-checks", "--out",
+                           str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     measured = {(run["algo"], run["impl"]): run["result"] for run in data["runs"]}
-    assert {("rloo", "lit_rlhf"), ("rloo", "floor"), ("grpo", "lit_rlhf"), ("grpo", "floor")} <= measured.keys()
+    assert {("rloo", "lit_rlhf"), ("rloo", "floor"), ("grpo", "lit_rlhf"), ("grpo", "lit_rlhf compiled"),
+            ("grpo", "floor")} <= measured.keys()
     for (algo, impl), result in measured.items():
         assert "error" not in result, (algo, impl, result)
         assert result["device"] == "cpu" and result["algo"] == algo
