@@ -11,7 +11,7 @@ import torch
 
 from lit_rlhf.algos.packing import packed_response_hidden
 from lit_rlhf.ops import logprobs_and_entropy
-from lit_rlhf.ops.logprobs import chunked_logprobs_and_entropy, kept_logits_mib
+from lit_rlhf.ops.logprobs import chunked_logprobs_and_entropy, kept_logits_mib, logprobs_from_logits
 
 
 @dataclass
@@ -102,8 +102,10 @@ def plain_output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
 
 def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, responses, response_mask,
                                   temperature: float, chunk_size: int | None, pad_token_id: int | None = None,
-                                  logits_budget_mib: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprobs (N,R) and entropy (N,R, no gradient) of the response tokens; zero after the stop token.
+                                  logits_budget_mib: float | None = None,
+                                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (N,R) and entropy (N,R, no gradient; None unless with_entropy) of the response tokens; zero after the
+    stop token.
 
     With chunk_size, from the last hidden states of the real response tokens, chunk_size positions at a time
     (ops.chunked_logprobs_and_entropy): the (N,R,V) logits are never held; with a pad_token_id too, from a
@@ -113,8 +115,10 @@ def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, r
     layer = plain_output_layer(model) if chunk_size else None
     if layer is None:
         logits = response_logits(model, queries, query_mask, responses, response_mask)  # N,R,V
+        mask = response_mask.to(torch.float32)
+        if not with_entropy:
+            return logprobs_from_logits(logits, responses, temperature) * mask, None
         logprobs, entropy = logprobs_and_entropy(logits, responses, temperature)
-        mask = response_mask.to(logprobs.dtype)
         return logprobs * mask, entropy * mask
     real = response_mask.bool()  # N,R
     if pad_token_id is not None:
@@ -126,8 +130,10 @@ def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, r
         hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # T,H  the states that predict response tokens
     recompute = logits_budget_mib is None or kept_logits_mib(len(hidden), layer.out_features) > logits_budget_mib
     token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, responses[real], temperature,
-                                                                 chunk_size, recompute)  # T ; T
+                                                                 chunk_size, recompute, with_entropy)  # T ; T
     logprobs = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_logprobs)
+    if not with_entropy:
+        return logprobs, None
     entropy = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_entropy)
     return logprobs, entropy  # N,R ; N,R
 
@@ -142,5 +148,5 @@ def batched_logprobs(model: torch.nn.Module, queries, query_mask, responses, res
     for i in range(0, len(responses), step):
         s = slice(i, i + step)
         chunks.append(response_logprobs_and_entropy(model, queries[s], query_mask[s], responses[s], response_mask[s],
-                                                    temperature, chunk_size, pad_token_id)[0])
+                                                    temperature, chunk_size, pad_token_id, with_entropy=False)[0])
     return torch.cat(chunks)

@@ -37,10 +37,12 @@ def logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor,
 
 
 def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tokens: torch.Tensor,
-                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+                    temperature: float, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     logits = torch.nn.functional.linear(hidden, weight, bias).float() / temperature  # C,V
     log_probs = torch.log_softmax(logits, dim=-1)  # C,V
     token_logprobs = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # C
+    if not with_entropy:  # its exp over the vocabulary costs about twice the log-softmax
+        return token_logprobs, None
     with torch.no_grad():
         entropy = -(log_probs.exp() * log_probs).sum(-1)  # C
     return token_logprobs, entropy
@@ -54,16 +56,18 @@ def kept_logits_mib(tokens: int, vocab_size: int) -> float:
 
 def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Linear, tokens: torch.Tensor,
                                  temperature: float = 1.0, chunk_size: int = 1024,
-                                 recompute: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                                 recompute: bool = True,
+                                 with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs_and_entropy from the last hidden states, chunk_size positions at a time, never holding the logits of
     every position at once in the forward. With gradients and recompute, each chunk runs under activation
     checkpointing, so its (chunk, V) logits are recomputed in the backward pass instead of being kept; without
     recompute they are kept (faster when they fit in memory: see kept_logits_mib).
-    (T,H), (T,) -> (T,), (T,) (entropy without gradient)"""
+    (T,H), (T,) -> (T,), (T,) (entropy without gradient; None unless with_entropy)"""
     weight, bias = output_layer.weight, output_layer.bias
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_size):
-        part = (hidden[start:start + chunk_size], weight, bias, tokens[start:start + chunk_size], temperature)
+        part = (hidden[start:start + chunk_size], weight, bias, tokens[start:start + chunk_size], temperature,
+                with_entropy)
         if recompute and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
             token_logprobs, entropy = torch.utils.checkpoint.checkpoint(_chunk_logprobs, *part, use_reentrant=False)
         else:
@@ -72,5 +76,5 @@ def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Li
         entropies.append(entropy)
     if not logprobs:
         empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, empty
-    return torch.cat(logprobs), torch.cat(entropies)
+        return empty, empty if with_entropy else None
+    return torch.cat(logprobs), torch.cat(entropies) if with_entropy else None

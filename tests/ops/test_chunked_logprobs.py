@@ -57,3 +57,27 @@ def test_the_update_recomputes_the_logits_only_beyond_the_budget(budget, recompu
     logprobs.sum().backward()
     assert bool(calls) == recomputed  # 24 tokens x 979 (vocab) x 8 bytes: 0.18 MiB, kept under 1024 MiB
     assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("chunk_size", [None, 8], ids=["full logits", "chunked"])
+def test_logprobs_without_entropy_are_the_same_bits_and_skip_the_entropy(chunk_size, monkeypatch):
+    """The reference's and the old policy's no-grad logprobs leave the entropy out (nothing reads it there)."""
+    from transformers import AutoModelForCausalLM
+
+    from lit_rlhf.algos.rollout import batched_logprobs
+    from lit_rlhf.assets import TINY_PYTHIA
+
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
+    torch.manual_seed(1)
+    queries, responses = torch.randint(3, 500, (4, 5)), torch.randint(3, 500, (4, 6))
+    mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3, [1] * 6, [1] + [0] * 5], dtype=torch.bool)
+    with torch.no_grad():
+        with_entropy, entropy = response_logprobs_and_entropy(model, queries, torch.ones_like(queries), responses,
+                                                              mask, 0.7, chunk_size)
+    exps = []
+    exp = torch.Tensor.exp
+    monkeypatch.setattr(torch.Tensor, "exp", lambda self: exps.append(self.shape) or exp(self))
+    with torch.no_grad():
+        alone = batched_logprobs(model, queries, torch.ones_like(queries), responses, mask, 0.7, None, chunk_size)
+    assert torch.equal(alone, with_entropy) and entropy.shape == alone.shape
+    assert not exps  # the entropy's exp over the vocabulary did not run
