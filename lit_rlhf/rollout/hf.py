@@ -91,24 +91,23 @@ class HFEngine(RolloutEngine):
         """Samples of N = B*siblings contexts (each distinct one repeated `siblings` times, adjacent). -> N,P+R'"""
         requested = config
         extra = {}  # generate()'s keyword arguments beyond the prompts and config
-        prefilled = None
-        if siblings > 1 and queries.shape[1] > 1:
-            prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
-        use_compiled = self.compiled_decoding(queries.device)
-        if use_compiled:
-            length = compiled.cache_length(queries.shape[1] + config.max_new_tokens, self.static_cache_length,
-                                           compiled.model_context(model))
-            prefilled = compiled.static_cache(model, length, prefilled)
-        if prefilled is not None:
-            extra[cache_keyword(model)] = prefilled
         if self.sampler == "inverse_cdf" and config.do_sample and only_temperature_warps(config):
             # a greedy generate() whose last logits processor draws the token (generate() has no sampler hook)
             extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature)])
             config = GenerationConfig(**{**config.to_dict(), "do_sample": False, "temperature": None, "top_k": None,
                                          "top_p": None})  # sampling's settings unset: the processor samples
-        if use_compiled:
+        prefilled = None
+        if siblings > 1 and queries.shape[1] > 1:
+            prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
+        use_compiled = self.compiled_decoding(queries.device)
+        if use_compiled:  # a static cache (holding the shared prefill, if any), and generate() compiles its step
+            length = compiled.cache_length(queries.shape[1] + config.max_new_tokens, self.static_cache_length,
+                                           compiled.model_context(model))
+            prefilled = compiled.static_cache(model, length, prefilled)
             config = copy.deepcopy(config)
             config.compile_config = compiled.compile_config(self.compile_mode)
+        if prefilled is not None:
+            extra[cache_keyword(model)] = prefilled
         try:
             return model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
                                   synced_gpus=self.synced_generation, **extra)  # N,P+R'
