@@ -107,6 +107,8 @@ def main() -> None:
                         help="ablation: full logits of the padded batch (logits_chunk_size=null, padding_free=false)")
     parser.add_argument("--compile-mode", default=None,
                         help="rollout.compile_mode: the decoding step compiled over a static KV cache (e.g. default)")
+    parser.add_argument("--no-merge-adapters", action="store_true",
+                        help="ablation: sample with the LoRA adapters unmerged (rollout.merge_adapters=false)")
     args = parser.parse_args()
     memory_marks = {"after_imports": W.peak_rss_mib()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -123,8 +125,9 @@ def main() -> None:
                                             "allow_biased_sampling": True}))  # fixed length
     if args.rollout == "vllm":
         common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
-    elif args.compile_mode:
-        common["rollout_engine"] = HFEngine(compile_mode=args.compile_mode)
+    else:
+        common["rollout_engine"] = HFEngine(compile_mode=args.compile_mode,
+                                            merge_adapters=False if args.no_merge_adapters else "auto")
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
     elif args.algo == "grpo":  # TRL's GRPOTrainer on the same work: no missing-EOS penalty, dapo, beta

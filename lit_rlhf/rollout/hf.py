@@ -17,6 +17,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import compiled_decoding as compiled
 from lit_rlhf.rollout.engine import RolloutEngine, left_pad
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
+from lit_rlhf.rollout.merged_adapters import check_merge_adapters, merged_adapters
 from lit_rlhf.rollout.sampling import NEUTRAL_VALUES, pure_sampling_config
 
 SAMPLERS = ("inverse_cdf", "generate")
@@ -45,13 +46,19 @@ class HFEngine(RolloutEngine):
     compile_mode: a torch.compile mode for the decoding step over a static KV cache of static_cache_length
     positions (None: sized per call), lit_rlhf.rollout.compiled_decoding; None: plain generate(). Where compilation
     cannot run (no compiler, an unsupported platform, weights sharded across ranks), one warning and plain
-    generate()."""
+    generate().
+
+    merge_adapters: sample with each LoRA layer's adapters merged into a new copy of its weight
+    (lit_rlhf.rollout.merged_adapters): "auto" where the weights are float32, True in any dtype, False never;
+    not with weights sharded across ranks, nor under a compile mode that captures CUDA graphs."""
 
     def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf", compile_mode: str | None = None,
-                 static_cache_length: int | None = None):
+                 static_cache_length: int | None = None, merge_adapters: str | bool = "auto"):
         if sampler not in SAMPLERS:
             raise ConfigError(f"rollout.sampler={sampler!r} is not a sampler; use one of {', '.join(SAMPLERS)}.")
         compiled.check_compile_mode(compile_mode)
+        check_merge_adapters(merge_adapters)
+        self.merge_adapters = merge_adapters
         self.generation_config: GenerationConfig | None = None
         self.shared_prefill = shared_prefill
         self.sampler = sampler
@@ -96,6 +103,16 @@ class HFEngine(RolloutEngine):
             extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature)])
             config = GenerationConfig(**{**config.to_dict(), "do_sample": False, "temperature": None, "top_k": None,
                                          "top_p": None})  # sampling's settings unset: the processor samples
+        # sharded weights (ZeRO-3, FSDP2) are gathered layer by layer as generate() runs, and CUDA graphs hold
+        # their weights' addresses, which new merged tensors at every call would change: no merge there
+        unmergeable = self.synced_generation or self.compile_mode in compiled.CUDA_GRAPH_MODES
+        merge = False if unmergeable else self.merge_adapters
+        with merged_adapters(model, merge):
+            return self.generate_with(module, model, queries, query_mask, config, siblings, requested, extra)
+
+    def generate_with(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
+                      config: GenerationConfig, siblings: int, requested: GenerationConfig,
+                      extra: dict[str, Any]) -> torch.Tensor:
         prefilled = None
         if siblings > 1 and queries.shape[1] > 1:
             prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)

@@ -13,6 +13,7 @@ import re
 
 import torch
 from peft import PeftModel
+from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
 
 # peft's wrappers around a base module's tensors, removed to recover the checkpoint name
@@ -27,14 +28,26 @@ def checkpoint_name(name: str) -> str:
 @torch.no_grad()
 def merged_lora_weight(layer: LoraLayer) -> torch.Tensor:
     """W + the active adapters' deltas, as a new tensor in W's dtype and layout."""
-    weight = layer.get_base_layer().weight
-    merged = weight.detach().clone()
+    merged = layer.get_base_layer().weight.detach()
     if layer.disable_adapters or layer.merged:
-        return merged
+        return merged.clone()
+    added = False
     for adapter in layer.active_adapters:
-        if adapter in layer.lora_A:
-            merged += layer.get_delta_weight(adapter).to(merged.dtype)
-    return merged
+        if adapter not in layer.lora_A:
+            continue
+        a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight  # r,in ; out,r
+        if plain_linear_adapter(layer, adapter) and a.dtype == b.dtype == merged.dtype:
+            merged = torch.addmm(merged, b, a, alpha=layer.scaling[adapter])  # W + scale * B A in one pass
+        else:
+            merged = merged + layer.get_delta_weight(adapter).to(merged.dtype)
+        added = True
+    return merged if added else merged.clone()
+
+
+def plain_linear_adapter(layer: LoraLayer, adapter: str) -> bool:
+    """A vanilla LoRA adapter of a linear layer stored as out,in (no DoRA or other variant, no fan-in-fan-out)."""
+    return (type(layer) is LoraLinear and not layer.fan_in_fan_out
+            and adapter not in getattr(layer, "lora_variant", {}) and not layer.use_dora.get(adapter, False))
 
 
 @torch.no_grad()
