@@ -75,7 +75,8 @@ def profile(engine: HFEngine, model, queries, mask, config, siblings: int, clock
 
 
 THROUGHPUT = {"generate() alone": dict(sampler="generate", shared_prefill=False),
-              "lit_rlhf (the default)": {}, "lit_rlhf, rollout.compile_mode=default": dict(compile_mode="default")}
+              "lit_rlhf (the default)": {}, "lit_rlhf, rollout.merge_adapters=false": dict(merge_adapters=False),
+              "lit_rlhf, rollout.compile_mode=default": dict(compile_mode="default")}
 
 
 def throughput(name: str, config: GenerationConfig, queries: torch.Tensor, mask: torch.Tensor) -> list[dict]:

@@ -103,9 +103,10 @@ class HFEngine(RolloutEngine):
             extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature)])
             config = GenerationConfig(**{**config.to_dict(), "do_sample": False, "temperature": None, "top_k": None,
                                          "top_p": None})  # sampling's settings unset: the processor samples
-        # sharded weights (ZeRO-3, FSDP2) are gathered layer by layer as generate() runs, and CUDA graphs hold
-        # their weights' addresses, which new merged tensors at every call would change: no merge there
-        unmergeable = self.synced_generation or self.compile_mode in compiled.CUDA_GRAPH_MODES
+        # no merge of sharded weights (ZeRO-3 gathers them layer by layer as generate() runs; FSDP2 gathers them
+        # for the rollout, and merged copies would add to the memory sharding saves), nor under CUDA graphs, which
+        # hold their weights' addresses (new merged tensors at every call would change them)
+        unmergeable = self.lockstep or self.synced_generation or self.compile_mode in compiled.CUDA_GRAPH_MODES
         merge = False if unmergeable else self.merge_adapters
         with merged_adapters(model, merge):
             return self.generate_with(module, model, queries, query_mask, config, siblings, requested, extra)

@@ -82,6 +82,13 @@ def test_half_precision_weights_are_merged_only_when_asked():
     assert sample_counting_adapter_calls(module, HFEngine(merge_adapters=True), batch, seed=0)[1] == 0
 
 
+def test_weights_gathered_across_ranks_are_not_merged(module, batch):
+    """FSDP2 and ZeRO-3 put the engine in lockstep: peft's forward on the gathered weights."""
+    engine = HFEngine()
+    engine.lockstep = True
+    assert sample_counting_adapter_calls(module, engine, batch, seed=0)[1] > 0
+
+
 def test_a_bad_setting_is_one_line():
     with pytest.raises(ConfigError, match=r"rollout.merge_adapters='yes' is not a choice; use auto .*, true or "
                                           r"false\.$"):
