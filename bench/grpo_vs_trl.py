@@ -70,7 +70,7 @@ def summary(runs: list[dict]) -> dict:
 
 def markdown(results: dict) -> list[str]:
     lines = [f"GRPO (dapo), 8 prompts x 4 generations per step, float32, {results['device']}; medians of "
-             f"{results['reps']} fresh processes per line (the implementations alternating); TRL "
+             f"{process_counts(results)} fresh processes per line (the implementations alternating); TRL "
              f"{results['trl_version']}. \"rest\" is the step without generate(): reward, logprob forwards, "
              "backward, optimizer, framework. \"lit_rlhf compiled\": rollout.compile_mode=default (the decoding "
              "step compiled over a static KV cache; compiled in the warm-up steps).", "",
@@ -89,6 +89,18 @@ def markdown(results: dict) -> list[str]:
                     "configurations above (lowest to highest):", ""] + ratio_ranges(results) + [
         "", "Where the step goes in lit_rlhf and the floor (medians, seconds; TRL's step is timed whole):", ""
     ] + phase_table(results)
+
+
+def process_counts(results: dict) -> str:
+    """'2', or where --merge joined runs of different --reps: '2 (3 for tiny at 32 tokens)'."""
+    counts = {}  # (model, new tokens) -> processes per line
+    for entry in results["configurations"]:
+        c = entry["config"]
+        counts[c["model"], tokens_label(c)] = max(len(r["runs"]) for r in entry["impls"].values())
+    usual = statistics.mode(counts.values())
+    others = {n: [f"{model} at {tokens} tokens" for (model, tokens), k in counts.items() if k == n]
+              for n in sorted(set(counts.values()) - {usual})}
+    return str(usual) + "".join(f" ({n} for {', '.join(where)})" for n, where in others.items())
 
 
 PHASES = ("generation", "policy forward/backward", "reference forward", "reward", "optimizer", "other")
