@@ -45,7 +45,7 @@ def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
     (..., V) -> (...)"""
     rows = log_probs.reshape(-1, log_probs.shape[-1])  # M,V
     per_block = rows.shape[0] if rows.is_cuda else max(1, ENTROPY_BLOCK_ELEMENTS // max(1, rows.shape[-1]))
-    blocks = [-torch.linalg.vecdot(block.exp(), block) for block in rows.split(per_block)]
+    blocks = [-(block.exp() * block).sum(-1) for block in rows.split(per_block)]  # elementwise: float32 under autocast
     entropy = torch.cat(blocks) if blocks else rows.new_zeros(0)
     return entropy.view(log_probs.shape[:-1])
 

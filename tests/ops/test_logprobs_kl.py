@@ -38,6 +38,8 @@ def test_the_entropy_in_blocks_of_rows_matches_a_slow_loop_and_hand_values(monke
             probs = log_probs[n, t].exp().tolist()
             assert entropy[n, t].item() == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-6)
     assert logprobs_module.entropy_from_log_probs(log_probs[:0]).shape == (0, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # under bf16-mixed the entropy stays float32
+        assert logprobs_module.entropy_from_log_probs(log_probs).dtype == torch.float32
 
 
 def test_fused_logprobs_carry_the_gradient_of_the_separate_computation_and_entropy_none():
