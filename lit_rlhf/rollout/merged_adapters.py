@@ -23,7 +23,7 @@ import torch
 from peft.tuners.lora import Linear as LoraLinear
 
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.rollout.weights import merged_lora_weight
+from lit_rlhf.rollout.weights import lora_variant, merged_lora_weight
 
 EXACT_DTYPES = (torch.float32, torch.float64)
 
@@ -40,7 +40,7 @@ def mergeable(layer: torch.nn.Module, any_dtype: bool) -> bool:
     if type(layer) is not LoraLinear or layer.disable_adapters or layer.merged:
         return False
     active = [name for name in layer.active_adapters if name in layer.lora_A]
-    if not active or any(name in getattr(layer, "lora_variant", {}) for name in active):
+    if not active or any(lora_variant(layer, name) for name in active):
         return False
     weight = layer.get_base_layer().weight
     if type(weight.data) is not torch.Tensor or not weight.is_floating_point():  # DTensor shards, quantized
@@ -59,10 +59,10 @@ def merged_copy(layer: LoraLinear) -> torch.nn.Module:
 
 
 @contextmanager
-def merged_adapters(model: torch.nn.Module, setting: str | bool) -> Iterator[int]:
-    """Within: the mergeable LoRA layers of `model` replaced by merged copies (yields how many)."""
+def merged_adapters(model: torch.nn.Module, setting: str | bool) -> Iterator[None]:
+    """Within: the mergeable LoRA layers of `model` replaced by merged copies."""
     if setting is False:
-        yield 0
+        yield
         return
     swaps = []  # (parent, attribute name, original layer)
     for parent in list(model.modules()):
@@ -72,7 +72,7 @@ def merged_adapters(model: torch.nn.Module, setting: str | bool) -> Iterator[int
     try:
         for parent, name, layer in swaps:
             parent._modules[name] = merged_copy(layer)
-        yield len(swaps)
+        yield
     finally:
         for parent, name, layer in swaps:
             parent._modules[name] = layer

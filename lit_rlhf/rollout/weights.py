@@ -28,11 +28,9 @@ def checkpoint_name(name: str) -> str:
 @torch.no_grad()
 def merged_lora_weight(layer: LoraLayer) -> torch.Tensor:
     """W + the active adapters' deltas, as a new tensor in W's dtype and layout."""
-    merged = layer.get_base_layer().weight.detach()
-    if layer.disable_adapters or layer.merged:
-        return merged.clone()
-    added = False
-    for adapter in layer.active_adapters:
+    weight = layer.get_base_layer().weight.detach()
+    merged = weight
+    for adapter in [] if layer.disable_adapters or layer.merged else layer.active_adapters:
         if adapter not in layer.lora_A:
             continue
         a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight  # r,in ; out,r
@@ -40,14 +38,17 @@ def merged_lora_weight(layer: LoraLayer) -> torch.Tensor:
             merged = torch.addmm(merged, b, a, alpha=layer.scaling[adapter])  # W + scale * B A in one pass
         else:
             merged = merged + layer.get_delta_weight(adapter).to(merged.dtype)
-        added = True
-    return merged if added else merged.clone()
+    return weight.clone() if merged is weight else merged
+
+
+def lora_variant(layer: LoraLayer, adapter: str) -> bool:
+    """Whether an adapter is DoRA or another LoRA variant (a forward of its own, not W + scale * B A)."""
+    return adapter in getattr(layer, "lora_variant", {}) or bool(getattr(layer, "use_dora", {}).get(adapter, False))
 
 
 def plain_linear_adapter(layer: LoraLayer, adapter: str) -> bool:
-    """A vanilla LoRA adapter of a linear layer stored as out,in (no DoRA or other variant, no fan-in-fan-out)."""
-    return (type(layer) is LoraLinear and not layer.fan_in_fan_out
-            and adapter not in getattr(layer, "lora_variant", {}) and not layer.use_dora.get(adapter, False))
+    """A vanilla LoRA adapter of a linear layer stored as out,in (no variant, no fan-in-fan-out)."""
+    return type(layer) is LoraLinear and not layer.fan_in_fan_out and not lora_variant(layer, adapter)
 
 
 @torch.no_grad()
