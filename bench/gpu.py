@@ -94,6 +94,20 @@ def table(data: dict) -> list[str]:
     return lines
 
 
+def write(data: dict, out: Path | None) -> list[str]:
+    """The results so far: bench/results (and the docs' results block) by default, else OUT."""
+    lines = table(data)
+    if out is None:
+        from results_blocks import publish
+
+        publish("gpu_check", data, lines, ["docs/performance.md"], echo=False)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu_check.json").write_text(json.dumps(data, indent=2))
+        (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -108,6 +122,8 @@ def main() -> None:
     parser.add_argument("--compile-mode", default=None,
                         help="rollout.compile_mode of those runs (default: reduce-overhead on CUDA, default on CPU)")
     parser.add_argument("--skip-checks", action="store_true", help="leave out the correctness pass")
+    parser.add_argument("--max-minutes", type=float, default=9.0,
+                        help="no measurement starts after this many minutes; those left are rows 'not run'")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write gpu_check.json and gpu_check.md (default on CUDA: bench/results)")
     args = parser.parse_args()
@@ -122,37 +138,36 @@ def main() -> None:
                  "on a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu for the CPU path.")
     if args.out is None and args.device == "cpu":
         sys.exit("error: the CPU path writes no results file of the repository; pass --out DIR.")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    # lit_rlhf from this checkout, ahead of whatever PYTHONPATH already holds (packages installed with --target)
+    python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": python_path, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the scripts take cuda when they see it
     start = time.perf_counter()
-    runs = []
+    data = {"device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
+            "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "new_tokens": args.new_tokens,
+            "runs": [], "correctness": {"summary": "not run (--skip-checks)", "exit_code": None}, "minutes": 0.0,
+            "versions": {name: importlib.metadata.version(name) for name in ("torch", "transformers", "peft",
+                                                                             "lightning")}}
+    if not args.skip_checks:  # first, so that a run stopped early still says whether the maths holds here
+        data["correctness"] = correctness(env)
+        print(f"correctness: {data['correctness']['summary']}", flush=True)
     for shape in args.shapes:
         for algo in args.algos:
             compiled = (args.compile_mode or ("reduce-overhead" if args.device == "cuda" else "default")
                         if shape in args.compiled_shapes else None)
             for impl, command in implementations(algo, compiled).items():
-                result = measure(command, shape, args, env)
-                runs.append({"shape": shape, "algo": algo, "impl": impl, "result": result})
-                print(json.dumps(runs[-1]), flush=True)
-    checks = {"summary": "not run (--skip-checks)", "exit_code": None} if args.skip_checks else correctness(env)
-    data = {"device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
-            "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "new_tokens": args.new_tokens,
-            "runs": runs, "correctness": checks, "minutes": (time.perf_counter() - start) / 60,
-            "versions": {name: importlib.metadata.version(name) for name in ("torch", "transformers", "peft",
-                                                                             "lightning")}}
-    lines = table(data)
-    if args.out is None:
-        from results_blocks import publish
-
-        publish("gpu_check", data, lines, [])
-    else:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu_check.json").write_text(json.dumps(data, indent=2))
-        (args.out / "gpu_check.md").write_text("\n".join(lines) + "\n")
-        print("\n".join(lines))
-    if checks["exit_code"] not in (None, 0):
-        sys.exit(f"the correctness pass failed: {checks['summary']}")
+                if (time.perf_counter() - start) / 60 > args.max_minutes:
+                    result = {"error": f"not run: past --max-minutes {args.max_minutes:g}"}
+                else:
+                    result = measure(command, shape, args, env)
+                data["runs"].append({"shape": shape, "algo": algo, "impl": impl, "result": result})
+                data["minutes"] = (time.perf_counter() - start) / 60
+                write(data, args.out)  # after every measurement: a stopped run keeps what it measured
+                print(json.dumps(data["runs"][-1]), flush=True)
+    print("\n".join(table(data)))
+    if data["correctness"]["exit_code"] not in (None, 0):
+        sys.exit(f"the correctness pass failed: {data['correctness']['summary']}")
 
 
 if __name__ == "__main__":

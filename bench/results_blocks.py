@@ -31,12 +31,13 @@ def machine() -> dict:
             "transformers": transformers.__version__}
 
 
-def publish(name: str, data: dict, lines: list[str], pages: list[str]) -> None:
+def publish(name: str, data: dict, lines: list[str], pages: list[str], echo: bool = True) -> None:
     """bench/results/NAME.json (data, with the machine it ran on) and NAME.md (lines), the md into the pages'
-    results blocks, printed."""
+    results blocks, printed unless not echo."""
     import json
 
     (ROOT / "bench" / "results" / f"{name}.json").write_text(json.dumps({**data, "machine": machine()}, indent=2))
     (ROOT / "bench" / "results" / f"{name}.md").write_text("\n".join(lines) + "\n")
     fill_results(name, pages)
-    print("\n".join(lines))
+    if echo:
+        print("\n".join(lines))
