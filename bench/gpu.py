@@ -65,17 +65,22 @@ def measure(command: list[str], shape: str, args: argparse.Namespace, env: dict[
 
 
 def correctness(env: dict[str, str]) -> dict:
-    """pytest tests/device on the device: its summary line and exit code."""
+    """pytest tests/device on the device: its summary line, exit code and the tests that failed."""
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/device"], cwd=ROOT,
                           env=env, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
-    return {"exit_code": done.returncode, "summary": lines[-1] if lines else done.stderr[-300:]}
+    return {"exit_code": done.returncode, "summary": lines[-1] if lines else done.stderr[-300:],
+            "failed": [line for line in lines if line.startswith(("FAILED", "ERROR"))]}
 
 
 def table(data: dict) -> list[str]:
-    lines = [f"{data['device_name']}; weights in {data['dtype']}; 8 prompts x 4 samples, {data['new_tokens']} forced "
-             f"new tokens, LoRA; {data['steps']} measured steps after {data['warmup']} warm-up per fresh process; "
-             f"`python bench/gpu.py` ({data['minutes']:.1f} min).", "",
+    versions = ", ".join(f"{name} {version}" for name, version in data["versions"].items())
+    lines = [f"{data['device_name']} ({versions}); weights in {data['dtype']}; 8 prompts x 4 samples, "
+             f"{data['new_tokens']} forced new tokens, LoRA; {data['steps']} measured steps after {data['warmup']} "
+             f"warm-up per fresh process; "
+             f"`python bench/gpu.py` ({data['minutes']:.1f} min"
+             + (f" in all, {data['joined_runs']} runs joined with --merge" if data.get("joined_runs") else "")
+             + ").", "",
              f"| shape | algo | impl | episodes/s | vs floor | generation tokens/s | "
              f"{'peak GPU memory' if data['device'] == 'cuda' else 'peak RSS'} MiB | step s |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
@@ -91,7 +96,27 @@ def table(data: dict) -> list[str]:
         lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | {r['eps']:.2f} | {ratio} | "
                      f"{r['tokens_per_s']:.0f} | {memory:.0f} | {r['step_s']:.3f} |")
     lines += ["", f"Correctness (`pytest tests/device` on the device): {data['correctness']['summary']}."]
+    lines += [f"- {line}" for line in data["correctness"].get("failed", [])]
     return lines
+
+
+def results_path(out: Path | None) -> Path:
+    return (out or BENCH / "results") / "gpu_check.json"
+
+
+def merged(previous: dict, new: dict) -> dict:
+    """previous's rows, those measured again replaced in place by new's (same shape, algorithm and implementation);
+    new's correctness pass where it ran one, else previous's; the minutes of both."""
+    for key in ("device_name", "dtype", "steps", "warmup", "new_tokens"):
+        if previous.get(key) != new[key]:
+            sys.exit(f"error: --merge joins runs of the same settings, but {key} was {previous.get(key)!r} and is "
+                     f"{new[key]!r} now; rerun with the earlier {key}, or without --merge.")
+    key = lambda run: (run["shape"], run["algo"], run["impl"])  # noqa: E731
+    fresh = {key(run): run for run in new["runs"]}
+    runs = [fresh.pop(key(run), run) for run in previous["runs"]] + list(fresh.values())
+    checks = previous["correctness"] if new["correctness"]["exit_code"] is None else new["correctness"]
+    return {**new, "runs": runs, "correctness": checks, "minutes": previous["minutes"] + new["minutes"],
+            "joined_runs": previous.get("joined_runs", 1) + 1}
 
 
 def write(data: dict, out: Path | None) -> list[str]:
@@ -111,7 +136,8 @@ def write(data: dict, out: Path | None) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--shapes", nargs="+", default=["pythia-160m", "pythia-410m", "pythia-1b"])
+    parser.add_argument("--shapes", nargs="*", default=["pythia-160m", "pythia-410m", "pythia-1b"],
+                        help="none: the correctness pass alone (with --merge: added to the earlier results)")
     parser.add_argument("--algos", nargs="+", default=["rloo", "grpo"], choices=["rloo", "grpo"])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--steps", type=int, default=5)
@@ -124,6 +150,8 @@ def main() -> None:
     parser.add_argument("--skip-checks", action="store_true", help="leave out the correctness pass")
     parser.add_argument("--max-minutes", type=float, default=9.0,
                         help="no measurement starts after this many minutes; those left are rows 'not run'")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of the previous results that this run does not measure")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write gpu_check.json and gpu_check.md (default on CUDA: bench/results)")
     args = parser.parse_args()
@@ -143,12 +171,17 @@ def main() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": python_path, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the scripts take cuda when they see it
+    if args.merge and not results_path(args.out).exists():
+        sys.exit(f"error: --merge, but there are no earlier results at {results_path(args.out)}; run without --merge.")
+    previous = json.loads(results_path(args.out).read_text()) if args.merge else None
     start = time.perf_counter()
     data = {"device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
             "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "new_tokens": args.new_tokens,
             "runs": [], "correctness": {"summary": "not run (--skip-checks)", "exit_code": None}, "minutes": 0.0,
             "versions": {name: importlib.metadata.version(name) for name in ("torch", "transformers", "peft",
                                                                              "lightning")}}
+    if args.merge:
+        merged(previous, data)  # the settings match, before anything runs
     if not args.skip_checks:  # first, so that a run stopped early still says whether the maths holds here
         data["correctness"] = correctness(env)
         print(f"correctness: {data['correctness']['summary']}", flush=True)
@@ -163,9 +196,11 @@ def main() -> None:
                     result = measure(command, shape, args, env)
                 data["runs"].append({"shape": shape, "algo": algo, "impl": impl, "result": result})
                 data["minutes"] = (time.perf_counter() - start) / 60
-                write(data, args.out)  # after every measurement: a stopped run keeps what it measured
+                # after every measurement: a stopped run keeps what it measured
+                write(merged(previous, data) if args.merge else data, args.out)
                 print(json.dumps(data["runs"][-1]), flush=True)
-    print("\n".join(table(data)))
+    data["minutes"] = (time.perf_counter() - start) / 60
+    print("\n".join(write(merged(previous, data) if args.merge else data, args.out)))
     if data["correctness"]["exit_code"] not in (None, 0):
         sys.exit(f"the correctness pass failed: {data['correctness']['summary']}")
 

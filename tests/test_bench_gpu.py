@@ -1,6 +1,7 @@
 """bench/gpu.py's CPU path: every implementation runs the stated work on the embedded model and lands in the table;
 without a CUDA device the GPU run is one line."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -34,3 +35,43 @@ def test_the_gpu_run_without_a_gpu_is_one_line():
     done = subprocess.run([sys.executable, "bench/gpu.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().startswith("error: --device cuda, but torch sees no CUDA device")
+
+
+def gpu_module():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_data(rows, checks=None, **settings):
+    return {"device_name": "GPU", "dtype": "bfloat16", "steps": 5, "warmup": 2, "new_tokens": 32, "minutes": 1.0,
+            "runs": [{"shape": s, "algo": a, "impl": i, "result": {"eps": eps}} for s, a, i, eps in rows],
+            "correctness": checks or {"summary": "not run (--skip-checks)", "exit_code": None}, **settings}
+
+
+def test_merge_replaces_the_rows_measured_again_in_place_and_keeps_the_rest():
+    gpu = gpu_module()
+    earlier = run_data([("160m", "rloo", "lit_rlhf", 1.0), ("160m", "rloo", "floor", 2.0), ("1b", "grpo", "trl", 3.0)],
+                       checks={"summary": "6 passed", "exit_code": 0})
+    now = run_data([("1b", "grpo", "trl", 4.0), ("160m", "rloo", "lit_rlhf", 5.0), ("1b", "rloo", "floor", 6.0)])
+    joined = gpu.merged(earlier, now)
+    assert [(r["shape"], r["impl"], r["result"]["eps"]) for r in joined["runs"]] == [
+        ("160m", "lit_rlhf", 5.0), ("160m", "floor", 2.0), ("1b", "trl", 4.0), ("1b", "floor", 6.0)]
+    assert joined["correctness"]["summary"] == "6 passed"  # this run skipped the checks: the earlier pass stays
+    assert joined["minutes"] == 2.0 and joined["joined_runs"] == 2
+    failed = {"summary": "1 failed", "exit_code": 1, "failed": ["FAILED tests/device/x.py::test_y"]}
+    assert gpu.merged(earlier, run_data([], checks=failed))["correctness"] == failed
+    with pytest.raises(SystemExit, match="steps was 5 and is 3 now"):
+        gpu.merged(earlier, run_data([], steps=3))
+
+
+def test_no_measurement_starts_past_max_minutes_and_merge_needs_earlier_results(tmp_path):
+    command = [sys.executable, "bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "rloo",
+               "--skip-checks", "--out", str(tmp_path)]
+    done = subprocess.run([*command, "--merge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().startswith("error: --merge, but there are no earlier results")
+    done = subprocess.run([*command, "--max-minutes", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]
+    assert [run["result"] for run in runs] == [{"error": "not run: past --max-minutes 0"}] * 2

@@ -69,14 +69,21 @@ def test_a_resumed_run_matches_the_uninterrupted_run_on_the_device(small_prompts
         assert torch.equal(a, b), name
 
 
+class PolicyDevice(L.Callback):
+    """Where the policy's weights are during training (Lightning moves the module back to the CPU after fit)."""
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.types = {p.device.type for p in module.policy.parameters()}
+
+
 @pytest.mark.skipif(DEVICE == "cpu", reason="no CUDA device")
 def test_the_run_is_on_the_cuda_device():
-    module = make_rloo()
+    module, seen = make_rloo(), PolicyDevice()
     module.configure_model()
     L.Trainer(max_steps=1, accelerator="cuda", devices=1, logger=False, enable_checkpointing=False,
-              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0).fit(module,
-                                                                                              make_datamodule())
-    assert module.policy.device.type == "cuda"
+              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+              callbacks=[seen]).fit(module, make_datamodule())
+    assert seen.types == {"cuda"}
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA (the CPU path: tests/rollout)")
