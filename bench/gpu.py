@@ -1,6 +1,8 @@
 """The GPU check: one command for any machine with a CUDA GPU, offline, installing nothing.
 
     python bench/gpu.py                  # < 10 min on one GPU; writes bench/results/gpu_check.{md,json}
+    python bench/gpu.py --shapes pythia-1b --algos grpo --merge   # those rows again, the others kept
+    python bench/gpu.py --shapes --merge  # the correctness pass alone, the rows kept
     python bench/gpu.py --device cpu --shapes tiny --steps 1 --warmup 0 --out OUT   # its CPU path
 
 Needs what the set-up installs (torch built with CUDA, transformers, peft, lightning, vaderSentiment) and pytest for
@@ -109,8 +111,8 @@ def merged(previous: dict, new: dict) -> dict:
     new's correctness pass where it ran one, else previous's; the minutes of both."""
     for key in ("device_name", "dtype", "steps", "warmup", "new_tokens"):
         if previous.get(key) != new[key]:
-            sys.exit(f"error: --merge joins runs of the same settings, but {key} was {previous.get(key)!r} and is "
-                     f"{new[key]!r} now; rerun with the earlier {key}, or without --merge.")
+            sys.exit(f"error: --merge joins runs of the same settings on the same GPU, but {key} was "
+                     f"{previous.get(key)!r} and is {new[key]!r} now; rerun with the earlier one, or without --merge.")
     key = lambda run: (run["shape"], run["algo"], run["impl"])  # noqa: E731
     fresh = {key(run): run for run in new["runs"]}
     runs = [fresh.pop(key(run), run) for run in previous["runs"]] + list(fresh.values())

@@ -62,7 +62,7 @@ def test_merge_replaces_the_rows_measured_again_in_place_and_keeps_the_rest():
     assert joined["minutes"] == 2.0 and joined["joined_runs"] == 2
     failed = {"summary": "1 failed", "exit_code": 1, "failed": ["FAILED tests/device/x.py::test_y"]}
     assert gpu.merged(earlier, run_data([], checks=failed))["correctness"] == failed
-    with pytest.raises(SystemExit, match="steps was 5 and is 3 now"):
+    with pytest.raises(SystemExit, match="steps was 5 and is 3 now; rerun with the earlier one"):
         gpu.merged(earlier, run_data([], steps=3))
 
 
