@@ -182,8 +182,10 @@ def main() -> None:
             "runs": [], "correctness": {"summary": "not run (--skip-checks)", "exit_code": None}, "minutes": 0.0,
             "versions": {name: importlib.metadata.version(name) for name in ("torch", "transformers", "peft",
                                                                              "lightning")}}
-    if args.merge:
-        merged(previous, data)  # the settings match, before anything runs
+    def so_far() -> dict:  # this run's results, with --merge joined to the earlier ones
+        return merged(previous, data) if args.merge else data
+
+    so_far()  # with --merge: the settings match, before anything runs
     if not args.skip_checks:  # first, so that a run stopped early still says whether the maths holds here
         data["correctness"] = correctness(env)
         print(f"correctness: {data['correctness']['summary']}", flush=True)
@@ -199,10 +201,10 @@ def main() -> None:
                 data["runs"].append({"shape": shape, "algo": algo, "impl": impl, "result": result})
                 data["minutes"] = (time.perf_counter() - start) / 60
                 # after every measurement: a stopped run keeps what it measured
-                write(merged(previous, data) if args.merge else data, args.out)
+                write(so_far(), args.out)
                 print(json.dumps(data["runs"][-1]), flush=True)
     data["minutes"] = (time.perf_counter() - start) / 60
-    print("\n".join(write(merged(previous, data) if args.merge else data, args.out)))
+    print("\n".join(write(so_far(), args.out)))
     if data["correctness"]["exit_code"] not in (None, 0):
         sys.exit(f"the correctness pass failed: {data['correctness']['summary']}")
 
