@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 
 from lit_rlhf.rollout import HFEngine
 
-PROMPTS, K, PROMPT_TOKENS, NEW_TOKENS, REPS = 8, 4, 16, 32, 3
+PROMPTS, K, PROMPT_TOKENS, NEW_TOKENS, REPS, THROUGHPUT_REPS = 8, 4, 16, 32, 3, 5
 
 
 class ForwardClock:
@@ -81,22 +81,30 @@ THROUGHPUT = {"generate() alone": dict(sampler="generate", shared_prefill=False)
 
 def throughput(name: str, config: GenerationConfig, queries: torch.Tensor, mask: torch.Tensor) -> list[dict]:
     """Generation tokens/s of each engine in THROUGHPUT on a fresh model without hooks (the compiled step traces
-    the forward); the first call, which compiles, is timed apart."""
+    the forward); the first call, which compiles, is timed apart, then the engines take turns, THROUGHPUT_REPS
+    rounds, so that a slow spell of the machine falls on all of them."""
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(W.model_path(name)),
                            LoraConfig(task_type="CAUSAL_LM", **W.LORA)).eval()
+    engines = {label: HFEngine(**settings) for label, settings in THROUGHPUT.items()}
+    seconds = {label: [] for label in engines}
+
+    def timed_call(label: str) -> None:
+        engine = engines[label]
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        with torch.no_grad():
+            engine.generate(None, model, queries, mask, config, K if engine.shared_prefill else 1)
+        seconds[label].append(time.perf_counter() - start)
+
+    for label in engines:
+        timed_call(label)  # the first call
+    for _ in range(THROUGHPUT_REPS):
+        for label in engines:
+            timed_call(label)
     rows = []
-    for label, settings in THROUGHPUT.items():
-        engine = HFEngine(**settings)
-        siblings = K if engine.shared_prefill else 1
-        seconds = []
-        for _ in range(REPS + 1):
-            torch.manual_seed(0)
-            start = time.perf_counter()
-            with torch.no_grad():
-                engine.generate(None, model, queries, mask, config, siblings)
-            seconds.append(time.perf_counter() - start)
-        total = statistics.median(seconds[1:])
-        rows.append({"model": name, "engine": label, "first_call_s": seconds[0], "total_s": total,
+    for label, measured in seconds.items():
+        total = statistics.median(measured[1:])
+        rows.append({"model": name, "engine": label, "first_call_s": measured[0], "total_s": total,
                      "tokens_per_s": len(queries) * NEW_TOKENS / total})
         print(rows[-1], flush=True)
     return rows
@@ -140,7 +148,8 @@ def main() -> None:
                      f"{r['step_head_ms']:.2f} | "
                      f"{r['between_forwards_ms']:.2f} | {r['between_forwards_ms'] / step:.0%} | {r['steps']:.0f} |")
     lines += ["", "Generation tokens/s (new tokens of all sequences per second of generate(), medians of "
-              f"{REPS} calls after the first; the first call compiles where compile_mode is set):", "",
+              f"{THROUGHPUT_REPS} calls after the first, the engines taking turns; the first call compiles where "
+              "compile_mode is set):", "",
               "| model | engine | tokens/s | vs generate() alone | total s | first call s |", "|---" * 6 + "|"]
     for r in speeds:
         alone = next(s for s in speeds if s["model"] == r["model"] and s["engine"] == "generate() alone")

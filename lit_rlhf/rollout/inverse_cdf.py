@@ -2,10 +2,17 @@
 distribution, instead of torch.multinomial, which on CPU draws one exponential variate per vocabulary entry per
 sequence (N x V random numbers a decoding step; on a 50k vocabulary the step's largest cost after the forward).
 
-The same distribution, softmax(logits / temperature): a token with probability p owns an interval of length p of
-the cumulative sums (float64, so 50k terms keep their resolution), and a zero-probability token owns none.
+The same distribution, softmax(logits / temperature) in float32 (what generate()'s own sampler draws from): a token
+with probability p owns an interval of length p of the cumulative sums, and a zero-probability token owns none.
+On a large vocabulary the search has two levels, so that nothing of vocabulary size is cumulated or held in
+float64 (those N x V float64 buffers, allocated at every decoding step, were most of the draw's time): first the
+block of BLOCK consecutive tokens whose cumulative mass reaches the target, then the token inside that block. The
+blocks' masses and the chosen block's entries are cumulated in float64, so every positive probability keeps its
+interval. Up to ONE_LEVEL_MAX entries one float64 cumulation over the vocabulary is the cheaper search.
 generate() has no hook for its sampler; `InverseCDFSampler` is the last logits processor of a greedy generate():
 it draws the token and leaves it the only finite score, which the greedy step then takes.
+
+Shapes: N sequences, V vocabulary, B blocks.
 """
 
 from __future__ import annotations
@@ -15,18 +22,55 @@ from transformers import LogitsProcessor
 
 # the message torch.multinomial raises on such rows, which the engine turns into its one-line error
 NOT_FINITE = "probability tensor contains either `inf`, `nan` or element < 0"
+BLOCK = 256  # tokens per block of the first search level
+ONE_LEVEL_MAX = 1 << 17  # N x V entries up to which one level is the cheaper search (on CPU: 32 x 4096)
+SMALLEST = torch.finfo(torch.float64).tiny
 
 
-def sample_inverse_cdf(logits: torch.Tensor) -> torch.Tensor:
-    """One token per row of logits (N,V), drawn from softmax(logits). -> N"""
-    probs = torch.softmax(logits.to(torch.float64), dim=-1)  # N,V
-    cumulative = probs.cumsum(dim=-1)  # N,V  non-decreasing
+def sample_inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row of logits (N,V), drawn from softmax(logits). uniform: N,1 float64 in [0, 1) (None:
+    torch.rand). -> N"""
+    return draw(torch.softmax(logits, dim=-1, dtype=torch.float32), uniform)
+
+
+def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row of probs (N,V; non-negative, rows summing to about 1). -> N"""
+    one_level = probs.numel() <= ONE_LEVEL_MAX
+    masses = (probs if one_level else block_masses(probs)).double()  # N,V or N,B
+    cumulative = masses.cumsum(-1)  # non-decreasing
     total = cumulative[:, -1:]  # N,1  1 up to rounding
     if not bool(torch.isfinite(total).all()):
         raise RuntimeError(NOT_FINITE)
-    uniform = torch.rand(total.shape, dtype=torch.float64, device=logits.device)  # [0, 1)
-    target = (1 - uniform) * total  # (0, total]: the first entry reaching it is a token of positive probability
-    return torch.searchsorted(cumulative, target).squeeze(-1).clamp_(max=logits.shape[-1] - 1)  # N
+    if uniform is None:
+        uniform = torch.rand(total.shape, dtype=torch.float64, device=probs.device)  # [0, 1)
+    target = (1 - uniform) * total  # (0, total]
+    found = torch.searchsorted(cumulative, target)  # N,1  the first token (block) reaching it: p > 0
+    if one_level:
+        return found.squeeze(-1)
+    return token_in_block(probs, masses, cumulative, found, target)
+
+
+def token_in_block(probs: torch.Tensor, masses: torch.Tensor, cumulative: torch.Tensor, block: torch.Tensor,
+                   target: torch.Tensor) -> torch.Tensor:
+    """The second level: the token of `block` (N,1) where the cumulative distribution reaches target (N,1). -> N"""
+    v = probs.shape[-1]
+    before = cumulative.gather(-1, (block - 1).clamp(min=0)) * (block > 0)  # N,1  the mass of the blocks before
+    columns = block * BLOCK + torch.arange(BLOCK, device=probs.device)  # N,BLOCK  past V: padding, probability 0
+    inside = (probs.gather(-1, columns.clamp(max=v - 1)).double() * (columns < v)).cumsum(-1)  # N,BLOCK
+    # the target's place in the block, rescaled from the block's mass to its entries' float64 sum (the two differ
+    # by rounding); at least the smallest positive number and at most the sum, so the token found has p > 0
+    offset = (target - before) / masses.gather(-1, block) * inside[:, -1:]
+    offset = offset.clamp(min=SMALLEST).minimum(inside[:, -1:])
+    return (columns.gather(-1, torch.searchsorted(inside, offset))).squeeze(-1)  # N
+
+
+def block_masses(probs: torch.Tensor) -> torch.Tensor:
+    """The probability of each block of BLOCK consecutive tokens (the last block may be shorter). -> N,B"""
+    full = probs.shape[-1] - probs.shape[-1] % BLOCK
+    masses = probs[:, :full].unflatten(-1, (full // BLOCK, BLOCK)).sum(-1)  # a view: no copy of the N,V probs
+    if full < probs.shape[-1]:
+        masses = torch.cat([masses, probs[:, full:].sum(-1, keepdim=True)], dim=-1)
+    return masses
 
 
 class InverseCDFSampler(LogitsProcessor):
@@ -36,6 +80,6 @@ class InverseCDFSampler(LogitsProcessor):
         self.temperature = temperature
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        tokens = sample_inverse_cdf(scores / self.temperature)  # N
-        chosen = torch.full_like(scores, float("-inf"))
-        return chosen.scatter_(-1, tokens.unsqueeze(-1), 0.0)
+        probs = torch.softmax(scores / self.temperature, dim=-1, dtype=torch.float32)  # N,V
+        tokens = draw(probs)  # N
+        return probs.fill_(float("-inf")).scatter_(-1, tokens.unsqueeze(-1), 0.0)  # the probs' memory, reused

@@ -8,7 +8,7 @@ from transformers import AutoConfig
 
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.rollout import HFEngine
+from lit_rlhf.rollout import HFEngine, inverse_cdf
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler, sample_inverse_cdf
 from tests.conftest import make_datamodule, make_rloo
 
@@ -39,6 +39,50 @@ def test_the_processor_leaves_only_the_drawn_token_finite_at_its_temperature():
     out = InverseCDFSampler(temperature=0.5)(None, scores)
     assert (torch.isfinite(out).sum(-1) == 1).all() and (out.max(-1).values == 0).all()
     assert_frequencies(out.argmax(-1), torch.softmax(scores[0].double() / 0.5, -1))
+
+
+def one_level_reference(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The obviously correct draw: float64 softmax, its cumulative sums, the first token reaching (1 - u) x total."""
+    cumulative = torch.softmax(logits.double(), -1).cumsum(-1)
+    return torch.searchsorted(cumulative, (1 - uniform) * cumulative[:, -1:]).squeeze(-1)
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+@pytest.mark.parametrize("vocabulary", [5, 256, 979, 1024, 50304])
+def test_either_search_draws_what_one_float64_search_over_the_whole_vocabulary_draws(vocabulary, levels,
+                                                                                       monkeypatch):
+    """Smaller than a block, whole blocks, and a short last block; a third of the tokens impossible, peaked and flat
+    rows; uniforms at both ends of [0, 1) and random ones."""
+    monkeypatch.setattr(inverse_cdf, "ONE_LEVEL_MAX", 10**12 if levels == 1 else 0)
+    torch.manual_seed(5)
+    rows = 2000 if vocabulary < 50000 else 300
+    logits = torch.randn(rows, vocabulary) * torch.tensor([0.5, 3.0, 30.0]).repeat(rows // 3 + 1)[:rows, None]
+    logits[:, ::3] = float("-inf")
+    uniform = torch.rand(rows, 1, dtype=torch.float64)
+    uniform[:3] = torch.tensor([[0.0], [1 - 2**-53], [0.5]], dtype=torch.float64)
+    tokens = sample_inverse_cdf(logits, uniform)
+    assert torch.equal(tokens, one_level_reference(logits, uniform))
+    assert not (tokens % 3 == 0).any()
+
+
+def test_nothing_of_vocabulary_size_is_made_in_float64():
+    """What makes the draw cheap: the float64 cumulative sums are over blocks and one block, never over V."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Float64Sizes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.sizes += [t.shape[-1] for t in (out if isinstance(out, tuple) else (out,))
+                           if isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.dim()]
+            return out
+
+    with Float64Sizes() as recorded:
+        InverseCDFSampler(temperature=0.7)(None, torch.randn(32, 50304))
+    assert recorded.sizes and max(recorded.sizes) <= 256, recorded.sizes
 
 
 def test_non_finite_logits_raise_what_multinomial_raises():
