@@ -1,7 +1,7 @@
 """GRPO against TRL's GRPOTrainer and the plain-PyTorch floor, on the same work.
 
     make setup-trl                     # once: TRL 1.16 in .venv-trl (bench only, not a dependency of lit_rlhf)
-    python bench/grpo_vs_trl.py        # ~50 minutes on 2 CPU cores; writes bench/results/grpo_vs_trl.{json,md}
+    python bench/grpo_vs_trl.py        # about an hour on 2 CPU cores; writes bench/results/grpo_vs_trl.{json,md}
     python bench/grpo_vs_trl.py --models tiny --new-tokens 32 --merge   # those lines again, the others kept
 
 Work (bench/workload.py): 8 prompts x 4 generations per step, dapo loss, one update per generation, AdamW,
@@ -12,6 +12,8 @@ fresh process (warm-up steps dropped); the implementations alternate in a rotati
 configuration, and the table gives medians with the ratios to the floor and to TRL measured in the same run.
 Configurations (--full-matrix: every combination on every model):
 - tiny (the embedded default): 32 and 128 forced new tokens x beta 0.04 and 0 x LoRA and full fine-tuning;
+- tiny-50k (the tiny model's layers, pythia's 50k vocabulary; random weights): 32 forced tokens x beta 0.04 and 0 x
+  LoRA and full;
 - pythia-160m shape (random weights): 32 forced tokens, beta 0.04, LoRA and full; 128 forced tokens, LoRA;
 - pythia-160m-stops (mixed response lengths, no forced length): 128 new tokens at most, beta 0.04, LoRA.
 """
@@ -36,7 +38,8 @@ LIT = [sys.executable, "lit_step.py", "--algo", "grpo"]
 IMPLS = {"lit_rlhf": LIT, "lit_rlhf compiled": [*LIT, "--compile-mode", "default"],
          "floor": [sys.executable, "grpo_floor.py"], "trl": [str(TRL_PYTHON), "trl_grpo.py"]}
 LIT_IMPLS = ("lit_rlhf", "lit_rlhf compiled")  # the default HFEngine, and with rollout.compile_mode=default
-STEPS = {"tiny": (5, 2), "pythia-160m": (1, 1), "pythia-160m-stops": (1, 1)}  # (measured, warm-up) per process
+# (measured, warm-up) steps per process
+STEPS = {"tiny": (5, 2), "tiny-50k": (5, 2), "pythia-160m": (1, 1), "pythia-160m-stops": (1, 1)}
 
 
 def configurations(full_matrix: bool) -> list[dict]:
@@ -46,7 +49,7 @@ def configurations(full_matrix: bool) -> list[dict]:
                 for n, b, f in itertools.product(tokens, betas, fulls)]
     if full_matrix:
         return [c for m in STEPS for c in grid(m, (32, 128), (0.04, 0.0), (False, True), m.endswith("-stops"))]
-    return (grid("tiny", (32, 128), (0.04, 0.0), (False, True))
+    return (grid("tiny", (32, 128), (0.04, 0.0), (False, True)) + grid("tiny-50k", (32,), (0.04, 0.0), (False, True))
             + grid("pythia-160m", (32,), (0.04,), (False, True)) + grid("pythia-160m", (128,), (0.04,), (False,))
             + grid("pythia-160m-stops", (128,), (0.04,), (False,), mixed=True))
 

@@ -7,8 +7,9 @@ step time would follow the longest sampled response of each step, and the two im
 sample different sequences, which made the tiny model's episodes/s vary by +-15% between runs.
 Prompts are cut to their last 5 tokens (PROMPT_TOKENS; the bundled ones have 2 to 8), so that
 nearly every batch is 5 tokens wide in both implementations, whatever prompts each one draws.
-Models: the embedded default, and pythia-160m / 410m / 1b shapes with random weights (built from
-the configuration, no download; the tiny tokenizer's ids fit their vocabulary).
+Models: the embedded default, and tiny-50k (its layers, pythia's vocabulary) and pythia-160m / 410m / 1b
+shapes with random weights (built from the configuration, no download; the tiny tokenizer's ids fit their
+vocabulary).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ PROMPTS_PER_STEP, SAMPLES_PER_PROMPT, NEW_TOKENS, TEMPERATURE, PROMPT_TOKENS = 8
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
 LR, KL_COEF, MAX_GRAD_NORM = 1e-4, 0.05, 1.0
 SHAPES = {
+    # the embedded tiny model's layers with pythia's 50k vocabulary, as tiny random models of hub vocabularies have
+    "tiny-50k": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
     "pythia-160m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "pythia-410m": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
     "pythia-1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=8, intermediate_size=8192),
