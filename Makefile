@@ -57,9 +57,11 @@ test: test-main test-vllm  ## the test suite: CPU, offline, minutes
 test-main: setup      ## everything but rollout=vllm (make test-main ARGS="tests/ops -x")
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --ignore=tests/vllm $(ARGS)
 
+# one worker: each test's vLLM engine is a process of its own that takes the cores it is given
 test-vllm: setup setup-vllm  ## rollout=vllm in .venv-vllm; skipped, with the reason, where vLLM cannot install
-	@if [ -f $(VBIN)/.installed ]; then HF_HUB_OFFLINE=1 $(VBIN)/python -m pytest tests/vllm -rs; \
-	else VLLM_UNAVAILABLE_FILE=$(VLLM_VENV).unavailable HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/vllm -rs; fi
+	@if [ -f $(VBIN)/.installed ]; then HF_HUB_OFFLINE=1 $(VBIN)/python -m pytest tests/vllm -rs -n 0 $(ARGS); \
+	else VLLM_UNAVAILABLE_FILE=$(VLLM_VENV).unavailable HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/vllm -rs -n 0 \
+	$(ARGS); fi
 
 lint: setup
 	$(BIN)/ruff check lit_rlhf tests train.py scripts bench

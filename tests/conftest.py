@@ -6,6 +6,11 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test touches the network
 os.environ.setdefault("WANDB_MODE", "offline")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # parallel workers share the cores: one thread each (and in the processes they start), where torch's default
+    # of one thread per core in every worker oversubscribes them many times over
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 from lit_rlhf.assets import TINY_PYTHIA  # noqa: E402
 

@@ -6,6 +6,7 @@ import lightning as L
 import torch
 
 from lit_rlhf.distributed.sharding import full_tensor, local_tensor
+from tests.apps import ROOT  # noqa: F401  (the tests import it from here)
 
 
 class DumpTrainable(L.Callback):
@@ -54,23 +55,10 @@ class ShorterWins:
                              for p, r in zip(policy_completions, reference_completions, strict=True)])
 
 
-ROOT = Path(__file__).resolve().parents[1]
 # a very short train.py run: 1 RL step of 4 prompts, 8 new tokens, no end-of-run reports
 FAST = ["steps=1", "data.batch_size=4", "algo.response_length=8", "data.num_eval_prompts=4",
         "callbacks.generation_samples=null", "callbacks.training_summary=null", "callbacks.curves=null",
         "callbacks.histograms=null", "callbacks.evaluation=null"]
-
-
-def run_script(script: str, *args: str, cwd, env: dict | None = None, timeout: int = 300):
-    """`python <repo>/<script> args...` from cwd, as a user types it (the package on PYTHONPATH)."""
-    import os
-    import subprocess
-    import sys
-
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "COLUMNS": "120",
-                "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def one_line_error(result) -> str:

@@ -3,20 +3,16 @@ without a CUDA device the GPU run is one line."""
 
 import importlib.util
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.helpers import ROOT
+from tests.apps import ROOT, run_app
 
 
 def test_the_cpu_path_measures_every_implementation_of_both_algorithms(tmp_path):
-    done = subprocess.run([sys.executable, "bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--steps", "1",
-                           "--warmup", "0", "--new-tokens", "8", "--compiled-shapes", "tiny", "--skip-checks", "--out",
-                           str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_app("bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--steps", "1", "--warmup", "0",
+                   "--new-tokens", "8", "--compiled-shapes", "tiny", "--skip-checks", "--out", str(tmp_path), cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     measured = {(run["algo"], run["impl"]): run["result"] for run in data["runs"]}
@@ -32,7 +28,7 @@ def test_the_cpu_path_measures_every_implementation_of_both_algorithms(tmp_path)
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_the_gpu_run_without_a_gpu_is_one_line():
-    done = subprocess.run([sys.executable, "bench/gpu.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_app("bench/gpu.py", cwd=ROOT)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().startswith("error: --device cuda, but torch sees no CUDA device")
 
@@ -67,11 +63,11 @@ def test_merge_replaces_the_rows_measured_again_in_place_and_keeps_the_rest():
 
 
 def test_no_measurement_starts_past_max_minutes_and_merge_needs_earlier_results(tmp_path):
-    command = [sys.executable, "bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "rloo",
-               "--skip-checks", "--out", str(tmp_path)]
-    done = subprocess.run([*command, "--merge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    command = ["bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "rloo", "--skip-checks", "--out",
+               str(tmp_path)]
+    done = run_app(*command, "--merge", cwd=ROOT)
     assert done.returncode == 1 and done.stderr.strip().startswith("error: --merge, but there are no earlier results")
-    done = subprocess.run([*command, "--max-minutes", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_app(*command, "--max-minutes", "0", cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]
     assert [run["result"] for run in runs] == [{"error": "not run: past --max-minutes 0"}] * 2

@@ -2,13 +2,12 @@
 generates 8 x 4 responses of exactly the forced length, and the floor's loss is GRPO's (dapo + k3)."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from tests.helpers import ROOT
+from tests.apps import ROOT, run_app
 
 BENCH = ROOT / "bench"
 
@@ -16,8 +15,8 @@ BENCH = ROOT / "bench"
 @pytest.mark.parametrize("script", [["grpo_floor.py"], ["lit_step.py", "--algo", "grpo"]])
 @pytest.mark.parametrize("variant", [["--beta", "0.04"], ["--beta", "0", "--full"]])
 def test_grpo_benchmark_step_does_the_stated_work(script, variant):
-    out = subprocess.run([sys.executable, *script, *variant, "--model", "tiny", "--steps", "1", "--warmup", "0",
-                          "--new-tokens", "8"], cwd=BENCH, capture_output=True, text=True, timeout=300)
+    out = run_app(f"bench/{script[0]}", *script[1:], *variant, "--model", "tiny", "--steps", "1", "--warmup", "0",
+                  "--new-tokens", "8", cwd=BENCH)
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["algo"] == "grpo" and report["steps"] == 1

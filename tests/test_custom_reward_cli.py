@@ -5,7 +5,8 @@ class with arguments)."""
 import csv
 import os
 
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, ROOT, one_line_error
 
 REWARDS = '''
 import torch
@@ -27,7 +28,7 @@ class Length:
 
 def run_in_fresh_dir(tmp_path, *args):
     (tmp_path / "myrewards.py").write_text(REWARDS)
-    return run_script("train.py", *FAST, *args, cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}{os.pathsep}."})
+    return run_app("train.py", *FAST, *args, cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}{os.pathsep}."})
 
 
 def logged(tmp_path, key: str) -> list[float]:

@@ -1,5 +1,4 @@
-import subprocess
-import sys
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -9,6 +8,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 from lit_rlhf.export import export_policy, load_from_checkpoint
+from tests.apps import run_app
 from tests.conftest import make_datamodule, make_ppo
 
 
@@ -58,17 +58,15 @@ def test_adapter_only_export_round_trips_through_peft(trained, tmp_path):
 
 def test_export_command_and_its_errors(trained, tmp_path):
     _, ckpt, _ = trained
-    ok = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(ckpt), str(tmp_path / "cli")],
-                        capture_output=True, text=True)
+    ok = run_app("lit_rlhf.export", str(ckpt), str(tmp_path / "cli"), cwd=tmp_path, module=True)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert (tmp_path / "cli" / "config.json").exists()
-    bad = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(tmp_path / "nope.ckpt"), str(tmp_path / "x")],
-                         capture_output=True, text=True)
+    bad = run_app("lit_rlhf.export", str(tmp_path / "nope.ckpt"), str(tmp_path / "x"), cwd=tmp_path, module=True)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ckpt_path=")
 
 
 def export_cli(*args):
-    return subprocess.run([sys.executable, "-m", "lit_rlhf.export", *map(str, args)], capture_output=True, text=True)
+    return run_app("lit_rlhf.export", *map(str, args), cwd=Path.cwd(), module=True)
 
 
 def test_export_never_overwrites_and_refuses_a_corrupted_checkpoint(trained, tmp_path):

@@ -1,16 +1,12 @@
 import csv
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from lit_rlhf.cli.resolvers import register_resolvers
+from tests.apps import ROOT, run_app
 
-ROOT = Path(__file__).resolve().parents[1]
 TRL_RLOO_METRICS = {
     "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward", "objective/scores",
     "policy/approxkl_avg", "policy/clipfrac_avg", "loss/policy_avg", "policy/entropy_avg", "val/ratio",
@@ -49,9 +45,7 @@ def test_pythia_1b_composes_a_real_config(algo, tmp_path):
 
 
 def run_train(*overrides, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", *overrides],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run_app("train.py", f"hydra.run.dir={tmp_path}", *overrides, cwd=ROOT)
 
 
 def test_train_py_runs_logs_trl_metrics_and_prints_a_summary(tmp_path):
@@ -81,8 +75,7 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
 
 
 def test_help_lists_every_group_option_and_no_internal_group(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], cwd=tmp_path, capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = run_app("train.py", "--help", cwd=tmp_path)
     assert result.returncode == 0
     help_text = result.stdout[: result.stdout.index("task_name:")]
     assert "algo/common" not in help_text and "powered by Hydra" not in help_text

@@ -8,20 +8,21 @@ import re
 import pytest
 
 from tests.algos.test_reward_model import separable_pairs
-from tests.helpers import FAST, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, one_line_error
 
 
 def test_a_reward_model_trained_from_the_command_line_is_the_reward_of_an_rl_run(tmp_path):
     separable_pairs(tmp_path / "pairs.jsonl", n=96)
-    trained = run_script("train_reward_model.py", "data.dataset=pairs.jsonl", "algo.optimizer.lr=3e-3", "epochs=2",
-                         cwd=tmp_path)
+    trained = run_app("train_reward_model.py", "data.dataset=pairs.jsonl", "algo.optimizer.lr=3e-3", "epochs=2",
+                      cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     folder = re.search(r"Reward model: (\S+)", trained.stdout).group(1)
     run_dir = re.search(r"Run directory: (\S+)", trained.stdout).group(1)
     result = json.loads((tmp_path / run_dir / "result.json").read_text())
     assert result["status"] == "ok" and result["objective"] >= 0.9  # val/accuracy, the sweep objective
-    rl = run_script("train.py", *FAST, "reward=reward_model", f"reward.name_or_path={folder}",
-                    "reward.dtype=float32", "reward.normalize=true", "callbacks.evaluation=null", cwd=tmp_path)
+    rl = run_app("train.py", *FAST, "reward=reward_model", f"reward.name_or_path={folder}",
+                 "reward.dtype=float32", "reward.normalize=true", "callbacks.evaluation=null", cwd=tmp_path)
     assert rl.returncode == 0, rl.stderr[-3000:]
 
 
@@ -31,7 +32,7 @@ def test_a_reward_model_trained_from_the_command_line_is_the_reward_of_an_rl_run
 ])
 def test_bad_preference_data_is_one_line(tmp_path, rows, expected):
     (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    result = run_script("train_reward_model.py", "data.dataset=pairs.jsonl", cwd=tmp_path)
+    result = run_app("train_reward_model.py", "data.dataset=pairs.jsonl", cwd=tmp_path)
     assert expected in one_line_error(result)
 
 
@@ -54,9 +55,9 @@ def test_the_python_example_of_docs_preferences_runs(tmp_path, monkeypatch):
 
 def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with_its_start(tmp_path):
     separable_pairs(tmp_path / "pairs.jsonl", n=64)
-    trained = run_script("train_dpo.py", "data.dataset=pairs.jsonl", "algo.optimizer.lr=3e-3", cwd=tmp_path)
+    trained = run_app("train_dpo.py", "data.dataset=pairs.jsonl", "algo.optimizer.lr=3e-3", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     command = re.search(r"python evaluate.py (.+)", trained.stdout).group(1).split()
-    evaluated = run_script("evaluate.py", *command, "data.num_eval_prompts=4", cwd=tmp_path)
+    evaluated = run_app("evaluate.py", *command, "data.num_eval_prompts=4", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "score difference (policy - reference)" in evaluated.stdout

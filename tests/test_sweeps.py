@@ -1,9 +1,6 @@
 """Hydra multirun: grid sweeps with a summary, failing trials, Optuna, experiment presets."""
 
 import csv
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +14,8 @@ from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.cli.sweeps import config_objective, kl_budget_objective, sweep_group
 from lit_rlhf.cli.train import finish_wandb_run, instantiate_group
 from lit_rlhf.errors import ConfigError
+from tests.apps import ROOT, run_app
 
-ROOT = Path(__file__).resolve().parents[1]
 # a very short run: 2 RL steps of 4 prompts, 8 new tokens, held-out metrics after the last step
 SHORT = ["steps=2", "data.batch_size=4", "algo.response_length=8", "data.num_eval_prompts=4",
          "callbacks.generation_samples=null", "callbacks.training_summary=null", "callbacks.curves=null",
@@ -26,9 +23,7 @@ SHORT = ["steps=2", "data.batch_size=4", "algo.response_length=8", "data.num_eva
 
 
 def multirun(tmp_path, *overrides):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", f"hydra.sweep.dir={tmp_path}", *SHORT,
-                             *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path}", *SHORT, *overrides, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(tmp_path / "summary.csv") as f:
         return result, list(csv.DictReader(f))

@@ -3,7 +3,8 @@ so every RL step trains its own prompts once: none skipped, none repeated."""
 
 import json
 
-from tests.helpers import ROOT, run_script
+from tests.apps import run_app, run_process
+from tests.helpers import ROOT
 
 RUN = ["algo.max_staleness=2", "data.batch_size=4", "algo.response_length=8", "data.num_eval_prompts=4",
        "callbacks.generation_samples=null", "callbacks.training_summary=null", "callbacks.curves=null",
@@ -17,15 +18,15 @@ def records(path):
 
 def test_a_run_killed_with_rollouts_in_flight_resumes_without_skipping_or_repeating_prompts(tmp_path):
     env = {"PYTHONPATH": str(ROOT)}
-    full = run_script("train.py", "steps=6", *RUN, "hydra.run.dir=full",
-                      f"+callbacks.record.path={tmp_path}/full.jsonl", cwd=tmp_path, env=env)
+    full = run_app("train.py", "steps=6", *RUN, "hydra.run.dir=full", f"+callbacks.record.path={tmp_path}/full.jsonl",
+                   cwd=tmp_path, env=env)
     assert full.returncode == 0, full.stderr[-2000:]
-    killed = run_script("train.py", "steps=6", *RUN, "hydra.run.dir=run", f"+callbacks.record.path={tmp_path}/a.jsonl",
-                        "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.rl_step=3",
-                        cwd=tmp_path, env=env)
+    killed = run_process("train.py", "steps=6", *RUN, "hydra.run.dir=run", f"+callbacks.record.path={tmp_path}/a.jsonl",
+                         "+callbacks.kill._target_=tests.helpers.KillAt", "+callbacks.kill.rl_step=3", cwd=tmp_path,
+                         env=env)
     assert killed.returncode == -9  # SIGKILL, with rollouts 4 and 5 drawn ahead (S=2)
-    resumed = run_script("train.py", "steps=6", *RUN, "hydra.run.dir=run", "ckpt_path=last",
-                         f"+callbacks.record.path={tmp_path}/b.jsonl", cwd=tmp_path, env=env)
+    resumed = run_app("train.py", "steps=6", *RUN, "hydra.run.dir=run", "ckpt_path=last",
+                      f"+callbacks.record.path={tmp_path}/b.jsonl", cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
     expected = {r["rl_step"]: r["prompts"] for r in records(tmp_path / "full.jsonl")}

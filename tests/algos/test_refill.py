@@ -6,7 +6,8 @@ import torch
 
 from lit_rlhf.algos.refill import concat_rollouts, first_groups, select_sequences
 from lit_rlhf.algos.rollout import Rollout
-from tests.helpers import one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import one_line_error
 
 QUIET = ["data.num_eval_prompts=8", "callbacks.generation_samples=null", "callbacks.training_summary=null",
          "callbacks.curves=null", "callbacks.histograms=null", "callbacks.evaluation=null"]
@@ -48,10 +49,10 @@ def metrics(path):
 
 
 def test_refill_rounds_add_informative_groups_and_count_what_they_generate(tmp_path):
-    refilled = run_script("train.py", *FORMAT_ONLY, "steps=3", "algo.max_refill_rounds=2", "hydra.run.dir=refill",
-                          cwd=tmp_path)
+    refilled = run_app("train.py", *FORMAT_ONLY, "steps=3", "algo.max_refill_rounds=2", "hydra.run.dir=refill",
+                       cwd=tmp_path)
     assert refilled.returncode == 0, refilled.stderr[-3000:]
-    plain = run_script("train.py", *FORMAT_ONLY, "steps=1", "hydra.run.dir=plain", cwd=tmp_path)
+    plain = run_app("train.py", *FORMAT_ONLY, "steps=1", "hydra.run.dir=plain", cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr[-3000:]
     rows = metrics(tmp_path / "refill" / "csv" / "metrics.csv")
     assert len(rows) == 3
@@ -67,22 +68,22 @@ def test_refill_rounds_add_informative_groups_and_count_what_they_generate(tmp_p
 
 
 def test_a_constant_reward_warns_at_the_first_fruitless_round_and_rounds_are_bounded(tmp_path):
-    result = run_script("train.py", *FORMAT_ONLY, "steps=1", "algo.max_refill_rounds=3",
-                        "reward._target_=tests.helpers.constant_reward", cwd=tmp_path)
+    result = run_app("train.py", *FORMAT_ONLY, "steps=1", "algo.max_refill_rounds=3",
+                     "reward._target_=tests.helpers.constant_reward", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     warnings = [line for line in result.stderr.splitlines() if "Warning: DAPO refill" in line]
     assert len(warnings) == 1 and "DAPO refill: round 1 of RL step 1" in warnings[0]
-    line = one_line_error(run_script("train.py", *FORMAT_ONLY, "algo.max_refill_rounds=100000", cwd=tmp_path))
+    line = one_line_error(run_app("train.py", *FORMAT_ONLY, "algo.max_refill_rounds=100000", cwd=tmp_path))
     assert line.startswith("error: algo.max_refill_rounds=100000 is more than 100")
 
 
 def test_a_resume_with_refills_is_exact(tmp_path):
     args = [*FORMAT_ONLY, "algo.max_refill_rounds=2"]
-    straight = run_script("train.py", *args, "steps=2", "hydra.run.dir=straight", cwd=tmp_path)
+    straight = run_app("train.py", *args, "steps=2", "hydra.run.dir=straight", cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    first = run_script("train.py", *args, "steps=1", "hydra.run.dir=resumed", cwd=tmp_path)
+    first = run_app("train.py", *args, "steps=1", "hydra.run.dir=resumed", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = run_script("train.py", *args, "steps=2", "hydra.run.dir=resumed", "ckpt_path=last", cwd=tmp_path)
+    resumed = run_app("train.py", *args, "steps=2", "hydra.run.dir=resumed", "ckpt_path=last", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected = metrics(tmp_path / "straight" / "csv" / "metrics.csv")[-1]
     got = metrics(tmp_path / "resumed" / "csv" / "metrics.csv")[-1]

@@ -7,6 +7,7 @@ import pytest
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
 from lit_rlhf.callbacks import CurvesPlot, GenerationSamples, Histograms, TrainingSummary
+from tests.apps import run_app
 from tests.conftest import make_datamodule, make_rloo
 
 HISTOGRAMS = {"env/reward_dist", "objective/kl_dist", "objective/logprobs", "objective/ref_logprobs",
@@ -103,16 +104,13 @@ def test_sampling_callbacks_do_not_change_the_training_run(tmp_path):
 
 
 def test_plot_command_draws_a_png_from_a_run_directory(tmp_path):
-    import subprocess
-    import sys
 
     (tmp_path / "csv").mkdir()
     rows = ["episode,objective/scores,objective/kl,val/ratio,eval/scores"]
     rows += [f"{32 * i},{0.1 * i},{0.5 * i},1.0," for i in range(1, 6)] + [",,,,0.7"]
     (tmp_path / "csv" / "metrics.csv").write_text("\n".join(rows) + "\n")
-    result = subprocess.run([sys.executable, "-m", "lit_rlhf.plot", str(tmp_path)], capture_output=True, text=True)
+    result = run_app("lit_rlhf.plot", str(tmp_path), cwd=tmp_path, module=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    missing = subprocess.run([sys.executable, "-m", "lit_rlhf.plot", str(tmp_path / "nope")], capture_output=True,
-                             text=True)
+    missing = run_app("lit_rlhf.plot", str(tmp_path / "nope"), cwd=tmp_path, module=True)
     assert missing.returncode != 0 and missing.stderr.strip().startswith("error: no metrics.csv")

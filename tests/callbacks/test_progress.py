@@ -25,10 +25,11 @@ def test_the_bar_counts_rl_steps_and_a_resumed_run_continues_the_count(tmp_path)
 
 def test_logs_get_a_plain_progress_line_every_few_rl_steps(tmp_path):
     """`make train > train.log`: stdout is not a terminal, so the run prints progress lines as it goes."""
-    from tests.helpers import FAST, run_script
+    from tests.apps import run_app
+    from tests.helpers import FAST
 
     args = [a for a in FAST if not a.startswith("steps=")]
-    result = run_script("train.py", *args, "steps=4", "callbacks.progress_lines.every_n_steps=2", cwd=tmp_path)
+    result = run_app("train.py", *args, "steps=4", "callbacks.progress_lines.every_n_steps=2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("RL step ")]
     assert [line.split(" | ")[0] for line in lines] == ["RL step 2/4", "RL step 4/4"]

@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM
 
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.export import load_from_checkpoint
-from tests.helpers import ROOT, run_script, save_reward_model
+from tests.apps import run_app, run_process
+from tests.helpers import ROOT, save_reward_model
 
 FSDP2 = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]
 SHORT = ["algo.response_length=12", "data.batch_size=8", "callbacks.generation_samples=null",
@@ -21,9 +22,9 @@ SHORT = ["algo.response_length=12", "data.batch_size=8", "callbacks.generation_s
 
 
 def train(run_dir, *overrides, timeout=600, env=None):
-    result = run_script("train.py", f"hydra.run.dir={run_dir}", *SHORT,
-                        "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={run_dir}/dump",
-                        *overrides, cwd=ROOT, timeout=timeout, env=env)
+    result = run_process("train.py", f"hydra.run.dir={run_dir}", *SHORT,
+                         "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={run_dir}/dump",
+                         *overrides, cwd=ROOT, timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(f"{run_dir}/dump/rank0.pt", weights_only=True)
 
@@ -82,8 +83,7 @@ def test_a_checkpoint_resumes_exactly_and_exports(sharded, tmp_path):
     for name, tensor in whole["trained"].items():
         assert torch.equal(state[name], tensor), name
     out = tmp_path / "exported"
-    result = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(last), str(out)], cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    result = run_app("lit_rlhf.export", str(last), str(out), cwd=tmp_path, module=True)
     assert result.returncode == 0, result.stderr[-3000:]
     exported = AutoModelForCausalLM.from_pretrained(out).state_dict()
     at_end = AutoModelForCausalLM.from_pretrained(tmp_path / "at_end").state_dict()  # export_dir= of the run
@@ -251,7 +251,7 @@ def test_a_finished_run_resumed_to_more_steps_continues_as_the_longer_run(tmp_pa
     args = [*FSDP2, *longer, "callbacks.model_checkpoint.every_n_train_steps=1"]
 
     def run(run_dir, *extra):
-        result = run_script("train.py", f"hydra.run.dir={run_dir}", *args, *extra, cwd=ROOT)
+        result = run_process("train.py", f"hydra.run.dir={run_dir}", *args, *extra, cwd=ROOT)
         assert result.returncode == 0, result.stderr[-3000:]
         return result
 

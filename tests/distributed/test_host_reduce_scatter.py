@@ -56,5 +56,8 @@ def test_pieces_give_gloos_numbers_and_fsdp2_reduces_through_them(tmp_path):
         assert len(rank["calls"]) == units
     both = torch.cat([torch.arange(1, 13).reshape(2, 6), torch.arange(1, 13).reshape(2, 6) + 6])
     model(both).logits.float().square().mean().backward()  # the mean over both ranks' batches
+    # two half-batch backwards summed against one whole-batch backward: float32 sums in another order, apart by a few
+    # float32 roundings of the tensor's largest entry (the pieces' own exactness is the torch.equal with gloo above)
     for name, p in model.named_parameters():
-        torch.testing.assert_close(ranks[0]["grads"][name], p.grad, rtol=1e-5, atol=1e-7, msg=name)
+        scale = float(p.grad.abs().max())
+        torch.testing.assert_close(ranks[0]["grads"][name], p.grad, rtol=1e-5, atol=1e-6 * scale, msg=name)

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, ROOT, one_line_error
 
 USER_MODULE = '''
 from lit_rlhf.envs import Environment
@@ -42,8 +43,8 @@ class Shouting(Environment):
 
 def run_with_user_env(tmp_path, *args):
     (tmp_path / "myenvs.py").write_text(USER_MODULE)
-    return run_script("train.py", *FAST, "env=calculator", *args, cwd=tmp_path,
-                      env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"})
+    return run_app("train.py", *FAST, "env=calculator", *args, cwd=tmp_path,
+                   env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"})
 
 
 @pytest.mark.parametrize("target, expected", [
@@ -67,8 +68,8 @@ def test_reward_environment_trains_on_each_episodes_own_score(tmp_path):
     not one of the prompts' rows); the calculator environment scores the final turn's answer."""
     import csv
 
-    result = run_script("train.py", *FAST, "experiment=calculator_grpo", "reward=environment", "steps=2",
-                        "hydra.run.dir=run", cwd=tmp_path)
+    result = run_app("train.py", *FAST, "experiment=calculator_grpo", "reward=environment", "steps=2",
+                     "hydra.run.dir=run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("rewards/environment/mean")]
@@ -76,6 +77,6 @@ def test_reward_environment_trains_on_each_episodes_own_score(tmp_path):
 
 
 def test_reward_environment_without_an_environment_is_one_line(tmp_path):
-    line = one_line_error(run_script("train.py", *FAST, "reward=environment", cwd=tmp_path))
+    line = one_line_error(run_app("train.py", *FAST, "reward=environment", cwd=tmp_path))
     assert line.startswith("error: the reward environment reads 'env_reward', a column the episodes of an "
                            "environment add; set env=<an environment>")

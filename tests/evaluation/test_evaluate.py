@@ -1,10 +1,6 @@
 """evaluate.py and the end-of-training evaluation on the embedded default."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -12,14 +8,11 @@ from hydra import compose, initialize_config_dir
 from lit_rlhf.cli.evaluate import evaluate
 from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.models import VaderSentiment
-
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+from tests.apps import ROOT, run_app
 
 
-def run_script(script, *overrides, out):
-    return subprocess.run([sys.executable, str(ROOT / script), f"hydra.run.dir={out}", *overrides],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+def run_in(script, *overrides, out):
+    return run_app(script, f"hydra.run.dir={out}", *overrides, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +20,8 @@ def trained_run(tmp_path_factory):
     """A short RLOO run through train.py; its end-of-training evaluation is on by default. Its gold reward (VADER of
     prompt and completion, where the trained reward scores the completion) is scored beside the reward."""
     out = tmp_path_factory.mktemp("run")
-    result = run_script("train.py", "steps=20", "trainer.val_check_interval=20", "callbacks.generation_samples=null",
-                        "gold=vader", "gold.rewards.vader.include_prompt=true", out=out)
+    result = run_in("train.py", "steps=20", "trainer.val_check_interval=20", "callbacks.generation_samples=null",
+                    "gold=vader", "gold.rewards.vader.include_prompt=true", out=out)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -82,8 +75,8 @@ def test_evaluate_py_on_the_checkpoint_reproduces_the_end_of_training_report(tra
 
 
 def test_an_exported_model_directory_evaluates_against_the_base_model(trained_run, tmp_path):
-    export = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"),
-                             str(tmp_path / "hf")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    export = run_app("lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"), str(tmp_path / "hf"),
+                     cwd=ROOT, module=True)
     assert export.returncode == 0, export.stderr[-2000:]
     from_export = evaluate_with(f"policy_path={tmp_path / 'hf'}", "gold=vader",
                                 "gold.rewards.vader.include_prompt=true", out=tmp_path / "eval").summary
@@ -128,6 +121,6 @@ def test_an_llm_judge_at_an_endpoint_decides_the_pairs(trained_run, tmp_path):
 
 
 def test_evaluate_py_reports_a_bad_checkpoint_path_in_one_line(tmp_path):
-    result = run_script("evaluate.py", "ckpt_path=missing.ckpt", out=tmp_path)
+    result = run_in("evaluate.py", "ckpt_path=missing.ckpt", out=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ckpt_path='missing.ckpt' is not a file")

@@ -6,13 +6,14 @@ import json
 import pytest
 import torch
 
-from tests.helpers import FAST, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, one_line_error
 
 
 @pytest.fixture(scope="module")
 def arithmetic_run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("arithmetic")
-    result = run_script("train.py", "experiment=arithmetic_rloo", "hydra.run.dir=run", *FAST, cwd=directory)
+    result = run_app("train.py", "experiment=arithmetic_rloo", "hydra.run.dir=run", *FAST, cwd=directory)
     assert result.returncode == 0, result.stderr[-3000:]
     return directory
 
@@ -25,8 +26,8 @@ def evaluation_of(directory):
 
 def test_an_arithmetic_checkpoint_is_evaluated_on_its_own_data_reward_and_task_metric(arithmetic_run, tmp_path):
     ckpt = arithmetic_run / "run" / "checkpoints" / "last.ckpt"
-    result = run_script("evaluate.py", f"ckpt_path={ckpt}", "samples_per_prompt=1", "num_bootstraps=50",
-                        "algo.response_length=3", cwd=tmp_path)
+    result = run_app("evaluate.py", f"ckpt_path={ckpt}", "samples_per_prompt=1", "num_bootstraps=50",
+                     "algo.response_length=3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary, generations = evaluation_of(tmp_path)
     assert "exact_match" in summary["task_metrics"]
@@ -37,7 +38,7 @@ def test_an_arithmetic_checkpoint_is_evaluated_on_its_own_data_reward_and_task_m
 
 def test_algorithm_settings_other_than_length_and_temperature_are_refused_with_a_checkpoint(arithmetic_run, tmp_path):
     ckpt = arithmetic_run / "run" / "checkpoints" / "last.ckpt"
-    line = one_line_error(run_script("evaluate.py", f"ckpt_path={ckpt}", "algo.kl_coef=0.1", cwd=tmp_path))
+    line = one_line_error(run_app("evaluate.py", f"ckpt_path={ckpt}", "algo.kl_coef=0.1", cwd=tmp_path))
     assert line.startswith("error: algo.kl_coef does not apply to evaluate.py ckpt_path=...")
 
 
@@ -56,7 +57,7 @@ def test_a_checkpoint_cannot_choose_the_code_it_runs(group, target, arithmetic_r
     crafted = {"_target_": target, "_args_": arguments[target]}
     checkpoint["rlhf_state"]["run_config"][group] = {"name": crafted} if group == "task_metrics" else crafted
     torch.save(checkpoint, tmp_path / "crafted.ckpt")
-    line = one_line_error(run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
+    line = one_line_error(run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
     assert f"the checkpoint's {group} names {target!r}, which is not one of lit_rlhf's {group} classes" in line
     assert victim.read_text() == "the user's data" and not made.exists()
 
@@ -67,7 +68,7 @@ def test_a_checkpoint_names_only_an_rlhf_module_as_its_algorithm(algo, arithmeti
     checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     checkpoint["rlhf_state"]["algo"] = algo
     torch.save(checkpoint, tmp_path / "crafted.ckpt")
-    line = one_line_error(run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
+    line = one_line_error(run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
     assert f"the checkpoint names algo {algo!r}, which is not an RLHFModule class" in line
 
 
@@ -79,10 +80,10 @@ def test_a_checkpoint_names_only_an_rlhf_module_as_its_algorithm(algo, arithmeti
     ("device=gpu", "device='gpu' is not a device"),
 ])
 def test_bad_evaluation_settings_are_one_line(setting, expected, tmp_path):
-    assert one_line_error(run_script("evaluate.py", setting, cwd=tmp_path)).startswith(f"error: {expected}")
+    assert one_line_error(run_app("evaluate.py", setting, cwd=tmp_path)).startswith(f"error: {expected}")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_device_cuda_without_cuda_is_one_line(tmp_path):
-    line = one_line_error(run_script("evaluate.py", "device=cuda", cwd=tmp_path))
+    line = one_line_error(run_app("evaluate.py", "device=cuda", cwd=tmp_path))
     assert line.startswith("error: device='cuda', but this machine has no CUDA device")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app, run_process
+from tests.helpers import FAST, ROOT, one_line_error
 
 TINY = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
 FSDP2_ONE_RANK = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=1"]
@@ -267,7 +268,7 @@ def inputs(tmp_path_factory):
 def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
     if label.startswith("rollout=vllm") and importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed in this environment")
-    result = run_script("train.py", *FAST, *args, cwd=inputs, timeout=120)
+    result = run_app("train.py", *FAST, *args, cwd=inputs)
     assert one_line_error(result).startswith(f"error: {expected}")
     assert not (inputs / "PWNED").exists()
     assert not (inputs / "logs" / "train" / "runs").exists() or all(
@@ -277,8 +278,8 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
 def test_an_upper_case_extension_is_read_and_reward_concurrent_is_a_setting(tmp_path):
     (tmp_path / "PROMPTS.JSONL").write_text("".join(json.dumps({"prompt": f"The film {i} was"}) + "\n"
                                                     for i in range(24)))
-    result = run_script("train.py", *FAST, "data=files", "data.dataset=PROMPTS.JSONL", "reward.concurrent=true",
-                        cwd=tmp_path)
+    result = run_app("train.py", *FAST, "data=files", "data.dataset=PROMPTS.JSONL", "reward.concurrent=true",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -302,7 +303,7 @@ def test_two_names_for_one_setting_warn_once(settings, expected):
 
 
 def test_blank_lines_in_a_prompt_file_are_skipped(inputs):
-    result = run_script("train.py", *FAST, "data=files", "data.dataset=with_blank_lines.jsonl", cwd=inputs)
+    result = run_app("train.py", *FAST, "data=files", "data.dataset=with_blank_lines.jsonl", cwd=inputs)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -314,7 +315,7 @@ def test_the_docs_list_every_case():
 
 def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
     env = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
-    result = run_script("train.py", *FAST, "model=pythia-14m", cwd=tmp_path, env=env, timeout=120)
+    result = run_process("train.py", *FAST, "model=pythia-14m", cwd=tmp_path, env=env)  # the Hub's settings: at import
     line = one_line_error(result)
     assert "'EleutherAI/pythia-14m' is not available here (not in the cache, and http://127.0.0.1:9" in line
     assert "Retrying" not in result.stderr and "retry" not in result.stderr.lower()
@@ -322,17 +323,14 @@ def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
 
 def test_a_model_directory_without_tokenizer_trains_with_model_tokenizer_name_or_path(inputs):
     tokenizer = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
-    result = run_script("train.py", *FAST, "model=causal_lm", "model.name_or_path=model_without_tokenizer",
-                        f"model.tokenizer_name_or_path={tokenizer}", cwd=inputs)
+    result = run_app("train.py", *FAST, "model=causal_lm", "model.name_or_path=model_without_tokenizer",
+                     f"model.tokenizer_name_or_path={tokenizer}", cwd=inputs)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_plot_on_a_non_numeric_csv_is_one_line(tmp_path):
-    import subprocess
-    import sys
 
     (tmp_path / "csv").mkdir()
     (tmp_path / "csv" / "metrics.csv").write_text("step,objective/scores\n0,abc\n")
-    result = subprocess.run([sys.executable, "-m", "lit_rlhf.plot", str(tmp_path)], capture_output=True, text=True,
-                            cwd=ROOT)
+    result = run_app("lit_rlhf.plot", str(tmp_path), cwd=ROOT, module=True)
     assert one_line_error(result).startswith(f"error: {tmp_path / 'csv' / 'metrics.csv'}, line 2: not a number")

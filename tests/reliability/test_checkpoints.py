@@ -15,7 +15,8 @@ import torch
 
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
 from lit_rlhf.errors import ConfigError
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, ROOT, one_line_error
 
 
 def test_a_writer_killed_at_random_points_never_leaves_a_broken_checkpoint(tmp_path):
@@ -78,11 +79,10 @@ def test_a_pickled_payload_behind_a_url_is_refused_and_never_runs(command, evil_
     url, marker = evil_url
     env = {"TORCH_HOME": str(tmp_path / "torch_home")}
     if command == "export":
-        result = subprocess.run([sys.executable, "-m", "lit_rlhf.export", url, str(tmp_path / "out")], cwd=tmp_path,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True)
+        result = run_app("lit_rlhf.export", url, str(tmp_path / "out"), cwd=tmp_path, env=env, module=True)
     else:
-        result = run_script(f"{command}.py", f"ckpt_path={url}", *(FAST if command == "train" else []),
-                            cwd=tmp_path, env=env)
+        result = run_app(f"{command}.py", f"ckpt_path={url}", *(FAST if command == "train" else []),
+                         cwd=tmp_path, env=env)
     assert "was refused" in one_line_error(result) and "weights-only" in result.stderr
     assert not marker.exists()
 
@@ -101,17 +101,15 @@ def bad_checkpoints(tmp_path, good):
 
 
 def test_unusable_checkpoint_files_are_one_line_errors_in_train_evaluate_and_export(tmp_path):
-    first = run_script("train.py", f"hydra.run.dir={tmp_path / 'run'}", *FAST, cwd=tmp_path)
+    first = run_app("train.py", f"hydra.run.dir={tmp_path / 'run'}", *FAST, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     for name, path in bad_checkpoints(tmp_path, tmp_path / "run" / "checkpoints" / "last.ckpt").items():
-        line = one_line_error(run_script("train.py", f"ckpt_path={path}", *FAST, cwd=tmp_path))
+        line = one_line_error(run_app("train.py", f"ckpt_path={path}", *FAST, cwd=tmp_path))
         assert line.startswith(f"error: ckpt_path='{path}'"), (name, line)
         if name in ("empty", "truncated"):
-            line = one_line_error(run_script("evaluate.py", f"ckpt_path={path}", cwd=tmp_path))
+            line = one_line_error(run_app("evaluate.py", f"ckpt_path={path}", cwd=tmp_path))
             assert line.startswith(f"error: ckpt_path='{path}'"), (name, line)
-            export = subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(path), str(tmp_path / "x")],
-                                    cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                                    text=True)
+            export = run_app("lit_rlhf.export", str(path), str(tmp_path / "x"), cwd=tmp_path, module=True)
             assert export.returncode != 0 and export.stderr.strip().startswith(f"error: ckpt_path='{path}'")
             assert "Traceback" not in export.stderr
 

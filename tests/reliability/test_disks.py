@@ -1,14 +1,13 @@
 """A full disk and a read-only target, on real filesystems (small tmpfs mounts; skipped where this process
 may not mount): one line naming the path, nothing half-written left, the checkpoints already written intact."""
 
-import os
 import subprocess
-import sys
 import uuid
 
 import pytest
 
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, one_line_error
 
 
 def mount_tmpfs(path, options: str):
@@ -37,13 +36,12 @@ def read_only_disk(tmp_path):
 
 
 def export(ckpt, out, cwd):
-    return subprocess.run([sys.executable, "-m", "lit_rlhf.export", str(ckpt), str(out)], cwd=cwd, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return run_app("lit_rlhf.export", str(ckpt), str(out), cwd=cwd, module=True)
 
 
 def test_checkpoints_on_a_full_disk_are_one_line_naming_the_file(full_disk, tmp_path):
-    result = run_script("train.py", *FAST, f"callbacks.model_checkpoint.dirpath={full_disk / 'checkpoints'}",
-                        cwd=tmp_path)
+    result = run_app("train.py", *FAST, f"callbacks.model_checkpoint.dirpath={full_disk / 'checkpoints'}",
+                     cwd=tmp_path)
     line = one_line_error(result)
     assert line.startswith(f"error: no space left writing {full_disk / 'checkpoints' / 'last.ckpt'}"), line
     assert not [p for p in (full_disk / "checkpoints").iterdir() if p.name.startswith(".last.ckpt.partial")]
@@ -51,7 +49,7 @@ def test_checkpoints_on_a_full_disk_are_one_line_naming_the_file(full_disk, tmp_
 
 def test_an_export_onto_a_full_disk_is_one_line_and_leaves_no_half_model(full_disk, tmp_path):
     out = full_disk / f"model-{uuid.uuid4().hex[:6]}"
-    result = run_script("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
+    result = run_app("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
     assert one_line_error(result).startswith(f"error: no space left writing {out}")
     assert not out.exists() and (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
     again = export(tmp_path / "run" / "checkpoints" / "last.ckpt", out, tmp_path)
@@ -60,7 +58,7 @@ def test_an_export_onto_a_full_disk_is_one_line_and_leaves_no_half_model(full_di
 
 def test_a_read_only_export_target_is_refused_before_training(read_only_disk, tmp_path):
     out = read_only_disk / "model"
-    result = run_script("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
+    result = run_app("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
     assert one_line_error(result).startswith(f"error: export_dir='{out}' cannot be written ({read_only_disk} is "
                                              f"read-only)")
     assert not (tmp_path / "run" / "checkpoints").exists()
@@ -72,6 +70,6 @@ def test_a_full_disk_at_the_start_is_one_line_naming_the_run_directory(full_disk
             f.write(b"\0" * 2**20)
         except OSError:
             pass
-    result = run_script("train.py", *FAST, f"paths.log_dir={full_disk / 'logs'}", cwd=tmp_path)
+    result = run_app("train.py", *FAST, f"paths.log_dir={full_disk / 'logs'}", cwd=tmp_path)
     line = one_line_error(result)
     assert line.startswith(f"error: cannot write into hydra.run.dir={full_disk / 'logs'}") and "No space left" in line

@@ -13,6 +13,7 @@ import torch
 
 from lit_rlhf.algos.scoring import call_checked
 from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
+from tests.apps import run_app
 from tests.helpers import FAST, ROOT
 
 
@@ -46,12 +47,12 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
     import shlex
 
     fast = [a for a in FAST if not a.startswith(("steps=", "callbacks.evaluation"))]
-    args = [*fast, "steps=30", "algo.kl_coef=0.07", "callbacks.progress_lines.every_n_steps=1"]
+    args = [*fast, "steps=6", "algo.kl_coef=0.07", "callbacks.progress_lines.every_n_steps=1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:  # the progress lines: stdout is not a terminal
-        if line.startswith("RL step 1/30"):
+        if line.startswith("RL step 1/6"):
             break
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
@@ -66,10 +67,9 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
 
     argv = shlex.split(command)
     assert argv[:2] == ["python", str(ROOT / "train.py")]
-    resumed = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=600)
+    resumed = run_app("train.py", *argv[2:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "RL step 30/30" in resumed.stdout
+    assert "RL step 6/6" in resumed.stdout
 
 
 @pytest.mark.parametrize("interruption", [EndOfRunInterrupted("SIGINT"), TrainingInterrupted("stopped")])

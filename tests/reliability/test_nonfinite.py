@@ -11,8 +11,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import VaderSentiment
+from tests.apps import run_app
 from tests.conftest import make_datamodule, make_rloo
-from tests.helpers import one_line_error, run_script
+from tests.helpers import one_line_error
 
 
 def trainer_with_checkpoints(tmp_path, steps):
@@ -57,9 +58,9 @@ def test_non_finite_steps_are_skipped_then_stop_the_run_in_one_line_and_no_check
     """NaN gradients from RL step 2 on (a test callback: algo.optimizer.lr=10 diverges to NaN only with some
     machines' kernels): skipped and counted, the third in a row stops the run in one line, and the checkpoints
     written (after RL step 1) are finite."""
-    result = run_script("train.py", "steps=20", "callbacks.model_checkpoint.every_n_train_steps=1",
-                        "+callbacks.nan_gradients._target_=tests.helpers.NonFiniteGradientsFrom",
-                        "callbacks.evaluation=null", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    result = run_app("train.py", "steps=20", "callbacks.model_checkpoint.every_n_train_steps=1",
+                     "+callbacks.nan_gradients._target_=tests.helpers.NonFiniteGradientsFrom",
+                     "callbacks.evaluation=null", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     line = one_line_error(result)
     assert "3 optimizer steps in a row had a non-finite loss or gradient" in line
     assert re.findall(r"step skipped \((\d) in a row\)", result.stderr) == ["1", "2", "3"]

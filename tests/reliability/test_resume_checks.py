@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
 from lit_rlhf.algos.run_identity import check_same_run
 from lit_rlhf.errors import ConfigError
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, ROOT, one_line_error
 
 
 def test_changes_that_break_exactness_are_refused_and_steering_ones_applied():
@@ -34,14 +35,14 @@ def test_changes_that_break_exactness_are_refused_and_steering_ones_applied():
 
 def test_resume_through_train_py_refuses_rloo_k_and_batch_size_and_applies_a_new_lr(tmp_path):
     run_dir = tmp_path / "run"
-    first = run_script("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
+    first = run_app("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     resume = [f"hydra.run.dir={run_dir}", "ckpt_path=last", *FAST[1:], "steps=2"]
-    assert "resume changes algo.rloo_k (4 -> 2)" in one_line_error(run_script("train.py", *resume, "algo.rloo_k=2",
-                                                                              cwd=tmp_path))
+    assert "resume changes algo.rloo_k (4 -> 2)" in one_line_error(run_app("train.py", *resume, "algo.rloo_k=2",
+                                                                           cwd=tmp_path))
     assert "resume changes data.batch_size (4 -> 8)" in one_line_error(
-        run_script("train.py", *resume, "data.batch_size=8", cwd=tmp_path))
-    applied = run_script("train.py", *resume, "algo.optimizer.lr=0.0005", cwd=tmp_path)
+        run_app("train.py", *resume, "data.batch_size=8", cwd=tmp_path))
+    applied = run_app("train.py", *resume, "algo.optimizer.lr=0.0005", cwd=tmp_path)
     assert applied.returncode == 0, applied.stderr[-3000:]
     assert "Resume applies: algo.optimizer.lr 0.001 -> 0.0005." in applied.stdout + applied.stderr
     with open(run_dir / "csv" / "metrics.csv") as f:
@@ -67,7 +68,7 @@ def run_on_own_files(tmp_path_factory):
     shutil.copytree(ROOT / "lit_rlhf" / "assets" / "tiny-pythia", directory / "a" / "tiny-pythia")
     rows = "".join(json.dumps({"prompt": f"The film number {i} was"}) + "\n" for i in range(24))
     (directory / "prompts.jsonl").write_text(rows)
-    first = run_script("train.py", "hydra.run.dir=run", *OWN_FILES, *FAST, cwd=directory)
+    first = run_app("train.py", "hydra.run.dir=run", *OWN_FILES, *FAST, cwd=directory)
     assert first.returncode == 0, first.stderr[-3000:]
     return directory
 
@@ -89,8 +90,8 @@ IDENTITY_CHANGES = [
 
 @pytest.mark.parametrize("change, expected", IDENTITY_CHANGES, ids=[c[0][0].split("{")[0] for c in IDENTITY_CHANGES])
 def test_a_resume_that_would_train_something_else_is_one_line(change, expected, run_on_own_files):
-    result = run_script("train.py", "hydra.run.dir=run", "ckpt_path=last", *OWN_FILES, *FAST[1:], "steps=2", *change,
-                        cwd=run_on_own_files)
+    result = run_app("train.py", "hydra.run.dir=run", "ckpt_path=last", *OWN_FILES, *FAST[1:], "steps=2", *change,
+                     cwd=run_on_own_files)
     assert expected in one_line_error(result)
 
 
@@ -103,8 +104,8 @@ def test_a_resume_from_other_files_at_the_same_paths_is_one_line(run_on_own_file
     (tmp_path / "prompts.jsonl").write_text((run_on_own_files / "prompts.jsonl").read_text())
     args = ["model=causal_lm", f"model.name_or_path={other_model}", "data=files", "data.dataset=prompts.jsonl"]
     assert "resume changes model.name_or_path (its files differ" in one_line_error(
-        run_script("train.py", *resume, *args, cwd=tmp_path))
+        run_app("train.py", *resume, *args, cwd=tmp_path))
     (tmp_path / "prompts.jsonl").write_text((run_on_own_files / "prompts.jsonl").read_text().replace("film", "show"))
     args[1] = f"model.name_or_path={run_on_own_files / 'a' / 'tiny-pythia'}"
     assert "resume changes data.dataset (its files differ" in one_line_error(
-        run_script("train.py", *resume, *args, cwd=tmp_path))
+        run_app("train.py", *resume, *args, cwd=tmp_path))

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from lit_rlhf.cli.run_dirs import new_run_dir
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, ROOT, one_line_error
 
 
 def readme_command(prefix: str) -> list[str]:
@@ -24,7 +25,7 @@ def readme_command(prefix: str) -> list[str]:
 def test_the_readme_sweep_runs_from_a_clean_working_directory_without_a_sweep_dir(tmp_path):
     args = readme_command("-m")
     assert args[0] == "-m" and not any(a.startswith("hydra.") for a in args)
-    result = run_script("train.py", *args, *FAST, cwd=tmp_path)
+    result = run_app("train.py", *args, *FAST, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep_dir,) = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     with open(sweep_dir / "summary.csv") as f:
@@ -57,31 +58,31 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
 
 def test_a_used_run_directory_is_refused_unless_resumed_or_overwritten(tmp_path):
     run_dir = tmp_path / "run"
-    first = run_script("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
+    first = run_app("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert not [p for p in run_dir.rglob("*.log") if p.stat().st_size == 0]  # no empty train.log
     metrics = (run_dir / "csv" / "metrics.csv").read_text()
     config = (run_dir / ".hydra" / "config.yaml").read_text()
 
-    again = run_script("train.py", f"hydra.run.dir={run_dir}", *FAST, "seed=1", cwd=tmp_path)
+    again = run_app("train.py", f"hydra.run.dir={run_dir}", *FAST, "seed=1", cwd=tmp_path)
     assert "already holds another run's files" in one_line_error(again)
     assert (run_dir / "csv" / "metrics.csv").read_text() == metrics
     assert (run_dir / ".hydra" / "config.yaml").read_text() == config  # refused before Hydra wrote anything
 
-    resumed = run_script("train.py", f"hydra.run.dir={run_dir}", "ckpt_path=last", *FAST[1:], "steps=2", cwd=tmp_path)
+    resumed = run_app("train.py", f"hydra.run.dir={run_dir}", "ckpt_path=last", *FAST[1:], "steps=2", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     with open(run_dir / "csv" / "metrics.csv") as f:
         assert [r["step"] for r in csv.DictReader(f) if r["episode"]] == ["0", "1"]  # both steps, one file
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["last.ckpt"]
 
-    overwritten = run_script("train.py", f"hydra.run.dir={run_dir}", "overwrite_run_dir=true", *FAST, cwd=tmp_path)
+    overwritten = run_app("train.py", f"hydra.run.dir={run_dir}", "overwrite_run_dir=true", *FAST, cwd=tmp_path)
     assert overwritten.returncode == 0, overwritten.stderr[-3000:]
     with open(run_dir / "csv" / "metrics.csv") as f:
         assert [r["step"] for r in csv.DictReader(f) if r["episode"]] == ["0"]
 
 
 def test_ckpt_path_last_without_a_checkpoint_is_an_error_not_a_fresh_run(tmp_path):
-    result = run_script("train.py", "ckpt_path=last", *FAST, cwd=tmp_path)
+    result = run_app("train.py", "ckpt_path=last", *FAST, cwd=tmp_path)
     assert "ckpt_path=last" in one_line_error(result) and "does not exist" in result.stderr
 
 
@@ -89,7 +90,7 @@ def test_overwrite_run_dir_never_deletes_a_directory_no_run_wrote(tmp_path):
     (tmp_path / "my_prompts.jsonl").write_text('{"prompt": "mine"}\n')
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "reward.py").write_text("def reward(): ...\n")
-    result = run_script("train.py", "hydra.run.dir=.", "overwrite_run_dir=true", *FAST, cwd=tmp_path)
+    result = run_app("train.py", "hydra.run.dir=.", "overwrite_run_dir=true", *FAST, cwd=tmp_path)
     assert "was not written by a run (no .hydra/ in it)" in one_line_error(result)
     assert (tmp_path / "my_prompts.jsonl").exists() and (tmp_path / "src" / "reward.py").exists()
 
@@ -106,7 +107,7 @@ def test_a_second_process_on_a_run_directory_still_in_use_is_refused(tmp_path):
         while not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
             time.sleep(0.5)
         assert running.poll() is None, "the first run ended before the test could start the second"
-        second = run_script("train.py", "hydra.run.dir=run", "ckpt_path=last", *FAST, "steps=1000", cwd=tmp_path)
+        second = run_app("train.py", "hydra.run.dir=run", "ckpt_path=last", *FAST, "steps=1000", cwd=tmp_path)
         assert "is in use by a run still going (pid" in one_line_error(second)
     finally:
         running.kill()
@@ -114,37 +115,38 @@ def test_a_second_process_on_a_run_directory_still_in_use_is_refused(tmp_path):
     import torch
 
     done = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["rlhf_state"]["rl_step"]
-    resumed = run_script("train.py", "hydra.run.dir=run", "ckpt_path=last", *FAST[1:], f"steps={done + 1}",
-                         cwd=tmp_path)  # the lock went with the killed process
+    resumed = run_app("train.py", "hydra.run.dir=run", "ckpt_path=last", *FAST[1:], f"steps={done + 1}",
+                      cwd=tmp_path)  # the lock went with the killed process
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
 
 def test_a_resume_from_an_earlier_checkpoint_of_its_own_directory_replaces_the_later_ones(tmp_path):
     every_step = ["callbacks.model_checkpoint.every_n_train_steps=1", "callbacks.model_checkpoint.save_top_k=-1"]
-    first = run_script("train.py", "hydra.run.dir=run", *FAST[1:], "steps=2", *every_step, cwd=tmp_path)
+    first = run_app("train.py", "hydra.run.dir=run", *FAST[1:], "steps=2", *every_step, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     checkpoints = tmp_path / "run" / "checkpoints"
     names = sorted(p.name for p in checkpoints.iterdir())
     earlier, later = sorted(n for n in names if n != "last.ckpt")
     before = {name: (checkpoints / name).stat().st_mtime_ns for name in names}
-    resumed = run_script("train.py", "hydra.run.dir=run", f"ckpt_path=run/checkpoints/{earlier}", *FAST[1:],
-                         "steps=2", *every_step, cwd=tmp_path)
+    resumed = run_app("train.py", "hydra.run.dir=run", f"ckpt_path=run/checkpoints/{earlier}", *FAST[1:],
+                      "steps=2", *every_step, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(p.name for p in checkpoints.iterdir()) == names  # no last-v1.ckpt, no step2-v1.ckpt
     assert all((checkpoints / name).stat().st_mtime_ns > before[name] for name in ("last.ckpt", later))
 
 
 def test_a_run_that_fails_its_checks_leaves_no_run_directory_but_never_removes_a_run(tmp_path):
-    from tests.helpers import FAST, one_line_error, run_script
+    from tests.apps import run_app
+    from tests.helpers import FAST, one_line_error
 
-    result = run_script("train.py", *FAST, "algo.kl_coef=-1", cwd=tmp_path)
+    result = run_app("train.py", *FAST, "algo.kl_coef=-1", cwd=tmp_path)
     assert one_line_error(result) == "error: algo.kl_coef=-1.0 must be >= 0."
     assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
     run_dir = tmp_path / "run"
-    assert run_script("train.py", *FAST, f"hydra.run.dir={run_dir}", cwd=tmp_path).returncode == 0
+    assert run_app("train.py", *FAST, f"hydra.run.dir={run_dir}", cwd=tmp_path).returncode == 0
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
-    failed = run_script("train.py", *FAST, f"hydra.run.dir={run_dir}", f"ckpt_path={checkpoint}", "algo.kl_coef=-1",
-                        cwd=tmp_path)
+    failed = run_app("train.py", *FAST, f"hydra.run.dir={run_dir}", f"ckpt_path={checkpoint}", "algo.kl_coef=-1",
+                     cwd=tmp_path)
     assert one_line_error(failed).startswith("error: algo.kl_coef=-1.0")
     assert checkpoint.is_file() and (run_dir / "csv").is_dir()  # the run's files stay
 

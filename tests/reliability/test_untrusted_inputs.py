@@ -3,18 +3,16 @@ terminal as control sequences or markup, and a download never hangs or returns a
 
 import http.server
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 
 import pytest
 import torch
 
 from lit_rlhf.terminal import printable
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import run_app
+from tests.helpers import FAST, ROOT, one_line_error
 
 EVIL_MODULE = """import pathlib
 pathlib.Path({marker!r}).write_text("ran")
@@ -26,7 +24,7 @@ from transformers import PreTrainedTokenizerFast as EvilTokenizer
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("trained")
-    result = run_script("train.py", "hydra.run.dir=run", *FAST, cwd=directory)
+    result = run_app("train.py", "hydra.run.dir=run", *FAST, cwd=directory)
     assert result.returncode == 0, result.stderr[-3000:]
     return directory / "run"
 
@@ -54,11 +52,10 @@ def test_a_checkpoint_cannot_enable_remote_code(command, trained_run, tmp_path):
                                                    trust_remote_code=True)
     torch.save(checkpoint, tmp_path / "crafted.ckpt")
     if command == "export":
-        result = subprocess.run([sys.executable, "-m", "lit_rlhf.export", "crafted.ckpt", "out"], cwd=tmp_path,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+        result = run_app("lit_rlhf.export", "crafted.ckpt", "out", cwd=tmp_path, module=True)
         flag = "--trust-remote-code"
     else:
-        result = run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path)
+        result = run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path)
         flag = "trust_remote_code=true"
     line = one_line_error(result)
     assert "needs to run its own Python code" in line and flag in line, line
@@ -70,7 +67,7 @@ def test_a_checkpoint_with_settings_lit_rlhf_never_writes_is_one_line(trained_ru
     checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
     checkpoint["hyper_parameters"]["reward"] = {"_target_": "os.system"}
     torch.save(checkpoint, tmp_path / "crafted.ckpt")
-    line = one_line_error(run_script("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
+    line = one_line_error(run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path))
     assert "holds a 'reward' setting, which lit_rlhf never writes" in line
 
 
@@ -81,8 +78,8 @@ def test_prompts_with_escape_sequences_and_markup_print_as_escaped_text(tmp_path
     rows = [{"prompt": HOSTILE_PROMPT if i % 2 == 0 else f"The film number {i} was"} for i in range(24)]
     (tmp_path / "hostile.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     args = [a for a in FAST if not a.startswith("callbacks.training_summary")]
-    result = run_script("train.py", *args, "data=files", "data.dataset=hostile.jsonl",
-                        "callbacks.training_summary.num_samples=4", cwd=tmp_path)
+    result = run_app("train.py", *args, "data=files", "data.dataset=hostile.jsonl",
+                     "callbacks.training_summary.num_samples=4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "\x1b" not in result.stdout + result.stderr and "\u202e" not in result.stdout
     assert "\\x1b[2J" in result.stdout and "[/]" in result.stdout and "\\u202e" in result.stdout
@@ -107,8 +104,8 @@ def silent_server():
 
 
 def test_a_checkpoint_url_whose_server_never_answers_is_one_line_after_the_timeout(silent_server, tmp_path):
-    result = run_script("evaluate.py", f"ckpt_path={silent_server}", cwd=tmp_path,
-                        env={"LIT_RLHF_DOWNLOAD_TIMEOUT_S": "2"}, timeout=60)
+    result = run_app("evaluate.py", f"ckpt_path={silent_server}", cwd=tmp_path,
+                     env={"LIT_RLHF_DOWNLOAD_TIMEOUT_S": "2"})
     assert "the server sent nothing for 2 s" in one_line_error(result)
 
 
@@ -141,5 +138,5 @@ def test_malformed_checkpoint_contents_are_one_line_on_resume(damage, expected, 
     checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
     damage(checkpoint)
     torch.save(checkpoint, tmp_path / "damaged.ckpt")
-    result = run_script("train.py", "ckpt_path=damaged.ckpt", *FAST[1:], "steps=2", cwd=tmp_path)
+    result = run_app("train.py", "ckpt_path=damaged.ckpt", *FAST[1:], "steps=2", cwd=tmp_path)
     assert expected in one_line_error(result)

@@ -7,7 +7,8 @@ import pytest
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.remote import LLMJudge, RewardServiceError, parse_judgement
-from tests.helpers import FAST, run_script
+from tests.apps import run_app
+from tests.helpers import FAST
 from tests.remote.fake_server import (
     FakeRewardServer,
     chat_reply,
@@ -82,8 +83,8 @@ def test_bad_judge_settings_are_one_line(settings, expected):
 
 def test_train_py_with_an_endpoint_judge_logs_its_scores_and_unparsable_count(tmp_path):
     with FakeRewardServer(length_biased_judge) as endpoint:
-        result = run_script("train.py", *FAST, "reward=llm_judge", "reward.model=judge-1",
-                            f"reward.base_url={endpoint.url}/v1", cwd=tmp_path)
+        result = run_app("train.py", *FAST, "reward=llm_judge", "reward.model=judge-1",
+                         f"reward.base_url={endpoint.url}/v1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = (tmp_path / "logs" / "train" / "runs").iterdir()
     metrics = json.loads((run / "result.json").read_text())["metrics"]

@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,19 +16,19 @@ import pytest
 from lit_rlhf.remote import HTTPReward
 from lit_rlhf.remote.server import Batcher
 from lit_rlhf.tasks.arithmetic import ArithmeticCorrect
-from tests.helpers import FAST, ROOT, one_line_error, run_script
+from tests.apps import BASE_ENV, ROOT, run_app
+from tests.helpers import FAST, one_line_error
 from tests.remote.fake_server import FakeRewardServer, length_scores
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
 
 class ServedReward:
-    """`python -m lit_rlhf.serve port=0 ...` in a subprocess; url from its first line; stop() sends SIGTERM."""
+    """`python -m lit_rlhf.serve port=0 ...` in a subprocess; url from its first line; stop() sends SIGTERM. For what
+    only the server's process shows (how it stops); ServedInThread serves the same app for the rest."""
 
     def __init__(self, *args: str, cwd, env: dict | None = None):
         self.process = subprocess.Popen([sys.executable, "-m", "lit_rlhf.serve", "port=0", *args], cwd=cwd,
-                                        env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+                                        env={**os.environ, **BASE_ENV, "PYTHONPATH": str(ROOT), **(env or {})},
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.first_line = self.process.stdout.readline()
         found = re.search(r"http://[\d.]+:\d+", self.first_line)
         assert found, (self.first_line, self.process.stderr.read()[-3000:] if self.process.poll() is not None else "")
@@ -45,6 +46,52 @@ class ServedReward:
         if self.process.poll() is None:
             self.process.kill()
             self.process.communicate()
+
+
+class ServedInThread:
+    """What `python -m lit_rlhf.serve port=0 ...` serves (the serve config composed from the same arguments, its checks,
+    the reward it builds, the app create_app makes of it), by uvicorn in a thread of this process. Environment
+    variables in `env` are set for the duration (the token a server reads)."""
+
+    def __init__(self, *args: str, env: dict | None = None):
+        import uvicorn
+        from hydra import compose, initialize_config_dir
+        from hydra.utils import instantiate
+
+        from lit_rlhf.cli.checks import check_reward_group
+        from lit_rlhf.cli.resolvers import register_resolvers
+        from lit_rlhf.cli.serve import check_serve_settings, served_name
+        from lit_rlhf.models import load_reward
+        from lit_rlhf.remote.server import create_app
+
+        self.env = env or {}
+        os.environ.update(self.env)
+        register_resolvers()
+        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+            cfg = compose("serve", overrides=["port=0", *args])
+        check_serve_settings(cfg)
+        check_reward_group(cfg)
+        reward = instantiate(cfg.reward, _convert_="all")
+        load_reward(reward)
+        app = create_app(reward, served_name(reward), cfg.max_batch_size, cfg.max_wait_ms, cfg.auth_env)
+        self.socket = socket.socket()
+        self.socket.bind((cfg.host, 0))
+        self.url = f"http://{cfg.host}:{self.socket.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.thread.start()
+        while not self.server.started and self.thread.is_alive():
+            self.thread.join(0.01)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.socket.close()
+        for key in self.env:
+            os.environ.pop(key, None)
 
 
 def test_a_served_reward_scores_like_the_reward_in_process_and_stops_cleanly(tmp_path):
@@ -97,8 +144,8 @@ def test_concurrent_requests_are_scored_by_one_reward_call():
     assert calls == [3]
 
 
-def test_the_server_refuses_a_client_without_its_token(tmp_path):
-    with ServedReward("auth_env=SERVE_TOKEN", cwd=tmp_path, env={"SERVE_TOKEN": "s3cret"}) as server:
+def test_the_server_refuses_a_client_without_its_token():
+    with ServedInThread("auth_env=SERVE_TOKEN", env={"SERVE_TOKEN": "s3cret"}) as server:
         with pytest.raises(Exception, match="refused GET /health with HTTP 401"):
             HTTPReward(server.url, retries=0).load()
         os.environ["CLIENT_TOKEN"] = "s3cret"
@@ -111,13 +158,12 @@ def test_the_server_refuses_a_client_without_its_token(tmp_path):
 def test_training_against_a_served_reward_matches_training_in_process(tmp_path):
     args = [a for a in FAST if not a.startswith("steps=")] + ["steps=3"]
     (tmp_path / "remote").mkdir()
-    with ServedReward("reward=vader", cwd=tmp_path) as server:
-        remote = run_script("train.py", *args, "reward=http", f"reward.url={server.url}", cwd=tmp_path / "remote")
-        server.stop()
+    with ServedInThread("reward=vader") as server:
+        remote = run_app("train.py", *args, "reward=http", f"reward.url={server.url}", cwd=tmp_path / "remote")
     assert remote.returncode == 0, remote.stderr[-3000:]
     assert "HTTP Request" not in remote.stdout + remote.stderr  # the client's per-request INFO lines are silenced
     (tmp_path / "local").mkdir()
-    local = run_script("train.py", *args, "reward=vader", cwd=tmp_path / "local")
+    local = run_app("train.py", *args, "reward=vader", cwd=tmp_path / "local")
     assert local.returncode == 0, local.stderr[-3000:]
     results = {side: json.loads(next((tmp_path / side / "logs" / "train" / "runs").iterdir()).joinpath(
         "result.json").read_text())["metrics"] for side in ("remote", "local")}
@@ -139,8 +185,8 @@ def test_a_server_gone_mid_run_stops_the_run_in_one_line_and_the_printed_command
         return 200, json.dumps({"scores": length_scores(body)})
 
     server = FakeRewardServer(two_then_gone)
-    result = run_script("train.py", *args, "reward=http", f"reward.url={server.url}", "reward.retries=2",
-                        "reward.backoff_s=0.05", cwd=tmp_path)
+    result = run_app("train.py", *args, "reward=http", f"reward.url={server.url}", "reward.retries=2",
+                     "reward.backoff_s=0.05", cwd=tmp_path)
     line = one_line_error(result)
     assert line.startswith(f"error: the reward server {server.url} (batch 1 of 1, completions 0-15): cannot connect "
                            f"(ConnectError) after 3 attempts; check that the server is up")
@@ -149,8 +195,8 @@ def test_a_server_gone_mid_run_stops_the_run_in_one_line_and_the_printed_command
     assert command[-1].endswith("checkpoints/last.ckpt")
 
     with FakeRewardServer(port=server.port) as back:
-        resumed = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=ENV, capture_output=True,
-                                 text=True, timeout=300)
+        assert command[:2] == ["python", str(ROOT / "train.py")]
+        resumed = run_app("train.py", *command[2:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert len(back.requests) == 2  # RL steps 3 and 4
 
@@ -158,8 +204,8 @@ def test_a_server_gone_mid_run_stops_the_run_in_one_line_and_the_printed_command
 def test_a_server_down_at_start_is_one_line_before_any_training_step(tmp_path):
     server = FakeRewardServer()
     server.stop()
-    result = run_script("train.py", *FAST, "reward=http", f"reward.url={server.url}", "reward.retries=1",
-                        "reward.backoff_s=0", cwd=tmp_path)
+    result = run_app("train.py", *FAST, "reward=http", f"reward.url={server.url}", "reward.retries=1",
+                     "reward.backoff_s=0", cwd=tmp_path)
     assert one_line_error(result) == (f"error: the reward server {server.url}: cannot connect (ConnectError) after "
                                       f"2 attempts; check that the server is up ({server.url}/health).")
     assert not (tmp_path / "logs" / "train" / "runs").exists() or not any(
@@ -171,8 +217,8 @@ def test_a_password_in_the_reward_url_is_masked_in_the_error_the_saved_configs_a
     server = FakeRewardServer()
     server.stop()
     url = f"http://alice:s3cr3t-Pa55@127.0.0.1:{server.port}"
-    result = run_script("train.py", *FAST, "reward=http", f"reward.url={url}", "reward.retries=0",
-                        "hydra.run.dir=run", cwd=tmp_path)
+    result = run_app("train.py", *FAST, "reward=http", f"reward.url={url}", "reward.retries=0",
+                     "hydra.run.dir=run", cwd=tmp_path)
     line = one_line_error(result)
     assert f"the reward server http://alice:***@127.0.0.1:{server.port}: cannot connect" in line
     assert "s3cr3t" not in result.stderr + result.stdout
@@ -204,19 +250,12 @@ def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
     (["max_wait_ms=nan"], "max_wait_ms=nan must be a finite number"),
 ])
 def test_bad_server_settings_are_one_line_before_serving(args, expected, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "lit_rlhf.serve", *args], cwd=tmp_path, env=ENV,
-                            capture_output=True, text=True, timeout=120)
+    result = run_app("lit_rlhf.serve", *args, cwd=tmp_path, module=True)
     assert one_line_error(result).startswith(f"error: {expected}")
 
 
-def test_another_machines_address_is_served_with_a_token_or_an_explicit_flag(tmp_path):
-    with ServedReward("host=0.0.0.0", "auth_env=SERVE_TOKEN", cwd=tmp_path, env={"SERVE_TOKEN": "t0k"}) as served:
-        os.environ["SERVE_TOKEN"] = "t0k"
-        try:
-            HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1"), auth_env="SERVE_TOKEN").load()
-        finally:
-            del os.environ["SERVE_TOKEN"]
-        assert served.stop()[0] == 0
-    with ServedReward("host=0.0.0.0", "allow_unauthenticated=true", cwd=tmp_path) as served:
+def test_another_machines_address_is_served_with_a_token_or_an_explicit_flag():
+    with ServedInThread("host=0.0.0.0", "auth_env=SERVE_TOKEN", env={"SERVE_TOKEN": "t0k"}) as served:
+        HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1"), auth_env="SERVE_TOKEN").load()
+    with ServedInThread("host=0.0.0.0", "allow_unauthenticated=true") as served:
         HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1")).load()
-        assert served.stop()[0] == 0

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from tests.helpers import run_script
+from tests.apps import run_app
 
 
 def test_a_short_calculator_run_learns_to_call_its_tool_and_answers_right_more_often(tmp_path):
-    result = run_script("train.py", "experiment=calculator_grpo", "steps=30", "trainer.val_check_interval=15",
-                        "callbacks.evaluation=null", "callbacks.curves=null", cwd=tmp_path, timeout=600)
+    result = run_app("train.py", "experiment=calculator_grpo", "steps=30", "trainer.val_check_interval=15",
+                     "callbacks.evaluation=null", "callbacks.curves=null", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = next(tmp_path.glob("logs/calculator_grpo/runs/*"))
     curve = [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader((run_dir / "csv/metrics.csv").open())
@@ -28,8 +28,8 @@ def test_a_short_calculator_run_learns_to_call_its_tool_and_answers_right_more_o
     assert called[-1]["turns"][1]["text"].startswith(" <result>")
     assert "[env: <result>" in called[-1]["response"]  # the conversation, the environment's turn marked
 
-    evaluation = run_script("evaluate.py", f"ckpt_path={run_dir}/checkpoints/last.ckpt", "samples_per_prompt=1",
-                            cwd=tmp_path, timeout=600)
+    evaluation = run_app("evaluate.py", f"ckpt_path={run_dir}/checkpoints/last.ckpt", "samples_per_prompt=1",
+                         cwd=tmp_path)
     assert evaluation.returncode == 0, evaluation.stderr[-3000:]
     assert "episodes calling a tool: policy" in evaluation.stdout
     summary = json.loads(next(tmp_path.glob("logs/evaluate/runs/*/evaluation.json")).read_text())

@@ -12,8 +12,9 @@ from lit_rlhf.data import PromptDataModule
 from lit_rlhf.data.stream import PromptStream
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import VaderSentiment, WeightedSum
+from tests.apps import run_app
 from tests.conftest import make_rloo
-from tests.helpers import FAST, one_line_error, run_script
+from tests.helpers import FAST, one_line_error
 
 ROWS = [{"prompt": f"The movie number {i} was", "answer": str(i), "id": i} for i in range(40)]
 
@@ -120,10 +121,10 @@ def test_weights_must_name_selected_rewards():
 
 
 def test_several_named_rewards_from_the_command_line(tmp_path):
-    result = run_script("train.py", *FAST, "model=tiny-arithmetic", "data=arithmetic", "data.num_eval_prompts=4",
-                        "data.eval_batch_size=4", "reward=[arithmetic_correct,arithmetic_format]",
-                        "reward.weights.arithmetic_format=0.5", "task_metrics=exact_match",
-                        "trainer.val_check_interval=1", "hydra.run.dir=run", cwd=tmp_path)
+    result = run_app("train.py", *FAST, "model=tiny-arithmetic", "data=arithmetic", "data.num_eval_prompts=4",
+                     "data.eval_batch_size=4", "reward=[arithmetic_correct,arithmetic_format]",
+                     "reward.weights.arithmetic_format=0.5", "task_metrics=exact_match",
+                     "trainer.val_check_interval=1", "hydra.run.dir=run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     header = (tmp_path / "run" / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     for name in ("rewards/arithmetic_correct/mean", "rewards/arithmetic_correct/std", "rewards/arithmetic_format/mean",
@@ -133,9 +134,9 @@ def test_several_named_rewards_from_the_command_line(tmp_path):
 
 def test_a_reward_failing_in_train_py_is_one_line(tmp_path):
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    result = run_script("train.py", *FAST, "data=files", "data.dataset=rows.jsonl", "reward=arithmetic_correct",
-                        "reward.rewards.arithmetic_correct._target_=tests.tasks.test_columns_and_rewards.Failing",
-                        cwd=tmp_path)
+    result = run_app("train.py", *FAST, "data=files", "data.dataset=rows.jsonl", "reward=arithmetic_correct",
+                     "reward.rewards.arithmetic_correct._target_=tests.tasks.test_columns_and_rewards.Failing",
+                     cwd=tmp_path)
     line = one_line_error(result)  # the first prompt of the batch that fails alone: one with an odd id
     assert re.match(r"error: the reward arithmetic_correct raised ValueError: odd id \d+ on prompt 'The movie number "
                     r"(\d+) was'", line), line
@@ -154,9 +155,9 @@ def test_rloo_lifts_held_out_accuracy_on_the_arithmetic_task(tmp_path):
     """A short run of the preset as typed: held-out exact match (200 questions, one sample each) rises."""
     import csv
 
-    result = run_script("train.py", "experiment=arithmetic_rloo", "steps=60", "trainer.val_check_interval=60",
-                        "callbacks.evaluation=null", "callbacks.generation_samples=null", "hydra.run.dir=run",
-                        cwd=tmp_path, timeout=600)
+    result = run_app("train.py", "experiment=arithmetic_rloo", "steps=60", "trainer.val_check_interval=60",
+                     "callbacks.evaluation=null", "callbacks.generation_samples=null", "hydra.run.dir=run",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = list(csv.DictReader((tmp_path / "run" / "csv" / "metrics.csv").open()))
     accuracy = [float(r["eval/exact_match"]) for r in rows if r.get("eval/exact_match")]

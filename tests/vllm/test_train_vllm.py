@@ -7,7 +7,8 @@ import math
 import re
 from pathlib import Path
 
-from tests.helpers import FAST, run_script
+from tests.apps import run_app
+from tests.helpers import FAST
 
 # the embedded default's LoRA drifts ~1e-2 in logprob from the base model within 4 steps; a synced engine stays ~1e-5
 SYNCED = 1e-3
@@ -28,7 +29,7 @@ def logged_steps(directory: Path) -> dict[int, dict[str, float]]:
 
 
 def test_train_with_vllm_logs_the_mismatch_and_resumes(tmp_path):
-    first = run_script("train.py", *ARGS, "steps=4", cwd=tmp_path, timeout=600)
+    first = run_app("train.py", *ARGS, "steps=4", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     steps = logged_steps(run_dir(first))
     assert sorted(steps) == [0, 1, 2, 3]
@@ -40,7 +41,7 @@ def test_train_with_vllm_logs_the_mismatch_and_resumes(tmp_path):
     checkpoint = run_dir(first) / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
 
-    resumed = run_script("train.py", *ARGS, "steps=6", f"ckpt_path={checkpoint}", cwd=tmp_path, timeout=600)
+    resumed = run_app("train.py", *ARGS, "steps=6", f"ckpt_path={checkpoint}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = logged_steps(run_dir(resumed))
     assert sorted(after) == [4, 5]
@@ -48,8 +49,8 @@ def test_train_with_vllm_logs_the_mismatch_and_resumes(tmp_path):
 
 
 def test_ddp_runs_one_engine_per_rank(tmp_path):
-    result = run_script("train.py", *ARGS, "steps=3", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-                        cwd=tmp_path, timeout=600)
+    result = run_app("train.py", *ARGS, "steps=3", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     engines = set(re.findall(r"VLLMEngine pid=(\d+)", result.stdout + result.stderr))
     assert len(engines) == 2  # each rank started its own engine process
@@ -60,9 +61,9 @@ def test_ddp_runs_one_engine_per_rank(tmp_path):
 
 
 def test_the_calculator_task_trains_with_vllm_turn_by_turn(tmp_path):
-    result = run_script("train.py", "experiment=calculator_grpo", "rollout=vllm", "rollout.kv_cache_gib=0.25",
-                        "steps=3", "trainer.val_check_interval=3", "callbacks.evaluation=null", cwd=tmp_path,
-                        timeout=600)
+    result = run_app("train.py", "experiment=calculator_grpo", "rollout=vllm", "rollout.kv_cache_gib=0.25",
+                     "steps=3", "trainer.val_check_interval=3", "callbacks.evaluation=null", cwd=tmp_path,
+                     )
     assert result.returncode == 0, result.stderr[-3000:]
     steps = logged_steps(run_dir(result))
     assert sorted(steps) == [0, 1, 2]
@@ -74,8 +75,8 @@ def test_the_calculator_task_trains_with_vllm_turn_by_turn(tmp_path):
 def test_fsdp2_sends_the_engine_its_gathered_weights(tmp_path):
     """trainer=fsdp2 (one rank: its weights are still FSDP2 shards, DTensors): the engine gets the weights gathered
     for the rollout, LoRA merged, after every update, so its logprobs stay with the trainer's."""
-    result = run_script("train.py", *ARGS, "steps=3", "trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=1",
-                        cwd=tmp_path, timeout=600)
+    result = run_app("train.py", *ARGS, "steps=3", "trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=1",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = logged_steps(run_dir(result))
     assert sorted(steps) == [0, 1, 2]
@@ -86,7 +87,7 @@ def test_fsdp2_sends_the_engine_its_gathered_weights(tmp_path):
 def test_async_mode_samples_with_the_engine_fed_from_the_producers_copy(tmp_path):
     """algo.max_staleness=1 with rollout=vllm: the engine samples for the producer, one version behind the trainer;
     its logprobs are the behaviour policy of the decoupled correction."""
-    result = run_script("train.py", *ARGS, "steps=4", "algo.max_staleness=1", cwd=tmp_path, timeout=600)
+    result = run_app("train.py", *ARGS, "steps=4", "algo.max_staleness=1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     directory = run_dir(result)
     steps = logged_steps(directory)
@@ -98,7 +99,7 @@ def test_async_mode_samples_with_the_engine_fed_from_the_producers_copy(tmp_path
 
 
 def test_async_mode_refuses_concurrent_draws_with_one_engine(tmp_path):
-    result = run_script("train.py", *ARGS, "steps=2", "algo.max_staleness=1", "algo.async_draws=2", cwd=tmp_path,
-                        timeout=600)
+    result = run_app("train.py", *ARGS, "steps=2", "algo.max_staleness=1", "algo.async_draws=2", cwd=tmp_path,
+                     )
     assert result.returncode != 0
     assert "algo.async_draws=2 draws rollouts with different weights at once" in result.stderr
