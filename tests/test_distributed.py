@@ -1,22 +1,16 @@
-"""Two CPU processes with DDP (gloo), launched by train.py as a user would."""
-
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""Two CPU processes with DDP (gloo), launched by train.py as a user would: rank zero runs in the test's process
+(run_app), and Lightning's launcher starts rank one as a process of its own, `python train.py ...`."""
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.apps import ROOT, run_app
 
 
 def run_train(tmp_path, *overrides):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", "steps=3",
-                           "algo.response_length=12", "data.batch_size=8", "callbacks.generation_samples=null",
-                           "callbacks.training_summary=null", "+callbacks.dump._target_=tests.helpers.DumpTrainable",
-                           f"+callbacks.dump.path={tmp_path}/dump", *overrides],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return run_app("train.py", f"hydra.run.dir={tmp_path}", "steps=3", "algo.response_length=12", "data.batch_size=8",
+                   "callbacks.generation_samples=null", "callbacks.training_summary=null",
+                   "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={tmp_path}/dump",
+                   *overrides, cwd=ROOT)
 
 
 def test_ddp_on_two_cpu_processes_keeps_ranks_identical_and_counts_global_episodes(tmp_path):

@@ -2,15 +2,11 @@
 batch is split, where the loss type promises it (docs/algorithms.md). Compared on a fixed rollout with mixed
 response lengths, as the change of the trained tensors after one SGD step with lr 1."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from tests.algos.fixed_rollout import assert_same, differs, one_step_delta
-from tests.helpers import ROOT
+from tests.apps import ROOT, run_app
 
 
 @pytest.mark.parametrize("algo, loss_type", [("grpo", "dapo"), ("grpo", "grpo"), ("grpo", "dr_grpo"),
@@ -54,9 +50,9 @@ def test_the_bias_corrected_kl_changes_the_step():
 
 
 def run_worker(devices, algo, loss_type, out):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, str(ROOT / "tests" / "algos" / "loss_contract_worker.py"), str(devices),
-                             algo, loss_type, str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    """The worker script on DEVICES ranks: rank zero in this process, Lightning's launcher starts the others."""
+    result = run_app("tests/algos/loss_contract_worker.py", str(devices), algo, loss_type, str(out), cwd=ROOT,
+                     env={"PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(out, weights_only=True)
 
@@ -64,7 +60,7 @@ def run_worker(devices, algo, loss_type, out):
 def test_the_global_token_mean_on_two_ddp_ranks_matches_one_process(tmp_path):
     """Ranks hold different numbers of tokens: dapo divides by the tokens of both, and DDP's average of the
     ranks' gradients is accounted for, so 2 ranks (gloo) give the 1-process gradient; bnpo does not."""
-    one = run_worker(1, "grpo", "dapo", tmp_path / "one.pt")
+    one = one_step_delta("grpo", devices=1, loss_type="dapo")
     two = run_worker(2, "grpo", "dapo", tmp_path / "two.pt")
     assert_same(two, one)
     assert differs(run_worker(2, "grpo", "bnpo", tmp_path / "bnpo.pt"), one_step_delta("grpo", loss_type="bnpo"))

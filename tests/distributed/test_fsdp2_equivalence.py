@@ -3,21 +3,22 @@ batch (a fixed rollout, so that sampling on two ranks draws nothing different), 
 within 1e-5; full fine-tuning and LoRA, RLOO, GRPO and PPO (with its critic) on the global token mean (dapo: the
 loss types that average per rank, such as bnpo, depend on the split by design, as with DDP)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+import yaml
 
-from tests.helpers import ROOT
+from tests.apps import ROOT, run_app
+from tests.distributed.fsdp2_worker import trained_after_three_steps
 
 
 def trained(devices, algo, lora, out, *settings):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, str(ROOT / "tests" / "distributed" / "fsdp2_worker.py"), str(devices),
-                             algo, "lora" if lora else "full", str(out), *settings], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    """The worker on DEVICES ranks (rank zero in this process, Lightning's launcher starts the others), or, on one,
+    its function called here."""
+    if devices == 1:
+        return trained_after_three_steps(1, algo, lora, **{k: yaml.safe_load(v) for k, v in
+                                                            (s.split("=", 1) for s in settings)})
+    result = run_app("tests/distributed/fsdp2_worker.py", str(devices), algo, "lora" if lora else "full", str(out),
+                     *settings, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(out, weights_only=True)
 

@@ -21,10 +21,12 @@ SHORT = ["algo.response_length=12", "data.batch_size=8", "callbacks.generation_s
          "callbacks.histograms=null", "trainer.val_check_interval=2", "data.num_eval_prompts=8"]
 
 
-def train(run_dir, *overrides, timeout=600, env=None):
-    result = run_process("train.py", f"hydra.run.dir={run_dir}", *SHORT,
-                         "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={run_dir}/dump",
-                         *overrides, cwd=ROOT, timeout=timeout, env=env)
+def train(run_dir, *overrides, env=None):
+    """train.py on the ranks the overrides ask for: rank zero in this process (run_app), the others started by
+    Lightning's launcher; with `env` (variables a process reads at start), rank zero in a process of its own too."""
+    args = [f"hydra.run.dir={run_dir}", *SHORT, "+callbacks.dump._target_=tests.helpers.DumpTrainable",
+            f"+callbacks.dump.path={run_dir}/dump", *overrides]
+    result = run_app("train.py", *args, cwd=ROOT) if env is None else run_process("train.py", *args, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(f"{run_dir}/dump/rank0.pt", weights_only=True)
 
@@ -251,7 +253,7 @@ def test_a_finished_run_resumed_to_more_steps_continues_as_the_longer_run(tmp_pa
     args = [*FSDP2, *longer, "callbacks.model_checkpoint.every_n_train_steps=1"]
 
     def run(run_dir, *extra):
-        result = run_process("train.py", f"hydra.run.dir={run_dir}", *args, *extra, cwd=ROOT)
+        result = run_app("train.py", f"hydra.run.dir={run_dir}", *args, *extra, cwd=ROOT)
         assert result.returncode == 0, result.stderr[-3000:]
         return result
 
