@@ -56,6 +56,10 @@ def run_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+# the learning tests' optimizer: 3x the default learning rate shows the score rising in 12-15 RL steps instead of 30-40
+FAST_LEARNING = functools.partial(torch.optim.AdamW, lr=3e-3)
+
+
 def assert_learns_positivity(module, rl_steps: int) -> None:
     """A short seeded run on the embedded default: the held-out score rises clearly (same sampling seed
     before and after) while the KL to the reference stays within the FAQ's [0, 10]."""

@@ -10,6 +10,8 @@ from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.models import VaderSentiment
 from tests.apps import ROOT, run_app
 
+pytestmark = pytest.mark.xdist_group("trained_run")  # one worker trains the module's run, once
+
 
 def run_in(script, *overrides, out):
     return run_app(script, f"hydra.run.dir={out}", *overrides, cwd=ROOT)
@@ -20,8 +22,9 @@ def trained_run(tmp_path_factory):
     """A short RLOO run through train.py; its end-of-training evaluation is on by default. Its gold reward (VADER of
     prompt and completion, where the trained reward scores the completion) is scored beside the reward."""
     out = tmp_path_factory.mktemp("run")
-    result = run_in("train.py", "steps=20", "trainer.val_check_interval=20", "callbacks.generation_samples=null",
-                    "gold=vader", "gold.rewards.vader.include_prompt=true", out=out)
+    result = run_in("train.py", "steps=8", "algo.optimizer.lr=3e-3", "trainer.val_check_interval=8",
+                    "callbacks.generation_samples=null", "gold=vader", "gold.rewards.vader.include_prompt=true",
+                    out=out)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 

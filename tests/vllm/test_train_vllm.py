@@ -7,7 +7,7 @@ import math
 import re
 from pathlib import Path
 
-from tests.apps import run_app
+from tests.apps import run_app, run_process
 from tests.helpers import FAST
 
 # the embedded default's LoRA drifts ~1e-2 in logprob from the base model within 4 steps; a synced engine stays ~1e-5
@@ -49,8 +49,9 @@ def test_train_with_vllm_logs_the_mismatch_and_resumes(tmp_path):
 
 
 def test_ddp_runs_one_engine_per_rank(tmp_path):
-    result = run_app("train.py", *ARGS, "steps=3", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-                     cwd=tmp_path)
+    # both ranks' output is read: each in a process of its own
+    result = run_process("train.py", *ARGS, "steps=3", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                         cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     engines = set(re.findall(r"VLLMEngine pid=(\d+)", result.stdout + result.stderr))
     assert len(engines) == 2  # each rank started its own engine process
