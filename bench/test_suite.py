@@ -1,0 +1,98 @@
+"""What the test suite costs on this machine: `make test-main` and `make test-vllm` timed from this checkout, with
+the vLLM environment's build timed on its own when it is not there yet, pytest's 30 slowest tests, and the tests and
+seconds per file.
+
+    python bench/test_suite.py               # both parts
+    python bench/test_suite.py --main-only   # make test-main alone
+
+Writes bench/results/test_suite.json and .md (quoted in docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from results_blocks import ROOT, publish
+
+
+def timed_make(target: str, *pytest_args: str) -> tuple[float, int]:
+    """Seconds and exit code of `make <target>` (pytest's arguments through ARGS), its output passed through."""
+    start = time.perf_counter()
+    done = subprocess.run(["make", target, f"ARGS={' '.join(pytest_args)}"], cwd=ROOT)
+    return time.perf_counter() - start, done.returncode
+
+
+def cases(junit: Path) -> list[dict]:
+    """Every test case of a junit report: file, name, seconds, outcome."""
+    if not junit.exists():
+        return []
+    rows = []
+    for case in ET.parse(junit).iter("testcase"):
+        outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+        rows.append({"file": case.get("classname", "").replace(".", "/") + ".py", "name": case.get("name"),
+                     "seconds": float(case.get("time", 0)), "outcome": outcome})
+    return rows
+
+
+def run_part(target: str, out: Path) -> dict:
+    junit = out / f"{target}.xml"
+    seconds, code = timed_make(target, "--durations=30", f"--junitxml={junit}")
+    rows = cases(junit)
+    return {"target": target, "seconds": round(seconds, 1), "exit_code": code, "cases": rows,
+            "outcomes": dict(collections.Counter(r["outcome"] for r in rows))}
+
+
+def table(parts: list[dict], vllm_build_s: float | None) -> list[str]:
+    total = sum(p["seconds"] for p in parts)
+    lines = [f"Measured with `python bench/test_suite.py` on {os.cpu_count()} CPU cores.", "",
+             "| part | wall time | tests |", "|---|---|---|"]
+    for part in parts:
+        outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
+        lines.append(f"| `make {part['target']}` | {part['seconds'] / 60:.1f} min | {outcomes} |")
+    lines.append(f"| `make test` (both, the vLLM environment built) | {total / 60:.1f} min | |")
+    if vllm_build_s is not None:
+        lines.append(f"| building the vLLM environment (`make setup-vllm`, first run only) | "
+                     f"{vllm_build_s / 60:.1f} min | |")
+    every = sorted((c for p in parts for c in p["cases"]), key=lambda c: -c["seconds"])
+    lines += ["", "The 30 slowest tests (seconds in the test itself; workers run them side by side):", "",
+              "| seconds | test |", "|---|---|"]
+    lines += [f"| {c['seconds']:.1f} | `{c['file']}::{c['name']}` |" for c in every[:30]]
+    per_file = collections.defaultdict(lambda: [0, 0.0])
+    for case in every:
+        per_file[case["file"]][0] += 1
+        per_file[case["file"]][1] += case["seconds"]
+    lines += ["", "Tests and test-seconds per file:", "", "| file | tests | seconds |", "|---|---|---|"]
+    lines += [f"| `{name}` | {n} | {s:.0f} |" for name, (n, s) in sorted(per_file.items())]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--main-only", action="store_true", help="time make test-main alone")
+    args = parser.parse_args()
+    vllm_build_s = None
+    if not args.main_only and not (ROOT / ".venv-vllm" / "bin" / ".installed").exists():
+        start = time.perf_counter()
+        subprocess.run(["make", "setup-vllm"], cwd=ROOT, check=True)
+        vllm_build_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as out:
+        parts = [run_part("test-main", Path(out))]
+        if not args.main_only:
+            parts.append(run_part("test-vllm", Path(out)))
+    publish("test_suite", {"parts": parts, "vllm_build_s": vllm_build_s}, table(parts, vllm_build_s),
+            ["docs/testing.md"])
+    if any(p["exit_code"] for p in parts):
+        sys.exit(f"error: {', '.join(p['target'] for p in parts if p['exit_code'])} failed; the times above are of a "
+                 f"failing suite")
+
+
+if __name__ == "__main__":
+    main()
