@@ -13,7 +13,8 @@ from tests.apps import run_app
 def test_a_short_calculator_run_learns_to_call_its_tool_and_answers_right_more_often(tmp_path):
     # 15 RL steps at 3x the preset's learning rate: the gains below with room to spare (30 at the preset's rate)
     result = run_app("train.py", "experiment=calculator_grpo", "steps=15", "algo.optimizer.lr=3e-3",
-                     "trainer.val_check_interval=15", "callbacks.evaluation=null", "callbacks.curves=null", cwd=tmp_path)
+                     "trainer.val_check_interval=15", "callbacks.evaluation=null", "callbacks.curves=null",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = next(tmp_path.glob("logs/calculator_grpo/runs/*"))
     curve = [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader((run_dir / "csv/metrics.csv").open())
