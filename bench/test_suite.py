@@ -1,9 +1,9 @@
 """What the test suite costs on this machine: `make test-main` and `make test-vllm` timed from this checkout, with
-the vLLM environment's build timed on its own when it is not there yet, pytest's 30 slowest tests, and the tests and
-seconds per file.
+the vLLM environment's build timed on its own when it is not there yet (a fresh clone), pytest's 30 slowest
+tests, and the tests and seconds per file.
 
-    python bench/test_suite.py               # both parts
-    python bench/test_suite.py --main-only   # make test-main alone
+    make setup && .venv/bin/python bench/test_suite.py               # both parts
+    make setup && .venv/bin/python bench/test_suite.py --main-only   # make test-main alone
 
 Writes bench/results/test_suite.json and .md (quoted in docs/testing.md).
 """
@@ -50,17 +50,27 @@ def run_part(target: str, out: Path) -> dict:
             "outcomes": dict(collections.Counter(r["outcome"] for r in rows))}
 
 
-def table(parts: list[dict], vllm_build_s: float | None) -> list[str]:
+def timed_build(target: str, venv: str) -> float | None:
+    """Seconds of `make <target>` where the environment is not built yet, else None."""
+    if (ROOT / venv / "bin" / ".installed").exists():
+        return None
+    start = time.perf_counter()
+    subprocess.run(["make", target], cwd=ROOT, check=True)
+    return time.perf_counter() - start
+
+
+def table(parts: list[dict], builds: dict[str, float | None]) -> list[str]:
     total = sum(p["seconds"] for p in parts)
     lines = [f"Measured with `python bench/test_suite.py` on {os.cpu_count()} CPU cores.", "",
              "| part | wall time | tests |", "|---|---|---|"]
     for part in parts:
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
         lines.append(f"| `make {part['target']}` | {part['seconds'] / 60:.1f} min | {outcomes} |")
-    lines.append(f"| `make test` (both, the vLLM environment built) | {total / 60:.1f} min | |")
-    if vllm_build_s is not None:
-        lines.append(f"| building the vLLM environment (`make setup-vllm`, first run only) | "
-                     f"{vllm_build_s / 60:.1f} min | |")
+    if len(parts) == 2:
+        lines.append(f"| `make test` (both, the environments built) | {total / 60:.1f} min | |")
+    for target, seconds in builds.items():
+        if seconds is not None:
+            lines.append(f"| `make {target}` (a fresh clone only) | {seconds / 60:.1f} min | |")
     every = sorted((c for p in parts for c in p["cases"]), key=lambda c: -c["seconds"])
     lines += ["", "The 30 slowest tests (seconds in the test itself; workers run them side by side):", "",
               "| seconds | test |", "|---|---|"]
@@ -78,17 +88,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--main-only", action="store_true", help="time make test-main alone")
     args = parser.parse_args()
-    vllm_build_s = None
-    if not args.main_only and not (ROOT / ".venv-vllm" / "bin" / ".installed").exists():
-        start = time.perf_counter()
-        subprocess.run(["make", "setup-vllm"], cwd=ROOT, check=True)
-        vllm_build_s = time.perf_counter() - start
+    builds = {} if args.main_only else {"setup-vllm": timed_build("setup-vllm", ".venv-vllm")}
     with tempfile.TemporaryDirectory() as out:
         parts = [run_part("test-main", Path(out))]
         if not args.main_only:
             parts.append(run_part("test-vllm", Path(out)))
-    publish("test_suite", {"parts": parts, "vllm_build_s": vllm_build_s}, table(parts, vllm_build_s),
-            ["docs/testing.md"])
+    publish("test_suite", {"parts": parts, "builds_s": builds}, table(parts, builds), ["docs/testing.md"])
     if any(p["exit_code"] for p in parts):
         sys.exit(f"error: {', '.join(p['target'] for p in parts if p['exit_code'])} failed; the times above are of a "
                  f"failing suite")
