@@ -1,14 +1,17 @@
-"""The Hydra apps (train.py, evaluate.py, train_reward_model.py, train_dpo.py, `python -m lit_rlhf.serve`) run inside
-the test's process, from the argument list a user types.
+"""The apps (train.py, evaluate.py, train_reward_model.py, train_dpo.py, `python -m lit_rlhf.serve`, `-m
+lit_rlhf.export`, `-m lit_rlhf.plot`, the bench scripts) run inside the test's process, from the argument list a user
+types.
 
 `run_app` executes the script as `python <script> args...` would (runpy: the script's own `__main__` block, Hydra's
 composition, the run directory, the one-line error and its exit code), with stdout and stderr captured, and puts back
 everything a run changes in a process: the working directory, environment, argv, sys.path, Hydra's singletons, the
 logging tree, warning filters and lit_rlhf's warned-once set, signal handlers, torch's RNGs, thread count and
-compiled-code caches, the run directory's lock. A process pays ~6 s of imports before its first line; this pays none.
+compiled-code caches, a process group left behind, the run directory's lock. A process pays about 10 s of imports
+on 2 cores before its first line; this pays none. A multi-rank run started here keeps rank zero in this process, and
+Lightning's launcher starts the other ranks as processes of their own.
 
-Only what a process alone can show runs in one (`run_process`): exit codes and stderr as a shell sees them, signals,
-several ranks, vLLM's own process, environment variables read at import time, the README's commands as typed.
+Only what a process alone can show runs in one (`run_process`): exit codes and stderr as a shell sees them under
+signals, kill -9, two processes that meet, environment variables read at import time, what `import lit_rlhf` loads.
 """
 
 from __future__ import annotations
