@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from tests.apps import ROOT, run_app, run_process
+from tests.apps import run_app, run_process
 from tests.helpers import FAST
 
 
@@ -80,4 +80,3 @@ def test_a_module_imported_from_the_users_directory_is_imported_afresh_by_the_ne
 def test_variables_read_at_import_time_need_a_process(tmp_path):
     with pytest.raises(ValueError, match=r"\['HF_HOME'\] are read when libraries are imported; use run_process"):
         run_app("train.py", cwd=tmp_path, env={"HF_HOME": str(tmp_path)})
-    assert str(ROOT) in sys.path

@@ -52,14 +52,20 @@ def check_serve_settings(cfg: DictConfig) -> None:
                           f"allow_unauthenticated=true on a network you trust.")
 
 
+def served_reward(cfg: DictConfig):
+    """The serve config's checks, then its reward, loaded (a reward model loads before the server says it is up)."""
+    check_serve_settings(cfg)
+    check_reward_group(cfg)
+    reward = instantiate(cfg.reward, _convert_="all")
+    load_reward(reward)
+    return reward
+
+
 def serve_reward(cfg: DictConfig) -> None:
     from lit_rlhf.remote.server import serve
 
     mark_task_started()
     silence_known_noise()
-    check_serve_settings(cfg)
-    check_reward_group(cfg)
-    reward = instantiate(cfg.reward, _convert_="all")
-    load_reward(reward)  # a reward model loads before the server says it is up
+    reward = served_reward(cfg)
     serve(reward, served_name(reward), host=cfg.host, port=cfg.port, max_batch_size=cfg.max_batch_size,
           max_wait_ms=cfg.max_wait_ms, auth_env=cfg.auth_env, announce=lambda line: print(line, flush=True))

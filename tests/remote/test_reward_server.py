@@ -56,12 +56,9 @@ class ServedInThread:
     def __init__(self, *args: str, env: dict | None = None):
         import uvicorn
         from hydra import compose, initialize_config_dir
-        from hydra.utils import instantiate
 
-        from lit_rlhf.cli.checks import check_reward_group
         from lit_rlhf.cli.resolvers import register_resolvers
-        from lit_rlhf.cli.serve import check_serve_settings, served_name
-        from lit_rlhf.models import load_reward
+        from lit_rlhf.cli.serve import served_name, served_reward
         from lit_rlhf.remote.server import create_app
 
         self.env = env or {}
@@ -69,10 +66,7 @@ class ServedInThread:
         register_resolvers()
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
             cfg = compose("serve", overrides=["port=0", *args])
-        check_serve_settings(cfg)
-        check_reward_group(cfg)
-        reward = instantiate(cfg.reward, _convert_="all")
-        load_reward(reward)
+        reward = served_reward(cfg)
         app = create_app(reward, served_name(reward), cfg.max_batch_size, cfg.max_wait_ms, cfg.auth_env)
         self.socket = socket.socket()
         self.socket.bind((cfg.host, 0))
