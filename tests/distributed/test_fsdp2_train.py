@@ -23,10 +23,14 @@ SHORT = ["algo.response_length=12", "data.batch_size=8", "callbacks.generation_s
 
 def train(run_dir, *overrides, env=None):
     """train.py on the ranks the overrides ask for: rank zero in this process (run_app), the others started by
-    Lightning's launcher; with `env` (variables a process reads at start), rank zero in a process of its own too."""
+    Lightning's launcher; with `env` (variables a process reads at start) that this process lacks, rank zero in a
+    process of its own too."""
     args = [f"hydra.run.dir={run_dir}", *SHORT, "+callbacks.dump._target_=tests.helpers.DumpTrainable",
             f"+callbacks.dump.path={run_dir}/dump", *overrides]
-    result = run_app("train.py", *args, cwd=ROOT) if env is None else run_process("train.py", *args, cwd=ROOT, env=env)
+    if env is None or all(os.environ.get(name) == value for name, value in env.items()):
+        result = run_app("train.py", *args, cwd=ROOT)
+    else:
+        result = run_process("train.py", *args, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(f"{run_dir}/dump/rank0.pt", weights_only=True)
 
@@ -56,34 +60,52 @@ def test_fsdp2_samples_and_trains_as_ddp_does(overrides, tmp_path):
         assert float(fsdp2_rows[step]["objective/scores"]) == pytest.approx(float(row["objective/scores"]), abs=1e-6)
 
 
-
-@pytest.mark.parametrize("sharded", [True, False], ids=["sharded", "full-file"])
-def test_a_checkpoint_resumes_exactly_and_exports(sharded, tmp_path):
-    """Checkpoints are directories of shards (or one full file); resumed from step 2 on the same 2 ranks, the run
-    logs and trains what the uninterrupted run did, to the last digit; export makes a Hugging Face model of the
-    trained policy, from the checkpoint and at the end of the run (export_dir=)."""
-    fsdp2 = [*FSDP2, f"trainer.strategy.save_distributed_checkpoint={str(sharded).lower()}"]
+def test_a_checkpoint_resumes_exactly_and_exports(tmp_path):
+    """Checkpoints are directories of shards (or one full file). A finished 2-step run written as full files, resumed
+    with `ckpt_path=last steps=4` on the same 2 ranks, logs and trains what an uninterrupted sharded 4-step run did,
+    to the last digit: the ranks' responses stop at different lengths, so each rank must get its own random state
+    back. Export makes a Hugging Face model of the trained policy, from the sharded checkpoint and at the end of the
+    run (export_dir=)."""
+    longer = [a for a in SHORT if not a.startswith("algo.response_length")] + ["algo.response_length=32"]
     every_two = ["callbacks.model_checkpoint.every_n_train_steps=2", "callbacks.model_checkpoint.save_top_k=-1"]
-    whole = train(tmp_path / "whole", "steps=4", *fsdp2, *every_two, f"export_dir={tmp_path / 'at_end'}")
-    step2 = tmp_path / "whole" / "checkpoints" / "step2.ckpt"
-    if sharded:
-        assert step2.is_dir() and (step2 / "meta.pt").is_file() and len(list(step2.glob("*.distcp"))) == 2
-    else:
-        assert step2.is_file()
-    assert not list(step2.parent.glob(".*"))  # no partial or replaced checkpoint left behind
-    resumed = train(tmp_path / "resumed", "steps=4", *fsdp2, f"ckpt_path={step2}")
-    for name, tensor in whole["trained"].items():
-        assert torch.equal(resumed["trained"][name], tensor), name
-    whole_rows, resumed_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "resumed")
-    assert len(whole_rows) == 4 and sorted(resumed_rows) == sorted(whole_rows)[2:]  # RL steps 3 and 4
-    for step, row in resumed_rows.items():
-        assert row == whole_rows[step]
 
+    def run(run_dir, steps, sharded, *extra):
+        result = run_app("train.py", f"hydra.run.dir={run_dir}", f"steps={steps}", *FSDP2, *longer, *every_two,
+                         f"trainer.strategy.save_distributed_checkpoint={str(sharded).lower()}", *extra,
+                         "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={run_dir}/dump",
+                         cwd=ROOT)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    console = run(tmp_path / "whole", 4, True, f"export_dir={tmp_path / 'at_end'}").stdout
+    step2 = tmp_path / "whole" / "checkpoints" / "step2.ckpt"
+    assert step2.is_dir() and (step2 / "meta.pt").is_file() and len(list(step2.glob("*.distcp"))) == 2
+    per_rank = torch.load(step2 / "meta.pt", weights_only=True)["rlhf_state"]["rng_per_rank"]
+    assert len(per_rank) == 2 and not torch.equal(per_rank[0]["torch"], per_rank[1]["torch"])
+    run(tmp_path / "short", 2, False)
+    assert (tmp_path / "short" / "checkpoints" / "last.ckpt").is_file()
+    run(tmp_path / "short", 4, False, "ckpt_path=last")
+    for checkpoints in (tmp_path / "whole" / "checkpoints", tmp_path / "short" / "checkpoints"):
+        assert not list(checkpoints.glob(".*"))  # no partial or replaced checkpoint left behind
+
+    whole_rows, resumed_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "short")
+    assert len(whole_rows) == 4 and sorted(resumed_rows) == sorted(whole_rows)
+    for step in sorted(whole_rows)[2:]:  # RL steps 3 and 4, every metric
+        assert resumed_rows[step] == whole_rows[step]
+    # the console's score is the logged one (the mean over ranks), not rank zero's own
+    printed = [float(line.split("| score ")[1].split()[0]) for line in console.splitlines() if "| score " in line]
+    assert printed == [round(float(whole_rows[step]["objective/scores"]), 3) for step in sorted(whole_rows)]
+
+    whole = torch.load(tmp_path / "whole" / "dump" / "rank0.pt", weights_only=True)["trained"]
+    resumed = torch.load(tmp_path / "short" / "dump" / "rank0.pt", weights_only=True)["trained"]
+    for name, tensor in whole.items():
+        assert torch.equal(resumed[name], tensor), name
     last = tmp_path / "whole" / "checkpoints" / "last.ckpt"
-    module = load_from_checkpoint(last)  # one process reads the shards whole
-    state = module.state_dict()
-    for name, tensor in whole["trained"].items():
-        assert torch.equal(state[name], tensor), name
+    module = load_from_checkpoint(last)  # one process reads the shards whole, and the full file
+    full_file = load_from_checkpoint(tmp_path / "short" / "checkpoints" / "last.ckpt")
+    for state in (module.state_dict(), full_file.state_dict()):
+        for name, tensor in whole.items():
+            assert torch.equal(state[name], tensor), name
     out = tmp_path / "exported"
     result = run_app("lit_rlhf.export", str(last), str(out), cwd=tmp_path, module=True)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -243,30 +265,3 @@ def test_a_rank_killed_mid_run_is_one_line_naming_it_and_the_checkpoint_resumes(
     assert line.startswith("error: rank 0 lost rank 1 of this 2-rank run (it was killed or crashed"), line
     assert "resume from the last checkpoint: python " in line
     assert read_sharded_checkpoint(run_dir / "checkpoints" / "last.ckpt")["state_dict"]
-
-
-def test_a_finished_run_resumed_to_more_steps_continues_as_the_longer_run(tmp_path):
-    """steps=3, then ckpt_path=last with steps=4, logs what a steps=4 run logs. The ranks' responses stop at different
-    lengths, so their random states differ: each rank must get its own back (rank zero's on both sampled other
-    tokens on rank 1 from the first resumed step)."""
-    longer = [a for a in SHORT if not a.startswith("algo.response_length")] + ["algo.response_length=32"]
-    args = [*FSDP2, *longer, "callbacks.model_checkpoint.every_n_train_steps=1"]
-
-    def run(run_dir, *extra):
-        result = run_app("train.py", f"hydra.run.dir={run_dir}", *args, *extra, cwd=ROOT)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result
-
-    run(tmp_path / "short", "steps=3")
-    meta = torch.load(tmp_path / "short" / "checkpoints" / "last.ckpt" / "meta.pt", weights_only=True)
-    per_rank = meta["rlhf_state"]["rng_per_rank"]
-    assert len(per_rank) == 2 and not torch.equal(per_rank[0]["torch"], per_rank[1]["torch"])
-    run(tmp_path / "short", "steps=4", "ckpt_path=last")
-    console = run(tmp_path / "long", "steps=4").stdout
-    resumed, uninterrupted = metric_rows(tmp_path / "short"), metric_rows(tmp_path / "long")
-    assert sorted(resumed) == sorted(uninterrupted) and len(resumed) == 4
-    assert resumed[3] == uninterrupted[3]  # the resumed step, every metric
-    # the console's score is the logged one (the mean over ranks), not rank zero's own
-    printed = [float(line.split("| score ")[1].split()[0]) for line in console.splitlines() if "| score " in line]
-    logged = [float(uninterrupted[step]["objective/scores"]) for step in sorted(uninterrupted)]
-    assert printed == [round(score, 3) for score in logged], (printed, logged)
