@@ -52,6 +52,15 @@ class StopProducerOnException(L.Callback):
         module.stop_producer()
 
 
+def check_concurrent_draws(config: Any, engine: Any) -> None:
+    """At construction, before an engine starts: several draws at once need an engine that holds several weights."""
+    draws = getattr(config, "async_draws", 1)
+    if getattr(config, "max_staleness", None) is not None and draws > 1 and not engine.concurrent_draws:
+        raise ConfigError(f"algo.async_draws={draws} draws rollouts with different weights at once, "
+                          f"and this rollout engine holds one set of weights (rollout=vllm); set algo.async_draws=1 "
+                          f"or use rollout=hf.")
+
+
 class AsyncRollouts:
     producer: RolloutProducer | None = None
 
@@ -72,10 +81,6 @@ class AsyncRollouts:
             raise ConfigError(f"{setting} cannot refill a step with dynamic sampling (algo.max_refill_rounds="
                               f"{self.hparams.max_refill_rounds} samples more prompts inside the step); set "
                               f"algo.max_refill_rounds=0 or drop algo.max_staleness.")
-        if self.hparams.async_draws > 1 and not self.rollout_engine.concurrent_draws:
-            raise ConfigError(f"algo.async_draws={self.hparams.async_draws} draws rollouts with different weights at "
-                              f"once, and this rollout engine holds one set of weights (rollout=vllm); set "
-                              f"algo.async_draws=1 or use rollout=hf.")
         if not callable(getattr(datamodule, "prompt_stream", None)):
             raise ConfigError(f"{setting} reads prompt batches ahead of the trainer from a PromptDataModule (its "
                               f"prompt_stream()); train with lit_rlhf's PromptDataModule or drop algo.max_staleness.")

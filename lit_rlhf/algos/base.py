@@ -17,7 +17,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.algos.asynchronous import AsyncRollouts
+from lit_rlhf.algos.asynchronous import AsyncRollouts, check_concurrent_draws
 from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import EpisodeSupport
@@ -93,6 +93,7 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         self.gold_reward = None if isinstance(gold_reward, dict) and not gold_reward else gold_reward  # CLI: gold=none
         check_gold_reward(self.gold_reward, reward)
         self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
+        check_concurrent_draws(config, self.rollout_engine)
         for line in idle_settings(config, self.rollout_engine.reports_logprobs):
             warn_once(line)
         self.kl_controller = kl_controller or KLController()

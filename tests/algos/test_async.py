@@ -156,6 +156,16 @@ def test_a_bad_staleness_bound_is_one_line(value, message):
         make_rloo(max_staleness=value)
 
 
+def test_concurrent_draws_with_an_engine_of_one_set_of_weights_are_refused_before_it_starts():
+    from lit_rlhf.rollout import VLLMEngine
+
+    engine = VLLMEngine()  # vLLM need not be installed: the refusal comes before the engine would start
+    with pytest.raises(ConfigError, match=r"algo.async_draws=2 draws rollouts with different weights at once"):
+        make_rloo(max_staleness=1, async_draws=2, rollout_engine=engine)
+    assert engine.engine is None
+    make_rloo(async_draws=2, rollout_engine=engine)  # synchronous: one draw at a time, async_draws idle
+
+
 def test_async_mode_needs_a_prompt_datamodule():
     module = make_rloo(max_staleness=1)
     datamodule = make_datamodule()
