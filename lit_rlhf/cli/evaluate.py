@@ -66,6 +66,9 @@ def check_evaluation_settings(cfg: DictConfig) -> None:
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
+    for key in ("trust_remote_code", "trust_checkpoint_io"):
+        if not isinstance(cfg.get(key), bool):
+            raise ConfigError(f"{key}={cfg.get(key)!r} must be true or false.")
     confidence = cfg.get("confidence")
     if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
         raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")

@@ -78,6 +78,7 @@ def test_a_checkpoint_names_only_an_rlhf_module_as_its_algorithm(algo, arithmeti
     ("confidence=1.5", "confidence=1.5 must be a number between 0 and 1"),
     ("confidence=0", "confidence=0 must be a number between 0 and 1"),
     ("device=gpu", "device='gpu' is not a device"),
+    ("trust_checkpoint_io=yes", "trust_checkpoint_io='yes' must be true or false"),
 ])
 def test_bad_evaluation_settings_are_one_line(setting, expected, tmp_path):
     assert one_line_error(run_app("evaluate.py", setting, cwd=tmp_path)).startswith(f"error: {expected}")
@@ -87,3 +88,86 @@ def test_bad_evaluation_settings_are_one_line(setting, expected, tmp_path):
 def test_device_cuda_without_cuda_is_one_line(tmp_path):
     line = one_line_error(run_app("evaluate.py", "device=cuda", cwd=tmp_path))
     assert line.startswith("error: device='cuda', but this machine has no CUDA device")
+
+
+class RecordingServer:
+    """An HTTP server in a thread that records the requests it gets (path and Authorization header) and answers 500."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        requests = self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                requests.append((self.path, self.headers.get("Authorization")))
+                self.send_response(500)
+                self.end_headers()
+
+            do_GET = do_POST
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("group, remote", [
+    ("reward", {"_target_": "lit_rlhf.remote.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}),
+    ("gold", {"_target_": "lit_rlhf.remote.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}),
+    ("gold", {"_target_": "lit_rlhf.remote.LLMJudge", "model": "m", "base_url": "URL/v1", "api_key_env": "USERS_SECRET",
+              "retries": 0}),
+    ("reward", {"_target_": "lit_rlhf.models.WeightedSum", "weights": {"a": 1.0}, "rewards": {"a": {
+        "_target_": "lit_rlhf.remote.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}}}),
+], ids=["reward-server", "gold-server", "gold-judge-endpoint", "a-server-inside-a-weighted-sum"])
+def test_a_checkpoint_does_not_choose_where_texts_and_secrets_are_sent(group, remote, arithmetic_run, tmp_path):
+    """A checkpoint naming a reward server or judge endpoint, with one of the user's environment variables as its
+    token: refused in one line, nothing sent; the command line's trust_checkpoint_io=true confirms it."""
+    server = RecordingServer()
+    try:
+        checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+        crafted = json.loads(json.dumps(remote).replace("URL", server.url))
+        checkpoint["rlhf_state"]["run_config"][group] = crafted
+        torch.save(checkpoint, tmp_path / "crafted.ckpt")
+        env = {"USERS_SECRET": "s3cret"}
+        line = one_line_error(run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path, env=env))
+        assert line.startswith(f"error: the checkpoint's {group} sends completions to '{server.url}"), line
+        assert "with the value of $USERS_SECRET as its token" in line and "trust_checkpoint_io=true" in line
+        assert server.requests == [] and not list((tmp_path / "logs" / "evaluate" / "runs").iterdir())
+
+        trusted = run_app("evaluate.py", "ckpt_path=crafted.ckpt", "trust_checkpoint_io=true", "samples_per_prompt=1",
+                          "num_bootstraps=50", "algo.response_length=3", cwd=tmp_path, env=env)
+        assert trusted.returncode != 0  # the recording server answers 500
+        assert server.requests and server.requests[0][1] == "Bearer s3cret"
+    finally:
+        server.close()
+
+
+def test_a_checkpoint_does_not_choose_which_local_file_is_read(arithmetic_run, tmp_path):
+    """A checkpoint whose data.dataset names a local file: refused in one line, the file unread; naming the same file
+    on the command line evaluates the run's held-out split of it."""
+    private = tmp_path / "private.jsonl"
+    private.write_text("".join(json.dumps({"prompt": f"PRIVATE {i}+1?", "answer": str(i + 1)}) + "\n"
+                               for i in range(10)))
+    checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["datamodule_hyper_parameters"]["dataset"] = str(private)
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+    refused = run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path)
+    line = one_line_error(refused)
+    assert line.startswith(f"error: the checkpoint's data.dataset='{private}' is a local file"), line
+    assert f"confirm it with data.dataset={private} on the command line" in line
+    assert "PRIVATE" not in refused.stdout + refused.stderr
+
+    confirmed = run_app("evaluate.py", "ckpt_path=crafted.ckpt", f"data.dataset={private}", "samples_per_prompt=1",
+                        "num_bootstraps=50", "algo.response_length=3", cwd=tmp_path)
+    assert confirmed.returncode == 0, confirmed.stderr[-3000:]
+    summary, generations = evaluation_of(tmp_path)
+    assert summary["num_prompts"] == 4  # the run's held-out split (data.num_eval_prompts=4) of the named file
+    assert all(g["prompt"].startswith("PRIVATE") for g in generations)
