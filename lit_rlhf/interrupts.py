@@ -1,14 +1,23 @@
 """Interrupting the end of a run. Once training has finished (the final checkpoint is written), what is
 left (final validation, evaluation, samples, curves, export) is reporting: Ctrl-C or SIGTERM there stops
 it at once with EndOfRunInterrupted, instead of being ignored until the reports finish or killing the
-process without a result.json. During training, CheckpointOnInterrupt and Lightning handle both."""
+process without a result.json. During training, CheckpointOnInterrupt and Lightning handle both.
+
+A call that may never return (a reward, a tool, an environment, the async producer's next rollout) runs inside
+`abandonable(what)`: SIGTERM arriving there abandons it (CallAbandoned) instead of waiting for the end of a step
+that cannot come; a second Ctrl-C abandons anything. Threads left running such a call are named LIT_THREADS, so
+that the process can end without them (`hung_threads`)."""
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
@@ -25,6 +34,78 @@ class EndOfRunInterrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.signal_name]
+
+
+class CallAbandoned(SIGTERMException):
+    """SIGTERM while the main thread waited on `what` (a reward, a tool, the rollout producer): the call was
+    abandoned; Lightning's SIGTERM path writes the checkpoint (the interrupted step runs again on resume)."""
+
+    def __init__(self, what: str):
+        super().__init__(f"SIGTERM while waiting on {what}")
+        self.what = what
+
+
+LIT_THREADS = ("lit_rlhf-", "lit-rlhf-")  # name prefixes of the threads that run rewards, tools and rollouts
+_waiting_on: list[str] = []  # what the main thread waits on, innermost last
+
+
+@contextmanager
+def abandonable(what: str) -> Iterator[None]:
+    """The main thread waits on `what` inside the block (a call that may never return): SIGTERM abandons it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _waiting_on.append(what)
+    try:
+        yield
+    finally:
+        _waiting_on.pop()
+
+
+def waiting_on() -> str | None:
+    """What the main thread waits on now (set by `abandonable`), or None."""
+    return _waiting_on[-1] if _waiting_on else None
+
+
+def hung_threads(grace_s: float = 2.0) -> list[threading.Thread]:
+    """lit_rlhf's threads (LIT_THREADS) still running after `grace_s`: calls abandoned by an interrupt, which would
+    otherwise hold the interpreter's exit while it joins them."""
+    deadline = time.monotonic() + grace_s
+    alive = [t for t in threading.enumerate() if t.name.startswith(LIT_THREADS) and t.is_alive()]
+    for thread in alive:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in alive if t.is_alive()]
+
+
+@contextmanager
+def thread_pool(workers: int, name: str) -> Iterator[ThreadPoolExecutor]:
+    """A ThreadPoolExecutor whose threads are named lit_rlhf-<name>; an exception (an interrupt) leaves the block
+    without waiting for the calls in flight, which may never return (the pool is shut down without a join)."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=f"lit_rlhf-{name}")
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+EXIT_PAST_HUNG_THREADS = True  # the apps end their process past abandoned calls (tests running them in-process: off)
+
+
+def exit_past_hung_threads(code: int) -> None:
+    """At an app's exit: when an interrupt abandoned calls that still run in lit_rlhf's threads, the interpreter
+    would wait for them (it joins pool threads at exit); flush what was written and end the process now."""
+    if not EXIT_PAST_HUNG_THREADS or not hung_threads():
+        return
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 class TrainingInterrupted(BaseException):

@@ -123,6 +123,7 @@ def isolated_process_state(cwd, env: dict, argv: list[str], first_path: Path):
     import lit_rlhf.cli.errors as app_errors
     import lit_rlhf.cli.run_dirs as run_dirs
     import lit_rlhf.config.validation as validation
+    import lit_rlhf.interrupts as interrupts
 
     saved_cwd, saved_env, saved_argv, saved_path = os.getcwd(), dict(os.environ), sys.argv[:], sys.path[:]
     saved_modules = set(sys.modules)
@@ -139,6 +140,7 @@ def isolated_process_state(cwd, env: dict, argv: list[str], first_path: Path):
     sys.path[:0] = [str(first_path), *user_paths, str(ROOT)]  # ROOT: the package, as run_process's PYTHONPATH
     validation._warned.clear()
     app_errors._task_started = False
+    interrupts.EXIT_PAST_HUNG_THREADS = False  # never end the test's process: a run that hangs is a process test
     fresh_hydra_state()
     try:
         with warnings.catch_warnings():
@@ -149,6 +151,7 @@ def isolated_process_state(cwd, env: dict, argv: list[str], first_path: Path):
             handle.close()  # releases the run directory's flock, as the end of a process does
         del run_dirs._held_locks[saved_locks:]
         app_errors._task_started = False
+        interrupts.EXIT_PAST_HUNG_THREADS = True
         validation._warned.clear()
         validation._warned.update(saved_warned)
         restore_hydra_state(saved_hydra)

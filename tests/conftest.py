@@ -34,6 +34,15 @@ def make_datamodule(**overrides):
     return PromptDataModule(**{"tokenizer": TINY_PYTHIA, "batch_size": 4, "num_eval_prompts": 8, **overrides})
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """A multi_rank test (2 processes) runs on the worker that runs every other one: two of them at once would put 4
+    processes on the cores, and gloo's waiting ranks spin."""
+    for item in items:
+        if item.get_closest_marker("multi_rank") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("multi_rank"))
+
+
 @pytest.fixture
 def tiny_path():
     return TINY_PYTHIA

@@ -1,9 +1,12 @@
 """Two CPU processes with DDP (gloo), launched by train.py as a user would: rank zero runs in the test's process
 (run_app), and Lightning's launcher starts rank one as a process of its own, `python train.py ...`."""
 
+import pytest
 import torch
 
 from tests.apps import ROOT, run_app
+
+pytestmark = pytest.mark.multi_rank  # each test starts 2 ranks
 
 
 def run_train(tmp_path, *overrides):

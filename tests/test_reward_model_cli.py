@@ -61,3 +61,54 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
     evaluated = run_app("evaluate.py", *command, "data.num_eval_prompts=4", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "score difference (policy - reference)" in evaluated.stdout
+
+
+@pytest.mark.parametrize("script, setting, expected", [
+    ("train_reward_model.py", "algo.optimizer.lr=nan", "algo.optimizer.lr=nan must be a number > 0"),
+    ("train_dpo.py", "algo.optimizer.lr=-1e-3", "algo.optimizer.lr=-0.001 must be a number > 0"),
+    ("train_reward_model.py", "model.lora.r=0", "model.lora.r=0 must be a whole number >= 1"),
+    ("train_reward_model.py", "+model.lora.rank=8", "model.lora"),
+    ("train_dpo.py", "data.batch_size=true", "data.batch_size=True must be a whole number >= 1"),
+    ("train_dpo.py", "algo.beta=true", "algo.beta=True must be a finite number > 0"),
+    ("train_reward_model.py", "algo.center_rewards_coefficient=true",
+     "algo.center_rewards_coefficient=True must be a finite number >= 0"),
+    ("train_dpo.py", "algo.label_smoothing=0.1", "TRL's sigmoid DPO loss ignores label_smoothing"),
+], ids=["rm-nan-lr", "dpo-negative-lr", "rm-lora-r-0", "rm-unknown-lora-key", "dpo-bool-batch-size",
+        "dpo-bool-beta", "rm-bool-centering", "dpo-label-smoothing"])
+def test_bad_preference_settings_are_one_line_before_work_starts(script, setting, expected, tmp_path):
+    separable_pairs(tmp_path / "pairs.jsonl", n=24)
+    line = one_line_error(run_app(script, "data.dataset=pairs.jsonl", setting, cwd=tmp_path))
+    assert expected in line, line
+
+
+@pytest.mark.parametrize("margin", ["abc", None], ids=["string", "null"])
+def test_a_margin_that_is_not_a_number_is_one_line_naming_the_row(margin, tmp_path):
+    rows = [{"prompt": "Q", "chosen": " good", "rejected": " bad", "m": 1.0}] * 3
+    rows.append({"prompt": "Q", "chosen": " good", "rejected": " bad", "m": margin})
+    (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    line = one_line_error(run_app("train_reward_model.py", "data.dataset=pairs.jsonl", "data.margin_column=m",
+                                  cwd=tmp_path))
+    assert f"row 4 'm' is {margin!r}, not a finite number" in line, line
+
+
+@pytest.mark.parametrize("script", ["train_reward_model.py", "train_dpo.py"])
+def test_a_loss_that_goes_non_finite_stops_the_run_and_saves_no_model(script, tmp_path):
+    separable_pairs(tmp_path / "pairs.jsonl", n=48)
+    result = run_app(script, "data.dataset=pairs.jsonl", "algo.optimizer.lr=1e4", "epochs=3", "model.lora=null",
+                     cwd=tmp_path)
+    line = one_line_error(result)
+    assert "is not finite (NaN or inf), so the run stops before the update applies it and saves no model" in line
+    assert "lower algo.optimizer.lr (now 10000)" in line
+    assert not list(tmp_path.glob("logs/*/runs/*/reward_model")) and not list(tmp_path.glob("logs/*/runs/*/policy"))
+
+
+def test_a_dpo_resume_that_would_train_something_else_is_one_line(tmp_path):
+    separable_pairs(tmp_path / "pairs.jsonl", n=24)
+    first = run_app("train_dpo.py", "data.dataset=pairs.jsonl", "hydra.run.dir=run", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resume = ["data.dataset=pairs.jsonl", "hydra.run.dir=run", "ckpt_path=last", "epochs=2"]
+    line = one_line_error(run_app("train_dpo.py", *resume, "algo.beta=0.2", cwd=tmp_path))
+    assert line.startswith("error: resume changes algo.beta (0.1 -> 0.2)"), line
+    (tmp_path / "pairs.jsonl").write_text((tmp_path / "pairs.jsonl").read_text().replace("Review", "Film"))
+    line = one_line_error(run_app("train_dpo.py", *resume, cwd=tmp_path))
+    assert line.startswith("error: resume changes data.dataset (its file differs from the checkpoint's run"), line

@@ -18,10 +18,12 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import abandonable
 from lit_rlhf.rollout.producer import RolloutProducer
 
 PROBE_TOLERANCE = 1e-3  # the copy's probe logprobs against the trainer's (same weights, same code: equal)
@@ -45,11 +47,16 @@ def sampler_copy(policy: torch.nn.Module, trained: list[torch.nn.Parameter]) -> 
     return copy.deepcopy(policy, shared).eval()
 
 
+INTERRUPTED_STOP_S = 2.0  # how long an interrupted run waits for the producer's draw in progress
+
+
 class StopProducerOnException(L.Callback):
     """Lightning calls no module hook when a step raises, only callbacks' on_exception: the producer stops there."""
 
     def on_exception(self, trainer: L.Trainer, module: Any, exception: BaseException) -> None:
-        module.stop_producer()
+        # after an interrupt the draw in progress may be the call that never returns: no long wait for it
+        interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))
+        module.stop_producer(wait_s=INTERRUPTED_STOP_S if interrupted else None)
 
 
 def check_concurrent_draws(config: Any, engine: Any) -> None:
@@ -104,12 +111,14 @@ class AsyncRollouts:
         self.trainer.callbacks.append(self.producer_guard)
         self.producer.begin()
 
-    def stop_producer(self) -> None:
+    def stop_producer(self, wait_s: float | None = None) -> None:
+        """Stops the producer's workers, waiting up to wait_s (None: the producer's STOP_TIMEOUT_S) for a draw in
+        progress; one that goes on is a daemon thread and ends with the process."""
         producer, self.producer = self.producer, None
         guard = getattr(self, "producer_guard", None)
         if guard is not None and self._trainer is not None and guard in self.trainer.callbacks:
             self.trainer.callbacks.remove(guard)
-        if producer is not None and not producer.stop():
+        if producer is not None and not producer.stop(wait_s) and wait_s is None:  # an interrupt expects it
             rank_zero_warn("the rollout producer did not stop within its timeout (a tool or reward that does not "
                            "return); it is a daemon thread and ends with the process.")
 
@@ -194,7 +203,8 @@ class AsyncRollouts:
         if self.producer is None:
             return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
         if for_training:
-            drawn = self.producer.take(self.rl_step)
+            with abandonable("the rollout producer (its sampling, reward, tools and environment)"):
+                drawn = self.producer.take(self.rl_step)
             self.staleness_seen.append(drawn.staleness)
             rollout = self.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
             for key, value in drawn.timings.items():

@@ -2,9 +2,13 @@
 with. The reference is shared as in the RL modules: with LoRA, the policy with its adapters disabled.
 
     logits = beta * ((log pi(y_c|x) - log ref(y_c|x)) - (log pi(y_r|x) - log ref(y_r|x)))
-    loss   = -(1 - label_smoothing) * log sigmoid(logits) - label_smoothing * log sigmoid(-logits)
+    loss   = -log sigmoid(logits)
 
-(TRL's DPOTrainer, loss_type "sigmoid"; log pi(y|x) sums the response tokens' logprobs). Metrics after TRL's:
+(TRL's DPOTrainer, loss_type "sigmoid"; log pi(y|x) sums the response tokens' logprobs). With cdpo_epsilon > 0,
+conservative DPO (Mitchell 2023: each label flipped with probability epsilon), a form of its own:
+
+    loss   = -(1 - cdpo_epsilon) * log sigmoid(logits) - cdpo_epsilon * log sigmoid(-logits)
+ Metrics after TRL's:
 rewards/chosen and rewards/rejected (beta * (log pi - log ref), means), rewards/accuracies (chosen above
 rejected), rewards/margins, logps/chosen, logps/rejected; on held-out pairs with the eval/ prefix.
 
@@ -20,11 +24,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 
+from lit_rlhf.algos.pair_module import PairModule, check_finite_weights
 from lit_rlhf.config import model_config
+from lit_rlhf.config.validation import check_optimizer, is_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_policy, load_tokenizer
 from lit_rlhf.ops.logprobs import logprobs_from_logits
@@ -38,24 +43,30 @@ def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) ->
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, reference_chosen: torch.Tensor,
-             reference_rejected: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
-    """The mean over B pairs of the (label-smoothed) sigmoid DPO loss; every argument: B sequence logprobs."""
+             reference_rejected: torch.Tensor, beta: float, cdpo_epsilon: float = 0.0) -> torch.Tensor:
+    """The mean over B pairs of the sigmoid DPO loss (conservative with cdpo_epsilon > 0); every argument: B
+    sequence logprobs."""
     logits = beta * ((policy_chosen - reference_chosen) - (policy_rejected - reference_rejected))  # B
-    return (-(1 - label_smoothing) * F.logsigmoid(logits) - label_smoothing * F.logsigmoid(-logits)).mean()
+    return (-(1 - cdpo_epsilon) * F.logsigmoid(logits) - cdpo_epsilon * F.logsigmoid(-logits)).mean()
 
 
-class DPOModule(L.LightningModule):
+class DPOModule(PairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, ...); optimizer: a partial of a torch
     optimizer (AdamW at lr 5e-6 by default, TRL's DPO default 1e-6 is for full fine-tuning of large models)."""
 
-    def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, label_smoothing: float = 0.0):
+    def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, cdpo_epsilon: float = 0.0,
+                 label_smoothing: Any = None):
         super().__init__()
-        if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+        if label_smoothing not in (None, 0):  # TRL's name: its sigmoid loss ignores it, so it would mislead here
+            raise ConfigError(f"algo.label_smoothing={label_smoothing!r}: TRL's sigmoid DPO loss ignores "
+                              f"label_smoothing; the conservative-DPO form is algo.cdpo_epsilon here; drop "
+                              f"label_smoothing (or set algo.cdpo_epsilon).")
+        if not (is_number(beta) and math.isfinite(beta) and beta > 0):
             raise ConfigError(f"algo.beta={beta!r} must be a finite number > 0 (TRL's default 0.1).")
-        if not (isinstance(label_smoothing, (int, float)) and 0 <= label_smoothing < 0.5):
-            raise ConfigError(f"algo.label_smoothing={label_smoothing!r} must be in [0, 0.5) (0: plain DPO).")
-        self.save_hyperparameters({"model": asdict(model_config(model)), "beta": beta,
-                                   "label_smoothing": label_smoothing})
+        if not (is_number(cdpo_epsilon) and 0 <= cdpo_epsilon < 0.5):
+            raise ConfigError(f"algo.cdpo_epsilon={cdpo_epsilon!r} must be a number in [0, 0.5) (0: plain DPO).")
+        check_optimizer(optimizer)
+        self.save_hyperparameters({"model": asdict(model_config(model)), "beta": beta, "cdpo_epsilon": cdpo_epsilon})
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=5e-6)
         self.policy = self.reference = self.tokenizer = None
 
@@ -73,7 +84,7 @@ class DPOModule(L.LightningModule):
             reference_chosen, reference_rejected = sequence_logprobs(reference, batch).chunk(2)  # B, B
         hp = self.hparams
         loss = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, hp.beta,
-                        hp.label_smoothing)
+                        hp.cdpo_epsilon)
         chosen = hp.beta * (policy_chosen - reference_chosen).detach()  # B
         rejected = hp.beta * (policy_rejected - reference_rejected).detach()  # B
         prefix = "" if stage == "train" else "eval/"
@@ -85,12 +96,6 @@ class DPOModule(L.LightningModule):
                       on_step=stage == "train", on_epoch=True, prog_bar=stage != "train")
         return loss
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self.step(batch, "train")
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.step(batch, "val")
-
     def configure_optimizers(self):
         return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
 
@@ -101,6 +106,7 @@ class DPOModule(L.LightningModule):
         model = self.policy
         if hasattr(model, "merge_and_unload"):
             model = copy.deepcopy(model).merge_and_unload()
+        check_finite_weights(model, directory)
         model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         return directory

@@ -17,14 +17,17 @@ import copy
 import functools
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForSequenceClassification
 
+from lit_rlhf.algos.pair_module import PairModule, check_finite_weights
+from lit_rlhf.config import model_config
+from lit_rlhf.config.validation import check_flag, check_optimizer, is_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.policy import with_lora
@@ -50,17 +53,18 @@ def pair_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, torc
             "reward_mean": both.mean(), "reward_std": both.std(unbiased=False)}
 
 
-class RewardModelModule(L.LightningModule):
+class RewardModelModule(PairModule):
     """model: {name_or_path, tokenizer_name_or_path, dtype, lora: {r, lora_alpha, ...} or None for full
     fine-tuning}; optimizer: a partial of a torch optimizer (AdamW at lr 1e-5 by default)."""
 
     def __init__(self, model: dict[str, Any], optimizer: Any = None, center_rewards_coefficient: float | None = None,
                  use_margin: bool = True):
         super().__init__()
-        if not isinstance(model, dict) or not model.get("name_or_path"):
-            raise ConfigError("model.name_or_path is not set; give the backbone's hub name or local directory.")
+        model = asdict(model_config(model))  # the RL modules' checks: LoRA settings, unknown keys, dtype
+        check_optimizer(optimizer)
+        check_flag("algo.use_margin", use_margin)
         if center_rewards_coefficient is not None and not (
-                isinstance(center_rewards_coefficient, (int, float)) and math.isfinite(center_rewards_coefficient)
+                is_number(center_rewards_coefficient) and math.isfinite(center_rewards_coefficient)
                 and center_rewards_coefficient >= 0):
             raise ConfigError(f"algo.center_rewards_coefficient={center_rewards_coefficient!r} must be a finite "
                               f"number >= 0 (null: off; TRL suggests 0.01).")
@@ -103,12 +107,6 @@ class RewardModelModule(L.LightningModule):
             self.eval_rewards.append(torch.cat([chosen, rejected]).detach().cpu())
         return loss
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self.step(batch, "train")
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.step(batch, "val")
-
     def on_validation_epoch_start(self) -> None:
         self.eval_rewards = []
 
@@ -128,6 +126,7 @@ class RewardModelModule(L.LightningModule):
         model = self.backbone
         if hasattr(model, "merge_and_unload"):  # LoRA: the adapters merged into a copy, the head kept
             model = copy.deepcopy(model).merge_and_unload()
+        check_finite_weights(model, directory)
         model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         stats = self.reward_stats()

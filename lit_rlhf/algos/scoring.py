@@ -18,6 +18,7 @@ import torch
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_and_entropy
 from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.interrupts import abandonable
 from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
 from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
@@ -82,7 +83,8 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
                           f"have (they have {sorted(columns or {}) or 'no column but the prompt'}); use data with that "
                           f"column (e.g. data=arithmetic) or another reward.")
     try:
-        returned = call_reward(reward, prompts, completions, columns)
+        with abandonable(f"the reward {name}"):
+            returned = call_reward(reward, prompts, completions, columns)
     except (ConfigError, UnavailableError):  # already one line (a remote reward's, after its retries)
         raise
     except Exception as err:
@@ -317,13 +319,14 @@ class RolloutScoring:
             result, took = timed()
             record(took, took)
             return lambda: result
-        pool = ThreadPoolExecutor(1, thread_name_prefix="reward")
+        pool = ThreadPoolExecutor(1, thread_name_prefix="lit_rlhf-reward")
         future = pool.submit(timed)
         pool.shutdown(wait=False)
 
         def wait() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             start = time.perf_counter()
-            result, took = future.result()
+            with abandonable("the reward"):
+                result, took = future.result()
             record(took, time.perf_counter() - start)
             return result
 

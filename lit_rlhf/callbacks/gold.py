@@ -1,7 +1,8 @@
 """GoldCurve: with a gold reward, the run's over-optimization curve. Every RL step adds (d = sqrt(objective/kl),
 gold/score, objective/scores); at the end of training it writes gold.json in the run directory: the points, the RL form
 d (alpha - beta log d) fitted to the gold gain, the KL where the fitted curve peaks, the step and KL where the
-observed gold score (a moving average over `window` steps) peaked, and whether the proxy kept rising after it."""
+observed gold score (a moving average over `window` steps) peaked, and whether the proxy kept rising after it. The
+points are saved in checkpoints, so a resumed run's curve starts at the initial policy's gold score."""
 
 from __future__ import annotations
 
@@ -24,9 +25,18 @@ class GoldCurve(L.Callback):
     def __init__(self, window: int = 10, filename: str = "gold.json"):
         self.window, self.filename = window, filename
         self.points: list[dict[str, float]] = []
+        self.steps_without_kl = 0  # RL steps with a gold score but no objective/kl (a run with algo.kl_coef=0)
+
+    def state_dict(self) -> dict:
+        return {"points": [dict(point) for point in self.points]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.points = [dict(point) for point in state_dict.get("points", [])]
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         stats = getattr(module, "last_stats", None) or {}
+        if "gold/score" in stats and "objective/kl" not in stats:
+            self.steps_without_kl += 1
         if "gold/score" in stats and "objective/kl" in stats:  # the means over ranks
             self.points.append({"rl_step": module.rl_step, "sqrt_kl": math.sqrt(max(stats["objective/kl"], 0.0)),
                                 "gold": stats["gold/score"], "proxy": stats["objective/scores"]})
@@ -46,12 +56,16 @@ class GoldCurve(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, module) -> None:
         report = self.report()
+        if report is None and self.steps_without_kl and trainer.is_global_zero:
+            rank_zero_info(f"No {self.filename}: the run logged gold/score but no objective/kl, the KL to the "
+                           f"reference the gold curve is drawn against (a run with algo.kl_coef=0 computes none).")
         if report is None or not trainer.is_global_zero:
             return
         path = Path(trainer.default_root_dir) / self.filename
         path.write_text(json.dumps(report, indent=2) + "\n")
         peak, fit = report["gold_peak"], report["fit"]
         fitted = (f"; fitted d(alpha - beta log d) peaks at KL {fit['peak_kl']:.2f}" if fit and "peak_kl" in fit
-                  else "")
+                  else "; the fitted d(alpha - beta log d) still rises far past this KL"
+                  if fit and fit.get("peak_beyond_range") else "")
         rank_zero_info(f"Gold score peaked at RL step {peak['rl_step']} (KL {peak['kl']:.2f}){fitted}; the proxy "
                        f"rose by {report['proxy_rose_after_gold_peak']:+.3f} after it: {path}")

@@ -4,7 +4,8 @@ Ctrl-C (SIGINT) no longer stops a step halfway through its updates: the first on
 current RL step, writes <checkpoints>/interrupted.ckpt and ends fit (summaries included, the end-of-run
 evaluation skipped; train.py then exits 130 with the run recorded as interrupted); a second one aborts at
 once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops after the current step on every
-rank; the checkpoint is written then. After training has finished
+rank; the checkpoint is written then, or at once when the main thread waits on a call that may never return (a
+reward, a tool, the async producer: `abandonable`), which is abandoned. After training has finished
 (the final checkpoint is written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
 """
 
@@ -20,7 +21,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlhf.interrupts import EndOfRunInterrupted
+from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, waiting_on
 
 
 class CheckpointOnInterrupt(Checkpoint):
@@ -36,11 +37,13 @@ class CheckpointOnInterrupt(Checkpoint):
         self.training_finished = False
         self.path: Path | None = None
         self._previous_handler = None
+        self._previous_sigterm = None
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
         self.requested, self.path, self.training_finished, self.stopped_by = False, None, False, None
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)  # after Lightning's
 
     def on_train_end(self, trainer: L.Trainer, module) -> None:
         self.training_finished = True  # the final checkpoint is written: Ctrl-C now skips the reports
@@ -54,6 +57,15 @@ class CheckpointOnInterrupt(Checkpoint):
         self.requested = True
         rank_zero_info("Ctrl-C: finishing this RL step, then writing a checkpoint (Ctrl-C again to abort now).")
 
+    def _on_sigterm(self, signum, frame) -> None:
+        previous = self._previous_sigterm
+        if callable(previous):
+            previous(signum, frame)  # Lightning's: stop after this step on every rank
+        what = waiting_on()
+        if what is not None and not self.training_finished:  # this step may never end: abandon the call
+            rank_zero_info(f"SIGTERM while waiting on {what}: the call is abandoned.")
+            raise CallAbandoned(what)
+
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         if trainer.strategy.reduce_boolean_decision(self.requested, all=False):  # any rank asked
             self.stopped_by = "SIGINT"
@@ -66,9 +78,12 @@ class CheckpointOnInterrupt(Checkpoint):
             self.save(trainer)
 
     def teardown(self, trainer: L.Trainer, module, stage: str) -> None:
-        if self._previous_handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
+        if threading.current_thread() is threading.main_thread():
+            if self._previous_handler is not None:
+                signal.signal(signal.SIGINT, self._previous_handler)
+            if self._previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._previous_handler = self._previous_sigterm = None
 
     def save(self, trainer: L.Trainer) -> None:
         checkpoint = trainer.checkpoint_callback

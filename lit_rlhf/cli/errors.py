@@ -25,7 +25,7 @@ from lit_rlhf.errors import (
     exit_with_user_error,
     os_error_message,
 )
-from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
+from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingInterrupted, exit_past_hung_threads
 
 T = TypeVar("T")
 
@@ -93,6 +93,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)
+        exit_past_hung_threads(err.code if isinstance(err.code, int) else 1)  # calls an interrupt abandoned
         raise
     except Exception as err:
         if _task_started:
@@ -114,6 +115,10 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
     except (SIGTERMException, EndOfRunInterrupted, TrainingInterrupted) as err:
         if isinstance(err, TrainingInterrupted):
             message, code = str(err), err.exit_code
+        elif isinstance(err, CallAbandoned):
+            message = (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was "
+                       f"abandoned; resume from the checkpoint above (the interrupted RL step runs again).")
+            code = EXIT_SIGTERM
         elif isinstance(err, SIGTERMException):
             message = "stopped by SIGTERM after a complete RL step; resume from the checkpoint above."
             code = EXIT_SIGTERM

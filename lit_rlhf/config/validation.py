@@ -37,6 +37,28 @@ def check_number(name: str, value: Any, minimum: float | None = None, strictly: 
         raise ConfigError(f"algo.{name}={value!r} must be {bound}{hint}.")
 
 
+def check_flag(key: str, value: Any) -> None:
+    """A boolean setting (the full key, e.g. rollout.shared_prefill): true or false, nothing else."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} must be true or false.")
+
+
+def check_setting_number(key: str, value: Any, minimum: float | None = None, strictly: bool = False,
+                         optional: bool = False, integer: bool = False, maximum: float | None = None) -> None:
+    """A numeric setting outside algo.* (the full key): a finite number (a whole one) within the bounds, or null
+    where optional."""
+    if value is None and optional:
+        return
+    kind = "a whole number" if integer else "a finite number"
+    bounds = [f"> {minimum}" if strictly else f">= {minimum}"] if minimum is not None else []
+    bounds += [f"<= {maximum}"] if maximum is not None else []
+    wanted = f"{kind}{' ' + ' and '.join(bounds) if bounds else ''}{' (or null)' if optional else ''}"
+    if (not is_number(value) or not math.isfinite(value) or (integer and not isinstance(value, numbers.Integral))
+            or (minimum is not None and (value <= minimum if strictly else value < minimum))
+            or (maximum is not None and value > maximum)):
+        raise ConfigError(f"{key}={value!r} must be {wanted}.")
+
+
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     """algo.<name> must be one of choices."""
     if value not in choices:

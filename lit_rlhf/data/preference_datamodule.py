@@ -30,9 +30,9 @@ class PreferenceDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         for name, minimum in (("batch_size", 1), ("num_eval_pairs", 0), ("max_prompt_length", 1)):
             value = getattr(self.hparams, name)
-            if not isinstance(value, int) or value < minimum:
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConfigError(f"data.{name}={value!r} must be a whole number >= {minimum}.")
-        if not isinstance(max_length, int) or max_length <= max_prompt_length:
+        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= max_prompt_length:
             raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
                               f"(the response needs room); raise data.max_length.")
         self.tokenizer = None

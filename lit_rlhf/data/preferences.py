@@ -1,8 +1,9 @@
 """Preference pairs (prompt, chosen, rejected[, margin]) for reward-model training and DPO.
 
 Rows come from the same sources as prompts (a .jsonl/.csv/.parquet file or a hub dataset). Texts are plain strings,
-or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template. A pair is tokenized
-as the prompt's ids then the response's, truncated so that the boundary stays: the prompt keeps its last
+or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template; a plain-text chosen
+or rejected response gets the tokenizer's EOS appended (unless it ends with it), as TRL builds pairs. A pair is
+tokenized as the prompt's ids then the response's, truncated so that the boundary stays: the prompt keeps its last
 `max_prompt_length` tokens, the response its first `max_length - prompt` tokens.
 
 Shapes: B pairs, L sequence length.
@@ -10,12 +11,13 @@ Shapes: B pairs, L sequence length.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS, FORMATS, load_file, load_hub, read_jsonl
+from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS, load_file, load_hub, read_jsonl
 from lit_rlhf.errors import ConfigError
 
 
@@ -39,6 +41,15 @@ def as_text(value: Any, tokenizer: Any, what: str, generation_prompt: bool = Fal
     raise ConfigError(f"{what} is {type(value).__name__}, not text or chat messages; fix that row.")
 
 
+def with_eos(text: str, value: Any, tokenizer: Any) -> str:
+    """A plain-text response ends with the tokenizer's EOS, as TRL's DPOTrainer and RewardTrainer build them (the
+    completion the policy samples ends there too); chat messages end as their template renders them."""
+    eos = getattr(tokenizer, "eos_token", None)
+    if not isinstance(value, str) or not eos or text.endswith(eos):
+        return text
+    return text + eos
+
+
 def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[dict[str, Any]]:
     from pathlib import Path
 
@@ -48,8 +59,9 @@ def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None) 
                           f"with prompt, chosen and rejected columns.")
     if path.suffix.lower() in FILE_BUILDERS:
         if not path.is_file():
-            raise ConfigError(f"data.dataset={dataset!r}: no such file; give an existing {FORMATS.split(',')[0]} "
-                              f"... file of preference pairs.")
+            raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "
+                              f"the script is started in); give an existing .jsonl, .json, .csv or .parquet file "
+                              f"of preference pairs.")
         if path.suffix.lower() == ".jsonl":
             return read_jsonl(path, dataset)
         return load_file(path, dataset, prompt_column)
@@ -79,21 +91,31 @@ def load_preference_pairs(dataset: str | None, tokenizer: Any, prompt_column: st
     for number, row in enumerate(rows, start=1):
         where = f"data.dataset={dataset!r}, row {number}"
         prompt = as_text(row[prompt_column], tokenizer, f"{where} {prompt_column!r}", generation_prompt=True)
-        chosen = as_text(row[chosen_column], tokenizer, f"{where} {chosen_column!r}")
-        rejected = as_text(row[rejected_column], tokenizer, f"{where} {rejected_column!r}")
+        chosen = with_eos(as_text(row[chosen_column], tokenizer, f"{where} {chosen_column!r}"), row[chosen_column],
+                          tokenizer)
+        rejected = with_eos(as_text(row[rejected_column], tokenizer, f"{where} {rejected_column!r}"),
+                            row[rejected_column], tokenizer)
         for column, text in ((chosen_column, chosen), (rejected_column, rejected)):
             if not text.strip():
                 raise ConfigError(f"{where}: {column!r} is empty; give every response text, or remove the row.")
         if chosen == rejected:
             identical += 1
             continue
-        margin = float(row[margin_column]) if margin_column else 0.0
+        margin = row_margin(row[margin_column], f"{where} {margin_column!r}") if margin_column else 0.0
         pairs.append(PreferencePair(prompt, chosen, rejected, margin))
     if not pairs:
         raise ConfigError(f"data.dataset={dataset!r}: chosen equals rejected on every one of its {len(rows)} rows, "
                           f"so there is no preference to learn; check the {chosen_column!r} and {rejected_column!r} "
                           f"columns.")
     return pairs, identical
+
+
+def row_margin(value: Any, where: str) -> float:
+    """A row's margin: a finite number (not a string, a boolean or null)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{where} is {value!r}, not a finite number; give every row a numeric margin (or set "
+                          f"data.margin_column=null).")
+    return float(value)
 
 
 def column_key(column: str, needed: list[str]) -> str:

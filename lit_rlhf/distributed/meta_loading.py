@@ -14,18 +14,17 @@ c = ceil(rows / ranks), fewer (or none) at the end.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
 from accelerate import init_empty_weights
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, GenerationConfig
 from transformers.utils import cached_file
 
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.loading import from_pretrained
+from lit_rlhf.models.loading import from_pretrained, unreadable_weights, weight_map
 
 WEIGHT_KEYS = "_lit_rlhf_weight_keys"  # set on each module of an empty model: (WeightFiles, {name: file key})
 INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
@@ -46,20 +45,30 @@ class WeightFiles:
 
         index = locate(INDEX)
         if index is not None:
-            weight_map = json.loads(Path(index).read_text())["weight_map"]
-            paths = {name: locate(name) for name in set(weight_map.values())}
+            files = weight_map(Path(index), name_or_path, key)
+            paths = {name: locate(name) for name in set(files.values())}
             missing = sorted(name for name, path in paths.items() if path is None)
             if missing:
                 raise ConfigError(f"{key}={name_or_path!r}: its {INDEX} names {missing[0]!r}, which is not there; "
                                   f"download the model again, or set trainer.strategy.sharded_loading=false.")
-            return cls(name_or_path, key, {k: Path(paths[name]) for k, name in weight_map.items()})
+            for path in set(paths.values()):
+                cls.keys_of(Path(path), name_or_path, key)  # each file readable before any rank reads rows
+            return cls(name_or_path, key, {k: Path(paths[name]) for k, name in files.items()})
         single = locate(SINGLE)
         if single is None:
             raise ConfigError(f"{key}={name_or_path!r} has no safetensors weights, which sharded loading reads by "
                               f"slices; save it with save_pretrained (safetensors), or set "
                               f"trainer.strategy.sharded_loading=false to load it whole on every rank.")
-        with safe_open(single, framework="pt") as f:
-            return cls(name_or_path, key, {k: Path(single) for k in f.keys()})
+        return cls(name_or_path, key, {k: Path(single) for k in cls.keys_of(Path(single), name_or_path, key)})
+
+    @staticmethod
+    def keys_of(path: Path, name_or_path: str, key: str) -> list[str]:
+        """The tensor names of a safetensors file; a truncated or foreign file is one line."""
+        try:
+            with safe_open(path, framework="pt") as f:
+                return list(f.keys())
+        except SafetensorError as err:
+            raise unreadable_weights(name_or_path, key, err) from err
 
     def __deepcopy__(self, memo):  # a model's copy (a full fine-tune's reference) reads the same files
         return self

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
+from lit_rlhf.config.validation import check_flag
 from lit_rlhf.distributed.checkpoint import load_tensors, read_meta, save_sharded
 from lit_rlhf.distributed.host_memory import check_mmap_threshold, set_host_mmap_threshold
 from lit_rlhf.errors import ConfigError
@@ -44,6 +45,10 @@ class FSDP2Strategy(ModelParallelStrategy):
     def __init__(self, save_distributed_checkpoint: bool = True, sharded_loading: bool = True,
                  sharded_sampling: bool = False, cpu_offload: bool = False,
                  host_mmap_threshold_mib: int | None = None, **kwargs):
+        for name, value in (("save_distributed_checkpoint", save_distributed_checkpoint),
+                            ("sharded_loading", sharded_loading), ("sharded_sampling", sharded_sampling),
+                            ("cpu_offload", cpu_offload)):
+            check_flag(f"trainer.strategy.{name}", value)
         super().__init__(data_parallel_size="auto", tensor_parallel_size=1,
                          save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
         self.sharded_loading, self.sharded_sampling, self.cpu_offload = sharded_loading, sharded_sampling, cpu_offload

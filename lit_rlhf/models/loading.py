@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
 import socket
 from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import torch
+from safetensors import SafetensorError
 
 from lit_rlhf.errors import ConfigError, UnavailableError
 
 T = TypeVar("T")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
@@ -66,6 +69,10 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
 
     A hub name is looked up in the local cache first; when it is not there and the Hub cannot be reached,
     the error comes at once instead of after the Hub client's retries."""
+    if Path(str(name_or_path)).is_dir():
+        for index in WEIGHT_INDEXES:
+            if (Path(name_or_path) / index).is_file():
+                weight_map(Path(name_or_path) / index, str(name_or_path), key)
     remote = not Path(str(name_or_path)).exists() and not hub_offline()
     if remote and cache_first:
         try:
@@ -82,5 +89,32 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         raise ConfigError(f"{key}={str(name_or_path)!r} holds a pickled weights file (.bin) that is not plain "
                           f"tensors{asks}; it was refused without running it. Use weights saved as "
                           f"safetensors.") from err
+    except SafetensorError as err:
+        raise unreadable_weights(str(name_or_path), key, err) from err
     except errors as err:  # transformers and huggingface_hub raise OSError subclasses for both cases
         raise unavailable(what, name_or_path, type(err).__name__, key) from err
+
+
+def weight_map(index: Path, name_or_path: str, key: str) -> dict[str, str]:
+    """A weight index's {tensor name: file}: JSON whose files are the model folder's own (a name, or a path below
+    the folder); an index naming an absolute path or one through `..` would read files elsewhere and is one line."""
+    try:
+        mapping: Any = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if not (isinstance(mapping, dict) and all(isinstance(v, str) for v in mapping.values())):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{key}={name_or_path!r}: its {index.name} is not a weight index (JSON with a weight_map "
+                          f"of tensor names to file names); download or save the model again.") from err
+    for file in sorted(set(mapping.values())):
+        posix = PurePosixPath(file.replace("\\", "/"))
+        if posix.is_absolute() or PureWindowsPath(file).is_absolute() or ".." in posix.parts or not posix.parts:
+            raise ConfigError(f"{key}={name_or_path!r}: its {index.name} names {file[:200]!r}, outside the model's "
+                              f"folder, which a model folder may not point to; download or save the model again.")
+    return mapping
+
+
+def unreadable_weights(name_or_path: str, key: str, err: BaseException) -> ConfigError:
+    """A safetensors file that is truncated or not safetensors at all."""
+    message = " ".join(str(err).split())[:160]
+    return ConfigError(f"{key}={name_or_path!r} holds a safetensors file that cannot be read ({message}): it is "
+                       f"truncated or not safetensors; download or save the model again.")

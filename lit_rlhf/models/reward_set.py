@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.models.rewards import Reward, call_reward, load_reward
 
 
@@ -71,7 +71,7 @@ class WeightedSum:
         call = call or (lambda name, reward, *args: call_reward(reward, *args))
         if not self.concurrent or len(self.rewards) == 1:
             return {name: call(name, r, prompts, completions, columns) for name, r in self.rewards.items()}
-        with ThreadPoolExecutor(len(self.rewards)) as pool:
+        with thread_pool(len(self.rewards), "reward") as pool:
             futures = {name: pool.submit(call, name, r, prompts, completions, columns)
                        for name, r in self.rewards.items()}
             return {name: future.result() for name, future in futures.items()}

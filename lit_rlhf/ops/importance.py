@@ -69,8 +69,9 @@ def sampler_mismatch_stats(old_logprobs: torch.Tensor, sampler_logprobs: torch.T
                            lower: float | None = None) -> dict[str, torch.Tensor]:
     """How far the sampler's logprobs are from the trainer's on the response tokens: the mean and max absolute
     difference, the k3 estimate of KL(sampler || trainer) per token (the tokens were drawn by the sampler), and,
-    with a cap, the mean importance weight and the share of tokens whose ratio the bounds truncated (`*_truncate`
-    modes) or masked out (`*_mask` modes: rollout/is_masked_frac)."""
+    with a cap, the mean importance weight (per token; in `sequence_*` modes per sequence, as TRL logs it) and the
+    share of tokens whose ratio the bounds truncated (`*_truncate` modes) or masked out (`*_mask` modes:
+    rollout/is_masked_frac)."""
     mask = response_mask.bool()
     diff = (old_logprobs - sampler_logprobs).abs()  # N,R
     kl = kl_per_token(sampler_logprobs, old_logprobs, "k3")  # N,R
@@ -79,7 +80,13 @@ def sampler_mismatch_stats(old_logprobs: torch.Tensor, sampler_logprobs: torch.T
              "rollout/sampler_kl": masked_mean(kl, mask)}
     if cap is not None:
         weights = importance_weights(old_logprobs, sampler_logprobs, mask, cap, mode, lower)  # N,R
-        stats["rollout/is_weight_mean"] = masked_mean(weights, mask)
+        if mode.startswith("sequence"):  # one weight per sequence: their mean over sequences, as TRL logs it
+            has_tokens = mask.any(1)  # N
+            per_sequence = (weights * mask).sum(1) / mask.sum(1).clamp(min=1)  # N
+            stats["rollout/is_weight_mean"] = per_sequence[has_tokens].mean() if has_tokens.any() \
+                else weights.new_zeros(())
+        else:
+            stats["rollout/is_weight_mean"] = masked_mean(weights, mask)
         if mode.endswith("truncate"):
             ratio = importance_weights(old_logprobs, sampler_logprobs, mask, None, mode)  # N,R
             outside = (ratio > cap) | (ratio < (lower if lower is not None else -math.inf))  # N,R

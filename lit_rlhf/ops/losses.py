@@ -69,12 +69,12 @@ class PolicyLoss:
 
 
 def sequence_share(per_token: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """The mean over sequences with a response token of a per-sequence value broadcast over its tokens (each
-    sequence counted once, whatever its length). (M,R) x2 -> ()"""
+    """The mean over every row of a per-sequence value broadcast over its tokens (each sequence counted once,
+    whatever its length; a row without response tokens counts 0), as TRL's GRPO trainer averages its sequence-level
+    clip ratios over all rows. (M,R) x2 -> ()"""
     mask = response_mask.to(per_token.dtype)
-    has_tokens = mask.sum(1) > 0  # M
     per_sequence = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)  # M
-    return per_sequence[has_tokens].mean() if has_tokens.any() else per_token.new_zeros(())
+    return per_sequence.mean() if per_sequence.numel() else per_token.new_zeros(())
 
 
 def clipped_policy_loss(

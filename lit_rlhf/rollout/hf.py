@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
 
+from lit_rlhf.config.validation import check_flag, check_setting_number, warn_once
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import compiled_decoding as compiled
 from lit_rlhf.rollout.engine import RolloutEngine, left_pad
@@ -56,7 +57,13 @@ class HFEngine(RolloutEngine):
                  static_cache_length: int | None = None, merge_adapters: str | bool = "auto"):
         if sampler not in SAMPLERS:
             raise ConfigError(f"rollout.sampler={sampler!r} is not a sampler; use one of {', '.join(SAMPLERS)}.")
+        check_flag("rollout.shared_prefill", shared_prefill)
         compiled.check_compile_mode(compile_mode)
+        check_setting_number("rollout.static_cache_length", static_cache_length, minimum=1, optional=True,
+                             integer=True)
+        if static_cache_length is not None and compile_mode is None:
+            warn_once(f"rollout.static_cache_length={static_cache_length} does nothing without rollout.compile_mode "
+                      f"(plain generate() sizes its cache per call); set rollout.compile_mode or drop it.")
         check_merge_adapters(merge_adapters)
         self.merge_adapters = merge_adapters
         self.generation_config: GenerationConfig | None = None

@@ -185,12 +185,13 @@ class RolloutProducer:
     def alive(self) -> bool:
         return any(thread.is_alive() for thread in self.threads)
 
-    def stop(self) -> bool:
-        """Stops the workers after the draws in progress; True when they ended within STOP_TIMEOUT_S."""
+    def stop(self, wait_s: float | None = None) -> bool:
+        """Stops the workers after the draws in progress; True when they ended within wait_s (None:
+        STOP_TIMEOUT_S)."""
         with self.changed:
             self.stopping = True
             self.changed.notify_all()
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        deadline = time.monotonic() + (STOP_TIMEOUT_S if wait_s is None else wait_s)
         for thread in self.threads:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch
 from lit_rlhf.envs import Environment, EnvSpec, ToolCallError, call_with_timeout, run_tool_call
 from lit_rlhf.envs.tools import awaited, failure_text, str_or_type, tool_name
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.remote.schema import shown
 
 
@@ -114,7 +114,7 @@ def answer_concurrently(spec: EnvSpec | None,
     tool calls and step(), with their timeouts), in the episodes' order."""
     if len(answering) <= 1 or spec.max_concurrency == 1:
         return [environment_answer(spec, *work) for work in answering]
-    with ThreadPoolExecutor(min(spec.max_concurrency, len(answering)), thread_name_prefix="lit_rlhf-episode") as pool:
+    with thread_pool(min(spec.max_concurrency, len(answering)), "episode") as pool:
         return list(pool.map(lambda work: environment_answer(spec, *work), answering))
 
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
+from lit_rlhf.config.validation import check_flag, check_setting_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout.engine import RolloutEngine
 from lit_rlhf.rollout.hf import HFEngine
@@ -65,8 +67,17 @@ class VLLMEngine(RolloutEngine):
                  sleep: bool = False, seeded: bool = True, sync_timeout_s: float = 300.0, cpu_cores: str | None = None,
                  worker_extension: str = "lit_rlhf.rollout.vllm_worker.WeightReceiver",
                  engine_kwargs: dict[str, Any] | None = None):
-        if sync_timeout_s <= 0:
-            raise ConfigError(f"rollout.sync_timeout_s={sync_timeout_s} must be > 0 (seconds).")
+        check_setting_number("rollout.gpu_memory_utilization", gpu_memory_utilization, minimum=0, strictly=True,
+                             maximum=1)
+        check_setting_number("rollout.kv_cache_gib", kv_cache_gib, minimum=0, strictly=True, optional=True)
+        check_setting_number("rollout.max_model_len", max_model_len, minimum=1, optional=True, integer=True)
+        check_setting_number("rollout.sync_timeout_s", sync_timeout_s, minimum=0, strictly=True)
+        for name, value in (("enforce_eager", enforce_eager), ("sleep", sleep), ("seeded", seeded)):
+            check_flag(f"rollout.{name}", value)
+        if dtype is not None and not isinstance(dtype, str):
+            raise ConfigError(f"rollout.dtype={dtype!r} must be a dtype name (float32, bfloat16, float16) or null.")
+        if engine_kwargs is not None and not isinstance(engine_kwargs, Mapping):
+            raise ConfigError(f"rollout.engine_kwargs={engine_kwargs!r} must be a mapping of vllm.LLM arguments.")
         self.gpu_memory_utilization = gpu_memory_utilization
         self.kv_cache_gib = kv_cache_gib
         self.dtype = dtype

@@ -25,7 +25,7 @@ def test_dpo_loss_matches_hand_computed_values():
     logits = 0.1 * ((-10.0 + 11.0) - (-12.0 + 11.5))  # 0.15
     assert dpo_loss(pc, pr, rc, rr, beta=0.1).item() == pytest.approx(-log_sigmoid(logits))
     smoothed = -0.9 * log_sigmoid(logits) - 0.1 * log_sigmoid(-logits)
-    assert dpo_loss(pc, pr, rc, rr, beta=0.1, label_smoothing=0.1).item() == pytest.approx(smoothed)
+    assert dpo_loss(pc, pr, rc, rr, beta=0.1, cdpo_epsilon=0.1).item() == pytest.approx(smoothed)  # cDPO
 
 
 def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does():
@@ -68,8 +68,14 @@ def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy
         torch.testing.assert_close(saved(ids).logits, module.policy(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("settings, expected", [({"beta": 0}, "algo.beta=0 must be a finite number > 0"),
-                                                ({"label_smoothing": 0.5}, "algo.label_smoothing=0.5 must be in")])
+@pytest.mark.parametrize("settings, expected", [
+    ({"beta": 0}, "algo.beta=0 must be a finite number > 0"),
+    ({"beta": True}, "algo.beta=True must be a finite number > 0"),
+    ({"cdpo_epsilon": 0.5}, r"algo.cdpo_epsilon=0.5 must be a number in \[0, 0.5\)"),
+    ({"cdpo_epsilon": True}, r"algo.cdpo_epsilon=True must be a number in \[0, 0.5\)"),
+    ({"label_smoothing": 0.1}, "algo.label_smoothing=0.1: TRL's sigmoid DPO loss ignores label_smoothing; the "
+                               "conservative-DPO form is algo.cdpo_epsilon here"),
+])
 def test_bad_dpo_settings_are_one_line(settings, expected):
     with pytest.raises(ConfigError, match=expected):
         DPOModule(model={"name_or_path": TINY_PYTHIA}, **settings)

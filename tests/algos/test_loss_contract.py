@@ -57,6 +57,7 @@ def run_worker(devices, algo, loss_type, out):
     return torch.load(out, weights_only=True)
 
 
+@pytest.mark.multi_rank
 def test_the_global_token_mean_on_two_ddp_ranks_matches_one_process(tmp_path):
     """Ranks hold different numbers of tokens: dapo divides by the tokens of both, and DDP's average of the
     ranks' gradients is accounted for, so 2 ranks (gloo) give the 1-process gradient; bnpo does not."""

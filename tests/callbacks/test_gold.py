@@ -26,6 +26,14 @@ def test_the_rl_form_fit_recovers_alpha_beta_and_the_peak_of_points_it_made():
     assert fit_rl_form([0.0, 0.1], [0.0, 0.1]) is None  # too few points with d > 0
 
 
+def test_a_tiny_positive_beta_fits_without_overflow_and_reports_the_peak_beyond_range():
+    alpha, beta = 1.0, 1e-6  # the peak d* = e^(alpha/beta - 1) = e^999999: math.exp overflows
+    d = [0.1 * i for i in range(1, 40)]
+    fit = fit_rl_form(d, [x * (alpha - beta * math.log(x)) for x in d])
+    assert fit["beta"] == pytest.approx(beta, rel=1e-3) and fit["peak_beyond_range"] is True
+    assert "peak_kl" not in fit and json.dumps(fit, allow_nan=False)
+
+
 def length_gold(prompts, completions):
     return torch.tensor([float(len(c)) for c in completions])
 
@@ -86,3 +94,27 @@ def test_training_with_a_gold_reward_trains_the_same_weights_as_without():
     without, with_gold = trained(), trained(gold_reward=length_gold)
     assert without.keys() == with_gold.keys()
     assert all(torch.equal(without[k], with_gold[k]) for k in without)
+
+
+def fit_with_gold(tmp_path, steps, callbacks, module=None, **fit):
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu", val_check_interval=steps, default_root_dir=tmp_path, callbacks=callbacks)
+    trainer.fit(module or make_rloo(gold_reward=length_gold), make_datamodule(), **fit)
+    return trainer
+
+
+def test_the_gold_curve_survives_a_resume_and_starts_at_the_initial_policys_score(tmp_path):
+    checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", save_last=True)
+    fit_with_gold(tmp_path / "first", 2, [GoldCurve(window=2), checkpoint])
+    first = json.loads((tmp_path / "first" / "gold.json").read_text())["points"]
+    resumed = GoldCurve(window=2)
+    fit_with_gold(tmp_path / "resumed", 3, [resumed], ckpt_path=str(tmp_path / "checkpoints" / "last.ckpt"))
+    points = json.loads((tmp_path / "resumed" / "gold.json").read_text())["points"]
+    assert [p["rl_step"] for p in points] == [1, 2, 3] and points[:2] == first
+
+
+def test_a_run_without_a_kl_says_why_it_writes_no_gold_curve(tmp_path, caplog):
+    with caplog.at_level("INFO"):
+        fit_with_gold(tmp_path, 2, [GoldCurve()], module=make_rloo(gold_reward=length_gold, kl_coef=0.0))
+    assert not (tmp_path / "gold.json").exists()
+    assert "No gold.json: the run logged gold/score but no objective/kl" in caplog.text

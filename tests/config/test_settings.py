@@ -1,6 +1,7 @@
 """One source of defaults: Python and the CLI build the same module, unknown keys are one line with the
 nearest valid key, and the docs' settings tables are the dataclasses' own docs."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,43 @@ def test_settings_that_act_are_not_said():
         warnings.simplefilter("error")
         GRPOModule(model={"name_or_path": "m"}, reward=None, off_policy_mask_threshold=0.5, num_iterations=2,
                    importance_sampling_level="sequence", policy_loss="cispo", cispo_cap=4.0)
+
+
+def test_a_static_cache_length_without_a_compiled_step_is_said_once():
+    from lit_rlhf.config.validation import _warned
+    from lit_rlhf.rollout import HFEngine
+
+    _warned.clear()
+    with pytest.warns(UserWarning, match=r"rollout.static_cache_length=128 does nothing without rollout.compile_mode"):
+        HFEngine(static_cache_length=128)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        HFEngine(static_cache_length=128)  # said once
+        HFEngine(static_cache_length=128, compile_mode="default")  # used: nothing to say
+
+
+def vllm_engine(**settings):
+    from lit_rlhf.rollout import VLLMEngine  # vLLM need not be installed: nothing starts until setup
+
+    return VLLMEngine(**settings)
+
+
+def fsdp2_strategy(**settings):
+    from lit_rlhf.distributed.strategy import FSDP2Strategy
+
+    return FSDP2Strategy(**settings)
+
+
+@pytest.mark.parametrize("make, settings, expected", [
+    (vllm_engine, {"kv_cache_gib": "abc"}, "rollout.kv_cache_gib='abc' must be a finite number > 0 (or null)"),
+    (vllm_engine, {"gpu_memory_utilization": 1.5},
+     "rollout.gpu_memory_utilization=1.5 must be a finite number > 0 and <= 1"),
+    (vllm_engine, {"max_model_len": 100.5}, "rollout.max_model_len=100.5 must be a whole number >= 1 (or null)"),
+    (vllm_engine, {"sleep": "abc"}, "rollout.sleep='abc' must be true or false"),
+    (fsdp2_strategy, {"sharded_sampling": "abc"}, "trainer.strategy.sharded_sampling='abc' must be true or false"),
+], ids=["kv_cache_gib", "gpu_memory_utilization", "max_model_len", "sleep", "sharded_sampling"])
+def test_engine_and_strategy_settings_are_type_checked(make, settings, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        make(**settings)

@@ -10,6 +10,8 @@ import yaml
 from tests.apps import ROOT, run_app
 from tests.distributed.fsdp2_worker import trained_after_three_steps
 
+pytestmark = pytest.mark.multi_rank  # each test starts 2 ranks
+
 
 def trained(devices, algo, lora, out, *settings):
     """The worker on DEVICES ranks (rank zero in this process, Lightning's launcher starts the others), or, on one,

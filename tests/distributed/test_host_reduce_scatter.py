@@ -3,11 +3,14 @@ to the last bit), and trainer=fsdp2 on CPU reduce-scatters every unit's gradient
 
 import os
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from lit_rlhf.assets import TINY_PYTHIA
+
+pytestmark = pytest.mark.multi_rank  # each test starts 2 ranks
 
 
 def worker(rank: int, port: int, out: str) -> None:

@@ -125,6 +125,7 @@ def two_rank_worker(rank: int, port: int, out: str) -> None:
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.multi_rank
 def test_each_rank_reads_only_its_rows(tmp_path):
     """The policy and a PPO critic's reward model, sharded over 2 ranks (CPU-offloaded): each rank reads its half of
     every tensor's rows, and the shards gathered are the files' tensors."""

@@ -31,6 +31,15 @@ def test_mismatch_statistics_by_hand():
     assert "rollout/is_weight_mean" not in sampler_mismatch_stats(old, sampler, mask, cap=None)
 
 
+def test_a_sequence_modes_mean_weight_is_per_sequence_as_trl_logs_it():
+    old = torch.tensor([[-1.0, 0.0, 0.0], [-1.0, -1.0, -1.0]])
+    sampler = torch.tensor([[-1.5, 0.0, 0.0], [-1.0, -1.1, -1.0]])
+    mask = torch.tensor([[True, False, False], [True, True, True]])  # one token, three tokens
+    stats = sampler_mismatch_stats(old, sampler, mask, cap=10.0, mode="sequence_truncate")
+    # the sequences' weights: exp(0.5), exp(0.1); each counted once (per token: (e^0.5 + 3 e^0.1) / 4)
+    assert stats["rollout/is_weight_mean"].item() == pytest.approx((math.exp(0.5) + math.exp(0.1)) / 2)
+
+
 def test_weighted_clipped_loss_matches_a_token_by_token_loop():
     torch.manual_seed(0)
     new = torch.randn(3, 5, requires_grad=True)

@@ -86,6 +86,12 @@ def test_clip_ratios_count_sequences_under_gspo_and_positive_advantages_under_ci
     _, stats = clipped_policy_loss(new, old, advantages, mask, 3e-4, 4e-4, loss=PolicyLoss(level="sequence"))
     assert stats["clip_high"].item() == pytest.approx(1 / 3) and stats["clip_low"].item() == pytest.approx(1 / 3)
     assert stats["clip_region"].item() == pytest.approx(2 / 3)  # per token it would be (4 + 2) / 7
+    # a row without response tokens counts as a sequence that was not clipped, as TRL averages over every row
+    no_tokens = torch.zeros(1, 4, dtype=torch.bool)
+    _, stats = clipped_policy_loss(torch.cat([new, torch.zeros(1, 4)]), torch.zeros(4, 4),
+                                   torch.cat([advantages, torch.ones(1, 4)]), torch.cat([mask, no_tokens]),
+                                   3e-4, 4e-4, loss=PolicyLoss(level="sequence"))
+    assert stats["clip_high"].item() == pytest.approx(1 / 4) and stats["clip_region"].item() == pytest.approx(2 / 4)
     # CISPO: ratios e^2 = 7.4 above the cap 5 for a positive and for a negative advantage; only the first counts
     new = torch.tensor([[2.0] * 4, [2.0] * 4, [0.0] * 4])
     advantages = torch.tensor([[1.0] * 4, [-1.0] * 4, [1.0] * 4])

@@ -43,8 +43,35 @@ def write_pickled_model_and_adapter(directory: Path) -> None:
     torch.save({"x": Payload(directory / "PWNED")}, adapter / "adapter_model.bin")
 
 
+def write_models_pointing_outside_or_broken(directory: Path) -> None:
+    """Model folders whose weight index names a file outside them (by `..` and by an absolute path), whose index is
+    not JSON, and whose safetensors file is cut short."""
+    from safetensors import safe_open
+
+    with safe_open(TINY / "model.safetensors", framework="pt") as f:
+        names = list(f.keys())
+    shutil.copy(TINY / "model.safetensors", directory / "elsewhere.safetensors")
+    for folder, target in (("index_up", "../elsewhere.safetensors"),
+                           ("index_absolute", str(directory / "elsewhere.safetensors")), ("index_not_json", None),
+                           ("truncated_weights", None)):
+        model = directory / folder
+        model.mkdir()
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(TINY / name, model / name)
+        index = model / "model.safetensors.index.json"
+        if target is not None:
+            index.write_text(json.dumps({"metadata": {}, "weight_map": {name: target for name in names}}))
+        elif folder == "index_not_json":
+            shutil.copy(TINY / "model.safetensors", model / "model-00001-of-00001.safetensors")
+            index.write_text('{"weight_map": {"gpt_neox.embed_in.weight": "model-00001-of-00001.safetensors"')
+        else:
+            data = (TINY / "model.safetensors").read_bytes()
+            (model / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
 def write_inputs(directory: Path) -> None:
     write_pickled_model_and_adapter(directory)
+    write_models_pointing_outside_or_broken(directory)
     (directory / "bad_line.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c\n')
     (directory / "empty.jsonl").write_text("")
     (directory / "not_utf8.jsonl").write_bytes(b'\xff\xfe{"prompt": "x"}\n')
@@ -74,6 +101,28 @@ def write_inputs(directory: Path) -> None:
 
 # (what the user did, train.py arguments, the start of what the error line must say after "error: ")
 CASES = [
+    ("a weight index naming a file through ..", ["model=causal_lm", "model.name_or_path=index_up"],
+     "model.name_or_path='index_up': its model.safetensors.index.json names '../elsewhere.safetensors', outside the "
+     "model's folder"),
+    ("a weight index naming an absolute path", ["model=causal_lm", "model.name_or_path=index_absolute"],
+     "model.name_or_path='index_absolute': its model.safetensors.index.json names '/"),
+    ("a weight index naming an absolute path, sharded loading",
+     [*FSDP2_ONE_RANK, "model=causal_lm", "model.name_or_path=index_absolute"],
+     "model.name_or_path='index_absolute': its model.safetensors.index.json names '/"),
+    ("a weight index that is not JSON", ["model=causal_lm", "model.name_or_path=index_not_json"],
+     "model.name_or_path='index_not_json': its model.safetensors.index.json is not a weight index"),
+    ("a truncated safetensors file", ["model=causal_lm", "model.name_or_path=truncated_weights"],
+     "model.name_or_path='truncated_weights' holds a safetensors file that cannot be read"),
+    ("rollout.shared_prefill that is not true or false", ["rollout.shared_prefill=abc"],
+     "rollout.shared_prefill='abc' must be true or false"),
+    ("a static cache length that is not a number", ["rollout.static_cache_length=abc"],
+     "rollout.static_cache_length='abc' must be a whole number >= 1 (or null)"),
+    ("a fractional static cache length", ["rollout.static_cache_length=100.5"],
+     "rollout.static_cache_length=100.5 must be a whole number >= 1 (or null)"),
+    ("trainer.strategy.cpu_offload that is not true or false", [*FSDP2_ONE_RANK, "trainer.strategy.cpu_offload=abc"],
+     "trainer.strategy.cpu_offload='abc' must be true or false"),
+    ("the trained reward, scaled, as gold", ["gold=vader", "reward.weights.vader=0.5"],
+     "gold= names the trained reward (scaled: only the weights differ)"),
     ("mistyped ckpt_path", ["ckpt_path=no_such.ckpt"], "ckpt_path='no_such.ckpt' is not a file"),
     ("0-byte checkpoint", ["ckpt_path=empty.ckpt"], "ckpt_path='empty.ckpt' cannot be read"),
     ("random bytes as checkpoint", ["ckpt_path=random.ckpt"], "ckpt_path='random.ckpt' cannot be read"),

@@ -1,0 +1,91 @@
+"""PairModule: what the modules trained on preference pairs (DPO, reward models) share. A loss or gradient that goes
+non-finite stops the run in one line before the update applies it, no model folder is ever written from non-finite
+weights, and a resume that would train something else (other settings, another pairs file) is one line, as the RL
+modules' resumes.
+
+Shapes: a batch holds the B chosen sequences, then the B rejected (2B,L)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from lit_rlhf.algos.resume_checks import check_resume
+from lit_rlhf.algos.run_identity import path_digest
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.ops.finite import all_finite
+
+
+def learning_rate(module: L.LightningModule) -> str:
+    try:
+        return f"{module.optimizers().param_groups[0]['lr']:g}"
+    except (AttributeError, RuntimeError, IndexError, KeyError):
+        return "?"
+
+
+def stop_unless_finite(module: L.LightningModule, what: str, tensors: Iterable[torch.Tensor]) -> None:
+    """One line when `what` (the loss, the gradients) holds NaN or inf: the run stops before the optimizer applies it,
+    so the weights, checkpoints and saved folders stay finite."""
+    tensors = [t.detach() for t in tensors if t is not None]
+    if all_finite(tensors):
+        return
+    raise ConfigError(f"training step {module.global_step}: the {what} is not finite (NaN or inf), so the run stops "
+                      f"before the update applies it and saves no model; lower algo.optimizer.lr (now "
+                      f"{learning_rate(module)}) or check the pairs' margins.")
+
+
+def check_finite_weights(model: torch.nn.Module, directory: Path) -> None:
+    """Refuses to save a model folder whose weights hold NaN or inf."""
+    if not all_finite([p.detach() for p in model.parameters()]):
+        raise ConfigError(f"the trained weights hold NaN or inf, so nothing was saved to {directory}; lower "
+                          f"algo.optimizer.lr and train again.")
+
+
+def save_pairs_identity(module: L.LightningModule, checkpoint: dict) -> None:
+    """A digest of the pairs file the run trains on, beside the settings Lightning saves, for the resume check."""
+    datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
+    dataset = getattr(getattr(datamodule, "hparams", None), "dataset", None)
+    checkpoint["pairs_identity"] = {"data.dataset": path_digest(dataset)}
+
+
+def check_pairs_resume(module: L.LightningModule, checkpoint: dict) -> None:
+    """A resume continues the checkpoint's run: the same algorithm settings and the same pairs (by the file's
+    digest), or one line naming what changed, as the RL scripts' resumes."""
+    datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
+    data = dict(datamodule.hparams) if datamodule is not None else None
+    check_resume(checkpoint.get("hyper_parameters", {}), dict(module.hparams),
+                 checkpoint.get("datamodule_hyper_parameters"), data)
+    saved = (checkpoint.get("pairs_identity") or {}).get("data.dataset")
+    current = path_digest(data.get("dataset")) if data else None
+    if saved is not None and current is not None and saved != current:
+        raise ConfigError(f"resume changes data.dataset (its file differs from the checkpoint's run: "
+                          f"{str(data.get('dataset'))[:200]!r}); an exact resume needs the same pairs: restore the "
+                          f"file, or start a new run.")
+
+
+class PairModule(L.LightningModule):
+    """A subclass defines step(batch, stage) -> the loss (stage: train or val), logging its metrics."""
+
+    def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.step(batch, "train")
+        stop_unless_finite(self, "loss", [loss])
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.step(batch, "val")
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        stop_unless_finite(self, "gradient", [p.grad for group in optimizer.param_groups for p in group["params"]])
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        save_pairs_identity(self, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_pairs_resume(self, checkpoint)

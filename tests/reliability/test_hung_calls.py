@@ -1,0 +1,77 @@
+"""A reward that never returns cannot hold a run, synchronous or async: SIGTERM abandons the call with one line,
+exit 143 and a checkpoint to resume from; a second Ctrl-C ends the process at once. Real processes: the signals
+and the exit are the subject."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import FAST, ROOT
+
+HANGING_REWARD = '''
+import time
+from pathlib import Path
+
+import torch
+
+
+def hang_on_third_call(prompts, completions):
+    """0 for every completion; the third call (the held-out prompts at step 0, RL step 1, RL step 2) never returns."""
+    calls = Path("calls")
+    count = int(calls.read_text()) + 1 if calls.exists() else 1
+    calls.write_text(str(count))
+    if count >= 3:
+        Path("hanging").write_text("")
+        time.sleep(3600)
+    return torch.zeros(len(completions))
+'''
+
+MODES = {"synchronous": [], "async": ["algo.max_staleness=1"]}
+
+
+def start_run_with_a_hanging_reward(tmp_path, mode):
+    (tmp_path / "hanging_reward.py").write_text(HANGING_REWARD)
+    args = [*[a for a in FAST if not a.startswith("steps=")], "steps=4", "hydra.run.dir=run", *MODES[mode],
+            "reward._target_=hanging_reward.hang_on_third_call", "callbacks.model_checkpoint.every_n_train_steps=1"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}."}
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (tmp_path / "hanging").exists():
+        assert process.poll() is None and time.time() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.1)
+    time.sleep(1.0)  # the trainer now waits on the call
+    return process
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(mode, tmp_path):
+    process = start_run_with_a_hanging_reward(tmp_path, mode)
+    signalled = time.time()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert time.time() - signalled < 30  # not the producer's 120 s stop timeout, nor the reward's hour
+    assert process.returncode == 143, stderr[-3000:]
+    line = stderr.strip().splitlines()[-1]
+    waited_on = "the reward" if mode == "synchronous" else "the rollout producer"
+    assert line.startswith(f"stopped by SIGTERM while waiting on {waited_on}"), line
+    assert "which did not return: the call was abandoned; resume from the checkpoint above" in line
+    assert "Traceback" not in stderr
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "interrupted.ckpt", weights_only=True)
+    assert checkpoint["rlhf_state"]["rl_step"] == 1  # RL step 2, the one waiting on the reward, runs again
+
+
+def test_a_second_ctrl_c_ends_an_async_run_whose_reward_never_returns_at_once(tmp_path):
+    process = start_run_with_a_hanging_reward(tmp_path, "async")
+    signalled = time.time()
+    process.send_signal(signal.SIGINT)  # the first: finish the step (which cannot finish), then stop
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)  # the second: abort now
+    process.communicate(timeout=120)
+    assert time.time() - signalled < 30
+    assert process.returncode != 0
