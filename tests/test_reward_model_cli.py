@@ -72,7 +72,8 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
     ("train_dpo.py", "algo.beta=true", "algo.beta=True must be a finite number > 0"),
     ("train_reward_model.py", "algo.center_rewards_coefficient=true",
      "algo.center_rewards_coefficient=True must be a finite number >= 0"),
-    ("train_dpo.py", "algo.label_smoothing=0.1", "TRL's sigmoid DPO loss ignores label_smoothing"),
+    ("train_dpo.py", "algo.label_smoothing=0.1", "algo.label_smoothing is not a setting (valid keys: _target_, model, "
+                                                 "optimizer, beta, cdpo_epsilon)"),
 ], ids=["rm-nan-lr", "dpo-negative-lr", "rm-lora-r-0", "rm-unknown-lora-key", "dpo-bool-batch-size",
         "dpo-bool-beta", "rm-bool-centering", "dpo-label-smoothing"])
 def test_bad_preference_settings_are_one_line_before_work_starts(script, setting, expected, tmp_path):

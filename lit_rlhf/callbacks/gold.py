@@ -62,6 +62,7 @@ class GoldCurve(L.Callback):
         if report is None or not trainer.is_global_zero:
             return
         path = Path(trainer.default_root_dir) / self.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
         peak, fit = report["gold_peak"], report["fit"]
         fitted = (f"; fitted d(alpha - beta log d) peaks at KL {fit['peak_kl']:.2f}" if fit and "peak_kl" in fit

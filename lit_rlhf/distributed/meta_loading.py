@@ -89,7 +89,7 @@ def empty_model(auto_class, name_or_path: str, key: str, dtype: torch.dtype | No
     """auto_class's model of name_or_path with placeholder parameters (buffers real), in eval mode as
     from_pretrained gives it, with its generation config; its modules tagged with the file keys of their
     parameters."""
-    config = from_pretrained(AutoConfig.from_pretrained, name_or_path, "model config", key=key,
+    config = from_pretrained(AutoConfig.from_pretrained, name_or_path, "model config", key=key, weights=False,
                              trust_remote_code=trust_remote_code, **config_kwargs)  # a missing model: one line
     files = WeightFiles.find(name_or_path, key)
     with init_empty_weights(include_buffers=False):

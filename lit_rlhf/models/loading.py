@@ -64,12 +64,14 @@ def unavailable(what: str, name_or_path: str, reason: str, key: str) -> Unavaila
 
 
 def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "model", cache_first: bool = True,
-                    errors: tuple[type[BaseException], ...] = (OSError,), key: str = "name_or_path", **kwargs) -> T:
+                    errors: tuple[type[BaseException], ...] = (OSError,), key: str = "name_or_path",
+                    weights: bool = True, **kwargs) -> T:
     """`loader(name_or_path, **kwargs)`, turning 'not found / no connection' into UnavailableError.
 
     A hub name is looked up in the local cache first; when it is not there and the Hub cannot be reached,
-    the error comes at once instead of after the Hub client's retries."""
-    if Path(str(name_or_path)).is_dir():
+    the error comes at once instead of after the Hub client's retries. A loader of weights (weights=True) reads a
+    local folder's weight index only when it names the folder's own files."""
+    if weights and Path(str(name_or_path)).is_dir():
         for index in WEIGHT_INDEXES:
             if (Path(name_or_path) / index).is_file():
                 weight_map(Path(name_or_path) / index, str(name_or_path), key)

@@ -36,7 +36,7 @@ def load_checked_tokenizer(name_or_path: str, trust_remote_code: bool = False,
     if path.is_dir() and not any((path / name).exists() for name in TOKENIZER_FILES):
         raise ConfigError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...); set {key} to "
                           f"the directory or hub name of the model's tokenizer.")
-    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer", key=key,
+    tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer", key=key, weights=False,
                                 trust_remote_code=trust_remote_code)
     if not tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]:
         raise ConfigError(f"the tokenizer of {name_or_path!r} encodes text to no tokens; set {key} to the "
