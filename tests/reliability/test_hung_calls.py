@@ -49,12 +49,22 @@ def start_run_with_a_hanging_reward(tmp_path, mode):
     return process
 
 
+def ended(process, timeout=120) -> tuple[str, str]:
+    """The process's output once it ended; one still running after `timeout` is killed and the test fails."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"the run did not end within {timeout} s of the signal")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(mode, tmp_path):
     process = start_run_with_a_hanging_reward(tmp_path, mode)
     signalled = time.time()
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = ended(process)
     assert time.time() - signalled < 30  # not the producer's 120 s stop timeout, nor the reward's hour
     assert process.returncode == 143, stderr[-3000:]
     line = stderr.strip().splitlines()[-1]
@@ -72,6 +82,6 @@ def test_a_second_ctrl_c_ends_an_async_run_whose_reward_never_returns_at_once(tm
     process.send_signal(signal.SIGINT)  # the first: finish the step (which cannot finish), then stop
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)  # the second: abort now
-    process.communicate(timeout=120)
+    ended(process)
     assert time.time() - signalled < 30
     assert process.returncode != 0
