@@ -35,6 +35,12 @@ def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None
     if checkpoint is None:
         checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
     if not isinstance(checkpoint.get("rlhf_state"), dict) or "algo" not in checkpoint["rlhf_state"]:
+        written_by = (checkpoint.get("pairs_identity") or {}).get("module") if isinstance(checkpoint, dict) else None
+        if written_by in ("DPOModule", "RewardModelModule"):
+            folder = "policy" if written_by == "DPOModule" else "reward_model"
+            raise ConfigError(f"{ckpt_path} is a checkpoint of {written_by} (a preference run), not of train.py; "
+                              f"use the folder that run saved (<run dir>/{folder}), e.g. evaluate.py "
+                              f"policy_path=<run dir>/policy for a DPO policy.")
         raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
     cls = rlhf_module_class(checkpoint["rlhf_state"]["algo"])
     overrides, settings = settings or {}, checkpoint_settings(checkpoint, ckpt_path)

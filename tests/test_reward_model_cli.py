@@ -113,3 +113,32 @@ def test_a_dpo_resume_that_would_train_something_else_is_one_line(tmp_path):
     (tmp_path / "pairs.jsonl").write_text((tmp_path / "pairs.jsonl").read_text().replace("Review", "Film"))
     line = one_line_error(run_app("train_dpo.py", *resume, cwd=tmp_path))
     assert line.startswith("error: resume changes data.dataset (its file differs from the checkpoint's run"), line
+
+
+def test_a_checkpoint_of_another_kind_is_named_as_such(tmp_path):
+    separable_pairs(tmp_path / "pairs.jsonl", n=24)
+    dpo = run_app("train_dpo.py", "data.dataset=pairs.jsonl", "hydra.run.dir=dpo", cwd=tmp_path)
+    assert dpo.returncode == 0, dpo.stderr[-3000:]
+    checkpoint = tmp_path / "dpo" / "checkpoints" / "last.ckpt"
+    line = one_line_error(run_app("evaluate.py", f"ckpt_path={checkpoint}", cwd=tmp_path))
+    assert "is a checkpoint of DPOModule (a preference run), not of train.py" in line, line
+    line = one_line_error(run_app("train_reward_model.py", "data.dataset=pairs.jsonl", f"ckpt_path={checkpoint}",
+                                  cwd=tmp_path))
+    assert line.startswith("error: ckpt_path holds a checkpoint of train_dpo.py, not of train_reward_model.py"), line
+    rl = run_app("train.py", *FAST, "hydra.run.dir=rl", cwd=tmp_path)
+    assert rl.returncode == 0, rl.stderr[-3000:]
+    line = one_line_error(run_app("train_dpo.py", "data.dataset=pairs.jsonl",
+                                  f"ckpt_path={tmp_path / 'rl' / 'checkpoints' / 'last.ckpt'}", cwd=tmp_path))
+    assert line.startswith("error: ckpt_path holds a checkpoint of train.py (an RL run), not of train_dpo.py"), line
+
+
+def test_a_pickled_payload_as_a_preference_checkpoint_is_refused_in_one_line_without_running(tmp_path):
+    import torch
+
+    from tests.reliability.test_bad_inputs import Payload
+
+    separable_pairs(tmp_path / "pairs.jsonl", n=24)
+    torch.save({"state_dict": Payload(tmp_path / "PWNED")}, tmp_path / "payload.ckpt")
+    line = one_line_error(run_app("train_dpo.py", "data.dataset=pairs.jsonl", "ckpt_path=payload.ckpt", cwd=tmp_path))
+    assert line.startswith("error: ckpt_path='payload.ckpt'"), line
+    assert not (tmp_path / "PWNED").exists()

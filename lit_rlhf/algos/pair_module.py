@@ -19,6 +19,8 @@ from lit_rlhf.algos.run_identity import path_digest
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops.finite import all_finite
 
+SCRIPTS = {"DPOModule": "train_dpo.py", "RewardModelModule": "train_reward_model.py"}  # which script trains which
+
 
 def learning_rate(module: L.LightningModule) -> str:
     try:
@@ -49,12 +51,18 @@ def save_pairs_identity(module: L.LightningModule, checkpoint: dict) -> None:
     """A digest of the pairs file the run trains on, beside the settings Lightning saves, for the resume check."""
     datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
     dataset = getattr(getattr(datamodule, "hparams", None), "dataset", None)
-    checkpoint["pairs_identity"] = {"data.dataset": path_digest(dataset)}
+    checkpoint["pairs_identity"] = {"data.dataset": path_digest(dataset), "module": type(module).__name__}
 
 
 def check_pairs_resume(module: L.LightningModule, checkpoint: dict) -> None:
     """A resume continues the checkpoint's run: the same algorithm settings and the same pairs (by the file's
     digest), or one line naming what changed, as the RL scripts' resumes."""
+    written_by = SCRIPTS.get((checkpoint.get("pairs_identity") or {}).get("module"))
+    if "rlhf_state" in checkpoint:
+        written_by = "train.py (an RL run)"
+    if written_by is not None and written_by != SCRIPTS.get(type(module).__name__):
+        raise ConfigError(f"ckpt_path holds a checkpoint of {written_by}, not of {SCRIPTS.get(type(module).__name__)}; "
+                          f"resume with the script that wrote it, or give a checkpoint this script wrote.")
     datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
     data = dict(datamodule.hparams) if datamodule is not None else None
     check_resume(checkpoint.get("hyper_parameters", {}), dict(module.hparams),

@@ -12,6 +12,7 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.checkpoint_io import load_checkpoint_file
 from lit_rlhf.cli.train import instantiate_group, report, resume_path
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.noise import silence_known_noise
@@ -31,7 +32,10 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+    ckpt_path = resume_path(cfg)
+    if ckpt_path is not None:
+        load_checkpoint_file(ckpt_path)  # a missing, corrupt or pickled file: one line, before Lightning reads it
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     return module, trainer
 
 

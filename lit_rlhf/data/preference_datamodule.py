@@ -55,7 +55,14 @@ class PreferenceDataModule(L.LightningDataModule):
         items = [{"chosen": side(p.prompt, p.chosen), "rejected": side(p.prompt, p.rejected), "margin": p.margin}
                  for p in pairs]
         order = torch.randperm(len(items), generator=torch.Generator().manual_seed(hp.seed)).tolist()
+        if len(items) < 2:
+            raise ConfigError(f"data.dataset={hp.dataset!r} holds {len(items)} usable pair; training needs at least 2 "
+                              f"(one to train on, one held out); give more pairs.")
         held = min(hp.num_eval_pairs, len(items) - 1)
+        if held < hp.num_eval_pairs:  # a small file: say what is held out, and what the rest leaves to train on
+            rank_zero_warn(f"data.dataset={hp.dataset!r} holds {len(items)} pairs: {held} are held out (of "
+                           f"data.num_eval_pairs={hp.num_eval_pairs}) and {len(items) - held} left to train on; "
+                           f"lower data.num_eval_pairs or give more pairs.")
         self.eval_pairs = [items[i] for i in order[:held]]
         self.train_pairs = [items[i] for i in order[held:]]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS, load_file, load_hub, read_jsonl
+from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS, UNSUPPORTED_SUFFIXES, load_file, load_hub, read_jsonl
 from lit_rlhf.errors import ConfigError
 
 
@@ -47,6 +47,12 @@ def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None) 
     if dataset in BUNDLED:
         raise ConfigError(f"data.dataset={dataset!r} is a bundled prompt set, not preference pairs; give a file "
                           f"with prompt, chosen and rejected columns.")
+    if path.is_dir():
+        raise ConfigError(f"data.dataset={dataset!r} is a directory; give a .jsonl, .json, .csv or .parquet file of "
+                          f"preference pairs (or a hub dataset name).")
+    if path.suffix.lower() not in FILE_BUILDERS and (path.exists() or path.suffix.lower() in UNSUPPORTED_SUFFIXES):
+        raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'suffix-less'} files are not read; give a "
+                          f".jsonl, .json, .csv or .parquet file of preference pairs.")
     if path.suffix.lower() in FILE_BUILDERS:
         if not path.is_file():
             raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "

@@ -7,7 +7,8 @@ import os
 import pickle
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -93,6 +94,12 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
                           f"safetensors.") from err
     except SafetensorError as err:
         raise unreadable_weights(str(name_or_path), key, err) from err
+    except RuntimeError as err:  # weights whose shapes do not fit the config (e.g. a head of another size)
+        if "size mismatch" not in str(err) and "mismatched_sizes" not in str(err):
+            raise
+        first = " ".join(str(err).split())[:200]
+        raise ConfigError(f"{key}={str(name_or_path)!r}: its weights do not fit its config ({first}); give a folder "
+                          f"whose config.json matches its weights (save_pretrained writes both).") from err
     except errors as err:  # transformers and huggingface_hub raise OSError subclasses for both cases
         raise unavailable(what, name_or_path, type(err).__name__, key) from err
 
@@ -120,3 +127,17 @@ def unreadable_weights(name_or_path: str, key: str, err: BaseException) -> Confi
     message = " ".join(str(err).split())[:160]
     return ConfigError(f"{key}={name_or_path!r} holds a safetensors file that cannot be read ({message}): it is "
                        f"truncated or not safetensors; download or save the model again.")
+
+
+@contextmanager
+def own_code_refused(key: str, name_or_path: str) -> Iterator[None]:
+    """transformers' refusal to run a model's own code (no trust_remote_code) as one line, for models that have no
+    setting to allow it (a reward model folder)."""
+    try:
+        yield
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):
+            raise
+        raise ConfigError(f"{key}={str(name_or_path)!r} needs to run its own Python code (its config names classes "
+                          f"transformers does not ship), which a {key.split('.')[0]} never runs; give a model of an "
+                          f"architecture transformers ships.") from err

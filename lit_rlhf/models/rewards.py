@@ -22,7 +22,7 @@ import torch
 from lit_rlhf.distributed.meta_loading import empty_model, unsaved_keys
 from lit_rlhf.envs.tools import awaited
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+from lit_rlhf.models.loading import from_pretrained, own_code_refused, resolve_dtype
 from lit_rlhf.models.tokenizer import load_checked_tokenizer
 
 
@@ -111,7 +111,8 @@ class SequenceClassifierReward:
             return
         from transformers import AutoModelForSequenceClassification
 
-        self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key="reward.tokenizer_name_or_path")
+        with own_code_refused("reward.tokenizer_name_or_path", self.tokenizer_name_or_path):
+            self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key="reward.tokenizer_name_or_path")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # only for batching; masks come from attention
         if empty:
@@ -119,10 +120,11 @@ class SequenceClassifierReward:
                                      resolve_dtype(self.dtype))
             missing = unsaved_keys(self.model)
         else:
-            self.model, loading = from_pretrained(
-                AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
-                key="reward.name_or_path", dtype=resolve_dtype(self.dtype), output_loading_info=True,
-            )
+            with own_code_refused("reward.name_or_path", self.name_or_path):
+                self.model, loading = from_pretrained(
+                    AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
+                    key="reward.name_or_path", dtype=resolve_dtype(self.dtype), output_loading_info=True,
+                )
             missing = loading.get("missing_keys") or []
         self.model.eval().requires_grad_(False)
         check_head_loaded(self.name_or_path, sorted(missing))

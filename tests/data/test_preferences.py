@@ -105,3 +105,26 @@ def test_the_held_out_split_is_seeded_and_disjoint(tmp_path):
     assert splits[0] == splits[1]
     train, held_out = splits[0]
     assert len(train) == 15 and len(held_out) == 5 and not set(train) & set(held_out)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("a_dir", "is a directory; give a .jsonl, .json, .csv or .parquet file of preference pairs"),
+    ("pairs", "suffix-less files are not read"),
+    ("pairs.txt", ".txt files are not read"),
+], ids=["directory", "suffix-less", "txt"])
+def test_a_path_that_is_not_a_pairs_file_is_one_line_as_on_the_prompts_side(name, expected, tmp_path, tokenizer):
+    (tmp_path / "a_dir").mkdir()
+    for file in ("pairs", "pairs.txt"):
+        (tmp_path / file).write_text('{"prompt": "Q", "chosen": " a", "rejected": " b"}\n')
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_preference_pairs(str(tmp_path / name), tokenizer)
+
+
+def test_a_file_too_small_to_hold_pairs_out_says_so(tmp_path):
+    one = write_jsonl(tmp_path / "one.jsonl", [{"prompt": "Q", "chosen": " a", "rejected": " b"}])
+    with pytest.raises(ConfigError, match="holds 1 usable pair; training needs at least 2"):
+        PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=one).setup("fit")
+    rows = [{"prompt": f"Q{i}:", "chosen": f" yes {i}", "rejected": f" no {i}"} for i in range(10)]
+    few = write_jsonl(tmp_path / "few.jsonl", rows)
+    with pytest.warns(UserWarning, match=r"holds 10 pairs: 9 are held out \(of data.num_eval_pairs=64\) and 1 left"):
+        PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=few).setup("fit")

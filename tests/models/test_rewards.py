@@ -39,3 +39,49 @@ def test_sequence_classifier_reward_loads_lazily_and_scores_prompt_plus_completi
     with torch.no_grad():
         alone = model(**tokenizer("The plot was bad and long.", return_tensors="pt")).logits[0, 0]
     assert scores[1].item() == pytest.approx(alone.item(), abs=1e-5)  # padding in the batch changes nothing
+
+
+def broken_reward_folder(path, how: str):
+    """A reward model folder (tests.helpers.save_reward_model) with its weights cut short, its head of another
+    size than the config says, or a config that needs the model's own code."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from lit_rlhf.assets import TINY_PYTHIA
+    from tests.helpers import save_reward_model
+
+    save_reward_model(path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(TINY_PYTHIA) / name, path / name)
+    if how == "truncated":
+        data = (path / "model.safetensors").read_bytes()
+        (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+        return
+    config = json.loads((path / "config.json").read_text())
+    if how == "head":
+        config.update(num_labels=3, id2label={str(i): f"LABEL_{i}" for i in range(3)},
+                      label2id={f"LABEL_{i}": i for i in range(3)})
+    else:
+        config["model_type"] = "evil_gpt"  # no architecture transformers ships: only the folder's code could load it
+        config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_evil.EvilModel",
+                              "AutoConfig": "configuration_evil.EvilConfig"}
+        (path / "modeling_evil.py").write_text(f"open({str(path / 'PWNED')!r}, 'w').close()\n")
+        (path / "configuration_evil.py").write_text(f"open({str(path / 'PWNED')!r}, 'w').close()\n")
+    (path / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("how, expected", [
+    ("truncated", "holds a safetensors file that cannot be read"),
+    ("head", "its weights do not fit its config"),
+    ("remote_code", "needs to run its own Python code"),
+])
+def test_a_broken_or_code_bearing_reward_folder_is_one_line(how, expected, tmp_path):
+    from lit_rlhf.errors import ConfigError
+    from lit_rlhf.models import SequenceClassifierReward
+
+    folder = tmp_path / "rm"
+    broken_reward_folder(folder, how)
+    with pytest.raises(ConfigError, match=expected):
+        SequenceClassifierReward(str(folder)).load()
+    assert not (folder / "PWNED").exists()
