@@ -19,6 +19,17 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
     if getattr(config, "max_staleness", None) is None and changed(config, "async_correction"):
         said.append(f"algo.async_correction={config.async_correction} corrects rollouts drawn ahead in asynchronous "
                     f"mode, which is off: it does nothing; set algo.max_staleness (e.g. 1) or drop it.")
+    if getattr(config, "max_staleness", None) is not None and getattr(config, "async_correction", "") == "behaviour":
+        for name in ("rollout_is_mode", "rollout_is_min", "rollout_is_cap"):
+            if hasattr(config, name) and changed(config, name):
+                said.append(f"algo.{name}={getattr(config, name)} weights the behaviour ratio of "
+                            f"async_correction=decoupled; async_correction=behaviour clips around the sampler's "
+                            f"logprobs with no such weight, so it does nothing; drop it or use decoupled.")
+    steps = getattr(config, "rl_steps", None)
+    if getattr(config, "max_staleness", None) is not None and steps is not None and config.max_staleness >= steps:
+        said.append(f"algo.max_staleness={config.max_staleness} is not below the run's {steps} RL steps: every "
+                    f"rollout is drawn with the starting weights (staleness = its step), which is off-policy "
+                    f"training on the initial policy's samples; lower it (1 or 2 keeps the overlap).")
     draws, staleness = getattr(config, "async_draws", 1), getattr(config, "max_staleness", None)
     if draws > 1 and (staleness is None or draws > staleness + 1):
         said.append(f"algo.async_draws={draws}: at most algo.max_staleness + 1 rollouts can be drawn at once (the "

@@ -99,6 +99,9 @@ def test_nan_and_inf_optimizer_settings_are_refused(keywords, expected):
     ({"policy_loss": "cispo", "cliprange": 0.3}, "algo.cliprange=0.3 is not used with policy_loss=cispo"),
     ({"async_draws": 2}, r"algo.async_draws=2: at most algo.max_staleness \+ 1 .* set algo.max_staleness or drop it"),
     ({"async_draws": 3, "max_staleness": 1}, r"max_staleness=1; only 2 draw"),
+    ({"max_staleness": 1, "async_correction": "behaviour", "rollout_is_cap": 3.0},
+     r"algo.rollout_is_cap=3.0 weights the behaviour ratio of async_correction=decoupled"),
+    ({"max_staleness": 5, "rl_steps": 3}, r"algo.max_staleness=5 is not below the run's 3 RL steps"),
 ])
 def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
     from lit_rlhf import GRPOModule
