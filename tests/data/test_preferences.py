@@ -128,3 +128,11 @@ def test_a_file_too_small_to_hold_pairs_out_says_so(tmp_path):
     few = write_jsonl(tmp_path / "few.jsonl", rows)
     with pytest.warns(UserWarning, match=r"holds 10 pairs: 9 are held out \(of data.num_eval_pairs=64\) and 1 left"):
         PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=few).setup("fit")
+
+
+def test_a_missing_pairs_file_is_one_line_that_reads_right(tmp_path, tokenizer):
+    with pytest.raises(ConfigError) as raised:
+        load_preference_pairs(str(tmp_path / "pairs.jsonl"), tokenizer)
+    assert str(raised.value).endswith("no such file (a relative path is read from the directory the script is "
+                                      "started in); give an existing .jsonl, .json, .csv or .parquet file of "
+                                      "preference pairs.")
