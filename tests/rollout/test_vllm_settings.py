@@ -74,7 +74,7 @@ def test_vllm_not_installed_names_the_install_command(monkeypatch):
 
 
 def test_engine_settings_are_checked():
-    with pytest.raises(ConfigError, match=r"rollout.sync_timeout_s=0 must be > 0"):
+    with pytest.raises(ConfigError, match=r"rollout.sync_timeout_s=0 must be a finite number > 0"):
         VLLMEngine(sync_timeout_s=0)
     with pytest.raises(ConfigError, match=r"algo.rollout_is_cap=0.5 must be > 1"):
         make_rloo(rollout_is_cap=0.5)
