@@ -34,14 +34,7 @@ def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None
     `trust_remote_code` (the user's command line, `remote_code_flag`), whatever the checkpoint says."""
     if checkpoint is None:
         checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
-    if not isinstance(checkpoint.get("rlhf_state"), dict) or "algo" not in checkpoint["rlhf_state"]:
-        written_by = (checkpoint.get("pairs_identity") or {}).get("module") if isinstance(checkpoint, dict) else None
-        if written_by in ("DPOModule", "RewardModelModule"):
-            folder = "policy" if written_by == "DPOModule" else "reward_model"
-            raise ConfigError(f"{ckpt_path} is a checkpoint of {written_by} (a preference run), not of train.py; "
-                              f"use the folder that run saved (<run dir>/{folder}), e.g. evaluate.py "
-                              f"policy_path=<run dir>/policy for a DPO policy.")
-        raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
+    require_rl_checkpoint(checkpoint, ckpt_path)
     cls = rlhf_module_class(checkpoint["rlhf_state"]["algo"])
     overrides, settings = settings or {}, checkpoint_settings(checkpoint, ckpt_path)
     settings.update(overrides, model={**settings["model"], "trust_remote_code": trust_remote_code})
@@ -55,6 +48,19 @@ def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=False)
     return module.eval()
+
+
+def require_rl_checkpoint(checkpoint: dict, ckpt_path) -> None:
+    """One line unless `checkpoint` was written by train.py; a preference run's is named as such."""
+    if isinstance(checkpoint.get("rlhf_state"), dict) and "algo" in checkpoint["rlhf_state"]:
+        return
+    written_by = (checkpoint.get("pairs_identity") or {}).get("module")
+    if written_by in ("DPOModule", "RewardModelModule"):
+        folder = "policy" if written_by == "DPOModule" else "reward_model"
+        raise ConfigError(f"{ckpt_path} is a checkpoint of {written_by} (a preference run), not of train.py; use the "
+                          f"folder that run saved (<run dir>/{folder}), e.g. evaluate.py policy_path=<run dir>/policy "
+                          f"for a DPO policy.")
+    raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
 
 
 def checkpoint_settings(checkpoint: dict, ckpt_path) -> dict:

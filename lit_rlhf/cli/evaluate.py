@@ -15,7 +15,7 @@ from lit_rlhf.data import PromptDataModule
 from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
-from lit_rlhf.export import load_from_checkpoint
+from lit_rlhf.export import load_from_checkpoint, require_rl_checkpoint
 from lit_rlhf.models import load_reward
 from lit_rlhf.noise import silence_known_noise
 
@@ -27,6 +27,7 @@ def load_module(cfg: DictConfig):
         raise ConfigError("give ckpt_path or policy_path, not both.")
     if cfg.get("ckpt_path"):
         checkpoint = load_checkpoint_file(cfg.ckpt_path)
+        require_rl_checkpoint(checkpoint, cfg.ckpt_path)
         trained = trained_settings(cfg, checkpoint)
         module = load_from_checkpoint(cfg.ckpt_path, reward=instantiate(trained.reward),
                                       rollout_engine=instantiate(cfg.rollout),
