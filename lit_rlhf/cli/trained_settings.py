@@ -92,17 +92,21 @@ def endpoints(config: Any) -> list[tuple[str, str | None]]:
     from lit_rlhf.remote import HTTPReward, LLMJudge
 
     remote = public_names((HTTPReward, LLMJudge))
-    if isinstance(config, list):
-        return [found for value in config for found in endpoints(value)]
-    if not isinstance(config, dict):
-        return []
-    found = [f for value in config.values() for f in endpoints(value)]
-    cls = remote.get(str(config.get("_target_")))
-    if cls is HTTPReward:
-        found.insert(0, (str(config.get("url")), config.get("auth_env")))
-    elif cls is LLMJudge and config.get("base_url") is not None:
-        found.insert(0, (str(config["base_url"]), config.get("api_key_env")))
-    return found
+
+    def found_in(node: Any) -> list[tuple[str, str | None]]:
+        if isinstance(node, list):
+            return [found for value in node for found in found_in(value)]
+        if not isinstance(node, dict):
+            return []
+        cls = remote.get(str(node.get("_target_")))
+        own = []
+        if cls is HTTPReward:
+            own = [(str(node.get("url")), node.get("auth_env"))]
+        elif cls is LLMJudge and node.get("base_url") is not None:
+            own = [(str(node["base_url"]), node.get("api_key_env"))]
+        return own + [found for value in node.values() for found in found_in(value)]
+
+    return found_in(config)
 
 
 def refuse_endpoints(config: Any, group: str) -> None:
