@@ -44,6 +44,9 @@ class Rollout:
     context_mask: torch.Tensor | None = None  # N,R
     conversations: list[list[tuple[str, str]]] = field(default_factory=list)  # N x [(model | env, text)], multi-turn
     policy_version: int | None = None  # async mode: the version (RL steps trained) of the weights that sampled it
+    # async_correction=behaviour: the trainer's logprobs of the tokens at the current version (logprobs are then the
+    # sampler's), so that rollout/* measure the lag; None: logprobs are the trainer's
+    trainer_logprobs: torch.Tensor | None = None  # N,R
 
     def __len__(self) -> int:
         return self.responses.shape[0]

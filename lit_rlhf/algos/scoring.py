@@ -140,11 +140,13 @@ class RolloutScoring:
         return weights, {"rollout/off_policy_masked_frac": drop.float().mean()}
 
     def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's old logprobs
-        (nothing when the engine reports none, as `rollout=hf`, whose sampler is the trainer's own model)."""
+        """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's (under
+        async_correction=behaviour too, where the sampler's are the old logprobs: the lag); nothing when the engine
+        reports none, as `rollout=hf`, whose sampler is the trainer's own model."""
         if rollout.sampler_logprobs is None:
             return {}
-        return sampler_mismatch_stats(rollout.logprobs, rollout.sampler_logprobs, rollout.response_mask,
+        trainer = rollout.logprobs if rollout.trainer_logprobs is None else rollout.trainer_logprobs  # N,R
+        return sampler_mismatch_stats(trainer, rollout.sampler_logprobs, rollout.response_mask,
                                       self.hparams.rollout_is_cap, self.hparams.rollout_is_mode,
                                       self.hparams.rollout_is_min)
 
@@ -234,11 +236,13 @@ class RolloutScoring:
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
             logprobs, values = policy_outputs[0].detach(), None
+        trainer_logprobs = None
         if behaviour_as_old:  # async_correction=behaviour: the clip is around the policy that sampled
-            logprobs = samples.sampler_logprobs
+            trainer_logprobs, logprobs = logprobs, samples.sampler_logprobs
         if samples.context_mask is not None:  # observation tokens are context: no logprob, value or KL there
             model = samples.response_mask  # N,R
-            logprobs, values, ref_logprobs = (t if t is None else t * model for t in (logprobs, values, ref_logprobs))
+            logprobs, values, ref_logprobs, trainer_logprobs = (
+                t if t is None else t * model for t in (logprobs, values, ref_logprobs, trainer_logprobs))
             if policy_outputs is not None:
                 with torch.enable_grad():  # the update's graph goes on through the mask
                     policy_outputs = tuple(t * model for t in policy_outputs)
@@ -256,7 +260,8 @@ class RolloutScoring:
                        values=values, prompts=drawn.prompts, completions=drawn.completions,
                        policy_outputs=policy_outputs, sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights,
                        reward_components=components, columns=drawn.columns, context_mask=samples.context_mask,
-                       conversations=drawn.conversations, policy_version=drawn.version)
+                       conversations=drawn.conversations, policy_version=drawn.version,
+                       trainer_logprobs=trainer_logprobs)
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""

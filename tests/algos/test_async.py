@@ -123,6 +123,8 @@ def test_behaviour_correction_clips_around_the_sampler_and_has_no_importance_wei
     monkeypatch.setattr(module, "finish_rollout", checking_finish)
     _, stats = fit(module)
     assert seen == [1, 1] and stats[-1]["val/ratio"] != 1.0  # the first update's ratio is against the sampler
+    # the lag metrics compare the sampler with the trainer's current weights, not with themselves
+    assert stats[-1]["rollout/sampler_kl"] > 0 and stats[-1]["rollout/logprob_diff_max"] > 0
 
 
 def test_a_weight_sync_that_does_not_reach_the_sampler_stops_the_run_with_one_line(monkeypatch):
