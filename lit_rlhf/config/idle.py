@@ -13,6 +13,12 @@ def changed(config: Any, name: str) -> bool:
     return getattr(config, name) != default
 
 
+def changed_rollout_is(config: Any) -> list[str]:
+    """`name=value` of the rollout_is_* settings (the decoupled correction's weight) set away from their defaults."""
+    names = ("rollout_is_mode", "rollout_is_min", "rollout_is_cap")
+    return [f"{name}={getattr(config, name)}" for name in names if hasattr(config, name) and changed(config, name)]
+
+
 def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
     """One line per setting of `config` (an algorithm's settings) that the rest of it leaves without effect."""
     said = []
@@ -20,11 +26,9 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
         said.append(f"algo.async_correction={config.async_correction} corrects rollouts drawn ahead in asynchronous "
                     f"mode, which is off: it does nothing; set algo.max_staleness (e.g. 1) or drop it.")
     if getattr(config, "max_staleness", None) is not None and getattr(config, "async_correction", "") == "behaviour":
-        for name in ("rollout_is_mode", "rollout_is_min", "rollout_is_cap"):
-            if hasattr(config, name) and changed(config, name):
-                said.append(f"algo.{name}={getattr(config, name)} weights the behaviour ratio of "
-                            f"async_correction=decoupled; async_correction=behaviour clips around the sampler's "
-                            f"logprobs with no such weight, so it does nothing; drop it or use decoupled.")
+        said += [f"algo.{setting} weights the behaviour ratio of async_correction=decoupled; async_correction="
+                 f"behaviour clips around the sampler's logprobs with no such weight, so it does nothing; drop it or "
+                 f"use decoupled." for setting in changed_rollout_is(config)]
     steps = getattr(config, "rl_steps", None)
     if getattr(config, "max_staleness", None) is not None and steps is not None and config.max_staleness >= steps:
         said.append(f"algo.max_staleness={config.max_staleness} is not below the run's {steps} RL steps: every "
@@ -36,11 +40,9 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
                     f"others' weights are not trained yet), and max_staleness={staleness}; "
                     + ("set algo.max_staleness or drop it." if staleness is None else f"only {staleness + 1} draw."))
     if not engine_reports_logprobs and not getattr(config, "max_staleness", None):
-        for name in ("rollout_is_mode", "rollout_is_min", "rollout_is_cap"):
-            if hasattr(config, name) and changed(config, name):
-                said.append(f"algo.{name}={getattr(config, name)} corrects an engine's own logprobs, and this rollout "
-                            f"engine reports none (rollout=hf samples with the trainer's model): it does nothing; "
-                            f"use rollout=vllm or algo.max_staleness >= 1, or drop it.")
+        said += [f"algo.{setting} corrects an engine's own logprobs, and this rollout engine reports none "
+                 f"(rollout=hf samples with the trainer's model): it does nothing; use rollout=vllm or "
+                 f"algo.max_staleness >= 1, or drop it." for setting in changed_rollout_is(config)]
         threshold = getattr(config, "off_policy_mask_threshold", None)
         updates = getattr(config, "num_ppo_epochs", 1) * getattr(config, "num_mini_batches", 1)
         if threshold is not None and updates == 1:
