@@ -85,7 +85,10 @@ def serve(connection, settings: dict[str, Any], cores: list[int] | None) -> None
                 "rpc": lambda method, args: llm.collective_rpc(method, args=args),
                 "sleep": lambda level: llm.sleep(level=level), "wake_up": lambda: llm.wake_up()}
     while True:
-        name, args = connection.recv()
+        try:
+            name, args = connection.recv()
+        except EOFError:  # the trainer's process ended without closing the engine (its exit): end with it, quietly
+            break
         if name == "close":
             break
         try:
