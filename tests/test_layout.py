@@ -1,4 +1,4 @@
-"""The library stands apart from its applications, and files stay small."""
+"""The library stands apart from its applications, files stay small, and the package says where to start."""
 
 import ast
 from pathlib import Path
@@ -41,3 +41,17 @@ def test_the_docs_cite_no_path_outside_the_repository_and_every_link_resolves():
         for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
             if not target.startswith("http"):
                 assert (page.parent / target).exists(), (page.name, target)
+
+
+def test_the_package_docstring_says_where_to_start_and_names_what_exists():
+    import re
+
+    import lit_rlhf
+    import lit_rlhf.config
+
+    text = lit_rlhf.__doc__
+    assert "README.md" in text and "docs/" in text
+    for page in re.findall(r"\b(\w+\.md)\b", text.split("docs/", 1)[1]):
+        assert (LIBRARY.parent / "docs" / page).is_file(), page
+    for name in re.findall(r"\b([A-Z]\w+(?:Module|Config))\b", text):
+        assert hasattr(lit_rlhf, name) or hasattr(lit_rlhf.config, name), name
