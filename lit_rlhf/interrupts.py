@@ -71,7 +71,8 @@ def hung_threads(grace_s: float = 2.0) -> list[threading.Thread]:
     """lit_rlhf's threads (LIT_THREADS) still running after `grace_s`: calls abandoned by an interrupt, which would
     otherwise hold the interpreter's exit while it joins them."""
     deadline = time.monotonic() + grace_s
-    alive = [t for t in threading.enumerate() if t.name.startswith(LIT_THREADS) and t.is_alive()]
+    # a daemon thread never holds the exit: only pool workers (non-daemon) do
+    alive = [t for t in threading.enumerate() if t.name.startswith(LIT_THREADS) and not t.daemon and t.is_alive()]
     for thread in alive:
         thread.join(max(0.0, deadline - time.monotonic()))
     return [t for t in alive if t.is_alive()]
