@@ -43,6 +43,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("multi_rank"))
 
 
+def pytest_runtest_setup(item):
+    """On a worker, pytest-xdist puts each test's group into its id. Grouping that fails (some pytest and pytest-xdist
+    versions together) is silent: the tests still pass, but two multi_rank tests share the cores and module fixtures
+    are built once per worker. A grouped test fails instead."""
+    if (os.environ.get("PYTEST_XDIST_WORKER") and item.config.getvalue("loadgroup")
+            and item.get_closest_marker("xdist_group") and "@" not in item.nodeid):
+        pytest.fail(f"pytest-xdist did not group this test by its xdist_group mark under pytest {pytest.__version__}; "
+                    "install the dev extra's pytest range: pip install -e '.[dev]'", pytrace=False)
+
+
 @pytest.fixture
 def tiny_path():
     return TINY_PYTHIA
