@@ -1,5 +1,7 @@
-"""`python tests/distributed/fsdp2_worker.py DEVICES ALGO LORA OUT [SETTING=VALUE ...]`: 3 RL steps (AdamW) on the
-fixed rollout, in 1 process or on DEVICES FSDP2 CPU ranks (gloo); rank 0 saves the trained tensors, whole, to OUT."""
+"""`python tests/distributed/fsdp2_worker.py DEVICES OUT CASE [CASE ...]`, each CASE `ALGO,LORA[,SETTING=VALUE...]`
+(LORA: lora or full): for each case in turn, 3 RL steps (AdamW) on the fixed rollout on DEVICES FSDP2 CPU ranks (gloo),
+in the same processes (one launch: a Trainer after the first finds its ranks started and their group joined); rank 0
+saves the trained tensors, whole, to OUT as {case: tensors}."""
 
 import functools
 import sys
@@ -48,9 +50,16 @@ def trained_after_three_steps(devices: int, algo: str, lora: bool, **settings) -
     return {n: full_tensor(p.detach()).clone() for n, p in module.named_parameters() if p.requires_grad}
 
 
+def parse_case(case: str) -> tuple[str, bool, dict]:
+    algo, lora, *settings = case.split(",")
+    return algo, lora == "lora", {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in settings)}
+
+
 if __name__ == "__main__":
-    devices, algo, lora, out = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "lora", sys.argv[4]
-    settings = {k: yaml.safe_load(v) for k, v in (arg.split("=", 1) for arg in sys.argv[5:])}
-    trained = trained_after_three_steps(devices, algo, lora, **settings)
+    devices, out, cases = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    trained = {}
+    for case in cases:
+        algo, lora, settings = parse_case(case)
+        trained[case] = trained_after_three_steps(devices, algo, lora, **settings)
     if int(torch.distributed.get_rank() if torch.distributed.is_initialized() else 0) == 0:
         torch.save(trained, out)

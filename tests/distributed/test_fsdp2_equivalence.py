@@ -5,40 +5,41 @@ loss types that average per rank, such as bnpo, depend on the split by design, a
 
 import pytest
 import torch
-import yaml
 
 from tests.apps import ROOT, run_app
-from tests.distributed.fsdp2_worker import trained_after_three_steps
+from tests.distributed.fsdp2_worker import parse_case, trained_after_three_steps
 
-pytestmark = pytest.mark.multi_rank  # each test starts 2 ranks
+pytestmark = pytest.mark.multi_rank  # the module's fixture starts 2 ranks
+
+CASES = {  # ALGO,LORA[,SETTING=VALUE...]: the worker's argument
+    "rloo-lora": "rloo,lora,loss_type=dapo",
+    "grpo-lora": "grpo,lora",  # GRPO's loss_type is dapo by default
+    "grpo-full": "grpo,full",
+    "ppo-lora": "ppo,lora,num_ppo_epochs=2,loss_type=dapo",  # the critic: a value head on the hidden states
+    "ppo-full": "ppo,full,num_ppo_epochs=2,loss_type=dapo",
+}
 
 
-def trained(devices, algo, lora, out, *settings):
-    """The worker on DEVICES ranks (rank zero in this process, Lightning's launcher starts the others), or, on one,
-    its function called here."""
-    if devices == 1:
-        return trained_after_three_steps(1, algo, lora, **{k: yaml.safe_load(v) for k, v in
-                                                            (s.split("=", 1) for s in settings)})
-    result = run_app("tests/distributed/fsdp2_worker.py", str(devices), algo, "lora" if lora else "full", str(out),
-                     *settings, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Every case trained on 2 FSDP2 ranks in one launch of the worker (rank zero in this process, Lightning's
+    launcher starts the other): the processes' start-up is paid once, not once per case."""
+    out = tmp_path_factory.mktemp("fsdp2") / "two.pt"
+    result = run_app("tests/distributed/fsdp2_worker.py", "2", str(out), *CASES.values(), cwd=ROOT,
+                     env={"PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(out, weights_only=True)
 
 
-@pytest.mark.parametrize("algo, lora, settings", [
-    ("rloo", True, ["loss_type=dapo"]),
-    ("grpo", True, []),  # GRPO's loss_type is dapo by default
-    ("grpo", False, []),
-    ("ppo", True, ["num_ppo_epochs=2", "loss_type=dapo"]),  # the critic: a value head on the hidden states
-    ("ppo", False, ["num_ppo_epochs=2", "loss_type=dapo"]),
-])
-def test_two_fsdp2_ranks_train_the_weights_of_one_process(algo, lora, settings, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_two_fsdp2_ranks_train_the_weights_of_one_process(case, two_ranks):
     from transformers import AutoModelForCausalLM
 
     from lit_rlhf.assets import TINY_PYTHIA
 
-    one = trained(1, algo, lora, tmp_path / "one.pt", *settings)
-    two = trained(2, algo, lora, tmp_path / "two.pt", *settings)
+    algo, lora, settings = parse_case(CASES[case])
+    one = trained_after_three_steps(1, algo, lora, **settings)
+    two = two_ranks[CASES[case]]
     assert one.keys() == two.keys() and one
     assert all("lora_" in name for name in one if "value_head" not in name) == lora
     assert any("value_head" in name for name in one) == (algo == "ppo")
