@@ -45,21 +45,57 @@ def metric_rows(run_dir):
             for r in rows}
 
 
-@pytest.mark.parametrize("overrides", [[], ["algo=grpo", "model.lora=null"], ["algo=ppo"]],
-                         ids=["rloo-lora", "grpo-full", "ppo-lora"])
-def test_fsdp2_samples_and_trains_as_ddp_does(overrides, tmp_path):
-    """Same seeds, same prompts per rank: sampling on gathered weights draws the tokens DDP's replicas draw, and
-    3 RL steps end on the same weights (float32: the two sum the ranks' gradients in another order)."""
-    ddp = train(tmp_path / "ddp", "steps=3", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-                *overrides)
-    fsdp2 = train(tmp_path / "fsdp2", "steps=3", *FSDP2, *overrides)
+DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+# RLOO with the adaptive KL controller, which steers on the KL of the whole batch: the same on every rank
+RLOO = ["algo.kl_controller.kind=adaptive", "algo.kl_controller.target=0.05", "algo.kl_controller.horizon=50",
+        "algo.optimizer.lr=0.01"]
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # every launcher then runs each rank's matmuls alike, to the last bit
+
+
+@pytest.fixture(scope="module")
+def rloo_runs(tmp_path_factory):
+    """3 RL steps of RLOO on 2 ranks under DDP and under FSDP2, shared by the tests that compare against them."""
+    out = tmp_path_factory.mktemp("rloo")
+    return {name: (out / name, train(out / name, "steps=3", *strategy, *RLOO, env=ONE_THREAD))
+            for name, strategy in (("ddp", DDP), ("fsdp2", FSDP2))}
+
+
+def assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2):
+    """Same seeds, same prompts per rank: sampling on gathered weights draws the tokens DDP's replicas draw, and 3 RL
+    steps end on the same weights (float32: the two sum the ranks' gradients in another order)."""
     assert ddp["trained"].keys() == fsdp2["trained"].keys() and ddp["trained"]
     for name, tensor in ddp["trained"].items():
         torch.testing.assert_close(fsdp2["trained"][name], tensor, atol=1e-4, rtol=0, msg=name)
-    ddp_rows, fsdp2_rows = metric_rows(tmp_path / "ddp"), metric_rows(tmp_path / "fsdp2")
+    ddp_rows, fsdp2_rows = metric_rows(ddp_dir), metric_rows(fsdp2_dir)
     assert len(ddp_rows) == 3 and ddp_rows.keys() == fsdp2_rows.keys()
     for step, row in ddp_rows.items():  # what was sampled and how it scored
         assert float(fsdp2_rows[step]["objective/scores"]) == pytest.approx(float(row["objective/scores"]), abs=1e-6)
+
+
+def test_rloo_under_fsdp2_samples_and_trains_as_under_ddp_whose_ranks_stay_identical(rloo_runs):
+    """DDP keeps its two replicas identical, each rank gets its own half of every global batch, the episodes count
+    the global batch and rank zero logs one row per step; FSDP2 samples and trains what DDP does."""
+    (ddp_dir, ddp), (fsdp2_dir, fsdp2) = rloo_runs["ddp"], rloo_runs["fsdp2"]
+    ranks = [ddp, torch.load(ddp_dir / "dump" / "rank1.pt", weights_only=True)]
+    assert ranks[0]["world_size"] == 2
+    assert ranks[0]["trained"] and all("lora_" in k for k in ranks[0]["trained"])
+    for key, tensor in ranks[0]["trained"].items():
+        assert torch.equal(tensor, ranks[1]["trained"][key]), key
+    assert ranks[0]["episode"] == ranks[1]["episode"] == 3 * 8 * 4  # steps x global prompts x rloo_k
+    assert ranks[0]["kl_coef"] == ranks[1]["kl_coef"] != 0.05
+    for step in range(3):
+        zero, one = ranks[0]["prompts"][step], ranks[1]["prompts"][step]
+        assert len(zero) == len(one) == 4 and not set(zero) & set(one)
+    with open(ddp_dir / "csv" / "metrics.csv") as f:
+        assert len([row for row in csv.DictReader(f) if row.get("objective/scores")]) == 3
+    assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2)
+
+
+@pytest.mark.parametrize("overrides", [["algo=grpo", "model.lora=null"], ["algo=ppo"]], ids=["grpo-full", "ppo-lora"])
+def test_fsdp2_samples_and_trains_as_ddp_does(overrides, tmp_path):
+    ddp = train(tmp_path / "ddp", "steps=3", *DDP, *overrides)
+    fsdp2 = train(tmp_path / "fsdp2", "steps=3", *FSDP2, *overrides)
+    assert_fsdp2_trains_as_ddp_does(tmp_path / "ddp", ddp, tmp_path / "fsdp2", fsdp2)
 
 
 def test_a_checkpoint_resumes_exactly_and_exports(tmp_path):
@@ -168,7 +204,7 @@ def launch_two_torchrun_nodes(run_dir, env_overrides, cwd, timeout=400) -> tuple
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(ROOT / "train.py"), "trainer=fsdp2",
                "trainer.accelerator=cpu", "trainer.devices=1", "trainer.num_nodes=2", f"hydra.run.dir={run_dir}",
-               "steps=2", *SHORT, "+callbacks.dump._target_=tests.helpers.DumpTrainable",
+               "steps=3", *SHORT, *RLOO, "+callbacks.dump._target_=tests.helpers.DumpTrainable",
                f"+callbacks.dump.path={run_dir}/dump"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **env_overrides}
     nodes = [subprocess.Popen([*command[:3], f"--node_rank={rank}", *command[3:]], cwd=cwd, env=env,
@@ -187,30 +223,31 @@ def launch_two_torchrun_nodes(run_dir, env_overrides, cwd, timeout=400) -> tuple
     return codes, outputs
 
 
-def test_two_nodes_launched_by_torchrun_train_what_two_local_ranks_train(tmp_path):
+def test_two_nodes_launched_by_torchrun_train_what_two_local_ranks_train(tmp_path, rloo_runs):
     """The cluster path: torchrun on each of 2 "nodes" (1 CPU process each, on loopback), Lightning's
     TorchElasticEnvironment ranks them; the result is the single-node 2-process run's, bit for bit. Both nodes share
     hydra.run.dir, and whichever starts first writes Hydra's start files there: rank zero's run-directory guard
     must not take them for another run's (on a loaded machine the other node often comes first)."""
-    one_thread = {"OMP_NUM_THREADS": "1"}  # both launchers then run each rank's matmuls alike, to the last bit
     for attempt in range(3):  # the free port may be taken between choosing it and binding it: choose again
         run_dir = tmp_path / f"nodes{attempt}"
-        codes, outputs = launch_two_torchrun_nodes(run_dir, one_thread, tmp_path)
+        codes, outputs = launch_two_torchrun_nodes(run_dir, ONE_THREAD, tmp_path)
         if not any("address already in use" in out.lower() for out in outputs):
             break
     assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     two_nodes = [torch.load(run_dir / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert two_nodes[0]["world_size"] == 2
-    one_node = train(tmp_path / "one_node", "steps=2", *FSDP2, env=one_thread)
+    one_node = rloo_runs["fsdp2"][1]
     for name, tensor in one_node["trained"].items():
         assert torch.equal(two_nodes[0]["trained"][name], tensor), name
         assert torch.equal(two_nodes[1]["trained"][name], tensor), name
     assert (run_dir / "checkpoints" / "last.ckpt" / "meta.pt").is_file()
 
 
-def test_kill_9_while_checkpointing_leaves_whole_checkpoints_that_resume(tmp_path):
-    """A run writing a sharded checkpoint at every RL step loses every process to SIGKILL at three moments; each time
-    every checkpoint left reads whole, and `ckpt_path=last` resumes the run (what the dead writers left is ignored
+def test_a_lost_rank_or_kill_9_while_checkpointing_leaves_whole_checkpoints_that_resume(tmp_path):
+    """A run writing a sharded checkpoint at every RL step. First SIGKILL of rank 1 only: rank 0's next collective
+    fails with gloo's "connection closed by peer"; it stops with one line naming the lost rank and the command that
+    resumes (no trace). Then, resumed with `ckpt_path=last`, it loses every process to SIGKILL at two random moments.
+    Each time every checkpoint left reads whole, and the next resume goes on (what the dead writers left is ignored
     and cleared)."""
     import random
     import signal
@@ -225,45 +262,27 @@ def test_kill_9_while_checkpointing_leaves_whole_checkpoints_that_resume(tmp_pat
         resume = ["ckpt_path=last"] if attempt else []
         run = subprocess.Popen([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", "steps=200",
                                 *SHORT, *FSDP2, *every_step, *resume], cwd=ROOT, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 300
         while not (run_dir / "checkpoints" / "last.ckpt").exists() or (
                 attempt and len(list((run_dir / "checkpoints").glob("step*.ckpt"))) <= attempt * 2):
             assert run.poll() is None and time.time() < deadline
             time.sleep(0.05)
-        time.sleep(rng.uniform(0.0, 1.5))
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
+        if attempt == 0:
+            ranks = subprocess.run(["pgrep", "-f", f"hydra.run.dir={run_dir}"], capture_output=True, text=True)
+            children = [int(pid) for pid in ranks.stdout.split() if int(pid) != run.pid]
+            assert children, ranks.stdout
+            os.kill(children[-1], signal.SIGKILL)  # Lightning's launcher started rank 1 as rank 0's child
+            _, stderr = run.communicate(timeout=300)
+            assert run.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
+            line = stderr.strip().splitlines()[-1]
+            assert line.startswith("error: rank 0 lost rank 1 of this 2-rank run (it was killed or crashed"), line
+            assert "resume from the last checkpoint: python " in line
+        else:
+            time.sleep(rng.uniform(0.0, 1.5))
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
         checkpoints = [p for p in (run_dir / "checkpoints").iterdir() if not p.name.startswith(".")]
         assert checkpoints
         for path in checkpoints:
             assert read_sharded_checkpoint(path)["state_dict"], path
-
-
-def test_a_rank_killed_mid_run_is_one_line_naming_it_and_the_checkpoint_resumes(tmp_path):
-    """SIGKILL of rank 1 only: rank 0's next collective fails with gloo's "connection closed by peer"; it stops with
-    one line naming the lost rank and the command that resumes (no trace), and its last checkpoint reads whole."""
-    import signal
-    import time
-
-    from lit_rlhf.distributed.checkpoint import read_sharded_checkpoint
-
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    run = subprocess.Popen([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", "steps=200", *SHORT,
-                            *FSDP2, "callbacks.model_checkpoint.every_n_train_steps=1"], cwd=ROOT, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.time() + 300
-    while not (run_dir / "checkpoints" / "last.ckpt").exists():
-        assert run.poll() is None and time.time() < deadline
-        time.sleep(0.05)
-    rank1 = subprocess.run(["pgrep", "-f", f"hydra.run.dir={run_dir}"], capture_output=True, text=True)
-    children = [int(pid) for pid in rank1.stdout.split() if int(pid) != run.pid]
-    assert children, rank1.stdout
-    os.kill(children[-1], signal.SIGKILL)  # Lightning's launcher started rank 1 as rank 0's child
-    _, stderr = run.communicate(timeout=300)
-    assert run.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
-    line = stderr.strip().splitlines()[-1]
-    assert line.startswith("error: rank 0 lost rank 1 of this 2-rank run (it was killed or crashed"), line
-    assert "resume from the last checkpoint: python " in line
-    assert read_sharded_checkpoint(run_dir / "checkpoints" / "last.ckpt")["state_dict"]
