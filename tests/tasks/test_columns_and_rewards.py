@@ -152,10 +152,12 @@ class Failing:
 
 
 def test_rloo_lifts_held_out_accuracy_on_the_arithmetic_task(tmp_path):
-    """A short run of the preset as typed: held-out exact match (200 questions, one sample each) rises."""
+    """A short run of the preset: held-out exact match (200 questions, one sample each) rises. 20 RL steps at 3x the
+    preset's learning rate show it (0.25 -> 0.365); the preset's own learning curve is bench/arithmetic.py's."""
     import csv
 
-    result = run_app("train.py", "experiment=arithmetic_rloo", "steps=60", "trainer.val_check_interval=60",
+    result = run_app("train.py", "experiment=arithmetic_rloo", "steps=20", "algo.optimizer.lr=3e-3",
+                     "trainer.val_check_interval=20",
                      "callbacks.evaluation=null", "callbacks.generation_samples=null", "hydra.run.dir=run",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
