@@ -9,15 +9,17 @@ import torch
 from lit_rlhf.rollout.vllm_worker import WeightReceiver
 
 
-class StuckReceiver(WeightReceiver):
+class FailingThenStuckReceiver(WeightReceiver):
+    """Its first weight sync fails (the engine lives on), every later one never returns."""
+
+    calls = 0
+
     def load_policy_weights(self, path: str) -> int:
+        FailingThenStuckReceiver.calls += 1
+        if FailingThenStuckReceiver.calls == 1:
+            raise RuntimeError("shape mismatch for gpt_neox.layers.0.attention.query_key_value.weight")
         time.sleep(3600)
         return 0
-
-
-class FailingReceiver(WeightReceiver):
-    def load_policy_weights(self, path: str) -> int:
-        raise RuntimeError("shape mismatch for gpt_neox.layers.0.attention.query_key_value.weight")
 
 
 class InspectedReceiver(WeightReceiver):

@@ -100,26 +100,18 @@ def test_a_prompt_longer_than_the_engine_context_is_one_line(module):
     assert seeded_sample(module, batch).responses.shape[1] == 24  # the engine still serves
 
 
-def test_a_stuck_weight_sync_ends_within_the_timeout():
-    engine = VLLMEngine(kv_cache_gib=0.25, sync_timeout_s=3, worker_extension="tests.vllm.receivers.StuckReceiver")
-    module = make_rloo(rollout_engine=engine)
-    module.configure_model()
-    start = time.perf_counter()
-    try:
-        with pytest.raises(ConfigError, match=r"did not finish in 3 s \(rollout.sync_timeout_s\)"):
-            engine.sample(module, first_batch(), 2)
-        assert time.perf_counter() - start < 30
-    finally:
-        engine.close()
-
-
-def test_a_failing_weight_sync_is_one_line():
-    engine = VLLMEngine(kv_cache_gib=0.25, worker_extension="tests.vllm.receivers.FailingReceiver")
+def test_a_failing_weight_sync_is_one_line_and_a_stuck_one_ends_within_the_timeout():
+    engine = VLLMEngine(kv_cache_gib=0.25, sync_timeout_s=3,
+                        worker_extension="tests.vllm.receivers.FailingThenStuckReceiver")
     module = make_rloo(rollout_engine=engine)
     module.configure_model()
     try:
         with pytest.raises(ConfigError, match=r"RL step 0: the weight sync to the vLLM engine failed \(.*mismatch"):
             engine.sample(module, first_batch(), 2)
+        start = time.perf_counter()
+        with pytest.raises(ConfigError, match=r"did not finish in 3 s \(rollout.sync_timeout_s\)"):
+            engine.sample(module, first_batch(), 2)
+        assert time.perf_counter() - start < 30
     finally:
         engine.close()
 
