@@ -243,7 +243,8 @@ def restore_logging(saved: dict) -> None:
     (Hydra's console and train.log) is closed once nothing holds it."""
     during = all_handlers()
     for lg, level, handlers, filters, propagate, disabled in saved.values():
-        lg.setLevel(level)
+        if lg.level != level:  # setLevel clears every logger's cache: only where the run changed it
+            lg.setLevel(level)
         lg.handlers, lg.filters, lg.propagate, lg.disabled = handlers, filters, propagate, disabled
     attached = {id(h) for h in all_handlers()}
     for handler in during:
