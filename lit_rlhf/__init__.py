@@ -11,12 +11,26 @@ Where to start:
   keyword arguments; help(lit_rlhf.config.RLOOConfig) lists them with their defaults.
 """
 
-from lit_rlhf.algos import GRPOModule, PPOModule, ReinforcePPModule, RLHFModule, RLOOModule
-from lit_rlhf.algos.dpo import DPOModule
-from lit_rlhf.algos.reward_model import RewardModelModule
-from lit_rlhf.data import PromptDataModule
-from lit_rlhf.data.preference_datamodule import PreferenceDataModule
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from lit_rlhf.lazy_exports import lazy_exports
+
+_EXPORTS = {"GRPOModule": "lit_rlhf.algos", "PPOModule": "lit_rlhf.algos", "ReinforcePPModule": "lit_rlhf.algos",
+            "RLHFModule": "lit_rlhf.algos", "RLOOModule": "lit_rlhf.algos", "DPOModule": "lit_rlhf.algos.dpo",
+            "RewardModelModule": "lit_rlhf.algos.reward_model", "PromptDataModule": "lit_rlhf.data",
+            "PreferenceDataModule": "lit_rlhf.data.preference_datamodule"}
 __all__ = ["DPOModule", "GRPOModule", "PPOModule", "PreferenceDataModule", "PromptDataModule", "RLHFModule",
-           "RLOOModule", "ReinforcePPModule", "RewardModelModule"]
+           "RLOOModule", "ReinforcePPModule", "RewardModelModule"]  # = _EXPORTS
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from lit_rlhf.algos import GRPOModule, PPOModule, ReinforcePPModule, RLHFModule, RLOOModule
+    from lit_rlhf.algos.dpo import DPOModule
+    from lit_rlhf.algos.reward_model import RewardModelModule
+    from lit_rlhf.data import PromptDataModule
+    from lit_rlhf.data.preference_datamodule import PreferenceDataModule
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
