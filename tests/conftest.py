@@ -12,6 +12,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
+# Lightning, imported here before any logging handler exists, keeps its own console handler and does not propagate,
+# as in a user's `python train.py` (which imports it before Hydra configures logging); first imported inside a test,
+# it would find pytest's handlers and send its lines into the run's train.log
+import lightning  # noqa: E402, F401
+
 from lit_rlhf.assets import TINY_PYTHIA  # noqa: E402
 
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear"}
