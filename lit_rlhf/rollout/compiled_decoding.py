@@ -18,13 +18,23 @@ from lit_rlhf.errors import ConfigError
 
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that capture CUDA graphs
+# the setting's default: CUDA graphs on CUDA, where a decoding step is mostly kernel launches; plain generate() on a
+# CPU, where compiling costs a first call of tens of seconds (and a C++ compiler) that short runs do not win back
+AUTO = "auto"
 CACHE_BUCKET = 64
 
 
 def check_compile_mode(mode: str | None) -> None:
-    if mode is not None and mode not in COMPILE_MODES:
-        raise ConfigError(f"rollout.compile_mode={mode!r} is not a torch.compile mode; use null (plain generate()) "
-                          f"or one of {', '.join(COMPILE_MODES)}.")
+    if mode is not None and mode != AUTO and mode not in COMPILE_MODES:
+        raise ConfigError(f"rollout.compile_mode={mode!r} is not a torch.compile mode; use auto, null (plain "
+                          f"generate()) or one of {', '.join(COMPILE_MODES)}.")
+
+
+def resolve_mode(mode: str | None, device: torch.device) -> str | None:
+    """The mode that runs on `device`: auto is reduce-overhead on CUDA and None (plain generate()) elsewhere."""
+    if mode != AUTO:
+        return mode
+    return "reduce-overhead" if device.type == "cuda" else None
 
 
 def check_mode_runs_on(mode: str, device: torch.device) -> None:

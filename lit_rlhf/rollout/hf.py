@@ -45,16 +45,18 @@ class HFEngine(RolloutEngine):
     same seed.
 
     compile_mode: a torch.compile mode for the decoding step over a static KV cache of static_cache_length
-    positions (None: sized per call), lit_rlhf.rollout.compiled_decoding; None: plain generate(). Where compilation
-    cannot run (no compiler, an unsupported platform, weights sharded across ranks), one warning and plain
-    generate().
+    positions (None: sized per call), lit_rlhf.rollout.compiled_decoding; None: plain generate(); "auto" (the
+    default): reduce-overhead (CUDA graphs) where the policy samples on CUDA, plain generate() elsewhere. Where
+    compilation cannot run (no compiler, an unsupported platform, weights sharded across ranks), one warning and
+    plain generate().
 
     merge_adapters: sample with each LoRA layer's adapters merged into a new copy of its weight
     (lit_rlhf.rollout.merged_adapters): "auto" where the weights are float32, True in any dtype, False never;
     not with weights sharded across ranks, nor under a compile mode that captures CUDA graphs."""
 
-    def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf", compile_mode: str | None = None,
-                 static_cache_length: int | None = None, merge_adapters: str | bool = "auto"):
+    def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf",
+                 compile_mode: str | None = compiled.AUTO, static_cache_length: int | None = None,
+                 merge_adapters: str | bool = "auto"):
         if sampler not in SAMPLERS:
             raise ConfigError(f"rollout.sampler={sampler!r} is not a sampler; use one of {', '.join(SAMPLERS)}.")
         check_flag("rollout.shared_prefill", shared_prefill)
@@ -70,7 +72,10 @@ class HFEngine(RolloutEngine):
         self.shared_prefill = shared_prefill
         self.sampler = sampler
         self.compile_mode, self.static_cache_length = compile_mode, static_cache_length
-        self.compile_ready: bool | None = None  # decided at the first call, on the device the policy samples on
+        # decided at the first call, on the device the policy samples on: the mode that runs (auto resolved), and
+        # whether compilation can run there
+        self.resolved_mode: str | None = None
+        self.compile_ready: bool | None = None
 
     def setup(self, module: Any) -> None:
         compiled.check_static_cache_length(self.static_cache_length, compiled.model_context(module.policy))
@@ -113,24 +118,25 @@ class HFEngine(RolloutEngine):
         # no merge of sharded weights (ZeRO-3 gathers them layer by layer as generate() runs; FSDP2 gathers them
         # for the rollout, and merged copies would add to the memory sharding saves), nor under CUDA graphs, which
         # hold their weights' addresses (new merged tensors at every call would change them)
-        unmergeable = self.lockstep or self.synced_generation or self.compile_mode in compiled.CUDA_GRAPH_MODES
+        mode = self.compiled_mode(queries.device)
+        unmergeable = self.lockstep or self.synced_generation or mode in compiled.CUDA_GRAPH_MODES
         merge = False if unmergeable else self.merge_adapters
         with merged_adapters(model, merge):
-            return self.generate_with(module, model, queries, query_mask, config, siblings, requested, extra)
+            return self.generate_with(module, model, queries, query_mask, config, siblings, requested, extra, mode)
 
     def generate_with(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
                       config: GenerationConfig, siblings: int, requested: GenerationConfig,
-                      extra: dict[str, Any]) -> torch.Tensor:
+                      extra: dict[str, Any], mode: str | None) -> torch.Tensor:
         prefilled = None
         if siblings > 1 and queries.shape[1] > 1:
             prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
-        use_compiled = self.compiled_decoding(queries.device)
+        use_compiled = mode is not None
         if use_compiled:  # a static cache (holding the shared prefill, if any), and generate() compiles its step
             length = compiled.cache_length(queries.shape[1] + config.max_new_tokens, self.static_cache_length,
                                            compiled.model_context(model))
             prefilled = compiled.static_cache(model, length, prefilled)
             config = copy.deepcopy(config)
-            config.compile_config = compiled.compile_config(self.compile_mode)
+            config.compile_config = compiled.compile_config(mode)
         if prefilled is not None:
             extra[cache_keyword(model)] = prefilled
         try:
@@ -146,22 +152,25 @@ class HFEngine(RolloutEngine):
                               f"lower algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
                               f"checkpoint.") from err
 
-    def compiled_decoding(self, device: torch.device) -> bool:
-        """Whether this call decodes with the compiled step (decided once: the mode, the device, the platform)."""
-        if self.compile_mode is None:
-            return False
+    def compiled_mode(self, device: torch.device) -> str | None:
+        """The torch.compile mode this call decodes with, None for plain generate() (decided once: the setting, the
+        device, the platform)."""
         if self.compile_ready is None:
-            compiled.check_mode_runs_on(self.compile_mode, device)
-            self.compile_ready = True
-            reason = ("the weights are sharded across ranks, whose decoding steps run in lockstep"
-                      if self.synced_generation else compiled.unavailable_reason(device))
-            if reason:
-                self.fall_back(reason)
-        return self.compile_ready
+            self.resolved_mode = compiled.resolve_mode(self.compile_mode, device)
+            self.compile_ready = self.resolved_mode is not None
+            if self.compile_ready:
+                compiled.check_mode_runs_on(self.resolved_mode, device)
+                reason = ("the weights are sharded across ranks, whose decoding steps run in lockstep"
+                          if self.synced_generation else compiled.unavailable_reason(device))
+                if reason:
+                    self.fall_back(reason)
+        return self.resolved_mode if self.compile_ready else None
 
     def fall_back(self, reason: str) -> None:
         self.compile_ready = False
-        rank_zero_warn(f"rollout.compile_mode={self.compile_mode}: {reason}; sampling with plain generate() "
+        setting = (f"auto ({self.resolved_mode} on this device)" if self.compile_mode == compiled.AUTO
+                   else self.compile_mode)
+        rank_zero_warn(f"rollout.compile_mode={setting}: {reason}; sampling with plain generate() "
                        f"(a dynamic KV cache, no compilation).")
 
 

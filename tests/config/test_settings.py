@@ -131,12 +131,12 @@ def test_a_static_cache_length_without_a_compiled_step_is_said_once():
 
     _warned.clear()
     with pytest.warns(UserWarning, match=r"rollout.static_cache_length=128 does nothing without rollout.compile_mode"):
-        HFEngine(static_cache_length=128)
+        HFEngine(static_cache_length=128, compile_mode=None)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        HFEngine(static_cache_length=128)  # said once
+        HFEngine(static_cache_length=128, compile_mode=None)  # said once
         HFEngine(static_cache_length=128, compile_mode="default")  # used: nothing to say
 
 

@@ -7,14 +7,15 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import HFEngine
-from lit_rlhf.rollout.compiled_decoding import cache_length
+from lit_rlhf.rollout.compiled_decoding import cache_length, resolve_mode
 from tests.conftest import make_datamodule, make_rloo
 
 
-def prompt_batch():
+def prompt_batch(width: int | None = None):
+    """The first batch of two prompts, or the first whose prompts are `width` tokens wide."""
     datamodule = make_datamodule(batch_size=2)
     datamodule.setup()
-    return next(iter(datamodule.train_dataloader()))
+    return next(b for b in datamodule.train_dataloader() if width is None or b["input_ids"].shape[1] == width)
 
 
 def sample(module, engine: HFEngine, batch, seed: int, **kwargs):
@@ -36,17 +37,23 @@ def test_the_compiled_step_samples_what_plain_generate_samples_and_sees_updated_
     engine = HFEngine(compile_mode="default")
     for shared in (True, False):
         engine.shared_prefill = shared
-        plain = sample(module, HFEngine(shared_prefill=shared), batch, seed=shared)
+        plain = sample(module, HFEngine(shared_prefill=shared, compile_mode=None), batch, seed=shared)
         assert torch.equal(sample(module, engine, batch, seed=shared), plain)
     assert engine.compile_ready and compiled_frames() > 0
+    # after the first compilation, prompts of another width decode with the same graph: the static cache's length
+    # is bucketed, so its shapes do not change
+    graphs, width = compiled_frames(), batch["input_ids"].shape[1]
+    other = prompt_batch(width=width + 2)
+    assert torch.equal(sample(module, engine, other, seed=3), sample(module, HFEngine(compile_mode=None), other, 3))
+    assert compiled_frames() == graphs and not torch._dynamo.utils.counters["recompiles"]
     assert torch.equal(sample(module, engine, batch, seed=5, from_reference=True),
-                       sample(module, HFEngine(), batch, seed=5, from_reference=True))
+                       sample(module, HFEngine(compile_mode=None), batch, seed=5, from_reference=True))
     with torch.no_grad():  # an update of the adapters between RL steps: the compiled step must not keep the old ones
         for name, param in module.policy.named_parameters():
             if "lora_B" in name:
                 param.add_(torch.randn_like(param) * 0.5)
-    updated = sample(module, HFEngine(), batch, seed=7)
-    assert not torch.equal(updated, sample(module, HFEngine(), batch, seed=5))
+    updated = sample(module, HFEngine(compile_mode=None), batch, seed=7)
+    assert not torch.equal(updated, sample(module, HFEngine(compile_mode=None), batch, seed=5))
     assert torch.equal(sample(module, engine, batch, seed=7), updated)
 
 
@@ -64,7 +71,7 @@ def test_without_a_compiler_one_warning_and_plain_generate(monkeypatch):
 
 
 def test_bad_settings_are_one_line():
-    with pytest.raises(ConfigError, match="rollout.compile_mode='fast' is not a torch.compile mode; use null"):
+    with pytest.raises(ConfigError, match="rollout.compile_mode='fast' is not a torch.compile mode; use auto, null"):
         HFEngine(compile_mode="fast")
     module = make_rloo(response_length=4)
     module.configure_model()
@@ -85,3 +92,18 @@ def test_cache_lengths_round_up_within_the_context():
     with pytest.raises(ConfigError, match="static_cache_length=50 is shorter than this call's context \\+ response "
                                           "\\(100 tokens\\)"):
         cache_length(100, 50, 256)
+
+
+def test_auto_compiles_on_cuda_only():
+    """rollout.compile_mode=auto (the default): CUDA graphs where the policy samples on CUDA, plain generate() on a
+    CPU, where nothing is compiled and no C++ compiler is needed."""
+    assert HFEngine().compile_mode == "auto"
+    assert resolve_mode("auto", torch.device("cuda")) == "reduce-overhead"
+    assert resolve_mode("auto", torch.device("cpu")) is None
+    assert resolve_mode("default", torch.device("cpu")) == "default"
+    assert resolve_mode(None, torch.device("cuda")) is None
+    module = make_rloo(response_length=6)
+    module.configure_model()
+    engine, batch, graphs = HFEngine(), prompt_batch(), compiled_frames()
+    assert torch.equal(sample(module, engine, batch, seed=4), sample(module, HFEngine(compile_mode=None), batch, 4))
+    assert engine.compile_ready is False and compiled_frames() == graphs
