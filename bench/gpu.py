@@ -1,21 +1,25 @@
-"""The GPU check: one command for any machine with a CUDA GPU, offline, installing nothing.
+"""The GPU check: one command for any machine with a CUDA GPU, offline, installing nothing; about 8 minutes.
 
-    python bench/gpu.py                  # < 10 min on one GPU; writes bench/results/gpu_check.{md,json}
+    python bench/gpu.py                  # writes bench/results/gpu_check.{md,json} (and the docs' results block)
     python bench/gpu.py --shapes pythia-1b --algos grpo --merge   # those rows again, the others kept
     python bench/gpu.py --shapes --merge  # the correctness pass alone, the rows kept
     python bench/gpu.py --device cpu --shapes tiny --steps 1 --warmup 0 --out OUT   # its CPU path
 
 Needs what the set-up installs (torch built with CUDA, transformers, peft, lightning, vaderSentiment) and pytest for
-the correctness pass; TRL's GRPOTrainer is measured too when `import trl` works (or `make setup-trl` made
-.venv-trl). No download: the models are pythia's 160m / 410m / 1b shapes with random weights, built from their
-configurations into bench/.cache (bench/workload.py).
+the correctness pass; TRL's trainers are measured too when `import trl` works (or `make setup-trl` made .venv-trl).
+No download: the models are pythia's 160m and 1b shapes with random weights, built from their configurations into
+bench/.cache (bench/workload.py) before the first measurement.
 
 Performance, each a fresh process (bench/workload.py's work: 8 prompts x 4 samples per step, 32 forced new
-tokens, LoRA r=16, AdamW, VADER reward), weights in --dtype (bfloat16): RLOO (bench/lit_step.py against the
-plain-PyTorch floor bench/floor.py) and GRPO (dapo, beta 0.04: bench/lit_step.py --algo grpo against
-bench/grpo_floor.py and TRL, bench/trl_grpo.py); on --compiled-shapes (pythia-160m) also GRPO with the decoding step
-compiled ("lit_rlhf compiled": rollout.compile_mode=--compile-mode, reduce-overhead on CUDA: CUDA graphs).
-Reported: episodes/s, generation tokens/s, peak GPU memory.
+tokens, LoRA r=16, AdamW, VADER reward), weights in --dtype (bfloat16), per shape and algorithm:
+- RLOO: bench/lit_step.py against the plain-PyTorch floor bench/floor.py and TRL's RLOOTrainer (bench/trl_step.py);
+- GRPO (dapo, beta 0.04): bench/lit_step.py --algo grpo against bench/grpo_floor.py and TRL's GRPOTrainer;
+- PPO: bench/lit_step.py --algo ppo (4 epochs; no floor or TRL row: TRL's PPOTrainer takes a reward model, not a
+  reward function).
+"lit_rlhf" is the default (rollout.compile_mode=auto: the decoding step as CUDA graphs on CUDA), "lit_rlhf eager"
+plain generate() (rollout.compile_mode=null); "lit_rlhf recompute logits" (GRPO) the default with
+algo.logits_budget_mib=null, the update's logits recomputed in the backward instead of kept (less memory).
+Reported: episodes/s, generation tokens/s, peak allocated GPU memory and the phase holding it.
 Correctness: `pytest tests/device` on the same device (bf16 autocast training, the loss contract, exact resume).
 """
 
@@ -44,17 +48,20 @@ def trl_python() -> str | None:
     return str(TRL_VENV) if TRL_VENV.exists() else None
 
 
-def implementations(algo: str, compile_mode: str | None = None) -> dict[str, list[str]]:
-    if algo == "rloo":
-        return {"lit_rlhf": [sys.executable, "lit_step.py"], "floor": [sys.executable, "floor.py"]}
-    impls = {"lit_rlhf": [sys.executable, "lit_step.py", "--algo", "grpo", "--beta", "0.04"],
-             "floor": [sys.executable, "grpo_floor.py", "--beta", "0.04"]}
-    if compile_mode is not None:
-        impls["lit_rlhf compiled"] = [*impls["lit_rlhf"], "--compile-mode", compile_mode]
+def implementations(algo: str, device: str = "cuda") -> dict[str, list[str]]:
+    """The commands measured for `algo`; on a CPU the default engine is the eager one, which runs once, and the
+    memory row (recompute logits) is left out."""
+    lit = [sys.executable, "lit_step.py", "--algo", algo] + (["--beta", "0.04"] if algo == "grpo" else [])
+    impls = {"floor": {"rloo": [sys.executable, "floor.py"],
+                       "grpo": [sys.executable, "grpo_floor.py", "--beta", "0.04"]}.get(algo),
+             "lit_rlhf": lit,
+             "lit_rlhf eager": [*lit, "--compile-mode", "none"] if device == "cuda" else None}
+    if algo == "grpo" and device == "cuda":
+        impls["lit_rlhf recompute logits"] = [*lit, "--recompute-logits"]
     trl = trl_python()
-    if trl is not None:
-        impls["trl"] = [trl, "trl_grpo.py", "--beta", "0.04"]
-    return impls
+    if trl is not None and algo in ("rloo", "grpo"):
+        impls["trl"] = [trl, "trl_step.py", "--algo", algo, "--beta", "0.04" if algo == "grpo" else "0.05"]
+    return {impl: command for impl, command in impls.items() if command is not None}
 
 
 def measure(command: list[str], shape: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
@@ -84,19 +91,19 @@ def table(data: dict) -> list[str]:
              + (f" in all, {data['joined_runs']} runs joined with --merge" if data.get("joined_runs") else "")
              + ").", "",
              f"| shape | algo | impl | episodes/s | vs floor | generation tokens/s | "
-             f"{'peak GPU memory' if data['device'] == 'cuda' else 'peak RSS'} MiB | step s |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+             f"{'peak GPU memory' if data['device'] == 'cuda' else 'peak RSS'} MiB | peak in | step s |",
+             "|---|---|---|---:|---:|---:|---:|---|---:|"]
     for row in data["runs"]:
         r = row["result"]
         if "error" in r:
-            lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | failed: {r['error']} | | | | |")
+            lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | failed: {r['error']} | | | | | |")
             continue
         floor = next((x["result"] for x in data["runs"] if x["shape"] == row["shape"] and x["algo"] == row["algo"]
                       and x["impl"] == "floor"), {})
         ratio = f"{r['eps'] / floor['eps']:.2f}x" if floor.get("eps") else ""
         memory = r["peak_gpu_mib"] if data["device"] == "cuda" else r["peak_rss_mib"]
         lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | {r['eps']:.2f} | {ratio} | "
-                     f"{r['tokens_per_s']:.0f} | {memory:.0f} | {r['step_s']:.3f} |")
+                     f"{r['tokens_per_s']:.0f} | {memory:.0f} | {r.get('peak_phase') or ''} | {r['step_s']:.3f} |")
     lines += ["", f"Correctness (`pytest tests/device` on the device): {data['correctness']['summary']}."]
     lines += [f"- {line}" for line in data["correctness"].get("failed", [])]
     return lines
@@ -138,19 +145,15 @@ def write(data: dict, out: Path | None) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--shapes", nargs="*", default=["pythia-160m", "pythia-410m", "pythia-1b"],
+    parser.add_argument("--shapes", nargs="*", default=["pythia-160m", "pythia-1b"],
                         help="none: the correctness pass alone (with --merge: added to the earlier results)")
-    parser.add_argument("--algos", nargs="+", default=["rloo", "grpo"], choices=["rloo", "grpo"])
+    parser.add_argument("--algos", nargs="+", default=["rloo", "grpo", "ppo"], choices=["rloo", "grpo", "ppo"])
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--compiled-shapes", nargs="*", default=["pythia-160m"],
-                        help="shapes on which GRPO also runs with the decoding step compiled")
-    parser.add_argument("--compile-mode", default=None,
-                        help="rollout.compile_mode of those runs (default: reduce-overhead on CUDA, default on CPU)")
     parser.add_argument("--skip-checks", action="store_true", help="leave out the correctness pass")
-    parser.add_argument("--max-minutes", type=float, default=9.0,
+    parser.add_argument("--max-minutes", type=float, default=7.0,
                         help="no measurement starts after this many minutes; those left are rows 'not run'")
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of the previous results that this run does not measure")
@@ -186,14 +189,17 @@ def main() -> None:
         return merged(previous, data) if args.merge else data
 
     so_far()  # with --merge: the settings match, before anything runs
+    sys.path.insert(0, str(BENCH))
+    import workload
+
+    for shape in args.shapes:  # built here, before any timing (the first measurement of a shape used to build it)
+        workload.model_path(shape)
     if not args.skip_checks:  # first, so that a run stopped early still says whether the maths holds here
         data["correctness"] = correctness(env)
         print(f"correctness: {data['correctness']['summary']}", flush=True)
     for shape in args.shapes:
         for algo in args.algos:
-            compiled = (args.compile_mode or ("reduce-overhead" if args.device == "cuda" else "default")
-                        if shape in args.compiled_shapes else None)
-            for impl, command in implementations(algo, compiled).items():
+            for impl, command in implementations(algo, args.device).items():
                 if (time.perf_counter() - start) / 60 > args.max_minutes:
                     result = {"error": f"not run: past --max-minutes {args.max_minutes:g}"}
                 else:

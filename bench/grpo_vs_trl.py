@@ -7,7 +7,7 @@
 Work (bench/workload.py): 8 prompts x 4 generations per step, dapo loss, one update per generation, AdamW,
 clipping, VADER reward, float32; lit_rlhf's GRPOModule under a Lightning Trainer (bench/lit_step.py --algo grpo;
 "lit_rlhf compiled": with rollout.compile_mode=default, its decoding step compiled in the warm-up steps), the
-floor (bench/grpo_floor.py) and TRL 1.16's GRPOTrainer (bench/trl_grpo.py, in .venv-trl). Each measurement is a
+floor (bench/grpo_floor.py) and TRL 1.16's GRPOTrainer (bench/trl_step.py, in .venv-trl). Each measurement is a
 fresh process (warm-up steps dropped); the implementations alternate in a rotating order, --reps times per
 configuration, and the table gives medians with the ratios to the floor and to TRL measured in the same run.
 Configurations (--full-matrix: every combination on every model):
@@ -36,7 +36,7 @@ BENCH = Path(__file__).resolve().parent
 TRL_PYTHON = BENCH.parent / ".venv-trl" / "bin" / "python"
 LIT = [sys.executable, "lit_step.py", "--algo", "grpo"]
 IMPLS = {"lit_rlhf": LIT, "lit_rlhf compiled": [*LIT, "--compile-mode", "default"],
-         "floor": [sys.executable, "grpo_floor.py"], "trl": [str(TRL_PYTHON), "trl_grpo.py"]}
+         "floor": [sys.executable, "grpo_floor.py"], "trl": [str(TRL_PYTHON), "trl_step.py"]}
 LIT_IMPLS = ("lit_rlhf", "lit_rlhf compiled")  # the default HFEngine, and with rollout.compile_mode=default
 # (measured, warm-up) steps per process
 STEPS = {"tiny": (5, 2), "tiny-50k": (5, 2), "pythia-160m": (1, 1), "pythia-160m-stops": (1, 1)}

@@ -105,8 +105,9 @@ def main() -> None:
                              "(logits_budget_mib=null, the path before the budget)")
     parser.add_argument("--padded", action="store_true",
                         help="ablation: full logits of the padded batch (logits_chunk_size=null, padding_free=false)")
-    parser.add_argument("--compile-mode", default=None,
-                        help="rollout.compile_mode: the decoding step compiled over a static KV cache (e.g. default)")
+    parser.add_argument("--compile-mode", default="auto",
+                        help="rollout.compile_mode: auto (the default: CUDA graphs on CUDA, plain generate() on a "
+                             "CPU), none (plain generate()), or a torch.compile mode (e.g. default)")
     parser.add_argument("--no-merge-adapters", action="store_true",
                         help="ablation: sample with the LoRA adapters unmerged (rollout.merge_adapters=false)")
     args = parser.parse_args()
@@ -126,7 +127,7 @@ def main() -> None:
     if args.rollout == "vllm":
         common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
     else:
-        common["rollout_engine"] = HFEngine(compile_mode=args.compile_mode,
+        common["rollout_engine"] = HFEngine(compile_mode=None if args.compile_mode == "none" else args.compile_mode,
                                             merge_adapters=False if args.no_merge_adapters else "auto")
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)

@@ -79,8 +79,12 @@ def peak_rss_mib() -> float:
 def peak_memory_mib(device: torch.device, marks: dict[str, float]) -> dict[str, float]:
     """Peak RSS of this process (CPU), its value at the marks (after the imports: the libraries' fixed
     cost; before the first step: model and data loaded), and peak allocated GPU memory."""
-    gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return {"peak_rss_mib": peak_rss_mib(), **{f"rss_{k}_mib": v for k, v in marks.items()}, "peak_gpu_mib": gpu}
+    gpu = None
+    if device.type == "cuda":
+        record_peak(device, "other")
+        gpu = max(PEAKS.values())
+    return {"peak_rss_mib": peak_rss_mib(), **{f"rss_{k}_mib": v for k, v in marks.items()}, "peak_gpu_mib": gpu,
+            "peak_phase": peak_phase(), "phase_peaks_mib": dict(PEAKS)}
 
 
 def sync(device: torch.device) -> None:
@@ -103,8 +107,25 @@ def report(impl: str, model: str, algo: str, step_times: list[float], cpu_times:
             **peak_memory_mib(device, memory_marks)}
 
 
+PEAKS: dict[str, float] = defaultdict(float)  # on CUDA: the process's peak allocated MiB inside each phase
+OPEN_PHASES: list[str] = []  # the timed phases open now, innermost last
+
+
+def record_peak(device: torch.device, phase: str) -> None:
+    """On CUDA: the peak allocated memory since the last record, counted to `phase` (its peak counter restarts)."""
+    if device.type == "cuda":
+        PEAKS[phase] = max(PEAKS[phase], torch.cuda.max_memory_allocated(device) / 2**20)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_phase() -> str | None:
+    """The phase in which the process's allocated GPU memory peaked ("other": outside the timed phases)."""
+    return max(PEAKS, key=PEAKS.get) if PEAKS else None
+
+
 class PhaseTimer:
-    """Seconds spent in named phases of one step: `with timer("generation"): ...` (GPU-synchronized)."""
+    """Seconds spent in named phases of one step: `with timer("generation"): ...` (GPU-synchronized), and on CUDA
+    the peak memory inside each phase (PEAKS)."""
 
     def __init__(self, device: torch.device):
         self.device, self.seconds = device, defaultdict(float)
@@ -112,7 +133,13 @@ class PhaseTimer:
     @contextmanager
     def __call__(self, phase: str):
         sync(self.device)
+        record_peak(self.device, OPEN_PHASES[-1] if OPEN_PHASES else "other")
+        OPEN_PHASES.append(phase)
         start = time.perf_counter()
-        yield
-        sync(self.device)
-        self.seconds[phase] += time.perf_counter() - start
+        try:
+            yield
+        finally:
+            sync(self.device)
+            self.seconds[phase] += time.perf_counter() - start
+            record_peak(self.device, phase)
+            OPEN_PHASES.pop()

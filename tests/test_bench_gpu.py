@@ -11,14 +11,15 @@ from tests.apps import ROOT, run_app
 
 
 def test_the_cpu_path_measures_every_implementation_and_writes_the_table(tmp_path):
-    """GRPO's three implementations, each in its own process as gpu.py starts them (RLOO's two: the next test)."""
+    """GRPO's implementations on a CPU (where the default engine is the eager one), each in its own process as gpu.py
+    starts them (RLOO's and PPO's: the next test)."""
     done = run_app("bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "grpo", "--steps", "1", "--warmup",
-                   "0", "--new-tokens", "8", "--compiled-shapes", "tiny", "--skip-checks", "--out", str(tmp_path),
-                   cwd=ROOT)
+                   "0", "--new-tokens", "8", "--skip-checks", "--out", str(tmp_path), cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     measured = {(run["algo"], run["impl"]): run["result"] for run in data["runs"]}
-    assert {("grpo", "lit_rlhf"), ("grpo", "lit_rlhf compiled"), ("grpo", "floor")} <= measured.keys()
+    assert {("grpo", "lit_rlhf"), ("grpo", "floor")} <= measured.keys()
+    assert ("grpo", "lit_rlhf eager") not in measured  # on a CPU: the default
     for (algo, impl), result in measured.items():
         assert "error" not in result, (algo, impl, result)
         assert result["device"] == "cpu" and result["algo"] == algo
@@ -27,15 +28,15 @@ def test_the_cpu_path_measures_every_implementation_and_writes_the_table(tmp_pat
     assert table.count("| tiny |") == len(measured) and "1.00x" in table  # each floor against itself
 
 
-@pytest.mark.parametrize("impl", ["lit_rlhf", "floor"])
-def test_rloos_implementations_do_the_stated_work(impl):
-    """The commands gpu.py runs for RLOO, run in this process."""
-    command = gpu_module().implementations("rloo")[impl]
+@pytest.mark.parametrize(("algo", "impl"), [("rloo", "lit_rlhf"), ("rloo", "floor"), ("ppo", "lit_rlhf")])
+def test_rloos_and_ppos_implementations_do_the_stated_work(algo, impl):
+    """The commands gpu.py runs for RLOO and PPO, run in this process."""
+    command = gpu_module().implementations(algo, "cpu")[impl]
     done = run_app(f"bench/{command[1]}", *command[2:], "--model", "tiny", "--steps", "1", "--warmup", "0",
                    "--new-tokens", "8", cwd=ROOT / "bench")
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["algo"] == "rloo" and result["tokens_per_s"] * result["step_s"] == pytest.approx(8 * 4 * 8)
+    assert result["algo"] == algo and result["tokens_per_s"] * result["step_s"] == pytest.approx(8 * 4 * 8)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

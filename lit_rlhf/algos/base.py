@@ -181,8 +181,10 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         """After an RL step: the controller steers on the mean KL of all ranks, so kl_coef is one value."""
         if "objective/kl" not in self.last_stats:
             return
-        local_kl = torch.tensor(self.last_stats["objective/kl"], dtype=torch.float64, device=self.device)
-        kl = float(self.trainer.strategy.reduce(local_kl, reduce_op="mean"))
+        kl = self.last_stats["objective/kl"]
+        if self.trainer.world_size > 1:
+            local_kl = torch.tensor(kl, dtype=torch.float64, device=self.device)
+            kl = float(self.trainer.strategy.reduce(local_kl, reduce_op="mean"))
         self.kl_controller.update(kl, self.last_step_episodes)
 
     def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -236,8 +238,8 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         hp = self.hparams
         step_tokens = None
         if hp.loss_type == "dapo":  # the step's tokens over all ranks; DDP averages the ranks' gradients
-            tokens = self.all_reduce_sum(rollout.loss_mask(idx).sum().double())
-            step_tokens = float(tokens) / (self.trainer.world_size if self._trainer is not None else 1)
+            tokens = self.all_reduce_sum(rollout.loss_mask(idx).sum().double())  # stays on the device
+            step_tokens = tokens / (self.trainer.world_size if self._trainer is not None else 1)
         # sequences the loss trains on: filtered ones (zero-std groups) are out of every loss type's denominator
         in_loss = len(idx) if rollout.in_loss is None else int(rollout.in_loss[idx].sum())
         return LossShare(hp.loss_type, micro_batches, self.trajectory_length, step_tokens,
@@ -266,12 +268,12 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         for _ in range(hp.num_ppo_epochs):
             order = torch.randperm(n, device=self.device)  # N
             for minibatch_idx in order.split(minibatch):
-                finite = True
+                finite = torch.ones((), dtype=torch.bool, device=self.device)  # the losses', read once per step
                 micro_batches = self.micro_batches(rollout, minibatch_idx, micro)
                 share = self.loss_share(rollout, minibatch_idx, len(micro_batches))
                 for micro_idx in micro_batches:
                     loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx, share)
-                    finite = finite and bool(torch.isfinite(loss))
+                    finite = finite & torch.isfinite(loss.detach())
                     self.manual_backward(loss)  # the micro-batch's share of the step's loss (LossShare)
                     for key, value in micro_stats.items():
                         stats[key].append(value.detach())
@@ -289,12 +291,13 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
             scheduler.step()
         return {key: torch.stack(values).mean() for key, values in stats.items()}
 
-    def guard_nonfinite(self, loss_finite: bool) -> bool:
-        """True when the loss and the gradients are finite on every rank. Otherwise the step is skipped and
-        counted (policy/skipped_updates), and after max_consecutive_nonfinite in a row the run stops with an
-        error: the weights, and so every checkpoint, stay finite."""
+    def guard_nonfinite(self, loss_finite: torch.Tensor) -> bool:
+        """True when the loss (loss_finite: a bool tensor) and the gradients are finite on every rank: one host read
+        per optimizer step. Otherwise the step is skipped and counted (policy/skipped_updates), and after
+        max_consecutive_nonfinite in a row the run stops with an error: the weights, and so every checkpoint, stay
+        finite."""
         grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
-        finite = loss_finite and all_finite([local_tensor(g) for g in grads])  # a rank's shard
+        finite = all_finite([local_tensor(g) for g in grads], also=loss_finite)  # a rank's shard
         if self._trainer is not None:
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
         if finite:

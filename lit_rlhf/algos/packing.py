@@ -27,41 +27,51 @@ class Packed:
 
 def pack(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor,
          pad_token_id: int) -> Packed:
-    prompt_lengths = query_mask.sum(1).tolist()  # N
-    response_lengths = response_mask.sum(1).tolist()  # N
-    sequences = [torch.cat([q[m.bool()], r[:n]]) for q, m, r, n in
-                 zip(queries, query_mask, responses, response_lengths, strict=True)]
-    capacity = max(len(s) for s in sequences)
+    """The layout is planned on the host from one read of the masks; the packed rows are then one gather of the
+    tokens on the device (no per-sequence copies, no boolean indexing, which reads back a size per sequence)."""
+    n, p = queries.shape
+    width = p + responses.shape[1]  # of a sequence's row in tokens = [queries | responses]
+    masks = torch.cat([query_mask.long(), response_mask.sum(1, keepdim=True).long()], 1).tolist()  # N x (P+1)
+    prompt_lengths, response_lengths, sources = [], [], []  # per sequence: its tokens' flat indices in tokens
+    for i, row in enumerate(masks):
+        prompt = [i * width + c for c, keep in enumerate(row[:p]) if keep]
+        sources.append(prompt + [i * width + p + c for c in range(row[p])])  # the response up to the stop
+        prompt_lengths.append(len(prompt))
+        response_lengths.append(row[p])
+    capacity = max(len(s) for s in sources)
     bins: list[list[int]] = []  # sequence indices per row
     free: list[int] = []
-    for i in sorted(range(len(sequences)), key=lambda i: -len(sequences[i])):  # first-fit decreasing
-        row = next((b for b, room in enumerate(free) if room >= len(sequences[i])), None)
+    for i in sorted(range(n), key=lambda i: -len(sources[i])):  # first-fit decreasing
+        row = next((b for b, room in enumerate(free) if room >= len(sources[i])), None)
         if row is None:
             bins.append([])
             free.append(capacity)
             row = len(bins) - 1
         bins[row].append(i)
-        free[row] -= len(sequences[i])
-    input_ids = torch.full((len(bins), capacity), pad_token_id, dtype=queries.dtype, device=queries.device)
-    position_ids = torch.zeros((len(bins), capacity), dtype=torch.long, device=queries.device)
-    start_of = {}
+        free[row] -= len(sources[i])
+    pad = n * width  # the index of the pad token appended after the tokens
+    index, positions, start_of = [], [], {}
     for row, members in enumerate(bins):
         offset = 0
         for i in members:
-            length = len(sequences[i])
-            input_ids[row, offset:offset + length] = sequences[i]
-            position_ids[row, offset:offset + length] = torch.arange(length, device=queries.device)
+            index += sources[i]
+            positions += range(len(sources[i]))
             start_of[i] = (row, offset)
-            offset += length
-        position_ids[row, offset:] = torch.arange(capacity - offset, device=queries.device)  # the padding: apart
+            offset += len(sources[i])
+        index += [pad] * (capacity - offset)
+        positions += range(capacity - offset)  # the padding: apart
     rows, columns = [], []
-    for i in range(len(sequences)):  # responses[mask] order: sequence by sequence, token by token
+    for i in range(n):  # responses[mask] order: sequence by sequence, token by token
         row, offset = start_of[i]
         first = offset + prompt_lengths[i] - 1  # the position that predicts the first response token
         rows += [row] * response_lengths[i]
         columns += range(first, first + response_lengths[i])
-    index = dict(dtype=torch.long, device=queries.device)
-    return Packed(input_ids, position_ids, torch.tensor(rows, **index), torch.tensor(columns, **index))
+    on_device = dict(dtype=torch.long, device=queries.device)
+    tokens = torch.cat([queries, responses.to(queries.dtype)], 1).flatten()  # N*(P+R)
+    tokens = torch.cat([tokens, tokens.new_full((1,), pad_token_id)])
+    input_ids = tokens[torch.tensor(index, **on_device)].view(len(bins), capacity)
+    position_ids = torch.tensor(positions, **on_device).view(len(bins), capacity)
+    return Packed(input_ids, position_ids, torch.tensor(rows, **on_device), torch.tensor(columns, **on_device))
 
 
 def packed_response_hidden(model: torch.nn.Module, queries, query_mask, responses, response_mask,

@@ -50,3 +50,14 @@ def mean_over_ranks(stats: dict[str, torch.Tensor], strategy, device: torch.devi
     local = torch.stack([stats[k].detach().to(device, torch.float64).reshape(()) for k in names])
     reduced = strategy.reduce(local, reduce_op="mean")
     return {k: reduced[i] for i, k in enumerate(names)}
+
+
+def host_values(stats: dict[str, torch.Tensor], device: torch.device) -> dict[str, float]:
+    """Every statistic as a Python float (the value float() gives), those on `device` read back in one transfer: one
+    host read per RL step, after the step's work, instead of one per statistic."""
+    on_device = [k for k, v in stats.items() if v.device == device]
+    values = {k: float(v) for k, v in stats.items() if v.device != device}  # already on the host
+    if on_device:
+        stacked = torch.stack([stats[k].detach().to(torch.float64).reshape(()) for k in on_device])
+        values.update(zip(on_device, stacked.tolist(), strict=True))
+    return {k: values[k] for k in stats}

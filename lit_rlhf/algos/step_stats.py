@@ -12,7 +12,7 @@ import torch
 
 from lit_rlhf.algos.gold import gold_step_stats
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, mean_over_ranks, reward_stats
+from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, host_values, mean_over_ranks, reward_stats
 from lit_rlhf.rollout.trajectory import episode_stats
 
 
@@ -59,7 +59,7 @@ class StepStatistics:
         self.step_timings.clear()
         if self.trainer.world_size > 1:  # the mean over ranks, in one collective: what every report shows
             stats = mean_over_ranks(stats, self.trainer.strategy, self.device)
-        self.last_stats = {k: float(v) for k, v in stats.items()}
+        self.last_stats = host_values(stats, self.device)
         self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=len(rollout))
         bar = {"score": stats["objective/scores"], **({"kl": stats["objective/kl"]} if "objective/kl" in stats else {})}
         self.log_dict(bar, prog_bar=True,

@@ -28,13 +28,14 @@ class LossShare:
     micro_batches   micro-batches of the step on each rank (bnpo)
     step_sequences  sequences of the step on each rank (grpo, dr_grpo; None: micro_batches equal micro-batches)
     max_length      dr_grpo's constant: the configured response_length, never a batch's padded length
-    step_tokens     dapo: response tokens of the step over all ranks, divided by the number of ranks
+    step_tokens     dapo: response tokens of the step over all ranks, divided by the number of ranks (a number, or
+                    a tensor on the loss's device)
     """
 
     loss_type: str = "bnpo"
     micro_batches: int = 1
     max_length: int | None = None
-    step_tokens: float | None = None
+    step_tokens: float | torch.Tensor | None = None
     step_sequences: int | None = None
 
 
@@ -51,7 +52,10 @@ def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: 
     if share.loss_type == "dr_grpo":
         return (per_token * mask).sum() / (sequences * share.max_length)
     if share.loss_type == "dapo":
-        return (per_token * mask).sum() / max(share.step_tokens, 1e-8)
+        tokens = share.step_tokens
+        if isinstance(tokens, torch.Tensor):  # on the device: no host read inside the update
+            return (per_token * mask).sum() / tokens.to(per_token.dtype).clamp(min=1e-8)
+        return (per_token * mask).sum() / max(tokens, 1e-8)
     raise ValueError(f"loss_type={share.loss_type!r} is not one of {LOSS_TYPES}")
 
 

@@ -45,8 +45,8 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
     mean = masked_mean(values, mask)
     count = mask.sum()
     variance = masked_mean((values - mean) ** 2, mask)
-    if unbiased and count > 1:
-        variance = variance * count / (count - 1)
+    if unbiased:  # Bessel's correction where there are 2 values or more; chosen on the device, with no host read
+        variance = torch.where(count > 1, variance * count / (count - 1).clamp(min=1), variance)
     return variance
 
 

@@ -103,7 +103,7 @@ class HFEngine(RolloutEngine):
                 sequences = self.generate(module, module.policy, input_ids, attention_mask, config, siblings)
         finally:
             module.policy.train(was_training)
-        return [(row.tolist(), None) for row in sequences[:, input_ids.shape[1]:]]
+        return [(row, None) for row in sequences[:, input_ids.shape[1]:].tolist()]  # one transfer to the host
 
     def generate(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
                  config: GenerationConfig, siblings: int = 1) -> torch.Tensor:
@@ -140,8 +140,12 @@ class HFEngine(RolloutEngine):
         if prefilled is not None:
             extra[cache_keyword(model)] = prefilled
         try:
-            return model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
-                                  synced_gpus=self.synced_generation, **extra)  # N,P+R'
+            sequences = model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
+                                       synced_gpus=self.synced_generation, **extra)  # N,P+R'
+            for processor in extra.get("logits_processor", []):
+                if isinstance(processor, InverseCDFSampler):
+                    processor.check()
+            return sequences
         except RuntimeError as err:
             if use_compiled and compiled.is_compile_failure(err):
                 self.fall_back(f"torch.compile failed ({type(err).__name__}: {str(err).strip().splitlines()[0]})")

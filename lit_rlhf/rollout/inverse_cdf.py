@@ -33,18 +33,26 @@ def sample_inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor | None = None
     return draw(torch.softmax(logits, dim=-1, dtype=torch.float32), uniform)
 
 
-def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
-    """One token per row of probs (N,V; non-negative, rows summing to about 1). -> N"""
+def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None, finite: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row of probs (N,V; non-negative, rows summing to about 1). -> N
+    finite: None, and non-finite probabilities raise here; or a bool tensor on probs' device that is set to False
+    where they are not finite, so that a decoding step reads nothing back to the host (the caller checks it once;
+    such a row's token is then some valid id, never used)."""
     one_level = probs.numel() <= ONE_LEVEL_MAX
     masses = (probs if one_level else block_masses(probs)).double()  # N,V or N,B
     cumulative = masses.cumsum(-1)  # non-decreasing
     total = cumulative[:, -1:]  # N,1  1 up to rounding
-    if not bool(torch.isfinite(total).all()):
-        raise RuntimeError(NOT_FINITE)
+    if finite is None:
+        if not bool(torch.isfinite(total).all()):
+            raise RuntimeError(NOT_FINITE)
+    else:
+        finite.logical_and_(torch.isfinite(total).all())
     if uniform is None:
         uniform = torch.rand(total.shape, dtype=torch.float64, device=probs.device)  # [0, 1)
     target = (1 - uniform) * total  # (0, total]
-    found = torch.searchsorted(cumulative, target)  # N,1  the first token (block) reaching it: p > 0
+    # the first token (block) reaching it: p > 0. Within range wherever the total is finite; the clamp keeps a
+    # non-finite row's index valid too
+    found = torch.searchsorted(cumulative, target).clamp_(max=cumulative.shape[-1] - 1)  # N,1
     if one_level:
         return found.squeeze(-1)
     return token_in_block(probs, masses, cumulative, found, target)
@@ -61,7 +69,7 @@ def token_in_block(probs: torch.Tensor, masses: torch.Tensor, cumulative: torch.
     # by rounding); at least the smallest positive number and at most the sum, so the token found has p > 0
     offset = (target - before) / masses.gather(-1, block) * inside[:, -1:]
     offset = offset.clamp(min=SMALLEST).minimum(inside[:, -1:])
-    return (columns.gather(-1, torch.searchsorted(inside, offset))).squeeze(-1)  # N
+    return (columns.gather(-1, torch.searchsorted(inside, offset).clamp_(max=BLOCK - 1))).squeeze(-1)  # N
 
 
 def block_masses(probs: torch.Tensor) -> torch.Tensor:
@@ -78,8 +86,16 @@ class InverseCDFSampler(LogitsProcessor):
 
     def __init__(self, temperature: float):
         self.temperature = temperature
+        self.finite: torch.Tensor | None = None  # on the device: whether every draw so far had finite probabilities
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         probs = torch.softmax(scores / self.temperature, dim=-1, dtype=torch.float32)  # N,V
-        tokens = draw(probs)  # N
+        if self.finite is None:
+            self.finite = torch.ones((), dtype=torch.bool, device=scores.device)
+        tokens = draw(probs, finite=self.finite)  # N
         return probs.fill_(float("-inf")).scatter_(-1, tokens.unsqueeze(-1), 0.0)  # the probs' memory, reused
+
+    def check(self) -> None:
+        """After generate(): the one host read of the finiteness flag; raises what torch.multinomial raises."""
+        if self.finite is not None and not bool(self.finite):
+            raise RuntimeError(NOT_FINITE)

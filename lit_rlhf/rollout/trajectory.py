@@ -123,8 +123,10 @@ def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: to
     """Every episode of the rollout (one per row of queries, N,P), turn by turn; columns: each one's dataset row."""
     spec: EnvSpec | None = module.environment
     stop_id, budget = module.stop_token_id, module.trajectory_length
-    episodes = [Episode(q[m.bool()].tolist(), spec.create(row) if spec is not None else None)
-                for q, m, row in zip(queries, query_mask, columns, strict=True)]
+    rows = torch.stack([queries, query_mask.to(queries.dtype)], 1).tolist()  # N x (P ids, P mask): one transfer
+    episodes = [Episode([t for t, keep in zip(ids, mask, strict=True) if keep],
+                        spec.create(row) if spec is not None else None)
+                for (ids, mask), row in zip(rows, columns, strict=True)]
     max_turns = spec.max_turns if spec is not None else 1
     for turn in range(max_turns):
         live = [e for e in episodes if not e.done]
