@@ -91,19 +91,20 @@ def table(data: dict) -> list[str]:
              + (f" in all, {data['joined_runs']} runs joined with --merge" if data.get("joined_runs") else "")
              + ").", "",
              f"| shape | algo | impl | episodes/s | vs floor | generation tokens/s | "
-             f"{'peak GPU memory' if data['device'] == 'cuda' else 'peak RSS'} MiB | peak in | step s |",
-             "|---|---|---|---:|---:|---:|---:|---|---:|"]
+             f"{'peak GPU memory' if data['device'] == 'cuda' else 'peak RSS'} MiB | peak in | step s | first step s |",
+             "|---|---|---|---:|---:|---:|---:|---|---:|---:|"]
     for row in data["runs"]:
         r = row["result"]
         if "error" in r:
-            lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | failed: {r['error']} | | | | | |")
+            lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | failed: {r['error']} | | | | | | |")
             continue
         floor = next((x["result"] for x in data["runs"] if x["shape"] == row["shape"] and x["algo"] == row["algo"]
                       and x["impl"] == "floor"), {})
         ratio = f"{r['eps'] / floor['eps']:.2f}x" if floor.get("eps") else ""
         memory = r["peak_gpu_mib"] if data["device"] == "cuda" else r["peak_rss_mib"]
         lines.append(f"| {row['shape']} | {row['algo']} | {row['impl']} | {r['eps']:.2f} | {ratio} | "
-                     f"{r['tokens_per_s']:.0f} | {memory:.0f} | {r.get('peak_phase') or ''} | {r['step_s']:.3f} |")
+                     f"{r['tokens_per_s']:.0f} | {memory:.0f} | {r.get('peak_phase') or ''} | {r['step_s']:.3f} | "
+                     f"{'' if r.get('first_step_s') is None else format(r['first_step_s'], '.1f')} |")
     lines += ["", f"Correctness (`pytest tests/device` on the device): {data['correctness']['summary']}."]
     lines += [f"- {line}" for line in data["correctness"].get("failed", [])]
     return lines

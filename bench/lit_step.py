@@ -37,7 +37,7 @@ class StepTimer(L.Callback):
         self.warmup, self.device = warmup, device
         self.step_times, self.cpu_times, self.phases, self.tokens = [], [], defaultdict(list), []
         self.timer, self.step_tokens = W.PhaseTimer(device), 0
-        self.sync_times = []
+        self.sync_times, self.first_step_s = [], None
         for path, phase in PHASES.items():
             owner_path, _, method = path.rpartition(".")
             owner = getattr(module, owner_path) if owner_path else module
@@ -74,6 +74,8 @@ class StepTimer(L.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         W.sync(self.device)
+        if module.rl_step == 1:  # the first step: compilation, where the decoding step is compiled, and warm-up
+            self.first_step_s = time.perf_counter() - self.start
         if module.rl_step > self.warmup:
             if "rollout/weight_sync_s" in module.last_stats:
                 self.sync_times.append(module.last_stats["rollout/weight_sync_s"])
@@ -149,7 +151,8 @@ def main() -> None:
             else "lit_rlhf_recompute_logits" if args.recompute_logits else "lit_rlhf")
     report = W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases, timer.tokens,
                       device, memory_marks)
-    report.update(rollout=args.rollout, beta=args.beta if args.algo == "grpo" else None, full=args.full)
+    report.update(rollout=args.rollout, beta=args.beta if args.algo == "grpo" else None, full=args.full,
+                  first_step_s=timer.first_step_s)
     if timer.sync_times:
         report["weight_sync_s"] = sorted(timer.sync_times)[len(timer.sync_times) // 2]
     print(json.dumps(report))

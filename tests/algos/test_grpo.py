@@ -69,3 +69,36 @@ def test_overlong_penalty_lowers_the_training_scores_of_long_responses():
 @pytest.mark.parametrize("cls, settings", [(GRPOModule, {}), (ReinforcePPModule, {})])
 def test_learns_positivity(cls, settings):
     assert_learns_positivity(make(cls, response_length=24, optimizer=FAST_LEARNING, **settings), rl_steps=15)
+
+
+def test_rloo_and_grpo_sample_with_the_same_generate_call(monkeypatch):
+    """bench/gpu.py's RLOO and GRPO (the same model, sampling settings and samples per prompt) reach generate() with
+    the same arguments: the same generation config, logits processors, prompt shapes, cache and policy state. A
+    slower RLOO generation measured on a GPU is not a difference in what the two sample with."""
+    from transformers import GenerationMixin
+
+    from lit_rlhf import RLOOModule
+
+    calls = []
+    original = GenerationMixin.generate
+
+    def recorded(model, *args, **kwargs):
+        calls.append({"config": kwargs["generation_config"].to_dict(), "training": model.training,
+                      "processors": [type(p).__name__ for p in kwargs.get("logits_processor", [])],
+                      **{k: (type(v).__name__, tuple(getattr(v, "shape", ()))) for k, v in kwargs.items()
+                         if k not in ("generation_config", "logits_processor")}})
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(GenerationMixin, "generate", recorded)
+    datamodule = make_datamodule()
+    datamodule.setup()
+    batch = next(iter(datamodule.train_dataloader()))
+    sampling = dict(temperature=0.7, generation_kwargs={"min_new_tokens": 16}, allow_biased_sampling=True)
+    for module in (make(RLOOModule, rloo_k=4, kl_coef=0.05, missing_eos_penalty=1.0, **sampling),
+                   make(num_generations=4, beta=0.04, loss_type="dapo", **sampling)):
+        module.configure_model()
+        module.rollout_engine.setup(module)
+        module.rollout_engine.sample(module, batch, samples_per_prompt=4)
+    rloo, grpo = calls
+    assert rloo == grpo
+    assert rloo["input_ids"][1][0] == 16 and rloo["processors"] == ["InverseCDFSampler"]
