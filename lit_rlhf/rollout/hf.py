@@ -164,10 +164,13 @@ class HFEngine(RolloutEngine):
             self.compile_ready = self.resolved_mode is not None
             if self.compile_ready:
                 compiled.check_mode_runs_on(self.resolved_mode, device)
-                reason = ("the weights are sharded across ranks, whose decoding steps run in lockstep"
-                          if self.synced_generation else compiled.unavailable_reason(device))
-                if reason:
-                    self.fall_back(reason)
+                if self.synced_generation and self.compile_mode == compiled.AUTO:
+                    self.compile_ready = False  # sharded weights: plain generate(), as the default expects
+                else:
+                    reason = ("the weights are sharded across ranks, whose decoding steps run in lockstep"
+                              if self.synced_generation else compiled.unavailable_reason(device))
+                    if reason:
+                        self.fall_back(reason)
         return self.resolved_mode if self.compile_ready else None
 
     def fall_back(self, reason: str) -> None:

@@ -107,3 +107,16 @@ def test_auto_compiles_on_cuda_only():
     engine, batch, graphs = HFEngine(), prompt_batch(), compiled_frames()
     assert torch.equal(sample(module, engine, batch, seed=4), sample(module, HFEngine(compile_mode=None), batch, 4))
     assert engine.compile_ready is False and compiled_frames() == graphs
+
+
+def test_auto_with_sharded_weights_samples_eagerly_without_a_warning(recwarn):
+    """Weights sharded across ranks decode in lockstep with plain generate(): the default says nothing of it (an
+    explicit compile mode warns once)."""
+    engine = HFEngine()
+    engine.synced_generation = True
+    assert engine.compiled_mode(torch.device("cuda")) is None and engine.compile_ready is False
+    assert not [w for w in recwarn if "compile_mode" in str(w.message)]
+    explicit = HFEngine(compile_mode="reduce-overhead")
+    explicit.synced_generation = True
+    with pytest.warns(UserWarning, match="compile_mode=reduce-overhead: the weights are sharded across ranks"):
+        assert explicit.compiled_mode(torch.device("cuda")) is None
