@@ -18,7 +18,8 @@ tokens, LoRA r=16, AdamW, VADER reward), weights in --dtype (bfloat16), per shap
   reward function).
 "lit_rlhf" is the default (rollout.compile_mode=auto: the decoding step as CUDA graphs on CUDA), "lit_rlhf eager"
 plain generate() (rollout.compile_mode=null); "lit_rlhf recompute logits" (GRPO) the default with
-algo.logits_budget_mib=null, the update's logits recomputed in the backward instead of kept (less memory).
+algo.logits_budget_mib=null, the update's logits recomputed in the backward instead of kept, and "lit_rlhf logits
+chunks of 256" the same with algo.logits_chunk_size=256 (the memory rows).
 Reported: episodes/s, generation tokens/s, peak allocated GPU memory and the phase holding it.
 Correctness: `pytest tests/device` on the same device (bf16 autocast training, the loss contract, exact resume).
 """
@@ -56,8 +57,9 @@ def implementations(algo: str, device: str = "cuda") -> dict[str, list[str]]:
                        "grpo": [sys.executable, "grpo_floor.py", "--beta", "0.04"]}.get(algo),
              "lit_rlhf": lit,
              "lit_rlhf eager": [*lit, "--compile-mode", "none"] if device == "cuda" else None}
-    if algo == "grpo" and device == "cuda":
+    if algo == "grpo" and device == "cuda":  # memory rows: the update's logits recomputed, whole or in chunks of 256
         impls["lit_rlhf recompute logits"] = [*lit, "--recompute-logits"]
+        impls["lit_rlhf logits chunks of 256"] = [*lit, "--recompute-logits", "--logits-chunk-size", "256"]
     trl = trl_python()
     if trl is not None and algo in ("rloo", "grpo"):
         impls["trl"] = [trl, "trl_step.py", "--algo", algo, "--beta", "0.04" if algo == "grpo" else "0.05"]

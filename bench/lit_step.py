@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--recompute-logits", action="store_true",
                         help="ablation: recompute the chunked logits in the backward whatever their size "
                              "(logits_budget_mib=null, the path before the budget)")
+    parser.add_argument("--logits-chunk-size", type=int, default=None,
+                        help="algo.logits_chunk_size (default: the library's)")
     parser.add_argument("--padded", action="store_true",
                         help="ablation: full logits of the padded batch (logits_chunk_size=null, padding_free=false)")
     parser.add_argument("--compile-mode", default="auto",
@@ -124,6 +126,7 @@ def main() -> None:
                   max_grad_norm=W.MAX_GRAD_NORM, reuse_rollout_forward=not args.no_single_update,
                   **({"logits_chunk_size": None, "padding_free": False} if args.padded else {}),
                   **({"logits_budget_mib": None} if args.recompute_logits else {}),
+                  **({"logits_chunk_size": args.logits_chunk_size} if args.logits_chunk_size else {}),
                   **({} if args.mixed else {"generation_kwargs": {"min_new_tokens": args.new_tokens},
                                             "allow_biased_sampling": True}))  # fixed length
     if args.rollout == "vllm":
