@@ -19,7 +19,7 @@ from lit_rlhf.errors import ConfigError
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that capture CUDA graphs
 # the setting's default: CUDA graphs on CUDA, where a decoding step is mostly kernel launches; plain generate() on a
-# CPU, where compiling costs a first call of tens of seconds (and a C++ compiler) that short runs do not win back
+# CPU, where compiling costs a first call of seconds (and a C++ compiler) for a smaller gain
 AUTO = "auto"
 CACHE_BUCKET = 64
 
