@@ -3,30 +3,69 @@ that names the key and the nearest valid one."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
-from lit_rlhf.errors import nearest
+from lit_rlhf.errors import SYNONYMS, nearest
 
 
-def valid_keys(config_dir: Path, config_name: str, overrides: list[str], parent: str) -> list[str]:
-    """The keys under `parent` of the config composed without the offending overrides."""
+def composed_without(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig | None:
+    """The config composed without the offending overrides (None where that fails too)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(config_dir)):
-            cfg = compose(config_name, overrides=overrides)
-        node = OmegaConf.select(cfg, parent) if parent else cfg
-        return [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+            return compose(config_name, overrides=overrides)
     except Exception:  # the suggestion is a courtesy: never fail while explaining a failure
-        return []
+        return None
     finally:
         GlobalHydra.instance().clear()
+
+
+def setting_paths(tree: dict, prefix: str = "") -> list[str]:
+    """Every key of a nested config as it is typed on the command line (algo.optimizer.lr), parents first."""
+    paths = []
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        paths.append(path)
+        if isinstance(value, dict):
+            paths += setting_paths(value, path + ".")
+    return paths
+
+
+def setting_hint(key: str, cfg: DictConfig | None) -> str:
+    """' (did you mean ...?)' for an unknown key: the nearest key beside it, else keys beside it that it begins, else
+    the setting of that name (or nearly) anywhere in the config (`lr` -> algo.optimizer.lr), else the keys beside it
+    where they are few. The line stays short: never dozens of keys."""
+    if cfg is None:
+        return ""
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    siblings = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    if difflib.get_close_matches(name, siblings, n=1) or any(s in siblings for s in SYNONYMS.get(name, ())):
+        return nearest(name, siblings)
+    paths = setting_paths(OmegaConf.to_container(cfg, resolve=False))
+    # the same name elsewhere, nearest to where it was typed first (under its parent, then the shortest path)
+    named = sorted((p for p in paths if p.rpartition(".")[2] == name),
+                   key=lambda p: (not p.startswith(parent + "."), p.count("."), p))
+    if named:
+        return f" (did you mean {named[0]!r}?)"
+    started = [s for s in siblings if s.startswith(name)][:3]
+    if started:
+        return f" (did you mean {' or '.join(repr(s) for s in started)}?)"
+    leaves = {p.rpartition(".")[2]: p for p in sorted(paths, key=lambda p: -p.count("."))}
+    close = difflib.get_close_matches(name, list(leaves), n=1, cutoff=0.8)
+    if close:
+        return f" (did you mean {leaves[close[0]]!r}?)"
+    listed = ", ".join(siblings)
+    where = f"under {parent}" if parent else "at the top level"
+    return f" (valid keys: {listed})" if len(listed) <= 100 else f" (no setting of that name {where})"
 
 
 def composition_error(err: BaseException, config_dir: Path, config_name: str, overrides: list[str]) -> str:
@@ -47,10 +86,9 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if key and ("not in struct" in text or "Could not override" in text or "not in '" in text):
         if fsdp2_line := fsdp2_setting_without_fsdp2(key, overrides):
             return fsdp2_line
-        parent, _, name = key.rpartition(".")
-        remaining = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
-        keys = valid_keys(config_dir, config_name, remaining, parent)
-        hint = nearest(name, keys) if keys else ""
+        typed = lambda override: override.lstrip("+~").partition("=")[0]  # noqa: E731
+        remaining = [o for o in overrides if typed(o) != key and not typed(o).startswith(key + ".")]
+        hint = setting_hint(key, composed_without(config_dir, config_name, remaining))
         return f"{key} is not a setting{hint}; see `python train.py --cfg job` for every key."
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"{first} (check the command line's overrides)"

@@ -187,6 +187,8 @@ CASES = [
      f"reward.name_or_path={str(TINY)!r} has no weights for 'score.weight'"),
     ("unknown key", ["algo.kl_coeff=0.1"], "algo.kl_coeff is not a setting (did you mean 'kl_coef'?)"),
     ("misspelled LoRA key", ["model.lora.rr=8"], "model.lora.rr is not a setting (did you mean 'r'?)"),
+    ("a setting typed at the wrong level", ["algo.lr=1e-3"],
+     "algo.lr is not a setting (did you mean 'algo.optimizer.lr'?)"),
     ("misspelled group option", ["algo=rlooo"], "algo=rlooo is not an option of algo (did you mean 'rloo'?)"),
     ("GRPO with one sample per prompt", ["algo=grpo", "algo.num_generations=1"],
      "algo.num_generations=1: a group-relative advantage needs at least 2 samples per prompt"),
