@@ -151,6 +151,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=["pythia-160m", "pythia-1b"],
                         help="none: the correctness pass alone (with --merge: added to the earlier results)")
     parser.add_argument("--algos", nargs="+", default=["rloo", "grpo", "ppo"], choices=["rloo", "grpo", "ppo"])
+    parser.add_argument("--impls", nargs="+", default=None,
+                        help="measure only these implementations (e.g. one row again, with --merge); default: all")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=2)
@@ -191,6 +193,10 @@ def main() -> None:
     def so_far() -> dict:  # this run's results, with --merge joined to the earlier ones
         return merged(previous, data) if args.merge else data
 
+    known = {impl for algo in args.algos for impl in implementations(algo, args.device)}
+    if args.impls and (unknown := sorted(set(args.impls) - known)):
+        sys.exit(f"error: --impls {unknown[0]!r} is not an implementation measured for --algos {' '.join(args.algos)} "
+                 f"on {args.device}; choose from: {', '.join(sorted(known))}.")
     so_far()  # with --merge: the settings match, before anything runs
     sys.path.insert(0, str(BENCH))
     import workload
@@ -203,6 +209,8 @@ def main() -> None:
     for shape in args.shapes:
         for algo in args.algos:
             for impl, command in implementations(algo, args.device).items():
+                if args.impls and impl not in args.impls:
+                    continue
                 if (time.perf_counter() - start) / 60 > args.max_minutes:
                     result = {"error": f"not run: past --max-minutes {args.max_minutes:g}"}
                 else:

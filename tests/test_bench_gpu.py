@@ -10,16 +10,17 @@ import torch
 from tests.apps import ROOT, run_app
 
 
-def test_the_cpu_path_measures_every_implementation_and_writes_the_table(tmp_path):
-    """GRPO's implementations on a CPU (where the default engine is the eager one), each in its own process as gpu.py
-    starts them (RLOO's and PPO's: the next test)."""
-    done = run_app("bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "grpo", "--steps", "1", "--warmup",
-                   "0", "--new-tokens", "8", "--skip-checks", "--out", str(tmp_path), cwd=ROOT)
+def test_the_cpu_path_measures_in_a_process_of_its_own_and_writes_the_table(tmp_path):
+    """gpu.py starts each measurement as a process of its own and tables it; one implementation here (--impls), the
+    commands of all of them run in this process in the next test."""
+    done = run_app("bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "grpo", "--impls", "floor",
+                   "--steps", "1", "--warmup", "0", "--new-tokens", "8", "--skip-checks", "--out", str(tmp_path),
+                   cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     measured = {(run["algo"], run["impl"]): run["result"] for run in data["runs"]}
-    assert {("grpo", "lit_rlhf"), ("grpo", "floor")} <= measured.keys()
-    assert ("grpo", "lit_rlhf eager") not in measured  # on a CPU: the default
+    assert measured.keys() == {("grpo", "floor")}
+    assert ("grpo", "lit_rlhf eager") not in gpu_module().implementations("grpo", "cpu")  # on a CPU: the default
     for (algo, impl), result in measured.items():
         assert "error" not in result, (algo, impl, result)
         assert result["device"] == "cpu" and result["algo"] == algo
@@ -28,9 +29,10 @@ def test_the_cpu_path_measures_every_implementation_and_writes_the_table(tmp_pat
     assert table.count("| tiny |") == len(measured) and "1.00x" in table  # each floor against itself
 
 
-@pytest.mark.parametrize(("algo", "impl"), [("rloo", "lit_rlhf"), ("rloo", "floor"), ("ppo", "lit_rlhf")])
-def test_rloos_and_ppos_implementations_do_the_stated_work(algo, impl):
-    """The commands gpu.py runs for RLOO and PPO, run in this process."""
+@pytest.mark.parametrize(("algo", "impl"), [("rloo", "lit_rlhf"), ("rloo", "floor"), ("ppo", "lit_rlhf"),
+                                           ("grpo", "lit_rlhf"), ("grpo", "floor")])
+def test_each_implementation_does_the_stated_work(algo, impl):
+    """The commands gpu.py runs, run in this process."""
     command = gpu_module().implementations(algo, "cpu")[impl]
     done = run_app(f"bench/{command[1]}", *command[2:], "--model", "tiny", "--steps", "1", "--warmup", "0",
                    "--new-tokens", "8", cwd=ROOT / "bench")
@@ -40,6 +42,13 @@ def test_rloos_and_ppos_implementations_do_the_stated_work(algo, impl):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_an_unknown_implementation_is_one_line(tmp_path):
+    done = run_app("bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "rloo", "--impls", "vllm",
+                   "--out", str(tmp_path), cwd=ROOT)
+    assert done.returncode == 1 and done.stderr.strip().startswith(
+        "error: --impls 'vllm' is not an implementation measured for --algos rloo on cpu; choose from: floor,")
+
+
 def test_the_gpu_run_without_a_gpu_is_one_line():
     done = run_app("bench/gpu.py", cwd=ROOT)
     assert done.returncode == 1 and "Traceback" not in done.stderr
