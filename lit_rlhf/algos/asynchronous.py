@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_rlhf.algos.rollout import Rollout, batched_logprobs
+from lit_rlhf.config.validation import warn_once
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import abandonable
@@ -31,13 +32,22 @@ PROBE_TOLERANCE = 1e-3  # the copy's probe logprobs against the trainer's (same 
 
 class SamplerView:
     """The module as the producer's engine sees it: its settings, tokenizer and environment, with the sampler's copy
-    of the policy (at the version it draws with) as `policy`."""
+    of the policy (at the version it draws with) as `policy`, and the random stream of the draw in progress (None:
+    torch's default generator)."""
 
     def __init__(self, module: Any, policy: torch.nn.Module):
         self._module, self.policy = module, policy
+        self.random_stream: torch.Generator | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
+
+
+def draw_stream(seed: int, step: int, rank: int, device: torch.device) -> torch.Generator:
+    """The random stream of rollout `step` on `rank` at S >= 1: a function of the run's draw seed and the step, so
+    that neither the trainer's sampling beside the producer nor the threads' timing changes what a draw samples."""
+    generator = torch.Generator(device=device)
+    return generator.manual_seed(((seed * 1_000_003 + step) * 131 + rank) % 2**63)
 
 
 def sampler_copy(policy: torch.nn.Module, trained: list[torch.nn.Parameter]) -> torch.nn.Module:
@@ -70,6 +80,7 @@ def check_concurrent_draws(config: Any, engine: Any) -> None:
 
 class AsyncRollouts:
     producer: RolloutProducer | None = None
+    draw_seed: int | None = None  # S >= 1: the seed of every draw's own random stream (kept in checkpoints)
 
     @property
     def asynchronous(self) -> bool:
@@ -98,11 +109,19 @@ class AsyncRollouts:
         if not self.asynchronous or self.producer is not None:
             return
         self.stream = self.trainer.datamodule.prompt_stream()
+        if self.hparams.max_staleness > 0 and self.draw_seed is None:  # S = 0 draws as the synchronous run does
+            self.draw_seed = int(torch.randint(2**62, (1,)))  # from the seeded default generator, once per run
+        if self.hparams.max_staleness > 0 and not self.rollout_engine.takes_random_stream():
+            warn_once(f"algo.max_staleness={self.hparams.max_staleness}: this rollout engine samples from torch's "
+                      f"default random generator, which the trainer's thread shares, so the same seed will not give "
+                      f"the same run; rollout.sampler=inverse_cdf without top_k/top_p-style generation_kwargs (or "
+                      f"rollout=vllm with rollout.seeded=true) draws each rollout from a stream of its own.")
         trained = [p for p in self.policy.parameters() if p.requires_grad]
         self.probe = None  # (queries, query_mask, responses, forward_mask) of one sequence, set by the first draw
         self.staleness_seen: list[int] = []
         self.producer = RolloutProducer(self.draw_ahead, self.load_version, self.hparams.max_staleness,
-                                        start=self.rl_step, weights=self.trained_snapshot(),
+                                        start=self.rl_step,
+                                        weights=self.trained_snapshot() if self.hparams.max_staleness else None,
                                         stop_after=self.total_rl_steps(), draws=self.hparams.async_draws)
         # one copy per worker: the rollouts drawn at once sample with different versions
         self.sampler_policies = [sampler_copy(self.policy, trained) for _ in self.producer.threads]
@@ -181,6 +200,8 @@ class AsyncRollouts:
         when it is stale."""
         batch = batch_to(self.stream.batch(step), self.device)
         timings: dict[str, float] = {}
+        if self.draw_seed is not None:
+            self.samplers[slot].random_stream = draw_stream(self.draw_seed, step, self.global_rank, self.device)
         # a reward that waits (a server, a judge) goes on in its thread while the producer draws the next rollout
         drawn = self.draw(self.samplers[slot], batch, self.samples_per_prompt, timings=timings)
         drawn.version, drawn.staleness, drawn.timings = version, step - version, timings
@@ -203,6 +224,8 @@ class AsyncRollouts:
         if self.producer is None:
             return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
         if for_training:
+            if self.hparams.max_staleness == 0:  # the weights this rollout draws with, published as it is asked for
+                self.producer.publish(self.rl_step, self.trained_snapshot())
             with abandonable("the rollout producer (its sampling, reward, tools and environment)"):
                 drawn = self.producer.take(self.rl_step)
             self.staleness_seen.append(drawn.staleness)
@@ -217,8 +240,11 @@ class AsyncRollouts:
                 self.rollout_engine.after_update(self.samplers[0])  # an engine's weights are the trainer's now
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """After an RL step: its weights, version rl_step, for the rollouts drawn with them."""
-        if self.producer is not None:
+        """After an RL step: its weights, version rl_step, for the rollouts drawn with them. At S = 0 they are
+        published when the next rollout is asked for instead: the producer draws only while the trainer waits, so
+        nothing the trainer does in between (callbacks sampling held-out prompts under a fixed seed, a checkpoint
+        reading the random states) meets a draw, as in the synchronous run."""
+        if self.producer is not None and self.hparams.max_staleness > 0:
             self.producer.publish(self.rl_step, self.trained_snapshot())
 
     def async_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:

@@ -70,6 +70,12 @@ def left_pad(contexts: list[list[int]], pad_id: int, device: torch.device) -> tu
     return ids.to(device), mask.to(device)
 
 
+def random_stream(module: Any) -> torch.Generator | None:
+    """The random stream a draw samples from: its own in asynchronous mode at S >= 1 (the producer's view of the
+    module carries it), else None (torch's default generator, as the synchronous run)."""
+    return getattr(module, "random_stream", None)
+
+
 class RolloutEngine:
     """How tokens are sampled. Subclasses implement `generate_turn`; `setup` runs once the module's weights are
     loaded, `after_update` after every RL step's optimizer steps (an engine holding its own copy of the
@@ -86,6 +92,11 @@ class RolloutEngine:
 
     def setup(self, module: Any) -> None:
         """Called from RLHFModule.configure_model, after the policy, reference and tokenizer loaded."""
+
+    def takes_random_stream(self) -> bool:
+        """Whether a draw samples from the random stream its module view carries (`random_stream`), rather than
+        from torch's default generator, which other threads share."""
+        return False
 
     def sample(self, module: Any, batch: dict[str, torch.Tensor], samples_per_prompt: int,
                from_reference: bool = False, greedy: bool = False) -> Samples:

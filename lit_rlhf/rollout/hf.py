@@ -16,7 +16,7 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
 from lit_rlhf.config.validation import check_flag, check_setting_number, warn_once
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import compiled_decoding as compiled
-from lit_rlhf.rollout.engine import RolloutEngine, left_pad
+from lit_rlhf.rollout.engine import RolloutEngine, left_pad, random_stream
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
 from lit_rlhf.rollout.merged_adapters import check_merge_adapters, merged_adapters
 from lit_rlhf.rollout.sampling import NEUTRAL_VALUES, pure_sampling_config
@@ -100,19 +100,23 @@ class HFEngine(RolloutEngine):
                     sequences = self.generate(module, reference, input_ids, attention_mask, config,
                                               siblings)  # N,L+T
             else:
-                sequences = self.generate(module, module.policy, input_ids, attention_mask, config, siblings)
+                sequences = self.generate(module, module.policy, input_ids, attention_mask, config, siblings,
+                                          random_stream(module))
         finally:
             module.policy.train(was_training)
         return [(row, None) for row in sequences[:, input_ids.shape[1]:].tolist()]  # one transfer to the host
 
     def generate(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
-                 config: GenerationConfig, siblings: int = 1) -> torch.Tensor:
-        """Samples of N = B*siblings contexts (each distinct one repeated `siblings` times, adjacent). -> N,P+R'"""
+                 config: GenerationConfig, siblings: int = 1, generator: torch.Generator | None = None
+                 ) -> torch.Tensor:
+        """Samples of N = B*siblings contexts (each distinct one repeated `siblings` times, adjacent). -> N,P+R'
+        generator: the draw's own random stream (None: torch's default generator); only the inverse-CDF sampler
+        takes one (generate()'s own sampler always draws from torch's default generator)."""
         requested = config
         extra = {}  # generate()'s keyword arguments beyond the prompts and config
-        if self.sampler == "inverse_cdf" and config.do_sample and only_temperature_warps(config):
+        if self.draws_with_own_stream(config):
             # a greedy generate() whose last logits processor draws the token (generate() has no sampler hook)
-            extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature)])
+            extra["logits_processor"] = LogitsProcessorList([InverseCDFSampler(config.temperature, generator)])
             config = GenerationConfig(**{**config.to_dict(), "do_sample": False, "temperature": None, "top_k": None,
                                          "top_p": None})  # sampling's settings unset: the processor samples
         # no merge of sharded weights (ZeRO-3 gathers them layer by layer as generate() runs; FSDP2 gathers them
@@ -122,11 +126,13 @@ class HFEngine(RolloutEngine):
         unmergeable = self.lockstep or self.synced_generation or mode in compiled.CUDA_GRAPH_MODES
         merge = False if unmergeable else self.merge_adapters
         with merged_adapters(model, merge):
-            return self.generate_with(module, model, queries, query_mask, config, siblings, requested, extra, mode)
+            return self.generate_with(module, model, queries, query_mask, config, siblings, requested, extra, mode,
+                                      generator)
 
     def generate_with(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
                       config: GenerationConfig, siblings: int, requested: GenerationConfig,
-                      extra: dict[str, Any], mode: str | None) -> torch.Tensor:
+                      extra: dict[str, Any], mode: str | None, generator: torch.Generator | None
+                      ) -> torch.Tensor:
         prefilled = None
         if siblings > 1 and queries.shape[1] > 1:
             prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
@@ -149,12 +155,19 @@ class HFEngine(RolloutEngine):
         except RuntimeError as err:
             if use_compiled and compiled.is_compile_failure(err):
                 self.fall_back(f"torch.compile failed ({type(err).__name__}: {str(err).strip().splitlines()[0]})")
-                return self.generate(module, model, queries, query_mask, requested, siblings)
+                return self.generate(module, model, queries, query_mask, requested, siblings, generator)
             if "probability tensor contains" not in str(err):
                 raise
             raise ConfigError(f"sampling failed at RL step {module.rl_step}: the policy's logits are not finite; "
                               f"lower algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
                               f"checkpoint.") from err
+
+    def draws_with_own_stream(self, config: GenerationConfig) -> bool:
+        """Whether sampling draws with the inverse-CDF sampler, which takes a random stream of its own."""
+        return self.sampler == "inverse_cdf" and config.do_sample and only_temperature_warps(config)
+
+    def takes_random_stream(self) -> bool:
+        return self.generation_config is not None and self.draws_with_own_stream(self.generation_config)
 
     def compiled_mode(self, device: torch.device) -> str | None:
         """The torch.compile mode this call decodes with, None for plain generate() (decided once: the setting, the

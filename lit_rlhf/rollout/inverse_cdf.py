@@ -33,11 +33,13 @@ def sample_inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor | None = None
     return draw(torch.softmax(logits, dim=-1, dtype=torch.float32), uniform)
 
 
-def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None, finite: torch.Tensor | None = None) -> torch.Tensor:
+def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None, finite: torch.Tensor | None = None,
+         generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row of probs (N,V; non-negative, rows summing to about 1). -> N
     finite: None, and non-finite probabilities raise here; or a bool tensor on probs' device that is set to False
     where they are not finite, so that a decoding step reads nothing back to the host (the caller checks it once;
-    such a row's token is then some valid id, never used)."""
+    such a row's token is then some valid id, never used).
+    generator: where the uniform numbers come from (None: torch's default generator)."""
     one_level = probs.numel() <= ONE_LEVEL_MAX
     masses = (probs if one_level else block_masses(probs)).double()  # N,V or N,B
     cumulative = masses.cumsum(-1)  # non-decreasing
@@ -48,7 +50,7 @@ def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None, finite: torch
     else:
         finite.logical_and_(torch.isfinite(total).all())
     if uniform is None:
-        uniform = torch.rand(total.shape, dtype=torch.float64, device=probs.device)  # [0, 1)
+        uniform = torch.rand(total.shape, dtype=torch.float64, device=probs.device, generator=generator)  # [0, 1)
     target = (1 - uniform) * total  # (0, total]
     # the first token (block) reaching it: p > 0. Within range wherever the total is finite; the clamp keeps a
     # non-finite row's index valid too
@@ -82,17 +84,18 @@ def block_masses(probs: torch.Tensor) -> torch.Tensor:
 
 
 class InverseCDFSampler(LogitsProcessor):
-    """Samples from softmax(scores / temperature) and returns scores where only the drawn token is finite."""
+    """Samples from softmax(scores / temperature) and returns scores where only the drawn token is finite.
+    generator: the random stream of the draw (None: torch's default generator)."""
 
-    def __init__(self, temperature: float):
-        self.temperature = temperature
+    def __init__(self, temperature: float, generator: torch.Generator | None = None):
+        self.temperature, self.generator = temperature, generator
         self.finite: torch.Tensor | None = None  # on the device: whether every draw so far had finite probabilities
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         probs = torch.softmax(scores / self.temperature, dim=-1, dtype=torch.float32)  # N,V
         if self.finite is None:
             self.finite = torch.ones((), dtype=torch.bool, device=scores.device)
-        tokens = draw(probs, finite=self.finite)  # N
+        tokens = draw(probs, finite=self.finite, generator=self.generator)  # N
         return probs.fill_(float("-inf")).scatter_(-1, tokens.unsqueeze(-1), 0.0)  # the probs' memory, reused
 
     def check(self) -> None:

@@ -38,7 +38,8 @@ class RolloutProducer:
                  max_staleness: int, start: int, weights: Any, stop_after: int | None = None, draws: int = 1):
         self.draw_fn, self.load_fn, self.max_staleness = draw, load, max_staleness
         self.start, self.stop_after, self.next_step = start, stop_after, start
-        self.published: dict[int, Any] = {start: weights}  # version -> the trained weights of that version
+        # version -> the trained weights of that version (weights None: the start's are published later)
+        self.published: dict[int, Any] = {} if weights is None else {start: weights}
         self.claimed: dict[int, int] = {}  # step -> version, claimed by a worker that has not read its weights yet
         self.ready: dict[int, Any] = {}  # step -> drawn rollout
         workers = max(1, min(draws, max_staleness + 1))  # more could never draw: their versions are not out yet

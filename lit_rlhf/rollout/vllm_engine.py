@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 
 from lit_rlhf.config.validation import check_flag, check_setting_number
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.rollout.engine import RolloutEngine
+from lit_rlhf.rollout.engine import RolloutEngine, random_stream
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.vllm_checks import (
     check_kv_cache,
@@ -210,6 +210,9 @@ class VLLMEngine(RolloutEngine):
         if not from_reference:
             self.rest(module.device)
 
+    def takes_random_stream(self) -> bool:
+        return self.seeded
+
     @torch.no_grad()
     def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
                       greedy: bool) -> list[tuple[list[int], list[float] | None]]:
@@ -221,7 +224,9 @@ class VLLMEngine(RolloutEngine):
         settings = {**self.sampling_settings, "temperature": 0.0} if greedy else self.sampling_settings
         common = dict(n=1, max_tokens=max_new_tokens, stop_token_ids=[module.stop_token_id], ignore_eos=True,
                       logprobs=None if greedy else 0, detokenize=False, **settings)
-        base = int(torch.randint(2**31 - 1, (1,))) if self.seeded else None
+        stream = random_stream(module)  # async mode at S >= 1: the draw's own
+        base = int(torch.randint(2**31 - 1, (1,), generator=stream, device=stream.device if stream else None)) \
+            if self.seeded else None
         rank = module.global_rank if module._trainer is not None else 0
         params = [{**common, "seed": None if base is None else (base + 7919 * rank + i) % 2**31}
                   for i in range(len(contexts))]

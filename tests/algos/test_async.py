@@ -3,7 +3,10 @@ S versions after the weights that drew it with the sampler's logprobs as the beh
 verified, and no thread outlives a run."""
 
 import functools
+import json
+import tempfile
 import threading
+import warnings
 
 import lightning as L
 import pytest
@@ -26,16 +29,24 @@ class Record(L.Callback):
         self.stats.append(dict(module.last_stats))
 
 
-def fit(module, rl_steps=3, callbacks=()):
+def fit(module, rl_steps=3, callbacks=(), validate=False):
+    """validate: held-out validation after every RL step, and the samples callback's completions at every step
+    (returned in the stats, under "samples")."""
     from lightning.pytorch.callbacks import Checkpoint
+
+    from lit_rlhf.callbacks import GenerationSamples
 
     L.seed_everything(0)
     record = Record()
+    samples = GenerationSamples(num_samples=4, every_n_steps=1, dirpath=tempfile.mkdtemp()) if validate else None
     trainer = L.Trainer(max_steps=rl_steps * module.optimizer_steps_per_rl_step, logger=False,
                         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
                         enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0, accelerator="cpu", callbacks=[record, *callbacks])
+                        limit_val_batches=1 if validate else 0, val_check_interval=1, accelerator="cpu",
+                        callbacks=[record, *callbacks, *([samples] if samples else [])])
     trainer.fit(module, make_datamodule())
+    if samples is not None:
+        record.stats.append({"samples": [json.loads(line) for line in samples.path(trainer).open()]})
     weights = {k: v.detach().clone() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
     return weights, record.stats
 
@@ -58,6 +69,46 @@ def test_staleness_0_through_the_producer_equals_the_synchronous_run_bit_for_bit
         assert torch.equal(weight, async_weights[name]), name
     assert [s["async/staleness"] for s in async_stats] == [0.0] * 3
     assert not producer_threads()
+
+
+def test_staleness_0_equals_the_synchronous_run_with_validation_and_samples_at_every_step():
+    """The trainer samples the held-out prompts after every step (validation and the samples callback) while the
+    producer may be drawing the next rollout: what it draws, and what the trainer samples, are the synchronous
+    run's."""
+    sync_weights, sync_stats = fit(make_rloo(optimizer=SGD), validate=True)
+    async_weights, async_stats = fit(make_rloo(optimizer=SGD, max_staleness=0), validate=True)
+    assert [row["response"] for row in async_stats[-1]["samples"]] == [
+        row["response"] for row in sync_stats[-1]["samples"]]
+    assert comparable(async_stats[:-1]) == comparable(sync_stats[:-1])
+    for name, weight in sync_weights.items():
+        assert torch.equal(weight, async_weights[name]), name
+
+
+@pytest.mark.parametrize("draws", [1, 2])
+def test_the_same_seed_gives_the_same_run_at_staleness_1(draws):
+    """Each draw samples from its own random stream (from the seed, the RL step and the rank), so neither the
+    trainer's sampling beside it nor the threads' timing changes what it draws."""
+    runs = [fit(make_rloo(optimizer=SGD, max_staleness=1, async_draws=draws), rl_steps=4, validate=True)
+            for _ in range(2)]
+    (first_weights, first_stats), (second_weights, second_stats) = runs
+    assert comparable(first_stats[:-1]) == comparable(second_stats[:-1])
+    assert first_stats[-1] == second_stats[-1]
+    for name, weight in first_weights.items():
+        assert torch.equal(weight, second_weights[name]), name
+
+
+def test_a_sampler_without_a_stream_of_its_own_says_the_run_will_not_repeat(monkeypatch):
+    from lit_rlhf.config import validation
+    from lit_rlhf.rollout import HFEngine
+
+    monkeypatch.setattr(validation, "_warned", set())
+    with pytest.warns(UserWarning, match=r"algo.max_staleness=1: this rollout engine samples from torch's default "
+                                         r"random generator.*the same seed will not give the same run"):
+        fit(make_rloo(max_staleness=1, rollout_engine=HFEngine(sampler="generate")), rl_steps=1)
+    with warnings.catch_warnings(record=True) as caught:  # the default sampler draws from the draw's own stream
+        warnings.simplefilter("always")
+        fit(make_rloo(max_staleness=1), rl_steps=1)
+    assert not [w for w in caught if "will not give the same run" in str(w.message)]
 
 
 @pytest.mark.parametrize("draws", [1, 3])

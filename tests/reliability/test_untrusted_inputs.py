@@ -133,6 +133,7 @@ def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run
     (lambda c: c.update(state_dict={"w": "not a tensor"}), "has a malformed state_dict (values that are not tensors)"),
     (lambda c: c.update(hyper_parameters=["model"]), "has a malformed hyper_parameters"),
     (lambda c: c["rlhf_state"]["rng"].update(torch=torch.zeros(3)), "random states (rlhf_state.rng) are malformed"),
+    (lambda c: c["rlhf_state"].update(draw_seed="7"), "rlhf_state.draw_seed is str, not a whole number"),
 ])
 def test_malformed_checkpoint_contents_are_one_line_on_resume(damage, expected, trained_run, tmp_path):
     checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
