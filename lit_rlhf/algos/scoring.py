@@ -23,7 +23,7 @@ from lit_rlhf.models import WeightedSum, call_reward, reward_name
 from lit_rlhf.models.rewards import missing_columns
 from lit_rlhf.ops import contains_stop, importance_weights, off_policy_sequences, sampler_mismatch_stats
 from lit_rlhf.rollout.engine import Samples
-from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, episode_columns, episode_conversation
+from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, ROLLOUT_COLUMNS, episode_columns, episode_conversation
 
 
 @dataclass
@@ -163,6 +163,8 @@ class RolloutScoring:
         from lit_rlhf.data.datamodule import missing_in_rows
 
         for who, column in column_needs(self.reward, self.task_metrics) if self.reward is not None else []:
+            if column in ROLLOUT_COLUMNS:
+                continue
             if column in EPISODE_COLUMNS:  # made by each episode, not read from the rows
                 if self.environment is None:
                     raise ConfigError(f"{who} reads {column!r}, a column the episodes of an environment add; set "
@@ -209,10 +211,12 @@ class RolloutScoring:
         completions = self.tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
         columns = sequence_columns(batch, samples.prompt_index)  # {name: N values}
         conversations = []
-        if samples.episodes is None:
+        if samples.stopped is None:  # an engine that builds its samples itself
             has_stop = contains_stop(samples.responses, self.stop_token_id)  # N
         else:
-            has_stop = torch.tensor([e.stopped for e in samples.episodes], device=samples.responses.device)  # N
+            has_stop = torch.tensor(samples.stopped, device=samples.responses.device)  # N
+            columns["stopped"] = list(samples.stopped)  # a reward model scores such a completion with its EOS
+        if samples.episodes is not None:
             conversations = [episode_conversation(e, self.tokenizer) for e in samples.episodes]
             final_turns = [turns[-1][1] for turns in conversations]
             columns.update(episode_columns(self.environment, samples.episodes, final_turns))

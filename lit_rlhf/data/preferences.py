@@ -1,8 +1,9 @@
 """Preference pairs (prompt, chosen, rejected[, margin]) for reward-model training and DPO.
 
 Rows come from the same sources as prompts (a .jsonl/.csv/.parquet file or a hub dataset). Texts are plain strings,
-or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template. A pair is tokenized
-as the prompt's ids then the response's, truncated so that the boundary stays: the prompt keeps its last
+or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template; a plain-text chosen
+or rejected response gets the tokenizer's EOS appended (unless it ends with it), as TRL builds pairs. A pair is
+tokenized as the prompt's ids then the response's, truncated so that the boundary stays: the prompt keeps its last
 `max_prompt_length` tokens, the response its first `max_length - prompt` tokens.
 
 Shapes: B pairs, L sequence length.
@@ -38,6 +39,16 @@ def as_text(value: Any, tokenizer: Any, what: str, generation_prompt: bool = Fal
                               f"or a tokenizer with a chat template (model.tokenizer_name_or_path).")
         return tokenizer.apply_chat_template(value, tokenize=False, add_generation_prompt=generation_prompt)
     raise ConfigError(f"{what} is {type(value).__name__}, not text or chat messages; fix that row.")
+
+
+def with_eos(text: str, value: Any, tokenizer: Any) -> str:
+    """A plain-text response ends with the tokenizer's EOS, as TRL's DPOTrainer and RewardTrainer build them (a
+    completion the policy samples ends there too, and the reward model scores it so); chat messages end as their
+    template renders them."""
+    eos = getattr(tokenizer, "eos_token", None)
+    if not isinstance(value, str) or not eos or text.endswith(eos):
+        return text
+    return text + eos
 
 
 def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[dict[str, Any]]:
@@ -92,6 +103,8 @@ def load_preference_pairs(dataset: str | None, tokenizer: Any, prompt_column: st
         for column, text in ((chosen_column, chosen), (rejected_column, rejected)):
             if not text.strip():
                 raise ConfigError(f"{where}: {column!r} is empty; give every response text, or remove the row.")
+        chosen = with_eos(chosen, row[chosen_column], tokenizer)
+        rejected = with_eos(rejected, row[rejected_column], tokenizer)
         if chosen == rejected:
             identical += 1
             continue

@@ -23,7 +23,7 @@ from lit_rlhf.distributed.meta_loading import empty_model, unsaved_keys
 from lit_rlhf.envs.tools import awaited
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, own_code_refused, resolve_dtype
-from lit_rlhf.models.tokenizer import load_checked_tokenizer
+from lit_rlhf.models.tokenizer import known_pad_token, load_checked_tokenizer
 
 
 class Reward(Protocol):
@@ -92,7 +92,10 @@ class VaderSentiment:
 class SequenceClassifierReward:
     """Logit `label_index` of an AutoModelForSequenceClassification on prompt + completion.
 
-    Weights load on first call, so the config can be instantiated without them.
+    A completion that ended with the policy's stop token (the rollout's `stopped` column) is scored with the reward
+    tokenizer's EOS at its end, as the model saw its training pairs (TRL's RewardTrainer ends both responses with
+    EOS, and TRL's RL trainers score the stop token with the response). Weights load on first call, so the config
+    can be instantiated without them.
     """
 
     def __init__(self, name_or_path: str, dtype: str = "float32", label_index: int = 0,
@@ -113,8 +116,10 @@ class SequenceClassifierReward:
 
         with own_code_refused("reward.tokenizer_name_or_path", self.tokenizer_name_or_path):
             self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key="reward.tokenizer_name_or_path")
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token  # only for batching; masks come from attention
+        if self.tokenizer.pad_token is None or self.tokenizer.pad_token_id == self.tokenizer.eos_token_id:
+            # the head reads the last token that is not padding: padding other than EOS lets it read a final EOS
+            # (the model's embeddings stay as they are, so no token is added; EOS pads where the vocabulary has none)
+            self.tokenizer.pad_token = known_pad_token(self.tokenizer) or self.tokenizer.eos_token
         if empty:
             self.model = empty_model(AutoModelForSequenceClassification, self.name_or_path, "reward.name_or_path",
                                      resolve_dtype(self.dtype))
@@ -135,10 +140,13 @@ class SequenceClassifierReward:
             self.stats = saved_reward_stats(self.name_or_path)
 
     @torch.no_grad()
-    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> torch.Tensor:
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str],
+                 stopped: Sequence[bool] | None = None) -> torch.Tensor:
         if self.model is None:
             self.load()
-        texts = [p + c for p, c in zip(prompts, completions, strict=True)]
+        eos = self.tokenizer.eos_token or ""
+        ends = [eos if stop else "" for stop in stopped] if stopped is not None else [""] * len(completions)
+        texts = [p + c + end for p, c, end in zip(prompts, completions, ends, strict=True)]
         self.model.eval()  # a model registered in a module (trainer=fsdp2) follows the module's train()
         scores = []
         for start in range(0, len(texts), self.batch_size):

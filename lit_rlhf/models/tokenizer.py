@@ -52,9 +52,14 @@ def ensure_pad_token(tokenizer: PreTrainedTokenizerBase) -> None:
     """
     if tokenizer.pad_token is not None and tokenizer.pad_token_id != tokenizer.eos_token_id:
         return
-    vocab = tokenizer.get_vocab()
-    for token in KNOWN_PAD_TOKENS:
-        if token in vocab and vocab[token] != tokenizer.eos_token_id:
-            tokenizer.pad_token = token
-            return
+    known = known_pad_token(tokenizer)
+    if known is not None:
+        tokenizer.pad_token = known
+        return
     tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+
+
+def known_pad_token(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """A padding token already in the vocabulary, other than EOS, or None."""
+    vocab = tokenizer.get_vocab()
+    return next((t for t in KNOWN_PAD_TOKENS if t in vocab and vocab[t] != tokenizer.eos_token_id), None)

@@ -9,6 +9,7 @@ answering /health while it works.
 import asyncio
 import contextlib
 import hmac
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -34,10 +35,22 @@ class ScoreRequest(BaseModel):
 
 
 def reward_columns(reward) -> list[str]:
-    """The dataset columns a reward reads (what /health tells clients to send)."""
+    """The columns a reward reads (what /health tells clients to send): the dataset columns it needs, and those
+    every rollout makes (`stopped`) where it takes them."""
     from lit_rlhf.algos.scoring import column_needs
+    from lit_rlhf.models.reward_set import WeightedSum
+    from lit_rlhf.rollout.trajectory import ROLLOUT_COLUMNS
 
-    return sorted({column for _, column in column_needs(reward, [])})
+    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
+    made = {column for part in parts for column in ROLLOUT_COLUMNS if takes_parameter(part, column)}
+    return sorted({column for _, column in column_needs(reward, [])} | made)
+
+
+def takes_parameter(function, name: str) -> bool:
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def score_now(reward, prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[float]:

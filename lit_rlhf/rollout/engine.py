@@ -37,6 +37,7 @@ class Samples:
     # model's tokens only, with observation tokens in between
     context_mask: torch.Tensor | None = None  # N,R
     episodes: list[Episode] | None = None  # N
+    stopped: list[bool] | None = None  # N  each response's last model turn ended with the stop token (on the host)
 
     @property
     def forward_mask(self) -> torch.Tensor:
@@ -114,7 +115,8 @@ class RolloutEngine:
         multi_turn = module.environment is not None
         return Samples(queries, query_mask, tensors["responses"], tensors["response_mask"], prompt_index,
                        tensors["sampler_logprobs"] if reported else None,
-                       tensors["context_mask"] if multi_turn else None, episodes if multi_turn else None)
+                       tensors["context_mask"] if multi_turn else None, episodes if multi_turn else None,
+                       [e.stopped for e in episodes])
 
     def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
                       greedy: bool) -> list[tuple[list[int], list[float] | None]]:

@@ -192,6 +192,8 @@ def transcript(conversation: list[tuple[str, str]]) -> str:
 
 
 EPISODE_COLUMNS = ("env_reward", "turns", "tool_calls", "tool_errors", "truncated", "final_response")
+# made by every rollout for the rewards that read it: whether each completion ended with the stop token
+ROLLOUT_COLUMNS = ("stopped",)
 
 
 def episode_columns(spec: EnvSpec, episodes: list[Episode], final_responses: list[str]) -> dict[str, list]:

@@ -71,17 +71,19 @@ def test_a_tiny_reward_model_learns_separable_pairs_and_its_folder_scores_the_sa
     stats = json.loads((folder / "reward_stats.json").read_text())
     assert stats["count"] == 64 and stats["std"] > 0  # 32 held-out pairs, both responses
 
+    # finished completions (they ended with the stop token): scored with EOS after them, as the pairs were built
     prompts, completions = ["Review 1:", "Review 1:"], [" I love this, wonderful.", " I hate this, awful."]
-    loaded = SequenceClassifierReward(str(folder))(prompts, completions)
+    loaded = SequenceClassifierReward(str(folder))(prompts, completions, stopped=[True, True])
     module.eval()
-    batch = data.val_dataloader().collate_fn([{"chosen": data.tokenizer(p + c)["input_ids"],
-                                               "rejected": data.tokenizer(p + c)["input_ids"], "margin": 0.0}
+    eos = data.tokenizer.eos_token
+    batch = data.val_dataloader().collate_fn([{"chosen": data.tokenizer(p + c + eos)["input_ids"],
+                                               "rejected": data.tokenizer(p + c + eos)["input_ids"], "margin": 0.0}
                                               for p, c in zip(prompts, completions, strict=True)])
     with torch.no_grad():
         own, _ = module.rewards(batch)
     torch.testing.assert_close(loaded, own, atol=1e-4, rtol=1e-4)
     assert loaded[0] > loaded[1]
-    normalized = SequenceClassifierReward(str(folder), normalize=True)(prompts, completions)
+    normalized = SequenceClassifierReward(str(folder), normalize=True)(prompts, completions, stopped=[True, True])
     torch.testing.assert_close(normalized, (loaded - stats["mean"]) / stats["std"])
 
 

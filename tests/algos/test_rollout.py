@@ -52,6 +52,8 @@ def test_rollout_truncates_after_stop_and_penalizes_missing_eos(module_and_batch
     assert (r.responses[~r.response_mask] == pad).all()
     torch.testing.assert_close(r.scores, r.raw_scores - 1.0 * (~r.contains_stop).float())
     assert r.contains_stop.tolist() == [(row == stop).any().item() for row in r.responses]
+    # the rewards that read it get the same, as the `stopped` column (a reward model then scores the EOS too)
+    assert r.columns["stopped"] == r.contains_stop.tolist() and 0 < sum(r.columns["stopped"]) < 32
     assert r.prompt_index.tolist() == [i // 4 for i in range(32)]
 
 

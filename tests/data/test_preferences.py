@@ -36,8 +36,9 @@ def test_pairs_load_from_jsonl_csv_and_parquet_with_a_margin_column(tmp_path, to
         getattr(datasets.Dataset.from_list(ROWS), f"to_{suffix}")(str(path))
     pairs, identical = load_preference_pairs(str(path), tokenizer, margin_column="strength")
     assert identical == 0
+    eos = tokenizer.eos_token  # appended to plain-text responses, as TRL does
     assert [(p.prompt, p.chosen, p.rejected, p.margin) for p in pairs] == \
-        [(r["prompt"], r["chosen"], r["rejected"], r["strength"]) for r in ROWS]
+        [(r["prompt"], r["chosen"] + eos, r["rejected"] + eos, r["strength"]) for r in ROWS]
 
 
 @pytest.mark.parametrize("rows, expected", [
@@ -51,6 +52,16 @@ def test_bad_rows_are_one_line_errors_naming_the_row(tmp_path, tokenizer, rows, 
     with pytest.raises(ConfigError, match=re.escape(expected)) as err:
         load_preference_pairs(write_jsonl(tmp_path / "p.jsonl", rows), tokenizer)
     assert "\n" not in str(err.value)
+
+
+def test_plain_text_responses_end_with_one_eos_as_trl_builds_them(tmp_path, tokenizer):
+    eos = tokenizer.eos_token
+    rows = [{"prompt": "Q:", "chosen": " yes", "rejected": " no" + eos}]  # one ends with EOS already
+    (pair,), _ = load_preference_pairs(write_jsonl(tmp_path / "pairs.jsonl", rows), tokenizer)
+    assert (pair.chosen, pair.rejected) == (" yes" + eos, " no" + eos)
+    for response in (pair.chosen, pair.rejected):
+        ids, start = tokenize_pair_side(tokenizer, pair.prompt, response, max_length=64, max_prompt_length=32)
+        assert ids[-1] == tokenizer.eos_token_id and ids[-2] != tokenizer.eos_token_id
 
 
 def test_rows_whose_chosen_equals_rejected_are_left_out_and_counted(tmp_path, tokenizer):

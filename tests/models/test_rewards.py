@@ -40,6 +40,16 @@ def test_sequence_classifier_reward_loads_lazily_and_scores_prompt_plus_completi
         alone = model(**tokenizer("The plot was bad and long.", return_tensors="pt")).logits[0, 0]
     assert scores[1].item() == pytest.approx(alone.item(), abs=1e-5)  # padding in the batch changes nothing
 
+    # a completion that ended with the stop token is scored with EOS after it, as the reward model was trained
+    ended = reward(["The movie", "The plot", "It"], [" was great.", " was bad and long.", " is fine"],
+                   stopped=[False, True, False])
+    ids = tokenizer("The plot was bad and long." + tokenizer.eos_token, return_tensors="pt")
+    assert ids["input_ids"][0, -1] == tokenizer.eos_token_id
+    with torch.no_grad():
+        with_eos = model(**ids).logits[0, 0]
+    assert ended[1].item() == pytest.approx(with_eos.item(), abs=1e-5) and abs(with_eos - alone) > 1e-4
+    assert torch.equal(ended[[0, 2]], scores[[0, 2]])
+
 
 def broken_reward_folder(path, how: str):
     """A reward model folder (tests.helpers.save_reward_model) with its weights cut short, its head of another

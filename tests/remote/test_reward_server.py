@@ -253,3 +253,17 @@ def test_another_machines_address_is_served_with_a_token_or_an_explicit_flag():
         HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1"), auth_env="SERVE_TOKEN").load()
     with ServedInThread("host=0.0.0.0", "allow_unauthenticated=true") as served:
         HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1")).load()
+
+
+def test_a_served_reward_model_asks_clients_for_the_stopped_column():
+    """A reward model scores a completion that ended with the stop token with EOS after it: its server's /health
+    names `stopped`, which every rollout makes, so a client sends it; a reward that does not read it is not sent
+    it."""
+    from lit_rlhf.models import SequenceClassifierReward, VaderSentiment
+    from lit_rlhf.models.reward_set import WeightedSum
+    from lit_rlhf.remote.server import reward_columns
+
+    model = SequenceClassifierReward("a/folder")  # weights load on first call: none here
+    assert reward_columns(model) == ["stopped"]
+    assert reward_columns(VaderSentiment()) == []
+    assert reward_columns(WeightedSum({"rm": model, "vader": VaderSentiment()})) == ["stopped"]
