@@ -142,3 +142,16 @@ def test_a_pickled_payload_as_a_preference_checkpoint_is_refused_in_one_line_wit
     line = one_line_error(run_app("train_dpo.py", "data.dataset=pairs.jsonl", "ckpt_path=payload.ckpt", cwd=tmp_path))
     assert line.startswith("error: ckpt_path='payload.ckpt'"), line
     assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("script, heldout", [
+    ("train_reward_model.py", r"Held-out pairs \(64\): accuracy \d\.\d{3} \(chosen scored above rejected\)"),
+    ("train_dpo.py", r"Held-out pairs \(64\): accuracy \d\.\d{3}, reward margin [+-]\d\.\d{4} "),
+])
+def test_without_a_dataset_the_scripts_train_on_the_bundled_pairs_and_print_the_held_out_figures(script, heldout,
+                                                                                                   tmp_path):
+    """As typed (a few batches here): the bundled pairs, 64 held out; the end says how the held-out pairs fare."""
+    result = run_app(script, "+trainer.limit_train_batches=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(heldout, result.stdout), result.stdout[-2000:]
+

@@ -4,6 +4,7 @@ policy that `evaluate.py policy_path=<folder>` compares with the model it starte
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,20 +44,28 @@ def train_reward_model(cfg: DictConfig) -> dict[str, float]:
     """A RewardModelModule fitted and saved (weights, tokenizer, reward_stats.json); returns the final metrics."""
     return fit_and_save(cfg, lambda module, folder: (
         f"Reward model: {module.save_reward_model(folder)}\n  use it: python train.py reward=reward_model "
-        f"reward.name_or_path={folder} reward.dtype=float32 reward.normalize=true"))
+        f"reward.name_or_path={folder} reward.dtype=float32 reward.normalize=true"),
+        lambda m: f"accuracy {m['val/accuracy']:.3f} (chosen scored above rejected)")
 
 
 def train_dpo(cfg: DictConfig) -> dict[str, float]:
     """A DPOModule fitted and its policy saved (LoRA merged); returns the final metrics."""
     return fit_and_save(cfg, lambda module, folder: (
         f"Policy: {module.save_policy(folder)}\n  evaluate it against the model it started from: python "
-        f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"))
+        f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"),
+        lambda m: f"accuracy {m['eval/rewards/accuracies']:.3f}, reward margin {m['eval/rewards/margins']:+.4f} "
+                  f"(beta x the log-ratio to the reference, chosen minus rejected), loss {m['eval/loss']:.4f}")
 
 
-def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str]) -> dict[str, float]:
-    """fit_on_pairs, then save(module, cfg.save_dir) on rank zero (it returns the lines to print)."""
+def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
+                 heldout: Callable[[dict[str, float]], str]) -> dict[str, float]:
+    """fit_on_pairs, then save(module, cfg.save_dir) on rank zero (it returns the lines to print) and the held-out
+    pairs' figures after the last epoch (`heldout` words them)."""
     module, trainer = fit_on_pairs(cfg)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
         report("\n" + save(module, Path(cfg.save_dir)))
+        with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)
+            report(f"Held-out pairs ({len(trainer.datamodule.eval_pairs)}): {heldout(metrics)}")
     report(f"Run directory: {cfg.paths.output_dir}")
-    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,6 +42,10 @@ def as_text(value: Any, tokenizer: Any, what: str, generation_prompt: bool = Fal
     raise ConfigError(f"{what} is {type(value).__name__}, not text or chat messages; fix that row.")
 
 
+# the embedded model's own samples on the bundled sentiment prompts, labelled by VADER (scripts/build_pairs.py)
+BUNDLED_PAIRS = {"sentiment_pairs": Path(__file__).parent / "sentiment" / "pairs.jsonl"}
+
+
 def with_eos(text: str, value: Any, tokenizer: Any) -> str:
     """A plain-text response ends with the tokenizer's EOS, as TRL's DPOTrainer and RewardTrainer build them (a
     completion the policy samples ends there too, and the reward model scores it so); chat messages end as their
@@ -52,12 +57,12 @@ def with_eos(text: str, value: Any, tokenizer: Any) -> str:
 
 
 def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[dict[str, Any]]:
-    from pathlib import Path
-
     path = Path(dataset)
+    if dataset in BUNDLED_PAIRS:
+        return read_jsonl(BUNDLED_PAIRS[dataset], dataset)
     if dataset in BUNDLED:
         raise ConfigError(f"data.dataset={dataset!r} is a bundled prompt set, not preference pairs; give a file "
-                          f"with prompt, chosen and rejected columns.")
+                          f"with prompt, chosen and rejected columns, or 'sentiment_pairs' (bundled).")
     if path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r} is a directory; give a .jsonl, .json, .csv or .parquet file of "
                           f"preference pairs (or a hub dataset name).")
@@ -82,7 +87,7 @@ def load_preference_pairs(dataset: str | None, tokenizer: Any, prompt_column: st
     """The pairs of `dataset`, checked, and how many rows were dropped because chosen equals rejected."""
     if dataset is None:
         raise ConfigError("data.dataset is not set; give a .jsonl, .csv or .parquet file (or a hub dataset) with "
-                          "prompt, chosen and rejected columns.")
+                          "prompt, chosen and rejected columns, or 'sentiment_pairs' (bundled).")
     rows = read_rows(dataset, prompt_column, split, subset)
     if not rows:
         raise ConfigError(f"data.dataset={dataset!r} holds no rows; give preference pairs.")
