@@ -12,7 +12,7 @@ from lit_rlhf.cli.errors import report_user_errors, run_hydra_app
 from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.cli.serve import serve_reward
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"  # shipped in the package (the repository's conf/ links here)
 register_resolvers()
 
 

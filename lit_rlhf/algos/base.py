@@ -7,6 +7,7 @@ R response length, V vocab.
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.algos.step_stats import StepStatistics
 from lit_rlhf.algos.strategies import StrategySupport
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
+from lit_rlhf.config.docs import settings_docstring
 from lit_rlhf.config.idle import idle_settings
 from lit_rlhf.config.validation import check_optimizer, warn_once
 from lit_rlhf.distributed.sharding import local_tensor
@@ -67,6 +69,11 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
     estimator: str = ""  # the advantage estimator, a key of lit_rlhf.estimators.ESTIMATORS
 
     config_class: type[RLHFConfig] = RLHFConfig
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_class" in cls.__dict__:  # help(RLOOModule) lists the settings **settings takes
+            cls.__doc__ = f"{inspect.cleandoc(cls.__doc__ or '')}\n\n{settings_docstring(cls.config_class, 'algo')}"
 
     def __init__(self, model: dict[str, Any] | ModelConfig, reward: Reward, optimizer: Callable | None = None,
                  lr_scheduler: Callable | None = None, rollout_engine: RolloutEngine | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.algos.scoring import reward_waits
 from lit_rlhf.checkpoint_io import SafeCheckpointIO
@@ -95,6 +96,13 @@ class StrategySupport:
             shard(model, mesh, cpu_offload=bool(self.fsdp2_setting("cpu_offload")))
         for model in models:  # sharded loading: each rank reads its shards now
             materialize(model, self.trainer.strategy.root_device)
+        how = ("each rank read only its shards from the model files (trainer.strategy.sharded_loading=true)"
+               if self.loads_sharded else "each rank loaded the whole models, then kept its shards "
+               "(trainer.strategy.sharded_loading=false)")
+        offload = ", shards and optimizer state offloaded to the CPU" if self.fsdp2_setting("cpu_offload") else ""
+        sharded = f"{len(models)} model{'s' if len(models) > 1 else ''} sharded"
+        rank_zero_info(f"FSDP2 over {mesh.size()} ranks, {sharded}: {how}; sampling on "
+                       f"{'the sharded model' if self.samples_sharded else 'the gathered whole weights'}{offload}.")
         self.single_update = False  # the rollout's forwards run on gathered weights, the update's on shards
 
     def setup(self, stage: str) -> None:

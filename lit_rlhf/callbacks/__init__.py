@@ -1,6 +1,7 @@
 """Lightning callbacks for RLHF runs; each works in any Lightning project. They observe the module through
 RLHFModuleView (callbacks/protocol.py) and change nothing in the training maths."""
 
+from lit_rlhf.callbacks.busy import BusyMachineCheck
 from lit_rlhf.callbacks.checkpoint import LastCheckpoint
 from lit_rlhf.callbacks.curves import CurvesPlot
 from lit_rlhf.callbacks.evaluation import PolicyEvaluation
@@ -13,6 +14,6 @@ from lit_rlhf.callbacks.protocol import RLHFModuleView
 from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
-__all__ = ["CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "GoldCurve", "HackingSigns", "Histograms",
-           "LastCheckpoint", "PolicyEvaluation", "ProgressLines", "RLHFModuleView", "RLStepsProgressBar",
+__all__ = ["BusyMachineCheck", "CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "GoldCurve", "HackingSigns",
+           "Histograms", "LastCheckpoint", "PolicyEvaluation", "ProgressLines", "RLHFModuleView", "RLStepsProgressBar",
            "RewardHackingMonitor", "TrainingSummary"]

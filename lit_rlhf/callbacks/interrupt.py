@@ -90,7 +90,9 @@ class CheckpointOnInterrupt(Checkpoint):
         directory = Path(self.dirpath or (checkpoint.dirpath if checkpoint and checkpoint.dirpath else
                                           Path(trainer.default_root_dir) / "checkpoints"))
         self.path = directory / self.filename
-        trainer.save_checkpoint(self.path)
+        # the whole training state (optimizer, callbacks, loops), as ModelCheckpoint writes it; left unset, Lightning
+        # says "`weights_only` was not set", which reads like unrestricted loading (every load here is weights-only)
+        trainer.save_checkpoint(self.path, weights_only=False)
         rank_zero_info(f"Checkpoint written: {self.path}\nResume with: {self.resume_hint(self.path)}")
 
 

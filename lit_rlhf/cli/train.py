@@ -139,10 +139,14 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
 
 
 def resume_command(checkpoint: Path) -> str:
-    """This run's own command line with ckpt_path=checkpoint: a resume changes nothing else."""
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    """This run's own command line with ckpt_path=checkpoint: a resume changes nothing else, and goes on in this run's
+    directory (one run, one metrics.csv, one set of curves)."""
+    overrides, run_dir = [], []
+    if HydraConfig.initialized():
+        overrides = list(HydraConfig.get().overrides.task)
+        run_dir = [f"hydra.run.dir={HydraConfig.get().runtime.output_dir}"]
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "overwrite_run_dir")]
-    return without_passwords(shlex.join(["python", sys.argv[0], *kept, f"ckpt_path={checkpoint}"]))
+    return without_passwords(shlex.join(["python", sys.argv[0], *kept, *run_dir, f"ckpt_path={checkpoint}"]))
 
 
 def resume_after_failure(trainer, module) -> str:

@@ -23,6 +23,15 @@ def default_of(f) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else "???"  # no default: required
 
 
+def settings_docstring(cls: type, prefix: str) -> str:
+    """The settings a module takes as keyword arguments (**settings), for its docstring: one line per field of the
+    dataclass cls, with its default and meaning (help(RLOOModule) lists them)."""
+    lines = [f"Settings (keyword arguments, the fields of {cls.__name__}; on the command line {prefix}.<name>):", ""]
+    for f in fields(cls):
+        lines.append(f"    {f.name} = {render_default(default_of(f)).strip('`')}: {f.metadata.get('doc', '')}")
+    return "\n".join(lines)
+
+
 def settings_table(cls: type, prefix: str, only: set[str] | None = None) -> str:
     """| key | default | meaning | for the fields of cls (or those in `only`)."""
     rows = ["| key | default | meaning |", "|---|---|---|"]

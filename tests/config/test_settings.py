@@ -163,3 +163,18 @@ def fsdp2_strategy(**settings):
 def test_engine_and_strategy_settings_are_type_checked(make, settings, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)):
         make(**settings)
+
+
+def test_help_of_each_module_lists_the_settings_its_keyword_arguments_take():
+    """help(RLOOModule) names every field of RLOOConfig with its default: **settings is not a dead end."""
+    from dataclasses import fields
+
+    from lit_rlhf import GRPOModule, PPOModule, ReinforcePPModule, RLOOModule
+    from lit_rlhf.config.docs import default_of, render_default
+
+    for module in (RLOOModule, PPOModule, GRPOModule, ReinforcePPModule):
+        doc = module.__doc__
+        assert f"the fields of {module.config_class.__name__}; on the command line algo.<name>" in doc, module
+        for f in fields(module.config_class):
+            assert f"\n    {f.name} = {render_default(default_of(f)).strip('`')}: " in doc, (module, f.name)
+    assert "\n    rloo_k = 4: " in RLOOModule.__doc__ and "rloo_k" not in PPOModule.__doc__

@@ -102,35 +102,33 @@ def test_ppo_under_fsdp2_samples_and_trains_as_under_ddp(tmp_path):
 
 
 def test_a_checkpoint_resumes_exactly_and_exports(tmp_path):
-    """Checkpoints are directories of shards (or one full file). A finished 2-step run written as full files, resumed
-    with `ckpt_path=last steps=4` on the same 2 ranks, logs and trains what an uninterrupted sharded 4-step run did,
-    to the last digit: the ranks' responses stop at different lengths, so each rank must get its own random state
-    back. Export makes a Hugging Face model of the trained policy, from the sharded checkpoint and at the end of the
-    run (export_dir=)."""
+    """Checkpoints are directories of shards. A 4-step run, resumed in a new directory from its step-2 checkpoint on
+    the same 2 ranks, logs and trains what the uninterrupted run did, to the last digit: the ranks' responses stop
+    at different lengths, so each rank must get its own random state back. Export makes a Hugging Face model of the
+    trained policy, from the sharded checkpoint and at the end of the run (export_dir=). (A checkpoint written as one
+    full file resumes in the sharded loading test below.)"""
     longer = [a for a in SHORT if not a.startswith("algo.response_length")] + ["algo.response_length=32"]
     every_two = ["callbacks.model_checkpoint.every_n_train_steps=2", "callbacks.model_checkpoint.save_top_k=-1"]
 
-    def run(run_dir, steps, sharded, *extra):
-        result = run_app("train.py", f"hydra.run.dir={run_dir}", f"steps={steps}", *FSDP2, *longer, *every_two,
-                         f"trainer.strategy.save_distributed_checkpoint={str(sharded).lower()}", *extra,
+    def run(run_dir, *extra):
+        result = run_app("train.py", f"hydra.run.dir={run_dir}", "steps=4", *FSDP2, *longer, *every_two, *extra,
                          "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={run_dir}/dump",
                          cwd=ROOT)
         assert result.returncode == 0, result.stderr[-3000:]
         return result
 
-    console = run(tmp_path / "whole", 4, True, f"export_dir={tmp_path / 'at_end'}").stdout
+    whole_run = run(tmp_path / "whole", f"export_dir={tmp_path / 'at_end'}")
+    console = whole_run.stdout
+    assert "each rank read only its shards from the model files" in console + whole_run.stderr  # said at start
     step2 = tmp_path / "whole" / "checkpoints" / "step2.ckpt"
     assert step2.is_dir() and (step2 / "meta.pt").is_file() and len(list(step2.glob("*.distcp"))) == 2
     per_rank = torch.load(step2 / "meta.pt", weights_only=True)["rlhf_state"]["rng_per_rank"]
     assert len(per_rank) == 2 and not torch.equal(per_rank[0]["torch"], per_rank[1]["torch"])
-    run(tmp_path / "short", 2, False)
-    assert (tmp_path / "short" / "checkpoints" / "last.ckpt").is_file()
-    run(tmp_path / "short", 4, False, "ckpt_path=last")
-    for checkpoints in (tmp_path / "whole" / "checkpoints", tmp_path / "short" / "checkpoints"):
-        assert not list(checkpoints.glob(".*"))  # no partial or replaced checkpoint left behind
+    run(tmp_path / "resumed", f"ckpt_path={step2}")
+    assert not list((tmp_path / "whole" / "checkpoints").glob(".*"))  # no partial or replaced checkpoint left behind
 
-    whole_rows, resumed_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "short")
-    assert len(whole_rows) == 4 and sorted(resumed_rows) == sorted(whole_rows)
+    whole_rows, resumed_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "resumed")
+    assert len(whole_rows) == 4 and sorted(resumed_rows) == sorted(whole_rows)[2:]
     for step in sorted(whole_rows)[2:]:  # RL steps 3 and 4, every metric
         assert resumed_rows[step] == whole_rows[step]
     # the console's score is the logged one (the mean over ranks), not rank zero's own
@@ -138,15 +136,13 @@ def test_a_checkpoint_resumes_exactly_and_exports(tmp_path):
     assert printed == [round(float(whole_rows[step]["objective/scores"]), 3) for step in sorted(whole_rows)]
 
     whole = torch.load(tmp_path / "whole" / "dump" / "rank0.pt", weights_only=True)["trained"]
-    resumed = torch.load(tmp_path / "short" / "dump" / "rank0.pt", weights_only=True)["trained"]
+    resumed = torch.load(tmp_path / "resumed" / "dump" / "rank0.pt", weights_only=True)["trained"]
     for name, tensor in whole.items():
         assert torch.equal(resumed[name], tensor), name
     last = tmp_path / "whole" / "checkpoints" / "last.ckpt"
-    module = load_from_checkpoint(last)  # one process reads the shards whole, and the full file
-    full_file = load_from_checkpoint(tmp_path / "short" / "checkpoints" / "last.ckpt")
-    for state in (module.state_dict(), full_file.state_dict()):
-        for name, tensor in whole.items():
-            assert torch.equal(state[name], tensor), name
+    module = load_from_checkpoint(last)  # one process reads the shards whole
+    for name, tensor in whole.items():
+        assert torch.equal(module.state_dict()[name], tensor), name
     out = tmp_path / "exported"
     result = run_app("lit_rlhf.export", str(last), str(out), cwd=tmp_path, module=True)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -162,16 +158,17 @@ def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tm
     weights, against each rank reading its shards (the policy's, the reference's and the reward model's), sampling
     and scoring on the sharded models (blocks gathered as the forward reaches them) and keeping its shards and AdamW
     state CPU-offloaded, with a 1 MiB mmap threshold: the same samples, scores, metrics and weights, to the last bit.
-    With the latter, a run resumed from its step-2 checkpoint continues exactly. Either way each rank holds half of
-    the reward model."""
+    The latter writes its checkpoints as full files: a run resumed from its step-2 file continues exactly, and one
+    process reads the final file whole. Either way each rank holds half of the reward model."""
     save_reward_model(tmp_path / "reward_model")
-    full = ["model.lora=null", "steps=4", "callbacks.model_checkpoint.every_n_train_steps=2",
+    full = ["model.lora=null", "steps=3", "callbacks.model_checkpoint.every_n_train_steps=2",
             "callbacks.model_checkpoint.save_top_k=-1", "reward=reward_model",
             f"reward.name_or_path={tmp_path / 'reward_model'}", f"reward.tokenizer_name_or_path={TINY_PYTHIA}",
             "reward.dtype=float32"]
     whole = train(tmp_path / "whole", *FSDP2, *full, "trainer.strategy.sharded_loading=false")
     sharded_settings = ["trainer.strategy.sharded_sampling=true", "trainer.strategy.cpu_offload=true",
-                        "trainer.strategy.host_mmap_threshold_mib=1"]
+                        "trainer.strategy.host_mmap_threshold_mib=1",
+                        "trainer.strategy.save_distributed_checkpoint=false"]
     sharded = train(tmp_path / "sharded", *FSDP2, *full, *sharded_settings)
     resumed = train(tmp_path / "resumed", *FSDP2, *full, *sharded_settings,
                     f"ckpt_path={tmp_path / 'sharded' / 'checkpoints' / 'step2.ckpt'}")
@@ -179,8 +176,12 @@ def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tm
     for name, tensor in whole["trained"].items():
         assert torch.equal(sharded["trained"][name], tensor), name
         assert torch.equal(resumed["trained"][name], tensor), name
+    assert (tmp_path / "sharded" / "checkpoints" / "step2.ckpt").is_file()
+    module = load_from_checkpoint(tmp_path / "sharded" / "checkpoints" / "last.ckpt")  # the full file, whole
+    for name, tensor in whole["trained"].items():
+        assert torch.equal(module.state_dict()[name], tensor), name
     whole_rows, sharded_rows = metric_rows(tmp_path / "whole"), metric_rows(tmp_path / "sharded")
-    assert len(whole_rows) == 4
+    assert len(whole_rows) == 3
     for step, row in whole_rows.items():
         assert sharded_rows[step] == row
     for run, gathers in (("whole", True), ("sharded", False)):  # sharded sampling gathers no whole copy
@@ -249,9 +250,9 @@ def test_two_nodes_launched_by_torchrun_train_what_two_local_ranks_train(tmp_pat
 def test_a_lost_rank_or_kill_9_while_checkpointing_leaves_whole_checkpoints_that_resume(tmp_path):
     """A run writing a sharded checkpoint at every RL step. First SIGKILL of rank 1 only: rank 0's next collective
     fails with gloo's "connection closed by peer"; it stops with one line naming the lost rank and the command that
-    resumes (no trace). Then, resumed with `ckpt_path=last`, it loses every process to SIGKILL at two random moments.
-    Each time every checkpoint left reads whole, and the next resume goes on (what the dead writers left is ignored
-    and cleared)."""
+    resumes in the run's own directory (no trace). Then, resumed with `ckpt_path=last`, it loses every process to
+    SIGKILL at a random moment. Each time every checkpoint left reads whole, and the next resume goes on to the end
+    (what the dead writers left is ignored and cleared)."""
     import random
     import signal
     import time
@@ -261,7 +262,7 @@ def test_a_lost_rank_or_kill_9_while_checkpointing_leaves_whole_checkpoints_that
     run_dir, rng = tmp_path / "run", random.Random(0)
     every_step = ["callbacks.model_checkpoint.every_n_train_steps=1", "callbacks.model_checkpoint.save_top_k=-1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    for attempt in range(3):
+    for attempt in range(2):
         resume = ["ckpt_path=last"] if attempt else []
         run = subprocess.Popen([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", "steps=200",
                                 *SHORT, *FSDP2, *every_step, *resume], cwd=ROOT, env=env, start_new_session=True,
@@ -280,7 +281,7 @@ def test_a_lost_rank_or_kill_9_while_checkpointing_leaves_whole_checkpoints_that
             assert run.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
             line = stderr.strip().splitlines()[-1]
             assert line.startswith("error: rank 0 lost rank 1 of this 2-rank run (it was killed or crashed"), line
-            assert "resume from the last checkpoint: python " in line
+            assert "resume from the last checkpoint: python " in line and f"hydra.run.dir={run_dir} " in line
         else:
             time.sleep(rng.uniform(0.0, 1.5))
             os.killpg(run.pid, signal.SIGKILL)
@@ -289,3 +290,9 @@ def test_a_lost_rank_or_kill_9_while_checkpointing_leaves_whole_checkpoints_that
         assert checkpoints
         for path in checkpoints:
             assert read_sharded_checkpoint(path)["state_dict"], path
+    done = read_sharded_checkpoint(run_dir / "checkpoints" / "last.ckpt")["rlhf_state"]["rl_step"]
+    resumed = run_app("train.py", f"hydra.run.dir={run_dir}", f"steps={done + 1}", *SHORT, *FSDP2, *every_step,
+                      "ckpt_path=last", cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_sharded_checkpoint(run_dir / "checkpoints" / "last.ckpt")["rlhf_state"]["rl_step"] == done + 1
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]

@@ -1,6 +1,7 @@
 """Ctrl-C or SIGTERM after training finished stops the end-of-run reports at once, records the run as
 interrupted in result.json, and leaves the final checkpoint complete."""
 
+import csv
 import json
 import os
 import signal
@@ -43,7 +44,8 @@ def test_a_signal_during_the_end_of_run_evaluation_stops_it_and_records_the_run(
 
 def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_command_resumes_it(tmp_path):
     """A non-default run stopped by Ctrl-C: exit 130, result.json says interrupted, no end-of-run evaluation, and
-    the printed command (the run's own command line plus ckpt_path) resumes it to the end."""
+    the printed command (the run's own command line plus its run directory and ckpt_path) resumes it to the end in
+    the same run directory: one metrics.csv with every RL step once. Nothing speaks of unrestricted loading."""
     import shlex
 
     fast = [a for a in FAST if not a.startswith(("steps=", "callbacks.evaluation"))]
@@ -59,6 +61,7 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
     assert process.returncode == 130, stderr[-3000:]
     last_line = stderr.strip().splitlines()[-1]
     assert last_line.startswith("stopped by Ctrl-C after RL step ") and "Traceback" not in stderr
+    assert "weights_only" not in stdout + stderr
     command = last_line.split("resume with: ", 1)[1]
     (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
     assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
@@ -70,6 +73,10 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
     resumed = run_app("train.py", *argv[2:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "RL step 6/6" in resumed.stdout
+    assert list((tmp_path / "logs" / "train" / "runs").iterdir()) == [run_dir]
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row.get("objective/scores")]
+    assert steps == list(range(6))  # the logged step counts from 0
 
 
 @pytest.mark.parametrize("interruption", [EndOfRunInterrupted("SIGINT"), TrainingInterrupted("stopped")])
