@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from fingerprint import record
 from results_blocks import fill_results
 
 BENCH = Path(__file__).resolve().parent
@@ -119,6 +120,8 @@ def main() -> None:
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1))
     fill_results("algorithms", ["README.md", "docs/algorithms.md"])
+    record("algorithms")
+    record("evaluation")
     (BENCH / "results" / "evaluation.md").write_text("\n".join(evaluation_table(results)) + "\n")
     grpo = next(r for r in results if r["name"] == "GRPO")  # its training curves, KL included, in docs/algorithms.md
     shutil.copyfile(ROOT / grpo["run_dir"] / "curves.png", ROOT / "docs" / "images" / "grpo_default_curves.png")

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from fingerprint import record
 from results_blocks import fill_results, machine
 
 BENCH = Path(__file__).resolve().parent
@@ -93,6 +94,7 @@ def main() -> None:
     (BENCH / "results" / "calculator.json").write_text(json.dumps({"runs": results, "machine": machine()}, indent=1))
     plot(results, ROOT / "docs" / "images" / "calculator_curves.png")
     fill_results("calculator", ["docs/environments.md"])
+    record("calculator")
     print("\n".join(lines))
 
 

@@ -31,10 +31,17 @@ def machine() -> dict:
             "transformers": transformers.__version__}
 
 
-def publish(name: str, data: dict, lines: list[str], pages: list[str], echo: bool = True) -> None:
+def publish(name: str, data: dict, lines: list[str], pages: list[str], echo: bool = True,
+            fingerprint: bool = True) -> None:
     """bench/results/NAME.json (data, with the machine it ran on) and NAME.md (lines), the md into the pages'
-    results blocks, printed unless not echo."""
+    results blocks, printed unless not echo; with fingerprint, what the code of today trains is recorded beside them
+    (bench/fingerprint.py: a test then names the results the code has moved past)."""
     import json
+
+    if fingerprint:
+        from fingerprint import record
+
+        record(name)
 
     (ROOT / "bench" / "results" / f"{name}.json").write_text(json.dumps({**data, "machine": machine()}, indent=2))
     (ROOT / "bench" / "results" / f"{name}.md").write_text("\n".join(lines) + "\n")

@@ -1,8 +1,11 @@
 """Figures the docs quote from a benchmark are the benchmark's results file, never retyped: every
 `<!-- results:NAME -->` block of README.md and docs/*.md holds bench/results/NAME.md as the benchmark wrote it."""
 
+import json
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,3 +18,47 @@ def test_every_results_block_in_the_docs_is_its_results_file():
     for page, name, text in blocks:
         results = (ROOT / "bench" / "results" / f"{name}.md").read_text().strip()
         assert text.strip() == results, f"{page.name}: the {name} block differs from bench/results/{name}.md"
+
+
+def load_fingerprint_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_fingerprint", ROOT / "bench" / "fingerprint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
+# must leave this set)
+NOT_YET_FINGERPRINTED = {"arithmetic", "async_overlap", "calculator", "concurrent_tools", "cpu", "fsdp2_memory",
+                         "generation_profile", "grpo_vs_trl", "logits_budget", "memory_model",
+                         "policy_losses", "reward_overlap", "rollout_engines", "shared_prefill", "token_efficiency"}
+NO_FINGERPRINT = {"gpu_check", "test_suite"}  # measured on the device; the test suite's own timings
+
+
+def test_every_results_file_was_made_by_the_code_and_the_benchmark_script_of_today(tmp_path):
+    """A change that moves what training computes (or edits a benchmark) leaves the figures it made behind: the
+    short embedded run of bench/fingerprint.py, run here as a user runs train.py, must give the numbers each results
+    file recorded, and each benchmark script must be the one that wrote them; otherwise the failure names the
+    benchmark to rerun."""
+    from tests.apps import run_app
+
+    fingerprint = load_fingerprint_module()
+    registry = json.loads(fingerprint.REGISTRY.read_text())
+    results = {p.stem for p in (ROOT / "bench" / "results").glob("*.md")}
+    assert set(registry) | NOT_YET_FINGERPRINTED | NO_FINGERPRINT == results
+    assert not set(registry) & NOT_YET_FINGERPRINTED, "fingerprinted now: remove from NOT_YET_FINGERPRINTED"
+    assert {"algorithms", "sweep", "evaluation", "preferences"} <= set(registry)  # the README's and first docs' figures
+    run = run_app("train.py", *fingerprint.ARGS, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    today = fingerprint.training_metrics(tmp_path / "run")
+    assert len(today) == 10
+    for name, made in sorted(registry.items()):
+        script = ROOT / made["script"]
+        rerun = f"rerun `python {made['script']}`"
+        assert script.is_file() and fingerprint.script_sha256(script) == made["script_sha256"], (
+            f"bench/results/{name} was made by another version of {made['script']}: {rerun}")
+        # to 4 digits: the last ones of a float32 sum differ between processes (thread pools, kernel choice)
+        assert made["training"] == pytest.approx(today, rel=1e-4, abs=1e-6), (
+            f"bench/results/{name} was made by code that trained differently: {rerun}")

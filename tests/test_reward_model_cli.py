@@ -66,15 +66,18 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
 @pytest.mark.parametrize("script, setting, expected", [
     ("train_reward_model.py", "algo.optimizer.lr=nan", "algo.optimizer.lr=nan must be a number > 0"),
     ("train_dpo.py", "algo.optimizer.lr=-1e-3", "algo.optimizer.lr=-0.001 must be a number > 0"),
-    ("train_reward_model.py", "model.lora.r=0", "model.lora.r=0 must be a whole number >= 1"),
-    ("train_reward_model.py", "+model.lora.rank=8", "model.lora"),
+    ("train_dpo.py", "model.lora.r=0", "model.lora.r=0 must be a whole number >= 1"),
+    ("train_dpo.py", "+model.lora.rank=8", "model.lora"),
+    # the embedded model's reward model trains in full (conf/reward_model_tuning/tiny.yaml): no LoRA to set
+    ("train_reward_model.py", "model.lora.r=8", "model.lora.r sets a key of model.lora, which is null in this config"),
     ("train_dpo.py", "data.batch_size=true", "data.batch_size=True must be a whole number >= 1"),
     ("train_dpo.py", "algo.beta=true", "algo.beta=True must be a finite number > 0"),
     ("train_reward_model.py", "algo.center_rewards_coefficient=true",
      "algo.center_rewards_coefficient=True must be a finite number >= 0"),
     ("train_dpo.py", "algo.label_smoothing=0.1", "algo.label_smoothing is not a setting (valid keys: _target_, model, "
                                                  "optimizer, beta, cdpo_epsilon)"),
-], ids=["rm-nan-lr", "dpo-negative-lr", "rm-lora-r-0", "rm-unknown-lora-key", "dpo-bool-batch-size",
+], ids=["rm-nan-lr", "dpo-negative-lr", "dpo-lora-r-0", "dpo-unknown-lora-key", "rm-lora-key-under-null",
+        "dpo-bool-batch-size",
         "dpo-bool-beta", "rm-bool-centering", "dpo-label-smoothing"])
 def test_bad_preference_settings_are_one_line_before_work_starts(script, setting, expected, tmp_path):
     separable_pairs(tmp_path / "pairs.jsonl", n=24)

@@ -6,7 +6,9 @@ holds, else 0). The signs, each from metrics the module already logs:
     monitor/length_jump             completions/mean_length left [1/length_ratio, length_ratio] x its start
     monitor/missing_stop_jump       completions/clipped_ratio rose more than missing_stop_rise above its start
     monitor/distinct_collapse       completions/distinct_2 fell below distinct_ratio x its start
-    monitor/kl_over_budget          objective/kl above kl_budget (the training FAQ's 10)
+    monitor/kl_over_budget          objective/kl, averaged over the last `window` steps, above kl_budget (the
+                                    training FAQ's 10; one step's estimate is too noisy to judge: a healthy run's
+                                    steps reach 10 now and then while its mean stays near 1)
     monitor/tool_errors_jump        multi-turn: rollout/tool_error_rate (per call) rose more than tool_error_rise
     monitor/truncated_jump          multi-turn: rollout/truncated_frac rose more than missing_stop_rise (episodes
                                     looping on tools until a limit ends them)
@@ -73,8 +75,9 @@ class HackingSigns:
         distinct, distinct0 = (self._mean("completions/distinct_2", w) for w in ("now", "start"))
         if distinct is not None and distinct0 and self.distinct_ratio is not None:  # null: not watched
             signs["distinct_collapse"] = distinct < self.distinct_ratio * distinct0
-        if self.kl_budget is not None and "objective/kl" in stats:
-            signs["kl_over_budget"] = stats["objective/kl"] > self.kl_budget
+        kl = self._mean("objective/kl", "now")
+        if self.kl_budget is not None and kl is not None:
+            signs["kl_over_budget"] = kl > self.kl_budget
         signs["reward_up_metric_down"] = any(self.metric_signs.values())
         return signs
 
@@ -127,7 +130,8 @@ class RewardHackingMonitor(L.Callback):
         if name in CHANGES:
             key, label = CHANGES[name]
             return f"{label} {s._mean(key, 'start'):.2f} -> {s._mean(key, 'now'):.2f}"
-        return f"objective/kl {s.recent['objective/kl'][-1]:.1f} is above the KL budget {s.kl_budget}"
+        return (f"objective/kl {s._mean('objective/kl', 'now'):.1f} over the last {s.window} RL steps is above the "
+                f"KL budget {s.kl_budget}")
 
     def state_dict(self) -> dict:
         return {"warned": dict(self.warned)}

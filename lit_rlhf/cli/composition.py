@@ -90,5 +90,22 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         remaining = [o for o in overrides if typed(o) != key and not typed(o).startswith(key + ".")]
         hint = setting_hint(key, composed_without(config_dir, config_name, remaining))
         return f"{key} is not a setting{hint}; see `python train.py --cfg job` for every key."
+    if "Unexpected type for root: NoneType" in text and (line := key_under_null(config_dir, config_name, overrides)):
+        return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"{first} (check the command line's overrides)"
+
+
+def key_under_null(config_dir: Path, config_name: str, overrides: list[str]) -> str | None:
+    """The line for an override that sets a key inside a setting that is null in this config (model.lora.r=8 where
+    model.lora is null: full fine-tuning), else None."""
+    for override in overrides:
+        key = override.lstrip("+~").partition("=")[0]
+        parent = key.rpartition(".")[0]
+        if not parent:
+            continue
+        cfg = composed_without(config_dir, config_name, [o for o in overrides if o != override])
+        if cfg is not None and OmegaConf.select(cfg, parent, default="missing") is None:
+            return (f"{key} sets a key of {parent}, which is null in this config (`--cfg job` prints it); leave "
+                    f"{key} out, or start from a config where {parent} is set.")
+    return None

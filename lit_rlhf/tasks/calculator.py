@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 from typing import Any
 
 from lit_rlhf.envs import TOOL_FORMATS, Environment
@@ -48,7 +49,10 @@ def calculator(expression: str) -> str:
     """
     if len(expression) > 200:
         raise ValueError("the expression is longer than 200 characters")
-    return str(evaluate_expression(ast.parse(expression.strip(), mode="eval")))
+    with warnings.catch_warnings():  # "3x" is a SyntaxError here, not a SyntaxWarning on the user's console
+        warnings.simplefilter("ignore", SyntaxWarning)
+        tree = ast.parse(expression.strip(), mode="eval")
+    return str(evaluate_expression(tree))
 
 
 class CalculatorEnvironment(Environment):

@@ -62,3 +62,17 @@ def test_the_calculator_environment_scores_the_final_turns_answer_as_the_task_re
         expected = float(ArithmeticCorrect()([""], [final or ""], answer=[answer])[0])
         assert env.reward() == expected
     assert CalculatorEnvironment().reward() is None  # no answer column: nothing to score
+
+
+def test_a_malformed_expression_is_the_tools_error_and_prints_no_syntax_warning():
+    """`1if 2 else 3` from the model: an error the episode shows the model, never Python's SyntaxWarning ("invalid
+    decimal literal") on the console."""
+    import warnings
+
+    from lit_rlhf.tasks.calculator import calculator
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError):
+            calculator("1if 2 else 3")
+    assert not [w for w in caught if issubclass(w.category, SyntaxWarning)]

@@ -82,6 +82,18 @@ def test_each_sign_fires_on_its_own_jump(key, value, sign):
     assert feed(signs, lambda s: stream(s + 30), 10) == {sign}
 
 
+def test_the_kl_budget_judges_the_kl_of_recent_steps_not_one_noisy_step():
+    """A healthy run's single-step KL estimates reach the budget now and then (the async calculator example: up to
+    9.7 around a mean of 1.2); only a mean over the window above the budget is a sign."""
+    signs = HackingSigns(window=5, kl_budget=10.0)
+    spikes = [signs.update({**steady(s), "objective/kl": 14.0 if s % 5 == 4 else 1.0})["kl_over_budget"]
+              for s in range(40)]
+    assert not any(spikes)
+    sustained = [signs.update({**steady(s), "objective/kl": 12.0})["kl_over_budget"] for s in range(40, 46)]
+    # the window [1, 1, 1, 14, 12] -> means 5.8, 8.0, 10.2 (the third step of 12 carries it past the budget)
+    assert sustained == [False, False, True, True, True, True]
+
+
 def test_reward_up_while_the_task_metric_falls():
     signs = HackingSigns(window=5)
     for step, accuracy in zip(range(0, 60, 10), [0.30, 0.40, 0.45, 0.38, 0.30, 0.25], strict=True):

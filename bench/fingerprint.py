@@ -1,0 +1,67 @@
+"""What the code trains, in a few numbers, recorded beside each results file it made.
+
+A results file made before a change that moves what training computes (a sampler, a loss, a default setting) quotes
+figures the code no longer makes. When a benchmark writes its results, bench/results/fingerprints.json records for it
+the metrics of the first 2 RL steps of a short embedded-default run (1 torch thread, so any machine of the same
+torch and transformers versions gets the same numbers) and the sha256 of the benchmark's own script.
+tests/test_docs_results.py reruns the short run and hashes the script, and names the benchmark to rerun when either
+moved.
+
+    python bench/fingerprint.py     # prints the current fingerprint
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = ROOT / "bench" / "results" / "fingerprints.json"
+# train.py's embedded default, 2 short RL steps, nothing but training and its metrics
+ARGS = ["steps=2", "data.batch_size=4", "algo.response_length=8", "data.num_eval_prompts=4",
+        "trainer.val_check_interval=1000", "callbacks.generation_samples=null", "callbacks.training_summary=null",
+        "callbacks.curves=null", "callbacks.histograms=null", "callbacks.evaluation=null",
+        "callbacks.model_checkpoint=null"]
+METRICS = ("objective/scores", "objective/kl", "objective/entropy", "loss/policy_avg", "completions/mean_length")
+
+
+def training_metrics(run_dir: Path) -> dict[str, float]:
+    """{"<step>/<metric>": value rounded to 6 significant digits} from a run's metrics.csv."""
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("objective/scores")]
+    return {f"{row['step']}/{name}": float(f"{float(row[name]):.6g}") for row in rows for name in METRICS
+            if row.get(name)}
+
+
+def measure() -> dict[str, float]:
+    """The short run in a process of its own, on 1 torch thread."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        result = subprocess.run([sys.executable, str(ROOT / "train.py"), *ARGS, f"hydra.run.dir={tmp}/run"], cwd=tmp,
+                                env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"the fingerprint run failed: {result.stderr[-2000:]}")
+        return training_metrics(Path(tmp) / "run")
+
+
+def script_sha256(script: Path) -> str:
+    return hashlib.sha256(script.read_bytes()).hexdigest()
+
+
+def record(name: str, script: Path | None = None) -> None:
+    """Records results NAME as made by `script` (default: the running __main__) and the code of today."""
+    script = Path(script or sys.modules["__main__"].__file__).resolve()
+    registry = json.loads(REGISTRY.read_text()) if REGISTRY.exists() else {}
+    registry[name] = {"script": script.relative_to(ROOT).as_posix(), "script_sha256": script_sha256(script),
+                      "training": measure()}
+    REGISTRY.write_text(json.dumps(dict(sorted(registry.items())), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(), indent=1))
