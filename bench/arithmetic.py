@@ -56,7 +56,7 @@ def main() -> None:
         lines.append(f"| `experiment=arithmetic_{r['algo']} seed={r['seed']}` | {cell(reference['accuracy'])} | "
                      f"{cell(policy['accuracy'])} | {cell(policy['pass@4'])} | {cell(policy['maj@4'])} | "
                      f"{r['kl_after']:.2f} | {r['wall_s']:.0f} s |")
-    publish("arithmetic", results, lines, ["docs/tasks.md"])
+    publish("arithmetic", {"runs": results}, lines, ["docs/tasks.md"])
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def main() -> None:
         task = r["task"]
         lines.append(f"| {r['label']} (`{' '.join(r['overrides'][1:])}`) | {cell(task['reference']['accuracy'])} | "
                      f"{cell(task['policy']['accuracy'])} | 0.00 -> {r['kl_after']:.2f} | {r['wall_s']:.0f} s |")
-    publish("policy_losses", results, lines, ["docs/algorithms.md"])
+    publish("policy_losses", {"runs": results}, lines, ["docs/algorithms.md"])
 
 
 if __name__ == "__main__":

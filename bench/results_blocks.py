@@ -38,13 +38,12 @@ def publish(name: str, data: dict, lines: list[str], pages: list[str], echo: boo
     (bench/fingerprint.py: a test then names the results the code has moved past)."""
     import json
 
-    if fingerprint:
-        from fingerprint import record
-
-        record(name)
-
     (ROOT / "bench" / "results" / f"{name}.json").write_text(json.dumps({**data, "machine": machine()}, indent=2))
     (ROOT / "bench" / "results" / f"{name}.md").write_text("\n".join(lines) + "\n")
     fill_results(name, pages)
     if echo:
         print("\n".join(lines))
+    if fingerprint:  # once the results are written
+        from fingerprint import record
+
+        record(name)
