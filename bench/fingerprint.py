@@ -54,12 +54,14 @@ def script_sha256(script: Path) -> str:
     return hashlib.sha256(script.read_bytes()).hexdigest()
 
 
-def record(name: str, script: Path | None = None) -> None:
-    """Records results NAME as made by `script` (default: the running __main__) and the code of today."""
+def record(*names: str, script: Path | None = None) -> None:
+    """Records the results NAMES as made by `script` (default: the running __main__) and the code of today (one
+    short run for all of them)."""
     script = Path(script or sys.modules["__main__"].__file__).resolve()
     registry = json.loads(REGISTRY.read_text()) if REGISTRY.exists() else {}
-    registry[name] = {"script": script.relative_to(ROOT).as_posix(), "script_sha256": script_sha256(script),
-                      "training": measure()}
+    made = {"script": script.relative_to(ROOT).as_posix(), "script_sha256": script_sha256(script),
+            "training": measure()}
+    registry.update(dict.fromkeys(names, made))
     REGISTRY.write_text(json.dumps(dict(sorted(registry.items())), indent=1) + "\n")
 
 
