@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 
@@ -32,6 +33,15 @@ class LastCheckpoint(ModelCheckpoint):
         candidates = self._monitor_candidates(trainer)
         self._save_topk_checkpoint(trainer, candidates)
         self._save_last_checkpoint(trainer, candidates)
+
+    def _monitor_candidates(self, trainer: L.Trainer) -> dict[str, torch.Tensor]:
+        """`{step}` in the file name is the RL step, as every_n_train_steps counts: PPO takes several optimizer steps
+        per RL step (num_ppo_epochs x num_mini_batches), and Lightning's step counts those."""
+        candidates = super()._monitor_candidates(trainer)
+        rl_step = getattr(trainer.lightning_module, "rl_step", None)
+        if rl_step is not None:
+            candidates["step"] = torch.tensor(rl_step)
+        return candidates
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A resume into a new run directory starts this directory's checkpoint bookkeeping afresh (the old

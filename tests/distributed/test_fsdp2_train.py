@@ -91,29 +91,21 @@ def test_rloo_under_fsdp2_samples_and_trains_as_under_ddp_whose_ranks_stay_ident
     assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2)
 
 
-def test_ppo_under_fsdp2_samples_and_trains_as_under_ddp(tmp_path):
-    """PPO's value head, sharded beside the policy, through train.py. The updates of every algorithm, LoRA and full
-    fine-tuning, are tests/distributed/test_fsdp2_equivalence.py's (on a fixed rollout); sampling on the whole
-    gathered weights of a full fine-tuning is the "whole" run of the sharded loading test below."""
-    overrides = ["algo=ppo"]
-    ddp = train(tmp_path / "ddp", "steps=3", *DDP, *overrides)
-    fsdp2 = train(tmp_path / "fsdp2", "steps=3", *FSDP2, *overrides)
-    assert_fsdp2_trains_as_ddp_does(tmp_path / "ddp", ddp, tmp_path / "fsdp2", fsdp2)
-
-
 def test_a_checkpoint_resumes_exactly_and_exports(tmp_path):
-    """Checkpoints are directories of shards. A 4-step run, resumed in a new directory from its step-2 checkpoint on
-    the same 2 ranks, logs and trains what the uninterrupted run did, to the last digit: the ranks' responses stop
-    at different lengths, so each rank must get its own random state back. Export makes a Hugging Face model of the
+    """Checkpoints are directories of shards. A 4-step PPO run (its value head sharded beside the policy), resumed in
+    a new directory from its step-2 checkpoint on the same 2 ranks, logs and trains what the uninterrupted run did,
+    to the last digit: the ranks' responses stop at different lengths, so each rank must get its own random state
+    back. (PPO's updates equal one process's in tests/distributed/test_fsdp2_equivalence.py, on a fixed rollout;
+    sampling on gathered weights equals DDP's in the RLOO test above.) Export makes a Hugging Face model of the
     trained policy, from the sharded checkpoint and at the end of the run (export_dir=). (A checkpoint written as one
     full file resumes in the sharded loading test below.)"""
     longer = [a for a in SHORT if not a.startswith("algo.response_length")] + ["algo.response_length=32"]
     every_two = ["callbacks.model_checkpoint.every_n_train_steps=2", "callbacks.model_checkpoint.save_top_k=-1"]
 
     def run(run_dir, *extra):
-        result = run_app("train.py", f"hydra.run.dir={run_dir}", "steps=4", *FSDP2, *longer, *every_two, *extra,
-                         "+callbacks.dump._target_=tests.helpers.DumpTrainable", f"+callbacks.dump.path={run_dir}/dump",
-                         cwd=ROOT)
+        result = run_app("train.py", f"hydra.run.dir={run_dir}", "algo=ppo", "steps=4", *FSDP2, *longer, *every_two,
+                         *extra, "+callbacks.dump._target_=tests.helpers.DumpTrainable",
+                         f"+callbacks.dump.path={run_dir}/dump", cwd=ROOT)
         assert result.returncode == 0, result.stderr[-3000:]
         return result
 
