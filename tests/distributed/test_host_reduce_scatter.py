@@ -1,26 +1,35 @@
 """Gradient reduce-scatter between CPU ranks in pieces: the same numbers as gloo's own reduce-scatter (two ranks:
 to the last bit), and trainer=fsdp2 on CPU reduce-scatters every unit's gradients through it."""
 
-import os
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from lit_rlhf.assets import TINY_PYTHIA
+from tests.distributed.ranks import run_two_ranks
 
 pytestmark = pytest.mark.multi_rank  # each test starts 2 ranks
 
 
-def worker(rank: int, port: int, out: str) -> None:
+def worker(rank: int, init_method: str, out: str) -> None:
+    from lit_rlhf.distributed import host_reduce_scatter
+
+    torch.distributed.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
+    patched = {name: getattr(host_reduce_scatter, name) for name in ("PIECE_BYTES", "reduce_scatter_in_pieces")}
+    try:
+        compare_and_train(rank, out)
+    finally:
+        for name, value in patched.items():
+            setattr(host_reduce_scatter, name, value)
+        torch.distributed.destroy_process_group()
+
+
+def compare_and_train(rank: int, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from lit_rlhf.distributed import host_reduce_scatter
     from lit_rlhf.distributed.sharding import full_tensor, shard
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
     host_reduce_scatter.PIECE_BYTES = 7 * 4  # 7 floats a piece: a chunk of 23 takes 4 exchanges, the last short
     torch.manual_seed(rank)
     ops = {"sum": torch.distributed.ReduceOp.SUM, "avg": torch.distributed.ReduceOp.AVG}
@@ -43,13 +52,10 @@ def worker(rank: int, port: int, out: str) -> None:
     model(tokens).logits.float().square().mean().backward()
     grads = {name: full_tensor(p.grad).clone() for name, p in model.named_parameters()}
     torch.save({"same": same, "calls": calls, "grads": grads}, f"{out}/rank{rank}.pt")
-    torch.distributed.destroy_process_group()
 
 
 def test_pieces_give_gloos_numbers_and_fsdp2_reduces_through_them(tmp_path):
-    from tests.distributed.test_fsdp2_train import free_port
-
-    mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(worker, str(tmp_path))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
     for rank in ranks:

@@ -2,11 +2,8 @@
 parameters costs no memory, wraps in LoRA as a loaded model does (the same random numbers drawn), and each rank
 reads only its shards' rows of the safetensors files; gathered, the weights are from_pretrained's."""
 
-import os
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from lit_rlhf.assets import TINY_PYTHIA
@@ -15,6 +12,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.policy import fit_embeddings, load_policy
 from tests.conftest import LORA
+from tests.distributed.ranks import run_two_ranks
 from tests.helpers import save_reward_model
 
 
@@ -92,7 +90,17 @@ def test_ppo_reads_a_reward_model_critic_by_shards_too(tmp_path, monkeypatch):
     assert 0.01 < head.weight.std() < 0.03  # normal(0, initializer_range=0.02), not a placeholder's zeros
 
 
-def two_rank_worker(rank: int, port: int, out: str) -> None:
+def two_rank_worker(rank: int, init_method: str, out: str) -> None:
+    torch.distributed.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
+    rows = WeightFiles.rows
+    try:
+        load_both_by_shards(rank, out)
+    finally:
+        WeightFiles.rows = rows
+        torch.distributed.destroy_process_group()
+
+
+def load_both_by_shards(rank: int, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy
 
@@ -100,8 +108,6 @@ def two_rank_worker(rank: int, port: int, out: str) -> None:
     from lit_rlhf.distributed.sharding import full_tensor, shard
     from lit_rlhf.models.value import load_reward_model_critic
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
     read = {}
     rows = WeightFiles.rows
 
@@ -122,17 +128,14 @@ def two_rank_worker(rank: int, port: int, out: str) -> None:
                     for unit in policy.modules() if hasattr(unit, "_get_fsdp_state"))
     saved = {"read": read, "whole": whole, "whole_critic": whole_critic, "offloaded": offloaded}
     torch.save(saved, f"{out}/rank{rank}.pt")
-    torch.distributed.destroy_process_group()
 
 
 @pytest.mark.multi_rank
 def test_each_rank_reads_only_its_rows(tmp_path):
     """The policy and a PPO critic's reward model, sharded over 2 ranks (CPU-offloaded): each rank reads its half of
     every tensor's rows, and the shards gathered are the files' tensors."""
-    from tests.distributed.test_fsdp2_train import free_port
-
     reward_model = save_reward_model(tmp_path / "reward_model")
-    mp.spawn(two_rank_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(two_rank_worker, str(tmp_path))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     loaded = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
     expected = dict(loaded.named_parameters())
