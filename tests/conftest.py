@@ -12,12 +12,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
-# Lightning, imported here before any logging handler exists, keeps its own console handler and does not propagate,
-# as in a user's `python train.py` (which imports it before Hydra configures logging); first imported inside a test,
-# it would find pytest's handlers and send its lines into the run's train.log
-import lightning  # noqa: E402, F401
-
 from lit_rlhf.assets import TINY_PYTHIA  # noqa: E402
+
+
+def pytest_configure(config):
+    """Lightning, imported before any logging handler exists, keeps its own console handler and does not propagate,
+    as in a user's `python train.py` (which imports it before Hydra configures logging); first imported inside a
+    test, it would find pytest's handlers and send its lines into the run's train.log. pytest-xdist's controller
+    runs no test, and skips the import's seconds."""
+    if not config.getvalue("numprocesses") or os.environ.get("PYTEST_XDIST_WORKER"):
+        import lightning  # noqa: F401
 
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear"}
 

@@ -15,4 +15,5 @@ def test_rl_steps_stops_after_that_many_rollouts_and_checkpoints_count_rl_steps(
                         accelerator="cpu", callbacks=[checkpoint])  # no max_steps
     trainer.fit(module, make_datamodule())
     assert module.rl_step == 3 and trainer.global_step == 3 * 4
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "rlstep=8.ckpt"]  # after RL step 2 (global 8)
+    # after RL step 2 (Lightning's step 8): `{step}` in a file name is the RL step too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "rlstep=2.ckpt"]
