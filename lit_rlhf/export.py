@@ -18,8 +18,9 @@ from pathlib import Path
 
 from peft import PeftModel
 
-from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
-from lit_rlhf.checkpoint_targets import rlhf_module_class
+from lit_rlhf.checkpoints.files import writing
+from lit_rlhf.checkpoints.loading import load_checkpoint_file
+from lit_rlhf.checkpoints.targets import rlhf_module_class
 from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error, os_error_message
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
@@ -35,7 +36,9 @@ def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None
     if checkpoint is None:
         checkpoint = load_checkpoint_file(ckpt_path)  # weights-only, local path or URL
     require_rl_checkpoint(checkpoint, ckpt_path)
-    cls = rlhf_module_class(checkpoint["rlhf_state"]["algo"])
+    from lit_rlhf.algos import RLHFModule
+
+    cls = rlhf_module_class(checkpoint["rlhf_state"]["algo"], RLHFModule)
     overrides, settings = settings or {}, checkpoint_settings(checkpoint, ckpt_path)
     settings.update(overrides, model={**settings["model"], "trust_remote_code": trust_remote_code})
     if checkpoint["hyper_parameters"]["model"].get("trust_remote_code") and not trust_remote_code:

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from lit_rlhf.config.docs import fill_tables
+from lit_rlhf.cli.settings_tables import fill_tables
 
 if __name__ == "__main__":
     page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"

@@ -3,8 +3,8 @@ names; an attribute path through a lit_rlhf module to other code is refused."""
 
 import pytest
 
-from lit_rlhf.algos import GRPOModule, RLOOModule
-from lit_rlhf.checkpoint_targets import only_registered_targets, rlhf_module_class
+from lit_rlhf.algos import GRPOModule, RLHFModule, RLOOModule
+from lit_rlhf.checkpoints.targets import only_registered_targets, rlhf_module_class
 from lit_rlhf.errors import ConfigError
 
 
@@ -40,12 +40,12 @@ def test_registered_classes_pass_under_their_package_and_defining_module_names()
 
 
 def test_algorithm_names_resolve_to_rlhf_modules_only():
-    assert rlhf_module_class("lit_rlhf.algos.grpo.GRPOModule") is GRPOModule
-    assert rlhf_module_class("lit_rlhf.algos.RLOOModule") is RLOOModule
+    assert rlhf_module_class("lit_rlhf.algos.grpo.GRPOModule", RLHFModule) is GRPOModule
+    assert rlhf_module_class("lit_rlhf.algos.RLOOModule", RLHFModule) is RLOOModule
     for name in ("lit_rlhf.algos.grpo.torch.nn.Module", "lit_rlhf.export.importlib.import_module", "os.PathLike",
                  "lit_rlhf.algos.base.RLHFModule.__subclasses__", "no.such.Module", ""):
         with pytest.raises(ConfigError, match="which is not an RLHFModule class"):
-            rlhf_module_class(name)
+            rlhf_module_class(name, RLHFModule)
 
 
 class MyAlgorithm(GRPOModule):
@@ -53,6 +53,7 @@ class MyAlgorithm(GRPOModule):
 
 
 def test_a_users_own_subclass_in_an_imported_module_is_accepted():
-    assert rlhf_module_class(f"{__name__}.MyAlgorithm") is MyAlgorithm
+    assert rlhf_module_class(f"{__name__}.MyAlgorithm", RLHFModule) is MyAlgorithm
     with pytest.raises(ConfigError, match="which is not an RLHFModule class"):
-        rlhf_module_class(f"{__name__}.GRPOModule")  # only imported here: a reach through this module's attributes
+        # only imported here: a reach through this module's attributes
+        rlhf_module_class(f"{__name__}.GRPOModule", RLHFModule)

@@ -19,7 +19,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.asynchronous import AsyncRollouts, check_concurrent_draws
-from lit_rlhf.algos.checkpointing import TrainedStateCheckpoints
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import EpisodeSupport
 from lit_rlhf.algos.gold import check_gold_reward
@@ -30,6 +29,7 @@ from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.algos.step_stats import StepStatistics
 from lit_rlhf.algos.strategies import StrategySupport
+from lit_rlhf.checkpoints.state import TrainedStateCheckpoints
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.docs import settings_docstring
 from lit_rlhf.config.idle import idle_settings

@@ -13,10 +13,10 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.rollout_stats import zero_std_groups
 from lit_rlhf.config import GRPOConfig
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
+from lit_rlhf.statistics.rollout import zero_std_groups
 
 
 class GRPOModule(RLHFModule):

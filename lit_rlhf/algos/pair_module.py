@@ -14,8 +14,8 @@ from typing import Any
 import lightning as L
 import torch
 
-from lit_rlhf.algos.resume_checks import check_resume
-from lit_rlhf.algos.run_identity import path_digest
+from lit_rlhf.checkpoints.resume_checks import check_resume
+from lit_rlhf.checkpoints.run_identity import path_digest
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops.finite import all_finite
 

@@ -12,8 +12,8 @@ import torch
 
 from lit_rlhf.algos.gold import gold_step_stats
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.rollout_stats import completion_stats, group_stats, host_values, mean_over_ranks, reward_stats
 from lit_rlhf.rollout.trajectory import episode_stats
+from lit_rlhf.statistics.rollout import completion_stats, group_stats, host_values, mean_over_ranks, reward_stats
 
 
 class StepStatistics:

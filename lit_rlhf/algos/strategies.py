@@ -9,11 +9,12 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.algos.scoring import reward_waits
-from lit_rlhf.checkpoint_io import SafeCheckpointIO
+from lit_rlhf.checkpoints.loading import SafeCheckpointIO
 from lit_rlhf.distributed.meta_loading import materialize, placeholders_to_meta
 from lit_rlhf.distributed.sharding import is_sharded, shard
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.rewards import SequenceClassifierReward, reward_models
+from lit_rlhf.models.reward_set import reward_models
+from lit_rlhf.models.rewards import SequenceClassifierReward
 from lit_rlhf.rollout.hf import HFEngine
 
 

@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from lit_rlhf.checkpoint_io import PARTIAL_MARK, atomic_torch_save, fsync_directory
+from lit_rlhf.checkpoints.files import PARTIAL_MARK, atomic_torch_save, fsync_directory
 from lit_rlhf.errors import ConfigError
 
 META_FILE = "meta.pt"  # Lightning's name for a sharded checkpoint's metadata

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
-from lit_rlhf.algos.run_identity import check_same_run, run_identity
-from lit_rlhf.checkpoint_io import tensors_digest
+from lit_rlhf.checkpoints.files import tensors_digest
+from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr
+from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity
 from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted

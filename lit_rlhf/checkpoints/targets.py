@@ -71,24 +71,22 @@ def only_registered_targets(config: Any, group: str) -> Any:
     return config
 
 
-def rlhf_module_class(qualified_name: Any) -> type:
-    """The RLHFModule subclass a checkpoint's rlhf_state.algo names: one of lit_rlhf's algorithms, or a subclass
-    defined in a module the user has already imported (a checkpoint never makes us import, or reach through a
-    module's attributes to, anything else)."""
-    from lit_rlhf.algos import RLHFModule
-
+def rlhf_module_class(qualified_name: Any, base: type) -> type:
+    """The subclass of `base` (RLHFModule) a checkpoint's rlhf_state.algo names: one of lit_rlhf's algorithms, or a
+    subclass defined in a module the user has already imported (a checkpoint never makes us import, or reach through
+    a module's attributes to, anything else)."""
     name = str(qualified_name)
     module_name, _, class_name = name.rpartition(".")
     module = sys.modules.get(module_name)
     cls = vars(module).get(class_name) if module is not None else None
     defined_there = isinstance(cls, type) and cls.__module__ == module_name
-    if not (defined_there and issubclass(cls, RLHFModule)):
-        known = public_names(tuple(all_subclasses(RLHFModule)))
+    if not (defined_there and issubclass(cls, base)):
+        known = public_names(tuple(all_subclasses(base)))
         if name in known:  # lit_rlhf's own algorithms under a package's name (lit_rlhf.algos.GRPOModule)
             return known[name]
-        raise ConfigError(f"the checkpoint names algo {name[:200]!r}, which is not an RLHFModule class lit_rlhf or "
-                          f"your program defines; give a checkpoint written by train.py (or import the module that "
-                          f"defines its algorithm before loading it).")
+        raise ConfigError(f"the checkpoint names algo {name[:200]!r}, which is not an {base.__name__} class "
+                          f"lit_rlhf or your program defines; give a checkpoint written by train.py (or import the "
+                          f"module that defines its algorithm before loading it).")
     return cls
 
 

@@ -13,7 +13,7 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from lit_rlhf.checkpoint_io import load_checkpoint_file
+from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.train import instantiate_group, report, resume_path
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.noise import silence_known_noise

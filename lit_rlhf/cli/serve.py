@@ -62,7 +62,7 @@ def served_reward(cfg: DictConfig):
 
 
 def serve_reward(cfg: DictConfig) -> None:
-    from lit_rlhf.remote.server import serve
+    from lit_rlhf.cli.reward_server import serve
 
     mark_task_started()
     silence_known_noise()

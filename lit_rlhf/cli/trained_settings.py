@@ -2,7 +2,7 @@
 and env are used unless the command line picks others; the checkpoint's algorithm and model settings always are,
 but for algo.response_length and algo.temperature, which an evaluation may change. A checkpoint never chooses code
 to run: a reward, gold reward, task metric or environment it names must be one of lit_rlhf's registered classes
-(lit_rlhf/checkpoint_targets.py); any other must come from the command line. Nor does it choose where anything is
+(lit_rlhf/checkpoints/targets.py); any other must come from the command line. Nor does it choose where anything is
 sent or which of the user's files and secrets are read: a reward server or judge endpoint it names (with the
 environment variable whose value goes along as a token), or a local data file, is used only when the command line
 names it, or confirms the checkpoint's with trust_checkpoint_io=true."""
@@ -16,7 +16,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from lit_rlhf.checkpoint_targets import only_registered_targets, public_names
+from lit_rlhf.checkpoints.targets import only_registered_targets, public_names
 from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.terminal import printable

@@ -4,6 +4,7 @@ Names follow TRL's configs where TRL has one; defaults are ours, the same for Py
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
+from lit_rlhf.config.sampling_checks import check_unbiased
 from lit_rlhf.config.settings import setting
 from lit_rlhf.config.validation import (
     check_choice,
@@ -148,9 +149,7 @@ class RLHFConfig:
         check_number("sapo_temperature_neg", self.sapo_temperature_neg, minimum=0, strictly=True)
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         check_shared_settings(self)
-        from lit_rlhf.rollout.sampling import check_unbiased  # refused when the module is built, not at sampling
-
-        check_unbiased(dict(self.generation_kwargs or {}), self.allow_biased_sampling)
+        check_unbiased(dict(self.generation_kwargs or {}), self.allow_biased_sampling)  # at build, not sampling
         if self.clip_low > self.clip_high:
             raise ConfigError(f"algo.cliprange_low={self.clip_low} is above algo.cliprange_high={self.clip_high}; "
                               f"clip-higher needs cliprange_high >= cliprange_low (e.g. 0.2 and 0.28).")

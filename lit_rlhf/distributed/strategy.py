@@ -4,7 +4,7 @@ Lightning's ModelParallelStrategy (FSDP2 + tensor parallelism) is the strategy w
 applies torch's `fully_shard`, on every accelerator including CPU (gloo). lit_rlhf uses its data-parallel
 dimension only: every rank is a data-parallel rank holding a shard of each model (tensor parallelism would
 split each sequence's forward, which sampling on gathered weights does not need). Checkpoints are sharded
-directories (lit_rlhf/distributed/checkpoint.py), or one full file with save_distributed_checkpoint=false.
+directories (lit_rlhf/checkpoints/sharded.py), or one full file with save_distributed_checkpoint=false.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from lit_rlhf.checkpoint_io import load_checkpoint_file, writing
+from lit_rlhf.checkpoints.files import writing
+from lit_rlhf.checkpoints.loading import load_checkpoint_file
+from lit_rlhf.checkpoints.sharded import load_tensors, read_meta, save_sharded
 from lit_rlhf.config.validation import check_flag
-from lit_rlhf.distributed.checkpoint import load_tensors, read_meta, save_sharded
 from lit_rlhf.distributed.host_memory import check_mmap_threshold, set_host_mmap_threshold
 from lit_rlhf.errors import ConfigError
 

@@ -15,7 +15,7 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import thread_pool
-from lit_rlhf.models.rewards import Reward, call_reward, load_reward
+from lit_rlhf.models.rewards import Reward, SequenceClassifierReward, call_reward, load_reward
 
 
 def reward_name(reward: Any) -> str:
@@ -81,3 +81,9 @@ class WeightedSum:
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> torch.Tensor:
         return self.combine(self.components(prompts, completions, columns))
+
+
+def reward_models(reward) -> list[SequenceClassifierReward]:
+    """The sequence-classification reward models in a reward (itself, or a WeightedSum's parts)."""
+    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
+    return [part for part in parts if isinstance(part, SequenceClassifierReward)]

@@ -60,14 +60,6 @@ def call_reward_with_columns(reward: Callable, prompts: Sequence[str], completio
     return reward(prompts, completions, **{k: v for k, v in columns.items() if k in parameters})
 
 
-def reward_models(reward) -> list[SequenceClassifierReward]:
-    """The sequence-classification reward models in a reward (itself, or a WeightedSum's parts)."""
-    from lit_rlhf.models.reward_set import WeightedSum
-
-    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
-    return [part for part in parts if isinstance(part, SequenceClassifierReward)]
-
-
 def load_reward(reward) -> None:
     """Loads a reward's weights now (rewards with a `load()` method), not at its first call."""
     load = getattr(reward, "load", None)

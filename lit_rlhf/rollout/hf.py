@@ -13,13 +13,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
 
+from lit_rlhf.config.sampling_checks import NEUTRAL_VALUES
 from lit_rlhf.config.validation import check_flag, check_setting_number, warn_once
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import compiled_decoding as compiled
 from lit_rlhf.rollout.engine import RolloutEngine, left_pad, random_stream
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
 from lit_rlhf.rollout.merged_adapters import check_merge_adapters, merged_adapters
-from lit_rlhf.rollout.sampling import NEUTRAL_VALUES, pure_sampling_config
+from lit_rlhf.rollout.sampling import pure_sampling_config
 
 SAMPLERS = ("inverse_cdf", "generate")
 # generate() settings that act only while generate() samples itself (its warpers after the temperature), or that

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.config.sampling_checks import check_unbiased
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.rollout.sampling import check_unbiased
 
 INSTALL_HINT = ("pip install -e '.[vllm]' where a GPU build of vLLM fits your torch, or make setup-vllm for the "
                 "CPU build in its own environment .venv-vllm")

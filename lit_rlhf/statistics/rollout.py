@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from lit_rlhf.evaluation.statistics import distinct_n
 from lit_rlhf.ops import group_all_equal
+from lit_rlhf.statistics.estimates import distinct_n
 
 
 def completion_stats(response_mask: torch.Tensor, contains_stop: torch.Tensor,

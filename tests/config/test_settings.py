@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.cli.resolvers import register_resolvers
-from lit_rlhf.config.docs import fill_tables
+from lit_rlhf.cli.settings_tables import fill_tables
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import VaderSentiment
 

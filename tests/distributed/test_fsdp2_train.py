@@ -249,7 +249,7 @@ def test_a_lost_rank_or_kill_9_while_checkpointing_leaves_whole_checkpoints_that
     import signal
     import time
 
-    from lit_rlhf.distributed.checkpoint import read_sharded_checkpoint
+    from lit_rlhf.checkpoints.sharded import read_sharded_checkpoint
 
     run_dir, rng = tmp_path / "run", random.Random(0)
     every_step = ["callbacks.model_checkpoint.every_n_train_steps=1", "callbacks.model_checkpoint.save_top_k=-1"]

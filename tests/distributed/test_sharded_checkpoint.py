@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from lit_rlhf.distributed import checkpoint as sharded
+from lit_rlhf.checkpoints import sharded
 from lit_rlhf.errors import ConfigError
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lit_rlhf.evaluation import RewardJudge
-from lit_rlhf.evaluation.statistics import bootstrap_mean_ci, distinct_n, per_prompt_mean
+from lit_rlhf.statistics.estimates import bootstrap_mean_ci, distinct_n, per_prompt_mean
 
 
 def test_distinct_n_counts_unique_ngrams_over_all_completions():

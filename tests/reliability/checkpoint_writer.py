@@ -13,7 +13,7 @@ import torch
 
 def write_forever(target: str, io_name: str) -> None:
     if io_name == "safe":
-        from lit_rlhf.checkpoint_io import SafeCheckpointIO
+        from lit_rlhf.checkpoints.loading import SafeCheckpointIO
 
         io = SafeCheckpointIO()
     else:
@@ -31,7 +31,7 @@ if __name__ == "__main__":
     target, io_name = sys.argv[1], sys.argv[2]
     import lightning.fabric.plugins.io.torch_io  # noqa: F401  (imported before forking, once)
 
-    import lit_rlhf.checkpoint_io  # noqa: F401
+    import lit_rlhf.checkpoints.loading  # noqa: F401
 
     print("ready", flush=True)
     for line in sys.stdin:

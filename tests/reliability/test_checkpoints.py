@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from lit_rlhf.checkpoint_io import SafeCheckpointIO
+from lit_rlhf.checkpoints.loading import SafeCheckpointIO
 from lit_rlhf.errors import ConfigError
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error

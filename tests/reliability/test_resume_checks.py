@@ -7,8 +7,8 @@ import shutil
 import pytest
 from safetensors.torch import load_file, save_file
 
-from lit_rlhf.algos.resume_checks import check_resume, check_resumed_lr
-from lit_rlhf.algos.run_identity import check_same_run
+from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr
+from lit_rlhf.checkpoints.run_identity import check_same_run
 from lit_rlhf.errors import ConfigError
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error

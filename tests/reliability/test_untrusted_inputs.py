@@ -110,7 +110,7 @@ def test_a_checkpoint_url_whose_server_never_answers_is_one_line_after_the_timeo
 
 
 def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run, tmp_path):
-    from lit_rlhf.checkpoint_io import load_checkpoint_file
+    from lit_rlhf.checkpoints.loading import load_checkpoint_file
 
     checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
     for sub, episode in (("a", 1), ("b", 2)):

@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
+from lit_rlhf.cli.reward_server import Batcher
 from lit_rlhf.remote import HTTPReward
-from lit_rlhf.remote.server import Batcher
 from lit_rlhf.tasks.arithmetic import ArithmeticCorrect
 from tests.apps import BASE_ENV, ROOT, run_app
 from tests.helpers import FAST, one_line_error
@@ -58,8 +58,8 @@ class ServedInThread:
         from hydra import compose, initialize_config_dir
 
         from lit_rlhf.cli.resolvers import register_resolvers
+        from lit_rlhf.cli.reward_server import create_app
         from lit_rlhf.cli.serve import served_name, served_reward
-        from lit_rlhf.remote.server import create_app
 
         self.env = env or {}
         os.environ.update(self.env)
@@ -226,8 +226,8 @@ def test_a_password_in_the_reward_url_is_masked_in_the_error_the_saved_configs_a
 def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
     import importlib.util
 
+    from lit_rlhf.cli.reward_server import serve
     from lit_rlhf.errors import UnavailableError
-    from lit_rlhf.remote.server import serve
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -259,9 +259,9 @@ def test_a_served_reward_model_asks_clients_for_the_stopped_column():
     """A reward model scores a completion that ended with the stop token with EOS after it: its server's /health
     names `stopped`, which every rollout makes, so a client sends it; a reward that does not read it is not sent
     it."""
+    from lit_rlhf.cli.reward_server import reward_columns
     from lit_rlhf.models import SequenceClassifierReward, VaderSentiment
     from lit_rlhf.models.reward_set import WeightedSum
-    from lit_rlhf.remote.server import reward_columns
 
     model = SequenceClassifierReward("a/folder")  # weights load on first call: none here
     assert reward_columns(model) == ["stopped"]

@@ -1,0 +1,126 @@
+"""Checkpoints read weights-only, refused in one line when unusable; Lightning's checkpoint_io made safe.
+
+A checkpoint file is loaded with torch.load(weights_only=True), from a path or a URL alike: it can hold tensors and
+plain values, never code. An http(s) checkpoint is downloaded afresh with a bounded wait
+(LIT_RLHF_DOWNLOAD_TIMEOUT_S), never served from a cache keyed by its file name. A directory is a sharded checkpoint
+of trainer=fsdp2 (lit_rlhf.checkpoints.sharded), read whole. SafeCheckpointIO writes atomically
+(lit_rlhf.checkpoints.files) and refuses to write weights that are not finite.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import os
+import pickle
+import re
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.cloud_io import _load as lightning_load
+from lightning.fabric.utilities.cloud_io import get_filesystem
+
+from lit_rlhf.checkpoints.files import atomic_torch_save, non_finite_tensors
+from lit_rlhf.checkpoints.sharded import read_sharded_checkpoint
+from lit_rlhf.errors import ConfigError
+
+DOWNLOAD_TIMEOUT_VARIABLE = "LIT_RLHF_DOWNLOAD_TIMEOUT_S"
+DEFAULT_DOWNLOAD_TIMEOUT_S = 60.0
+
+
+def is_remote(path: str | Path) -> bool:
+    return "://" in str(path)
+
+
+def download_timeout_s() -> float:
+    value = os.environ.get(DOWNLOAD_TIMEOUT_VARIABLE, str(DEFAULT_DOWNLOAD_TIMEOUT_S))
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{DOWNLOAD_TIMEOUT_VARIABLE}={value!r} is not a number of seconds; set it to e.g. "
+                          f"60.") from None
+
+
+def download(url: str, timeout_s: float) -> bytes:
+    """The body at an http(s) URL, read afresh every time (no cache keyed by file name): at most timeout_s
+    to connect, and to wait for each next block of bytes."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.read()
+    except TimeoutError as err:
+        raise ConfigError(f"ckpt_path={url!r}: the server sent nothing for {timeout_s:g} s; check the URL, or "
+                          f"raise {DOWNLOAD_TIMEOUT_VARIABLE}.") from err
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        reason = getattr(err, "reason", None) or err
+        raise ConfigError(f"ckpt_path={url!r} cannot be downloaded ({reason}); check the URL, or download the "
+                          f"file and give its path.") from err
+
+
+def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """torch.load(weights_only=True) of a local path or URL, with one-line errors for unusable files."""
+    name = str(path)
+    if not is_remote(name) and Path(name).is_dir():  # a sharded checkpoint of trainer=fsdp2, read whole
+        return read_sharded_checkpoint(name)
+    if not is_remote(name) and not Path(name).is_file():
+        raise ConfigError(f"ckpt_path={name!r} is not a file; give a .ckpt written by lit_rlhf "
+                          f"(e.g. <run dir>/checkpoints/last.ckpt).")
+    source: Any = name
+    if name.startswith(("http://", "https://")):  # torch.hub would cache it by its file name alone
+        source = io.BytesIO(download(name, download_timeout_s()))
+    try:
+        if isinstance(source, io.BytesIO):
+            checkpoint = torch.load(source, map_location=map_location, weights_only=True)
+        else:
+            checkpoint = lightning_load(name, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL (\S+)", str(err))  # the callable or class the pickle asks for
+        if found is None:  # not a pickle a checkpoint writer makes: random bytes, another format
+            raise ConfigError(f"ckpt_path={name!r} cannot be read (not a PyTorch checkpoint); give a .ckpt written "
+                              f"by lit_rlhf.") from err
+        what = f"it references {found.group(1)}"
+        raise ConfigError(f"ckpt_path={name!r} was refused: {what}, and checkpoints are loaded weights-only "
+                          f"(tensors and plain values, never code); give a checkpoint written by lit_rlhf.") from err
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+        raise ConfigError(f"ckpt_path={name!r} cannot be read ({type(err).__name__}: truncated, empty or not a "
+                          f"PyTorch checkpoint); resume from another checkpoint of the run.") from err
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(f"ckpt_path={name!r} is not a Lightning checkpoint (no state_dict); give one written "
+                          f"by lit_rlhf.")
+    malformed = [key for key, kind in (("state_dict", dict), ("hyper_parameters", dict), ("rlhf_state", dict),
+                                       ("optimizer_states", list)) if key in checkpoint
+                 and not isinstance(checkpoint[key], kind)]
+    if malformed or not all(isinstance(v, torch.Tensor) for v in checkpoint["state_dict"].values()):
+        what = malformed[0] if malformed else "state_dict (values that are not tensors)"
+        raise ConfigError(f"ckpt_path={name!r} has a malformed {what}; give a checkpoint written by lit_rlhf.")
+    return checkpoint
+
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """TorchCheckpointIO with atomic local writes, a finite-weights check and weights-only loads."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        if bad:
+            raise ConfigError(f"refusing to write {path}: {len(bad)} trained tensors hold NaN or inf (e.g. {bad[0]}); "
+                              f"the previous checkpoint is kept.")
+        if is_remote(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        if not is_remote(path) and Path(path).is_dir():
+            raise ConfigError(f"ckpt_path={str(path)!r} is a sharded checkpoint (trainer=fsdp2): resume it with "
+                              f"trainer=fsdp2 on the same number of ranks, or export it (python -m lit_rlhf.export) "
+                              f"and start from the exported model.")
+        return load_checkpoint_file(path, map_location=map_location or "cpu")
+
+    def remove_checkpoint(self, path) -> None:
+        fs = get_filesystem(path)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
