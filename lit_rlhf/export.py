@@ -10,19 +10,14 @@ the model's name_or_path. LoRA is merged into the base weights (safetensors + to
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from peft import PeftModel
-
-from lit_rlhf.checkpoints.files import writing
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.checkpoints.targets import rlhf_module_class
 from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error, os_error_message
-from lit_rlhf.models.policy import TRAINABLE_ADAPTER
+from lit_rlhf.models.export import export_model
 
 
 def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None, trust_remote_code: bool = False,
@@ -91,59 +86,9 @@ def remote_code_refused(name_or_path: str, flag: str):
                           f"unless you pass {flag} (only if you trust that code).") from err
 
 
-def check_export_dir(out_dir: str | Path, key: str = "out_dir") -> Path:
-    """The export target: a new or empty directory (an export never overwrites another model's files)."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{key}={str(out_dir)!r} is a file; give a new directory to export into.")
-    if out.is_dir() and any(out.iterdir()):
-        raise ConfigError(f"{key}={str(out_dir)!r} is not empty (it would overwrite its files); give a new or empty "
-                          f"directory.")
-    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
-    if not os.access(existing, os.W_OK):
-        raise ConfigError(f"{key}={str(out_dir)!r} cannot be written ({existing} is read-only); give a directory you "
-                          f"can write to.")
-    return out
-
-
 def export_policy(module, out_dir: str | Path, adapter_only: bool = False) -> Path:
-    """Writes the policy (merged) or its trained adapter, with the tokenizer, to out_dir."""
-    out = check_export_dir(out_dir)
-    policy = module.policy
-    if adapter_only and not isinstance(policy, PeftModel):
-        raise ConfigError("--adapter-only needs a LoRA run; this one fine-tuned the full model (model.lora=null).")
-    created = not out.exists()
-    try:
-        write_policy(module, policy, out, adapter_only)
-    except BaseException:
-        if created:  # no half-written model directory stays behind
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-    return out
-
-
-def write_policy(module, policy, out: Path, adapter_only: bool) -> None:
-    with writing(out):
-        out.mkdir(parents=True, exist_ok=True)
-        if isinstance(policy, PeftModel) and adapter_only:
-            policy.save_pretrained(out, selected_adapters=[TRAINABLE_ADAPTER])
-        elif isinstance(policy, PeftModel):
-            merged = policy.merge_and_unload(adapter_names=[TRAINABLE_ADAPTER])
-            merged.save_pretrained(out, safe_serialization=True)
-        else:
-            policy.save_pretrained(out, safe_serialization=True)
-        module.tokenizer.save_pretrained(out)
-    readable_as_umask_allows(out)
-
-
-def readable_as_umask_allows(directory: Path) -> None:
-    """Files as the user's umask makes new files (safetensors writes its file 0600 through a temporary file): an
-    exported model is read by other tools and users as any file the user writes."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in directory.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            os.chmod(path, 0o666 & ~umask)
+    """Writes the module's policy (merged) or its trained adapter, with the tokenizer, to out_dir."""
+    return export_model(module.policy, module.tokenizer, out_dir, adapter_only)
 
 
 def main() -> None:

@@ -114,3 +114,13 @@ class KillAt(L.Callback):
 
         if module.rl_step == self.rl_step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def assert_readable_as_umask_allows(folder) -> None:
+    """An exported model folder's files have the modes the user's umask gives new files."""
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir() if p.is_file()}
+    assert modes and all(mode == 0o666 & ~umask for mode in modes.values()), modes

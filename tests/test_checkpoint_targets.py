@@ -24,8 +24,8 @@ def test_every_target_of_the_shipped_reward_metric_and_env_configs_is_registered
             assert only_registered_targets(config, group) is config, path
 
 
-@pytest.mark.parametrize("target", ["lit_rlhf.export.shutil.copyfile", "lit_rlhf.models.os.system", "os.system",
-                                    "lit_rlhf.tasks.metrics.ExactMatch", "lit_rlhf.export.write_policy",
+@pytest.mark.parametrize("target", ["lit_rlhf.models.export.shutil.copyfile", "lit_rlhf.models.os.system", "os.system",
+                                    "lit_rlhf.tasks.metrics.ExactMatch", "lit_rlhf.models.export.export_model",
                                     "lit_rlhf.models.WeightedSum.__init__.__globals__"])
 def test_reward_targets_other_than_registered_classes_are_refused(target):
     config = {"_target_": "lit_rlhf.models.WeightedSum", "rewards": {"x": {"_target_": target}}, "weights": {"x": 1}}
@@ -42,7 +42,7 @@ def test_registered_classes_pass_under_their_package_and_defining_module_names()
 def test_algorithm_names_resolve_to_rlhf_modules_only():
     assert rlhf_module_class("lit_rlhf.algos.grpo.GRPOModule", RLHFModule) is GRPOModule
     assert rlhf_module_class("lit_rlhf.algos.RLOOModule", RLHFModule) is RLOOModule
-    for name in ("lit_rlhf.algos.grpo.torch.nn.Module", "lit_rlhf.export.importlib.import_module", "os.PathLike",
+    for name in ("lit_rlhf.algos.grpo.torch.nn.Module", "lit_rlhf.lazy_exports.importlib.import_module", "os.PathLike",
                  "lit_rlhf.algos.base.RLHFModule.__subclasses__", "no.such.Module", ""):
         with pytest.raises(ConfigError, match="which is not an RLHFModule class"):
             rlhf_module_class(name, RLHFModule)

@@ -17,7 +17,6 @@ Shapes: B pairs, L sequence length; a batch holds the B chosen sequences, then t
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from dataclasses import asdict
@@ -27,11 +26,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lit_rlhf.algos.pair_module import PairModule, check_finite_weights
+from lit_rlhf.algos.pair_module import PairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_optimizer, is_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_policy, load_tokenizer
+from lit_rlhf.models.export import export_model
 from lit_rlhf.ops.logprobs import logprobs_from_logits
 
 
@@ -102,11 +102,4 @@ class DPOModule(PairModule):
     def save_policy(self, directory: str | Path) -> Path:
         """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer:
         `evaluate.py policy_path=<folder>` compares it with the model it started from."""
-        directory = Path(directory)
-        model = self.policy
-        if hasattr(model, "merge_and_unload"):
-            model = copy.deepcopy(model).merge_and_unload()
-        check_finite_weights(model, directory)
-        model.save_pretrained(directory)
-        self.tokenizer.save_pretrained(directory)
-        return directory
+        return export_model(self.policy, self.tokenizer, directory, on_a_copy=True, key="save_dir", into_existing=True)

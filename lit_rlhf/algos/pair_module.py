@@ -8,7 +8,6 @@ Shapes: a batch holds the B chosen sequences, then the B rejected (2B,L)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -38,13 +37,6 @@ def stop_unless_finite(module: L.LightningModule, what: str, tensors: Iterable[t
     raise ConfigError(f"training step {module.global_step}: the {what} is not finite (NaN or inf), so the run stops "
                       f"before the update applies it and saves no model; lower algo.optimizer.lr (now "
                       f"{learning_rate(module)}) or check the pairs' margins.")
-
-
-def check_finite_weights(model: torch.nn.Module, directory: Path) -> None:
-    """Refuses to save a model folder whose weights hold NaN or inf."""
-    if not all_finite([p.detach() for p in model.parameters()]):
-        raise ConfigError(f"the trained weights hold NaN or inf, so nothing was saved to {directory}; lower "
-                          f"algo.optimizer.lr and train again.")
 
 
 def save_pairs_identity(module: L.LightningModule, checkpoint: dict) -> None:

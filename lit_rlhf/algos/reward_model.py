@@ -13,7 +13,6 @@ Shapes: B pairs, L sequence length; a batch holds the B chosen sequences, then t
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import math
@@ -25,10 +24,11 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForSequenceClassification
 
-from lit_rlhf.algos.pair_module import PairModule, check_finite_weights
+from lit_rlhf.algos.pair_module import PairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_flag, check_optimizer, is_number
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.export import export_model
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.policy import with_lora
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
@@ -122,14 +122,7 @@ class RewardModelModule(PairModule):
 
     def save_reward_model(self, directory: str | Path) -> Path:
         """A folder `reward=reward_model` loads as it is: merged weights (safetensors), tokenizer, reward_stats.json."""
-        directory = Path(directory)
-        model = self.backbone
-        if hasattr(model, "merge_and_unload"):  # LoRA: the adapters merged into a copy, the head kept
-            model = copy.deepcopy(model).merge_and_unload()
-        check_finite_weights(model, directory)
-        model.save_pretrained(directory)
-        self.tokenizer.save_pretrained(directory)
         stats = self.reward_stats()
-        if stats is not None:
-            (directory / REWARD_STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
-        return directory
+        extra = None if stats is None else {REWARD_STATS_FILE: json.dumps(stats, indent=2) + "\n"}
+        return export_model(self.backbone, self.tokenizer, directory, on_a_copy=True, extra_files=extra, key="save_dir",
+                            into_existing=True)

@@ -55,7 +55,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     check_run_settings(cfg)
     rank_zero_only(hide_passwords_in_saved_configs)()
     if cfg.get("export_dir"):  # checked now, not after training
-        from lit_rlhf.export import check_export_dir
+        from lit_rlhf.models.export import check_export_dir
 
         check_export_dir(cfg.export_dir, "export_dir")
     L.seed_everything(cfg.seed, workers=True)

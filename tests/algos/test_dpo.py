@@ -14,6 +14,7 @@ from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.errors import ConfigError
 from tests.algos.test_reward_model import separable_pairs
 from tests.conftest import LORA, TINY_PYTHIA
+from tests.helpers import assert_readable_as_umask_allows
 
 
 def log_sigmoid(x):
@@ -61,6 +62,7 @@ def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy
     assert float(trainer.callback_metrics["eval/rewards/accuracies"]) >= 0.9
     assert float(trainer.callback_metrics["eval/loss"]) < 0.3
     folder = module.save_policy(tmp_path / "policy")
+    assert_readable_as_umask_allows(folder)  # the one exporter's (safetensors alone writes 0600)
     saved = AutoModelForCausalLM.from_pretrained(folder).eval()
     module.policy.eval()
     ids = torch.tensor([[5, 6, 7, 8, 9]])

@@ -15,6 +15,7 @@ from lit_rlhf.data.preference_datamodule import PreferenceDataModule
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.rewards import SequenceClassifierReward
 from tests.conftest import LORA, TINY_PYTHIA
+from tests.helpers import assert_readable_as_umask_allows
 
 
 def log_sigmoid(x):
@@ -68,6 +69,7 @@ def test_a_tiny_reward_model_learns_separable_pairs_and_its_folder_scores_the_sa
     assert float(trainer.callback_metrics["val/loss"]) < loss_before / 2
     folder = module.save_reward_model(tmp_path / "rm")
     assert not any(p.name.startswith("adapter") for p in folder.iterdir())  # merged: a plain model folder
+    assert_readable_as_umask_allows(folder)
     stats = json.loads((folder / "reward_stats.json").read_text())
     assert stats["count"] == 64 and stats["std"] > 0  # 32 held-out pairs, both responses
 

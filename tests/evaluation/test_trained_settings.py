@@ -44,16 +44,17 @@ def test_algorithm_settings_other_than_length_and_temperature_are_refused_with_a
 
 @pytest.mark.parametrize("group, target", [
     ("reward", "os.system"),
-    ("reward", "lit_rlhf.export.shutil.copyfile"),  # a prefix inside lit_rlhf, an attribute path out of it
-    ("task_metrics", "lit_rlhf.export.os.makedirs"),
-    ("env", "lit_rlhf.export.write_policy"),  # lit_rlhf's own, but not an environment
+    ("reward", "lit_rlhf.models.export.shutil.copyfile"),  # a prefix inside lit_rlhf, an attribute path out of it
+    ("task_metrics", "lit_rlhf.models.export.os.makedirs"),
+    ("env", "lit_rlhf.models.export.export_model"),  # lit_rlhf's own, but not an environment
 ])
 def test_a_checkpoint_cannot_choose_the_code_it_runs(group, target, arithmetic_run, tmp_path):
     checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     victim, made = tmp_path / "victim.txt", tmp_path / "made_by_checkpoint"
     victim.write_text("the user's data")
-    arguments = {"os.system": [f"touch {made}"], "lit_rlhf.export.shutil.copyfile": ["/dev/null", str(victim)],
-                 "lit_rlhf.export.os.makedirs": [str(made)], "lit_rlhf.export.write_policy": [None, None, str(made)]}
+    arguments = {"os.system": [f"touch {made}"], "lit_rlhf.models.export.shutil.copyfile": ["/dev/null", str(victim)],
+                 "lit_rlhf.models.export.os.makedirs": [str(made)],
+                 "lit_rlhf.models.export.export_model": [None, None, str(made)]}
     crafted = {"_target_": target, "_args_": arguments[target]}
     checkpoint["rlhf_state"]["run_config"][group] = {"name": crafted} if group == "task_metrics" else crafted
     torch.save(checkpoint, tmp_path / "crafted.ckpt")
@@ -62,7 +63,7 @@ def test_a_checkpoint_cannot_choose_the_code_it_runs(group, target, arithmetic_r
     assert victim.read_text() == "the user's data" and not made.exists()
 
 
-@pytest.mark.parametrize("algo", ["lit_rlhf.export.importlib.import_module", "os.PathLike",
+@pytest.mark.parametrize("algo", ["lit_rlhf.lazy_exports.importlib.import_module", "os.PathLike",
                                   "lit_rlhf.algos.base.torch.nn.Module"])
 def test_a_checkpoint_names_only_an_rlhf_module_as_its_algorithm(algo, arithmetic_run, tmp_path):
     checkpoint = torch.load(arithmetic_run / "run" / "checkpoints" / "last.ckpt", weights_only=True)
