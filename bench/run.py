@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import workload as W
+from fingerprint import record
 
 BENCH = Path(__file__).resolve().parent
 PHASES = ("generation", "policy forward/backward", "reference forward", "reward", "optimizer", "other")
@@ -118,6 +119,8 @@ def main() -> None:
     (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     (out / f"{name}.md").write_text(table)
+    if name == "cpu":  # the GPU's table is measured on the device, beside no training fingerprint of this machine
+        record(name)
     print(table)
     print(f"{time.time() - started:.0f} s; wrote {out / name}.json and .md")
 
