@@ -75,7 +75,8 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
     ("train_reward_model.py", "algo.center_rewards_coefficient=true",
      "algo.center_rewards_coefficient=True must be a finite number >= 0"),
     ("train_dpo.py", "algo.label_smoothing=0.1", "algo.label_smoothing is not a setting (valid keys: _target_, model, "
-                                                 "optimizer, beta, cdpo_epsilon)"),
+                                                 "optimizer, beta, cdpo_epsilon, logits_chunk_size, "
+                                                 "logits_budget_mib); see `python train_dpo.py --cfg job`"),
 ], ids=["rm-nan-lr", "dpo-negative-lr", "dpo-lora-r-0", "dpo-unknown-lora-key", "rm-lora-key-under-null",
         "dpo-bool-batch-size",
         "dpo-bool-beta", "rm-bool-centering", "dpo-label-smoothing"])

@@ -27,19 +27,23 @@ import torch
 import torch.nn.functional as F
 
 from lit_rlhf.algos.pair_module import PairModule
+from lit_rlhf.algos.rollout import last_tokens_logprobs_and_entropy
 from lit_rlhf.config import model_config
-from lit_rlhf.config.validation import check_optimizer, is_number
+from lit_rlhf.config.validation import check_number, check_optimizer, is_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_policy, load_tokenizer
 from lit_rlhf.models.export import export_model
-from lit_rlhf.ops.logprobs import logprobs_from_logits
 
 
-def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Sum of the logprobs of each sequence's response tokens (response_mask). -> 2B"""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]  # 2B,L-1,V
-    logprobs = logprobs_from_logits(logits, batch["input_ids"][:, 1:])  # 2B,L-1
-    return (logprobs * batch["response_mask"][:, 1:]).sum(-1)
+def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
+                      logits_budget_mib: float | None = None) -> torch.Tensor:
+    """Sum of the logprobs of each sequence's response tokens (response_mask), through the RL modules' logprob
+    forward (chunked from the last hidden states with chunk_size; temperature 1). -> 2B"""
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # right-padded
+    logprobs, _ = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:],
+                                                   batch["response_mask"][:, 1:], 1.0, chunk_size, logits_budget_mib,
+                                                   with_entropy=False)  # 2B,L-1
+    return logprobs.sum(-1)
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, reference_chosen: torch.Tensor,
@@ -55,7 +59,8 @@ class DPOModule(PairModule):
     optimizer (AdamW at lr 5e-6 by default, TRL's DPO default 1e-6 is for full fine-tuning of large models)."""
 
     def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, cdpo_epsilon: float = 0.0,
-                 label_smoothing: Any = None):
+                 label_smoothing: Any = None, logits_chunk_size: int | None = 1024,
+                 logits_budget_mib: float | None = 1024.0):
         super().__init__()
         if label_smoothing not in (None, 0):  # TRL's name: its sigmoid loss ignores it, so it would mislead here
             raise ConfigError(f"algo.label_smoothing={label_smoothing!r}: TRL's sigmoid DPO loss ignores "
@@ -65,8 +70,11 @@ class DPOModule(PairModule):
             raise ConfigError(f"algo.beta={beta!r} must be a finite number > 0 (TRL's default 0.1).")
         if not (is_number(cdpo_epsilon) and 0 <= cdpo_epsilon < 0.5):
             raise ConfigError(f"algo.cdpo_epsilon={cdpo_epsilon!r} must be a number in [0, 0.5) (0: plain DPO).")
+        check_number("logits_chunk_size", logits_chunk_size, minimum=1, integer=True, optional=True)
+        check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
         check_optimizer(optimizer)
-        self.save_hyperparameters({"model": asdict(model_config(model)), "beta": beta, "cdpo_epsilon": cdpo_epsilon})
+        self.save_hyperparameters({"model": asdict(model_config(model)), "beta": beta, "cdpo_epsilon": cdpo_epsilon,
+                                   "logits_chunk_size": logits_chunk_size, "logits_budget_mib": logits_budget_mib})
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=5e-6)
         self.policy = self.reference = self.tokenizer = None
 
@@ -79,10 +87,11 @@ class DPOModule(PairModule):
         self.frozen_reference = self.reference.frozen_copy  # registered: it follows the device (full fine-tuning)
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
-        policy_chosen, policy_rejected = sequence_logprobs(self.policy, batch).chunk(2)  # B, B
-        with torch.no_grad(), self.reference.active() as reference:
-            reference_chosen, reference_rejected = sequence_logprobs(reference, batch).chunk(2)  # B, B
         hp = self.hparams
+        chunking = hp.get("logits_chunk_size"), hp.get("logits_budget_mib")  # older checkpoints: full logits
+        policy_chosen, policy_rejected = sequence_logprobs(self.policy, batch, *chunking).chunk(2)  # B, B
+        with torch.no_grad(), self.reference.active() as reference:
+            reference_chosen, reference_rejected = sequence_logprobs(reference, batch, *chunking).chunk(2)  # B, B
         loss = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, hp.beta,
                         hp.cdpo_epsilon)
         chosen = hp.beta * (policy_chosen - reference_chosen).detach()  # B

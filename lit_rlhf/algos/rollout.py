@@ -108,37 +108,60 @@ def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, r
                                   logits_budget_mib: float | None = None,
                                   with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (N,R) and entropy (N,R, no gradient; None unless with_entropy) of the response tokens; zero after the
-    stop token.
+    stop token. With chunk_size and a pad_token_id, from a padding-free forward (algos.packing); otherwise as
+    last_tokens_logprobs_and_entropy computes them."""
+    layer = plain_output_layer(model) if chunk_size else None
+    if layer is None or pad_token_id is None:
+        return last_tokens_logprobs_and_entropy(model, sequence_inputs(queries, query_mask, responses, response_mask),
+                                                responses, response_mask, temperature, chunk_size, logits_budget_mib,
+                                                with_entropy)
+    real = response_mask.bool()  # N,R
+    hidden = packed_response_hidden(model, queries, query_mask, responses, response_mask, pad_token_id)  # T,H
+    return chunked_on_real_tokens(hidden, layer, responses, real, temperature, chunk_size, logits_budget_mib,
+                                  with_entropy)
 
-    With chunk_size, from the last hidden states of the real response tokens, chunk_size positions at a time
-    (ops.chunked_logprobs_and_entropy): the (N,R,V) logits are never held; with a pad_token_id too, from a
-    padding-free forward (algos.packing). With gradients, the chunks' logits are kept for the backward pass when
-    they fit logits_budget_mib (ops.kept_logits_mib), else recomputed there (None: always recomputed). Without
-    chunk_size, or when the output layer is not a plain Linear, from the full logits of the padded batch."""
+
+def last_tokens_logprobs_and_entropy(model: torch.nn.Module, inputs: dict[str, torch.Tensor], targets: torch.Tensor,
+                                     target_mask: torch.Tensor, temperature: float, chunk_size: int | None,
+                                     logits_budget_mib: float | None = None,
+                                     with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (N,T) and entropy (N,T, no gradient; None unless with_entropy) of `targets` (N,T), the last T tokens
+    of the sequences `inputs` (N,L) feed the model, each predicted by the position before it; zero outside
+    target_mask (N,T). The one logprob forward of the RL modules and of DPO; logits divided by `temperature`.
+
+    With chunk_size, from the last hidden states of the target tokens, chunk_size positions at a time
+    (ops.chunked_logprobs_and_entropy): the (N,T,V) logits are never held. With gradients, the chunks' logits are
+    kept for the backward pass when they fit logits_budget_mib (ops.kept_logits_mib), else recomputed there (None:
+    always recomputed). Without chunk_size, or when the output layer is not a plain Linear (e.g. it carries an
+    adapter), from the full logits."""
+    length = targets.shape[1]
     layer = plain_output_layer(model) if chunk_size else None
     if layer is None:
-        logits = response_logits(model, queries, query_mask, responses, response_mask)  # N,R,V
-        mask = response_mask.to(torch.float32)
+        logits = model(**inputs, use_cache=False, logits_to_keep=length + 1).logits[:, :-1]  # N,T,V
+        mask = target_mask.to(torch.float32)
         if not with_entropy:
-            return logprobs_from_logits(logits, responses, temperature) * mask, None
-        logprobs, entropy = logprobs_and_entropy(logits, responses, temperature)
+            return logprobs_from_logits(logits, targets, temperature) * mask, None
+        logprobs, entropy = logprobs_and_entropy(logits, targets, temperature)
         return logprobs * mask, entropy * mask
-    real = response_mask.bool()  # N,R
-    if pad_token_id is not None:
-        hidden = packed_response_hidden(model, queries, query_mask, responses, response_mask, pad_token_id)  # T,H
-    else:
-        length = responses.shape[1]
-        out = model(**sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
-                    logits_to_keep=1, output_hidden_states=True)
-        hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # T,H  the states that predict response tokens
+    real = target_mask.bool()  # N,T
+    out = model(**inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
+    hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # M,H  the states that predict the target tokens
+    return chunked_on_real_tokens(hidden, layer, targets, real, temperature, chunk_size, logits_budget_mib,
+                                  with_entropy)
+
+
+def chunked_on_real_tokens(hidden: torch.Tensor, layer: torch.nn.Linear, targets: torch.Tensor, real: torch.Tensor,
+                           temperature: float, chunk_size: int, logits_budget_mib: float | None,
+                           with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs and entropy (N,T) of the real target tokens (real: N,T) from their predicting hidden states (M,H)."""
     recompute = logits_budget_mib is None or kept_logits_mib(len(hidden), layer.out_features) > logits_budget_mib
-    token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, responses[real], temperature,
-                                                                 chunk_size, recompute, with_entropy)  # T ; T
+    token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, targets[real], temperature,
+                                                                 chunk_size, recompute, with_entropy)  # M ; M
     logprobs = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_logprobs)
     if not with_entropy:
         return logprobs, None
     entropy = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_entropy)
-    return logprobs, entropy  # N,R ; N,R
+    return logprobs, entropy  # N,T ; N,T
 
 
 @torch.no_grad()

@@ -89,7 +89,8 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         typed = lambda override: override.lstrip("+~").partition("=")[0]  # noqa: E731
         remaining = [o for o in overrides if typed(o) != key and not typed(o).startswith(key + ".")]
         hint = setting_hint(key, composed_without(config_dir, config_name, remaining))
-        return f"{key} is not a setting{hint}; see `python train.py --cfg job` for every key."
+        command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
+        return f"{key} is not a setting{hint}; see `python {command} --cfg job` for every key."
     if "Unexpected type for root: NoneType" in text and (line := key_under_null(config_dir, config_name, overrides)):
         return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -20,6 +20,8 @@ def schema(settings: type, target: str, arguments: tuple[str, ...] = ()) -> type
 
 def register_configs() -> None:
     store = ConfigStore.instance()
+    if "rloo_schema.yaml" in store.repo.get("algo", {}):  # an app already ran in this process (a notebook, a test)
+        return
     for name, settings, target in (("rloo_schema", RLOOConfig, "lit_rlhf.algos.RLOOModule"),
                                    ("ppo_schema", PPOConfig, "lit_rlhf.algos.PPOModule"),
                                    ("grpo_schema", GRPOConfig, "lit_rlhf.algos.GRPOModule"),

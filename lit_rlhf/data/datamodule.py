@@ -113,7 +113,7 @@ class PromptDataModule(L.LightningDataModule):
             raise ConfigError(f"data.dataset={hp.dataset!r} has {len(texts)} prompts, not more than "
                               f"data.num_eval_prompts={hp.num_eval_prompts}; lower num_eval_prompts.")
         check_column_names(columns, hp.dataset)
-        rows = [PromptRow(self._tokenize(text), row_columns) for text, row_columns in zip(texts, columns, strict=True)]
+        rows = [PromptRow(ids, row_columns) for ids, row_columns in zip(self._tokenize(texts), columns, strict=True)]
         empty = [i for i, row in enumerate(rows, start=1) if not row.ids]
         if empty:
             raise ConfigError(f"data.dataset={hp.dataset!r}: {len(empty)} prompts encode to no tokens (e.g. row "
@@ -128,21 +128,23 @@ class PromptDataModule(L.LightningDataModule):
         self.train_prompts = [rows[i] for i in sorted(order[hp.num_eval_prompts :])]
         _ = self.local_batch_size  # fails early on a batch size that does not divide
 
-    def _tokenize(self, text: str) -> list[int]:
+    def _tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Every prompt's token ids, in one call of the tokenizer (a fast tokenizer encodes the batch in Rust);
+        prompts longer than max_prompt_length keep their end."""
         add_special_tokens = True
         if self.hparams.apply_chat_template:
             if not self.tokenizer.chat_template:
                 raise ConfigError(f"data.apply_chat_template=true, but the tokenizer {self.hparams.tokenizer!r} has "
                                   f"no chat template; set data.apply_chat_template=false.")
             # tools: the environment's tool schemas, which the template shows the model (e.g. Qwen2.5's system turn)
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True, tools=self.tools or None)
+            texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                        add_generation_prompt=True, tools=self.tools or None)
+                     for text in texts]
             add_special_tokens = False  # the template already holds them
-        ids = self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
-        if len(ids) > self.hparams.max_prompt_length:
-            self.num_truncated += 1
-            ids = ids[-self.hparams.max_prompt_length :]  # keep the end: generation continues from it
-        return ids
+        encoded = self.tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"] if texts else []
+        limit = self.hparams.max_prompt_length
+        self.num_truncated += sum(len(ids) > limit for ids in encoded)
+        return [ids[-limit:] if len(ids) > limit else ids for ids in encoded]  # the end: generation continues it
 
     def _collate(self):
         return partial(collate_left_padded, pad_token_id=self.tokenizer.pad_token_id)

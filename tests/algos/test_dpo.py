@@ -29,15 +29,22 @@ def test_dpo_loss_matches_hand_computed_values():
     assert dpo_loss(pc, pr, rc, rr, beta=0.1, cdpo_epsilon=0.1).item() == pytest.approx(smoothed)  # cDPO
 
 
-def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does():
+@pytest.mark.parametrize("chunk_size, budget", [(None, None), (3, 0.0), (3, 1024.0)])  # full; chunked: recomputed, kept
+def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does(chunk_size, budget):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
     items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
              {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
     batch = collate_pairs(items, pad_token_id=0)
+    sequence_logprobs(model, batch, chunk_size, budget).sum().backward()  # the gradient: the full logits' below
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    sequence_logprobs(model, batch).sum().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, atol=1e-5, rtol=1e-4, msg=name)
     with torch.no_grad():
-        fast = sequence_logprobs(model, batch)
+        fast = sequence_logprobs(model, batch, chunk_size, budget)
         slow = []
         for ids, prompt_length in [items[0]["chosen"], items[1]["chosen"], items[0]["rejected"], items[1]["rejected"]]:
             logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
