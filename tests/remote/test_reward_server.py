@@ -88,26 +88,25 @@ class ServedInThread:
             os.environ.pop(key, None)
 
 
-def test_a_served_reward_scores_like_the_reward_in_process_and_stops_cleanly(tmp_path):
+def test_a_served_reward_scores_like_the_reward_in_process():
     prompts = [f"What is {i} + {i}?" for i in range(9)]
     completions = [f"Answer: {2 * i if i % 3 else i}" for i in range(9)]
     answers = [str(2 * i) for i in range(9)]
-    with ServedReward("reward=arithmetic_correct", cwd=tmp_path) as server:
-        assert server.first_line.startswith("Serving the reward arithmetic_correct on http://127.0.0.1:")
+    with ServedInThread("reward=arithmetic_correct") as server:
         reward = HTTPReward(server.url, batch_size=4, max_concurrency=3)
         assert reward.required_columns == ["answer"]  # the server asks for the column its reward reads
         served = reward(prompts, completions, answer=answers)
-        code, stdout = server.stop()
     assert served.tolist() == ArithmeticCorrect()(prompts, completions, answer=answers).tolist()
     assert served.tolist().count(1.0) == 7  # all but i = 3 and 6
-    assert code == 0 and stdout.strip().endswith("Reward server stopped.")
-    assert list(tmp_path.iterdir()) == []  # a server writes no files
 
 
-def test_a_request_in_flight_is_answered_before_the_server_stops(tmp_path):
+def test_a_request_in_flight_is_answered_before_the_server_stops_cleanly(tmp_path):
+    """The server's process: its first line, SIGTERM while a request is being scored (the request is answered, the
+    process exits 0 with its last line), and no file written."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ServedReward("reward._target_=tests.remote.slow_reward.length_after_2s", cwd=tmp_path) as server:
+        assert server.first_line.startswith("Serving the reward length_after_2s on http://127.0.0.1:")
         reward = HTTPReward(server.url, retries=0)
         reward.load()
         with ThreadPoolExecutor(1) as pool:
@@ -118,6 +117,7 @@ def test_a_request_in_flight_is_answered_before_the_server_stops(tmp_path):
             code, stdout = server.stop()
             assert pending.result(timeout=30).tolist() == [2.0, 4.0]
     assert code == 0 and stdout.strip().endswith("Reward server stopped.")
+    assert list(tmp_path.iterdir()) == []  # a server writes no files
 
 
 def test_concurrent_requests_are_scored_by_one_reward_call():
