@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import workload as W
 from fingerprint import record
+from results_blocks import fill_results
 
 BENCH = Path(__file__).resolve().parent
 PHASES = ("generation", "policy forward/backward", "reference forward", "reward", "optimizer", "other")
@@ -120,6 +121,7 @@ def main() -> None:
     table = markdown(results)
     (out / f"{name}.md").write_text(table)
     if name == "cpu":  # the GPU's table is measured on the device, beside no training fingerprint of this machine
+        fill_results(name, ["docs/performance.md"])
         record(name)
     print(table)
     print(f"{time.time() - started:.0f} s; wrote {out / name}.json and .md")

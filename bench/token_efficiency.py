@@ -3,7 +3,8 @@ against the same module on the padded full-logits path (`--padded`: logits_chunk
 and against the plain-PyTorch floor (bench/floor.py), on the pythia-160m shape with mixed response lengths
 (`pythia-160m-stops`, bench/workload.py) at 32 and 256 new tokens.
 
-    python bench/token_efficiency.py          # ~17 minutes on 2 CPU cores; writes bench/results/token_efficiency.md
+    python bench/token_efficiency.py          # ~20 minutes on 2 CPU cores; writes bench/results/token_efficiency.md and
+                                              # its block in docs/performance.md
 
 Each measurement is a fresh process (1 warm-up step dropped, then --steps steps); the three implementations
 alternate, --reps times, and the table gives medians: episodes/s and peak memory (RSS on CPU), with their
@@ -18,6 +19,9 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from fingerprint import record
+from results_blocks import fill_results
 
 BENCH = Path(__file__).resolve().parent
 IMPLS = {"floor": ["floor.py"], "lit_rlhf padded (before)": ["lit_step.py", "--padded"],
@@ -64,6 +68,8 @@ def main() -> None:
     (BENCH / "results" / "token_efficiency.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "token_efficiency.json").write_text(json.dumps({f"{n} {i}": r for (n, i), r in runs.items()},
                                                                         indent=1))
+    fill_results("token_efficiency", ["docs/performance.md"])
+    record("token_efficiency")
     print("\n".join(lines))
 
 

@@ -31,9 +31,7 @@ def load_fingerprint_module():
 
 # results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
 # must leave this set)
-NOT_YET_FINGERPRINTED = {"async_overlap", "cpu", "fsdp2_memory",
-                         "generation_profile", "grpo_vs_trl", "logits_budget", "memory_model",
-                         "rollout_engines", "token_efficiency"}
+NOT_YET_FINGERPRINTED = {"async_overlap", "fsdp2_memory", "grpo_vs_trl", "rollout_engines"}
 NO_FINGERPRINT = {"gpu_check", "test_suite"}  # measured on the device; the test suite's own timings
 
 
