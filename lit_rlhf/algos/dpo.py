@@ -88,7 +88,7 @@ class DPOModule(PairModule):
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
-        chunking = hp.get("logits_chunk_size"), hp.get("logits_budget_mib")  # older checkpoints: full logits
+        chunking = hp.logits_chunk_size, hp.logits_budget_mib
         policy_chosen, policy_rejected = sequence_logprobs(self.policy, batch, *chunking).chunk(2)  # B, B
         with torch.no_grad(), self.reference.active() as reference:
             reference_chosen, reference_rejected = sequence_logprobs(reference, batch, *chunking).chunk(2)  # B, B
