@@ -1,4 +1,4 @@
-"""The GPU check: one command for any machine with a CUDA GPU, offline, installing nothing; about 8 minutes.
+"""The GPU check: one command for any machine with a CUDA GPU, offline, installing nothing; at most 8 minutes.
 
     python bench/gpu.py                  # writes bench/results/gpu_check.{md,json} (and the docs' results block)
     python bench/gpu.py --shapes pythia-1b --algos grpo --merge   # those rows again, the others kept
@@ -10,16 +10,15 @@ the correctness pass; TRL's trainers are measured too when `import trl` works (o
 No download: the models are pythia's 160m and 1b shapes with random weights, built from their configurations into
 bench/.cache (bench/workload.py) before the first measurement.
 
-Performance, each a fresh process (bench/workload.py's work: 8 prompts x 4 samples per step, 32 forced new
-tokens, LoRA r=16, AdamW, VADER reward), weights in --dtype (bfloat16), per shape and algorithm:
+Performance, each measurement a process of its own (on a GPU forked from a server that imported the libraries
+once, --processes), on bench/workload.py's work (8 prompts x 4 samples per step, 32 forced new tokens, LoRA r=16,
+AdamW, VADER reward), weights in --dtype (bfloat16), per shape and algorithm:
 - RLOO: bench/lit_step.py against the plain-PyTorch floor bench/floor.py and TRL's RLOOTrainer (bench/trl_step.py);
 - GRPO (dapo, beta 0.04): bench/lit_step.py --algo grpo against bench/grpo_floor.py and TRL's GRPOTrainer;
 - PPO: bench/lit_step.py --algo ppo (4 epochs; no floor or TRL row: TRL's PPOTrainer takes a reward model, not a
   reward function).
 "lit_rlhf" is the default (rollout.compile_mode=auto: the decoding step as CUDA graphs on CUDA), "lit_rlhf eager"
-plain generate() (rollout.compile_mode=null); "lit_rlhf recompute logits" (GRPO) the default with
-algo.logits_budget_mib=null, the update's logits recomputed in the backward instead of kept, and "lit_rlhf logits
-chunks of 256" the same with algo.logits_chunk_size=256 (the memory rows).
+plain generate() (rollout.compile_mode=null).
 Reported: episodes/s, generation tokens/s, peak allocated GPU memory and the phase holding it.
 Correctness: `pytest tests/device` on the same device (bf16 autocast training, the loss contract, exact resume).
 """
@@ -30,16 +29,23 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import multiprocessing
 import os
+import runpy
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 TRL_VENV = ROOT / ".venv-trl" / "bin" / "python"
 NEEDED = ("torch", "transformers", "peft", "lightning", "vaderSentiment", "pytest")
+# imported once by the fork server, whose forks run the measurements on a GPU: a fresh interpreter would spend
+# several seconds of every measurement importing them
+PRELOAD = ("torch", "transformers", "peft", "lightning", "lit_rlhf", "vaderSentiment.vaderSentiment")
 
 
 def trl_python() -> str | None:
@@ -50,29 +56,73 @@ def trl_python() -> str | None:
 
 
 def implementations(algo: str, device: str = "cuda") -> dict[str, list[str]]:
-    """The commands measured for `algo`; on a CPU the default engine is the eager one, which runs once, and the
-    memory row (recompute logits) is left out."""
+    """The commands measured for `algo`; on a CPU the default engine is the eager one, which runs once."""
     lit = [sys.executable, "lit_step.py", "--algo", algo] + (["--beta", "0.04"] if algo == "grpo" else [])
     impls = {"floor": {"rloo": [sys.executable, "floor.py"],
                        "grpo": [sys.executable, "grpo_floor.py", "--beta", "0.04"]}.get(algo),
              "lit_rlhf": lit,
              "lit_rlhf eager": [*lit, "--compile-mode", "none"] if device == "cuda" else None}
-    if algo == "grpo" and device == "cuda":  # memory rows: the update's logits recomputed, whole or in chunks of 256
-        impls["lit_rlhf recompute logits"] = [*lit, "--recompute-logits"]
-        impls["lit_rlhf logits chunks of 256"] = [*lit, "--recompute-logits", "--logits-chunk-size", "256"]
     trl = trl_python()
     if trl is not None and algo in ("rloo", "grpo"):
         impls["trl"] = [trl, "trl_step.py", "--algo", algo, "--beta", "0.04" if algo == "grpo" else "0.05"]
     return {impl: command for impl, command in impls.items() if command is not None}
 
 
+def run_script(argv: list[str], env: dict[str, str], stdout_path: str, stderr_path: str) -> None:
+    """In a fork of the fork server: `python argv...` in bench/ with env, as a fresh interpreter would run it, its
+    output written to the two files; exits with the script's exit code."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(BENCH)
+    sys.path[:0] = [str(BENCH), str(ROOT)]
+    sys.argv = list(argv)
+    code = 0
+    with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout, sys.stderr = os.fdopen(1, "w", buffering=1, closefd=False), os.fdopen(2, "w", closefd=False)
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as exit_:
+            if exit_.code is not None and not isinstance(exit_.code, int):
+                print(exit_.code, file=sys.stderr)
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+    sys.exit(code)
+
+
+def run_forked(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Runs a bench script in a fork of a server process that imported PRELOAD (without touching CUDA, so that each
+    fork starts its own CUDA context as a fresh process does). -> its exit code, stdout and stderr"""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([name for name in PRELOAD if importlib.util.find_spec(name.split(".")[0])])
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        child = context.Process(target=run_script, args=(argv, env, str(out), str(err)))
+        child.start()
+        child.join()
+        return subprocess.CompletedProcess(argv, child.exitcode, out.read_text() if out.exists() else "",
+                                           err.read_text() if err.exists() else "")
+
+
 def measure(command: list[str], shape: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
     command = [*command, "--model", shape, "--dtype", args.dtype, "--steps", str(args.steps), "--warmup",
                str(args.warmup), "--new-tokens", str(args.new_tokens)]
-    done = subprocess.run(command, cwd=BENCH, env=env, capture_output=True, text=True)
+    start = time.perf_counter()
+    done = run_forked(command[1:], env) if args.forked and command[0] == sys.executable else None
+    if done is not None and done.returncode != 0 and "forked subprocess" in done.stderr:
+        # an import of the server's touched CUDA (a fork cannot use it then): fresh processes from here on
+        print("the fork server's processes cannot use CUDA; measuring in fresh processes", flush=True)
+        args.forked, done = False, None
+    if done is None:
+        done = subprocess.run(command, cwd=BENCH, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["exit code " + str(done.returncode)])[-1][:300]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": time.perf_counter() - start}
 
 
 def correctness(env: dict[str, str]) -> dict:
@@ -88,7 +138,7 @@ def table(data: dict) -> list[str]:
     versions = ", ".join(f"{name} {version}" for name, version in data["versions"].items())
     lines = [f"{data['device_name']} ({versions}); weights in {data['dtype']}; 8 prompts x 4 samples, "
              f"{data['new_tokens']} forced new tokens, LoRA; {data['steps']} measured steps after {data['warmup']} "
-             f"warm-up per fresh process; "
+             f"warm-up per process; "
              f"`python bench/gpu.py` ({data['minutes']:.1f} min"
              + (f" in all, {data['joined_runs']} runs joined with --merge" if data.get("joined_runs") else "")
              + ").", "",
@@ -160,11 +210,15 @@ def main() -> None:
     parser.add_argument("--skip-checks", action="store_true", help="leave out the correctness pass")
     parser.add_argument("--max-minutes", type=float, default=7.0,
                         help="no measurement starts after this many minutes; those left are rows 'not run'")
+    parser.add_argument("--processes", choices=["forked", "fresh"], default=None,
+                        help="forked: each measurement in a fork of a process that imported the libraries (default on "
+                             "CUDA); fresh: each in a new interpreter (default on a CPU)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of the previous results that this run does not measure")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write gpu_check.json and gpu_check.md (default on CUDA: bench/results)")
     args = parser.parse_args()
+    args.forked = (args.processes or ("forked" if args.device == "cuda" else "fresh")) == "forked"
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
         sys.exit(f"error: bench/gpu.py needs {', '.join(missing)}; run the set-up of README.md (make setup), "
@@ -178,7 +232,8 @@ def main() -> None:
         sys.exit("error: the CPU path writes no results file of the repository; pass --out DIR.")
     # lit_rlhf from this checkout, ahead of whatever PYTHONPATH already holds (packages installed with --target)
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": python_path, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    os.environ.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": python_path, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
+    env = dict(os.environ)  # the fork server imports the libraries under it too
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the scripts take cuda when they see it
     if args.merge and not results_path(args.out).exists():
@@ -198,7 +253,7 @@ def main() -> None:
         sys.exit(f"error: --impls {unknown[0]!r} is not an implementation measured for --algos {' '.join(args.algos)} "
                  f"on {args.device}; choose from: {', '.join(sorted(known))}.")
     so_far()  # with --merge: the settings match, before anything runs
-    sys.path.insert(0, str(BENCH))
+    sys.path[:0] = [str(BENCH), str(ROOT)]
     import workload
 
     for shape in args.shapes:  # built here, before any timing (the first measurement of a shape used to build it)

@@ -10,12 +10,13 @@ import torch
 from tests.apps import ROOT, run_app
 
 
-def test_the_cpu_path_measures_in_a_process_of_its_own_and_writes_the_table(tmp_path):
-    """gpu.py starts each measurement as a process of its own and tables it; one implementation here (--impls), the
-    commands of all of them run in this process in the next test."""
+def test_the_cpu_path_measures_in_a_fork_of_its_server_and_writes_the_table(tmp_path):
+    """gpu.py runs each measurement in a process of its own, here forked from a server that imported the libraries
+    (the default on a GPU), and tables it; one implementation here (--impls), the commands of all of them run in this
+    process in the next test."""
     done = run_app("bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "grpo", "--impls", "floor",
-                   "--steps", "1", "--warmup", "0", "--new-tokens", "8", "--skip-checks", "--out", str(tmp_path),
-                   cwd=ROOT)
+                   "--steps", "1", "--warmup", "0", "--new-tokens", "8", "--skip-checks", "--processes", "forked",
+                   "--out", str(tmp_path), cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     measured = {(run["algo"], run["impl"]): run["result"] for run in data["runs"]}
@@ -23,7 +24,7 @@ def test_the_cpu_path_measures_in_a_process_of_its_own_and_writes_the_table(tmp_
     assert ("grpo", "lit_rlhf eager") not in gpu_module().implementations("grpo", "cpu")  # on a CPU: the default
     for (algo, impl), result in measured.items():
         assert "error" not in result, (algo, impl, result)
-        assert result["device"] == "cpu" and result["algo"] == algo
+        assert result["device"] == "cpu" and result["algo"] == algo and result["wall_s"] > 0
         assert result["tokens_per_s"] * result["step_s"] == pytest.approx(8 * 4 * 8)  # 32 responses x 8 tokens
     table = (tmp_path / "gpu_check.md").read_text()
     assert table.count("| tiny |") == len(measured) and "1.00x" in table  # each floor against itself

@@ -11,7 +11,12 @@ import torch
 
 from lit_rlhf.algos.packing import packed_response_hidden
 from lit_rlhf.ops import logprobs_and_entropy
-from lit_rlhf.ops.logprobs import chunked_logprobs_and_entropy, kept_logits_mib, logprobs_from_logits
+from lit_rlhf.ops.logprobs import (
+    chunked_logprobs_and_entropy,
+    kept_logits_mib,
+    logprobs_from_logits,
+    output_layer_dtype,
+)
 
 
 @dataclass
@@ -154,13 +159,14 @@ def chunked_on_real_tokens(hidden: torch.Tensor, layer: torch.nn.Linear, targets
                            temperature: float, chunk_size: int, logits_budget_mib: float | None,
                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs and entropy (N,T) of the real target tokens (real: N,T) from their predicting hidden states (M,H)."""
-    recompute = logits_budget_mib is None or kept_logits_mib(len(hidden), layer.out_features) > logits_budget_mib
+    kept_mib = kept_logits_mib(len(hidden), layer.out_features, output_layer_dtype(hidden, layer).itemsize)
+    recompute = logits_budget_mib is None or kept_mib > logits_budget_mib
     token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, targets[real], temperature,
                                                                  chunk_size, recompute, with_entropy)  # M ; M
-    logprobs = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_logprobs)
+    logprobs = token_logprobs.new_zeros(real.shape).masked_scatter(real, token_logprobs)
     if not with_entropy:
         return logprobs, None
-    entropy = torch.zeros(real.shape, dtype=torch.float32, device=real.device).masked_scatter(real, token_entropy)
+    entropy = token_entropy.new_zeros(real.shape).masked_scatter(real, token_entropy)
     return logprobs, entropy  # N,T ; N,T
 
 

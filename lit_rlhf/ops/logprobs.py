@@ -7,24 +7,28 @@ in every logprob computation, so that logprobs are those of the distribution act
 from __future__ import annotations
 
 import torch
-import torch.utils.checkpoint
 
 # On a CPU the entropy's exp runs over blocks of this many vocabulary entries (rows of it): a block's exp stays in
 # the cache for the product that follows (at a 50k vocabulary, much faster than one pass over (1024, V) tensors)
 ENTROPY_BLOCK_ELEMENTS = 2**20
 
 
+def upcast(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in float32 at least (bfloat16 and float16 are upcast; float64 stays), the precision of the maths below."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(token) under softmax(logits / temperature). (N,R,V), (N,R) -> (N,R)"""
     # log_softmax + gather, the computation of logprobs_and_entropy: the two agree to the bit, so the
     # KL of a policy equal to its reference is exactly 0 whichever path computed its logprobs
-    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)  # N,R,V
+    log_probs = torch.log_softmax(upcast(logits) / temperature, dim=-1)  # N,R,V
     return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # N,R
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Entropy of softmax(logits / temperature) at every position. (N,R,V) -> (N,R)"""
-    logits = logits.float() / temperature
+    logits = upcast(logits) / temperature
     probs = torch.softmax(logits, dim=-1)  # N,R,V
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)  # N,R
 
@@ -33,7 +37,7 @@ def logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor,
                          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Both of the above from one log-softmax pass over the vocabulary (the update's hot path).
     The entropy carries no gradient. (N,R,V), (N,R) -> (N,R), (N,R)"""
-    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)  # N,R,V
+    log_probs = torch.log_softmax(upcast(logits) / temperature, dim=-1)  # N,R,V
     token_logprobs = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # N,R
     with torch.no_grad():
         entropy = entropy_from_log_probs(log_probs)  # N,R
@@ -50,22 +54,71 @@ def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
     return entropy.view(log_probs.shape[:-1])
 
 
-def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tokens: torch.Tensor,
-                    temperature: float, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    logits = torch.nn.functional.linear(hidden, weight, bias).float() / temperature  # C,V
-    log_probs = torch.log_softmax(logits, dim=-1)  # C,V
-    token_logprobs = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # C
-    if not with_entropy:  # its exp over the vocabulary costs about twice the log-softmax
-        return token_logprobs, None
-    with torch.no_grad():
-        entropy = entropy_from_log_probs(log_probs)  # C
-    return token_logprobs, entropy
+# On an accelerator the float32 maths over the vocabulary of chunked_logprobs_and_entropy runs on blocks of about
+# this many (row x vocabulary) entries (16 MiB), so that no (rows, V) float32 tensor is held whole
+ACCELERATOR_BLOCK_ELEMENTS = 2**22
 
 
-def kept_logits_mib(tokens: int, vocab_size: int) -> float:
-    """What keeping the logits of `tokens` positions for the backward pass holds: float32 logits and log-probabilities,
-    8 bytes per position and vocabulary entry, in MiB."""
-    return tokens * vocab_size * 8 / 2**20
+def _row_blocks(rows: int, vocab_size: int, device: torch.device) -> list[slice]:
+    elements = ENTROPY_BLOCK_ELEMENTS if device.type == "cpu" else ACCELERATOR_BLOCK_ELEMENTS
+    per_block = max(1, elements // max(1, vocab_size))
+    return [slice(start, start + per_block) for start in range(0, rows, per_block)]
+
+
+class _OutputLayerLogprobs(torch.autograd.Function):
+    """log p(token) and the entropy of softmax((hidden W^T + b) / temperature), row by row, holding at most the
+    logits in the dtype the output layer computes in (bfloat16 under autocast or with bfloat16 weights): the float32
+    log-probabilities exist a block of rows at a time, in the forward and again in the backward. The values are
+    those of log_softmax + gather; the gradient is log_softmax's: g * (onehot(token) - p) / temperature.
+    keep_logits: the logits are kept for the backward pass; else recomputed there (one more matmul)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, tokens, temperature, keep_logits, with_entropy):
+        logits = torch.nn.functional.linear(hidden, weight, bias)  # C,V  (autocast's dtype under autocast)
+        logprobs = torch.empty(len(hidden), dtype=torch.promote_types(logits.dtype, torch.float32),
+                               device=hidden.device)  # C
+        entropy = torch.empty_like(logprobs) if with_entropy else logprobs.new_empty(0)  # C or empty
+        for rows in _row_blocks(len(hidden), logits.shape[-1], logits.device):
+            log_probs = torch.log_softmax(upcast(logits[rows]) / temperature, dim=-1)  # B,V
+            logprobs[rows] = log_probs.gather(-1, tokens[rows].unsqueeze(-1)).squeeze(-1)
+            if with_entropy:
+                entropy[rows] = -(log_probs.exp() * log_probs).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, tokens, logits if keep_logits else None)
+        ctx.temperature, ctx.compute_dtype = temperature, logits.dtype
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logprobs, _grad_entropy):
+        hidden, weight, bias, tokens, logits = ctx.saved_tensors
+        dtype = ctx.compute_dtype
+        weight_c = weight.to(dtype)
+        if logits is None:  # recomputed as the forward computed it
+            logits = torch.nn.functional.linear(hidden.to(dtype), weight_c, None if bias is None else bias.to(dtype))
+        grad_logits = torch.empty_like(logits)  # C,V
+        for rows in _row_blocks(len(hidden), logits.shape[-1], logits.device):
+            log_probs = torch.log_softmax(upcast(logits[rows]) / ctx.temperature, dim=-1)  # B,V
+            g = grad_logprobs[rows].unsqueeze(-1)  # B,1
+            grad = -(log_probs.exp() * g)  # log_softmax's backward of a gradient on one entry per row
+            grad.scatter_add_(-1, tokens[rows].unsqueeze(-1), g)
+            grad_logits[rows] = grad / ctx.temperature
+        grad_hidden = grad_logits.mm(weight_c).to(hidden.dtype) if ctx.needs_input_grad[0] else None
+        grad_weight = grad_logits.t().mm(hidden.to(dtype)).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        grad_bias = grad_logits.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[2] else None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def output_layer_dtype(hidden: torch.Tensor, output_layer: torch.nn.Linear) -> torch.dtype:
+    """The dtype the output layer computes its logits in: autocast's where autocast is on, else its inputs'."""
+    if torch.is_autocast_enabled(hidden.device.type):
+        return torch.get_autocast_dtype(hidden.device.type)
+    return torch.promote_types(hidden.dtype, output_layer.weight.dtype)
+
+
+def kept_logits_mib(tokens: int, vocab_size: int, bytes_per_entry: int = 4) -> float:
+    """What keeping the logits of `tokens` positions for the backward pass holds, in MiB: one (tokens, V) tensor in
+    the dtype the output layer computes in (4 bytes in float32, 2 in bfloat16)."""
+    return tokens * vocab_size * bytes_per_entry / 2**20
 
 
 def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Linear, tokens: torch.Tensor,
@@ -73,19 +126,16 @@ def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Li
                                  recompute: bool = True,
                                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs_and_entropy from the last hidden states, chunk_size positions at a time, never holding the logits of
-    every position at once in the forward. With gradients and recompute, each chunk runs under activation
-    checkpointing, so its (chunk, V) logits are recomputed in the backward pass instead of being kept; without
-    recompute they are kept (faster when they fit in memory: see kept_logits_mib).
+    every position at once, nor a chunk's logits in float32 (_OutputLayerLogprobs). With gradients and recompute,
+    each chunk's logits are recomputed in the backward pass instead of being kept (faster to keep them when they fit
+    in memory: see kept_logits_mib).
     (T,H), (T,) -> (T,), (T,) (entropy without gradient; None unless with_entropy)"""
     weight, bias = output_layer.weight, output_layer.bias
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_size):
-        part = (hidden[start:start + chunk_size], weight, bias, tokens[start:start + chunk_size], temperature,
-                with_entropy)
-        if recompute and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-            token_logprobs, entropy = torch.utils.checkpoint.checkpoint(_chunk_logprobs, *part, use_reentrant=False)
-        else:
-            token_logprobs, entropy = _chunk_logprobs(*part)
+        token_logprobs, entropy = _OutputLayerLogprobs.apply(hidden[start:start + chunk_size], weight, bias,
+                                                             tokens[start:start + chunk_size], temperature,
+                                                             not recompute, with_entropy)
         logprobs.append(token_logprobs)
         entropies.append(entropy)
     if not logprobs:

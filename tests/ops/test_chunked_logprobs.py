@@ -35,28 +35,88 @@ def test_without_grad_nothing_is_kept():
     assert logprobs.shape == (10,) and not logprobs.requires_grad
 
 
-def test_kept_logits_are_float32_logits_and_log_probabilities():
-    assert kept_logits_mib(1024, 50304) == 1024 * 50304 * (4 + 4) / 2**20  # 393 MiB
+def test_kept_logits_are_one_tensor_in_the_output_layer_dtype():
+    assert kept_logits_mib(1024, 50304) == 1024 * 50304 * 4 / 2**20  # float32: 196.5 MiB
+    assert kept_logits_mib(1024, 50304, bytes_per_entry=2) == 1024 * 50304 * 2 / 2**20  # bfloat16
 
 
-@pytest.mark.parametrize("budget, recomputed", [(None, True), (0.0, True), (1024.0, False)])
-def test_the_update_recomputes_the_logits_only_beyond_the_budget(budget, recomputed, monkeypatch):
+def saved_vocabulary_tensors(compute, vocab_size: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of every tensor of vocab_size columns that autograd saves for the backward pass of compute()."""
+    saved = []
+
+    def pack(tensor):
+        if tensor.dim() >= 1 and tensor.shape[-1] == vocab_size:
+            saved.append((tuple(tensor.shape), tensor.dtype))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        return compute() and saved
+
+
+@pytest.mark.parametrize("budget, kept", [(None, False), (0.0, False), (1024.0, True)])
+def test_the_update_keeps_the_logits_only_within_the_budget(budget, kept):
     from transformers import AutoModelForCausalLM
 
     from lit_rlhf.assets import TINY_PYTHIA
 
-    calls = []
-    checkpoint = torch.utils.checkpoint.checkpoint
-    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
     model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
+    vocab_size = model.get_output_embeddings().out_features
     torch.manual_seed(0)
     queries, responses = torch.randint(3, 500, (4, 5)), torch.randint(3, 500, (4, 6))  # 24 response tokens
     mask = torch.ones(4, 6, dtype=torch.bool)
-    logprobs, _ = response_logprobs_and_entropy(model, queries, torch.ones_like(queries), responses, mask, 1.0,
-                                                chunk_size=8, logits_budget_mib=budget)
-    logprobs.sum().backward()
-    assert bool(calls) == recomputed  # 24 tokens x 979 (vocab) x 8 bytes: 0.18 MiB, kept under 1024 MiB
+
+    def update():
+        logprobs, _ = response_logprobs_and_entropy(model, queries, torch.ones_like(queries), responses, mask, 1.0,
+                                                    chunk_size=8, logits_budget_mib=budget)
+        logprobs.sum().backward()
+        return True
+
+    saved = saved_vocabulary_tensors(update, vocab_size)
+    # 3 chunks of 8 tokens; 24 tokens x 979 (vocab) x 4 bytes: 0.09 MiB, kept under 1024 MiB
+    assert saved.count(((8, vocab_size), torch.float32)) == 3 * kept
     assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+class LargestFloat32(torch.utils._python_dispatch.TorchDispatchMode):
+    """The most elements of any float32 tensor an op made while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.elements = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float32:
+                self.elements = max(self.elements, tensor.numel())
+        return out
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
+def test_bfloat16_logits_are_never_float32_whole(recompute, monkeypatch):
+    """With a bfloat16 output layer the (chunk, V) logits are held in bfloat16 only, and the float32 log-probabilities
+    a block of rows at a time (here 4 rows), in the forward and the backward; the logprobs, entropy and gradients are
+    float32 maths on the bfloat16 logits."""
+    from lit_rlhf.ops import logprobs as logprobs_module
+
+    monkeypatch.setattr(logprobs_module, "ENTROPY_BLOCK_ELEMENTS", 4 * 97)
+    torch.manual_seed(0)
+    hidden = torch.randn(32, 16, dtype=torch.bfloat16, requires_grad=True)
+    head = torch.nn.Linear(16, 97, bias=False).to(torch.bfloat16)
+    tokens = torch.randint(0, 97, (32,))
+    largest = LargestFloat32()
+    with largest:
+        logprobs, entropy = chunked_logprobs_and_entropy(hidden, head, tokens, 0.7, 32, recompute)
+        (grad,) = torch.autograd.grad(logprobs.sum(), [hidden])
+    assert largest.elements == 4 * 97 and logprobs.dtype == torch.float32 and grad.dtype == torch.bfloat16
+
+    reference_hidden = hidden.detach().requires_grad_()
+    logits = head(reference_hidden)  # bfloat16, then float32 maths
+    expected, expected_entropy = logprobs_and_entropy(logits.unsqueeze(0), tokens.unsqueeze(0), 0.7)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), [reference_hidden])
+    torch.testing.assert_close(logprobs, expected[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy, expected_entropy[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad, expected_grad, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("chunk_size", [None, 8], ids=["full logits", "chunked"])
