@@ -60,7 +60,7 @@ class DPOModule(PairModule):
 
     def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, cdpo_epsilon: float = 0.0,
                  label_smoothing: Any = None, logits_chunk_size: int | None = 1024,
-                 logits_budget_mib: float | None = 1024.0):
+                 logits_budget_mib: float | None = 512.0):
         super().__init__()
         if label_smoothing not in (None, 0):  # TRL's name: its sigmoid loss ignores it, so it would mislead here
             raise ConfigError(f"algo.label_smoothing={label_smoothing!r}: TRL's sigmoid DPO loss ignores "

@@ -73,13 +73,13 @@ class RLHFConfig:
     max_grad_norm: Optional[float] = setting(1.0, "gradient clipping through Lightning's `clip_gradients` (null: off)")
     forward_batch_size: Optional[int] = setting(None, "chunk size of the no-grad logprob forwards (null: all at once)")
     logits_chunk_size: Optional[int] = setting(
-        1024, "logprobs from the last hidden states, this many response tokens at a time (under activation "
-              "checkpointing with gradients): the (sequences, response_length, vocab) logits are never held; null: "
-              "full logits (also used when the output layer carries an adapter)")
+        1024, "logprobs from the last hidden states, this many response tokens at a time, through the output layer "
+              "(its float32 log-probabilities a block of rows at a time): the (sequences, response_length, vocab) "
+              "logits are never held; null: full logits (also used when the output layer carries an adapter)")
     logits_budget_mib: Optional[float] = setting(
-        1024.0, "with logits_chunk_size, in the update: the chunks' logits are kept for the backward pass while a "
-                "micro-batch's response tokens x vocab x 8 bytes (float32 logits and log-probabilities) fit this "
-                "many MiB, and recomputed there under activation checkpointing beyond it; null: always recomputed")
+        512.0, "with logits_chunk_size, in the update: the chunks' logits are kept for the backward pass while a "
+               "micro-batch's response tokens x vocab x the output layer's bytes per value (4 in float32, 2 in "
+               "bfloat16) fit this many MiB, and recomputed there beyond it; null: always recomputed")
     padding_free: bool = setting(
         True, "with logits_chunk_size: the policy and reference forwards run on packed sequences (the real tokens "
               "of several sequences per row, positions restarting), computing no pad token")
