@@ -1,12 +1,12 @@
-"""The update with its chunked logits kept (algo.logits_budget_mib, default) against recomputed under activation
-checkpointing (logits_budget_mib=null, the path before the budget), the same in chunks of 256 response tokens
-(what bounds the peak memory of the update), and the plain-PyTorch floor.
+"""The update with its chunked logits kept (algo.logits_budget_mib, default) against recomputed in the backward pass
+(logits_budget_mib=null), the same in chunks of 256 response tokens (what bounds the peak memory of the update), and
+the plain-PyTorch floor.
 
     python bench/logits_budget.py        # ~15 min on 2 CPU cores; writes bench/results/logits_budget.{md,json}
 
 bench/run.py's RLOO workload (8 prompts x 4, 32 forced new tokens, LoRA r=16, float32) on the pythia-160m shape:
-32 x 32 response tokens x 50,304 vocabulary entries x 8 bytes = 393 MiB of logits, under the 1024 MiB budget, so
-they are kept. Fresh processes, the four alternating in a rotating order; medians.
+32 x 32 response tokens x 50,304 vocabulary entries x 4 bytes = 196.5 MiB of float32 logits, under the 512 MiB
+budget, so they are kept. Fresh processes, the four alternating in a rotating order; medians.
 """
 
 from __future__ import annotations
