@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-# On a CPU the entropy's exp runs over blocks of this many vocabulary entries (rows of it): a block's exp stays in
-# the cache for the product that follows (at a 50k vocabulary, much faster than one pass over (1024, V) tensors)
+# On a CPU the float32 maths over the vocabulary (the entropy's exp, the chunked log-softmax) runs over blocks of this
+# many entries (rows of it): a block stays in the cache for the operation that follows (at a 50k vocabulary, much
+# faster than one pass over (1024, V) tensors)
 ENTROPY_BLOCK_ELEMENTS = 2**20
 
 
