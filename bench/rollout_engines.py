@@ -7,7 +7,8 @@ embedded default and the pythia-160m shape, at 32 and 128 new tokens.
 Both engines run in the vLLM environment (.venv-vllm: the same transformers for both). Each measurement is a fresh
 process of bench/lit_step.py (1 warm-up step dropped, then --steps steps); the engines alternate, --reps times,
 and the table gives medians: episodes/s of the whole RL step, and the rollout phase alone (the engine's `sample`:
-for vLLM the weight sync before it, included, and also given alone). Writes bench/results/rollout_engines.md.
+for vLLM the weight sync before it, included, and also given alone). Writes bench/results/rollout_engines.md
+and .json, and the results block of docs/rollout.md.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from results_blocks import publish
 
 BENCH = Path(__file__).resolve().parent
 ENGINES = ("hf", "vllm")
@@ -64,10 +67,7 @@ def main() -> None:
                 sync = f"{median(rs, lambda r: r['weight_sync_s']):.3f}" if engine == "vllm" else "-"
                 lines.append(f"| {model} | {n} | {engine} | {eps:.2f} | {eps / hf_eps:.2f}x | {rollout:.2f} | "
                              f"{hf_rollout / rollout:.2f}x | {sync} |")
-    (BENCH / "results" / "rollout_engines.md").write_text("\n".join(lines) + "\n")
-    (BENCH / "results" / "rollout_engines.json").write_text(
-        json.dumps({f"{m} {n} {e}": r for (m, n, e), r in runs.items()}, indent=1))
-    print("\n".join(lines))
+    publish("rollout_engines", {f"{m} {n} {e}": r for (m, n, e), r in runs.items()}, lines, ["docs/rollout.md"])
 
 
 if __name__ == "__main__":
