@@ -66,6 +66,11 @@ def _row_blocks(rows: int, vocab_size: int, device: torch.device) -> list[slice]
     return [slice(start, start + per_block) for start in range(0, rows, per_block)]
 
 
+def _block_log_probs(logits: torch.Tensor, rows: slice, temperature: float) -> torch.Tensor:
+    """The float32 (at least) log-probabilities of a block of rows of the logits. -> (B,V)"""
+    return torch.log_softmax(upcast(logits[rows]) / temperature, dim=-1)
+
+
 class _OutputLayerLogprobs(torch.autograd.Function):
     """log p(token) and the entropy of softmax((hidden W^T + b) / temperature), row by row, holding at most the
     logits in the dtype the output layer computes in (bfloat16 under autocast or with bfloat16 weights): the float32
@@ -80,7 +85,7 @@ class _OutputLayerLogprobs(torch.autograd.Function):
                                device=hidden.device)  # C
         entropy = torch.empty_like(logprobs) if with_entropy else logprobs.new_empty(0)  # C or empty
         for rows in _row_blocks(len(hidden), logits.shape[-1], logits.device):
-            log_probs = torch.log_softmax(upcast(logits[rows]) / temperature, dim=-1)  # B,V
+            log_probs = _block_log_probs(logits, rows, temperature)  # B,V
             logprobs[rows] = log_probs.gather(-1, tokens[rows].unsqueeze(-1)).squeeze(-1)
             if with_entropy:
                 entropy[rows] = -(log_probs.exp() * log_probs).sum(-1)
@@ -98,7 +103,7 @@ class _OutputLayerLogprobs(torch.autograd.Function):
             logits = torch.nn.functional.linear(hidden.to(dtype), weight_c, None if bias is None else bias.to(dtype))
         grad_logits = torch.empty_like(logits)  # C,V
         for rows in _row_blocks(len(hidden), logits.shape[-1], logits.device):
-            log_probs = torch.log_softmax(upcast(logits[rows]) / ctx.temperature, dim=-1)  # B,V
+            log_probs = _block_log_probs(logits, rows, ctx.temperature)  # B,V
             g = grad_logprobs[rows].unsqueeze(-1)  # B,1
             grad = -(log_probs.exp() * g)  # log_softmax's backward of a gradient on one entry per row
             grad.scatter_add_(-1, tokens[rows].unsqueeze(-1), g)
