@@ -24,7 +24,7 @@ from lit_rlhf.models import VaderSentiment
 from lit_rlhf.rollout import HFEngine, VLLMEngine
 
 PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward",
-          "score_components": "reward",
+          "sampler.score_components": "reward",
           "old_logprobs_and_values": "policy forward/backward", "policy_forward_with_grad": "policy forward/backward",
           "minibatch_loss": "policy forward/backward", "manual_backward": "policy forward/backward",
           "clip_gradients": "optimizer"}

@@ -1,5 +1,9 @@
-"""Asynchronous mode (algo.max_staleness = S): a producer thread draws the coming rollouts (the engine's episodes,
-their tools and the reward) while the trainer updates. Mixed into RLHFModule; the thread is rollout/producer.py.
+"""The queue every training rollout comes through (algo.max_staleness = S). At S = 0 (and without the setting) the
+trainer draws the rollout of the DataLoader's batch when it trains it: the synchronous run. At S >= 1 a producer
+thread draws the coming rollouts (the engine's episodes, their tools and the reward) while the trainer updates,
+reading the prompt batches ahead from the DataLoader's own dataset; each one it hands over is checked against the
+DataLoader's batch of that step. An RLHFModule's `rollout_queue` (RolloutQueue) runs it; the thread is
+rollout/producer.py.
 
 The producer samples with its own copy of the policy (LoRA: the adapters only, the frozen base is shared), into
 which each version's trained weights are copied when the producer first needs them; an engine that holds its own
@@ -13,6 +17,8 @@ Shapes: N sequences, P prompt length, R response length.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
@@ -28,19 +34,6 @@ from lit_rlhf.interrupts import abandonable
 from lit_rlhf.rollout.producer import RolloutProducer
 
 PROBE_TOLERANCE = 1e-3  # the copy's probe logprobs against the trainer's (same weights, same code: equal)
-
-
-class SamplerView:
-    """The module as the producer's engine sees it: its settings, tokenizer and environment, with the sampler's copy
-    of the policy (at the version it draws with) as `policy`, and the random stream of the draw in progress (None:
-    torch's default generator)."""
-
-    def __init__(self, module: Any, policy: torch.nn.Module):
-        self._module, self.policy = module, policy
-        self.random_stream: torch.Generator | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
 
 
 def draw_stream(seed: int, step: int, rank: int, device: torch.device) -> torch.Generator:
@@ -66,7 +59,14 @@ class StopProducerOnException(L.Callback):
     def on_exception(self, trainer: L.Trainer, module: Any, exception: BaseException) -> None:
         # after an interrupt the draw in progress may be the call that never returns: no long wait for it
         interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))
-        module.stop_producer(wait_s=INTERRUPTED_STOP_S if interrupted else None)
+        module.rollout_queue.stop(wait_s=INTERRUPTED_STOP_S if interrupted else None)
+
+
+def prompt_source(trainer: L.Trainer) -> Any:
+    """Where the producer reads prompt batches ahead: the training DataLoader's dataset (a PromptStream, whose
+    batch(step) is the batch the DataLoader yields at that step), else the datamodule's stream."""
+    dataset = getattr(trainer.train_dataloader, "dataset", None)
+    return dataset if callable(getattr(dataset, "batch", None)) else trainer.datamodule.prompt_stream()
 
 
 def check_concurrent_draws(config: Any, engine: Any) -> None:
@@ -78,100 +78,104 @@ def check_concurrent_draws(config: Any, engine: Any) -> None:
                           f"or use rollout=hf.")
 
 
-class AsyncRollouts:
-    producer: RolloutProducer | None = None
-    draw_seed: int | None = None  # S >= 1: the seed of every draw's own random stream (kept in checkpoints)
+class RolloutQueue:
+    """The training rollouts of one module: drawn now at S = 0, or by the producer at S >= 1, with its samplers (one
+    per concurrent draw, each with its copy of the policy) and the weights they draw with."""
+
+    def __init__(self, module: Any):
+        self.module = module  # the RLHFModule it draws for: its policy, settings, trainer and the trainer's side
+        self.producer: RolloutProducer | None = None
+        self.draw_seed: int | None = None  # S >= 1: the seed of every draw's own random stream (kept in checkpoints)
+        self.probe: tuple[torch.Tensor, ...] | None = None  # one drawn sequence whose logprobs verify every copy
+        self.staleness_seen: list[int] = []
+        self.samplers: list[Any] = []  # one Sampler per worker, each with its own copy of the policy
+        self.guard: StopProducerOnException | None = None
 
     @property
-    def asynchronous(self) -> bool:
-        return self.hparams.max_staleness is not None
+    def enabled(self) -> bool:
+        """Whether a producer draws ahead (S >= 1); S = 0 is the synchronous run."""
+        return bool(self.module.hparams.max_staleness)
 
-    def check_async(self, datamodule: Any) -> None:
-        """Before any work: async mode needs prompts it can read ahead and a rollout the producer can run alone."""
-        if not self.asynchronous:
+    @property
+    def running(self) -> bool:
+        return self.producer is not None
+
+    def check(self, datamodule: Any) -> None:
+        """Before any work: drawing ahead needs prompts it can read ahead and a rollout the producer can run alone."""
+        if not self.enabled:
             return
-        setting = f"algo.max_staleness={self.hparams.max_staleness}"
-        if self.sharded or self.rollout_engine.lockstep:
+        module, hp = self.module, self.module.hparams
+        setting = f"algo.max_staleness={hp.max_staleness}"
+        if module.sharded or module.rollout_engine.lockstep:
             raise ConfigError(f"{setting} needs trainer=ddp or one process: trainer=fsdp2 gathers the sharded weights "
                               f"for every rollout with all ranks, which a producer beside the trainer cannot; drop "
                               f"algo.max_staleness or use trainer=ddp.")
-        if getattr(self.hparams, "filter_zero_std_groups", False) and getattr(self.hparams, "max_refill_rounds", 0):
+        if getattr(hp, "filter_zero_std_groups", False) and getattr(hp, "max_refill_rounds", 0):
             raise ConfigError(f"{setting} cannot refill a step with dynamic sampling (algo.max_refill_rounds="
-                              f"{self.hparams.max_refill_rounds} samples more prompts inside the step); set "
+                              f"{hp.max_refill_rounds} samples more prompts inside the step); set "
                               f"algo.max_refill_rounds=0 or drop algo.max_staleness.")
         if not callable(getattr(datamodule, "prompt_stream", None)):
             raise ConfigError(f"{setting} reads prompt batches ahead of the trainer from a PromptDataModule (its "
                               f"prompt_stream()); train with lit_rlhf's PromptDataModule or drop algo.max_staleness.")
 
     # ---- lifetime ---------------------------------------------------------------------------
-    def start_producer(self) -> None:
+    def start(self) -> None:
         """At the start of training (after a resume restored the random states): the thread starts at this step."""
-        if not self.asynchronous or self.producer is not None:
+        if not self.enabled or self.producer is not None:
             return
-        self.stream = self.trainer.datamodule.prompt_stream()
-        if self.hparams.max_staleness > 0 and self.draw_seed is None:  # S = 0 draws as the synchronous run does
+        module, staleness = self.module, self.module.hparams.max_staleness
+        self.stream = prompt_source(module.trainer)
+        if self.draw_seed is None:
             self.draw_seed = int(torch.randint(2**62, (1,)))  # from the seeded default generator, once per run
-        if self.hparams.max_staleness > 0 and not self.rollout_engine.takes_random_stream():
-            warn_once(f"algo.max_staleness={self.hparams.max_staleness}: this rollout engine samples from torch's "
+        if not module.rollout_engine.takes_random_stream():
+            warn_once(f"algo.max_staleness={staleness}: this rollout engine samples from torch's "
                       f"default random generator, which the trainer's thread shares, so the same seed will not give "
                       f"the same run; rollout.sampler=inverse_cdf without top_k/top_p-style generation_kwargs (or "
                       f"rollout=vllm with rollout.seeded=true) draws each rollout from a stream of its own.")
-        trained = [p for p in self.policy.parameters() if p.requires_grad]
+        trained = [p for p in module.policy.parameters() if p.requires_grad]
         self.probe = None  # (queries, query_mask, responses, forward_mask) of one sequence, set by the first draw
-        self.staleness_seen: list[int] = []
-        self.producer = RolloutProducer(self.draw_ahead, self.load_version, self.hparams.max_staleness,
-                                        start=self.rl_step,
-                                        weights=self.trained_snapshot() if self.hparams.max_staleness else None,
-                                        stop_after=self.total_rl_steps(), draws=self.hparams.async_draws)
+        self.staleness_seen = []
+        self.producer = RolloutProducer(self.draw_ahead, self.load_version, staleness, start=module.rl_step,
+                                        weights=self.trained_snapshot(),
+                                        stop_after=module.total_rl_steps(), draws=module.hparams.async_draws)
         # one copy per worker: the rollouts drawn at once sample with different versions
-        self.sampler_policies = [sampler_copy(self.policy, trained) for _ in self.producer.threads]
-        self.samplers = [SamplerView(self, policy) for policy in self.sampler_policies]
-        self.producer_guard = StopProducerOnException()
-        self.trainer.callbacks.append(self.producer_guard)
+        self.samplers = [module.sampler.for_worker(sampler_copy(module.policy, trained))
+                         for _ in self.producer.threads]
+        self.guard = StopProducerOnException()
+        module.trainer.callbacks.append(self.guard)
         self.producer.begin()
 
-    def stop_producer(self, wait_s: float | None = None) -> None:
+    def stop(self, wait_s: float | None = None) -> None:
         """Stops the producer's workers, waiting up to wait_s (None: the producer's STOP_TIMEOUT_S) for a draw in
         progress; one that goes on is a daemon thread and ends with the process."""
         producer, self.producer = self.producer, None
-        guard = getattr(self, "producer_guard", None)
-        if guard is not None and self._trainer is not None and guard in self.trainer.callbacks:
-            self.trainer.callbacks.remove(guard)
+        module = self.module
+        if self.guard is not None and module._trainer is not None and self.guard in module.trainer.callbacks:
+            module.trainer.callbacks.remove(self.guard)
         if producer is not None and not producer.stop(wait_s) and wait_s is None:  # an interrupt expects it
             rank_zero_warn("the rollout producer did not stop within its timeout (a tool or reward that does not "
                            "return); it is a daemon thread and ends with the process.")
 
-    def on_train_start(self) -> None:
-        super().on_train_start()
-        self.start_producer()
-
-    def on_train_end(self) -> None:
-        self.stop_producer()
-        super().on_train_end()
-
-    def teardown(self, stage: str) -> None:
-        self.stop_producer()  # also after a failed step: no thread outlives the run
-        super().teardown(stage)
-
     # ---- producer thread --------------------------------------------------------------------
     def trained_snapshot(self) -> dict[str, Any]:
         """The policy's trained tensors now (detached copies) and the trainer's logprobs of the probe with them."""
-        trained = {name: p.detach().clone() for name, p in self.policy.named_parameters() if p.requires_grad}
-        return {"tensors": trained, "probe": self.probe_logprobs(self.policy)}
+        policy = self.module.policy
+        trained = {name: p.detach().clone() for name, p in policy.named_parameters() if p.requires_grad}
+        return {"tensors": trained, "probe": self.probe_logprobs(policy)}
 
     def probe_logprobs(self, policy: torch.nn.Module) -> torch.Tensor | None:
-        if getattr(self, "probe", None) is None:
+        if self.probe is None:
             return None
         was_training = policy.training
         policy.eval()
         try:
-            return batched_logprobs(policy, *self.probe, self.hparams.temperature)  # 1,R
+            return batched_logprobs(policy, *self.probe, self.module.hparams.temperature)  # 1,R
         finally:
             policy.train(was_training)
 
     def copy_into_sampler(self, weights: dict[str, Any], slot: int = 0) -> None:
         """The trained tensors of a version into a worker's copy of the policy."""
-        params = dict(self.sampler_policies[slot].named_parameters())
+        params = dict(self.samplers[slot].context.policy.named_parameters())
         missing = sorted(set(weights["tensors"]) - set(params))
         if missing:
             raise ConfigError(f"the sampler's copy of the policy has no tensor {missing[0]!r}; the copy and the "
@@ -184,10 +188,11 @@ class AsyncRollouts:
         """The weights of `version` into a worker's copy, verified by the probe; an engine with weights of its
         own (rollout=vllm) takes them from the copy before its next draw."""
         self.copy_into_sampler(weights, slot)
-        self.rollout_engine.after_update(self.samplers[slot])  # rollout=vllm: its weights are now behind the copy
+        sampling = self.samplers[slot].context
+        self.module.rollout_engine.after_update(sampling)  # rollout=vllm: its weights are now the copy's
         if weights["probe"] is None:
             return
-        copied = self.probe_logprobs(self.sampler_policies[slot])
+        copied = self.probe_logprobs(sampling.policy)
         error = float((copied - weights["probe"]).abs().max())
         if not error <= PROBE_TOLERANCE:
             raise ConfigError(f"RL step {version}: the weight sync to the rollout producer failed: its copy of the "
@@ -198,19 +203,19 @@ class AsyncRollouts:
     def draw_ahead(self, step: int, version: int, slot: int) -> Any:
         """Rollout `step` drawn with weights `version` (in the worker's slot), scored, with the sampler's logprobs
         when it is stale."""
-        batch = batch_to(self.stream.batch(step), self.device)
+        module, hp = self.module, self.module.hparams
+        batch = batch_to(self.stream.batch(step), module.device)
         timings: dict[str, float] = {}
-        if self.draw_seed is not None:
-            self.samplers[slot].random_stream = draw_stream(self.draw_seed, step, self.global_rank, self.device)
+        sampler = self.samplers[slot]
+        sampler.context.random_stream = draw_stream(self.draw_seed, step, module.global_rank, module.device)
         # a reward that waits (a server, a judge) goes on in its thread while the producer draws the next rollout
-        drawn = self.draw(self.samplers[slot], batch, self.samples_per_prompt, timings=timings)
+        drawn = sampler.draw(batch, module.samples_per_prompt, version, timings=timings)
         drawn.version, drawn.staleness, drawn.timings = version, step - version, timings
         samples = drawn.samples
         if drawn.staleness > 0 and samples.sampler_logprobs is None:  # rollout=hf: the copy's own forward
-            logprobs = batched_logprobs(self.sampler_policies[slot], samples.queries, samples.query_mask,
-                                        samples.responses, samples.forward_mask, self.hparams.temperature,
-                                        self.hparams.forward_batch_size, self.hparams.logits_chunk_size,
-                                        self.packing_pad_id)
+            logprobs = batched_logprobs(sampler.context.policy, samples.queries, samples.query_mask,
+                                        samples.responses, samples.forward_mask, hp.temperature,
+                                        hp.forward_batch_size, hp.logits_chunk_size, module.packing_pad_id)
             samples.sampler_logprobs = logprobs * samples.response_mask  # N,R  zero on observation tokens
         if self.probe is None:
             self.probe = tuple(t[:1].clone() for t in (samples.queries, samples.query_mask, samples.responses,
@@ -218,43 +223,45 @@ class AsyncRollouts:
         return drawn
 
     # ---- trainer thread ---------------------------------------------------------------------
-    def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
-                for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:
-        """A training rollout comes from the producer; any other (held-out, samples) pauses it meanwhile."""
-        if self.producer is None:
-            return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
-        if for_training:
-            if self.hparams.max_staleness == 0:  # the weights this rollout draws with, published as it is asked for
-                self.producer.publish(self.rl_step, self.trained_snapshot())
-            with abandonable("the rollout producer (its sampling, reward, tools and environment)"):
-                drawn = self.producer.take(self.rl_step)
-            self.staleness_seen.append(drawn.staleness)
-            rollout = self.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
-            for key, value in drawn.timings.items():
-                self.step_timings[key] = self.step_timings.get(key, 0.0) + value
-            return rollout
+    def take(self, batch: dict[str, torch.Tensor]) -> Rollout:
+        """The training rollout of the module's current RL step (S >= 1): the producer's draw of the DataLoader's
+        `batch`. (At S = 0 the module draws it itself.)"""
+        module = self.module
+        with abandonable("the rollout producer (its sampling, reward, tools and environment)"):
+            drawn = self.producer.take(module.rl_step)
+        k = module.samples_per_prompt
+        if not torch.equal(drawn.samples.queries[::k], batch["input_ids"].to(drawn.samples.queries.device)):
+            raise ConfigError(f"RL step {module.rl_step}: the rollout producer drew other prompts than the "
+                              f"DataLoader's batch of this step; train with the PromptDataModule's DataLoader (its "
+                              f"batches are a function of the step), or drop algo.max_staleness.")
+        self.staleness_seen.append(drawn.staleness)
+        rollout = module.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
+        for key, value in drawn.timings.items():
+            module.step_timings[key] = module.step_timings.get(key, 0.0) + value
+        return rollout
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Around a rollout the trainer draws itself (held-out, samples): the producer waits meanwhile."""
         with self.producer.paused():
             try:
-                return super().rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
+                yield
             finally:
-                self.rollout_engine.after_update(self.samplers[0])  # an engine's weights are the trainer's now
+                self.module.rollout_engine.after_update(self.samplers[0].context)  # its weights are the trainer's now
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """After an RL step: its weights, version rl_step, for the rollouts drawn with them. At S = 0 they are
-        published when the next rollout is asked for instead: the producer draws only while the trainer waits, so
-        nothing the trainer does in between (callbacks sampling held-out prompts under a fixed seed, a checkpoint
-        reading the random states) meets a draw, as in the synchronous run."""
-        if self.producer is not None and self.hparams.max_staleness > 0:
-            self.producer.publish(self.rl_step, self.trained_snapshot())
+    def publish_after_step(self) -> None:
+        """After an RL step: its weights, version rl_step, for the rollouts drawn with them."""
+        if self.producer is not None:
+            self.producer.publish(self.module.rl_step, self.trained_snapshot())
 
-    def async_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+    def stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """async/*: the staleness of the rollout trained now (versions between the weights that drew it and the
         trainer's), its running mean and max, how far the producer's weights trail the trainer's, idle fractions."""
         if self.producer is None or rollout.policy_version is None:
             return {}
-        seen = self.staleness_seen
+        seen, rl_step = self.staleness_seen, self.module.rl_step
         loaded = self.producer.loaded if self.producer.loaded is not None else rollout.policy_version
-        stats = {"async/staleness": float(self.rl_step - rollout.policy_version),
+        stats = {"async/staleness": float(rl_step - rollout.policy_version),
                  "async/staleness_mean": sum(seen) / len(seen), "async/staleness_max": float(max(seen)),
-                 "async/version_lag": float(self.rl_step - loaded), **self.producer.pop_stats()}
+                 "async/version_lag": float(rl_step - loaded), **self.producer.pop_stats()}
         return {key: torch.tensor(value) for key, value in stats.items()}

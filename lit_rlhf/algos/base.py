@@ -18,15 +18,15 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.algos.asynchronous import AsyncRollouts, check_concurrent_draws
+from lit_rlhf.algos.asynchronous import RolloutQueue, check_concurrent_draws
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import EpisodeSupport
+from lit_rlhf.algos.forwards import RolloutForwards
 from lit_rlhf.algos.gold import check_gold_reward
 from lit_rlhf.algos.heldout import HeldoutSampling
 from lit_rlhf.algos.kl_controller import KLController
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.score_transforms import ScoreTransform
-from lit_rlhf.algos.scoring import RolloutScoring
 from lit_rlhf.algos.step_stats import StepStatistics
 from lit_rlhf.algos.strategies import StrategySupport
 from lit_rlhf.checkpoints.state import TrainedStateCheckpoints
@@ -45,15 +45,23 @@ from lit_rlhf.ops import (
     kl_per_token,
     masked_mean,
 )
-from lit_rlhf.ops.batching import split_by_tokens
+from lit_rlhf.ops.batching import divide, split_by_tokens
 from lit_rlhf.ops.finite import all_finite
 from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
+from lit_rlhf.rollout.context import SamplingSettings
+from lit_rlhf.rollout.sampler import Sampler
 from lit_rlhf.rollout.sampling import stop_token_id
 from lit_rlhf.tasks.metrics import TaskMetric
 
 
-class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, RolloutScoring, HeldoutSampling,
+def sampler_attribute(name: str, doc: str) -> property:
+    """A module attribute that is its Sampler's (read and set there)."""
+    return property(lambda self: getattr(self.sampler, name), lambda self, value: setattr(self.sampler, name, value),
+                    doc=doc)
+
+
+class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, HeldoutSampling,
                  EpisodeSupport, StepStatistics, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
@@ -96,18 +104,19 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         check_optimizer(self.optimizer_factory)
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
-        self.reward = reward
         self.gold_reward = None if isinstance(gold_reward, dict) and not gold_reward else gold_reward  # CLI: gold=none
         check_gold_reward(self.gold_reward, reward)
-        self.rollout_engine = rollout_engine or HFEngine()  # how responses are sampled (rollout=hf)
+        # everything that draws: the engine (rollout=hf by default), the reward, the environment of episodes
+        self.sampler = Sampler(rollout_engine or HFEngine(), reward, SamplingSettings.of(self.hparams),
+                               as_env_spec(environment))
         check_concurrent_draws(config, self.rollout_engine)
+        self.rollout_queue = RolloutQueue(self)  # every training rollout; S >= 1: drawn ahead by a producer thread
         for line in idle_settings(config, self.rollout_engine.reports_logprobs):
             warn_once(line)
         self.kl_controller = kl_controller or KLController()
         self.kl_controller.start(config.kl_coef)
         self.score_transforms = list(score_transforms)
         self.task_metrics = list(task_metrics)
-        self.environment = as_env_spec(environment)
         self.episode = 0  # sequences trained on, over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = None
@@ -123,6 +132,11 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         self.training_finished = False  # set at the end of training, before the end-of-run reports
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient, in total
         self.consecutive_skipped = 0
+
+    # what draws is the Sampler's
+    rollout_engine = sampler_attribute("engine", "How responses are sampled (RolloutEngine).")
+    reward = sampler_attribute("reward", "What training maximizes.")
+    environment = sampler_attribute("environment", "The environment of multi-turn episodes (EnvSpec; None: one turn).")
 
     @property
     def optimizer_steps_per_rl_step(self) -> int:
@@ -142,7 +156,9 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
             return
         self.load_models()
         self.shard_models()  # trainer=fsdp2
-        self.rollout_engine.setup(self)
+        self.sampler.attach(self.policy, self.reference, self.tokenizer, self.stop_token_id, self.device,
+                            self.global_rank, self.local_rank)
+        self.rollout_engine.setup(self.sampler.context)
 
     def load_models(self) -> None:
         """The tokenizer, policy, reference (and, in subclasses, critic) from the model spec."""
@@ -203,17 +219,6 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         kl = kl * rollout.response_mask
         return kl, -self.kl_coef * kl
 
-    def objective_stats(self, rollout: Rollout, kl: torch.Tensor, non_score_reward: torch.Tensor,
-                        rlhf_reward: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The objective/* metrics, named as in TRL's RLOO and PPO trainers (no objective/kl without a KL)."""
-        return {
-            **({} if kl is None else {"objective/kl": kl.sum(1).mean()}),
-            "objective/entropy": (-rollout.logprobs * rollout.response_mask).sum(1).mean(),
-            "objective/non_score_reward": non_score_reward.sum(1).mean(),
-            "objective/rlhf_reward": rlhf_reward.mean(),
-            "objective/scores": rollout.raw_scores.mean(),
-        }
-
     # ---- update ----------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         rollout = self.training_rollout(batch)
@@ -265,9 +270,9 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
         """num_ppo_epochs x num_mini_batches clipped-ratio steps, each accumulating micro-batches."""
         hp = self.hparams
         n = len(rollout)
-        minibatch = self._divide(n, hp.num_mini_batches, "num_mini_batches", "sequences per rank")
-        micro = self._divide(minibatch, hp.gradient_accumulation_steps, "gradient_accumulation_steps",
-                             "sequences per minibatch")
+        minibatch = divide(n, hp.num_mini_batches, "num_mini_batches", "sequences per rank")
+        micro = divide(minibatch, hp.gradient_accumulation_steps, "gradient_accumulation_steps",
+                       "sequences per minibatch")
         self.enable_trainable_grads()
         optimizer = self.optimizers()
         stats = defaultdict(list)
@@ -291,8 +296,8 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
                 optimizer.step()  # also when skipped, so Lightning's step count stays RL steps x updates
                 optimizer.zero_grad()
         rollout.policy_outputs = None  # frees the graph of a reused rollout forward
-        if self.producer is None:  # async mode: the producer's engine follows the versions it draws with
-            self.rollout_engine.after_update(self)
+        if not self.rollout_queue.running:  # async mode: the producer's engine follows the versions it draws with
+            self.rollout_engine.after_update(self.sampler.context)
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()
@@ -353,18 +358,27 @@ class RLHFModule(StrategySupport, AsyncRollouts, TrainedStateCheckpoints, Rollou
             "clip_ratio/region_mean": pg_stats["clip_region"], **off_policy_stats,
         }
 
-    def _divide(self, total: int, parts: int, name: str, what: str) -> int:
-        if total % parts:
-            raise ConfigError(f"algo.{name}={parts} does not divide the {total} {what}; pick a divisor of {total}.")
-        return total // parts
+    # ---- lifetime ----------------------------------------------------------------------------
+    def on_train_start(self) -> None:
+        super().on_train_start()  # a resume's random states first: the producer starts at this step
+        self.rollout_queue.start()
 
-    # ---- logging ---------------------------------------------------------------------------
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.rollout_queue.publish_after_step()
+
+    def on_train_end(self) -> None:
+        self.rollout_queue.stop()
+        super().on_train_end()
+
+    def teardown(self, stage: str) -> None:
+        self.rollout_queue.stop()  # also after a failed step: no thread outlives the run
+        super().teardown(stage)
+
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
-        self.check_async(datamodule)
+        self.rollout_queue.check(datamodule)
         if datamodule is not None and getattr(datamodule, "rows", None):
-            self.check_columns(datamodule.rows, datamodule.hparams.dataset)
-            self.check_environment(datamodule.rows, datamodule.hparams.dataset)
+            self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
             self.check_token_budget(max(len(row.ids) for row in datamodule.rows))
         self.training_finished = False
         self._fit_start_time = self._last_step_logged = time.time()

@@ -10,18 +10,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.errors import ConfigError
 from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.ops import gather_tokens, model_tokens_first, scatter_tokens
 
 
 class EpisodeSupport:
-    environment = None  # an EnvSpec, or None: single-turn
-
     @property
     def trajectory_length(self) -> int:
         """R: the tokens after the prompt a rollout holds: env.max_tokens, or algo.response_length single-turn."""
-        return self.hparams.response_length if self.environment is None else self.environment.max_tokens
+        return self.sampler.context.trajectory_length
 
     def estimate(self, rollout: Rollout, non_score_reward) -> Estimate:
         """The advantages of the algorithm's estimator (ESTIMATORS[self.estimator]) with its settings.
@@ -40,15 +37,3 @@ class EpisodeSupport:
             return estimate
         return replace(estimate, advantages=scatter_tokens(estimate.advantages, order),
                        returns=None if estimate.returns is None else scatter_tokens(estimate.returns, order))
-
-    def check_environment(self, rows: list, dataset: str) -> None:
-        """Before training: every row has the columns the environment is built from."""
-        if self.environment is None:
-            return
-        from lit_rlhf.data.datamodule import missing_in_rows
-
-        for column in self.environment.required_columns():
-            row = missing_in_rows(rows, column)
-            if row is not None:
-                raise ConfigError(f"the environment needs the dataset column {column!r}, which data.dataset="
-                                  f"{dataset!r} row {row} does not have; use data with that column or another env.")

@@ -26,7 +26,7 @@ def check_gold_reward(gold_reward: Any, reward: Any) -> None:
 
 def gold_scores(gold_reward: Any, prompts: list[str], completions: list[str], columns: dict[str, list]) -> torch.Tensor:
     """The gold reward's scores of N completions (checked: finite, one per completion). -> N"""
-    from lit_rlhf.algos.scoring import call_checked
+    from lit_rlhf.rollout.scoring import call_checked
 
     return call_checked("gold", gold_reward, prompts, completions, columns)
 

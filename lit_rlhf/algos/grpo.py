@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import GRPOConfig
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
@@ -101,7 +102,7 @@ class GRPOModule(RLHFModule):
         if hp.filter_zero_std_groups:  # no signal in them: out of the loss, and out of its token counts
             rollout.in_loss = ~zero_std_groups(rollout.scores, rollout.prompt_index)  # N
         estimate = self.estimate(rollout, non_score_reward)
-        stats.update(self.objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward))
+        stats.update(objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward))
         return estimate.advantages, stats
 
     def policy_loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout,

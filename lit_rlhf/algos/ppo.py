@@ -9,6 +9,7 @@ import torch
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout, response_forward, sequence_inputs
+from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import PPOConfig
 from lit_rlhf.models.value import (
     ValueHead,
@@ -96,7 +97,7 @@ class PPOModule(RLHFModule):
         kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
         estimate = self.estimate(rollout, non_score_reward)
         advantages, rollout.returns, values = estimate.advantages, estimate.returns, rollout.values * mask  # N,R
-        stats = self.objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
+        stats = objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
         stats.update({
             "val/var_explained": 1 - masked_var(rollout.returns - values, mask) / masked_var(rollout.returns, mask),
             "val/mean": masked_mean(values, mask), "val/var": masked_var(values, mask),

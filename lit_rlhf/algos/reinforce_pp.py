@@ -11,6 +11,7 @@ import torch
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import ReinforcePPConfig
 
 
@@ -28,4 +29,4 @@ class ReinforcePPModule(RLHFModule):
             kl = kl.clamp(-self.hparams.kl_clamp, self.hparams.kl_clamp)  # N,R
             non_score_reward = -self.kl_coef * kl  # N,R
         estimate = self.estimate(rollout, non_score_reward)
-        return estimate.advantages, self.objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
+        return estimate.advantages, objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)

@@ -9,6 +9,7 @@ import torch
 
 from lit_rlhf.algos.base import RLHFModule
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import RLOOConfig
 
 
@@ -32,4 +33,4 @@ class RLOOModule(RLHFModule):
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
         estimate = self.estimate(rollout, non_score_reward)
-        return estimate.advantages, self.objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
+        return estimate.advantages, objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)

@@ -48,7 +48,7 @@ class RewardNormalizer:
     def transform_scores(self, module, scores: torch.Tensor, prompts: Sequence[str],
                          completions: Sequence[str]) -> torch.Tensor:
         if self.subtract_query_reward:
-            scores = scores - module.score(list(prompts), [""] * len(prompts))
+            scores = scores - module.sampler.score(list(prompts), [""] * len(prompts))
         everywhere = module.all_gather(scores).flatten() if module.trainer.world_size > 1 else scores
         self.update(everywhere)
         if self.normalize:

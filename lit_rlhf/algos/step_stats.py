@@ -16,6 +16,18 @@ from lit_rlhf.rollout.trajectory import episode_stats
 from lit_rlhf.statistics.rollout import completion_stats, group_stats, host_values, mean_over_ranks, reward_stats
 
 
+def objective_stats(rollout: Rollout, kl: torch.Tensor | None, non_score_reward: torch.Tensor,
+                    rlhf_reward: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The objective/* metrics, named as in TRL's RLOO and PPO trainers (no objective/kl without a KL)."""
+    return {
+        **({} if kl is None else {"objective/kl": kl.sum(1).mean()}),
+        "objective/entropy": (-rollout.logprobs * rollout.response_mask).sum(1).mean(),
+        "objective/non_score_reward": non_score_reward.sum(1).mean(),
+        "objective/rlhf_reward": rlhf_reward.mean(),
+        "objective/scores": rollout.raw_scores.mean(),
+    }
+
+
 class StepStatistics:
     @torch.no_grad()
     def distributions(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -46,7 +58,7 @@ class StepStatistics:
             **self.sampler_stats(rollout),
             **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
             **{key: torch.tensor(value) for key, value in self.step_timings.items()},
-            **self.async_stats(rollout),
+            **self.rollout_queue.stats(rollout),
             **gold_step_stats(self.gold_reward, rollout),
             "time/step_s": torch.tensor(step_s),  # since the previous step's metrics (a validation between counts)
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),

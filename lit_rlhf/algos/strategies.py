@@ -8,7 +8,6 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_rlhf.algos.scoring import reward_waits
 from lit_rlhf.checkpoints.loading import SafeCheckpointIO
 from lit_rlhf.distributed.meta_loading import materialize, placeholders_to_meta
 from lit_rlhf.distributed.sharding import is_sharded, shard
@@ -16,6 +15,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.reward_set import reward_models
 from lit_rlhf.models.rewards import SequenceClassifierReward
 from lit_rlhf.rollout.hf import HFEngine
+from lit_rlhf.rollout.scoring import reward_waits
 
 
 class StrategySupport:

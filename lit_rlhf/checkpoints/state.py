@@ -93,7 +93,7 @@ class TrainedStateCheckpoints:
             "episode": self.episode, "rl_step": self.rl_step, "kl_controller": self.kl_controller.state_dict(),
             "score_transforms": [getattr(t, "state_dict", dict)() for t in self.score_transforms],
             "skipped_updates": self.skipped_updates,
-            "draw_seed": self.draw_seed,  # async mode at S >= 1
+            "draw_seed": self.rollout_queue.draw_seed,  # async mode at S >= 1
             # a corrupted file is refused on load (sharded checkpoints: shards of DTensors, not digested)
             "trained_digest": None if is_sharded(self) else tensors_digest(checkpoint["state_dict"]),
             "identity": self.run_identity(),  # compared on resume (run_identity.py)
@@ -130,7 +130,7 @@ class TrainedStateCheckpoints:
         if draw_seed is not None and (isinstance(draw_seed, bool) or not isinstance(draw_seed, int)):
             raise ConfigError(f"the checkpoint's rlhf_state.draw_seed is {type(draw_seed).__name__}, not a whole "
                               f"number (the file is corrupted); use another checkpoint of the run.")
-        self.draw_seed = draw_seed
+        self.rollout_queue.draw_seed = draw_seed
         per_rank = state.get("rng_per_rank")
         world_size = self.trainer.world_size if self._trainer is not None else 1
         rank = self.trainer.global_rank if self._trainer is not None else 0

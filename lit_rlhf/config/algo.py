@@ -114,8 +114,8 @@ class RLHFConfig:
                                             "max_steps, in optimizer steps, decides)")
     max_staleness: Optional[int] = setting(
         None, "asynchronous mode (docs/async.md): a producer thread samples, runs the episodes and scores rollout t "
-              "with the weights of RL step t - S while the trainer updates, S = this bound; 0: strictly in turn "
-              "through the producer (equal to the synchronous run); null: off, synchronous")
+              "with the weights of RL step t - S while the trainer updates, S = this bound; 0 or null: the "
+              "synchronous run (each rollout drawn when it is trained, no producer)")
     async_correction: str = setting(
         "decoupled", "async mode's off-policy correction: `decoupled` (pi_old recomputed by the trainer, the clip "
                      "around it, the behaviour ratio pi_old / pi_sampler weighted by rollout_is_*), `behaviour` "

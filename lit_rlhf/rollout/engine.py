@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.rollout.context import SamplingContext
 from lit_rlhf.rollout.trajectory import Episode, episode_tensors, run_episodes
 
 
@@ -71,12 +72,6 @@ def left_pad(contexts: list[list[int]], pad_id: int, device: torch.device) -> tu
     return ids.to(device), mask.to(device)
 
 
-def random_stream(module: Any) -> torch.Generator | None:
-    """The random stream a draw samples from: its own in asynchronous mode at S >= 1 (the producer's view of the
-    module carries it), else None (torch's default generator, as the synchronous run)."""
-    return getattr(module, "random_stream", None)
-
-
 class RolloutEngine:
     """How tokens are sampled. Subclasses implement `generate_turn`; `setup` runs once the module's weights are
     loaded, `after_update` after every RL step's optimizer steps (an engine holding its own copy of the
@@ -88,49 +83,49 @@ class RolloutEngine:
     synced_generation: bool = False
     #: generate_turn returns the engine's logprobs of the sampled tokens (when sampling from the policy)
     reports_logprobs: bool = False
-    #: `sample` may run in several threads at once, each with its own module view (async mode's algo.async_draws)
+    #: `sample` may run in several threads at once, each with its own context (async mode's algo.async_draws)
     concurrent_draws: bool = True
 
-    def setup(self, module: Any) -> None:
-        """Called from RLHFModule.configure_model, after the policy, reference and tokenizer loaded."""
+    def setup(self, sampling: SamplingContext) -> None:
+        """Called from RLHFModule.configure_model, after the policy, reference and tokenizer loaded (the context's)."""
 
     def takes_random_stream(self) -> bool:
-        """Whether a draw samples from the random stream its module view carries (`random_stream`), rather than
+        """Whether a draw samples from the random stream its context carries (`random_stream`), rather than
         from torch's default generator, which other threads share."""
         return False
 
-    def sample(self, module: Any, batch: dict[str, torch.Tensor], samples_per_prompt: int,
+    def sample(self, sampling: SamplingContext, batch: dict[str, torch.Tensor], samples_per_prompt: int,
                from_reference: bool = False, greedy: bool = False) -> Samples:
         """K episodes per prompt of batch (input_ids, attention_mask: B,P) from the policy (or the reference);
         greedy=True takes the argmax instead of sampling."""
         queries, query_mask, prompt_index = repeat_prompts(batch, samples_per_prompt)  # N,P ; N,P ; N
-        self.begin(module, from_reference)
+        self.begin(sampling, from_reference)
         try:
-            episodes = run_episodes(self, module, queries, query_mask, episode_rows(batch, prompt_index),
+            episodes = run_episodes(self, sampling, queries, query_mask, episode_rows(batch, prompt_index),
                                     from_reference, greedy)
         finally:
-            self.end(module, from_reference)
-        tensors = episode_tensors(episodes, module.trajectory_length, module.tokenizer.pad_token_id, queries.device)
+            self.end(sampling, from_reference)
+        tensors = episode_tensors(episodes, sampling.trajectory_length, sampling.tokenizer.pad_token_id, queries.device)
         reported = self.reports_logprobs and not greedy and not from_reference
-        multi_turn = module.environment is not None
+        multi_turn = sampling.environment is not None
         return Samples(queries, query_mask, tensors["responses"], tensors["response_mask"], prompt_index,
                        tensors["sampler_logprobs"] if reported else None,
                        tensors["context_mask"] if multi_turn else None, episodes if multi_turn else None,
                        [e.stopped for e in episodes])
 
-    def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
-                      greedy: bool) -> list[tuple[list[int], list[float] | None]]:
+    def generate_turn(self, sampling: SamplingContext, contexts: list[list[int]], max_new_tokens: int,
+                      from_reference: bool, greedy: bool) -> list[tuple[list[int], list[float] | None]]:
         """One model turn per context (token ids: prompt and trajectory so far), at most max_new_tokens each:
         (the sampled ids, the engine's logprobs of them or None), in order."""
         raise NotImplementedError
 
-    def begin(self, module: Any, from_reference: bool) -> None:
+    def begin(self, sampling: SamplingContext, from_reference: bool) -> None:
         """Before a rollout's first turn."""
 
-    def end(self, module: Any, from_reference: bool) -> None:
+    def end(self, sampling: SamplingContext, from_reference: bool) -> None:
         """After its last turn (also when it failed)."""
 
-    def after_update(self, module: Any) -> None:
+    def after_update(self, sampling: SamplingContext) -> None:
         """Called after every RL step's optimizer steps."""
 
     def stats(self) -> dict[str, float]:

@@ -17,7 +17,8 @@ from lit_rlhf.config.sampling_checks import NEUTRAL_VALUES
 from lit_rlhf.config.validation import check_flag, check_setting_number, warn_once
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import compiled_decoding as compiled
-from lit_rlhf.rollout.engine import RolloutEngine, left_pad, random_stream
+from lit_rlhf.rollout.context import SamplingContext
+from lit_rlhf.rollout.engine import RolloutEngine, left_pad
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
 from lit_rlhf.rollout.merged_adapters import check_merge_adapters, merged_adapters
 from lit_rlhf.rollout.sampling import pure_sampling_config
@@ -78,38 +79,38 @@ class HFEngine(RolloutEngine):
         self.resolved_mode: str | None = None
         self.compile_ready: bool | None = None
 
-    def setup(self, module: Any) -> None:
-        compiled.check_static_cache_length(self.static_cache_length, compiled.model_context(module.policy))
-        hp = module.hparams
+    def setup(self, sampling: SamplingContext) -> None:
+        compiled.check_static_cache_length(self.static_cache_length, compiled.model_context(sampling.policy))
+        settings = sampling.settings
         self.generation_config = pure_sampling_config(
-            hp.response_length, hp.temperature, module.stop_token_id, module.tokenizer.pad_token_id,
-            hp.generation_kwargs, hp.allow_biased_sampling)
+            settings.response_length, settings.temperature, sampling.stop_token_id, sampling.tokenizer.pad_token_id,
+            settings.generation_kwargs, settings.allow_biased_sampling)
 
     @torch.no_grad()
-    def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
-                      greedy: bool) -> list[tuple[list[int], None]]:
-        input_ids, attention_mask = left_pad(contexts, module.tokenizer.pad_token_id, module.device)  # N,L ; N,L
+    def generate_turn(self, sampling: SamplingContext, contexts: list[list[int]], max_new_tokens: int,
+                      from_reference: bool, greedy: bool) -> list[tuple[list[int], None]]:
+        input_ids, attention_mask = left_pad(contexts, sampling.tokenizer.pad_token_id, sampling.device)  # N,L ; N,L
         # ZeRO-3 steps every rank's forwards together: a prefill on one rank alone would stall the others
         siblings = sibling_count(contexts) if self.shared_prefill and not self.synced_generation else 1
         config = GenerationConfig(**{**self.generation_config.to_dict(), "max_new_tokens": max_new_tokens,
                                      **({"do_sample": False} if greedy else {})})
-        was_training = module.policy.training
-        module.policy.eval()
+        was_training = sampling.policy.training
+        sampling.policy.eval()
         try:
             if from_reference:
-                with module.reference.active() as reference:
-                    sequences = self.generate(module, reference, input_ids, attention_mask, config,
+                with sampling.reference.active() as reference:
+                    sequences = self.generate(sampling, reference, input_ids, attention_mask, config,
                                               siblings)  # N,L+T
             else:
-                sequences = self.generate(module, module.policy, input_ids, attention_mask, config, siblings,
-                                          random_stream(module))
+                sequences = self.generate(sampling, sampling.policy, input_ids, attention_mask, config, siblings,
+                                          sampling.random_stream)
         finally:
-            module.policy.train(was_training)
+            sampling.policy.train(was_training)
         return [(row, None) for row in sequences[:, input_ids.shape[1]:].tolist()]  # one transfer to the host
 
-    def generate(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
-                 config: GenerationConfig, siblings: int = 1, generator: torch.Generator | None = None
-                 ) -> torch.Tensor:
+    def generate(self, sampling: SamplingContext, model: torch.nn.Module, queries: torch.Tensor,
+                 query_mask: torch.Tensor, config: GenerationConfig, siblings: int = 1,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
         """Samples of N = B*siblings contexts (each distinct one repeated `siblings` times, adjacent). -> N,P+R'
         generator: the draw's own random stream (None: torch's default generator); only the inverse-CDF sampler
         takes one (generate()'s own sampler always draws from torch's default generator)."""
@@ -127,11 +128,11 @@ class HFEngine(RolloutEngine):
         unmergeable = self.lockstep or self.synced_generation or mode in compiled.CUDA_GRAPH_MODES
         merge = False if unmergeable else self.merge_adapters
         with merged_adapters(model, merge):
-            return self.generate_with(module, model, queries, query_mask, config, siblings, requested, extra, mode,
+            return self.generate_with(sampling, model, queries, query_mask, config, siblings, requested, extra, mode,
                                       generator)
 
-    def generate_with(self, module: Any, model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor,
-                      config: GenerationConfig, siblings: int, requested: GenerationConfig,
+    def generate_with(self, sampling: SamplingContext, model: torch.nn.Module, queries: torch.Tensor,
+                      query_mask: torch.Tensor, config: GenerationConfig, siblings: int, requested: GenerationConfig,
                       extra: dict[str, Any], mode: str | None, generator: torch.Generator | None
                       ) -> torch.Tensor:
         prefilled = None
@@ -156,10 +157,10 @@ class HFEngine(RolloutEngine):
         except RuntimeError as err:
             if use_compiled and compiled.is_compile_failure(err):
                 self.fall_back(f"torch.compile failed ({type(err).__name__}: {str(err).strip().splitlines()[0]})")
-                return self.generate(module, model, queries, query_mask, requested, siblings, generator)
+                return self.generate(sampling, model, queries, query_mask, requested, siblings, generator)
             if "probability tensor contains" not in str(err):
                 raise
-            raise ConfigError(f"sampling failed at RL step {module.rl_step}: the policy's logits are not finite; "
+            raise ConfigError(f"sampling failed at RL step {sampling.version}: the policy's logits are not finite; "
                               f"lower algo.optimizer.lr (and keep algo.max_grad_norm), or resume from an earlier "
                               f"checkpoint.") from err
 

@@ -6,9 +6,10 @@
 A version is the number of RL steps the weights have been trained for. Rollout t is drawn with version
 max(start, t - S), so it is trained at most S versions after the weights that drew it, and exactly S once past the
 start: the schedule does not depend on timing. The producer waits for that version rather than discarding work (no
-prompt is dropped, none starved), so at most S + 1 rollouts are drawn and not yet trained. S = 0 alternates
-strictly, draw then update: the synchronous run, in the same order. After a resume at step `start` the rollouts in
-flight are drawn again from the checkpoint's weights (prompts are indexed by step: none skipped, none repeated).
+prompt is dropped, none starved), so at most S + 1 rollouts are drawn and not yet trained. (S = 0 would alternate
+strictly, draw then update; a module draws those rollouts itself, without a producer.) After a resume at step
+`start` the rollouts in flight are drawn again from the checkpoint's weights (prompts are indexed by step: none
+skipped, none repeated).
 
 `draws` workers (algo.async_draws, at most S + 1 of them do work) claim steps in order and draw them at once, each
 with its own slot of sampler weights: while one rollout's episodes wait on tools and rewards, the next one samples.

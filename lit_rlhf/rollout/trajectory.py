@@ -27,6 +27,7 @@ from lit_rlhf.envs.tools import awaited, failure_text, str_or_type, tool_name
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.remote.schema import shown
+from lit_rlhf.rollout.context import SamplingContext
 
 
 @dataclass
@@ -118,11 +119,11 @@ def answer_concurrently(spec: EnvSpec | None,
         return list(pool.map(lambda work: environment_answer(spec, *work), answering))
 
 
-def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: torch.Tensor,
+def run_episodes(engine: Any, sampling: SamplingContext, queries: torch.Tensor, query_mask: torch.Tensor,
                  columns: list[dict[str, Any]], from_reference: bool, greedy: bool) -> list[Episode]:
     """Every episode of the rollout (one per row of queries, N,P), turn by turn; columns: each one's dataset row."""
-    spec: EnvSpec | None = module.environment
-    stop_id, budget = module.stop_token_id, module.trajectory_length
+    spec: EnvSpec | None = sampling.environment
+    stop_id, budget = sampling.stop_token_id, sampling.trajectory_length
     rows = torch.stack([queries, query_mask.to(queries.dtype)], 1).tolist()  # N x (P ids, P mask): one transfer
     episodes = [Episode([t for t, keep in zip(ids, mask, strict=True) if keep],
                         spec.create(row) if spec is not None else None)
@@ -133,8 +134,8 @@ def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: to
         if not live:
             break
         room = [budget - len(e.tokens) for e in live]
-        outputs = engine.generate_turn(module, [e.prompt + e.tokens for e in live],
-                                       min(module.hparams.response_length, max(room)), from_reference, greedy)
+        outputs = engine.generate_turn(sampling, [e.prompt + e.tokens for e in live],
+                                       min(sampling.settings.response_length, max(room)), from_reference, greedy)
         answering = []  # (episode, its turn's text, the characters its observation may take)
         for episode, space, (ids, logprobs) in zip(live, room, outputs, strict=True):
             ids = cut_at_stop(ids, stop_id)[:space]
@@ -145,13 +146,13 @@ def run_episodes(engine: Any, module: Any, queries: torch.Tensor, query_mask: to
                 episode.done = True
                 episode.truncated = not episode.stopped and len(episode.tokens) >= budget and spec is not None
                 continue
-            room_chars = (budget - len(episode.tokens)) * max_chars_per_token(module.tokenizer)
-            answering.append((episode, module.tokenizer.decode(ids), room_chars))
+            room_chars = (budget - len(episode.tokens)) * max_chars_per_token(sampling.tokenizer)
+            answering.append((episode, sampling.tokenizer.decode(ids), room_chars))
         for (episode, _, _), (observation, done) in zip(answering, answer_concurrently(spec, answering), strict=True):
             if done:
                 episode.done = True
                 continue
-            observed = module.tokenizer(observation, add_special_tokens=False)["input_ids"]
+            observed = sampling.tokenizer(observation, add_special_tokens=False)["input_ids"]
             if turn == max_turns - 1 or len(episode.tokens) + len(observed) >= budget:
                 episode.done = episode.truncated = True  # no room for the answer's turn: ended, flagged
                 continue

@@ -25,7 +25,8 @@ from safetensors.torch import save_file
 
 from lit_rlhf.config.validation import check_flag, check_setting_number
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.rollout.engine import RolloutEngine, random_stream
+from lit_rlhf.rollout.context import SamplingContext
+from lit_rlhf.rollout.engine import RolloutEngine
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.vllm_checks import (
     check_kv_cache,
@@ -98,23 +99,23 @@ class VLLMEngine(RolloutEngine):
         self.last_sync_s = 0.0  # seconds the last weight sync took (rollout/weight_sync_s)
 
     # ---- lifetime ----------------------------------------------------------------------------
-    def setup(self, module: Any) -> None:
+    def setup(self, sampling: SamplingContext) -> None:
         if self.engine is not None:
             return
         import_vllm()
         if self.synced_generation:
             raise ConfigError("rollout=vllm cannot sync weights that ZeRO-3 shards (trainer=deepspeed_zero3); use "
                               "trainer=ddp with rollout=vllm, or rollout=hf.")
-        self.generate_engine.setup(module)
-        hp = module.hparams
-        self.sampling_settings = vllm_sampling_settings(hp.temperature, dict(hp.generation_kwargs),
-                                                        hp.allow_biased_sampling)
+        self.generate_engine.setup(sampling)
+        settings = sampling.settings
+        self.sampling_settings = vllm_sampling_settings(settings.temperature, dict(settings.generation_kwargs),
+                                                        settings.allow_biased_sampling)
         self.weights_dir = tempfile.mkdtemp(prefix="lit_rlhf_vllm_", dir=shared_memory_dir())
-        self.engine = self.start_engine(module)
+        self.engine = self.start_engine(sampling)
         self.stale = True  # the policy may differ from the checkpoint the engine loaded (an adapter, a resume)
 
-    def engine_settings(self, module: Any) -> dict[str, Any]:
-        spec = module.hparams.model
+    def engine_settings(self, sampling: SamplingContext) -> dict[str, Any]:
+        spec = sampling.settings.model
         settings = dict(
             model=spec["name_or_path"], dtype=self.dtype or spec.get("dtype") or "auto",
             trust_remote_code=spec.get("trust_remote_code", False), skip_tokenizer_init=True,
@@ -130,16 +131,16 @@ class VLLMEngine(RolloutEngine):
             settings["max_model_len"] = self.max_model_len
         return {**settings, **self.engine_kwargs}
 
-    def start_engine(self, module: Any) -> EngineProcess:
-        settings = self.engine_settings(module)
-        check_kv_cache(module.policy.config, self.kv_cache_gib, settings.get("max_model_len"),
-                       module.policy.get_input_embeddings().weight.element_size())
-        architecture = getattr(module.policy.config, "architectures", None) or [type(module.policy).__name__]
+    def start_engine(self, sampling: SamplingContext) -> EngineProcess:
+        settings = self.engine_settings(sampling)
+        check_kv_cache(sampling.policy.config, self.kv_cache_gib, settings.get("max_model_len"),
+                       sampling.policy.get_input_embeddings().weight.element_size())
+        architecture = getattr(sampling.policy.config, "architectures", None) or [type(sampling.policy).__name__]
         cores = None
-        if module.device.type == "cpu":  # the trainer waits while the engine samples: its share of the cores
-            cores = engine_cpu_cores(self.cpu_cores, torch.get_num_threads(), module.local_rank)
+        if sampling.device.type == "cpu":  # the trainer waits while the engine samples: its share of the cores
+            cores = engine_cpu_cores(self.cpu_cores, torch.get_num_threads(), sampling.local_rank)
         try:
-            with engine_device(module.device):
+            with engine_device(sampling.device):
                 return EngineProcess(settings, cores)
         except EngineError as err:  # vLLM reports bad input as ValueError / RuntimeError with a long text
             message = " ".join(str(err).split())
@@ -160,27 +161,27 @@ class VLLMEngine(RolloutEngine):
             self.engine = None
 
     # ---- weights -----------------------------------------------------------------------------
-    def after_update(self, module: Any) -> None:
+    def after_update(self, sampling: SamplingContext) -> None:
         self.stale = True
 
     def stats(self) -> dict[str, float]:
         return {"rollout/weight_sync_s": self.last_sync_s}
 
-    def sync(self, module: Any) -> None:
+    def sync(self, sampling: SamplingContext) -> None:
         """The policy's trained weights into the engine, within sync_timeout_s, or a one-line error."""
         start = time.perf_counter()
         path = str(Path(self.weights_dir) / "policy.safetensors")
-        save_file({name: t.contiguous().cpu() for name, t in trained_weights(module.policy).items()}, path)
+        save_file({name: t.contiguous().cpu() for name, t in trained_weights(sampling.policy).items()}, path)
         try:
             self.engine.call("rpc", "load_policy_weights", (path,), timeout_s=self.sync_timeout_s)
         except TimeoutError as err:
             self.engine = None  # stopped
-            raise ConfigError(f"RL step {module.rl_step}: the weight sync to the vLLM engine did not finish in "
+            raise ConfigError(f"RL step {sampling.version}: the weight sync to the vLLM engine did not finish in "
                               f"{self.sync_timeout_s:g} s (rollout.sync_timeout_s); the engine is stuck or too slow, "
                               f"the checkpoints written so far are intact; resume from the last one.") from err
         except Exception as err:
             message = " ".join(str(err).split())[:200]
-            raise ConfigError(f"RL step {module.rl_step}: the weight sync to the vLLM engine failed ({message}); the "
+            raise ConfigError(f"RL step {sampling.version}: the weight sync to the vLLM engine failed ({message}); the "
                               f"checkpoints written so far are intact; use rollout=hf if it persists.") from err
         finally:
             Path(path).unlink(missing_ok=True)
@@ -199,35 +200,34 @@ class VLLMEngine(RolloutEngine):
             self.asleep = True
 
     # ---- sampling ----------------------------------------------------------------------------
-    def begin(self, module: Any, from_reference: bool) -> None:
+    def begin(self, sampling: SamplingContext, from_reference: bool) -> None:
         if from_reference:
             return
         self.wake()  # sleep mode: the weights are back on the device before a sync writes them
         if self.stale:
-            self.sync(module)
+            self.sync(sampling)
 
-    def end(self, module: Any, from_reference: bool) -> None:
+    def end(self, sampling: SamplingContext, from_reference: bool) -> None:
         if not from_reference:
-            self.rest(module.device)
+            self.rest(sampling.device)
 
     def takes_random_stream(self) -> bool:
         return self.seeded
 
     @torch.no_grad()
-    def generate_turn(self, module: Any, contexts: list[list[int]], max_new_tokens: int, from_reference: bool,
-                      greedy: bool) -> list[tuple[list[int], list[float] | None]]:
+    def generate_turn(self, sampling: SamplingContext, contexts: list[list[int]], max_new_tokens: int,
+                      from_reference: bool, greedy: bool) -> list[tuple[list[int], list[float] | None]]:
         """One engine call for every live episode's turn (vLLM batches them); the reference samples with
         generate() (rollout=hf)."""
         if from_reference:
-            return self.generate_engine.generate_turn(module, contexts, max_new_tokens, True, greedy)
-        hp = module.hparams
+            return self.generate_engine.generate_turn(sampling, contexts, max_new_tokens, True, greedy)
         settings = {**self.sampling_settings, "temperature": 0.0} if greedy else self.sampling_settings
-        common = dict(n=1, max_tokens=max_new_tokens, stop_token_ids=[module.stop_token_id], ignore_eos=True,
+        common = dict(n=1, max_tokens=max_new_tokens, stop_token_ids=[sampling.stop_token_id], ignore_eos=True,
                       logprobs=None if greedy else 0, detokenize=False, **settings)
-        stream = random_stream(module)  # async mode at S >= 1: the draw's own
+        stream = sampling.random_stream  # async mode at S >= 1: the draw's own
         base = int(torch.randint(2**31 - 1, (1,), generator=stream, device=stream.device if stream else None)) \
             if self.seeded else None
-        rank = module.global_rank if module._trainer is not None else 0
+        rank = sampling.rank
         params = [{**common, "seed": None if base is None else (base + 7919 * rank + i) % 2**31}
                   for i in range(len(contexts))]
         try:
@@ -235,7 +235,8 @@ class VLLMEngine(RolloutEngine):
         except EngineError as err:  # vLLM's request validation errors (their classes vary across versions)
             if "context length" in str(err) or "max_model_len" in str(err):
                 longest = max(map(len, contexts))
-                raise ConfigError(f"a context of {longest} tokens with algo.response_length={hp.response_length} "
+                length = sampling.settings.response_length
+                raise ConfigError(f"a context of {longest} tokens with algo.response_length={length} "
                                   f"does not fit the vLLM engine's context; raise rollout.max_model_len (up to the "
                                   f"model's) or shorten data.max_prompt_length (or env.max_tokens).") from err
             raise

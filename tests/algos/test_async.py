@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.asynchronous import AsyncRollouts
+from lit_rlhf.algos.asynchronous import RolloutQueue
 from lit_rlhf.algos.rollout import batched_logprobs
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import importance_weights
@@ -60,28 +60,21 @@ def comparable(stats):
 
 
 @pytest.mark.parametrize("make", [make_rloo, make_ppo], ids=["rloo", "ppo"])
-def test_staleness_0_through_the_producer_equals_the_synchronous_run_bit_for_bit(make):
+def test_staleness_0_is_the_synchronous_run_bit_for_bit(make):
+    """S = 0 draws each rollout from the DataLoader's batch when the trainer trains it: no producer starts."""
+    threads = []
+
+    class Threads(L.Callback):
+        def on_train_batch_end(self, *args):
+            threads.append(len(producer_threads()))
+
     sync_weights, sync_stats = fit(make(optimizer=SGD))
-    async_weights, async_stats = fit(make(optimizer=SGD, max_staleness=0))
+    async_weights, async_stats = fit(make(optimizer=SGD, max_staleness=0), callbacks=[Threads()])
     assert comparable(async_stats) == comparable(sync_stats)  # every metric, to the last digit
     assert sync_weights.keys() == async_weights.keys()
     for name, weight in sync_weights.items():
         assert torch.equal(weight, async_weights[name]), name
-    assert [s["async/staleness"] for s in async_stats] == [0.0] * 3
-    assert not producer_threads()
-
-
-def test_staleness_0_equals_the_synchronous_run_with_validation_and_samples_at_every_step():
-    """The trainer samples the held-out prompts after every step (validation and the samples callback) while the
-    producer may be drawing the next rollout: what it draws, and what the trainer samples, are the synchronous
-    run's."""
-    sync_weights, sync_stats = fit(make_rloo(optimizer=SGD), validate=True)
-    async_weights, async_stats = fit(make_rloo(optimizer=SGD, max_staleness=0), validate=True)
-    assert [row["response"] for row in async_stats[-1]["samples"]] == [
-        row["response"] for row in sync_stats[-1]["samples"]]
-    assert comparable(async_stats[:-1]) == comparable(sync_stats[:-1])
-    for name, weight in sync_weights.items():
-        assert torch.equal(weight, async_weights[name]), name
+    assert threads == [0] * 3 and not any(key.startswith("async/") for s in async_stats for key in s)
 
 
 @pytest.mark.parametrize("draws", [1, 2])
@@ -181,9 +174,9 @@ def test_behaviour_correction_clips_around_the_sampler_and_has_no_importance_wei
 def test_a_weight_sync_that_does_not_reach_the_sampler_stops_the_run_with_one_line(monkeypatch):
     """An adapter that never reaches the sampler: its copy keeps the initial weights. The probe sees it at the
     first version after the first update, instead of training on samples of the initial policy."""
-    monkeypatch.setattr(AsyncRollouts, "copy_into_sampler", lambda self, weights, slot=0: None)
+    monkeypatch.setattr(RolloutQueue, "copy_into_sampler", lambda self, weights, slot=0: None)
     with pytest.raises(ConfigError, match=r"RL step 1: the weight sync to the rollout producer failed") as err:
-        fit(make_rloo(optimizer=SGD, max_staleness=0))
+        fit(make_rloo(optimizer=SGD, max_staleness=1))
     assert "\n" not in str(err.value)
     assert not producer_threads()
 
@@ -260,3 +253,32 @@ def test_ctrl_c_and_sigterm_stop_the_producer_and_leave_a_checkpoint_that_resume
     trainer.fit(module, make_datamodule(), ckpt_path=str(guard.path))
     assert module.rl_step == 5 and len(record.stats) == 3  # steps 3-5, from the checkpoint's weights
     assert [s["async/staleness"] for s in record.stats] == [0.0, 1.0, 2.0] and not producer_threads()
+
+
+def test_the_producer_draws_the_dataloader_s_batch_of_each_step(monkeypatch):
+    """At S >= 1 the producer reads the prompt batches ahead from the training DataLoader's dataset; a rollout whose
+    prompts are not the DataLoader's batch of its step is refused."""
+    import lit_rlhf.algos.asynchronous as queue
+
+    read_from = []
+    dataloader_source = queue.prompt_source
+
+    def recorded(trainer):
+        read_from.append(dataloader_source(trainer) is trainer.train_dataloader.dataset)
+        return dataloader_source(trainer)
+
+    monkeypatch.setattr(queue, "prompt_source", recorded)
+    fit(make_rloo(max_staleness=1), rl_steps=2)
+    assert read_from == [True]
+
+    class OneAhead:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def batch(self, step):
+            return self.stream.batch(step + 1)
+
+    monkeypatch.setattr(queue, "prompt_source", lambda trainer: OneAhead(dataloader_source(trainer)))
+    with pytest.raises(ConfigError, match=r"RL step 0: the rollout producer drew other prompts than the DataLoader's"):
+        fit(make_rloo(max_staleness=1), rl_steps=2)
+    assert not producer_threads()

@@ -97,8 +97,8 @@ def test_rloo_and_grpo_sample_with_the_same_generate_call(monkeypatch):
     for module in (make(RLOOModule, rloo_k=4, kl_coef=0.05, missing_eos_penalty=1.0, **sampling),
                    make(num_generations=4, beta=0.04, loss_type="dapo", **sampling)):
         module.configure_model()
-        module.rollout_engine.setup(module)
-        module.rollout_engine.sample(module, batch, samples_per_prompt=4)
+        module.rollout_engine.setup(module.sampler.context)
+        module.rollout_engine.sample(module.sampler.context, batch, samples_per_prompt=4)
     rloo, grpo = calls
     assert rloo == grpo
     assert rloo["input_ids"][1][0] == 16 and rloo["processors"] == ["InverseCDFSampler"]

@@ -7,8 +7,8 @@ import lightning as L
 import pytest
 import torch
 
+import lit_rlhf.algos.forwards as forwards_module
 import lit_rlhf.algos.rollout as rollout_module
-import lit_rlhf.algos.scoring as scoring_module
 from tests.conftest import LORA, make_datamodule, make_ppo, make_rloo
 
 
@@ -30,7 +30,7 @@ def count_forwards(monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(rollout_module, "response_logprobs_and_entropy", counting)
-    monkeypatch.setattr(scoring_module, "response_logprobs_and_entropy", counting)
+    monkeypatch.setattr(forwards_module, "response_logprobs_and_entropy", counting)
     return calls
 
 

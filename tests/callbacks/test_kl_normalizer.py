@@ -67,6 +67,7 @@ class FakeModule:
     def __init__(self, reward=None):
         self.trainer = type("T", (), {"world_size": 1})()
         self.reward = reward
+        self.sampler = self  # the module's Sampler scores with the reward
 
     def score(self, prompts, completions):
         return self.reward(prompts, completions)

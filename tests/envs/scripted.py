@@ -19,15 +19,15 @@ class ScriptedEngine(RolloutEngine):
     def __init__(self, turns: list[str], stop: bool = True):
         self.turns, self.stop, self.calls, self.turn = turns, stop, [], 0
 
-    def begin(self, module, from_reference):
+    def begin(self, sampling, from_reference):
         self.turn = 0  # every rollout's episodes start at the script's first turn
 
-    def generate_turn(self, module, contexts, max_new_tokens, from_reference, greedy):
+    def generate_turn(self, sampling, contexts, max_new_tokens, from_reference, greedy):
         self.calls.append([list(c) for c in contexts])
         text = self.turns[min(self.turn, len(self.turns) - 1)]
         self.turn += 1
-        ids = odd_ids(module.tokenizer, text) + ([module.stop_token_id] if self.stop else [])
-        junk = [module.tokenizer.pad_token_id] * 3
+        ids = odd_ids(sampling.tokenizer, text) + ([sampling.stop_token_id] if self.stop else [])
+        junk = [sampling.tokenizer.pad_token_id] * 3
         return [((ids + junk)[:max_new_tokens], None) for _ in contexts]
 
 

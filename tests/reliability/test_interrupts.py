@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from lit_rlhf.algos.scoring import call_checked
 from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
+from lit_rlhf.rollout.scoring import call_checked
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT
 

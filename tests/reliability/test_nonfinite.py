@@ -51,7 +51,7 @@ def test_a_reward_that_returns_nan_is_refused_by_name_and_the_last_checkpoint_st
 def test_a_reward_that_returns_strings_is_refused_by_name():
     module = make_rloo(reward=lambda prompts, completions: ["good"] * len(completions))
     with pytest.raises(ConfigError, match=r"the reward <lambda> returned list that is not numbers"):
-        module.score(["a"], ["b"])
+        module.sampler.score(["a"], ["b"])
 
 
 def test_non_finite_steps_are_skipped_then_stop_the_run_in_one_line_and_no_checkpoint_holds_nan(tmp_path):

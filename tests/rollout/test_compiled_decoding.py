@@ -20,9 +20,9 @@ def prompt_batch(width: int | None = None):
 
 def sample(module, engine: HFEngine, batch, seed: int, **kwargs):
     module.rollout_engine = engine
-    engine.setup(module)
+    engine.setup(module.sampler.context)
     torch.manual_seed(seed)
-    return engine.sample(module, batch, samples_per_prompt=2, **kwargs).responses
+    return engine.sample(module.sampler.context, batch, samples_per_prompt=2, **kwargs).responses
 
 
 def compiled_frames() -> int:
@@ -80,7 +80,7 @@ def test_bad_settings_are_one_line():
     context = module.policy.config.max_position_embeddings
     with pytest.raises(ConfigError, match=f"static_cache_length={context + 1} is longer than the model's context "
                                           f"\\({context} positions\\); set at most {context}"):
-        HFEngine(compile_mode="default", static_cache_length=context + 1).setup(module)
+        HFEngine(compile_mode="default", static_cache_length=context + 1).setup(module.sampler.context)
 
 
 def test_cache_lengths_round_up_within_the_context():

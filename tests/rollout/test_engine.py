@@ -15,19 +15,19 @@ class FixedEngine(RolloutEngine):
     def __init__(self):
         self.setups = self.updates = 0
 
-    def setup(self, module):
+    def setup(self, sampling):
         self.setups += 1
-        self.answer = module.tokenizer(" good", add_special_tokens=False)["input_ids"] + [module.stop_token_id]
+        self.answer = sampling.tokenizer(" good", add_special_tokens=False)["input_ids"] + [sampling.stop_token_id]
 
-    def sample(self, module, batch, samples_per_prompt, from_reference=False, greedy=False):
+    def sample(self, sampling, batch, samples_per_prompt, from_reference=False, greedy=False):
         queries, query_mask, prompt_index = repeat_prompts(batch, samples_per_prompt)
-        responses = torch.full((len(queries), module.hparams.response_length), module.tokenizer.pad_token_id)
+        responses = torch.full((len(queries), sampling.settings.response_length), sampling.tokenizer.pad_token_id)
         responses[:, : len(self.answer)] = torch.tensor(self.answer)
         mask = torch.zeros_like(responses, dtype=torch.bool)
         mask[:, : len(self.answer)] = True
         return Samples(queries, query_mask, responses, mask, prompt_index)
 
-    def after_update(self, module):
+    def after_update(self, sampling):
         self.updates += 1
 
 
@@ -53,7 +53,7 @@ def test_the_default_engine_is_hf_and_samples_k_per_prompt(tiny_path):
     assert isinstance(module.rollout_engine, HFEngine)
     module.configure_model()
     batch = next(iter(_val(make_datamodule())))
-    samples = module.rollout_engine.sample(module, batch, samples_per_prompt=3)
+    samples = module.rollout_engine.sample(module.sampler.context, batch, samples_per_prompt=3)
     assert samples.responses.shape == (3 * len(batch["input_ids"]), 6)
     assert torch.equal(samples.prompt_index, torch.arange(len(batch["input_ids"])).repeat_interleave(3))
 

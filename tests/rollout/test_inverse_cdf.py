@@ -98,9 +98,9 @@ def rollout_batch():
 
 def sample(module, engine: HFEngine, seed: int, samples_per_prompt: int = 4):
     module.rollout_engine = engine
-    engine.setup(module)
+    engine.setup(module.sampler.context)
     torch.manual_seed(seed)
-    return engine.sample(module, rollout_batch(), samples_per_prompt=samples_per_prompt).responses
+    return engine.sample(module.sampler.context, rollout_batch(), samples_per_prompt=samples_per_prompt).responses
 
 
 def test_generate_takes_the_drawn_token_with_the_model_s_first_token_distribution():
@@ -111,9 +111,10 @@ def test_generate_takes_the_drawn_token_with_the_model_s_first_token_distributio
     with torch.no_grad():
         probs = torch.softmax(module.policy(prompt).logits[0, -1].double() / 0.7, -1)
     engine = HFEngine()
-    engine.setup(module)
+    engine.setup(module.sampler.context)
     torch.manual_seed(2)
-    tokens = engine.generate_turn(module, [prompt[0].tolist()] * 4000, 1, from_reference=False, greedy=False)
+    tokens = engine.generate_turn(module.sampler.context, [prompt[0].tolist()] * 4000, 1, from_reference=False,
+                                  greedy=False)
     drawn = torch.tensor([t[0][0] for t in tokens])
     top = probs.topk(5).indices  # the likely tokens, then the rest together
     frequent = torch.cat([probs[top], (1 - probs[top].sum()).unsqueeze(0)])

@@ -34,10 +34,10 @@ def sample_counting_adapter_calls(module, engine: HFEngine, batch, seed: int, **
     hooks = [m.register_forward_hook(lambda *_: calls.append(1))
              for name, m in module.policy.named_modules() if name.endswith("lora_A.default")]
     module.rollout_engine = engine
-    engine.setup(module)
+    engine.setup(module.sampler.context)
     torch.manual_seed(seed)
     try:
-        return engine.sample(module, batch, samples_per_prompt=2, **kwargs).responses, len(calls)
+        return engine.sample(module.sampler.context, batch, samples_per_prompt=2, **kwargs).responses, len(calls)
     finally:
         for hook in hooks:
             hook.remove()

@@ -32,9 +32,10 @@ def test_shared_prefill_samples_what_separate_prefills_sample(from_reference):
     drawn = {}
     for shared in (True, False):
         module.rollout_engine = HFEngine(shared_prefill=shared)
-        module.rollout_engine.setup(module)
+        module.rollout_engine.setup(module.sampler.context)
         torch.manual_seed(0)
-        drawn[shared] = module.rollout_engine.sample(module, batch, samples_per_prompt=4, from_reference=from_reference)
+        drawn[shared] = module.rollout_engine.sample(module.sampler.context, batch, samples_per_prompt=4,
+                                                     from_reference=from_reference)
     assert torch.equal(drawn[True].responses, drawn[False].responses)
     assert torch.equal(drawn[True].response_mask, drawn[False].response_mask)
 
@@ -43,11 +44,11 @@ def test_the_prefill_runs_each_distinct_prompt_once():
     module = make_rloo(response_length=4)
     module.configure_model()
     batch = prompt_batch(module)
-    module.rollout_engine.setup(module)
+    module.rollout_engine.setup(module.sampler.context)
     rows = []
     hook = module.policy.get_input_embeddings().register_forward_hook(lambda m, args, out: rows.append(out.shape))
     try:
-        module.rollout_engine.sample(module, batch, samples_per_prompt=4)
+        module.rollout_engine.sample(module.sampler.context, batch, samples_per_prompt=4)
     finally:
         hook.remove()
     width = batch["input_ids"].shape[1]

@@ -9,6 +9,7 @@ import lightning as L
 import pytest
 import torch
 
+from lit_rlhf.algos.rollout import batched_logprobs
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import clipped_policy_loss
 from lit_rlhf.rollout import HFEngine, VLLMEngine
@@ -87,10 +88,10 @@ class ShiftedSampler(HFEngine):
         super().__init__()
         self.shift = shift
 
-    def sample(self, module, batch, samples_per_prompt, from_reference=False, greedy=False):
-        samples = super().sample(module, batch, samples_per_prompt, from_reference, greedy)
-        logprobs, _ = module.old_logprobs_and_values(samples.queries, samples.query_mask, samples.responses,
-                                                     samples.response_mask)
+    def sample(self, sampling, batch, samples_per_prompt, from_reference=False, greedy=False):
+        samples = super().sample(sampling, batch, samples_per_prompt, from_reference, greedy)
+        logprobs = batched_logprobs(sampling.policy, samples.queries, samples.query_mask, samples.responses,
+                                    samples.response_mask, sampling.settings.temperature)
         samples.sampler_logprobs = (logprobs - self.shift) * samples.response_mask
         return samples
 

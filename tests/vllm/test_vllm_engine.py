@@ -43,7 +43,7 @@ def max_logprob_diff(module, samples) -> float:
 
 def seeded_sample(module, batch, seed=0):
     torch.manual_seed(seed)
-    return module.rollout_engine.sample(module, batch, 4)
+    return module.rollout_engine.sample(module.sampler.context, batch, 4)
 
 
 def test_samples_are_masked_after_the_stop_token_and_logprobs_agree_with_the_trainer(module):
@@ -80,7 +80,7 @@ def test_seeded_samples_follow_the_weights_only_after_a_sync(module):
                 param.add_(torch.randn_like(param) * 0.3)
     not_synced = seeded_sample(module, batch)  # no after_update: the engine still holds the old weights
     assert torch.equal(not_synced.responses, before.responses)
-    module.rollout_engine.after_update(module)
+    module.rollout_engine.after_update(module.sampler.context)
     after = seeded_sample(module, batch)
     assert not torch.equal(after.responses, before.responses)
     assert max_logprob_diff(module, after) < TOLERANCE  # the engine now samples from the changed policy
@@ -88,7 +88,7 @@ def test_seeded_samples_follow_the_weights_only_after_a_sync(module):
 
 
 def test_reference_samples_come_from_generate_without_sampler_logprobs(module):
-    samples = module.rollout_engine.sample(module, first_batch(), 2, from_reference=True)
+    samples = module.rollout_engine.sample(module.sampler.context, first_batch(), 2, from_reference=True)
     assert samples.sampler_logprobs is None and samples.responses.shape[0] == 2 * 4
 
 
@@ -96,7 +96,8 @@ def test_a_prompt_longer_than_the_engine_context_is_one_line(module):
     batch = first_batch()
     long = torch.randint(5, 900, (1, 300))
     with pytest.raises(ConfigError, match=r"raise rollout.max_model_len"):
-        module.rollout_engine.sample(module, {"input_ids": long, "attention_mask": torch.ones_like(long)}, 2)
+        module.rollout_engine.sample(module.sampler.context,
+                                     {"input_ids": long, "attention_mask": torch.ones_like(long)}, 2)
     assert seeded_sample(module, batch).responses.shape[1] == 24  # the engine still serves
 
 
@@ -107,10 +108,10 @@ def test_a_failing_weight_sync_is_one_line_and_a_stuck_one_ends_within_the_timeo
     module.configure_model()
     try:
         with pytest.raises(ConfigError, match=r"RL step 0: the weight sync to the vLLM engine failed \(.*mismatch"):
-            engine.sample(module, first_batch(), 2)
+            engine.sample(module.sampler.context, first_batch(), 2)
         start = time.perf_counter()
         with pytest.raises(ConfigError, match=r"did not finish in 3 s \(rollout.sync_timeout_s\)"):
-            engine.sample(module, first_batch(), 2)
+            engine.sample(module.sampler.context, first_batch(), 2)
         assert time.perf_counter() - start < 30
     finally:
         engine.close()

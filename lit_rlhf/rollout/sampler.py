@@ -1,0 +1,188 @@
+"""The Sampler: everything that draws episodes, and nothing that learns.
+
+    prompt batch (B prompts) --Sampler.draw(batch, k, version)--> Drawn (N = B*K episodes, decoded, scored)
+
+A Sampler owns the policy handle it samples with (the trainer's policy, or the async producer's copy of it) and the
+version of those weights, the tokenizer, the rollout engine, the environment of multi-turn episodes and the reward.
+Engines and the episode loop receive its SamplingContext (rollout/context.py), never the LightningModule; what
+follows a draw (old and reference logprobs, advantages, the update) is the module's.
+
+Shapes: B prompts, K samples per prompt, N = B*K sequences.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from lit_rlhf.envs import EnvSpec
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import abandonable
+from lit_rlhf.models import WeightedSum, reward_name
+from lit_rlhf.ops import contains_stop
+from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
+from lit_rlhf.rollout.engine import RolloutEngine, Samples
+from lit_rlhf.rollout.scoring import call_checked, column_needs, reward_counts, reward_waits, sequence_columns
+from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, ROLLOUT_COLUMNS, episode_columns, episode_conversation
+
+Scores = tuple[torch.Tensor, dict[str, torch.Tensor]]  # total scores (N), {each named reward: (N)}
+
+
+@dataclass
+class Drawn:
+    """Episodes as the engine and the reward leave them, before the trainer's forwards."""
+
+    samples: Samples
+    prompts: list[str]
+    completions: list[str]
+    columns: dict[str, list]  # {name: N values}
+    conversations: list  # N x [(model | env, text)], multi-turn
+    has_stop: torch.Tensor  # N
+    scored: Callable[[], Scores]  # waits for (scores N, {name: N})
+    version: int | None = None  # async mode: the policy version (RL steps trained) whose weights sampled it
+    staleness: int = 0  # async mode: versions between those weights and the ones it is trained at
+
+
+class Sampler:
+    """Draws K episodes per prompt with the policy (or its reference), decodes them and starts the reward on them.
+
+    Built with what does not change over a run (engine, reward, environment, settings); `attach` gives it the
+    loaded policy, its reference and the tokenizer. `for_worker` is a Sampler that draws with another copy of the
+    policy (the async producer's, one per concurrent draw) and a random stream of its own."""
+
+    def __init__(self, engine: RolloutEngine, reward: Any, settings: SamplingSettings,
+                 environment: EnvSpec | None = None):
+        self.engine, self.reward = engine, reward
+        self.context = SamplingContext(settings, environment)
+
+    def attach(self, policy: torch.nn.Module, reference: Any, tokenizer: Any, stop_token_id: int,
+               device: torch.device, rank: int = 0, local_rank: int = 0) -> None:
+        """The loaded models: called once the module's weights are loaded, before the engine's setup."""
+        self.context = replace(self.context, policy=policy, reference=reference, tokenizer=tokenizer,
+                               stop_token_id=stop_token_id, device=device, rank=rank, local_rank=local_rank)
+
+    def for_worker(self, policy: torch.nn.Module) -> Sampler:
+        """This Sampler drawing with `policy` (another copy of the policy's weights) and a random stream of its own."""
+        worker = copy.copy(self)
+        worker.context = replace(self.context, policy=policy, random_stream=None)
+        return worker
+
+    @property
+    def environment(self) -> EnvSpec | None:
+        return self.context.environment
+
+    @environment.setter
+    def environment(self, spec: EnvSpec | None) -> None:
+        self.context.environment = spec
+
+    def check_rows(self, rows: list, dataset: str, task_metrics: Sequence[Any] = ()) -> None:
+        """Before any training step: every row has every column the reward and the task metrics read and the
+        columns the environment is built from."""
+        from lit_rlhf.data.datamodule import missing_in_rows
+
+        environment = self.context.environment
+        for who, column in column_needs(self.reward, task_metrics) if self.reward is not None else []:
+            if column in ROLLOUT_COLUMNS:
+                continue
+            if column in EPISODE_COLUMNS:  # made by each episode, not read from the rows
+                if environment is None:
+                    raise ConfigError(f"{who} reads {column!r}, a column the episodes of an environment add; set "
+                                      f"env=<an environment> (e.g. env=calculator) or pick another reward.")
+                continue
+            row = missing_in_rows(rows, column)
+            if row is None:
+                continue
+            have = sorted({name for r in rows for name in r.columns})
+            if all(r.columns.get(column) is None for r in rows):
+                raise ConfigError(f"{who} needs the dataset column {column!r}, which the prompts' rows do not have "
+                                  f"(they have {have or 'no column but the prompt'}); use data with that column "
+                                  f"(e.g. data=arithmetic) or another reward or task metric.")
+            raise ConfigError(f"data.dataset={dataset!r}, row {row}: no {column!r}, which {who} needs; give every row "
+                              f"one, or remove the rows without it.")
+        for column in environment.required_columns() if environment is not None else []:
+            row = missing_in_rows(rows, column)
+            if row is not None:
+                raise ConfigError(f"the environment needs the dataset column {column!r}, which data.dataset="
+                                  f"{dataset!r} row {row} does not have; use data with that column or another env.")
+
+    # ---- drawing ------------------------------------------------------------------------------
+    def draw(self, batch: dict[str, Any], k: int, version: int, from_reference: bool = False, greedy: bool = False,
+             timings: dict[str, float] | None = None) -> Drawn:
+        """K episodes per prompt of `batch` sampled with the weights of `version`, decoded, and the reward started
+        on them (a reward that waits may still run when this returns: Drawn.scored waits for it). timings: where
+        time/reward_s, time/reward_wait_s and the rewards' counts of a training draw add up (None: not recorded)."""
+        sampling, tokenizer = self.context, self.context.tokenizer
+        sampling.version, sampling.device = version, batch["input_ids"].device
+        samples = self.engine.sample(sampling, batch, k, from_reference=from_reference, greedy=greedy)
+        prompts = tokenizer.batch_decode(samples.queries, skip_special_tokens=True)
+        completions = tokenizer.batch_decode(samples.responses, skip_special_tokens=True)
+        columns = sequence_columns(batch, samples.prompt_index)  # {name: N values}
+        conversations = []
+        if samples.stopped is None:  # an engine that builds its samples itself
+            has_stop = contains_stop(samples.responses, sampling.stop_token_id)  # N
+        else:
+            has_stop = torch.tensor(samples.stopped, device=samples.responses.device)  # N
+            columns["stopped"] = list(samples.stopped)  # a reward model scores such a completion with its EOS
+        if samples.episodes is not None:
+            conversations = [episode_conversation(e, tokenizer) for e in samples.episodes]
+            final_turns = [turns[-1][1] for turns in conversations]
+            columns.update(episode_columns(self.environment, samples.episodes, final_turns))
+        scored = self.start_scoring(prompts, completions, columns, timings)  # a waiting reward overlaps
+        return Drawn(samples, prompts, completions, columns, conversations, has_stop, scored)
+
+    # ---- scoring ------------------------------------------------------------------------------
+    def start_scoring(self, prompts: list[str], completions: list[str], columns: dict[str, list],
+                      timings: dict[str, float] | None = None) -> Callable[[], Scores]:
+        """Starts the reward on the sequences; the function returned waits for (scores (N), {name: (N)}). A reward
+        that waits on something (`waits = True`: a reward server, a judge endpoint) runs in a thread while the
+        step's reference and old-logprob forwards go on. timings (if given) adds time/reward_s (the reward call),
+        time/reward_wait_s (how long the step waited for it) and the rewards' counts."""
+        def timed() -> tuple[Scores, float]:
+            start = time.perf_counter()
+            return self.score_components(prompts, completions, columns), time.perf_counter() - start
+
+        def record(took: float, waited: float) -> None:
+            counts = reward_counts(self.reward)  # read (and reset) even when not recorded
+            if timings is not None:
+                for key, value in {"time/reward_s": took, "time/reward_wait_s": waited, **counts}.items():
+                    timings[key] = timings.get(key, 0.0) + value
+
+        if not reward_waits(self.reward):
+            result, took = timed()
+            record(took, took)
+            return lambda: result
+        pool = ThreadPoolExecutor(1, thread_name_prefix="lit_rlhf-reward")
+        future = pool.submit(timed)
+        pool.shutdown(wait=False)
+
+        def wait() -> Scores:
+            start = time.perf_counter()
+            with abandonable("the reward"):
+                result, took = future.result()
+            record(took, time.perf_counter() - start)
+            return result
+
+        return wait
+
+    def score(self, prompts: list[str], completions: list[str], columns: dict[str, list] | None = None) -> torch.Tensor:
+        """The reward's total scores. -> (N)"""
+        return self.score_components(prompts, completions, columns)[0]
+
+    def score_components(self, prompts: list[str], completions: list[str],
+                         columns: dict[str, list] | None = None) -> Scores:
+        """The reward's total scores (N) and each named reward's (N): a WeightedSum's parts, or the one reward."""
+        if isinstance(self.reward, WeightedSum):
+            parts = self.reward.components(prompts, completions, columns, call=call_checked)
+            total = self.reward.combine(parts)
+        else:
+            name = reward_name(self.reward)
+            parts = {name: call_checked(name, self.reward, prompts, completions, columns)}
+            total = parts[name]
+        device = self.context.device
+        return total.to(device), {name: part.to(device) for name, part in parts.items()}

@@ -1,0 +1,98 @@
+"""Calling the rewards on drawn completions: every reward call is checked (shape, finiteness), and a reward that
+raises or lacks a dataset column is a one-line error that names it.
+
+Shapes: N sequences.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.interrupts import abandonable
+from lit_rlhf.models import WeightedSum, call_reward, reward_name
+from lit_rlhf.models.rewards import missing_columns
+
+
+def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
+    """The dataset columns of each sequence's prompt (batch["columns"] holds them per prompt). -> {name: N values}"""
+    index = prompt_index.tolist()
+    return {name: [values[i] for i in index] for name, values in (batch.get("columns") or {}).items()}
+
+
+def failing_prompt(reward, prompts: list[str], completions: list[str], columns: dict[str, list]) -> str | None:
+    """The first prompt on which the reward raises when called on that completion alone."""
+    for i, prompt in enumerate(prompts):
+        try:
+            call_reward(reward, [prompt], [completions[i]], {k: [v[i]] for k, v in columns.items()})
+        except Exception:
+            return prompt
+    return None
+
+
+def checked_scores(name: str, returned: Any, prompts: list[str], completions: list[str]) -> torch.Tensor:
+    """What a reward returned as finite float32 scores of shape (N,), or a one-line error naming the reward."""
+    try:
+        scores = torch.as_tensor(returned).to(torch.float32)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ConfigError(f"the reward {name} returned {type(returned).__name__} that is not numbers ({err}); it "
+                          f"must return one float per completion.") from err
+    if scores.shape != (len(completions),):
+        raise ConfigError(f"the reward {name} returned shape {tuple(scores.shape)}; it must return one score per "
+                          f"completion, shape ({len(completions)},).")
+    bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
+    if bad:
+        raise ConfigError(f"the reward {name} returned {scores[bad[0]].item()} for {len(bad)} of {len(scores)} "
+                          f"completions (e.g. prompt {prompts[bad[0]][:60]!r}); it must return finite scores.")
+    return scores
+
+
+def call_checked(name: str, reward, prompts: list[str], completions: list[str],
+                 columns: dict[str, list] | None) -> torch.Tensor:
+    """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on."""
+    missing = missing_columns(reward, columns)
+    if missing:
+        raise ConfigError(f"the reward {name} needs the dataset column {missing[0]!r}, which the prompts' rows do not "
+                          f"have (they have {sorted(columns or {}) or 'no column but the prompt'}); use data with that "
+                          f"column (e.g. data=arithmetic) or another reward.")
+    try:
+        with abandonable(f"the reward {name}"):
+            returned = call_reward(reward, prompts, completions, columns)
+    except (ConfigError, UnavailableError):  # already one line (a remote reward's, after its retries)
+        raise
+    except Exception as err:
+        prompt = failing_prompt(reward, prompts, completions, columns or {})
+        where = f" on prompt {prompt[:80]!r}" if prompt is not None else f" on a batch of {len(prompts)} completions"
+        message = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"the reward {name} raised {type(err).__name__}: {message}{where}; fix the reward (the "
+                          f"traceback: HYDRA_FULL_ERROR=1).") from err
+    return checked_scores(name, returned, prompts, completions)
+
+
+def reward_waits(reward) -> bool:
+    """Whether a reward (or one of a WeightedSum's) waits on something outside the process (`waits = True`)."""
+    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
+    return any(getattr(part, "waits", False) is True for part in parts)
+
+
+def reward_counts(reward) -> dict[str, float]:
+    """{rewards/<name>/<what>: count} that rewards report with pop_stats() (e.g. a judge's unparsable answers)."""
+    parts = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    return {f"rewards/{name}/{key}": value for name, part in parts.items() if callable(getattr(part, "pop_stats", None))
+            for key, value in part.pop_stats().items()}
+
+
+def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
+    """(what needs it, column) for every dataset column a reward component or task metric requires."""
+    rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    needs = [(f"the reward {name}", column) for name, component in rewards.items()
+             for column in missing_columns(component, {})]
+    needs += [(f"the reward {name}", component.answer_column) for name, component in rewards.items()
+              if isinstance(getattr(component, "answer_column", None), str)]
+    needs += [(f"the reward {name}", column) for name, component in rewards.items()
+              for column in getattr(component, "required_columns", None) or []]  # e.g. a reward server's
+    needs += [(f"task metric {metric.name}", metric.answer_column) for metric in task_metrics
+              if getattr(metric, "answer_column", None)]
+    return needs

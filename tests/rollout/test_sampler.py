@@ -1,0 +1,97 @@
+"""The Sampler owns what draws: engines see its typed SamplingContext (never the LightningModule), a draw carries the
+version it was asked for, and a worker's Sampler draws with its own policy copy and random stream."""
+
+import copy
+
+import pytest
+import torch
+
+from lit_rlhf.rollout import RolloutEngine
+from lit_rlhf.rollout.context import SamplingContext
+from lit_rlhf.rollout.sampler import Sampler
+from tests.conftest import make_datamodule, make_rloo
+
+
+class Recording(RolloutEngine):
+    """Answers " good" + the stop token and records what each call was handed."""
+
+    def __init__(self):
+        self.seen: list[SamplingContext] = []
+
+    def generate_turn(self, sampling, contexts, max_new_tokens, from_reference, greedy):
+        self.seen.append(sampling)
+        answer = sampling.tokenizer(" good", add_special_tokens=False)["input_ids"] + [sampling.stop_token_id]
+        return [(answer[:max_new_tokens], None) for _ in contexts]
+
+
+class CountingReward:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, prompts, completions):
+        self.calls += 1
+        return torch.tensor([float(len(c)) for c in completions])
+
+
+def prompt_batch():
+    datamodule = make_datamodule(batch_size=2)
+    datamodule.setup()
+    return next(iter(datamodule.train_dataloader()))
+
+
+def test_an_engine_sees_the_sampling_context_and_the_version_it_draws_for():
+    engine, reward = Recording(), CountingReward()
+    module = make_rloo(rollout_engine=engine, reward=reward, response_length=6, temperature=0.7)
+    module.configure_model()
+    assert module.sampler.engine is engine and module.reward is reward  # the module's are the sampler's
+    timings = {}
+    drawn = module.sampler.draw(prompt_batch(), 3, version=5, timings=timings)
+    sampling = engine.seen[0]
+    assert type(sampling) is SamplingContext and not hasattr(sampling, "hparams") and not hasattr(sampling, "trainer")
+    assert sampling.version == 5 and sampling.policy is module.policy and sampling.settings.temperature == 0.7
+    assert sampling.trajectory_length == 6 and sampling.settings.model["name_or_path"] == module.hparams.model[
+        "name_or_path"]
+    assert drawn.completions == [" good"] * 6 and drawn.has_stop.all()
+    scores, components = drawn.scored()
+    assert scores.tolist() == [5.0] * 6 and reward.calls == 1 and list(components) == ["CountingReward"]
+    assert set(timings) == {"time/reward_s", "time/reward_wait_s"}
+
+
+def test_a_worker_draws_with_its_own_policy_and_random_stream_and_shares_the_rest():
+    module = make_rloo(response_length=4)
+    module.configure_model()
+    copy_of_policy = copy.deepcopy(module.policy)
+    worker = module.sampler.for_worker(copy_of_policy)
+    worker.context.random_stream = torch.Generator().manual_seed(3)
+    assert worker.context.policy is copy_of_policy and module.sampler.context.policy is module.policy
+    assert module.sampler.context.random_stream is None
+    assert worker.engine is module.sampler.engine and worker.reward is module.sampler.reward
+    worker.draw(prompt_batch(), 2, version=7)
+    assert worker.context.version == 7 and module.sampler.context.version == 0
+
+
+def test_the_environment_set_on_the_module_is_the_sampler_s():
+    from lit_rlhf.envs import EnvSpec
+    from tests.envs.scripted import CountingEnvironment
+
+    module = make_rloo()
+    spec = EnvSpec(CountingEnvironment, max_turns=2, max_tokens=40)
+    module.environment = spec
+    assert module.sampler.context.environment is spec and module.trajectory_length == 40
+
+
+class NeedsAnswer(CountingReward):
+    required_columns = ["answer"]
+
+
+def test_the_sampler_checks_the_rows_for_its_reward_s_columns_before_training():
+    from lit_rlhf.errors import ConfigError
+
+    sampler = Sampler(RolloutEngine(), NeedsAnswer(), make_rloo().sampler.context.settings)
+    datamodule = make_datamodule()
+    datamodule.setup()
+    with pytest.raises(ConfigError, match=r"the reward NeedsAnswer needs the dataset column 'answer', which the "
+                                          r"prompts' rows do not have"):
+        sampler.check_rows(datamodule.rows, "prompts")
+    sampler.reward = CountingReward()
+    sampler.check_rows(datamodule.rows, "prompts")  # nothing it needs is missing
