@@ -10,6 +10,7 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import VLLMEngine
+from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from tests.conftest import make_datamodule, make_rloo
 
 TOLERANCE = 1e-4  # max |vLLM logprob - trainer logprob| of a sampled token, float32 on CPU (seen: ~5e-6)
@@ -117,14 +118,14 @@ def test_a_failing_weight_sync_is_one_line_and_a_stuck_one_ends_within_the_timeo
         engine.close()
 
 
-def stub_module(path, **model):
-    """What VLLMEngine.start_engine reads of a module, for a model our trainer need not load."""
+def stub_sampling(path, **model):
+    """What VLLMEngine.start_engine reads of a SamplingContext, for a model our trainer need not load."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(path)
     policy = SimpleNamespace(config=config, get_input_embeddings=lambda: torch.nn.Embedding(2, 2))
-    return SimpleNamespace(hparams=SimpleNamespace(model={"name_or_path": str(path), "dtype": "float32", **model}),
-                           policy=policy, device=torch.device("cpu"), local_rank=0)
+    settings = SamplingSettings(16, 1.0, {}, False, {"name_or_path": str(path), "dtype": "float32", **model})
+    return SamplingContext(settings, policy=policy, device=torch.device("cpu"), local_rank=0)
 
 
 def test_an_architecture_vllm_cannot_run_is_one_line(tmp_path):
@@ -132,12 +133,12 @@ def test_an_architecture_vllm_cannot_run_is_one_line(tmp_path):
 
     XLNetLMHeadModel(XLNetConfig(vocab_size=64, d_model=16, n_layer=1, n_head=2, d_inner=32)).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match=r"vLLM cannot run the architecture XLNetLMHeadModel .*; use rollout=hf"):
-        VLLMEngine().start_engine(stub_module(tmp_path))
+        VLLMEngine().start_engine(stub_sampling(tmp_path))
 
 
 def test_an_engine_without_room_for_its_kv_cache_names_the_setting(tiny_path):
     with pytest.raises(ConfigError, match=r"rollout.kv_cache_gib"):
-        VLLMEngine(gpu_memory_utilization=0.0001).start_engine(stub_module(tiny_path))
+        VLLMEngine(gpu_memory_utilization=0.0001).start_engine(stub_sampling(tiny_path))
 
 
 def test_multi_turn_episodes_sample_turn_by_turn_and_logprobs_agree_on_model_tokens(module):
