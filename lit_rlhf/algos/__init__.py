@@ -2,6 +2,7 @@
 (its KL controller and score transforms)."""
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.distill import DistillationModule
 from lit_rlhf.algos.grpo import GRPOModule
 from lit_rlhf.algos.kl_controller import KLController, adaptive_kl_update
 from lit_rlhf.algos.ppo import PPOModule
@@ -13,5 +14,5 @@ from lit_rlhf.noise import silence_known_noise
 
 silence_known_noise()  # Lightning's messages a user of these modules cannot act on (lit_rlhf/noise.py)
 
-__all__ = ["GRPOModule", "KLController", "PPOModule", "RLHFModule", "RLOOModule", "ReinforcePPModule",
-           "RewardNormalizer", "Rollout", "ScoreTransform", "adaptive_kl_update"]
+__all__ = ["DistillationModule", "GRPOModule", "KLController", "PPOModule", "RLHFModule", "RLOOModule",
+           "ReinforcePPModule", "RewardNormalizer", "Rollout", "ScoreTransform", "adaptive_kl_update"]

@@ -26,11 +26,12 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlhf.algos.rollout import Rollout, batched_logprobs
+from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.config.validation import warn_once
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import abandonable
+from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.rollout.producer import RolloutProducer
 
 PROBE_TOLERANCE = 1e-3  # the copy's probe logprobs against the trainer's (same weights, same code: equal)
@@ -106,7 +107,7 @@ class RolloutQueue:
             return
         module, hp = self.module, self.module.hparams
         setting = f"algo.max_staleness={hp.max_staleness}"
-        if module.sharded or module.rollout_engine.lockstep:
+        if module.sharding.sharded or module.rollout_engine.lockstep:
             raise ConfigError(f"{setting} needs trainer=ddp or one process: trainer=fsdp2 gathers the sharded weights "
                               f"for every rollout with all ranks, which a producer beside the trainer cannot; drop "
                               f"algo.max_staleness or use trainer=ddp.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -16,41 +17,36 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.asynchronous import RolloutQueue, check_concurrent_draws
 from lit_rlhf.algos.dropout import has_active_dropout
-from lit_rlhf.algos.episodes import EpisodeSupport
-from lit_rlhf.algos.forwards import RolloutForwards
-from lit_rlhf.algos.gold import check_gold_reward
-from lit_rlhf.algos.heldout import HeldoutSampling
+from lit_rlhf.algos.episodes import estimate_advantages
+from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, off_policy_mask, require_grads
+from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
 from lit_rlhf.algos.kl_controller import KLController
+from lit_rlhf.algos.nonfinite import NonfiniteGuard
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.score_transforms import ScoreTransform
-from lit_rlhf.algos.step_stats import StepStatistics
-from lit_rlhf.algos.strategies import StrategySupport
+from lit_rlhf.algos.step_stats import StepStatistics, step_distributions
+from lit_rlhf.algos.strategies import ModelSharding
 from lit_rlhf.checkpoints.state import TrainedStateCheckpoints
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.docs import settings_docstring
 from lit_rlhf.config.idle import idle_settings
 from lit_rlhf.config.validation import check_optimizer, warn_once
-from lit_rlhf.distributed.sharding import local_tensor
+from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
-from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
 from lit_rlhf.ops import (
     LossShare,
     clipped_policy_loss,
-    identity_sum,
-    kl_per_token,
     masked_mean,
 )
-from lit_rlhf.ops.batching import divide, split_by_tokens
-from lit_rlhf.ops.finite import all_finite
+from lit_rlhf.ops.batching import divide
 from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.context import SamplingSettings
-from lit_rlhf.rollout.sampler import Sampler
+from lit_rlhf.rollout.sampler import Sampler, observed_gold
 from lit_rlhf.rollout.sampling import stop_token_id
 from lit_rlhf.tasks.metrics import TaskMetric
 
@@ -61,8 +57,7 @@ def sampler_attribute(name: str, doc: str) -> property:
                     doc=doc)
 
 
-class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, HeldoutSampling,
-                 EpisodeSupport, StepStatistics, L.LightningModule):
+class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, StepStatistics, L.LightningModule):
     """Holds the policy, its reference and the reward; subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
@@ -94,7 +89,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         are checkpointed with it. task_metrics (e.g. ExactMatch) are measured on the held-out prompts at every
         validation (eval/<name>) and by the end-of-run evaluation, apart from the reward. environment (an
         EnvSpec or an Environment class) makes rollouts multi-turn episodes (docs/environments.md). gold_reward:
-        scored and logged (gold/score, eval/gold_score), never trained on (docs/preferences.md)."""
+        deprecated, pass callbacks.GoldReward(reward) to the Trainer instead (docs/preferences.md)."""
         super().__init__()
         config = build(self.config_class, settings, "algo")
         # Factories stay out of the hyper-parameters: checkpoints then load with weights_only=True.
@@ -104,17 +99,21 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         check_optimizer(self.optimizer_factory)
         self.automatic_optimization = False
         self.strict_loading = False  # checkpoints hold the trained tensors only; see on_save_checkpoint
-        self.gold_reward = None if isinstance(gold_reward, dict) and not gold_reward else gold_reward  # CLI: gold=none
-        check_gold_reward(self.gold_reward, reward)
         # everything that draws: the engine (rollout=hf by default), the reward, the environment of episodes
         self.sampler = Sampler(rollout_engine or HFEngine(), reward, SamplingSettings.of(self.hparams),
                                as_env_spec(environment))
+        if gold_reward is not None:
+            warnings.warn("RLOOModule(gold_reward=...) (any RLHF module's) is deprecated and will be removed in the "
+                          "next release: pass lit_rlhf.callbacks.GoldReward(reward) to the Trainer's callbacks.",
+                          FutureWarning, stacklevel=2)
+            self.sampler.gold = observed_gold(gold_reward, reward)
         check_concurrent_draws(config, self.rollout_engine)
+        self.sharding = ModelSharding(self)  # trainer=fsdp2: which models shard, how the engine samples
         self.rollout_queue = RolloutQueue(self)  # every training rollout; S >= 1: drawn ahead by a producer thread
         for line in idle_settings(config, self.rollout_engine.reports_logprobs):
             warn_once(line)
         self.kl_controller = kl_controller or KLController()
-        self.kl_controller.start(config.kl_coef)
+        self.kl_controller.start(config.kl_coef, config.kl_estimator)
         self.score_transforms = list(score_transforms)
         self.task_metrics = list(task_metrics)
         self.episode = 0  # sequences trained on, over all ranks
@@ -126,12 +125,16 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         self.last_step_episodes = 0
         self.last_step_prompts: list[str] = []
         self._ratios: list[torch.Tensor] = []
+        self._trainable: list[torch.nn.Parameter] | None = None  # set in configure_optimizers
+        # {time/<what>: seconds, rewards/<name>/<what>: count} of the current RL step, summed over its rollouts
+        # (cleared when the step's metrics are logged)
+        self.step_timings: dict[str, float] = {}
+        self.packing_pad_id: int | None = None  # algo.padding_free: the pad token of padding-free forwards
         self._fit_start_time = None
         self.last_validated_rl_step = -1
         self.heldout_before_training: dict[str, float] | None = None  # eval/* at step 0, see on_train_start
         self.training_finished = False  # set at the end of training, before the end-of-run reports
-        self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient, in total
-        self.consecutive_skipped = 0
+        self.nonfinite = NonfiniteGuard()  # skips an optimizer step with a non-finite loss or gradient
 
     # what draws is the Sampler's
     rollout_engine = sampler_attribute("engine", "How responses are sampled (RolloutEngine).")
@@ -155,7 +158,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         if self.policy is not None:
             return
         self.load_models()
-        self.shard_models()  # trainer=fsdp2
+        self.sharding.shard_models()  # trainer=fsdp2
         self.sampler.attach(self.policy, self.reference, self.tokenizer, self.stop_token_id, self.device,
                             self.global_rank, self.local_rank)
         self.rollout_engine.setup(self.sampler.context)
@@ -165,11 +168,11 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         spec = dict(self.hparams.model)
         tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
-        self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.loads_sharded, **spec)
-        self.load_reward_models()  # trainer=fsdp2: sharded with the policy
+        self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.sharding.loads_sharded, **spec)
+        self.sharding.load_reward_models()  # trainer=fsdp2: sharded with the policy
         load_reward(self.reward)  # a bad reward model path fails here, before any training work
-        if self.gold_reward is not None:
-            load_reward(self.gold_reward)
+        if self.sampler.gold is not None:  # scored beside the reward (callbacks.GoldReward)
+            load_reward(self.sampler.gold)
         self.policy.train()  # dropout (e.g. lora_dropout) acts in updates; rollouts switch to eval
         self.frozen_reference = self.reference.frozen_copy  # registered, so it follows the device
         hp = self.hparams
@@ -177,6 +180,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
             hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1
         ) and hp.max_tokens_per_micro_batch is None and not has_active_dropout(self.policy)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
+        self.packing_pad_id = self.tokenizer.pad_token_id if hp.padding_free else None
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -194,39 +198,17 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         """The current KL coefficient: the KL controller's."""
         return self.kl_controller.kl_coef
 
-    @property
-    def uses_reference(self) -> bool:
-        """Whether training needs the reference: not with a fixed kl_coef of 0 (no reference forward, no
-        objective/kl; held-out evaluation still measures the KL)."""
-        return self.kl_controller.kind != "fixed" or self.kl_coef > 0
-
-    def update_kl_coef(self) -> None:
-        """After an RL step: the controller steers on the mean KL of all ranks, so kl_coef is one value."""
-        if "objective/kl" not in self.last_stats:
-            return
-        kl = self.last_stats["objective/kl"]
-        if self.trainer.world_size > 1:
-            local_kl = torch.tensor(kl, dtype=torch.float64, device=self.device)
-            kl = float(self.trainer.strategy.reduce(local_kl, reduce_op="mean"))
-        self.kl_controller.update(kl, self.last_step_episodes)
-
-    def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop. -> (N,R), (N,R)
-        Without a reference forward (uses_reference): no KL (None) and no penalty."""
-        if rollout.ref_logprobs is None:
-            return None, torch.zeros_like(rollout.logprobs)
-        kl = kl_per_token(rollout.logprobs, rollout.ref_logprobs, self.hparams.kl_estimator)  # N,R
-        kl = kl * rollout.response_mask
-        return kl, -self.kl_coef * kl
-
     # ---- update ----------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         rollout = self.training_rollout(batch)
         advantages, objective_stats = self.compute_advantages(rollout)
         update_stats = self.update(rollout, advantages)
         self.log_stats(rollout, {**objective_stats, **update_stats})
-        self.last_distributions = self.distributions(rollout, advantages)
-        self.update_kl_coef()  # after the step's statistics logged the coefficient it used
+        kl, _ = self.kl_controller.kl_and_non_score_reward(rollout)
+        self.last_distributions = step_distributions(rollout, advantages, kl, self._ratios)
+        if "objective/kl" in self.last_stats:  # after the step's statistics logged the coefficient it used
+            # last_stats hold the means over ranks: every rank steers on the same KL, so kl_coef stays one value
+            self.kl_controller.update(self.last_stats["objective/kl"], self.last_step_episodes)
         self.rl_step += 1
         if self.hparams.rl_steps is not None and self.rl_step >= self.hparams.rl_steps:
             self.trainer.should_stop = True  # RL steps are the unit: no optimizer-step arithmetic for max_steps
@@ -239,32 +221,22 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""
         raise NotImplementedError
 
-    def all_reduce_sum(self, total: torch.Tensor) -> torch.Tensor:
-        """A tensor summed over ranks (itself on one rank, or outside a Trainer)."""
-        if self._trainer is None or self.trainer.world_size == 1:
-            return identity_sum(total)
-        return self.trainer.strategy.reduce(total.clone(), reduce_op="sum")
+    def estimate(self, rollout: Rollout, non_score_reward: torch.Tensor):
+        """The advantages of the algorithm's estimator (ESTIMATORS[self.estimator]) with its settings."""
+        return estimate_advantages(rollout, non_score_reward, self.estimator, self.hparams,
+                                   sum_over_ranks(self._trainer))
 
     def loss_share(self, rollout: Rollout, idx: torch.Tensor, micro_batches: int) -> LossShare:
         """What the micro-batches of the optimizer step on sequences idx need for their share of its loss."""
         hp = self.hparams
         step_tokens = None
         if hp.loss_type == "dapo":  # the step's tokens over all ranks; DDP averages the ranks' gradients
-            tokens = self.all_reduce_sum(rollout.loss_mask(idx).sum().double())  # stays on the device
+            tokens = sum_over_ranks(self._trainer)(rollout.loss_mask(idx).sum().double())  # stays on the device
             step_tokens = tokens / (self.trainer.world_size if self._trainer is not None else 1)
         # sequences the loss trains on: filtered ones (zero-std groups) are out of every loss type's denominator
         in_loss = len(idx) if rollout.in_loss is None else int(rollout.in_loss[idx].sum())
-        return LossShare(hp.loss_type, micro_batches, self.trajectory_length, step_tokens,
+        return LossShare(hp.loss_type, micro_batches, self.sampler.context.trajectory_length, step_tokens,
                          step_sequences=max(in_loss, 1))
-
-    def micro_batches(self, rollout: Rollout, idx: torch.Tensor, size: int) -> list[torch.Tensor]:
-        """The micro-batches of the step on sequences idx: algo.max_tokens_per_micro_batch tokens (prompt and
-        response) at most each, or gradient_accumulation_steps groups of `size` sequences."""
-        budget = self.hparams.max_tokens_per_micro_batch
-        if budget is None:
-            return list(idx.split(size))
-        tokens = rollout.query_mask.sum(1) + rollout.forward_mask.sum(1)  # N
-        return split_by_tokens(idx, tokens, budget)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
         """num_ppo_epochs x num_mini_batches clipped-ratio steps, each accumulating micro-batches."""
@@ -273,7 +245,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         minibatch = divide(n, hp.num_mini_batches, "num_mini_batches", "sequences per rank")
         micro = divide(minibatch, hp.gradient_accumulation_steps, "gradient_accumulation_steps",
                        "sequences per minibatch")
-        self.enable_trainable_grads()
+        require_grads(self._trainable or self.trainable_parameters())
         optimizer = self.optimizers()
         stats = defaultdict(list)
         self._ratios = []
@@ -281,7 +253,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
             order = torch.randperm(n, device=self.device)  # N
             for minibatch_idx in order.split(minibatch):
                 finite = torch.ones((), dtype=torch.bool, device=self.device)  # the losses', read once per step
-                micro_batches = self.micro_batches(rollout, minibatch_idx, micro)
+                micro_batches = rollout.micro_batches(minibatch_idx, micro, hp.max_tokens_per_micro_batch)
                 share = self.loss_share(rollout, minibatch_idx, len(micro_batches))
                 for micro_idx in micro_batches:
                     loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx, share)
@@ -289,7 +261,9 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
                     self.manual_backward(loss)  # the micro-batch's share of the step's loss (LossShare)
                     for key, value in micro_stats.items():
                         stats[key].append(value.detach())
-                if not self.guard_nonfinite(finite):
+                strategy = self.trainer.strategy if self._trainer is not None else None
+                if not self.nonfinite.step_is_finite(finite, self.trainable_parameters(), strategy, self.rl_step,
+                                                     hp.max_consecutive_nonfinite):
                     optimizer.zero_grad(set_to_none=True)  # no gradients: the step below changes no weight or state
                 elif hp.max_grad_norm is not None:
                     self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
@@ -302,28 +276,6 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         if scheduler is not None:
             scheduler.step()
         return {key: torch.stack(values).mean() for key, values in stats.items()}
-
-    def guard_nonfinite(self, loss_finite: torch.Tensor) -> bool:
-        """True when the loss (loss_finite: a bool tensor) and the gradients are finite on every rank: one host read
-        per optimizer step. Otherwise the step is skipped and counted (policy/skipped_updates), and after
-        max_consecutive_nonfinite in a row the run stops with an error: the weights, and so every checkpoint, stay
-        finite."""
-        grads = [p.grad for p in self.trainable_parameters() if p.grad is not None]
-        finite = all_finite([local_tensor(g) for g in grads], also=loss_finite)  # a rank's shard
-        if self._trainer is not None:
-            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
-        if finite:
-            self.consecutive_skipped = 0
-            return True
-        self.skipped_updates += 1
-        self.consecutive_skipped += 1
-        rank_zero_warn(f"RL step {self.rl_step}: non-finite loss or gradient, optimizer step skipped "
-                       f"({self.consecutive_skipped} in a row).")
-        if self.consecutive_skipped >= self.hparams.max_consecutive_nonfinite:
-            raise ConfigError(f"stopped at RL step {self.rl_step}: {self.consecutive_skipped} optimizer steps in a row "
-                              f"had a non-finite loss or gradient (no weight was changed by them); lower "
-                              f"algo.optimizer.lr, check the reward, or raise algo.max_consecutive_nonfinite.")
-        return False
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
         """Clipped policy loss on sequences idx: their share of the optimizer step's loss. -> loss, stats"""
@@ -344,7 +296,8 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         if hp.importance_sampling_level == "sequence":  # GSPO's own, much smaller, clip range
             low, high = hp.sequence_cliprange_low, hp.sequence_cliprange_high
         is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
-        is_weights, off_policy_stats = self.mask_off_policy(new_logprobs, rollout, advantages, idx, is_weights)
+        is_weights, off_policy_stats = off_policy_mask(new_logprobs, rollout, advantages, idx, is_weights,
+                                                       hp.off_policy_mask_threshold)
         loss = PolicyLoss(hp.policy_loss, hp.importance_sampling_level, hp.cispo_cap, hp.sapo_temperature_pos,
                           hp.sapo_temperature_neg)
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
@@ -361,6 +314,7 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
     # ---- lifetime ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         super().on_train_start()  # a resume's random states first: the producer starts at this step
+        log_heldout_before_training(self)  # a fresh run only; draws nothing from the restored states
         self.rollout_queue.start()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -369,6 +323,9 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
     def on_train_end(self) -> None:
         self.rollout_queue.stop()
         super().on_train_end()
+
+    def setup(self, stage: str) -> None:
+        self.sharding.setup()
 
     def teardown(self, stage: str) -> None:
         self.rollout_queue.stop()  # also after a failed step: no thread outlives the run
@@ -379,7 +336,8 @@ class RLHFModule(StrategySupport, TrainedStateCheckpoints, RolloutForwards, Held
         self.rollout_queue.check(datamodule)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
-            self.check_token_budget(max(len(row.ids) for row in datamodule.rows))
+            check_token_budget(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),
+                               self.sampler.context.trajectory_length)
         self.training_finished = False
         self._fit_start_time = self._last_step_logged = time.time()
         self._episode_at_start = self.episode

@@ -27,12 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from lit_rlhf.algos.pair_module import PairModule
-from lit_rlhf.algos.rollout import last_tokens_logprobs_and_entropy
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_number, check_optimizer, is_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_policy, load_tokenizer
 from lit_rlhf.models.export import export_model
+from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,

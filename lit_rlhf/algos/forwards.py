@@ -9,48 +9,45 @@ from __future__ import annotations
 
 import torch
 
-from lit_rlhf.algos.rollout import Rollout, batched_logprobs, response_logprobs_and_entropy
+from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import importance_weights, off_policy_sequences, sampler_mismatch_stats
+from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
+from lit_rlhf.ops import importance_weights, off_policy_sequences
 from lit_rlhf.rollout.sampler import Drawn
 
 
+def off_policy_mask(new_logprobs: torch.Tensor, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor,
+                    is_weights: torch.Tensor | None, threshold: float | None):
+    """With algo.off_policy_mask_threshold: DeepSeek-V3.2's off-policy sequence mask, measured in this micro-batch
+    against the policy being updated (new_logprobs, M,R), as TRL; the behaviour policy is the engine's logprobs, or
+    pi_old without them. -> the micro-batch's weights (M,R, or None), stats"""
+    if threshold is None:
+        return is_weights, {}
+    behaviour = rollout.logprobs if rollout.sampler_logprobs is None else rollout.sampler_logprobs  # N,R
+    drop = off_policy_sequences(new_logprobs, behaviour[idx], rollout.loss_mask(idx), advantages[idx],
+                                threshold)  # M
+    keep = (~drop).unsqueeze(1).to(new_logprobs.dtype).expand_as(new_logprobs)  # M,R
+    weights = keep if is_weights is None else is_weights * keep  # M,R
+    return weights, {"rollout/off_policy_masked_frac": drop.float().mean()}
+
+
+def check_token_budget(budget: int | None, longest_prompt: int, trajectory_length: int) -> None:
+    """algo.max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
+    longest = longest_prompt + trajectory_length
+    if budget is not None and budget < longest:
+        raise ConfigError(f"algo.max_tokens_per_micro_batch={budget} is below the longest sequence "
+                          f"({longest_prompt} prompt + {trajectory_length} response tokens = {longest}); "
+                          f"set it >= {longest}.")
+
+
+def require_grads(parameters: list[torch.nn.Parameter]) -> None:
+    """peft's adapter switches (reference, critic) toggle requires_grad of the trained tensors: on again."""
+    for param in parameters:
+        param.requires_grad_(True)
+
+
 class RolloutForwards:
-    def mask_off_policy(self, new_logprobs: torch.Tensor, rollout: Rollout, advantages: torch.Tensor,
-                        idx: torch.Tensor, is_weights: torch.Tensor | None):
-        """With algo.off_policy_mask_threshold: DeepSeek-V3.2's off-policy sequence mask, measured in this
-        micro-batch against the policy being updated (new_logprobs, M,R), as TRL; the behaviour policy is the
-        engine's logprobs, or pi_old without them. -> the micro-batch's weights (M,R, or None), stats"""
-        threshold = self.hparams.off_policy_mask_threshold
-        if threshold is None:
-            return is_weights, {}
-        behaviour = rollout.logprobs if rollout.sampler_logprobs is None else rollout.sampler_logprobs  # N,R
-        drop = off_policy_sequences(new_logprobs, behaviour[idx], rollout.loss_mask(idx), advantages[idx],
-                                    threshold)  # M
-        keep = (~drop).unsqueeze(1).to(new_logprobs.dtype).expand_as(new_logprobs)  # M,R
-        weights = keep if is_weights is None else is_weights * keep  # M,R
-        return weights, {"rollout/off_policy_masked_frac": drop.float().mean()}
-
-    def sampler_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's (under
-        async_correction=behaviour too, where the sampler's are the old logprobs: the lag); nothing when the engine
-        reports none, as `rollout=hf`, whose sampler is the trainer's own model."""
-        if rollout.sampler_logprobs is None:
-            return {}
-        trainer = rollout.logprobs if rollout.trainer_logprobs is None else rollout.trainer_logprobs  # N,R
-        return sampler_mismatch_stats(trainer, rollout.sampler_logprobs, rollout.response_mask,
-                                      self.hparams.rollout_is_cap, self.hparams.rollout_is_mode,
-                                      self.hparams.rollout_is_min)
-
-    def check_token_budget(self, longest_prompt: int) -> None:
-        """max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
-        budget, longest = self.hparams.max_tokens_per_micro_batch, longest_prompt + self.trajectory_length
-        if budget is not None and budget < longest:
-            raise ConfigError(f"algo.max_tokens_per_micro_batch={budget} is below the longest sequence "
-                              f"({longest_prompt} prompt + {self.trajectory_length} response tokens = "
-                              f"{longest}); set it >= {longest}.")
-
     @torch.no_grad()
     def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
                 for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:
@@ -72,7 +69,7 @@ class RolloutForwards:
                       from_reference: bool, greedy: bool) -> Rollout:
         """A rollout the trainer draws itself."""
         # trainer=fsdp2: the rollout runs on whole weights, no collective; or, sampling sharded, block by block
-        with resharded_after(self) if self.samples_sharded else gathered_weights(self) as gather_s:
+        with resharded_after(self) if self.sharding.samples_sharded else gathered_weights(self) as gather_s:
             if gather_s and for_training:
                 self.step_timings["time/gather_weights_s"] = self.step_timings.get("time/gather_weights_s", 0.0) \
                     + gather_s
@@ -92,7 +89,8 @@ class RolloutForwards:
         if not reuse_forward:
             logprobs, values = self.old_logprobs_and_values(*sequences)  # N,R
         # the KL needs the reference; a training rollout with kl_coef 0 skips its forward
-        ref_logprobs = self.reference_logprobs(*sequences) if self.uses_reference or not for_training else None
+        needs_reference = self.kl_controller.uses_reference or not for_training
+        ref_logprobs = self.reference_logprobs(*sequences) if needs_reference else None
         self.policy.train(was_training)
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)
         if reuse_forward:  # the update's own forward: its logprobs are the old ones, and the ratio is 1
@@ -112,7 +110,9 @@ class RolloutForwards:
             is_weights = importance_weights(logprobs, samples.sampler_logprobs, samples.response_mask,
                                             hp.rollout_is_cap, hp.rollout_is_mode, hp.rollout_is_min)  # N,R
         raw_scores, components = drawn.scored()  # N ; {name: N}
-        scores = self.transform_scores(raw_scores, drawn.prompts, drawn.completions) if for_training else raw_scores
+        scores = raw_scores
+        for transform in self.score_transforms if for_training else ():  # e.g. RewardNormalizer, in order
+            scores = transform.transform_scores(self, scores, drawn.prompts, drawn.completions)
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~drawn.has_stop).to(scores.dtype)
         return Rollout(queries=samples.queries, query_mask=samples.query_mask, responses=samples.responses,
@@ -122,7 +122,8 @@ class RolloutForwards:
                        policy_outputs=policy_outputs, sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights,
                        reward_components=components, columns=drawn.columns, context_mask=samples.context_mask,
                        conversations=drawn.conversations, policy_version=drawn.version,
-                       trainer_logprobs=trainer_logprobs)
+                       trainer_logprobs=trainer_logprobs, gold_scores=drawn.gold,
+                       teacher_logprobs=drawn.teacher_logprobs)
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""
@@ -135,7 +136,7 @@ class RolloutForwards:
         """The update's forward pass, run inside the rollout when the update is one optimizer step on the
         whole rollout (see single_update): the no-grad old-logprob forward is then unnecessary.
         -> logprobs (N,R) with their graph, entropy (N,R)"""
-        self.enable_trainable_grads()
+        require_grads(self._trainable or self.trainable_parameters())
         with torch.enable_grad():
             return self.policy_logprobs_and_entropy(queries, query_mask, responses, response_mask)
 
@@ -145,33 +146,9 @@ class RolloutForwards:
                                              self.hparams.temperature, self.hparams.logits_chunk_size,
                                              self.packing_pad_id, self.hparams.logits_budget_mib)
 
-    @property
-    def packing_pad_id(self) -> int | None:
-        """The pad token of padding-free forwards (algo.padding_free), or None for padded ones."""
-        return self.tokenizer.pad_token_id if self.hparams.padding_free else None
-
-    def enable_trainable_grads(self) -> None:
-        """peft's adapter switches (reference, critic) toggle requires_grad of the trained tensors."""
-        for param in getattr(self, "_trainable", None) or self.trainable_parameters():
-            param.requires_grad_(True)
-
     def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
         """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""
         logprobs = batched_logprobs(self.policy, queries, query_mask, responses, response_mask,
                                     self.hparams.temperature, self.hparams.forward_batch_size,
                                     self.hparams.logits_chunk_size, self.packing_pad_id)
         return logprobs, None
-
-    @property
-    def step_timings(self) -> dict[str, float]:
-        """{time/<what>: seconds, rewards/<name>/<what>: count} of the current RL step, summed over its rollouts
-        (reset when the step's metrics are logged)."""
-        if getattr(self, "_step_timings", None) is None:
-            self._step_timings = {}
-        return self._step_timings
-
-    def transform_scores(self, scores: torch.Tensor, prompts: list[str], completions: list[str]) -> torch.Tensor:
-        """The module's score transforms (e.g. RewardNormalizer), in order, before advantages."""
-        for transform in self.score_transforms:
-            scores = transform.transform_scores(self, scores, prompts, completions)
-        return scores

@@ -16,6 +16,7 @@ from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import GRPOConfig
 from lit_rlhf.data.datamodule import batch_to
+from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
 from lit_rlhf.statistics.rollout import zero_std_groups
 
@@ -36,7 +37,7 @@ class GRPOModule(RLHFModule):
 
     @property
     def kl_in_loss(self) -> bool:
-        return self.hparams.kl_in == "loss" and self.uses_reference
+        return self.hparams.kl_in == "loss" and self.kl_controller.uses_reference
 
     _refill_stats: dict[str, torch.Tensor] = {}
 
@@ -61,7 +62,8 @@ class GRPOModule(RLHFModule):
         while True:
             informative = ~zero_std_groups(rollout.scores + self.overlong_penalty(rollout), rollout.prompt_index)  # N
             deficit = max(groups - len(torch.unique(rollout.prompt_index[informative])), 0)
-            needed = self.all_reduce_sum(torch.tensor(float(deficit), device=self.device))  # every rank rounds alike
+            # every rank rounds alike
+            needed = sum_over_ranks(self._trainer)(torch.tensor(float(deficit), device=self.device))
             if before is None:
                 before = torch.tensor(deficit / groups)
             elif float(needed) == float(needed_before) and not self._warned_fruitless_refill:
@@ -91,7 +93,7 @@ class GRPOModule(RLHFModule):
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp = self.hparams
-        kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
+        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
         if hp.kl_in == "loss":
             non_score_reward = torch.zeros_like(non_score_reward)
         stats, self._refill_stats = dict(self._refill_stats), {}

@@ -1,5 +1,6 @@
 """Held-out evaluation of an RLHF module: validation_step, the step-0 point of the curves, and the
-seeded sampling that validation, the evaluation and the sample callbacks share. Mixed into RLHFModule."""
+seeded sampling that validation, the evaluation and the sample callbacks share (HeldoutSampling, mixed into
+RLHFModule)."""
 
 from __future__ import annotations
 
@@ -9,54 +10,54 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.algos.gold import gold_scores
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.rollout.trajectory import transcript
 
 
+def heldout_metrics(module, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[dict[str, torch.Tensor], int]:
+    """eval/* on one batch of held-out prompts, and its size. The same seed at every validation gives
+    comparable numbers and leaves the training RNG untouched."""
+    samples = module.sample_heldout(batch, seed=batch_idx)
+    metrics = {"eval/scores": torch.tensor(samples["mean_score"]), "eval/kl": torch.tensor(samples["mean_kl"]),
+               "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}
+    if samples["gold"] is not None:  # never trained on: how the quality the proxy stands for moves
+        metrics["eval/gold_score"] = samples["gold"].mean()
+    for metric in module.task_metrics:  # e.g. eval/exact_match: accuracy against the dataset's answers
+        metrics[f"eval/{metric.name}"] = metric.correct(samples["completions"], **samples["columns"]).float().mean()
+    columns = samples["columns"]
+    for name in ("tool_calls", "tool_errors", "turns"):  # multi-turn episodes: how the environment was used
+        if name in columns:
+            metrics[f"eval/{name}_mean"] = torch.tensor([float(v) for v in columns[name]]).mean()
+    return metrics, len(samples["prompts"])
+
+
+def log_heldout_before_training(module) -> None:
+    """eval/* of the starting policy, logged at step 0: validation first runs after val_check_interval RL
+    steps, and the curves would not show where the held-out score started."""
+    trainer, datamodule = module.trainer, getattr(module.trainer, "datamodule", None)
+    if module.rl_step or not trainer.limit_val_batches or datamodule is None:
+        return
+    loader = datamodule.val_dataloader()
+    limit = trainer.limit_val_batches
+    num_batches = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
+    totals, count = defaultdict(float), 0
+    for batch_idx, batch in zip(range(num_batches), loader, strict=False):
+        metrics, size = heldout_metrics(module, batch_to(batch, module.device), batch_idx)
+        for name, value in metrics.items():
+            totals[name] += float(value) * size
+        count += size
+    reduced = {k: trainer.strategy.reduce(torch.tensor(v / count, device=module.device), reduce_op="mean")
+               for k, v in totals.items()}
+    module.heldout_before_training = {k: float(v) for k, v in reduced.items()}
+    for logger in module.loggers:
+        logger.log_metrics(module.heldout_before_training, step=0)
+
+
 class HeldoutSampling:
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        metrics, size = self.heldout_metrics(batch, batch_idx)
+        metrics, size = heldout_metrics(self, batch, batch_idx)
         self.log_dict(metrics, batch_size=size, sync_dist=self.trainer.world_size > 1)
         self.last_validated_rl_step = self.rl_step
-
-    def heldout_metrics(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[dict[str, torch.Tensor], int]:
-        """eval/* on one batch of held-out prompts, and its size. The same seed at every validation gives
-        comparable numbers and leaves the training RNG untouched."""
-        samples = self.sample_heldout(batch, seed=batch_idx)
-        metrics = {"eval/scores": torch.tensor(samples["mean_score"]), "eval/kl": torch.tensor(samples["mean_kl"]),
-                   "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}
-        if self.gold_reward is not None:  # never trained on: how the quality the proxy stands for moves
-            metrics["eval/gold_score"] = gold_scores(self.gold_reward, samples["prompts"], samples["completions"],
-                                                     samples["columns"]).mean()
-        for metric in self.task_metrics:  # e.g. eval/exact_match: accuracy against the dataset's answers
-            metrics[f"eval/{metric.name}"] = metric.correct(samples["completions"], **samples["columns"]).float().mean()
-        columns = samples["columns"]
-        for name in ("tool_calls", "tool_errors", "turns"):  # multi-turn episodes: how the environment was used
-            if name in columns:
-                metrics[f"eval/{name}_mean"] = torch.tensor([float(v) for v in columns[name]]).mean()
-        return metrics, len(samples["prompts"])
-
-    def log_heldout_before_training(self) -> None:
-        """eval/* of the starting policy, logged at step 0: validation first runs after val_check_interval RL
-        steps, and the curves would not show where the held-out score started."""
-        trainer, datamodule = self.trainer, getattr(self.trainer, "datamodule", None)
-        if self.rl_step or not trainer.limit_val_batches or datamodule is None:
-            return
-        loader = datamodule.val_dataloader()
-        limit = trainer.limit_val_batches
-        num_batches = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
-        totals, count = defaultdict(float), 0
-        for batch_idx, batch in zip(range(num_batches), loader, strict=False):
-            metrics, size = self.heldout_metrics(batch_to(batch, self.device), batch_idx)
-            for name, value in metrics.items():
-                totals[name] += float(value) * size
-            count += size
-        reduced = {k: trainer.strategy.reduce(torch.tensor(v / count, device=self.device), reduce_op="mean")
-                   for k, v in totals.items()}
-        self.heldout_before_training = {k: float(v) for k, v in reduced.items()}
-        for logger in self.loggers:
-            logger.log_metrics(self.heldout_before_training, step=0)
 
     def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False,
                        samples_per_prompt: int = 1, from_reference: bool = False) -> dict[str, Any]:
@@ -70,7 +71,7 @@ class HeldoutSampling:
             torch.manual_seed(seed)
             rollout = self.rollout(batch, samples_per_prompt, for_training=False, from_reference=from_reference,
                                    greedy=greedy)
-        kl, non_score_reward = self.kl_and_non_score_reward(rollout)
+        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)
         per_sequence_kl = kl.sum(1)  # N
         # what reports show: the completion, or the whole conversation with the environment's turns marked
         transcripts = [transcript(c) for c in rollout.conversations] if rollout.conversations else rollout.completions
@@ -80,4 +81,5 @@ class HeldoutSampling:
                 "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item(),
                 "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)
                 "contains_stop": rollout.contains_stop, "lengths": rollout.response_mask.sum(1),  # N
-                "prompt_index": rollout.prompt_index, "columns": rollout.columns}  # N ; {name: N values}
+                "prompt_index": rollout.prompt_index, "columns": rollout.columns,  # N ; {name: N values}
+                "gold": rollout.gold_scores}  # N, or None without a gold reward

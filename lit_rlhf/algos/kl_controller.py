@@ -4,14 +4,23 @@ Adaptive, after every RL step with mean KL `kl` (over all ranks) over `n_steps` 
     e = clip(kl / target - 1, -0.2, 0.2);  kl_coef *= 1 + e * n_steps / horizon
 the rule of TRL's legacy AdaptiveKLController, OpenRLHF and verl. The module passes it in its
 constructor (`kl_controller=`), reads `kl_coef` at every step, logs it as objective/kl_coef and saves
-the controller's state in its checkpoint: the coefficient lives in one place.
+the controller's state in its checkpoint: the coefficient lives in one place. The controller also turns a
+rollout's logprobs into the per-token KL and its penalty (kl_and_non_score_reward).
+
+Shapes: N sequences, R response length.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.ops import kl_per_token
+
+if TYPE_CHECKING:
+    from lit_rlhf.algos.rollout import Rollout
 
 KINDS = ("fixed", "adaptive")
 
@@ -30,10 +39,26 @@ class KLController:
             raise ConfigError(f"algo.kl_controller needs target > 0 and horizon > 0 (got {target}, {horizon}).")
         self.kind, self.init_kl_coef, self.target, self.horizon = kind, init_kl_coef, target, horizon
         self.kl_coef: float | None = None
+        self.estimator = "k1"
 
-    def start(self, kl_coef: float) -> None:
-        """The starting coefficient: init_kl_coef, else the algorithm's kl_coef."""
+    def start(self, kl_coef: float, estimator: str = "k1") -> None:
+        """The starting coefficient: init_kl_coef, else the algorithm's kl_coef; estimator: algo.kl_estimator."""
         self.kl_coef = float(kl_coef if self.init_kl_coef is None else self.init_kl_coef)
+        self.estimator = estimator
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether training needs the reference: not with a fixed kl_coef of 0 (no reference forward, no
+        objective/kl; held-out evaluation still measures the KL)."""
+        return self.kind != "fixed" or self.kl_coef > 0
+
+    def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop. -> (N,R), (N,R)
+        Without a reference forward (uses_reference): no KL (None) and no penalty."""
+        if rollout.ref_logprobs is None:
+            return None, torch.zeros_like(rollout.logprobs)
+        kl = kl_per_token(rollout.logprobs, rollout.ref_logprobs, self.estimator) * rollout.response_mask  # N,R
+        return kl, -self.kl_coef * kl
 
     def update(self, kl: float, n_steps: int) -> float:
         """After an RL step whose mean KL (over all ranks) was kl, over n_steps episodes."""

@@ -1,9 +1,9 @@
-"""PairModule: what the modules trained on preference pairs (DPO, reward models) share. A loss or gradient that goes
-non-finite stops the run in one line before the update applies it, no model folder is ever written from non-finite
-weights, and a resume that would train something else (other settings, another pairs file) is one line, as the RL
-modules' resumes.
+"""PairModule: what the modules trained offline on a file of rows share (DPO and reward models on preference pairs, SFT
+on completions). A loss or gradient that goes non-finite stops the run in one line before the update applies it, no
+model folder is ever written from non-finite weights, and a resume that would train something else (other settings,
+another data file) is one line, as the RL modules' resumes.
 
-Shapes: a batch holds the B chosen sequences, then the B rejected (2B,L)."""
+Shapes: a batch of pairs holds the B chosen sequences, then the B rejected (2B,L); a batch of completions B rows."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from lit_rlhf.checkpoints.run_identity import path_digest
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops.finite import all_finite
 
-SCRIPTS = {"DPOModule": "train_dpo.py", "RewardModelModule": "train_reward_model.py"}  # which script trains which
+# which script trains which
+SCRIPTS = {"DPOModule": "train_dpo.py", "RewardModelModule": "train_reward_model.py", "SFTModule": "train_sft.py"}
 
 
 def learning_rate(module: L.LightningModule) -> str:
@@ -36,7 +37,7 @@ def stop_unless_finite(module: L.LightningModule, what: str, tensors: Iterable[t
         return
     raise ConfigError(f"training step {module.global_step}: the {what} is not finite (NaN or inf), so the run stops "
                       f"before the update applies it and saves no model; lower algo.optimizer.lr (now "
-                      f"{learning_rate(module)}) or check the pairs' margins.")
+                      f"{learning_rate(module)}) or check the data (e.g. the pairs' margins).")
 
 
 def save_pairs_identity(module: L.LightningModule, checkpoint: dict) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
-from lit_rlhf.algos.rollout import Rollout, response_forward, sequence_inputs
+from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import PPOConfig
+from lit_rlhf.distributed.ranks import sum_over_ranks
+from lit_rlhf.models.forwards import response_forward, sequence_inputs
 from lit_rlhf.models.value import (
     ValueHead,
     add_critic_adapter,
@@ -56,7 +58,7 @@ class PPOModule(RLHFModule):
         hp, spec = self.hparams, self.hparams.model
         if hp.critic == "reward_model":
             self.critic_backbone, self.value_head = load_reward_model_critic(
-                hp.critic_model_path, spec.get("dtype"), spec.get("lora"), empty=self.loads_sharded)
+                hp.critic_model_path, spec.get("dtype"), spec.get("lora"), empty=self.sharding.loads_sharded)
             return
         if hp.critic == "adapter":
             add_critic_adapter(self.policy, spec.get("lora"))
@@ -94,7 +96,7 @@ class PPOModule(RLHFModule):
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp, mask = self.hparams, rollout.response_mask  # N,R
-        kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
+        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
         estimate = self.estimate(rollout, non_score_reward)
         advantages, rollout.returns, values = estimate.advantages, estimate.returns, rollout.values * mask  # N,R
         stats = objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
@@ -105,7 +107,7 @@ class PPOModule(RLHFModule):
             "policy/advantages_mean": masked_mean(advantages, mask),
         })
         if hp.whiten_advantages:  # over the tokens of every rank, as in one process
-            advantages = global_masked_whiten(advantages, mask, self.all_reduce_sum)
+            advantages = global_masked_whiten(advantages, mask, sum_over_ranks(self._trainer))
         return advantages, stats
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):

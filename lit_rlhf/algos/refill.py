@@ -23,7 +23,8 @@ from lit_rlhf.algos.rollout import Rollout
 PADDING = {"queries": ("left", "pad"), "query_mask": ("left", 0), "responses": ("right", "pad"),
            "response_mask": ("right", False), "context_mask": ("right", False), "logprobs": ("right", 0.0),
            "ref_logprobs": ("right", 0.0), "values": ("right", 0.0), "returns": ("right", 0.0),
-           "sampler_logprobs": ("right", 0.0), "is_weights": ("right", 0.0)}
+           "sampler_logprobs": ("right", 0.0), "is_weights": ("right", 0.0), "trainer_logprobs": ("right", 0.0),
+           "teacher_logprobs": ("right", 0.0)}
 
 
 def refill_prompt_indices(num_prompts: int, count: int, seed: int, rl_step: int, round_: int,

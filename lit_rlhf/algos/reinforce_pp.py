@@ -24,7 +24,7 @@ class ReinforcePPModule(RLHFModule):
         return self.hparams.samples_per_prompt
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
+        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
         if kl is not None and self.hparams.kl_clamp is not None:  # OpenRLHF's per-token KL clamp
             kl = kl.clamp(-self.hparams.kl_clamp, self.hparams.kl_clamp)  # N,R
             non_score_reward = -self.kl_coef * kl  # N,R

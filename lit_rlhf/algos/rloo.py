@@ -31,6 +31,6 @@ class RLOOModule(RLHFModule):
         return self.hparams.rloo_k
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        kl, non_score_reward = self.kl_and_non_score_reward(rollout)  # N,R
+        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
         estimate = self.estimate(rollout, non_score_reward)
         return estimate.advantages, objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)

@@ -1,4 +1,4 @@
-"""What a rollout holds, and the forward pass that scores responses.
+"""What a rollout holds (the forward passes that score its responses are lit_rlhf.models.forwards).
 
 Shapes: N sequences, P prompt length, R response length, V vocab.
 """
@@ -9,14 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rlhf.algos.packing import packed_response_hidden
-from lit_rlhf.ops import logprobs_and_entropy
-from lit_rlhf.ops.logprobs import (
-    chunked_logprobs_and_entropy,
-    kept_logits_mib,
-    logprobs_from_logits,
-    output_layer_dtype,
-)
+from lit_rlhf.ops.batching import split_by_tokens
 
 
 @dataclass
@@ -52,6 +45,8 @@ class Rollout:
     # async_correction=behaviour: the trainer's logprobs of the tokens at the current version (logprobs are then the
     # sampler's), so that rollout/* measure the lag; None: logprobs are the trainer's
     trainer_logprobs: torch.Tensor | None = None  # N,R
+    gold_scores: torch.Tensor | None = None  # N  the gold reward's (a Sampler with a gold reward), never trained on
+    teacher_logprobs: torch.Tensor | None = None  # N,R  the teacher's, zero off the model's tokens (distillation)
 
     def __len__(self) -> int:
         return self.responses.shape[0]
@@ -69,116 +64,15 @@ class Rollout:
         """Per-token values (M,R) of sequences idx, zero on observation tokens (a forward computes them there too)."""
         return values if self.context_mask is None else values * self.response_mask[idx]
 
+    def micro_batches(self, idx: torch.Tensor, size: int, max_tokens: int | None) -> list[torch.Tensor]:
+        """The micro-batches of an optimizer step on sequences idx: max_tokens (prompt and response tokens) at most
+        each (algo.max_tokens_per_micro_batch), or else groups of `size` sequences."""
+        if max_tokens is None:
+            return list(idx.split(size))
+        tokens = self.query_mask.sum(1) + self.forward_mask.sum(1)  # N
+        return split_by_tokens(idx, tokens, max_tokens)
+
     def loss_mask(self, idx: torch.Tensor | slice = slice(None)) -> torch.Tensor:
         """The response tokens of sequences idx that the loss trains on. -> (M,R)"""
         mask = self.response_mask[idx]  # M,R
         return mask if self.in_loss is None else mask & self.in_loss[idx].unsqueeze(1)
-
-
-
-def sequence_inputs(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor,
-                    response_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Model inputs for prompt + response. Position ids count real tokens only, as generate() does
-    for left-padded prompts, so that a forward sees the tokens where they were sampled."""
-    attention_mask = torch.cat([query_mask, response_mask.to(query_mask.dtype)], dim=1)  # N,P+R
-    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # N,P+R
-    return {"input_ids": torch.cat([queries, responses], dim=1), "attention_mask": attention_mask,
-            "position_ids": position_ids}
-
-
-def response_forward(model: torch.nn.Module, queries, query_mask, responses, response_mask,
-                     with_hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logits that predict each response token (N,R,V) and, if asked, the last hidden states at
-    those positions (N,R,H): the states a value head reads before each response token."""
-    length = responses.shape[1]
-    out = model(**sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
-                logits_to_keep=length + 1, output_hidden_states=with_hidden)
-    hidden = out.hidden_states[-1][:, -(length + 1):-1] if with_hidden else None  # N,R,H
-    return out.logits[:, :-1], hidden  # N,R,V
-
-
-def response_logits(model: torch.nn.Module, queries, query_mask, responses, response_mask) -> torch.Tensor:
-    """Logits that predict each response token. -> (N,R,V)"""
-    return response_forward(model, queries, query_mask, responses, response_mask)[0]
-
-
-def plain_output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
-    """The model's output projection when it is a plain Linear (not wrapped, e.g. by a LoRA adapter), else None."""
-    layer = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return layer if type(layer) is torch.nn.Linear else None
-
-
-def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, responses, response_mask,
-                                  temperature: float, chunk_size: int | None, pad_token_id: int | None = None,
-                                  logits_budget_mib: float | None = None,
-                                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (N,R) and entropy (N,R, no gradient; None unless with_entropy) of the response tokens; zero after the
-    stop token. With chunk_size and a pad_token_id, from a padding-free forward (algos.packing); otherwise as
-    last_tokens_logprobs_and_entropy computes them."""
-    layer = plain_output_layer(model) if chunk_size else None
-    if layer is None or pad_token_id is None:
-        return last_tokens_logprobs_and_entropy(model, sequence_inputs(queries, query_mask, responses, response_mask),
-                                                responses, response_mask, temperature, chunk_size, logits_budget_mib,
-                                                with_entropy)
-    real = response_mask.bool()  # N,R
-    hidden = packed_response_hidden(model, queries, query_mask, responses, response_mask, pad_token_id)  # T,H
-    return chunked_on_real_tokens(hidden, layer, responses, real, temperature, chunk_size, logits_budget_mib,
-                                  with_entropy)
-
-
-def last_tokens_logprobs_and_entropy(model: torch.nn.Module, inputs: dict[str, torch.Tensor], targets: torch.Tensor,
-                                     target_mask: torch.Tensor, temperature: float, chunk_size: int | None,
-                                     logits_budget_mib: float | None = None,
-                                     with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (N,T) and entropy (N,T, no gradient; None unless with_entropy) of `targets` (N,T), the last T tokens
-    of the sequences `inputs` (N,L) feed the model, each predicted by the position before it; zero outside
-    target_mask (N,T). The one logprob forward of the RL modules and of DPO; logits divided by `temperature`.
-
-    With chunk_size, from the last hidden states of the target tokens, chunk_size positions at a time
-    (ops.chunked_logprobs_and_entropy): the (N,T,V) logits are never held. With gradients, the chunks' logits are
-    kept for the backward pass when they fit logits_budget_mib (ops.kept_logits_mib), else recomputed there (None:
-    always recomputed). Without chunk_size, or when the output layer is not a plain Linear (e.g. it carries an
-    adapter), from the full logits."""
-    length = targets.shape[1]
-    layer = plain_output_layer(model) if chunk_size else None
-    if layer is None:
-        logits = model(**inputs, use_cache=False, logits_to_keep=length + 1).logits[:, :-1]  # N,T,V
-        mask = target_mask.to(torch.float32)
-        if not with_entropy:
-            return logprobs_from_logits(logits, targets, temperature) * mask, None
-        logprobs, entropy = logprobs_and_entropy(logits, targets, temperature)
-        return logprobs * mask, entropy * mask
-    real = target_mask.bool()  # N,T
-    out = model(**inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
-    hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # M,H  the states that predict the target tokens
-    return chunked_on_real_tokens(hidden, layer, targets, real, temperature, chunk_size, logits_budget_mib,
-                                  with_entropy)
-
-
-def chunked_on_real_tokens(hidden: torch.Tensor, layer: torch.nn.Linear, targets: torch.Tensor, real: torch.Tensor,
-                           temperature: float, chunk_size: int, logits_budget_mib: float | None,
-                           with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs and entropy (N,T) of the real target tokens (real: N,T) from their predicting hidden states (M,H)."""
-    kept_mib = kept_logits_mib(len(hidden), layer.out_features, output_layer_dtype(hidden, layer).itemsize)
-    recompute = logits_budget_mib is None or kept_mib > logits_budget_mib
-    token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, targets[real], temperature,
-                                                                 chunk_size, recompute, with_entropy)  # M ; M
-    logprobs = token_logprobs.new_zeros(real.shape).masked_scatter(real, token_logprobs)
-    if not with_entropy:
-        return logprobs, None
-    entropy = token_entropy.new_zeros(real.shape).masked_scatter(real, token_entropy)
-    return logprobs, entropy  # N,T ; N,T
-
-
-@torch.no_grad()
-def batched_logprobs(model: torch.nn.Module, queries, query_mask, responses, response_mask,
-                     temperature: float, batch_size: int | None = None, chunk_size: int | None = None,
-                     pad_token_id: int | None = None) -> torch.Tensor:
-    """No-grad logprobs of the responses, in chunks of batch_size sequences; zero after the stop token. -> (N,R)"""
-    chunks = []
-    step = batch_size or len(responses)
-    for i in range(0, len(responses), step):
-        s = slice(i, i + step)
-        chunks.append(response_logprobs_and_entropy(model, queries[s], query_mask[s], responses[s], response_mask[s],
-                                                    temperature, chunk_size, pad_token_id, with_entropy=False)[0])
-    return torch.cat(chunks)

@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from lit_rlhf.algos.gold import gold_step_stats
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.ops import sampler_mismatch_stats
 from lit_rlhf.rollout.trajectory import episode_stats
 from lit_rlhf.statistics.rollout import completion_stats, group_stats, host_values, mean_over_ranks, reward_stats
 
@@ -28,20 +28,33 @@ def objective_stats(rollout: Rollout, kl: torch.Tensor | None, non_score_reward:
     }
 
 
-class StepStatistics:
-    @torch.no_grad()
-    def distributions(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per-sequence and per-token values for histograms (names after TRL's PPO logging page)."""
-        mask = rollout.response_mask
-        kl, _ = self.kl_and_non_score_reward(rollout)
-        return {
-            "env/reward_dist": rollout.raw_scores, "objective/kl_dist": None if kl is None else kl.sum(1),
-            "objective/logprobs": rollout.logprobs[mask],
-            "objective/ref_logprobs": None if kl is None else rollout.ref_logprobs[mask],
-            "policy/advantages": advantages[mask], "policy/ratio": torch.cat(self._ratios) if self._ratios else None,
-            "tokens/responses_len_dist": mask.sum(1).float(),
-        }
+def sampler_stats(rollout: Rollout, hparams) -> dict[str, torch.Tensor]:
+    """rollout/*: how far the engine's logprobs of the sampled tokens are from the trainer's (under
+    async_correction=behaviour too, where the sampler's are the old logprobs: the lag); nothing when the engine
+    reports none, as `rollout=hf`, whose sampler is the trainer's own model."""
+    if rollout.sampler_logprobs is None:
+        return {}
+    trainer = rollout.logprobs if rollout.trainer_logprobs is None else rollout.trainer_logprobs  # N,R
+    return sampler_mismatch_stats(trainer, rollout.sampler_logprobs, rollout.response_mask, hparams.rollout_is_cap,
+                                  hparams.rollout_is_mode, hparams.rollout_is_min)
 
+
+@torch.no_grad()
+def step_distributions(rollout: Rollout, advantages: torch.Tensor, kl: torch.Tensor | None,
+                       ratios: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per-sequence and per-token values for histograms (names after TRL's PPO logging page); kl: the per-token KL
+    (N,R) or None, ratios: the update's probability ratios on loss tokens."""
+    mask = rollout.response_mask
+    return {
+        "env/reward_dist": rollout.raw_scores, "objective/kl_dist": None if kl is None else kl.sum(1),
+        "objective/logprobs": rollout.logprobs[mask],
+        "objective/ref_logprobs": None if kl is None else rollout.ref_logprobs[mask],
+        "policy/advantages": advantages[mask], "policy/ratio": torch.cat(ratios) if ratios else None,
+        "tokens/responses_len_dist": mask.sum(1).float(),
+    }
+
+
+class StepStatistics:
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
         self.last_step_episodes = len(rollout) * self.trainer.world_size
         self.last_step_prompts = rollout.prompts  # N  what this rank trained on (repeated K times)
@@ -55,15 +68,15 @@ class StepStatistics:
             **reward_stats(rollout.reward_components),
             **episode_stats(rollout.columns, rollout.response_mask, rollout.context_mask),
             **group_stats(rollout.scores, rollout.prompt_index),
-            **self.sampler_stats(rollout),
+            **sampler_stats(rollout, self.hparams),
             **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
             **{key: torch.tensor(value) for key, value in self.step_timings.items()},
             **self.rollout_queue.stats(rollout),
-            **gold_step_stats(self.gold_reward, rollout),
+            **({} if rollout.gold_scores is None else {"gold/score": rollout.gold_scores.mean()}),
             "time/step_s": torch.tensor(step_s),  # since the previous step's metrics (a validation between counts)
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),
             "objective/kl_coef": torch.tensor(self.kl_coef),
-            "policy/skipped_updates": torch.tensor(float(self.skipped_updates)),
+            "policy/skipped_updates": torch.tensor(float(self.nonfinite.skipped_updates)),
             "lr": torch.tensor(self.optimizers().param_groups[0]["lr"]),
             "episode": torch.tensor(float(self.episode)),
             "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),

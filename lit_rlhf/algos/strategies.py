@@ -1,5 +1,6 @@
 """How an RLHF module meets Lightning's strategy: FSDP2 sharding of its models (trainer=fsdp2), sampling in
-lockstep where it needs every rank, and atomic weights-only checkpoint files. Mixed into RLHFModule."""
+lockstep where it needs every rank, and atomic weights-only checkpoint files. The module holds one ModelSharding
+(module.sharding) and calls it from configure_model and setup."""
 
 from __future__ import annotations
 
@@ -18,59 +19,69 @@ from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.scoring import reward_waits
 
 
-class StrategySupport:
-    def models_to_shard(self) -> list[torch.nn.Module]:
+class ModelSharding:
+    def __init__(self, module) -> None:
+        self.module = module  # the RLHFModule: its models, its trainer and its Sampler
+
+    @property
+    def trainer(self):
+        """The module's Trainer, or None outside one."""
+        return self.module._trainer
+
+    def models(self) -> list[torch.nn.Module]:
         """The models FSDP2 shards: the policy (LoRA: base and adapters), a full fine-tune's frozen reference
         copy, PPO's critic (value head, reward-model backbone) and the reward's sequence-classification models."""
         names = ("policy", "frozen_reference", "critic_backbone", "value_head")
-        models = [m for m in (getattr(self, name, None) for name in names) if m is not None]
-        return models + [reward.model for reward in self.sharded_rewards()]
+        models = [m for m in (getattr(self.module, name, None) for name in names) if m is not None]
+        return models + [reward.model for reward in self.rewards()]
 
-    def sharded_rewards(self) -> list[SequenceClassifierReward]:
+    def rewards(self) -> list[SequenceClassifierReward]:
         """Under trainer=fsdp2, the reward's sequence-classification models: sharded like the policy and scored on
         the rollout's weights (gathered with the policy's, or block by block when sampling sharded)."""
-        if self._trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
+        if self.trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
             return []
-        return reward_models(self.reward) if self.reward is not None else []
+        reward = self.module.reward
+        return reward_models(reward) if reward is not None else []
 
     def load_reward_models(self) -> None:
         """The reward's sequence-classification models, with placeholders under sharded loading (each rank reads
         its shards once sharded); registered in the module under trainer=fsdp2, so that the rollout gathers (or
         reshards) them with the policy and they follow the rank's device."""
-        rewards = self.sharded_rewards()
+        rewards = self.rewards()
         for reward in rewards:
             reward.load(empty=self.loads_sharded)
         if rewards:
-            self.reward_models = torch.nn.ModuleList(reward.model for reward in rewards)
+            self.module.reward_models = torch.nn.ModuleList(reward.model for reward in rewards)
 
-    def fsdp2_setting(self, name: str):
+    def setting(self, name: str):
         """A setting of the run's FSDP2Strategy by name (None without trainer=fsdp2)."""
-        return getattr(self.trainer.strategy, name, None) if self._trainer is not None else None
+        return getattr(self.trainer.strategy, name, None) if self.trainer is not None else None
 
     @property
     def loads_sharded(self) -> bool:
         """Models built with placeholder parameters, each rank reading its shards after fully_shard
         (trainer=fsdp2; lit_rlhf/distributed/meta_loading.py)."""
-        return bool(self.fsdp2_setting("sharded_loading"))
+        return bool(self.setting("sharded_loading"))
 
     @property
     def samples_sharded(self) -> bool:
         """Rollouts on the sharded model, each block gathered as the forward reaches it (trainer=fsdp2 with
         trainer.strategy.sharded_sampling=true), instead of on the whole weights gathered once."""
-        return bool(self.fsdp2_setting("sharded_sampling"))
+        return bool(self.setting("sharded_sampling"))
 
     def check_sharded_sampling(self) -> None:
-        if not isinstance(self.rollout_engine, HFEngine):
+        sampler = self.module.sampler
+        if not isinstance(sampler.engine, HFEngine):
             raise ConfigError(f"trainer.strategy.sharded_sampling=true samples through the sharded model's generate() "
-                              f"(rollout=hf); {type(self.rollout_engine).__name__} holds its own whole copy of the "
+                              f"(rollout=hf); {type(sampler.engine).__name__} holds its own whole copy of the "
                               f"weights. Use rollout=hf, or trainer.strategy.sharded_sampling=false.")
-        if self.sharded_rewards() and reward_waits(self.reward):
+        if self.rewards() and reward_waits(sampler.reward):
             raise ConfigError("trainer.strategy.sharded_sampling=true with a reward model beside a reward that waits "
                               "(a server, a judge): the reward runs in a thread while the rollout's sharded forwards "
                               "gather, and the ranks' collectives could interleave differently; use "
                               "trainer.strategy.sharded_sampling=false (the reward model is then scored on gathered "
                               "weights).")
-        if self.environment is not None:
+        if sampler.environment is not None:
             raise ConfigError("trainer.strategy.sharded_sampling=true samples single-turn rollouts (with an "
                               "environment the ranks take different numbers of turns, and every turn gathers on all "
                               "ranks); use env=none, or trainer.strategy.sharded_sampling=false.")
@@ -78,48 +89,50 @@ class StrategySupport:
     @property
     def sharded(self) -> bool:
         """Whether the module's models are FSDP2-sharded (trainer=fsdp2)."""
-        return self.policy is not None and is_sharded(self.policy)
+        return self.module.policy is not None and is_sharded(self.module.policy)
 
     def shard_models(self) -> None:
         """Under Lightning's ModelParallelStrategy (trainer=fsdp2): fully_shard every model over the data-parallel
         ranks. Called from configure_model, after the weights loaded."""
-        if self._trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
+        if self.trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
             return
-        hp = self.hparams
+        hp = self.module.hparams
         if hp.max_tokens_per_micro_batch is not None:  # ranks would run different numbers of sharded forwards
             raise ConfigError(f"algo.max_tokens_per_micro_batch={hp.max_tokens_per_micro_batch} makes ranks run "
                               f"different numbers of micro-batches, which sharded updates cannot (every rank gathers "
                               f"each block together); use algo.gradient_accumulation_steps with trainer=fsdp2.")
-        mesh = self.device_mesh["data_parallel"]
-        models = self.models_to_shard()
+        mesh = self.module.device_mesh["data_parallel"]
+        models = self.models()
         for model in models:
             placeholders_to_meta(model)  # sharded loading
-            shard(model, mesh, cpu_offload=bool(self.fsdp2_setting("cpu_offload")))
+            shard(model, mesh, cpu_offload=bool(self.setting("cpu_offload")))
         for model in models:  # sharded loading: each rank reads its shards now
             materialize(model, self.trainer.strategy.root_device)
         how = ("each rank read only its shards from the model files (trainer.strategy.sharded_loading=true)"
                if self.loads_sharded else "each rank loaded the whole models, then kept its shards "
                "(trainer.strategy.sharded_loading=false)")
-        offload = ", shards and optimizer state offloaded to the CPU" if self.fsdp2_setting("cpu_offload") else ""
+        offload = ", shards and optimizer state offloaded to the CPU" if self.setting("cpu_offload") else ""
         sharded = f"{len(models)} model{'s' if len(models) > 1 else ''} sharded"
         rank_zero_info(f"FSDP2 over {mesh.size()} ranks, {sharded}: {how}; sampling on "
                        f"{'the sharded model' if self.samples_sharded else 'the gathered whole weights'}{offload}.")
-        self.single_update = False  # the rollout's forwards run on gathered weights, the update's on shards
+        self.module.single_update = False  # the rollout's forwards run on gathered weights, the update's on shards
 
-    def setup(self, stage: str) -> None:
-        strategy = type(self.trainer.strategy).__name__ if self._trainer is not None else ""
-        if self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
+    def setup(self) -> None:
+        """Lightning's setup hook: how the engine samples under the run's strategy, and its checkpoint files."""
+        strategy = type(self.trainer.strategy).__name__ if self.trainer is not None else ""
+        if self.trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
             raise ConfigError("Lightning's FSDPStrategy (FSDP1) cannot gather the weights that generation needs; use "
                               "trainer=fsdp2 to shard (FSDP2: lit_rlhf.distributed.strategy.FSDP2Strategy).")
         zero3 = "DeepSpeed" in strategy and getattr(self.trainer.strategy, "zero_stage_3", False)
         # ZeRO-3 gathers parameters layer by layer in every forward: all ranks keep generating together. FSDP2
         # gathers the whole weights once per rollout: all ranks must sample (also rank zero's reports), each at
         # its own pace.
-        self.rollout_engine.lockstep = zero3 or isinstance(self.trainer.strategy, ModelParallelStrategy)
+        engine = self.module.sampler.engine
+        engine.lockstep = zero3 or isinstance(self.trainer.strategy, ModelParallelStrategy)
         # trainer.strategy.sharded_sampling: as ZeRO-3, every generation step gathers each block on all ranks
-        self.rollout_engine.synced_generation = zero3 or self.samples_sharded
+        engine.synced_generation = zero3 or self.samples_sharded
         if self.samples_sharded:
             self.check_sharded_sampling()
-        if self._trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        if self.trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             # atomic writes, weights-only loads, no non-finite weights (a custom checkpoint_io is kept)
             self.trainer.strategy.checkpoint_io = SafeCheckpointIO()

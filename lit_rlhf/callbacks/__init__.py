@@ -5,7 +5,7 @@ from lit_rlhf.callbacks.busy import BusyMachineCheck
 from lit_rlhf.callbacks.checkpoint import LastCheckpoint
 from lit_rlhf.callbacks.curves import CurvesPlot
 from lit_rlhf.callbacks.evaluation import PolicyEvaluation
-from lit_rlhf.callbacks.gold import GoldCurve
+from lit_rlhf.callbacks.gold import GoldCurve, GoldReward
 from lit_rlhf.callbacks.histograms import Histograms
 from lit_rlhf.callbacks.interrupt import CheckpointOnInterrupt
 from lit_rlhf.callbacks.monitor import HackingSigns, RewardHackingMonitor
@@ -14,6 +14,6 @@ from lit_rlhf.callbacks.protocol import RLHFModuleView
 from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
-__all__ = ["BusyMachineCheck", "CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "GoldCurve", "HackingSigns",
-           "Histograms", "LastCheckpoint", "PolicyEvaluation", "ProgressLines", "RLHFModuleView", "RLStepsProgressBar",
-           "RewardHackingMonitor", "TrainingSummary"]
+__all__ = ["BusyMachineCheck", "CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "GoldCurve", "GoldReward",
+           "HackingSigns", "Histograms", "LastCheckpoint", "PolicyEvaluation", "ProgressLines", "RLHFModuleView",
+           "RLStepsProgressBar", "RewardHackingMonitor", "TrainingSummary"]

@@ -1,4 +1,13 @@
-"""GoldCurve: with a gold reward, the run's over-optimization curve. Every RL step adds (d = sqrt(objective/kl),
+"""The gold reward: a reward scored beside the trained (proxy) reward and never trained on, to measure
+over-optimization (Gao, Schulman, Hilton 2022). GoldReward hands it to the module's Sampler, which scores it on every
+draw:
+
+    gold/score        the mean gold score of each RL step's completions (the proxy's is objective/scores)
+    eval/gold_score   on the held-out prompts, at every validation (and at step 0)
+
+and the end-of-run evaluation and evaluate.py compare it on the policy's and the reference's samples.
+
+GoldCurve: with a gold reward, the run's over-optimization curve. Every RL step adds (d = sqrt(objective/kl),
 gold/score, objective/scores); at the end of training it writes gold.json in the run directory: the points, the RL form
 d (alpha - beta log d) fitted to the gold gain, the KL where the fitted curve peaks, the step and KL where the
 observed gold score (a moving average over `window` steps) peaked, and whether the proxy kept rising after it. The
@@ -10,15 +19,28 @@ import json
 import math
 from pathlib import Path
 from statistics import fmean
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_rlhf.algos.gold import fit_rl_form
+from lit_rlhf.rollout.sampler import observed_gold
+from lit_rlhf.statistics.gold import fit_rl_form
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
     return [fmean(values[max(0, i - window + 1): i + 1]) for i in range(len(values))]
+
+
+class GoldReward(L.Callback):
+    """`L.Trainer(callbacks=[GoldReward(VaderSentiment())])`: the gold reward scored beside the module's reward on
+    every rollout (training, held-out, evaluation), never trained on: the weights trained are the same as without."""
+
+    def __init__(self, reward: Any):
+        self.reward = reward
+
+    def setup(self, trainer: L.Trainer, module, stage: str) -> None:
+        module.sampler.gold = observed_gold(self.reward, module.reward)  # loaded with the module's models
 
 
 class GoldCurve(L.Callback):

@@ -67,6 +67,33 @@ def check_rng_state(rng: Any) -> None:
         set_rng_state(current)
 
 
+def cached_run_identity(module) -> dict[str, Any]:
+    """The run's identity (algorithm, rewards, digests of the files it read), computed once per fit."""
+    if getattr(module, "_run_identity", None) is None:
+        datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
+        dataset = getattr(datamodule, "hparams", {}).get("dataset") if datamodule is not None else None
+        module._run_identity = run_identity(module, dataset)
+    return module._run_identity
+
+
+def apply_resume_changes(module, checkpoint: dict[str, Any]) -> None:
+    """On a resume under a Trainer: refuse setting changes that break exactness, apply the others
+    (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
+    if module._trainer is None or "optimizer_states" not in checkpoint:
+        return  # loading weights (evaluate, export), not resuming
+    check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), cached_run_identity(module))
+    datamodule = getattr(module.trainer, "datamodule", None)
+    applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(module.hparams),
+                           checkpoint.get("datamodule_hyper_parameters"),
+                           dict(datamodule.hparams) if datamodule is not None else None)
+    new_lr = (getattr(module.optimizer_factory, "keywords", None) or {}).get("lr")
+    lr_change = check_resumed_lr(checkpoint["optimizer_states"], new_lr, module.lr_scheduler_factory is not None)
+    module._lr_to_apply = new_lr if lr_change else None
+    applied += [lr_change] if lr_change else []
+    if applied:
+        rank_zero_info(f"Resume applies: {'; '.join(applied)}.")
+
+
 class TrainedStateCheckpoints:
     """Lightning checkpoint hooks for RLHFModule: frozen weights (base model, reference copy) reload from
     name_or_path; everything a run changed, and where it was, goes into the checkpoint."""
@@ -77,14 +104,6 @@ class TrainedStateCheckpoints:
         trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
         return {name for name, p in self.named_parameters() if id(p) in trainable}
 
-    def run_identity(self) -> dict[str, Any]:
-        """The run's identity (algorithm, rewards, digests of the files it read), computed once per fit."""
-        if getattr(self, "_run_identity", None) is None:
-            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-            dataset = getattr(datamodule, "hparams", {}).get("dataset") if datamodule is not None else None
-            self._run_identity = run_identity(self, dataset)
-        return self._run_identity
-
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
@@ -92,11 +111,11 @@ class TrainedStateCheckpoints:
             "algo": f"{type(self).__module__}.{type(self).__qualname__}",
             "episode": self.episode, "rl_step": self.rl_step, "kl_controller": self.kl_controller.state_dict(),
             "score_transforms": [getattr(t, "state_dict", dict)() for t in self.score_transforms],
-            "skipped_updates": self.skipped_updates,
+            "skipped_updates": self.nonfinite.skipped_updates,
             "draw_seed": self.rollout_queue.draw_seed,  # async mode at S >= 1
             # a corrupted file is refused on load (sharded checkpoints: shards of DTensors, not digested)
             "trained_digest": None if is_sharded(self) else tensors_digest(checkpoint["state_dict"]),
-            "identity": self.run_identity(),  # compared on resume (run_identity.py)
+            "identity": cached_run_identity(self),  # compared on resume (run_identity.py)
             # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
             "run_config": getattr(self, "run_config", None),
             "rng": rng_state(),
@@ -106,7 +125,7 @@ class TrainedStateCheckpoints:
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.report_resume_changes(checkpoint)
+        apply_resume_changes(self, checkpoint)
         digest = checkpoint.get("rlhf_state", {}).get("trained_digest")
         if digest is not None and digest != tensors_digest(checkpoint["state_dict"]):
             raise ConfigError("the checkpoint's trained tensors do not match the digest written with them (the file "
@@ -125,7 +144,7 @@ class TrainedStateCheckpoints:
         for transform, transform_state in zip(self.score_transforms, state.get("score_transforms", []), strict=False):
             if hasattr(transform, "load_state_dict"):
                 transform.load_state_dict(transform_state)
-        self.skipped_updates = state.get("skipped_updates", 0)
+        self.nonfinite.skipped_updates = state.get("skipped_updates", 0)
         draw_seed = state.get("draw_seed")
         if draw_seed is not None and (isinstance(draw_seed, bool) or not isinstance(draw_seed, int)):
             raise ConfigError(f"the checkpoint's rlhf_state.draw_seed is {type(draw_seed).__name__}, not a whole "
@@ -138,23 +157,6 @@ class TrainedStateCheckpoints:
         self._rng_to_restore = own or state.get("rng")
         if self._rng_to_restore:
             check_rng_state(self._rng_to_restore)
-
-    def report_resume_changes(self, checkpoint: dict[str, Any]) -> None:
-        """On a resume under a Trainer: refuse setting changes that break exactness, apply the others
-        (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
-        if self._trainer is None or "optimizer_states" not in checkpoint:
-            return  # loading weights (evaluate, export), not resuming
-        check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), self.run_identity())
-        datamodule = getattr(self.trainer, "datamodule", None)
-        applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(self.hparams),
-                               checkpoint.get("datamodule_hyper_parameters"),
-                               dict(datamodule.hparams) if datamodule is not None else None)
-        new_lr = (getattr(self.optimizer_factory, "keywords", None) or {}).get("lr")
-        lr_change = check_resumed_lr(checkpoint["optimizer_states"], new_lr, self.lr_scheduler_factory is not None)
-        self._lr_to_apply = new_lr if lr_change else None
-        applied += [lr_change] if lr_change else []
-        if applied:
-            rank_zero_info(f"Resume applies: {'; '.join(applied)}.")
 
     def on_train_end(self) -> None:
         self.training_finished = True  # callbacks' on_train_end (the final checkpoint) ran before this hook
@@ -171,4 +173,3 @@ class TrainedStateCheckpoints:
         rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
         if rng:
             set_rng_state(rng)
-        self.log_heldout_before_training()  # a fresh run only; draws nothing from the restored states

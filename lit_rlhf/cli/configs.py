@@ -6,10 +6,18 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from lit_rlhf.config import DataConfig, GRPOConfig, ModelConfig, PPOConfig, ReinforcePPConfig, RLOOConfig
+from lit_rlhf.config import (
+    DataConfig,
+    DistillationConfig,
+    GRPOConfig,
+    ModelConfig,
+    PPOConfig,
+    ReinforcePPConfig,
+    RLOOConfig,
+)
 
 MODULE_ARGUMENTS = ("model", "reward", "optimizer", "lr_scheduler", "rollout_engine", "kl_controller",
-                    "score_transforms", "task_metrics", "environment", "gold_reward")
+                    "score_transforms", "task_metrics", "environment")
 
 
 def schema(settings: type, target: str, arguments: tuple[str, ...] = ()) -> type:
@@ -25,7 +33,9 @@ def register_configs() -> None:
     for name, settings, target in (("rloo_schema", RLOOConfig, "lit_rlhf.algos.RLOOModule"),
                                    ("ppo_schema", PPOConfig, "lit_rlhf.algos.PPOModule"),
                                    ("grpo_schema", GRPOConfig, "lit_rlhf.algos.GRPOModule"),
-                                   ("reinforce_pp_schema", ReinforcePPConfig, "lit_rlhf.algos.ReinforcePPModule")):
-        store.store(group="algo", name=name, node=schema(settings, target, MODULE_ARGUMENTS))
+                                   ("reinforce_pp_schema", ReinforcePPConfig, "lit_rlhf.algos.ReinforcePPModule"),
+                                   ("distill_schema", DistillationConfig, "lit_rlhf.algos.DistillationModule")):
+        arguments = MODULE_ARGUMENTS + (("teacher",) if settings is DistillationConfig else ())
+        store.store(group="algo", name=name, node=schema(settings, target, arguments))
     store.store(group="model", name="schema", node=ModelConfig)
     store.store(group="data", name="schema", node=schema(DataConfig, "lit_rlhf.data.PromptDataModule"))

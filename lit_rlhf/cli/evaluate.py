@@ -83,8 +83,8 @@ def evaluate(cfg: DictConfig) -> Evaluation:
     torch.manual_seed(cfg.seed)
     module, trained = load_module(cfg)
     if trained.gold:  # scored on both sides beside the reward (summary["gold"])
-        module.gold_reward = instantiate(trained.gold)
-        load_reward(module.gold_reward)
+        module.sampler.gold = instantiate(trained.gold)
+        load_reward(module.sampler.gold)
     module = module.to(device).eval()
     policy_tokenizer = module.hparams.model["name_or_path"]
     if trained.data is not None:  # the run's own prompts and held-out split

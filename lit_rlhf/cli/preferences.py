@@ -1,6 +1,7 @@
-"""train_reward_model.py's and train_dpo.py's tasks: a module fitted on preference pairs (a PreferenceDataModule),
-then saved as a folder: a reward model that `reward=reward_model reward.name_or_path=<folder>` loads, or a DPO
-policy that `evaluate.py policy_path=<folder>` compares with the model it started from."""
+"""train_reward_model.py's, train_dpo.py's and train_sft.py's tasks: a module fitted offline on a file of rows
+(preference pairs, or completions), then saved as a folder: a reward model that `reward=reward_model
+reward.name_or_path=<folder>` loads, or a DPO or SFT policy that `evaluate.py policy_path=<folder>` compares with the
+model it started from (and `train.py model.name_or_path=<folder>` trains on)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,13 @@ def train_dpo(cfg: DictConfig) -> dict[str, float]:
                   f"(beta x the log-ratio to the reference, chosen minus rejected), loss {m['eval/loss']:.4f}")
 
 
+def train_sft(cfg: DictConfig) -> dict[str, float]:
+    """An SFTModule fitted and its policy saved (LoRA merged); returns the final metrics."""
+    return fit_and_save(cfg, lambda module, folder: (
+        f"Policy: {module.save_policy(folder)}\n  train on from it: python train.py model.name_or_path={folder}"),
+        lambda m: f"loss {m['eval/loss']:.4f} (the completions' mean token cross-entropy)")
+
+
 def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
                  heldout: Callable[[dict[str, float]], str]) -> dict[str, float]:
     """fit_on_pairs, then save(module, cfg.save_dir) on rank zero (it returns the lines to print) and the held-out
@@ -66,6 +74,8 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
     if trainer.is_global_zero:
         report("\n" + save(module, Path(cfg.save_dir)))
         with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)
-            report(f"Held-out pairs ({len(trainer.datamodule.eval_pairs)}): {heldout(metrics)}")
+            held = getattr(trainer.datamodule, "eval_pairs", None) or getattr(trainer.datamodule, "eval_rows", [])
+            what = "pairs" if hasattr(trainer.datamodule, "eval_pairs") else "rows"
+            report(f"Held-out {what} ({len(held)}): {heldout(metrics)}")
     report(f"Run directory: {cfg.paths.output_dir}")
     return metrics

@@ -10,6 +10,7 @@ def settings_tables() -> dict[str, str]:
     """{marker name: table} for docs/configuration.md."""
     from lit_rlhf.config import (
         DataConfig,
+        DistillationConfig,
         GRPOConfig,
         LoraSettings,
         ModelConfig,
@@ -25,6 +26,7 @@ def settings_tables() -> dict[str, str]:
         "PPOConfig": settings_table(PPOConfig, "algo", own_fields(PPOConfig, RLHFConfig)),
         "GRPOConfig": settings_table(GRPOConfig, "algo", own_fields(GRPOConfig, RLHFConfig)),
         "ReinforcePPConfig": settings_table(ReinforcePPConfig, "algo", own_fields(ReinforcePPConfig, RLHFConfig)),
+        "DistillationConfig": settings_table(DistillationConfig, "algo", own_fields(DistillationConfig, RLHFConfig)),
         "ModelConfig": settings_table(ModelConfig, "model"),
         "LoraSettings": settings_table(LoraSettings, "model.lora"),
         "DataConfig": settings_table(DataConfig, "data"),

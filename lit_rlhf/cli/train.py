@@ -17,7 +17,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from lit_rlhf.callbacks import CheckpointOnInterrupt, PolicyEvaluation
+from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.cli.checks import check_accelerator, check_fsdp2_settings, check_reward_group
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
@@ -111,7 +111,10 @@ def finish_wandb_run(loggers: list[Any]) -> None:
 
 
 def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, float]:
-    trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
+    callbacks = instantiate_group(cfg.get("callbacks"))
+    if cfg.get("gold"):  # gold=<a reward>: scored beside the trained reward, never trained on
+        callbacks.append(GoldReward(instantiate(cfg.gold)))
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
     # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
@@ -185,7 +188,7 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
 def exportable(trainer, module):
     """The module to export: itself, or with trainer=fsdp2 (its weights are shards on every rank) the final
     checkpoint, read whole on rank zero."""
-    if not module.sharded:
+    if not module.sharding.sharded:
         return module
     from lit_rlhf.export import load_from_checkpoint
 

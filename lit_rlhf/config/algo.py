@@ -305,3 +305,23 @@ class ReinforcePPConfig(RLHFConfig):
             raise ConfigError(f"algo.samples_per_prompt={self.samples_per_prompt} with algo.baseline=group: a group "
                               f"baseline needs at least 2 samples per prompt; set samples_per_prompt >= 2 or "
                               f"baseline=none.")
+
+
+@dataclass
+class DistillationConfig(RLHFConfig):
+    samples_per_prompt: int = setting(4, "sequences the student samples per prompt (task_reward_coef > 0: >= 2, the "
+                                         "group of the task reward's advantage)")
+    task_reward_coef: float = setting(
+        0.0, "the task reward's group-relative advantage ((r - group mean) / (group std + 1e-4), GRPO's) times this, "
+             "added to every token's distillation advantage; 0: distillation alone (the reward is still logged)")
+    kl_coef: float = setting(0.0, "a per-token KL penalty to the reference (the starting policy) in the advantage; "
+                                  "0 (the default): none and no reference forward, the teacher is the anchor")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
+        check_number("task_reward_coef", self.task_reward_coef, minimum=0)
+        if self.task_reward_coef > 0 and self.samples_per_prompt < 2:
+            raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef} with algo.samples_per_prompt="
+                              f"{self.samples_per_prompt}: the task reward's advantage is relative to the prompt's "
+                              f"group; set samples_per_prompt >= 2 or task_reward_coef=0.")

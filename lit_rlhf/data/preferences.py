@@ -56,24 +56,26 @@ def with_eos(text: str, value: Any, tokenizer: Any) -> str:
     return text + eos
 
 
-def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[dict[str, Any]]:
+def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None,
+              what: str = "preference pairs") -> list[dict[str, Any]]:
+    """The rows of a file, a bundled pairs file or a hub dataset; `what` names the rows in the errors."""
     path = Path(dataset)
     if dataset in BUNDLED_PAIRS:
         return read_jsonl(BUNDLED_PAIRS[dataset], dataset)
     if dataset in BUNDLED:
-        raise ConfigError(f"data.dataset={dataset!r} is a bundled prompt set, not preference pairs; give a file "
-                          f"with prompt, chosen and rejected columns, or 'sentiment_pairs' (bundled).")
+        raise ConfigError(f"data.dataset={dataset!r} is a bundled prompt set, not {what}; give a file of {what}, "
+                          f"or 'sentiment_pairs' (bundled).")
     if path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r} is a directory; give a .jsonl, .json, .csv or .parquet file of "
-                          f"preference pairs (or a hub dataset name).")
+                          f"{what} (or a hub dataset name).")
     if path.suffix.lower() not in FILE_BUILDERS and (path.exists() or path.suffix.lower() in UNSUPPORTED_SUFFIXES):
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'suffix-less'} files are not read; give a "
-                          f".jsonl, .json, .csv or .parquet file of preference pairs.")
+                          f".jsonl, .json, .csv or .parquet file of {what}.")
     if path.suffix.lower() in FILE_BUILDERS:
         if not path.is_file():
             raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "
                               f"the script is started in); give an existing .jsonl, .json, .csv or .parquet file "
-                              f"of preference pairs.")
+                              f"of {what}.")
         if path.suffix.lower() == ".jsonl":
             return read_jsonl(path, dataset)
         return load_file(path, dataset, prompt_column)
@@ -147,7 +149,14 @@ def collate_pairs(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, t
     """Right-padded chosen and rejected sequences (2B,L: the B chosen first, then the B rejected), the response
     mask (2B,L: 1 on response tokens), margins (B). An item: {"chosen": (ids, prompt length), "rejected": ...,
     "margin": float}; a bare id list counts as all response."""
-    sides = [item[side] for side in ("chosen", "rejected") for item in items]
+    batch = collate_sequences([item[side] for side in ("chosen", "rejected") for item in items], pad_token_id)
+    batch["margin"] = torch.tensor([item["margin"] for item in items], dtype=torch.float32)  # B
+    return batch
+
+
+def collate_sequences(sides: list, pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded sequences (M,L), their attention mask and response mask (M,L: 1 on response tokens). A side:
+    (ids, prompt length), or a bare id list (all response)."""
     sides = [side if isinstance(side, tuple) else (side, 0) for side in sides]
     sequences = [ids for ids, _ in sides]
     width = max(map(len, sequences))
@@ -158,6 +167,4 @@ def collate_pairs(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, t
         input_ids[i, : len(ids)] = torch.tensor(ids)
         attention_mask[i, : len(ids)] = 1
         response_mask[i, prompt_length : len(ids)] = 1
-    margins = torch.tensor([item["margin"] for item in items], dtype=torch.float32)  # B
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
-            "margin": margins}
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask}

@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.algos.gold import gold_scores
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
 from lit_rlhf.models import WeightedSum, reward_name
@@ -91,10 +90,9 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
                                        for side, samples in (("policy", policy), ("reference", reference))}
                          for metric in getattr(module, "task_metrics", ())},
     }
-    gold = getattr(module, "gold_reward", None)
+    gold = module.sampler.gold
     if gold is not None:  # the quality the trained reward stands for, never trained on (docs/preferences.md)
-        policy_gold, reference_gold = (gold_scores(gold, side["prompts"], side["completions"], side["columns"])
-                                       for side in (policy, reference))  # N ; N
+        policy_gold, reference_gold = policy["gold"], reference["gold"]  # N ; N
         summary["gold"] = gold_summary(gold, policy_gold, reference_gold, prompt_index, confidence, num_bootstraps,
                                        seed)
     if "tool_calls" in policy["columns"]:  # multi-turn episodes: how each side used the environment

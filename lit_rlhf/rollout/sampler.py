@@ -3,7 +3,9 @@
     prompt batch (B prompts) --Sampler.draw(batch, k, version)--> Drawn (N = B*K episodes, decoded, scored)
 
 A Sampler owns the policy handle it samples with (the trainer's policy, or the async producer's copy of it) and the
-version of those weights, the tokenizer, the rollout engine, the environment of multi-turn episodes and the reward.
+version of those weights, the tokenizer, the rollout engine, the environment of multi-turn episodes, the reward and
+the gold reward (scored beside the reward, never trained on) and the teacher of on-policy distillation (the logprob
+of every sampled token; lit_rlhf/models/teacher.py).
 Engines and the episode loop receive its SamplingContext (rollout/context.py), never the LightningModule; what
 follows a draw (old and reference logprobs, advantages, the update) is the module's.
 
@@ -34,6 +36,18 @@ from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, ROLLOUT_COLUMNS, episod
 Scores = tuple[torch.Tensor, dict[str, torch.Tensor]]  # total scores (N), {each named reward: (N)}
 
 
+def observed_gold(gold: Any, reward: Any) -> Any:
+    """A gold reward as given (None, or an empty config for gold=none: no gold), refused when it is the trained reward.
+    """
+    if isinstance(gold, dict) and not gold:
+        return None
+    if gold is not None and gold is reward:
+        raise ConfigError("the gold reward is the trained reward: it would measure what the run optimizes, not the "
+                          "quality the proxy stands for; name another reward as gold (e.g. gold=vader with a "
+                          "learned reward model).")
+    return gold
+
+
 @dataclass
 class Drawn:
     """Episodes as the engine and the reward leave them, before the trainer's forwards."""
@@ -46,6 +60,8 @@ class Drawn:
     has_stop: torch.Tensor  # N
     scored: Callable[[], Scores]  # waits for (scores N, {name: N})
     version: int | None = None  # async mode: the policy version (RL steps trained) whose weights sampled it
+    gold: torch.Tensor | None = None  # N  the gold reward's scores (Sampler.gold), never trained on
+    teacher_logprobs: torch.Tensor | None = None  # N,R  the teacher's (Sampler.teacher), zero off the model's tokens
     staleness: int = 0  # async mode: versions between those weights and the ones it is trained at
 
 
@@ -59,6 +75,9 @@ class Sampler:
     def __init__(self, engine: RolloutEngine, reward: Any, settings: SamplingSettings,
                  environment: EnvSpec | None = None):
         self.engine, self.reward = engine, reward
+        # a reward scored on every draw and never trained on, to measure over-optimization (callbacks.GoldReward)
+        self.gold: Any = None
+        self.teacher: Any = None  # on-policy distillation: scores every token the policy samples
         self.context = SamplingContext(settings, environment)
 
     def attach(self, policy: torch.nn.Module, reference: Any, tokenizer: Any, stop_token_id: int,
@@ -66,6 +85,8 @@ class Sampler:
         """The loaded models: called once the module's weights are loaded, before the engine's setup."""
         self.context = replace(self.context, policy=policy, reference=reference, tokenizer=tokenizer,
                                stop_token_id=stop_token_id, device=device, rank=rank, local_rank=local_rank)
+        if self.teacher is not None and hasattr(self.teacher, "load"):  # frozen, with the student's tokenizer
+            self.teacher.load(tokenizer)
 
     def for_worker(self, policy: torch.nn.Module) -> Sampler:
         """This Sampler drawing with `policy` (another copy of the policy's weights) and a random stream of its own."""
@@ -134,7 +155,19 @@ class Sampler:
             final_turns = [turns[-1][1] for turns in conversations]
             columns.update(episode_columns(self.environment, samples.episodes, final_turns))
         scored = self.start_scoring(prompts, completions, columns, timings)  # a waiting reward overlaps
-        return Drawn(samples, prompts, completions, columns, conversations, has_stop, scored)
+        gold = None if self.gold is None else call_checked("gold", self.gold, prompts, completions, columns)  # N
+        return Drawn(samples, prompts, completions, columns, conversations, has_stop, scored, gold=gold,
+                     teacher_logprobs=self.teacher_logprobs(samples, columns))
+
+    @torch.no_grad()
+    def teacher_logprobs(self, samples: Samples, columns: dict[str, list]) -> torch.Tensor | None:
+        """The teacher's logprob of every token the model sampled (observation tokens of an episode are context:
+        read, never scored), at the sampling temperature. -> (N,R), or None without a teacher"""
+        if self.teacher is None:
+            return None
+        logprobs = self.teacher.logprobs(samples.queries, samples.query_mask, samples.responses, samples.forward_mask,
+                                         self.context.settings.temperature, columns)  # N,R
+        return logprobs.to(samples.responses.device) * samples.response_mask
 
     # ---- scoring ------------------------------------------------------------------------------
     def start_scoring(self, prompts: list[str], completions: list[str], columns: dict[str, list],

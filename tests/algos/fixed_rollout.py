@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf import GRPOModule, PPOModule, ReinforcePPModule, RLOOModule
-from lit_rlhf.algos.rollout import Rollout, batched_logprobs
+from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.ops import importance_weights
 
 PROMPTS, K, P, R = 4, 4, 5, 8

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from lit_rlhf.algos.asynchronous import RolloutQueue
-from lit_rlhf.algos.rollout import batched_logprobs
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.ops import importance_weights
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 

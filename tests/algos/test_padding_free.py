@@ -4,9 +4,9 @@ responses of mixed lengths, values and gradients."""
 import torch
 from transformers import AutoModelForCausalLM
 
-from lit_rlhf.algos.packing import pack
-from lit_rlhf.algos.rollout import response_logprobs_and_entropy
 from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.models.forwards import response_logprobs_and_entropy
+from lit_rlhf.models.packing import pack
 
 PAD = 1
 

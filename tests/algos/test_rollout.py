@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from lit_rlhf.algos.rollout import batched_logprobs
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.ops import response_mask_from_stop
 from tests.conftest import make_datamodule, make_rloo
 
@@ -39,7 +39,7 @@ def test_kl_is_exactly_zero_while_policy_equals_reference(module_and_batch):
     rollout = module.rollout(batch)
     assert len(rollout) == 8 * 4
     assert torch.equal(rollout.logprobs, rollout.ref_logprobs)
-    kl, non_score = module.kl_and_non_score_reward(rollout)
+    kl, non_score = module.kl_controller.kl_and_non_score_reward(rollout)
     assert torch.equal(kl, torch.zeros_like(kl)) and torch.equal(non_score, torch.zeros_like(kl))
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lit_rlhf.algos.forwards as forwards_module
-import lit_rlhf.algos.rollout as rollout_module
+import lit_rlhf.models.forwards as rollout_module
 from tests.conftest import LORA, make_datamodule, make_ppo, make_rloo
 
 

@@ -1,5 +1,6 @@
-"""The gold reward: logged beside the proxy and never trained on, the RL form fitted to the gold gain against
-sqrt(KL) (checked on points made by the form), and the monitor's warning when the proxy rises after the gold peaked."""
+"""The gold reward (callbacks.GoldReward): logged beside the proxy and never trained on, the RL form fitted to the
+gold gain against sqrt(KL) (checked on points made by the form), and the monitor's warning when the proxy rises after
+the gold peaked."""
 
 import json
 import math
@@ -9,9 +10,9 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.gold import fit_rl_form
-from lit_rlhf.callbacks import GoldCurve, RewardHackingMonitor
+from lit_rlhf.callbacks import GoldCurve, GoldReward, RewardHackingMonitor
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.statistics.gold import fit_rl_form
 from tests.conftest import make_datamodule, make_rloo
 
 
@@ -39,7 +40,7 @@ def length_gold(prompts, completions):
 
 
 def test_the_gold_score_is_the_gold_rewards_mean_on_the_steps_completions(tmp_path):
-    module = make_rloo(gold_reward=length_gold)
+    module = make_rloo()
     completions, gold_logged = [], []
 
     class Capture(L.Callback):
@@ -57,7 +58,7 @@ def test_the_gold_score_is_the_gold_rewards_mean_on_the_steps_completions(tmp_pa
     module.finish_rollout = capturing
     trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", val_check_interval=3,
-                        default_root_dir=tmp_path, callbacks=[Capture(), GoldCurve(window=2)])
+                        default_root_dir=tmp_path, callbacks=[GoldReward(length_gold), Capture(), GoldCurve(window=2)])
     trainer.fit(module, make_datamodule())
     assert gold_logged == pytest.approx([sum(map(len, c)) / len(c) for c in completions])
     assert "eval/gold_score" in trainer.callback_metrics
@@ -66,9 +67,19 @@ def test_the_gold_score_is_the_gold_rewards_mean_on_the_steps_completions(tmp_pa
 
 
 def test_a_gold_reward_that_is_the_trained_reward_is_refused():
-    module_reward = length_gold
+    module = make_rloo(reward=length_gold)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", callbacks=[GoldReward(length_gold)])
     with pytest.raises(ConfigError, match="the gold reward is the trained reward"):
-        make_rloo(reward=module_reward, gold_reward=module_reward)
+        trainer.fit(module, make_datamodule())
+
+
+def test_the_deprecated_module_argument_still_scores_the_gold_reward_and_says_what_replaces_it():
+    with pytest.warns(FutureWarning, match=r"gold_reward=\.\.\.\) .* is deprecated .*GoldReward\(reward\)"):
+        module = make_rloo(gold_reward=length_gold)
+    assert module.sampler.gold is length_gold
+    with pytest.raises(ConfigError, match="the gold reward is the trained reward"), pytest.warns(FutureWarning):
+        make_rloo(reward=length_gold, gold_reward=length_gold)
 
 
 def test_the_monitor_warns_when_the_proxy_rises_after_the_gold_peaked():
@@ -84,22 +95,24 @@ def test_the_monitor_warns_when_the_proxy_rises_after_the_gold_peaked():
 
 
 def test_training_with_a_gold_reward_trains_the_same_weights_as_without():
-    def trained(**gold):
+    def trained(*gold):
         L.seed_everything(0)
-        module = make_rloo(**gold)
+        module = make_rloo()
         L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False, accelerator="cpu", limit_val_batches=0).fit(module, make_datamodule())
+                  enable_model_summary=False, accelerator="cpu", limit_val_batches=0,
+                  callbacks=list(gold)).fit(module, make_datamodule())
         return {k: v.clone() for k, v in module.state_dict().items() if "lora_" in k}
 
-    without, with_gold = trained(), trained(gold_reward=length_gold)
+    without, with_gold = trained(), trained(GoldReward(length_gold))
     assert without.keys() == with_gold.keys()
     assert all(torch.equal(without[k], with_gold[k]) for k in without)
 
 
 def fit_with_gold(tmp_path, steps, callbacks, module=None, **fit):
     trainer = L.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        accelerator="cpu", val_check_interval=steps, default_root_dir=tmp_path, callbacks=callbacks)
-    trainer.fit(module or make_rloo(gold_reward=length_gold), make_datamodule(), **fit)
+                        accelerator="cpu", val_check_interval=steps, default_root_dir=tmp_path,
+                        callbacks=[GoldReward(length_gold), *callbacks])
+    trainer.fit(module or make_rloo(), make_datamodule(), **fit)
     return trainer
 
 
@@ -115,6 +128,6 @@ def test_the_gold_curve_survives_a_resume_and_starts_at_the_initial_policys_scor
 
 def test_a_run_without_a_kl_says_why_it_writes_no_gold_curve(tmp_path, caplog):
     with caplog.at_level("INFO"):
-        fit_with_gold(tmp_path, 2, [GoldCurve()], module=make_rloo(gold_reward=length_gold, kl_coef=0.0))
+        fit_with_gold(tmp_path, 2, [GoldCurve()], module=make_rloo(kl_coef=0.0))
     assert not (tmp_path / "gold.json").exists()
     assert "No gold.json: the run logged gold/score but no objective/kl" in caplog.text

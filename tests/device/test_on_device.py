@@ -8,7 +8,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_rlhf.algos.rollout import batched_logprobs
+from lit_rlhf.models.forwards import batched_logprobs
 from tests.algos.fixed_rollout import assert_same, one_step_delta
 from tests.conftest import make_datamodule, make_rloo
 from tests.test_resume import Record, fit, small_prompts  # noqa: F401 (a fixture)

@@ -28,7 +28,7 @@ def in_float64(cls):
     class Float64(cls):
         def load_models(self):
             super().load_models()
-            for model in self.models_to_shard():
+            for model in self.sharding.models():
                 model.double()
 
     return Float64
@@ -46,7 +46,7 @@ def trained_after_three_steps(devices: int, algo: str, lora: bool, **settings) -
                         limit_val_batches=0, accelerator="cpu", devices=devices,
                         strategy=FSDP2Strategy() if devices > 1 else "auto")
     trainer.fit(module, make_datamodule(batch_size=PROMPTS))
-    assert module.sharded == (devices > 1)
+    assert module.sharding.sharded == (devices > 1)
     return {n: full_tensor(p.detach()).clone() for n, p in module.named_parameters() if p.requires_grad}
 
 

@@ -66,12 +66,12 @@ def test_ppo_reads_a_reward_model_critic_by_shards_too(tmp_path, monkeypatch):
     """PPO's algo.critic=reward_model under sharded loading: backbone and score head are placeholders until
     materialized, then equal the reward model's files; a causal LM's folder (no score head saved) gets a real head,
     initialised as from_pretrained initialises it."""
-    from lit_rlhf import PPOModule
+    from lit_rlhf.algos.strategies import ModelSharding
     from lit_rlhf.models.value import load_reward_model_critic
     from tests.conftest import make_ppo
 
     saved = save_reward_model(tmp_path)
-    monkeypatch.setattr(PPOModule, "loads_sharded", True)  # what trainer=fsdp2 sets
+    monkeypatch.setattr(ModelSharding, "loads_sharded", True)  # what trainer=fsdp2 sets
     module = make_ppo(critic="reward_model", critic_model_path=str(tmp_path), model={"name_or_path": TINY_PYTHIA,
                                                                                      "lora": None})
     module.load_models()
@@ -187,6 +187,6 @@ def test_sharded_sampling_refuses_a_reward_model_beside_a_waiting_reward():
     module.trainer = L.Trainer(strategy=FSDP2Strategy(sharded_sampling=True), accelerator="cpu", devices=1,
                                logger=False, enable_checkpointing=False)
     with pytest.raises(ConfigError, match="sharded_sampling=true with a reward model beside a reward that waits"):
-        module.check_sharded_sampling()
+        module.sharding.check_sharded_sampling()
     module.reward = WeightedSum({"model": SequenceClassifierReward("unloaded"), "vader": VaderSentiment()})
-    module.check_sharded_sampling()  # scored in the rollout's own thread: every rank gathers in the same order
+    module.sharding.check_sharded_sampling()  # scored in the rollout's own thread: every rank gathers in the same order

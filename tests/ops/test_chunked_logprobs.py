@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lit_rlhf.algos.rollout import response_logprobs_and_entropy
+from lit_rlhf.models.forwards import response_logprobs_and_entropy
 from lit_rlhf.ops.logprobs import chunked_logprobs_and_entropy, kept_logits_mib, logprobs_and_entropy
 
 
@@ -124,8 +124,8 @@ def test_logprobs_without_entropy_are_the_same_bits_and_skip_the_entropy(chunk_s
     """The reference's and the old policy's no-grad logprobs leave the entropy out (nothing reads it there)."""
     from transformers import AutoModelForCausalLM
 
-    from lit_rlhf.algos.rollout import batched_logprobs
     from lit_rlhf.assets import TINY_PYTHIA
+    from lit_rlhf.models.forwards import batched_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
     torch.manual_seed(1)

@@ -98,4 +98,4 @@ def test_one_non_finite_loss_skips_its_step_leaves_the_weights_alone_and_is_coun
                         enable_model_summary=False, limit_val_batches=0, accelerator="cpu", callbacks=[Watch()])
     trainer.fit(module, make_datamodule())
     assert [seen[s]["policy/skipped_updates"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
-    assert module.rl_step == 3 and trainer.global_step == 3 and module.consecutive_skipped == 0
+    assert module.rl_step == 3 and trainer.global_step == 3 and module.nonfinite.consecutive_skipped == 0

@@ -77,7 +77,7 @@ def test_the_environment_set_on_the_module_is_the_sampler_s():
     module = make_rloo()
     spec = EnvSpec(CountingEnvironment, max_turns=2, max_tokens=40)
     module.environment = spec
-    assert module.sampler.context.environment is spec and module.trajectory_length == 40
+    assert module.sampler.context.environment is spec and module.sampler.context.trajectory_length == 40
 
 
 class NeedsAnswer(CountingReward):

@@ -9,8 +9,8 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.rollout import batched_logprobs
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.ops import clipped_policy_loss
 from lit_rlhf.rollout import HFEngine, VLLMEngine
 from lit_rlhf.rollout.vllm_checks import (

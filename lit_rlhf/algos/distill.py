@@ -1,0 +1,89 @@
+"""DistillationModule: on-policy distillation (Agarwal et al. 2024, GKD; Thinking Machines 2025). The student samples
+as in RL; a teacher with the same tokenizer gives the logprob of every sampled token (the Sampler scores it, beside
+the reward); each token's advantage is the sampled-token reverse KL, negated:
+
+    A_t = log p_teacher(y_t | y_<t) - log p_student(y_t | y_<t)        (no discount, no baseline)
+
+optimized with the policy loss every algorithm uses (algo.policy_loss: PPO's clipped ratio by default, whose ratio is
+1 at the rollout's weights). Optionally the task reward's group-relative advantage times algo.task_reward_coef is
+added to every token, and a per-token KL penalty to the reference with algo.kl_coef > 0.
+
+Shapes: B prompts per rank, K = samples_per_prompt, N = B*K sequences, R response length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.step_stats import objective_stats
+from lit_rlhf.config import DistillationConfig
+from lit_rlhf.distributed.ranks import sum_over_ranks
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.ops import group_all_equal, group_mean, group_std, masked_mean
+
+
+def distillation_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor,
+                            response_mask: torch.Tensor) -> torch.Tensor:
+    """The per-token advantage log p_teacher - log p_student of the sampled tokens (N,R), zero off the model's
+    tokens. No gradient flows through it: the student's logprobs are the rollout's (old) ones."""
+    return (teacher_logprobs - student_logprobs) * response_mask
+
+
+def group_relative_advantages(scores: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
+    """(r - group mean) / (group std + 1e-4), 0 for a group of equal scores (GRPO's, scale_rewards=group). -> (N)"""
+    advantages = (scores - group_mean(scores, prompt_index)) / (group_std(scores, prompt_index) + 1e-4)
+    return advantages.masked_fill(group_all_equal(scores, prompt_index), 0.0)
+
+
+class DistillationModule(RLHFModule):
+    """On-policy distillation from `teacher` (lit_rlhf.models.teacher: CausalLMTeacher, RoutedTeachers, or any object
+    with `logprobs(queries, query_mask, responses, response_mask, temperature, columns) -> (N,R)`)."""
+
+    config_class = DistillationConfig
+
+    def __init__(self, *args: Any, teacher: Any = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if teacher is None or (isinstance(teacher, dict) and not teacher):
+            raise ConfigError("algo=distill needs a teacher: teacher.name_or_path=<a causal LM folder or hub name "
+                              "with the student's tokenizer> (in Python: DistillationModule(..., "
+                              "teacher=CausalLMTeacher(name_or_path)).")
+        self.sampler.teacher = teacher  # scored in every draw, beside the reward
+
+    @property
+    def samples_per_prompt(self) -> int:
+        return self.hparams.samples_per_prompt
+
+    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        mask = rollout.response_mask  # N,R
+        advantages = distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask)  # N,R
+        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
+        advantages = advantages + non_score_reward
+        coef = self.hparams.task_reward_coef
+        if coef:
+            task = group_relative_advantages(rollout.scores, rollout.prompt_index)  # N
+            advantages = advantages + coef * task.unsqueeze(1) * mask
+        stats = objective_stats(rollout, kl, non_score_reward, rollout.scores + non_score_reward.sum(1))
+        stats.update(self.distillation_stats(rollout))
+        return advantages, stats
+
+    def distillation_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """distill/reverse_kl (the token mean of log p_student - log p_teacher), the two sides' mean logprobs, and
+        with routed teachers each teacher's reverse KL over the tokens of every rank (distill/<teacher>/reverse_kl)."""
+        mask = rollout.response_mask  # N,R
+        reverse_kl = (rollout.logprobs - rollout.teacher_logprobs) * mask  # N,R
+        stats = {"distill/reverse_kl": masked_mean(reverse_kl, mask),
+                 "distill/teacher_logprob_mean": masked_mean(rollout.teacher_logprobs, mask),
+                 "distill/student_logprob_mean": masked_mean(rollout.logprobs, mask)}
+        teacher = self.sampler.teacher
+        if hasattr(teacher, "routes"):  # RoutedTeachers: each teacher's tokens, summed over ranks
+            routes = teacher.routes(rollout.columns, len(rollout))
+            per_sequence = torch.stack([reverse_kl.sum(1), mask.sum(1).to(reverse_kl.dtype)], dim=1)  # N,2
+            for name in sorted(teacher.teachers):
+                rows = torch.tensor([route == name for route in routes], device=mask.device)  # N
+                total = sum_over_ranks(self._trainer)(per_sequence[rows].sum(0))  # [KL sum, tokens]
+                stats[f"distill/{name}/reverse_kl"] = total[0] / total[1].clamp(min=1)
+        return stats

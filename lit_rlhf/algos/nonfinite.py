@@ -1,0 +1,40 @@
+"""The guard of an optimizer step: a step whose loss or gradients are not finite on some rank is skipped and
+counted, and too many in a row stop the run, so that the weights (and every checkpoint) stay finite."""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+
+from lit_rlhf.distributed.sharding import local_tensor
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.ops.finite import all_finite
+
+
+class NonfiniteGuard:
+    def __init__(self) -> None:
+        self.skipped_updates = 0  # optimizer steps skipped, in total (policy/skipped_updates; checkpointed)
+        self.consecutive_skipped = 0
+
+    def step_is_finite(self, loss_finite: torch.Tensor, parameters: list[torch.nn.Parameter], strategy,
+                       rl_step: int, max_consecutive: int) -> bool:
+        """True when the loss (loss_finite: a bool tensor) and the gradients of parameters are finite on every rank
+        (strategy: the Trainer's, or None outside one): one host read per optimizer step. Otherwise the step is
+        to be skipped, and it is counted; after max_consecutive (algo.max_consecutive_nonfinite) in a row the run
+        stops with a one-line error."""
+        grads = [p.grad for p in parameters if p.grad is not None]
+        finite = all_finite([local_tensor(g) for g in grads], also=loss_finite)  # a rank's shard
+        if strategy is not None:
+            finite = strategy.reduce_boolean_decision(finite, all=True)
+        if finite:
+            self.consecutive_skipped = 0
+            return True
+        self.skipped_updates += 1
+        self.consecutive_skipped += 1
+        rank_zero_warn(f"RL step {rl_step}: non-finite loss or gradient, optimizer step skipped "
+                       f"({self.consecutive_skipped} in a row).")
+        if self.consecutive_skipped >= max_consecutive:
+            raise ConfigError(f"stopped at RL step {rl_step}: {self.consecutive_skipped} optimizer steps in a row "
+                              f"had a non-finite loss or gradient (no weight was changed by them); lower "
+                              f"algo.optimizer.lr, check the reward, or raise algo.max_consecutive_nonfinite.")
+        return False

@@ -1,0 +1,94 @@
+"""SFTModule: supervised fine-tuning on (prompt, completion) rows, completion-only: the cross-entropy of the
+completion's tokens given the prompt and the completion before them, averaged over the batch's completion tokens
+(the prompt's tokens are context, never trained on), as TRL's SFTTrainer with completion_only_loss. The
+off-policy baseline of on-policy distillation (SFT on a teacher's samples), and the first stage of SFT -> reward
+model -> RL.
+
+    loss = -(sum over completion tokens of log p(y_t | x, y_<t)) / (completion tokens)
+
+Metrics: loss, entropy (the mean entropy of the predicted distribution on completion tokens), num_tokens (completion
+tokens trained on so far); on held-out rows eval/loss, eval/entropy.
+
+Shapes: B rows, L sequence length (right-padded).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_rlhf.algos.pair_module import PairModule
+from lit_rlhf.config import model_config
+from lit_rlhf.config.validation import check_number, check_optimizer
+from lit_rlhf.models import load_policy, load_tokenizer
+from lit_rlhf.models.export import export_model
+from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy
+
+
+def completion_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
+                        logits_budget_mib: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The logprob and entropy of every token after the first (B,L-1, zero off the completion), through the RL
+    modules' logprob forward (temperature 1), and the completion mask (B,L-1)."""
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # right-padded
+    mask = batch["response_mask"][:, 1:]  # B,L-1  token t+1 is predicted at position t
+    logprobs, entropy = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], mask, 1.0,
+                                                         chunk_size, logits_budget_mib)
+    return logprobs, entropy, mask
+
+
+class SFTModule(PairModule):
+    """model: the policy's spec (as the RL modules': name_or_path, lora, adapter_path, ...; lora=null trains every
+    weight); optimizer: a partial of a torch optimizer (AdamW at lr 2e-5 by default, TRL's SFT default)."""
+
+    def __init__(self, model: dict[str, Any], optimizer: Any = None, logits_chunk_size: int | None = 1024,
+                 logits_budget_mib: float | None = 512.0):
+        super().__init__()
+        check_number("logits_chunk_size", logits_chunk_size, minimum=1, integer=True, optional=True)
+        check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
+        check_optimizer(optimizer)
+        self.save_hyperparameters({"model": asdict(model_config(model)), "logits_chunk_size": logits_chunk_size,
+                                   "logits_budget_mib": logits_budget_mib})
+        self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=2e-5)
+        self.policy = self.tokenizer = None
+        self.num_tokens = 0  # completion tokens trained on, over all ranks
+
+    def configure_model(self) -> None:
+        if self.policy is not None:
+            return
+        spec = dict(self.hparams.model)
+        self.tokenizer = load_tokenizer(spec.pop("tokenizer_name_or_path") or spec["name_or_path"])
+        self.policy, _ = load_policy(tokenizer=self.tokenizer, **spec)  # no reference: SFT has no KL term
+
+    def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+        hp = self.hparams
+        logprobs, entropy, mask = completion_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib)
+        tokens = mask.sum()
+        loss = -logprobs.sum() / tokens.clamp(min=1)
+        prefix = "" if stage == "train" else "eval/"
+        metrics = {"loss": loss.detach(), "entropy": (entropy.sum() / tokens.clamp(min=1)).detach()}
+        self.log_dict({prefix + k: v for k, v in metrics.items()}, batch_size=len(batch["input_ids"]),
+                      on_step=stage == "train", on_epoch=True, prog_bar=stage != "train")
+        if stage == "train":
+            self.num_tokens += int(self.trainer.strategy.reduce(tokens.detach().float(), reduce_op="sum"))
+            self.log("num_tokens", float(self.num_tokens), on_step=True, on_epoch=False)
+        return loss
+
+    def configure_optimizers(self):
+        return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["num_tokens"] = self.num_tokens
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.num_tokens = checkpoint.get("num_tokens", 0)
+
+    def save_policy(self, directory: str | Path) -> Path:
+        """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer: the model
+        `python train.py model.name_or_path=<folder>` starts RL from, or `evaluate.py policy_path=<folder>` compares."""
+        return export_model(self.policy, self.tokenizer, directory, on_a_copy=True, key="save_dir", into_existing=True)

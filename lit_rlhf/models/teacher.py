@@ -1,0 +1,134 @@
+"""Teachers for on-policy distillation: the logprob a teacher gives each token the student sampled.
+
+A teacher is any object with
+
+    logprobs(queries, query_mask, responses, response_mask, temperature, columns) -> (N,R)
+
+the log-probabilities of the response tokens (zero outside response_mask) under the teacher, with its logits divided
+by `temperature` as the student's are, and, optionally, `load(tokenizer)`, called once the student's tokenizer is
+loaded. The teacher shares the student's tokenizer: the token ids are scored as they are.
+
+- CausalLMTeacher: a causal LM folder or hub name (a full model, or a peft adapter on a base), frozen.
+- RoutedTeachers: several teachers, each row of the data scored by the one its column names.
+
+Shapes: N sequences, P prompt length, R response length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.forwards import batched_logprobs
+from lit_rlhf.models.loading import from_pretrained, own_code_refused
+from lit_rlhf.models.policy import fit_embeddings, load_causal_lm
+from lit_rlhf.models.tokenizer import load_tokenizer
+
+
+class CausalLMTeacher:
+    """A frozen causal LM that scores the student's tokens.
+
+    name_or_path: a folder or hub name with the student's tokenizer; adapter_path: a peft adapter on it (merged
+    into the weights once loaded); dtype: the weights' dtype (float32, bfloat16, ...). forward_batch_size,
+    logits_chunk_size and padding_free: how its no-grad forwards run, as the student's algo.* settings of the
+    same names (the same values give the same logprobs for the same weights)."""
+
+    def __init__(self, name_or_path: str, dtype: str | None = "float32", adapter_path: str | None = None,
+                 trust_remote_code: bool = False, forward_batch_size: int | None = None,
+                 logits_chunk_size: int | None = 1024, padding_free: bool = True):
+        self.name_or_path, self.dtype, self.adapter_path = name_or_path, dtype, adapter_path
+        self.trust_remote_code = trust_remote_code
+        self.forward_batch_size, self.logits_chunk_size, self.padding_free = (forward_batch_size, logits_chunk_size,
+                                                                              padding_free)
+        self.model: torch.nn.Module | None = None
+        self.pad_token_id: int | None = None
+
+    def load(self, tokenizer: Any) -> None:
+        """Loads the weights once, frozen, and checks that the teacher reads the student's token ids."""
+        if self.model is not None:
+            return
+        check_same_vocabulary(self.name_or_path, tokenizer, self.trust_remote_code)
+        with own_code_refused("teacher.name_or_path", self.name_or_path):
+            model = load_causal_lm(self.name_or_path, "teacher.name_or_path", self.dtype, self.trust_remote_code,
+                                   empty=False)
+        fit_embeddings(model, tokenizer, "teacher.name_or_path")  # the student's added pad token, if any
+        if self.adapter_path is not None:
+            from peft import PeftModel
+
+            model = from_pretrained(lambda path: PeftModel.from_pretrained(model, path), self.adapter_path,
+                                    "adapter", cache_first=False, errors=(OSError, ValueError),
+                                    key="teacher.adapter_path").merge_and_unload()
+        self.model = model.eval().requires_grad_(False)
+        self.pad_token_id = tokenizer.pad_token_id if self.padding_free else None
+
+    @torch.no_grad()
+    def logprobs(self, queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor,
+                 response_mask: torch.Tensor, temperature: float, columns: dict[str, list] | None = None
+                 ) -> torch.Tensor:
+        """log p_teacher of each response token given what precedes it. -> (N,R), zero outside response_mask"""
+        if self.model is None:
+            raise ConfigError("the teacher was not loaded: a module loads it with the student (Sampler.attach).")
+        if next(self.model.parameters()).device != queries.device:
+            self.model.to(queries.device)
+        return batched_logprobs(self.model, queries, query_mask, responses, response_mask, temperature,
+                                self.forward_batch_size, self.logits_chunk_size, self.pad_token_id)
+
+
+def check_same_vocabulary(name_or_path: str, tokenizer: Any, trust_remote_code: bool) -> None:
+    """The teacher's own tokenizer (when its folder has one) maps every token to the student's id."""
+    try:
+        with own_code_refused("teacher.name_or_path", name_or_path):
+            own = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return  # weights only: the ids are the student's by the user's word
+    student, teacher = tokenizer.get_vocab(), own.get_vocab()
+    differ = sorted(token for token in set(student) & set(teacher) if student[token] != teacher[token])
+    missing = sorted(set(teacher) - set(student))
+    if differ or missing:
+        example = (differ or missing)[0]
+        raise ConfigError(f"teacher.name_or_path={name_or_path!r} has another tokenizer than the student (e.g. token "
+                          f"{example!r}: {len(differ)} tokens with other ids, {len(missing)} the student lacks); a "
+                          f"teacher scores the student's token ids, so use a teacher of the student's model family.")
+
+
+class RoutedTeachers:
+    """Several teachers: each sequence is scored by the teacher its dataset row names in `column` (e.g.
+    data_source), as verl's multi-teacher distillation routes them. teachers: {name: teacher}."""
+
+    def __init__(self, teachers: dict[str, Any], column: str = "data_source"):
+        if not teachers:
+            raise ConfigError("teacher.teachers is empty: give {name: teacher} for every value of the routing column.")
+        self.teachers, self.column = dict(teachers), column
+
+    def load(self, tokenizer: Any) -> None:
+        for teacher in self.teachers.values():
+            if hasattr(teacher, "load"):
+                teacher.load(tokenizer)
+
+    def routes(self, columns: dict[str, list] | None, n: int) -> list[str]:
+        """The teacher of each of the N sequences, by its row's column."""
+        values = (columns or {}).get(self.column)
+        if values is None:
+            raise ConfigError(f"routed teachers read the dataset column {self.column!r}, which the prompts' rows do "
+                              f"not have; use data with that column or set teacher.column.")
+        unknown = sorted({str(v) for v in values} - set(self.teachers))
+        if unknown:
+            raise ConfigError(f"the dataset column {self.column!r} names {unknown[0]!r}, which no teacher serves "
+                              f"(teachers: {sorted(self.teachers)}); add a teacher for it under teacher.teachers.")
+        return [str(v) for v in values[:n]]
+
+    def logprobs(self, queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor,
+                 response_mask: torch.Tensor, temperature: float, columns: dict[str, list] | None = None
+                 ) -> torch.Tensor:
+        routes = self.routes(columns, len(responses))
+        out = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)  # N,R
+        for name, teacher in self.teachers.items():
+            rows = torch.tensor([i for i, route in enumerate(routes) if route == name], dtype=torch.long,
+                                device=responses.device)
+            if len(rows):
+                scored = teacher.logprobs(queries[rows], query_mask[rows], responses[rows], response_mask[rows],
+                                          temperature, {k: [v[i] for i in rows.tolist()] for k, v in columns.items()})
+                out[rows] = scored.to(out.dtype)
+        return out

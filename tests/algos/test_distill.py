@@ -1,0 +1,194 @@
+"""On-policy distillation: the advantage and the loss against a slow per-token loop of the formula, a teacher equal
+to the student (advantage exactly 0, weights unchanged), observation tokens never scored, routed teachers, and
+train.py algo=distill as a user types it."""
+
+import csv
+import functools
+import re
+import threading
+
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf import DistillationModule
+from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models import VaderSentiment
+from lit_rlhf.models.teacher import CausalLMTeacher, RoutedTeachers
+from lit_rlhf.rollout.engine import Samples
+from tests.apps import ROOT, run_app
+from tests.conftest import LORA, TINY_PYTHIA, make_datamodule
+from tests.helpers import FAST, one_line_error
+
+
+def make_distill(teacher=None, **overrides):
+    kwargs = dict(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(),
+                  teacher=teacher or CausalLMTeacher(TINY_PYTHIA),
+                  optimizer=functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.0), samples_per_prompt=2,
+                  response_length=8)
+    kwargs.update(overrides)
+    return DistillationModule(**kwargs)
+
+
+def hand_rollout(student, teacher, mask, scores, k):
+    n = len(scores)
+    return Rollout(queries=torch.zeros(n, 1, dtype=torch.long), query_mask=torch.ones(n, 1, dtype=torch.long),
+                   responses=torch.zeros_like(mask, dtype=torch.long), response_mask=mask,
+                   prompt_index=torch.arange(n // k).repeat_interleave(k), logprobs=student, ref_logprobs=None,
+                   scores=scores, raw_scores=scores, contains_stop=torch.ones(n, dtype=torch.bool),
+                   teacher_logprobs=teacher * mask)
+
+
+def test_the_advantage_loss_and_gradient_equal_a_per_token_loop_of_the_formula():
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]).bool()
+    student, teacher = -torch.rand(4, 4) * 3, -torch.rand(4, 4) * 3
+    scores = torch.tensor([1.0, 0.0, 0.5, 0.5])
+    module = make_distill(task_reward_coef=0.5)
+    rollout = hand_rollout(student * mask, teacher, mask, scores, k=2)
+    advantages, stats = module.compute_advantages(rollout)
+
+    # the formula, token by token: A_t = log p_teacher - log p_student + coef x (r - group mean) / (group std + 1e-4)
+    expected = torch.zeros(4, 4)
+    for i in range(4):
+        group = [j for j in range(4) if j // 2 == i // 2]
+        mean = sum(scores[j] for j in group) / len(group)
+        std = (sum((scores[j] - mean) ** 2 for j in group) / (len(group) - 1)) ** 0.5
+        task = 0.0 if all(scores[j] == scores[group[0]] for j in group) else (scores[i] - mean) / (std + 1e-4)
+        for t in range(4):
+            if mask[i, t]:
+                expected[i, t] = teacher[i, t] - student[i, t] + 0.5 * task
+    torch.testing.assert_close(advantages, expected)
+    tokens = [(i, t) for i in range(4) for t in range(4) if mask[i, t]]
+    reverse_kl = sum(float(student[i, t] - teacher[i, t]) for i, t in tokens) / len(tokens)
+    assert stats["distill/reverse_kl"].item() == pytest.approx(reverse_kl)
+    assert stats["distill/teacher_logprob_mean"].item() == pytest.approx(
+        sum(float(teacher[i, t]) for i, t in tokens) / len(tokens))
+
+    # the clipped loss of the update (bnpo: the token mean) and its gradient, against the loop
+    new = (rollout.logprobs + torch.randn(4, 4) * 0.3).requires_grad_(True)
+    idx = torch.arange(4)
+    loss, _ = module.policy_loss(new, torch.zeros(4, 4), rollout, advantages, idx, module.loss_share(rollout, idx, 1))
+    loss.backward()
+    slow_loss, slow_grad = 0.0, torch.zeros(4, 4)
+    for i, t in tokens:
+        ratio = float(torch.exp(new[i, t] - rollout.logprobs[i, t]))
+        a = float(advantages[i, t])
+        clipped = min(max(ratio, 0.8), 1.2)
+        unclipped_wins = -a * ratio >= -a * clipped
+        slow_loss += max(-a * ratio, -a * clipped) / len(tokens)
+        slow_grad[i, t] = (-a * ratio if unclipped_wins else 0.0) / len(tokens)
+    assert loss.item() == pytest.approx(slow_loss, rel=1e-5)
+    torch.testing.assert_close(new.grad, slow_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_a_teacher_that_is_the_student_gives_zero_advantages_and_leaves_the_weights_unchanged():
+    module = make_distill()  # a LoRA student starts as its base model: the teacher's weights
+    seen = []
+    compute = module.compute_advantages
+
+    def recording(rollout):
+        advantages, stats = compute(rollout)
+        seen.append((advantages.clone(), rollout.response_mask.clone()))
+        return advantages, stats
+
+    module.compute_advantages = recording
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    module.configure_model()
+    before = {k: v.detach().clone() for k, v in module.state_dict().items() if "lora_" in k}
+    trainer.fit(module, make_datamodule())
+    assert len(seen) == 2 and all(mask.any() for _, mask in seen)
+    assert all(torch.equal(advantages, torch.zeros_like(advantages)) for advantages, _ in seen)
+    after = {k: v.detach() for k, v in module.state_dict().items() if "lora_" in k}
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert trainer.callback_metrics["distill/reverse_kl"].item() == 0.0
+
+
+class ConstantTeacher:
+    def __init__(self, value):
+        self.value = value
+
+    def logprobs(self, queries, query_mask, responses, response_mask, temperature, columns=None):
+        return torch.full(responses.shape, self.value) * response_mask
+
+
+def test_observation_tokens_of_an_episode_are_read_by_the_teacher_but_never_scored():
+    module = make_distill(teacher=ConstantTeacher(-1.0))
+    response_mask = torch.tensor([[1, 1, 0, 0, 1, 0]]).bool()  # model, model, observation x2, model, padding
+    context_mask = torch.tensor([[1, 1, 1, 1, 1, 0]]).bool()
+    samples = Samples(queries=torch.zeros(1, 2, dtype=torch.long), query_mask=torch.ones(1, 2, dtype=torch.long),
+                      responses=torch.zeros(1, 6, dtype=torch.long), response_mask=response_mask,
+                      prompt_index=torch.zeros(1, dtype=torch.long), context_mask=context_mask)
+    assert module.sampler.teacher_logprobs(samples, {}).tolist() == [[-1.0, -1.0, 0.0, 0.0, -1.0, 0.0]]
+
+
+def test_routed_teachers_score_each_row_with_its_own_and_say_which_value_has_none():
+    routed = RoutedTeachers({"math": ConstantTeacher(-1.0), "code": ConstantTeacher(-2.0)}, column="data_source")
+    mask = torch.ones(3, 2, dtype=torch.bool)
+    columns = {"data_source": ["code", "math", "code"]}
+    out = routed.logprobs(torch.zeros(3, 1, dtype=torch.long), torch.ones(3, 1), torch.zeros(3, 2, dtype=torch.long),
+                          mask, 1.0, columns)
+    assert out.tolist() == [[-2.0, -2.0], [-1.0, -1.0], [-2.0, -2.0]]
+    with pytest.raises(ConfigError, match="names 'poetry', which no teacher serves"):
+        routed.logprobs(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1), torch.zeros(1, 2, dtype=torch.long),
+                        mask[:1], 1.0, {"data_source": ["poetry"]})
+
+    module = make_distill(teacher=routed)
+    student = torch.full((3, 2), -1.5)
+    rollout = hand_rollout(student, out, mask, torch.zeros(3), k=1)
+    rollout.columns = columns
+    stats = module.distillation_stats(rollout)
+    assert stats["distill/math/reverse_kl"].item() == pytest.approx(-0.5)  # -1.5 - (-1)
+    assert stats["distill/code/reverse_kl"].item() == pytest.approx(0.5)  # -1.5 - (-2)
+
+
+def test_a_module_without_a_teacher_and_a_teacher_of_another_tokenizer_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="algo=distill needs a teacher: teacher.name_or_path="):
+        DistillationModule(model={"name_or_path": TINY_PYTHIA}, reward=VaderSentiment())
+    from transformers import AutoTokenizer
+
+    other = AutoTokenizer.from_pretrained(TINY_PYTHIA)
+    other.add_tokens(["<extra_teacher_token>"])
+    other.save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="has another tokenizer than the student"):
+        CausalLMTeacher(str(tmp_path)).load(AutoTokenizer.from_pretrained(TINY_PYTHIA))
+
+
+def test_train_py_distills_as_typed_and_logs_the_reverse_kl(tmp_path):
+    result = run_app("train.py", "algo=distill", f"teacher.name_or_path={TINY_PYTHIA}", *FAST,
+                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    logged = {key for row in rows for key, value in row.items() if value}
+    assert {"distill/reverse_kl", "distill/teacher_logprob_mean", "distill/student_logprob_mean",
+            "objective/scores"} <= logged
+    missing = run_app("train.py", "algo=distill", *FAST, f"hydra.run.dir={tmp_path / 'missing'}", cwd=tmp_path)
+    assert "teacher.name_or_path" in one_line_error(missing)
+
+
+def test_the_python_example_of_the_distillation_page_runs_as_written(tmp_path):
+    section = (ROOT / "docs" / "distillation.md").read_text().split("## From Python", 1)[1]
+    (tmp_path / "example.py").write_text(re.findall(r"```python\n(.*?)```", section, re.S)[0])
+    result = run_app(str(tmp_path / "example.py"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "0.0"
+
+
+def test_in_async_mode_the_producer_thread_scores_the_teacher_where_it_scores_the_reward():
+    teacher, threads = CausalLMTeacher(TINY_PYTHIA), []
+    scores = teacher.logprobs
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return scores(*args, **kwargs)
+
+    teacher.logprobs = recording
+    module = make_distill(teacher=teacher, max_staleness=1)
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(module, make_datamodule())
+    assert len(threads) >= 3 and all(name != threading.main_thread().name for name in threads)
+    assert "distill/reverse_kl" in trainer.callback_metrics and "async/staleness" in trainer.callback_metrics

@@ -1,0 +1,21 @@
+"""Supervised fine-tuning on (prompt, completion) rows, completion-only. `python train_sft.py data.dataset=rows.jsonl`;
+see docs/distillation.md."""
+
+import hydra
+from omegaconf import DictConfig
+
+from lit_rlhf.cli.errors import run_hydra_app
+from lit_rlhf.cli.preferences import train_sft
+from lit_rlhf.cli.resolvers import register_resolvers
+from lit_rlhf.cli.train import run
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train_sft")
+def main(cfg: DictConfig) -> float | None:
+    return run(cfg, task=train_sft)  # the objective (optimized_metric), for Hydra sweepers
+
+
+if __name__ == "__main__":
+    run_hydra_app(main, "train_sft")
