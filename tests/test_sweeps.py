@@ -100,8 +100,9 @@ def test_a_two_trial_optuna_search_completes(tmp_path):
 def test_every_experiment_composes_and_instantiates_without_weights(experiment, tmp_path):
     register_resolvers()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        teacher = ["teacher.name_or_path=any-teacher"] if "distill" in experiment else []  # what its command adds
         cfg = compose("train", overrides=[f"experiment={experiment}", f"paths.root_dir={tmp_path}",
-                                          f"paths.output_dir={tmp_path}"])
+                                          f"paths.output_dir={tmp_path}", *teacher])
     assert cfg.task_name == experiment
     module = instantiate(cfg.algo, _convert_="all")
     assert module.policy is None and module.hparams.model["name_or_path"] == cfg.model.name_or_path
