@@ -13,6 +13,7 @@ Shapes: B prompts per rank, K = samples_per_prompt, N = B*K sequences, R respons
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -23,7 +24,8 @@ from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import DistillationConfig
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import group_all_equal, group_mean, group_std, masked_mean
+from lit_rlhf.estimators import EstimatorInputs, group_relative
+from lit_rlhf.ops import masked_mean
 
 
 def distillation_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor,
@@ -31,12 +33,6 @@ def distillation_advantages(teacher_logprobs: torch.Tensor, student_logprobs: to
     """The per-token advantage log p_teacher - log p_student of the sampled tokens (N,R), zero off the model's
     tokens. No gradient flows through it: the student's logprobs are the rollout's (old) ones."""
     return (teacher_logprobs - student_logprobs) * response_mask
-
-
-def group_relative_advantages(scores: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
-    """(r - group mean) / (group std + 1e-4), 0 for a group of equal scores (GRPO's, scale_rewards=group). -> (N)"""
-    advantages = (scores - group_mean(scores, prompt_index)) / (group_std(scores, prompt_index) + 1e-4)
-    return advantages.masked_fill(group_all_equal(scores, prompt_index), 0.0)
 
 
 class DistillationModule(RLHFModule):
@@ -63,9 +59,10 @@ class DistillationModule(RLHFModule):
         kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
         advantages = advantages + non_score_reward
         coef = self.hparams.task_reward_coef
-        if coef:
-            task = group_relative_advantages(rollout.scores, rollout.prompt_index)  # N
-            advantages = advantages + coef * task.unsqueeze(1) * mask
+        if coef:  # GRPO's estimator on the task reward alone (scale_rewards=group): N,R, zero off the model's tokens
+            task = group_relative(EstimatorInputs(rollout.scores, torch.zeros_like(advantages), mask,
+                                                  rollout.prompt_index), SimpleNamespace(scale_rewards="group"))
+            advantages = advantages + coef * task.advantages
         stats = objective_stats(rollout, kl, non_score_reward, rollout.scores + non_score_reward.sum(1))
         stats.update(self.distillation_stats(rollout))
         return advantages, stats
