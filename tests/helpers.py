@@ -23,13 +23,19 @@ class DumpTrainable(L.Callback):
         keys = module.trained_state_keys()
         # trainer=fsdp2: each rank holds shards (DTensors); full_tensor() gathers them (every rank calls it)
         trained = {k: full_tensor(v.detach()).cpu() for k, v in module.state_dict().items() if k in keys}
-        reward_models = getattr(module, "reward_models", None)  # trainer=fsdp2: this rank's shard of them
-        reward_numel = None if reward_models is None else (sum(local_tensor(p).numel() for p in
-                                                              reward_models.parameters()),
-                                                          sum(p.numel() for p in reward_models.parameters()))
         torch.save({"trained": trained, "episode": module.episode, "prompts": self.prompts,
-                    "kl_coef": module.kl_coef, "reward_model_numel": reward_numel,
+                    "kl_coef": module.kl_coef, "reward_model_numel": shard_numel(module, "reward_models"),
+                    "teacher_model_numel": shard_numel(module, "teacher_models"),
                     "world_size": trainer.world_size}, self.path / f"rank{trainer.global_rank}.pt")
+
+
+def shard_numel(module, name: str) -> tuple[int, int] | None:
+    """(this rank's elements, all elements) of the models module.<name> registers (trainer=fsdp2's reward and
+    teacher models), or None without them."""
+    models = getattr(module, name, None)
+    if models is None:
+        return None
+    return sum(local_tensor(p).numel() for p in models.parameters()), sum(p.numel() for p in models.parameters())
 
 
 def save_reward_model(path) -> torch.nn.Module:

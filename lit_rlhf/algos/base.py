@@ -170,6 +170,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.sharding.loads_sharded, **spec)
         self.sharding.load_reward_models()  # trainer=fsdp2: sharded with the policy
+        self.sharding.load_teacher_models()  # likewise; otherwise the Sampler loads the teacher
         load_reward(self.reward)  # a bad reward model path fails here, before any training work
         if self.sampler.gold is not None:  # scored beside the reward (callbacks.GoldReward)
             load_reward(self.sampler.gold)

@@ -68,13 +68,16 @@ class DistillationModule(RLHFModule):
         return advantages, stats
 
     def distillation_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """distill/reverse_kl (the token mean of log p_student - log p_teacher), the two sides' mean logprobs, and
+        """distill/reverse_kl (the token mean of log p_student - log p_teacher), the two sides' mean logprobs, the
+        tokens the teacher scored (distill/teacher_tokens), and
         with routed teachers each teacher's reverse KL over the tokens of every rank (distill/<teacher>/reverse_kl)."""
         mask = rollout.response_mask  # N,R
         reverse_kl = (rollout.logprobs - rollout.teacher_logprobs) * mask  # N,R
         stats = {"distill/reverse_kl": masked_mean(reverse_kl, mask),
                  "distill/teacher_logprob_mean": masked_mean(rollout.teacher_logprobs, mask),
-                 "distill/student_logprob_mean": masked_mean(rollout.logprobs, mask)}
+                 "distill/student_logprob_mean": masked_mean(rollout.logprobs, mask),
+                 # the tokens the teacher scored this step, over all ranks: what distillation's signal cost
+                 "distill/teacher_tokens": sum_over_ranks(self._trainer)(mask.sum().to(torch.float32))}
         teacher = self.sampler.teacher
         if hasattr(teacher, "routes"):  # RoutedTeachers: each teacher's tokens, summed over ranks
             routes = teacher.routes(rollout.columns, len(rollout))

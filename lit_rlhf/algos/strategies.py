@@ -15,6 +15,7 @@ from lit_rlhf.distributed.sharding import is_sharded, shard
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.reward_set import reward_models
 from lit_rlhf.models.rewards import SequenceClassifierReward
+from lit_rlhf.models.teacher import CausalLMTeacher, loaded_teachers
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.scoring import reward_waits
 
@@ -30,18 +31,37 @@ class ModelSharding:
 
     def models(self) -> list[torch.nn.Module]:
         """The models FSDP2 shards: the policy (LoRA: base and adapters), a full fine-tune's frozen reference
-        copy, PPO's critic (value head, reward-model backbone) and the reward's sequence-classification models."""
+        copy, PPO's critic (value head, reward-model backbone), the reward's sequence-classification models and a
+        distillation teacher's causal LMs."""
         names = ("policy", "frozen_reference", "critic_backbone", "value_head")
         models = [m for m in (getattr(self.module, name, None) for name in names) if m is not None]
-        return models + [reward.model for reward in self.rewards()]
+        return models + [reward.model for reward in self.rewards()] + [teacher.model for teacher in self.teachers()]
+
+    @property
+    def fsdp2(self) -> bool:
+        return self.trainer is not None and isinstance(self.trainer.strategy, ModelParallelStrategy)
 
     def rewards(self) -> list[SequenceClassifierReward]:
         """Under trainer=fsdp2, the reward's sequence-classification models: sharded like the policy and scored on
         the rollout's weights (gathered with the policy's, or block by block when sampling sharded)."""
-        if self.trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
-            return []
         reward = self.module.reward
-        return reward_models(reward) if reward is not None else []
+        return reward_models(reward) if self.fsdp2 and reward is not None else []
+
+    def teachers(self) -> list[CausalLMTeacher]:
+        """Under trainer=fsdp2, the distillation teacher's causal LMs: sharded like the policy and scored on the
+        rollout's gathered weights (the Sampler scores them inside the rollout's gathered block)."""
+        teacher = self.module.sampler.teacher
+        return loaded_teachers(teacher) if self.fsdp2 and teacher is not None else []
+
+    def load_teacher_models(self) -> None:
+        """The teacher's causal LMs, loaded before sharding (placeholders under sharded loading) and registered in
+        the module under trainer=fsdp2, so that the rollout gathers them with the policy and they follow the
+        rank's device."""
+        teachers = self.teachers()
+        for teacher in teachers:
+            teacher.load(self.module.tokenizer, empty=self.loads_sharded)
+        if teachers:
+            self.module.teacher_models = torch.nn.ModuleList(teacher.model for teacher in teachers)
 
     def load_reward_models(self) -> None:
         """The reward's sequence-classification models, with placeholders under sharded loading (each rank reads
@@ -81,6 +101,11 @@ class ModelSharding:
                               "gather, and the ranks' collectives could interleave differently; use "
                               "trainer.strategy.sharded_sampling=false (the reward model is then scored on gathered "
                               "weights).")
+        if self.teachers():
+            raise ConfigError("trainer.strategy.sharded_sampling=true with a loaded teacher: its packed forwards "
+                              "differ in number between ranks, and every sharded forward gathers on all ranks; use "
+                              "trainer.strategy.sharded_sampling=false (the teacher is then scored on gathered "
+                              "weights).")
         if sampler.environment is not None:
             raise ConfigError("trainer.strategy.sharded_sampling=true samples single-turn rollouts (with an "
                               "environment the ranks take different numbers of turns, and every turn gathers on all "
@@ -94,7 +119,7 @@ class ModelSharding:
     def shard_models(self) -> None:
         """Under Lightning's ModelParallelStrategy (trainer=fsdp2): fully_shard every model over the data-parallel
         ranks. Called from configure_model, after the weights loaded."""
-        if self.trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
+        if not self.fsdp2:
             return
         hp = self.module.hparams
         if hp.max_tokens_per_micro_batch is not None:  # ranks would run different numbers of sharded forwards

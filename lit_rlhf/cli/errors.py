@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 # groups the algo config holds under other names (conf/algo/common): the key as the user writes it
-NESTED_GROUPS = {"algo.environment.": "env.", "algo.reward.": "reward."}
+NESTED_GROUPS = {"algo.environment.": "env.", "algo.reward.": "reward.", "algo.teacher.": "teacher."}
 
 
 def user_key(name: str) -> str:

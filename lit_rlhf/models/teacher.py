@@ -45,14 +45,16 @@ class CausalLMTeacher:
         self.model: torch.nn.Module | None = None
         self.pad_token_id: int | None = None
 
-    def load(self, tokenizer: Any) -> None:
-        """Loads the weights once, frozen, and checks that the teacher reads the student's token ids."""
+    def load(self, tokenizer: Any, empty: bool = False) -> None:
+        """Loads the weights once, frozen, and checks that the teacher reads the student's token ids. empty: with
+        placeholder weights that each rank fills with its shards (trainer=fsdp2's sharded loading; a teacher with
+        an adapter loads whole, to merge it)."""
         if self.model is not None:
             return
         check_same_vocabulary(self.name_or_path, tokenizer, self.trust_remote_code)
         with own_code_refused("teacher.name_or_path", self.name_or_path):
             model = load_causal_lm(self.name_or_path, "teacher.name_or_path", self.dtype, self.trust_remote_code,
-                                   empty=False)
+                                   empty=empty and self.adapter_path is None)
         fit_embeddings(model, tokenizer, "teacher.name_or_path")  # the student's added pad token, if any
         if self.adapter_path is not None:
             from peft import PeftModel
@@ -72,8 +74,15 @@ class CausalLMTeacher:
             raise ConfigError("the teacher was not loaded: a module loads it with the student (Sampler.attach).")
         if next(self.model.parameters()).device != queries.device:
             self.model.to(queries.device)
+        self.model.eval()  # registered in the module under trainer=fsdp2, whose train() reaches it
         return batched_logprobs(self.model, queries, query_mask, responses, response_mask, temperature,
                                 self.forward_batch_size, self.logits_chunk_size, self.pad_token_id)
+
+
+def loaded_teachers(teacher: Any) -> list[CausalLMTeacher]:
+    """The causal LMs a teacher loads (itself, or a RoutedTeachers' parts): what trainer=fsdp2 shards."""
+    parts = teacher.teachers.values() if isinstance(teacher, RoutedTeachers) else [teacher]
+    return [part for part in parts if isinstance(part, CausalLMTeacher)]
 
 
 def check_same_vocabulary(name_or_path: str, tokenizer: Any, trust_remote_code: bool) -> None:
@@ -106,6 +115,24 @@ class RoutedTeachers:
         for teacher in self.teachers.values():
             if hasattr(teacher, "load"):
                 teacher.load(tokenizer)
+
+    def check_temperature(self, temperature: float) -> None:
+        for teacher in self.teachers.values():
+            if hasattr(teacher, "check_temperature"):
+                teacher.check_temperature(temperature)
+
+    def check_rows(self, rows: list, dataset: str) -> None:
+        """Before training: every prompt row names a configured teacher in the routing column."""
+        for number, row in enumerate(rows, start=1):
+            value = row.columns.get(self.column)
+            if value is None:
+                raise ConfigError(f"routed teachers read the dataset column {self.column!r}, which data.dataset="
+                                  f"{dataset!r} row {number} does not have; give every row one or set "
+                                  f"teacher.column.")
+            if str(value) not in self.teachers:
+                raise ConfigError(f"data.dataset={dataset!r} row {number} routes to teacher {str(value)!r}, which is "
+                                  f"not configured (teachers: {sorted(self.teachers)}); add it under "
+                                  f"teacher.teachers.")
 
     def routes(self, columns: dict[str, list] | None, n: int) -> list[str]:
         """The teacher of each of the N sequences, by its row's column."""

@@ -85,6 +85,8 @@ class Sampler:
         """The loaded models: called once the module's weights are loaded, before the engine's setup."""
         self.context = replace(self.context, policy=policy, reference=reference, tokenizer=tokenizer,
                                stop_token_id=stop_token_id, device=device, rank=rank, local_rank=local_rank)
+        if hasattr(self.teacher, "check_temperature"):  # a served teacher scores at temperature 1 only
+            self.teacher.check_temperature(self.context.settings.temperature)
         if self.teacher is not None and hasattr(self.teacher, "load"):  # frozen, with the student's tokenizer
             self.teacher.load(tokenizer)
 
@@ -103,8 +105,8 @@ class Sampler:
         self.context.environment = spec
 
     def check_rows(self, rows: list, dataset: str, task_metrics: Sequence[Any] = ()) -> None:
-        """Before any training step: every row has every column the reward and the task metrics read and the
-        columns the environment is built from."""
+        """Before any training step: every row has every column the reward and the task metrics read, the
+        columns the environment is built from, and the routing column of routed teachers."""
         from lit_rlhf.data.datamodule import missing_in_rows
 
         environment = self.context.environment
@@ -126,6 +128,8 @@ class Sampler:
                                   f"(e.g. data=arithmetic) or another reward or task metric.")
             raise ConfigError(f"data.dataset={dataset!r}, row {row}: no {column!r}, which {who} needs; give every row "
                               f"one, or remove the rows without it.")
+        if hasattr(self.teacher, "check_rows"):  # routed teachers: every row names one
+            self.teacher.check_rows(rows, dataset)
         for column in environment.required_columns() if environment is not None else []:
             row = missing_in_rows(rows, column)
             if row is not None:

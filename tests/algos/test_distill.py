@@ -104,6 +104,7 @@ def test_a_teacher_that_is_the_student_gives_zero_advantages_and_leaves_the_weig
     after = {k: v.detach() for k, v in module.state_dict().items() if "lora_" in k}
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert trainer.callback_metrics["distill/reverse_kl"].item() == 0.0
+    assert trainer.callback_metrics["distill/teacher_tokens"].item() == seen[-1][1].sum().item()  # the model's tokens
 
 
 class ConstantTeacher:
@@ -164,9 +165,34 @@ def test_train_py_distills_as_typed_and_logs_the_reverse_kl(tmp_path):
         rows = list(csv.DictReader(f))
     logged = {key for row in rows for key, value in row.items() if value}
     assert {"distill/reverse_kl", "distill/teacher_logprob_mean", "distill/student_logprob_mean",
-            "objective/scores"} <= logged
+            "distill/teacher_tokens", "objective/scores"} <= logged
     missing = run_app("train.py", "algo=distill", *FAST, f"hydra.run.dir={tmp_path / 'missing'}", cwd=tmp_path)
     assert "teacher.name_or_path" in one_line_error(missing)
+
+
+def test_train_py_routes_each_row_to_the_teacher_its_column_names_and_logs_each_ones_reverse_kl(tmp_path):
+    import json
+
+    (tmp_path / "rows.jsonl").write_text("".join(
+        json.dumps({"prompt": f"The film number {i} was", "data_source": ("films", "shows")[i % 2]}) + "\n"
+        for i in range(24)))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    other = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)  # the student's weights, perturbed
+    with torch.no_grad():
+        other.get_output_embeddings().weight.add_(torch.randn_like(other.get_output_embeddings().weight))
+    other.save_pretrained(tmp_path / "other")
+    AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(tmp_path / "other")
+    teachers = ", ".join(f"{name}: {{_target_: lit_rlhf.models.teacher.CausalLMTeacher, name_or_path: '{path}'}}"
+                         for name, path in (("films", TINY_PYTHIA), ("shows", tmp_path / "other")))
+    result = run_app("train.py", "algo=distill", "teacher=routed", f"teacher.teachers={{{teachers}}}", "data=files",
+                     "data.dataset=rows.jsonl", *FAST, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r.get("distill/reverse_kl"))
+    # the films teacher is the LoRA student's starting weights (reverse KL exactly 0 on its rows' tokens at the first
+    # step), the shows teacher is not
+    assert float(row["distill/films/reverse_kl"]) == 0.0 and abs(float(row["distill/shows/reverse_kl"])) > 0.01
 
 
 def test_the_python_example_of_the_distillation_page_runs_as_written(tmp_path):

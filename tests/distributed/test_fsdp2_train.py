@@ -186,6 +186,32 @@ def test_sharded_loading_sampling_and_offload_train_what_whole_loading_trains(tm
         assert total > 0 and local <= total // 2 + 64  # rank 0's shard: half of every tensor's rows, rounded up
 
 
+def test_distillation_under_fsdp2_shards_the_teacher_and_trains_as_under_ddp(tmp_path):
+    """algo=distill on 2 ranks: under FSDP2 the teacher is sharded with the policy (each rank holds half of it, read
+    by shards from its files) and scored on the rollout's gathered weights; samples, reverse KL and trained weights
+    are DDP's (where each rank holds the whole teacher)."""
+    from transformers import AutoTokenizer
+
+    teacher = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)  # the student's weights, perturbed
+    with torch.no_grad():
+        head = teacher.get_output_embeddings().weight
+        head.add_(0.5 * torch.randn(head.shape, generator=torch.Generator().manual_seed(0)))
+    teacher.save_pretrained(tmp_path / "teacher")
+    AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(tmp_path / "teacher")
+    distill = ["algo=distill", f"teacher.name_or_path={tmp_path / 'teacher'}", "steps=3", "algo.optimizer.lr=0.01"]
+    ddp_dir, fsdp2_dir = tmp_path / "ddp", tmp_path / "fsdp2"
+    ddp = train(ddp_dir, *DDP, *distill, env=ONE_THREAD)
+    fsdp2 = train(fsdp2_dir, *FSDP2, *distill, env=ONE_THREAD)
+    assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2)
+    ddp_rows, fsdp2_rows = metric_rows(ddp_dir), metric_rows(fsdp2_dir)
+    for step, row in ddp_rows.items():
+        assert abs(float(row["distill/reverse_kl"])) > 0.01  # the teacher is not the student
+        assert float(fsdp2_rows[step]["distill/reverse_kl"]) == pytest.approx(float(row["distill/reverse_kl"]),
+                                                                              abs=1e-4)
+    local, total = fsdp2["teacher_model_numel"]
+    assert total > 0 and local < 0.51 * total and ddp["teacher_model_numel"] is None  # half, rows rounded up
+
+
 def free_port() -> int:
     import socket
 

@@ -15,6 +15,9 @@ from tests.apps import run_app, run_process
 from tests.helpers import FAST, ROOT, one_line_error
 
 TINY = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
+# teacher=routed with one teacher, for the rows whose data_source is "films"
+ROUTED_TO_FILMS = ("teacher.teachers={films: {_target_: lit_rlhf.models.teacher.CausalLMTeacher, name_or_path: "
+                   f"'{TINY}'}}}}")
 FSDP2_ONE_RANK = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=1"]
 
 
@@ -97,6 +100,9 @@ def write_inputs(directory: Path) -> None:
     (directory / "extra_field.csv").write_text('prompt,answer\n"The film",1\nThe show,2,3\n' + rows)
     (directory / "with_blank_lines.jsonl").write_text(
         "\n".join(json.dumps({"prompt": f"The movie number {i} was"}) + "\n" for i in range(24)))
+    (directory / "two_sources.jsonl").write_text("".join(  # row 7 names a teacher no run configures
+        json.dumps({"prompt": f"The film number {i} was", "data_source": "poetry" if i == 6 else "films"}) + "\n"
+        for i in range(24)))
 
 
 # (what the user did, train.py arguments, the start of what the error line must say after "error: ")
@@ -302,6 +308,31 @@ CASES = [
     ("a judge endpoint that is not up", ["reward=llm_judge", "reward.model=m", "reward.base_url=http://127.0.0.1:9/v1",
                                          "reward.retries=0"],
      "the judge endpoint http://127.0.0.1:9/v1: APIConnectionError after 1 attempts"),
+    ("a distillation teacher on the hub, offline", ["algo=distill", "teacher.name_or_path=someone/teacher-7b"],
+     "model 'someone/teacher-7b' is not available here"),
+    ("a distillation teacher of another tokenizer",
+     ["algo=distill", f"teacher.name_or_path={ROOT / 'lit_rlhf' / 'assets' / 'tiny-calculator'}"],
+     "teacher.name_or_path="),
+    ("a task reward coefficient that is NaN", ["algo=distill", f"teacher.name_or_path={TINY}",
+                                               "algo.task_reward_coef=nan"],
+     "algo.task_reward_coef=nan must be a finite number"),
+    ("a negative task reward coefficient", ["algo=distill", f"teacher.name_or_path={TINY}",
+                                            "algo.task_reward_coef=-0.5"], "algo.task_reward_coef=-0.5 must be >= 0"),
+    ("teacher=served without a URL", ["algo=distill", "teacher=served"],
+     "teacher.url is required (marked ??? in conf/)"),
+    ("a served teacher and a temperature other than 1", ["algo=distill", "teacher=served",
+                                                         "teacher.url=http://127.0.0.1:9"],
+     "teacher=served gives logprobs at temperature 1 (a server's prompt logprobs are its model's own) and "
+     "algo.temperature=0.7; sample at algo.temperature=1"),
+    ("a teacher server that is not up", ["algo=distill", "teacher=served", "teacher.url=http://127.0.0.1:9",
+                                         "teacher.retries=0", "algo.temperature=1"],
+     "the teacher server http://127.0.0.1:9: cannot connect (ConnectError) after 1 attempt; check that the server"),
+    ("routed teachers without teachers", ["algo=distill", "teacher=routed"], "teacher.teachers is empty"),
+    ("a routing column the data lacks", ["algo=distill", "teacher=routed", ROUTED_TO_FILMS],
+     "routed teachers read the dataset column 'data_source', which data.dataset='sentiment' row 1 does not have"),
+    ("a row routed to a teacher that is not configured",
+     ["algo=distill", "teacher=routed", "data=files", "data.dataset=two_sources.jsonl", ROUTED_TO_FILMS],
+     "data.dataset='two_sources.jsonl' row 7 routes to teacher 'poetry', which is not configured"),
     ("rollout=vllm without vLLM installed", ["rollout=vllm"], "rollout=vllm needs vLLM, which is not installed here"),
     ("rollout.cpu_cores that is not a list of cores", ["rollout=vllm", "rollout.cpu_cores=all"],
      "rollout.cpu_cores='all' is not a list of cores; write it as \"0-7\" or \"0,2,4\""),

@@ -1,0 +1,256 @@
+"""On-policy distillation against RL and SFT on an embedded task, each run as a user runs it:
+
+    python bench/distillation.py                     # the calculator task: the teacher, then seeds 0 and 1 of every
+                                                     # arm; ~1 h on 2 CPU cores
+    python bench/distillation.py --task arithmetic   # the arithmetic task
+    python bench/distillation.py --resume            # keeps the runs an interrupted call finished
+
+The teacher is the policy `python train.py experiment=<task>_grpo seed=0 export_dir=<folder>` trains (that run is
+also arm (a)'s seed 0). From the task's base model, with the same prompts, budget and held-out questions:
+  (a) GRPO:                        python train.py experiment=<task>_grpo seed=<s>
+  (b) on-policy distillation:      python train.py experiment=<task>_distill teacher.name_or_path=<teacher> seed=<s>
+  (c) SFT on the teacher's samples: the teacher samples the training questions (K samples each, as in RL) until its
+      model tokens equal what (b)'s teacher scored (mean of the seeds' distill/teacher_tokens); python train_sft.py
+      model=<the task's model> data.dataset=<those rows> seed=<s> trains on them, each row the question and the
+      whole sample (on the calculator task tool results included: SFT has no per-token mask), and python
+      evaluate.py evaluates the result
+  (d) distillation + task reward:  (b) with algo.task_reward_coef=1
+Every RL run validates on the held-out questions (eval/exact_match, 1 sample each) every few RL steps. Reports per
+run the end-of-run accuracy (4 samples per question, 95% bootstrap interval), the first RL step whose validation
+reaches 90% of the teacher's accuracy, and the wall time; the ratio of (b)'s steps to (a)'s. Writes
+bench/results/distillation_<task>.md and .json, the curves against RL steps and wall time
+(docs/images/distillation_<task>.png), and the table into docs/distillation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fingerprint import record
+from results_blocks import fill_results, machine
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+TARGET_SHARE = 0.9  # of the teacher's accuracy
+SEEDS = (0, 1)
+# per task: its model, how often the RL runs validate, and evaluate.py's settings for what its experiments sample
+TASKS = {
+    "calculator": {"model": "tiny-calculator", "validate_every": 10,
+                   "evaluate": ["data=calculator", "env=calculator", "reward=arithmetic_correct",
+                                "task_metrics=exact_match", "algo=grpo", "algo.response_length=24",
+                                "algo.temperature=1.0"]},
+    "arithmetic": {"model": "tiny-arithmetic", "validate_every": 25,
+                   "evaluate": ["data=arithmetic", "reward=arithmetic", "task_metrics=exact_match", "algo=grpo",
+                                "algo.response_length=10", "algo.temperature=0.7"]},
+}
+TASK = "calculator"  # set by main()
+OUT = ROOT / "logs" / "bench_distillation" / TASK
+
+
+def cached(name: str, resume: bool, run) -> dict:
+    """A run's result: kept in its directory, so that --resume skips what an interrupted call finished."""
+    path = OUT / name / "result.json"
+    if resume and path.is_file():
+        return json.loads(path.read_text())
+    result = run()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(name, {k: v for k, v in result.items() if isinstance(v, (int, float))}, flush=True)
+    return result
+
+
+def call(script: str, *args: str) -> float:
+    """`python <script> args...` from the repository's root; its wall time."""
+    start = time.time()
+    done = subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"python {script} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return time.time() - start
+
+
+def train_rl(name: str, overrides: list[str]) -> dict:
+    """One `python train.py` run: its held-out curve (validations), end-of-run evaluation and teacher tokens."""
+    run_dir = OUT / name
+    wall = call("train.py", *overrides, f"trainer.val_check_interval={TASKS[TASK]['validate_every']}",
+                f"hydra.run.dir={run_dir}", "overwrite_run_dir=true")
+    summary = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
+    rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
+    step_s = {int(r["step"]): float(r["time/step_s"]) for r in rows if r.get("time/step_s")}
+    curve = []  # (RL step, held-out accuracy, seconds of training steps so far)
+    for r in rows:
+        if r.get("eval/exact_match") and not r.get("eval/score_diff"):  # validations, not the evaluation's row
+            step = int(r["step"])
+            curve.append((step, float(r["eval/exact_match"]), sum(s for k, s in step_s.items() if k <= step)))
+    tokens = sum(float(r["distill/teacher_tokens"]) for r in rows if r.get("distill/teacher_tokens"))
+    return {"name": name, "command": " ".join(overrides), "wall_s": wall, "training_s": sum(step_s.values()),
+            "accuracy": summary["task_metrics"]["exact_match"]["policy"]["accuracy"], "curve": curve,
+            "teacher_tokens": tokens or None}
+
+
+def teacher_rows(teacher_dir: Path, token_budget: float, path: Path) -> dict:
+    """The teacher's samples of the training questions (K per question, the RL runs' sampling settings) until its
+    model tokens reach token_budget, as (prompt, completion) rows: the completion is the whole episode's text."""
+    import lightning as L
+    import torch
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lit_rlhf.cli.resolvers import register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=[f"experiment={TASK}_grpo", f"model.name_or_path={teacher_dir}",
+                                          f"paths.output_dir={OUT / 'teacher_samples'}"])
+    L.seed_everything(0)
+    datamodule, module = instantiate(cfg.data), instantiate(cfg.algo, _convert_="all")
+    datamodule.setup("fit")
+    module.configure_model()
+    module.policy.eval()
+    start, rows, tokens = time.time(), [], 0
+    with torch.no_grad():
+        while tokens < token_budget:
+            for batch in datamodule.train_dataloader():
+                drawn = module.sampler.draw(batch, module.samples_per_prompt, version=0)
+                counts = drawn.samples.response_mask.sum(1).tolist()  # the model's tokens of each sample
+                texts = (["".join(text for _, text in turns) for turns in drawn.conversations] or drawn.completions)
+                for prompt, text, count in zip(drawn.prompts, texts, counts, strict=True):
+                    rows.append({"prompt": prompt, "completion": text})
+                    tokens += count
+                if tokens >= token_budget:
+                    break
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return {"rows": len(rows), "model_tokens": tokens, "sampling_s": time.time() - start}
+
+
+def train_sft(name: str, rows_path: Path, sampled: dict, seed: int) -> dict:
+    """`python train_sft.py` on the teacher's rows, then `python evaluate.py` of the saved policy."""
+    run_dir = OUT / name
+    model = f"model={TASKS[TASK]['model']}"
+    training = call("train_sft.py", model, f"data.dataset={rows_path}", f"seed={seed}", f"hydra.run.dir={run_dir}",
+                    "overwrite_run_dir=true")
+    evaluating = call("evaluate.py", f"policy_path={run_dir / 'policy'}", model, *TASKS[TASK]["evaluate"],
+                      f"seed={seed}", f"hydra.run.dir={run_dir / 'evaluate'}", "overwrite_run_dir=true")
+    summary = json.loads((run_dir / "evaluate" / "evaluation.json").read_text())
+    return {"name": name, "command": f"train_sft.py {model} data.dataset=<teacher rows> seed={seed}",
+            "wall_s": sampled["sampling_s"] + training, "training_s": training, "evaluation_s": evaluating,
+            "accuracy": summary["task_metrics"]["exact_match"]["policy"]["accuracy"], "curve": [],
+            "teacher_tokens": sampled["model_tokens"]}
+
+
+def first_step_reaching(curve: list, target: float) -> int | None:
+    return next((step for step, accuracy, _ in curve if accuracy >= target), None)
+
+
+ARMS = {"grpo": "(a) GRPO", "distill": "(b) on-policy distillation", "sft": "(c) SFT on the teacher's samples",
+        "distill_task_reward": "(d) distillation + task reward (coef 1)"}
+
+
+def table(teacher: dict, target: float, runs: dict[str, list[dict]]) -> list[str]:
+    cell = lambda a: f"{a['mean']:.1%} [{a['ci_low']:.1%}, {a['ci_high']:.1%}]"  # noqa: E731
+    lines = [f"Teacher (`experiment={TASK}_grpo seed=0`): {cell(teacher['accuracy'])} held-out exact match; "
+             f"target: 90% of it, {target:.1%}, at a validation (1 sample per question, every "
+             f"{TASKS[TASK]['validate_every']} RL steps).", "",
+             "| arm | seed | accuracy after (4 samples, 95% interval) | first RL step at the target | teacher tokens | "
+             "wall |", "|---|---|---|---|---|---|"]
+    for arm, label in ARMS.items():
+        for seed, r in zip(SEEDS, runs[arm], strict=True):
+            reached = "-" if not r["curve"] else (r["steps_to_target"] if r["steps_to_target"] is not None
+                                                   else f"not within {r['curve'][-1][0]}")
+            tokens = f"{r['teacher_tokens']:,.0f}" if r.get("teacher_tokens") else "-"
+            lines.append(f"| {label} | {seed} | {cell(r['accuracy'])} | {reached} | {tokens} | {r['wall_s']:.0f} s |")
+    steps = {arm: [r["steps_to_target"] for r in runs[arm]] for arm in ("grpo", "distill")}
+    if all(s is not None for s in steps["grpo"] + steps["distill"]):
+        ratio = statistics.mean(steps["distill"]) / statistics.mean(steps["grpo"])
+        lines += ["", f"RL steps to the target, mean of the seeds: distillation {statistics.mean(steps['distill']):g}, "
+                      f"GRPO {statistics.mean(steps['grpo']):g}: **{ratio:.2f}x** GRPO's."]
+    else:
+        lines += ["", f"RL steps to the target: distillation {steps['distill']}, GRPO {steps['grpo']} (None: not "
+                      f"reached within the run)."]
+    return lines
+
+
+def plot(runs: dict[str, list[dict]], target: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 3.8))
+    colours = {"grpo": "tab:blue", "distill": "tab:orange", "distill_task_reward": "tab:green", "sft": "tab:red"}
+    for arm, label in ARMS.items():
+        for seed, r in zip(SEEDS, runs[arm], strict=True):
+            shown = label if seed == SEEDS[0] else None
+            if r["curve"]:
+                by_step.plot([c[0] for c in r["curve"]], [c[1] for c in r["curve"]], color=colours[arm],
+                             alpha=0.9 if seed == SEEDS[0] else 0.5, label=shown)
+                by_time.plot([c[2] / 60 for c in r["curve"]], [c[1] for c in r["curve"]], color=colours[arm],
+                             alpha=0.9 if seed == SEEDS[0] else 0.5, label=shown)
+            else:  # SFT: one point, after sampling and training
+                a = r["accuracy"]
+                by_step.axhline(a["mean"], color=colours[arm], linestyle=":", label=shown)
+                by_time.errorbar([r["wall_s"] / 60], [a["mean"]], yerr=[[a["mean"] - a["ci_low"]],
+                                                                        [a["ci_high"] - a["mean"]]],
+                                 color=colours[arm], marker="s", label=shown)
+    for axis in (by_step, by_time):
+        axis.axhline(target, color="grey", linestyle="--", linewidth=0.8, label="90% of the teacher")
+        axis.set(ylabel="held-out exact match", ylim=(0, 1))
+    by_step.set(xlabel="RL step")
+    by_time.set(xlabel="minutes of training steps (SFT: sampling + training)")
+    by_step.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    global TASK, OUT
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), default="calculator")
+    parser.add_argument("--resume", action="store_true", help="keep the runs an interrupted call finished")
+    args = parser.parse_args()
+    TASK, OUT = args.task, ROOT / "logs" / "bench_distillation" / args.task
+    teacher_dir = OUT / "teacher_policy"
+    if not args.resume or not (teacher_dir / "config.json").is_file():
+        (OUT / "grpo_seed0" / "result.json").unlink(missing_ok=True)
+    teacher = cached("grpo_seed0", args.resume, lambda: train_rl(
+        "grpo_seed0", [f"experiment={TASK}_grpo", "seed=0", f"export_dir={teacher_dir}"]))
+    target = TARGET_SHARE * teacher["accuracy"]["mean"]
+    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    for seed in SEEDS:
+        distill = [f"experiment={TASK}_distill", f"teacher.name_or_path={teacher_dir}", f"seed={seed}"]
+        for arm, overrides in (("grpo", [f"experiment={TASK}_grpo", f"seed={seed}"]), ("distill", distill),
+                               ("distill_task_reward", [*distill, "algo.task_reward_coef=1.0"])):
+            name = f"{arm}_seed{seed}"
+            runs[arm].append(teacher if name == "grpo_seed0" else
+                             cached(name, args.resume, lambda n=name, o=overrides: train_rl(n, o)))
+    budget = statistics.mean(r["teacher_tokens"] for r in runs["distill"])
+    rows_path = OUT / "teacher_rows.jsonl"
+    sampled = cached("teacher_rows", args.resume, lambda: teacher_rows(teacher_dir, budget, rows_path))
+    runs["sft"] = [cached(f"sft_seed{seed}", args.resume, lambda s=seed: train_sft(f"sft_seed{s}", rows_path, sampled,
+                                                                                    s)) for seed in SEEDS]
+    for arm in ("grpo", "distill", "distill_task_reward"):
+        for r in runs[arm]:
+            r["steps_to_target"] = first_step_reaching(r["curve"], target)
+    lines = table(teacher, target, runs)
+    lines += ["", f"(c) trained on {sampled['rows']:,} teacher episodes ({sampled['model_tokens']:,} model tokens, "
+                  f"sampled in {sampled['sampling_s']:.0f} s)."]
+    results = {"task": TASK, "teacher": teacher, "target": target, "runs": runs, "teacher_samples": sampled,
+               "machine": machine()}
+    name = f"distillation_{TASK}"
+    (BENCH / "results" / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (BENCH / "results" / f"{name}.md").write_text("\n".join(lines) + "\n")
+    plot(runs, target, ROOT / "docs" / "images" / f"{name}.png")
+    fill_results(name, ["docs/distillation.md"])
+    record(name)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
