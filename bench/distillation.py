@@ -17,7 +17,8 @@ also arm (a)'s seed 0). From the task's base model, with the same prompts, budge
   (d) distillation + task reward:  (b) with algo.task_reward_coef=1
 Every RL run validates on the held-out questions (eval/exact_match, 1 sample each) every few RL steps. Reports per
 run the end-of-run accuracy (4 samples per question, 95% bootstrap interval), the first RL step whose validation
-reaches 90% of the teacher's accuracy, and the wall time; the ratio of (b)'s steps to (a)'s. Writes
+reaches 90% of the teacher's accuracy, and the training time (an RL run's: the sum of its steps' time/step_s, which
+leaves validations out; SFT's: the teacher's sampling and train_sft.py); the ratio of (b)'s steps to (a)'s. Writes
 bench/results/distillation_<task>.md and .json, the curves against RL steps and wall time
 (docs/images/distillation_<task>.png), and the table into docs/distillation.md.
 """
@@ -85,13 +86,13 @@ def train_rl(name: str, overrides: list[str]) -> dict:
     summary = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
     step_s = {int(r["step"]): float(r["time/step_s"]) for r in rows if r.get("time/step_s")}
-    curve = []  # (RL step, held-out accuracy, seconds of training steps so far)
+    curve = []  # (RL step, held-out accuracy, seconds of training steps so far: validations are not in time/step_s)
     for r in rows:
         if r.get("eval/exact_match") and not r.get("eval/score_diff"):  # validations, not the evaluation's row
             step = int(r["step"])
             curve.append((step, float(r["eval/exact_match"]), sum(s for k, s in step_s.items() if k <= step)))
     tokens = sum(float(r["distill/teacher_tokens"]) for r in rows if r.get("distill/teacher_tokens"))
-    return {"name": name, "command": " ".join(overrides), "wall_s": wall, "training_s": sum(step_s.values()),
+    return {"name": name, "command": " ".join(overrides), "wall_s": wall, "time_s": sum(step_s.values()),
             "accuracy": summary["task_metrics"]["exact_match"]["policy"]["accuracy"], "curve": curve,
             "teacher_tokens": tokens or None}
 
@@ -142,13 +143,14 @@ def train_sft(name: str, rows_path: Path, sampled: dict, seed: int) -> dict:
                       f"seed={seed}", f"hydra.run.dir={run_dir / 'evaluate'}", "overwrite_run_dir=true")
     summary = json.loads((run_dir / "evaluate" / "evaluation.json").read_text())
     return {"name": name, "command": f"train_sft.py {model} data.dataset=<teacher rows> seed={seed}",
-            "wall_s": sampled["sampling_s"] + training, "training_s": training, "evaluation_s": evaluating,
+            "time_s": sampled["sampling_s"] + training, "training_s": training, "evaluation_s": evaluating,
             "accuracy": summary["task_metrics"]["exact_match"]["policy"]["accuracy"], "curve": [],
             "teacher_tokens": sampled["model_tokens"]}
 
 
-def first_step_reaching(curve: list, target: float) -> int | None:
-    return next((step for step, accuracy, _ in curve if accuracy >= target), None)
+def first_reaching(curve: list, target: float) -> tuple[int, float] | tuple[None, None]:
+    """The first validation at or above target: its RL step and the training seconds until then."""
+    return next(((step, seconds) for step, accuracy, seconds in curve if accuracy >= target), (None, None))
 
 
 ARMS = {"grpo": "(a) GRPO", "distill": "(b) on-policy distillation", "sft": "(c) SFT on the teacher's samples",
@@ -160,19 +162,23 @@ def table(teacher: dict, target: float, runs: dict[str, list[dict]]) -> list[str
     lines = [f"Teacher (`experiment={TASK}_grpo seed=0`): {cell(teacher['accuracy'])} held-out exact match; "
              f"target: 90% of it, {target:.1%}, at a validation (1 sample per question, every "
              f"{TASKS[TASK]['validate_every']} RL steps).", "",
-             "| arm | seed | accuracy after (4 samples, 95% interval) | first RL step at the target | teacher tokens | "
-             "wall |", "|---|---|---|---|---|---|"]
+             "| arm | seed | accuracy after (4 samples, 95% interval) | first RL step at the target (training time "
+             "to it) | teacher tokens | training time |", "|---|---|---|---|---|---|"]
     for arm, label in ARMS.items():
         for seed, r in zip(SEEDS, runs[arm], strict=True):
-            reached = "-" if not r["curve"] else (r["steps_to_target"] if r["steps_to_target"] is not None
+            reached = "-" if not r["curve"] else (f"{r['steps_to_target']} ({r['seconds_to_target']:.0f} s)"
+                                                   if r["steps_to_target"] is not None
                                                    else f"not within {r['curve'][-1][0]}")
             tokens = f"{r['teacher_tokens']:,.0f}" if r.get("teacher_tokens") else "-"
-            lines.append(f"| {label} | {seed} | {cell(r['accuracy'])} | {reached} | {tokens} | {r['wall_s']:.0f} s |")
+            lines.append(f"| {label} | {seed} | {cell(r['accuracy'])} | {reached} | {tokens} | {r['time_s']:.0f} s |")
     steps = {arm: [r["steps_to_target"] for r in runs[arm]] for arm in ("grpo", "distill")}
     if all(s is not None for s in steps["grpo"] + steps["distill"]):
         ratio = statistics.mean(steps["distill"]) / statistics.mean(steps["grpo"])
+        seconds = {arm: statistics.mean(r["seconds_to_target"] for r in runs[arm]) for arm in ("grpo", "distill")}
         lines += ["", f"RL steps to the target, mean of the seeds: distillation {statistics.mean(steps['distill']):g}, "
-                      f"GRPO {statistics.mean(steps['grpo']):g}: **{ratio:.2f}x** GRPO's."]
+                      f"GRPO {statistics.mean(steps['grpo']):g}: **{ratio:.2f}x** GRPO's; training time to it: "
+                      f"{seconds['distill']:.0f} s against {seconds['grpo']:.0f} s "
+                      f"({seconds['distill'] / seconds['grpo']:.2f}x)."]
     else:
         lines += ["", f"RL steps to the target: distillation {steps['distill']}, GRPO {steps['grpo']} (None: not "
                       f"reached within the run)."]
@@ -198,7 +204,7 @@ def plot(runs: dict[str, list[dict]], target: float, path: Path) -> None:
             else:  # SFT: one point, after sampling and training
                 a = r["accuracy"]
                 by_step.axhline(a["mean"], color=colours[arm], linestyle=":", label=shown)
-                by_time.errorbar([r["wall_s"] / 60], [a["mean"]], yerr=[[a["mean"] - a["ci_low"]],
+                by_time.errorbar([r["time_s"] / 60], [a["mean"]], yerr=[[a["mean"] - a["ci_low"]],
                                                                         [a["ci_high"] - a["mean"]]],
                                  color=colours[arm], marker="s", label=shown)
     for axis in (by_step, by_time):
@@ -239,10 +245,11 @@ def main() -> None:
                                                                                     s)) for seed in SEEDS]
     for arm in ("grpo", "distill", "distill_task_reward"):
         for r in runs[arm]:
-            r["steps_to_target"] = first_step_reaching(r["curve"], target)
+            r["steps_to_target"], r["seconds_to_target"] = first_reaching(r["curve"], target)
     lines = table(teacher, target, runs)
     lines += ["", f"(c) trained on {sampled['rows']:,} teacher episodes ({sampled['model_tokens']:,} model tokens, "
-                  f"sampled in {sampled['sampling_s']:.0f} s)."]
+                  f"sampled in {sampled['sampling_s']:.0f} s). Training time: an RL run's steps (time/step_s, "
+                  "validations left out); SFT's sampling and train_sft.py, its start-up included."]
     results = {"task": TASK, "teacher": teacher, "target": target, "runs": runs, "teacher_samples": sampled,
                "machine": machine()}
     name = f"distillation_{TASK}"

@@ -5,6 +5,7 @@ RLHFModule)."""
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -37,6 +38,7 @@ def log_heldout_before_training(module) -> None:
     trainer, datamodule = module.trainer, getattr(module.trainer, "datamodule", None)
     if module.rl_step or not trainer.limit_val_batches or datamodule is None:
         return
+    started = time.time()
     loader = datamodule.val_dataloader()
     limit = trainer.limit_val_batches
     num_batches = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
@@ -49,11 +51,28 @@ def log_heldout_before_training(module) -> None:
     reduced = {k: trainer.strategy.reduce(torch.tensor(v / count, device=module.device), reduce_op="mean")
                for k, v in totals.items()}
     module.heldout_before_training = {k: float(v) for k, v in reduced.items()}
+    took = exclude_from_step_time(module, started)
     for logger in module.loggers:
-        logger.log_metrics(module.heldout_before_training, step=0)
+        logger.log_metrics({**module.heldout_before_training, "time/validation_s": took}, step=0)
+
+
+def exclude_from_step_time(module, started: float) -> float:
+    """Seconds since `started`, taken out of the next RL step's time/step_s (which counts from the previous
+    step's metrics): time/step_s is the step's own time, time/validation_s the validation's."""
+    took = time.time() - started
+    if getattr(module, "_last_step_logged", None) is not None:  # validate() without fit: no step to correct
+        module._last_step_logged += took
+    return took
 
 
 class HeldoutSampling:
+    def on_validation_epoch_start(self) -> None:
+        self._validation_started = time.time()
+
+    def on_validation_epoch_end(self) -> None:
+        took = exclude_from_step_time(self, self._validation_started)
+        self.log("time/validation_s", took, sync_dist=self.trainer.world_size > 1)
+
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         metrics, size = heldout_metrics(self, batch, batch_idx)
         self.log_dict(metrics, batch_size=size, sync_dist=self.trainer.world_size > 1)
