@@ -79,22 +79,29 @@ def call(script: str, *args: str) -> float:
 
 
 def train_rl(name: str, overrides: list[str]) -> dict:
-    """One `python train.py` run: its held-out curve (validations), end-of-run evaluation and teacher tokens."""
-    run_dir = OUT / name
+    """One `python train.py` run, validating every few RL steps; what it measured is read by rl_result."""
     wall = call("train.py", *overrides, f"trainer.val_check_interval={TASKS[TASK]['validate_every']}",
-                f"hydra.run.dir={run_dir}", "overwrite_run_dir=true")
+                f"hydra.run.dir={OUT / name}", "overwrite_run_dir=true")
+    return {"name": name, "command": " ".join(overrides), "wall_s": wall}
+
+
+def rl_result(run: dict) -> dict:
+    """A train.py run's held-out curve, end-of-run evaluation and teacher tokens, from its run directory.
+
+    metrics.csv holds its rows in the order they were logged: a validation's row comes after the rows of the RL steps
+    before it (the first, at step 0, is the starting policy's), so the curve's x is the number of RL steps done."""
+    run_dir = OUT / run["name"]
     summary = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
-    step_s = {int(r["step"]): float(r["time/step_s"]) for r in rows if r.get("time/step_s")}
-    curve = []  # (RL step, held-out accuracy, seconds of training steps so far: validations are not in time/step_s)
+    curve, steps_done, seconds = [], 0, 0.0  # (RL steps done, held-out accuracy, seconds of those steps)
     for r in rows:
-        if r.get("eval/exact_match") and not r.get("eval/score_diff"):  # validations, not the evaluation's row
-            step = int(r["step"])
-            curve.append((step, float(r["eval/exact_match"]), sum(s for k, s in step_s.items() if k <= step)))
+        if r.get("time/step_s"):  # an RL step's row; its time leaves validations out
+            steps_done, seconds = steps_done + 1, seconds + float(r["time/step_s"])
+        elif r.get("eval/exact_match") and not r.get("eval/score_diff"):  # a validation, not the evaluation's row
+            curve.append((steps_done, float(r["eval/exact_match"]), seconds))
     tokens = sum(float(r["distill/teacher_tokens"]) for r in rows if r.get("distill/teacher_tokens"))
-    return {"name": name, "command": " ".join(overrides), "wall_s": wall, "time_s": sum(step_s.values()),
-            "accuracy": summary["task_metrics"]["exact_match"]["policy"]["accuracy"], "curve": curve,
-            "teacher_tokens": tokens or None}
+    return {**run, "time_s": seconds, "accuracy": summary["task_metrics"]["exact_match"]["policy"]["accuracy"],
+            "curve": curve, "teacher_tokens": tokens or None}
 
 
 def teacher_rows(teacher_dir: Path, token_budget: float, path: Path) -> dict:
@@ -227,8 +234,8 @@ def main() -> None:
     teacher_dir = OUT / "teacher_policy"
     if not args.resume or not (teacher_dir / "config.json").is_file():
         (OUT / "grpo_seed0" / "result.json").unlink(missing_ok=True)
-    teacher = cached("grpo_seed0", args.resume, lambda: train_rl(
-        "grpo_seed0", [f"experiment={TASK}_grpo", "seed=0", f"export_dir={teacher_dir}"]))
+    teacher = rl_result(cached("grpo_seed0", args.resume, lambda: train_rl(
+        "grpo_seed0", [f"experiment={TASK}_grpo", "seed=0", f"export_dir={teacher_dir}"])))
     target = TARGET_SHARE * teacher["accuracy"]["mean"]
     runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     for seed in SEEDS:
@@ -237,7 +244,7 @@ def main() -> None:
                                ("distill_task_reward", [*distill, "algo.task_reward_coef=1.0"])):
             name = f"{arm}_seed{seed}"
             runs[arm].append(teacher if name == "grpo_seed0" else
-                             cached(name, args.resume, lambda n=name, o=overrides: train_rl(n, o)))
+                             rl_result(cached(name, args.resume, lambda n=name, o=overrides: train_rl(n, o))))
     budget = statistics.mean(r["teacher_tokens"] for r in runs["distill"])
     rows_path = OUT / "teacher_rows.jsonl"
     sampled = cached("teacher_rows", args.resume, lambda: teacher_rows(teacher_dir, budget, rows_path))
