@@ -11,9 +11,9 @@ also arm (a)'s seed 0). From the task's base model, with the same prompts, budge
   (b) on-policy distillation:      python train.py experiment=<task>_distill teacher.name_or_path=<teacher> seed=<s>
   (c) SFT on the teacher's samples: the teacher samples the training questions (K samples each, as in RL) until its
       model tokens equal what (b)'s teacher scored (mean of the seeds' distill/teacher_tokens); python train_sft.py
-      model=<the task's model> data.dataset=<those rows> seed=<s> trains on them, each row the question and the
-      whole sample (on the calculator task tool results included: SFT has no per-token mask), and python
-      evaluate.py evaluates the result
+      model=<the task's model> data.dataset=<those rows> seed=<s> trains on them, each row the episode's token ids
+      as sampled (input_ids, with completion_mask 1 on the model's tokens: the question and the calculator's
+      results are context, as in RL), and python evaluate.py evaluates the result
   (d) distillation + task reward:  (b) with algo.task_reward_coef=1
 Every RL run validates on the held-out questions (eval/exact_match, 1 sample each) every few RL steps. Reports per
 run the end-of-run accuracy (4 samples per question, 95% bootstrap interval), the first RL step whose validation
@@ -106,7 +106,9 @@ def rl_result(run: dict) -> dict:
 
 def teacher_rows(teacher_dir: Path, token_budget: float, path: Path) -> dict:
     """The teacher's samples of the training questions (K per question, the RL runs' sampling settings) until its
-    model tokens reach token_budget, as (prompt, completion) rows: the completion is the whole episode's text."""
+    model tokens reach token_budget, as token-id rows: the prompt and the episode as sampled, completion_mask 1 on the
+    model's tokens (its turns' stop tokens included), 0 on the prompt and the environment's tokens; the texts beside
+    them for a reader."""
     import lightning as L
     import torch
     from hydra import compose, initialize_config_dir
@@ -128,11 +130,16 @@ def teacher_rows(teacher_dir: Path, token_budget: float, path: Path) -> dict:
         while tokens < token_budget:
             for batch in datamodule.train_dataloader():
                 drawn = module.sampler.draw(batch, module.samples_per_prompt, version=0)
-                counts = drawn.samples.response_mask.sum(1).tolist()  # the model's tokens of each sample
+                samples = drawn.samples
                 texts = (["".join(text for _, text in turns) for turns in drawn.conversations] or drawn.completions)
-                for prompt, text, count in zip(drawn.prompts, texts, counts, strict=True):
-                    rows.append({"prompt": prompt, "completion": text})
-                    tokens += count
+                for i, (prompt, text) in enumerate(zip(drawn.prompts, texts, strict=True)):
+                    query = samples.queries[i][samples.query_mask[i].bool()].tolist()
+                    episode = samples.forward_mask[i].bool()  # the model's turns and the observations between them
+                    model_tokens = samples.response_mask[i][episode].long().tolist()
+                    rows.append({"input_ids": query + samples.responses[i][episode].tolist(),
+                                 "completion_mask": [0] * len(query) + model_tokens,
+                                 "prompt": prompt, "completion": text})
+                    tokens += sum(model_tokens)
                 if tokens >= token_budget:
                     break
     path.parent.mkdir(parents=True, exist_ok=True)

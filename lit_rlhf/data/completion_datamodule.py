@@ -2,7 +2,8 @@
 split. The rows come from the sources preference pairs come from (a .jsonl/.csv/.parquet file, a hub dataset, or the
 bundled `sentiment_pairs`, read with each pair's `chosen` side as the completion); texts are plain strings or chat
 messages rendered with the tokenizer's chat template, and a plain-text completion ends with the tokenizer's EOS, as
-in preference pairs.
+in preference pairs. Rows may instead be token ids (TRL's pre-tokenized form: `input_ids`, and `completion_mask`
+1 on the tokens trained on), e.g. multi-turn episodes whose tool results are context, not targets.
 
 Shapes: B rows per batch, L sequence length (prompt + completion, right-padded).
 """
@@ -28,10 +29,9 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
 
 
-def load_completions(dataset: str | None, tokenizer: Any, prompt_column: str = "prompt",
-                     completion_column: str = "completion", split: str = "train",
-                     subset: str | None = None) -> list[tuple[str, str]]:
-    """The (prompt, completion) texts of `dataset`, checked."""
+def read_completion_rows(dataset: str | None, prompt_column: str = "prompt", split: str = "train",
+                         subset: str | None = None) -> list[dict[str, Any]]:
+    """The rows of `dataset`: (prompt, completion) texts, or token ids (tokenized_items)."""
     if dataset is None:
         raise ConfigError("data.dataset is not set; give a .jsonl, .csv or .parquet file (or a hub dataset) with "
                           "prompt and completion columns, or 'sentiment_pairs' (bundled).")
@@ -40,6 +40,14 @@ def load_completions(dataset: str | None, tokenizer: Any, prompt_column: str = "
         rows = [{"completion": row["chosen"], **row} for row in rows]
     if not rows:
         raise ConfigError(f"data.dataset={dataset!r} holds no rows; give prompts and completions.")
+    return rows
+
+
+def load_completions(dataset: str | None, tokenizer: Any, prompt_column: str = "prompt",
+                     completion_column: str = "completion", split: str = "train", subset: str | None = None,
+                     rows: list[dict[str, Any]] | None = None) -> list[tuple[str, str]]:
+    """The (prompt, completion) texts of `dataset` (or of its rows, already read), checked."""
+    rows = read_completion_rows(dataset, prompt_column, split, subset) if rows is None else rows
     texts = []
     for number, row in enumerate(rows, start=1):
         where = f"data.dataset={dataset!r}, row {number}"
@@ -53,6 +61,29 @@ def load_completions(dataset: str | None, tokenizer: Any, prompt_column: str = "
             raise ConfigError(f"{where}: {completion_column!r} is empty; give every row a completion, or remove it.")
         texts.append((prompt, with_eos(completion, row[completion_column], tokenizer)))
     return texts
+
+
+def tokenized_items(rows: list[dict[str, Any]], dataset: str, vocab_size: int,
+                    max_length: int) -> list[tuple[list[int], list[int]]]:
+    """Rows given as token ids: (ids, mask) each, the first max_length tokens; `completion_mask` (1: trained on, 0:
+    context) defaults to every token."""
+    items = []
+    for number, row in enumerate(rows, start=1):
+        where = f"data.dataset={dataset!r}, row {number}"
+        ids, mask = row.get("input_ids"), row.get("completion_mask")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < vocab_size for i in ids):
+            raise ConfigError(f"{where}: 'input_ids' must be a non-empty list of token ids below the tokenizer's "
+                              f"{vocab_size}; give every row the ids of data.tokenizer's vocabulary.")
+        mask = [1] * len(ids) if mask is None else mask
+        if not isinstance(mask, list) or len(mask) != len(ids) or any(m not in (0, 1) for m in mask):
+            raise ConfigError(f"{where}: 'completion_mask' must be a list of 0/1, one per input_ids token "
+                              f"({len(ids)}); give 1 on the tokens to train on, 0 on context.")
+        ids, mask = ids[:max_length], [int(m) for m in mask[:max_length]]
+        if not any(mask[1:]):  # the first token has no token before it to be predicted from
+            raise ConfigError(f"{where}: no token to train on within data.max_length={max_length} (completion_mask "
+                              f"is 0 after the first token); raise data.max_length or remove the row.")
+        items.append((ids, mask))
+    return items
 
 
 class CompletionDataModule(L.LightningDataModule):
@@ -72,8 +103,9 @@ class CompletionDataModule(L.LightningDataModule):
             raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
                               f"(the completion needs room); raise data.max_length.")
         self.tokenizer = None
-        self.train_rows: list[tuple[list[int], int]] = []
-        self.eval_rows: list[tuple[list[int], int]] = []
+        # each (ids, prompt length), or (ids, mask) for token-id rows
+        self.train_rows: list[tuple[list[int], int | list[int]]] = []
+        self.eval_rows: list[tuple[list[int], int | list[int]]] = []
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_rows:
@@ -81,10 +113,13 @@ class CompletionDataModule(L.LightningDataModule):
         hp = self.hparams
         self.tokenizer = load_checked_tokenizer(hp.tokenizer, key="data.tokenizer")
         ensure_pad_token(self.tokenizer)
-        texts = load_completions(hp.dataset, self.tokenizer, hp.prompt_column, hp.completion_column, hp.split,
-                                 hp.subset)
-        items = [tokenize_pair_side(self.tokenizer, prompt, completion, hp.max_length, hp.max_prompt_length)
-                 for prompt, completion in texts]
+        rows = read_completion_rows(hp.dataset, hp.prompt_column, hp.split, hp.subset)
+        if "input_ids" in rows[0]:  # token ids already
+            items = tokenized_items(rows, hp.dataset, len(self.tokenizer), hp.max_length)
+        else:
+            texts = load_completions(hp.dataset, self.tokenizer, hp.prompt_column, hp.completion_column, rows=rows)
+            items = [tokenize_pair_side(self.tokenizer, prompt, completion, hp.max_length, hp.max_prompt_length)
+                     for prompt, completion in texts]
         if len(items) < 2:
             raise ConfigError(f"data.dataset={hp.dataset!r} holds {len(items)} row; training needs at least 2 (one to "
                               f"train on, one held out); give more rows.")

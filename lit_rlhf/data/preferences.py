@@ -156,15 +156,18 @@ def collate_pairs(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, t
 
 def collate_sequences(sides: list, pad_token_id: int) -> dict[str, torch.Tensor]:
     """Right-padded sequences (M,L), their attention mask and response mask (M,L: 1 on response tokens). A side:
-    (ids, prompt length), or a bare id list (all response)."""
+    (ids, prompt length), (ids, a 0/1 mask per id), or a bare id list (all response)."""
     sides = [side if isinstance(side, tuple) else (side, 0) for side in sides]
     sequences = [ids for ids, _ in sides]
     width = max(map(len, sequences))
     input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)  # 2B,L
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)  # 2B,L
     response_mask = torch.zeros((len(sequences), width), dtype=torch.long)  # 2B,L
-    for i, (ids, prompt_length) in enumerate(sides):
+    for i, (ids, response) in enumerate(sides):
         input_ids[i, : len(ids)] = torch.tensor(ids)
         attention_mask[i, : len(ids)] = 1
-        response_mask[i, prompt_length : len(ids)] = 1
+        if isinstance(response, int):  # the prompt's length
+            response_mask[i, response : len(ids)] = 1
+        else:
+            response_mask[i, : len(ids)] = torch.tensor(response)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask}

@@ -1,5 +1,6 @@
 """SFT: the completion-only loss against a slow reference (one forward per completion token on its unpadded prefix),
-the prompt never trained on, chat-message rows, and train_sft.py as typed: it saves a policy train.py starts from."""
+the prompt never trained on, chat-message rows, token-id rows with their own mask (a multi-turn episode's tool
+results as context), and train_sft.py as typed: it saves a policy train.py starts from."""
 
 import json
 import re
@@ -9,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlhf.algos.sft import SFTModule, completion_logprobs
-from lit_rlhf.data.completion_datamodule import load_completions
+from lit_rlhf.data.completion_datamodule import CompletionDataModule, load_completions
 from lit_rlhf.data.preferences import collate_sequences, tokenize_pair_side
 from lit_rlhf.errors import ConfigError
 from tests.apps import run_app
@@ -50,6 +51,47 @@ def test_chat_message_rows_are_rendered_by_the_chat_template_and_refused_without
     tokenizer.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}" \
                               "{% if add_generation_prompt %}<assistant>{% endif %}"
     assert load_completions(str(rows), tokenizer) == [("<user>Hi<assistant>", "<assistant>Hello")]
+
+
+def token_rows(tmp_path, *rows):
+    path = tmp_path / "tokens.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_token_id_rows_are_trained_where_their_completion_mask_says(tmp_path):
+    # a prompt (3 tokens), a model turn (2), a tool result (2, context), a model turn (2); then a row without a mask
+    episode = {"input_ids": [10, 11, 12, 20, 21, 30, 31, 22, 23], "completion_mask": [0, 0, 0, 1, 1, 0, 0, 1, 1],
+               "prompt": "ignored when input_ids are given"}
+    data = CompletionDataModule(tokenizer=TINY_PYTHIA, dataset=token_rows(tmp_path, episode, {"input_ids": [5, 6, 7]}),
+                                batch_size=2, num_eval_rows=0, max_length=8, max_prompt_length=4)
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    by_first_id = {int(row[0]): i for i, row in enumerate(batch["input_ids"])}
+    i, j = by_first_id[10], by_first_id[5]
+    assert batch["input_ids"][i].tolist() == episode["input_ids"][:8]  # the first max_length tokens
+    assert batch["response_mask"][i].tolist() == episode["completion_mask"][:8]
+    assert batch["input_ids"][j, :3].tolist() == [5, 6, 7] and batch["response_mask"][j].tolist() == [1] * 3 + [0] * 5
+    assert batch["attention_mask"][j].tolist() == [1] * 3 + [0] * 5
+
+    module = SFTModule(model={"name_or_path": TINY_PYTHIA, "lora": None})
+    module.configure_model()
+    logprobs, _, mask = completion_logprobs(module.policy, batch, chunk_size=4)
+    assert mask[i].tolist() == [0, 0, 1, 1, 0, 0, 1]  # token t+1 predicted at t: the tool result is never a target
+    assert logprobs[i][~mask[i].bool()].abs().sum() == 0
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"input_ids": [1, 10**9]}, "'input_ids' must be a non-empty list of token ids below"),
+    ({"input_ids": [1, 2], "completion_mask": [1]}, "'completion_mask' must be a list of 0/1, one per input_ids"),
+    ({"input_ids": [1, 2, 3], "completion_mask": [1, 0, 0]}, "no token to train on within data.max_length"),
+])
+def test_a_bad_token_id_row_is_one_line_naming_the_row(tmp_path, row, message):
+    data = CompletionDataModule(tokenizer=TINY_PYTHIA, dataset=token_rows(tmp_path, {"input_ids": [1, 2]}, row),
+                                num_eval_rows=0)
+    with pytest.raises(ConfigError, match="row 2") as error:
+        data.setup("fit")
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_train_sft_py_as_typed_saves_a_policy_that_train_py_starts_from(tmp_path):
