@@ -1,8 +1,8 @@
 """On-policy distillation against RL and SFT on an embedded task, each run as a user runs it:
 
     python bench/distillation.py                     # the calculator task: the teacher, then seeds 0 and 1 of every
-                                                     # arm; ~1 h on 2 CPU cores
-    python bench/distillation.py --task arithmetic   # the arithmetic task
+                                                     # arm; ~45 min on 2 CPU cores
+    python bench/distillation.py --task arithmetic   # the arithmetic task, ~30 min
     python bench/distillation.py --resume            # keeps the runs an interrupted call finished
 
 The teacher is the policy `python train.py experiment=<task>_grpo seed=0 export_dir=<folder>` trains (that run is
@@ -45,11 +45,11 @@ SEEDS = (0, 1)
 # GRPO's calculator run validated every 10 steps was at 46% at step 9 and past 90% of its end at step 19), and
 # evaluate.py's settings for what its experiments sample
 TASKS = {
-    "calculator": {"model": "tiny-calculator", "validate_every": 2,
+    "calculator": {"model": "tiny-calculator", "validate_every": 2, "shown_steps": (4, 8, 12, 16, 20, 30, 50, 150),
                    "evaluate": ["data=calculator", "env=calculator", "reward=arithmetic_correct",
                                 "task_metrics=exact_match", "algo=grpo", "algo.response_length=24",
                                 "algo.temperature=1.0"]},
-    "arithmetic": {"model": "tiny-arithmetic", "validate_every": 5,
+    "arithmetic": {"model": "tiny-arithmetic", "validate_every": 5, "shown_steps": (25, 50, 100, 150, 200, 300, 400),
                    "evaluate": ["data=arithmetic", "reward=arithmetic", "task_metrics=exact_match", "algo=grpo",
                                 "algo.response_length=10", "algo.temperature=0.7"]},
 }
@@ -94,14 +94,17 @@ def rl_result(run: dict) -> dict:
     summary = json.loads((run_dir / "evaluation" / "evaluation.json").read_text())
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
     curve, steps_done, seconds = [], 0, 0.0  # (RL steps done, held-out accuracy, seconds of those steps)
+    reverse_kl = {}  # {RL step: distill/reverse_kl of its rollout}
     for r in rows:
         if r.get("time/step_s"):  # an RL step's row; its time leaves validations out
             steps_done, seconds = steps_done + 1, seconds + float(r["time/step_s"])
+            if r.get("distill/reverse_kl"):
+                reverse_kl[steps_done] = float(r["distill/reverse_kl"])
         elif r.get("eval/exact_match") and not r.get("eval/score_diff"):  # a validation, not the evaluation's row
             curve.append((steps_done, float(r["eval/exact_match"]), seconds))
     tokens = sum(float(r["distill/teacher_tokens"]) for r in rows if r.get("distill/teacher_tokens"))
     return {**run, "time_s": seconds, "accuracy": summary["task_metrics"]["exact_match"]["policy"]["accuracy"],
-            "curve": curve, "teacher_tokens": tokens or None}
+            "curve": curve, "reverse_kl": reverse_kl, "teacher_tokens": tokens or None}
 
 
 def teacher_rows(teacher_dir: Path, token_budget: float, path: Path) -> dict:
@@ -196,6 +199,21 @@ def table(teacher: dict, target: float, runs: dict[str, list[dict]]) -> list[str
     else:
         lines += ["", f"RL steps to the target: distillation {steps['distill']}, GRPO {steps['grpo']} (None: not "
                       f"reached within the run)."]
+    return lines + [""] + curve_table(runs)
+
+
+def curve_table(runs: dict[str, list[dict]]) -> list[str]:
+    """The RL arms' held-out accuracy at a few RL steps, the mean of the seeds' validations."""
+    steps = TASKS[TASK]["shown_steps"]
+    lines = ["Mean of the seeds after N RL steps: the held-out exact match of the validation then, and for the "
+             "distillation arms the reverse KL to the teacher on step N's own rollout (nats per token):", "",
+             "| arm | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|" + "---|" * len(steps)]
+    for arm in ("grpo", "distill", "distill_task_reward"):
+        at = [{step: accuracy for step, accuracy, _ in r["curve"]} for r in runs[arm]]
+        lines.append(f"| {ARMS[arm]} | " + " | ".join(f"{statistics.mean(a[s] for a in at):.1%}" for s in steps) + " |")
+    for arm in ("distill", "distill_task_reward"):  # the step's own rollout: how far the student is from the teacher
+        kl = [statistics.mean(r["reverse_kl"][s] for r in runs[arm]) for s in steps]
+        lines.append(f"| {ARMS[arm]}: distill/reverse_kl | " + " | ".join(f"{v:.3f}" for v in kl) + " |")
     return lines
 
 
