@@ -1,5 +1,6 @@
 """Exact resume: an interrupted-and-resumed run logs what the uninterrupted run logs, to the last digit."""
 
+import csv
 import json
 
 import lightning as L
@@ -127,3 +128,22 @@ def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, sma
     second = Record()
     fit("rloo", small_prompts, 5, [second], ckpt_path=str(guard.path))
     assert {**first.stats, **second.stats} == full.stats
+
+
+@pytest.mark.timeout(150)  # an async run that waited on a rollout nobody draws held here for ever
+@pytest.mark.parametrize("mode", [[], ["algo.max_staleness=1"]], ids=["synchronous", "async"])
+def test_resuming_a_finished_run_trains_nothing_and_exits(mode, tmp_path, caplog):
+    """The resume command of a run that finished (or was stopped after its last step) ends at once: no extra RL
+    step, no producer waiting for a rollout past the run's end."""
+    from tests.apps import run_app
+    from tests.helpers import FAST
+
+    args = [*FAST, *mode, "hydra.run.dir=run"]
+    assert run_app("train.py", *args, cwd=tmp_path).returncode == 0
+    with caplog.at_level("INFO"):
+        resumed = run_app("train.py", *args, "ckpt_path=last", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "The checkpoint is at RL step 1 of 1: nothing is left to train" in caplog.text
+    with open(tmp_path / "run" / "csv" / "metrics.csv") as file:
+        trained = [row for row in csv.DictReader(file) if row["time/step_s"]]
+    assert len(trained) == 1  # the run's one RL step; the resume trained none (its end-of-run reports run again)

@@ -17,6 +17,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.algos.asynchronous import RolloutQueue, check_concurrent_draws
 from lit_rlhf.algos.dropout import has_active_dropout
@@ -315,6 +316,12 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
     # ---- lifetime ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         super().on_train_start()  # a resume's random states first: the producer starts at this step
+        total = self.total_rl_steps()
+        if total is not None and self.rl_step >= total:  # resumed from the end of a finished run
+            rank_zero_info(f"The checkpoint is at RL step {self.rl_step} of {total}: nothing is left to train (raise "
+                           f"steps= to train on from it).")
+            self.trainer.should_stop = True  # no RL step runs, and no producer starts
+            return
         log_heldout_before_training(self)  # a fresh run only; draws nothing from the restored states
         self.rollout_queue.start()
 

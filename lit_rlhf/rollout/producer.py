@@ -140,6 +140,9 @@ class RolloutProducer:
         """Rollout `step`, waiting for it; the producer's error (e.g. a reward's one-line error) is raised here."""
         start = time.perf_counter()
         with self.changed:
+            if self.stop_after is not None and step >= self.stop_after:  # past the run's last step: never drawn
+                raise ProducerStopped(f"rollout {step} is past the run's {self.stop_after} RL steps, which the "
+                                      f"rollout producer does not draw")
             while step not in self.ready and self.error is None and not self.stopping:
                 self.changed.wait()
             self.trainer_wait_s += time.perf_counter() - start

@@ -92,6 +92,14 @@ def test_a_producer_waiting_for_a_version_stops_and_a_trainer_waiting_for_it_is_
     assert not producer.alive()
 
 
+def test_a_trainer_asking_for_a_rollout_past_the_runs_end_is_told_at_once():
+    producer = RolloutProducer(lambda s, v, slot: s, lambda v, w, slot: None, 1, start=2, weights="w",
+                               stop_after=2).begin()  # resumed at the end: nothing to draw
+    with pytest.raises(ProducerStopped, match="past the run's 2 RL steps"):
+        producer.take(2)
+    assert producer.stop(wait_s=5) and not producer.alive()
+
+
 def test_paused_holds_the_producer_between_draws():
     started = threading.Event()
     drawing = []
