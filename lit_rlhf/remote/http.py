@@ -11,10 +11,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.remote.schema import shown
 from lit_rlhf.terminal import without_passwords
 
@@ -66,7 +66,8 @@ class HTTPService:
         if len(starts) <= 1 or self.max_concurrency == 1:
             parts = [one(number, start) for number, start in enumerate(starts)]
         else:
-            with ThreadPoolExecutor(min(self.max_concurrency, len(starts))) as pool:
+            # an interrupt leaves without joining the requests in flight (they end with their timeouts)
+            with thread_pool(min(self.max_concurrency, len(starts)), "http") as pool:
                 parts = list(pool.map(one, range(len(starts)), starts))
         return [item for part in parts for item in part]
 

@@ -169,8 +169,9 @@ class Sampler:
         read, never scored), at the sampling temperature. -> (N,R), or None without a teacher"""
         if self.teacher is None:
             return None
-        logprobs = self.teacher.logprobs(samples.queries, samples.query_mask, samples.responses, samples.forward_mask,
-                                         self.context.settings.temperature, columns)  # N,R
+        with abandonable("the teacher"):  # a served teacher that never answers must not outlast SIGTERM
+            logprobs = self.teacher.logprobs(samples.queries, samples.query_mask, samples.responses,
+                                             samples.forward_mask, self.context.settings.temperature, columns)  # N,R
         return logprobs.to(samples.responses.device) * samples.response_mask
 
     # ---- scoring ------------------------------------------------------------------------------

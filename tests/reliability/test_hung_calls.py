@@ -85,3 +85,69 @@ def test_a_second_ctrl_c_ends_an_async_run_whose_reward_never_returns_at_once(tm
     ended(process)
     assert time.time() - signalled < 30
     assert process.returncode != 0
+
+
+SILENT_TEACHER = '''
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # /v1/models: the server is up and serves one model
+        data = json.dumps({"data": [{"id": "teacher"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):  # /tokenize: not served (the check is skipped); /v1/completions: never answered
+        if self.path == "/tokenize":
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        open("asked", "w").close()
+        time.sleep(3600)
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+server.serve_forever()
+'''
+
+
+def test_sigterm_abandons_a_served_teacher_that_never_answers_and_leaves_a_checkpoint(tmp_path):
+    """A synchronous distillation run waiting on a teacher server that never answers (60 s timeout, 3 retries)
+    ends within seconds of SIGTERM, as a run waiting on a reward does."""
+    (tmp_path / "silent_teacher.py").write_text(SILENT_TEACHER)
+    server = subprocess.Popen([sys.executable, "silent_teacher.py"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        args = [*FAST, "hydra.run.dir=run", "algo=distill", "teacher=served", f"teacher.url=http://127.0.0.1:{port}",
+                "teacher.batch_size=4", "algo.temperature=1", "data.num_eval_prompts=0"]  # 4 requests at once
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 240
+        while not (tmp_path / "asked").exists():  # RL step 1's rollout asks the teacher
+            assert process.poll() is None and time.time() < deadline, process.communicate()[1][-3000:]
+            time.sleep(0.1)
+        time.sleep(1.0)  # the trainer now waits on the teacher
+        signalled = time.time()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = ended(process)
+        assert time.time() - signalled < 30  # not the teacher's 60 s timeout times its retries
+    finally:
+        server.kill()
+        server.communicate()
+    assert process.returncode == 143, stderr[-3000:]
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("stopped by SIGTERM while waiting on the teacher, which did not return"), line
+    assert "Traceback" not in stderr
+    assert (tmp_path / "run" / "checkpoints" / "interrupted.ckpt").exists()
