@@ -14,7 +14,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train_dpo")
 def main(cfg: DictConfig) -> float | None:
-    return run(cfg, task=train_dpo)  # the objective (optimized_metric), for Hydra sweepers
+    return run(cfg, task=train_dpo, step_name="training step")  # the objective (optimized_metric), for Hydra sweepers
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train_reward_model")
 def main(cfg: DictConfig) -> float | None:
-    return run(cfg, task=train_reward_model)  # the objective (optimized_metric), for Hydra sweepers
+    # the objective (optimized_metric), for Hydra sweepers
+    return run(cfg, task=train_reward_model, step_name="training step")
 
 
 if __name__ == "__main__":

@@ -122,6 +122,20 @@ class KillAt(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class SignalAt(L.Callback):
+    """`signal` (SIGINT or SIGTERM) to this process at the end of optimizer step `step` (Lightning's global_step)."""
+
+    def __init__(self, step: int, signal: str):
+        self.step, self.signal = step, signal
+
+    def on_train_batch_end(self, trainer, module, *args):
+        import os
+        import signal
+
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), getattr(signal, self.signal))
+
+
 def assert_readable_as_umask_allows(folder) -> None:
     """An exported model folder's files have the modes the user's umask gives new files."""
     import os

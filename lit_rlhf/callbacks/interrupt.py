@@ -28,8 +28,9 @@ class CheckpointOnInterrupt(Checkpoint):
     """A `Checkpoint`, so Lightning runs it after every other callback: the state it saves includes
     what they updated at the end of the step (KL coefficient, normalizer moments)."""
 
-    def __init__(self, dirpath: str | None = None, filename: str = "interrupted.ckpt"):
+    def __init__(self, dirpath: str | None = None, filename: str = "interrupted.ckpt", step_name: str = "RL step"):
         self.dirpath, self.filename = dirpath, filename
+        self.step_name = step_name  # what its messages call a step: an RL step, or a training step of an offline fit
         # how to resume from the checkpoint, printed with it: train.py sets its own command line + ckpt_path
         self.resume_hint: Callable[[Path], str] = library_resume_hint
         self.stopped_by: str | None = None  # SIGINT or SIGTERM, once it stopped training
@@ -55,7 +56,8 @@ class CheckpointOnInterrupt(Checkpoint):
             signal.signal(signal.SIGINT, self._previous_handler or signal.default_int_handler)
             raise KeyboardInterrupt
         self.requested = True
-        rank_zero_info("Ctrl-C: finishing this RL step, then writing a checkpoint (Ctrl-C again to abort now).")
+        rank_zero_info(f"Ctrl-C: finishing this {self.step_name}, then writing a checkpoint (Ctrl-C again to abort "
+                       f"now).")
 
     def _on_sigterm(self, signum, frame) -> None:
         previous = self._previous_sigterm

@@ -105,10 +105,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
 
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
                        on_interrupt: Callable[[str], None] | None = None,
-                       on_failure: Callable[[str], None] | None = None) -> T:
+                       on_failure: Callable[[str], None] | None = None, step_name: str = "RL step") -> T:
     """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace; a run stopped
     by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message); on_failure(line) records any other failure
-    (a user mistake's line, or an unexpected error's type and message) before the exit."""
+    (a user mistake's line, or an unexpected error's type and message) before the exit. step_name: what the app's
+    messages call the unit it trains in ("RL step"; "training step" for the scripts that fit on a file)."""
     mark_task_started()
     try:
         return fn(cfg)
@@ -117,10 +118,10 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
             message, code = str(err), err.exit_code
         elif isinstance(err, CallAbandoned):
             message = (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was "
-                       f"abandoned; resume from the checkpoint above (the interrupted RL step runs again).")
+                       f"abandoned; resume from the checkpoint above (the interrupted {step_name} runs again).")
             code = EXIT_SIGTERM
         elif isinstance(err, SIGTERMException):
-            message = "stopped by SIGTERM after a complete RL step; resume from the checkpoint above."
+            message = f"stopped by SIGTERM after a complete {step_name}; resume from the checkpoint above."
             code = EXIT_SIGTERM
         else:
             message, code = (f"stopped by {err.signal_name} during the end-of-run reports; training had finished and "

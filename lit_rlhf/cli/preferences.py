@@ -14,9 +14,12 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.callbacks import CheckpointOnInterrupt
+from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
-from lit_rlhf.cli.train import instantiate_group, report, resume_path
+from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import TrainingInterrupted
 from lit_rlhf.noise import silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
 
@@ -34,10 +37,18 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
+    for callback in trainer.callbacks:
+        if isinstance(callback, CheckpointOnInterrupt):
+            callback.resume_hint = resume_command
     ckpt_path = resume_path(cfg)
     if ckpt_path is not None:
         load_checkpoint_file(ckpt_path)  # a missing, corrupt or pickled file: one line, before Lightning reads it
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    stopped = stopped_by_interrupt(trainer)
+    if stopped is not None and stopped.stopped_by == "SIGINT":  # nothing is saved but the checkpoint
+        report(f"\nRun directory: {cfg.paths.output_dir}")
+        raise TrainingInterrupted(f"stopped by Ctrl-C after training step {trainer.global_step}; resume with: "
+                                  f"{resume_command(stopped.path)}")
     return module, trainer
 
 

@@ -211,9 +211,10 @@ def resume_path(cfg: DictConfig) -> str | None:
     return str(last)
 
 
-def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train) -> float | None:
+def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
+        step_name: str = "RL step") -> float | None:
     """train.py's task: train (or another `task` returning its final metrics), then return the objective
-    (config_objective) to a sweeper.
+    (config_objective) to a sweeper. step_name: what messages call the unit the task trains in.
 
     A single run reports user mistakes in one line (exit code 2). In a multirun, a failing trial is
     recorded in its result.json with a one-line error and returns None, so the sweep goes on (Optuna
@@ -227,7 +228,8 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train)
             if Path(cfg.paths.output_dir).is_dir():  # anything of a run removes it)
                 rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message)
 
-        metrics = report_user_errors(task, cfg, on_interrupt=record_interruption, on_failure=record_failure)
+        metrics = report_user_errors(task, cfg, on_interrupt=record_interruption, on_failure=record_failure,
+                                     step_name=step_name)
         try:
             objective = config_objective(metrics, cfg)
         except ConfigError as err:

@@ -87,3 +87,25 @@ def test_an_interruption_arriving_inside_a_reward_is_not_reported_as_the_rewards
 
     with pytest.raises(type(interruption)):
         call_checked("vader", reward, ["a prompt"], ["a completion"], None)
+
+
+@pytest.mark.parametrize("script, signame", [("train_sft.py", "SIGTERM"), ("train_dpo.py", "SIGINT"),
+                                             ("train_reward_model.py", "SIGTERM")])
+def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_from_it(script, signame, tmp_path):
+    """SFT, DPO and the reward model stopped by SIGTERM or Ctrl-C write checkpoints/interrupted.ckpt, say so in
+    their own steps, record the run as interrupted, and the checkpoint resumes to the end of the fit."""
+    stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=2",
+            f"+callbacks.stop.signal={signame}"]
+    stopped = run_app(script, "hydra.run.dir=run", *stop, cwd=tmp_path)
+    assert stopped.returncode == {"SIGTERM": 143, "SIGINT": 130}[signame], stopped.stderr[-3000:]
+    line = stopped.stderr.strip().splitlines()[-1]
+    expected = ("stopped by SIGTERM after a complete training step" if signame == "SIGTERM" else
+                "stopped by Ctrl-C after training step 2; resume with: ")
+    assert line.startswith(expected) and "RL step" not in line, line
+    checkpoint = tmp_path / "run" / "checkpoints" / "interrupted.ckpt"
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == 2
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
+    assert not (tmp_path / "run" / "policy").exists() and not (tmp_path / "run" / "reward_model").exists()
+    resumed = run_app(script, "hydra.run.dir=run", f"ckpt_path={checkpoint}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "ok"
