@@ -55,6 +55,7 @@ class CausalLMTeacher:
         with own_code_refused("teacher.name_or_path", self.name_or_path):
             model = load_causal_lm(self.name_or_path, "teacher.name_or_path", self.dtype, self.trust_remote_code,
                                    empty=empty and self.adapter_path is None)
+        check_rows_cover_the_students_tokens(model, tokenizer, self.name_or_path)
         fit_embeddings(model, tokenizer, "teacher.name_or_path")  # the student's added pad token, if any
         if self.adapter_path is not None:
             from peft import PeftModel
@@ -83,6 +84,30 @@ def loaded_teachers(teacher: Any) -> list[CausalLMTeacher]:
     """The causal LMs a teacher loads (itself, or a RoutedTeachers' parts): what trainer=fsdp2 shards."""
     parts = teacher.teachers.values() if isinstance(teacher, RoutedTeachers) else [teacher]
     return [part for part in parts if isinstance(part, CausalLMTeacher)]
+
+
+def check_rows_cover_the_students_tokens(model: torch.nn.Module, tokenizer: Any, name_or_path: str) -> None:
+    """The teacher has a row (a logit) for every token the student may sample; only the pad token lit_rlhf adds to a
+    tokenizer without one (never sampled, never scored) may be added to its embeddings."""
+    rows = model.get_input_embeddings().num_embeddings
+    lacking = [i for i in range(rows, len(tokenizer)) if i != tokenizer.pad_token_id]
+    if lacking:
+        raise ConfigError(f"teacher.name_or_path={name_or_path!r} has {rows} token embeddings and the student's "
+                          f"tokenizer {len(tokenizer)} tokens: it has no logit for the {len(lacking)} ids from "
+                          f"{lacking[0]} on, which the student may sample; use a teacher of the student's vocabulary.")
+
+
+def check_teacher_vocabulary_size(teacher: Any, student: torch.nn.Module) -> None:
+    """Each loaded teacher's logits are over as many tokens as the student's: a teacher with more (e.g. embeddings
+    resized for added tokens) spreads its probability over ids the student never samples, and its logprobs of the
+    student's tokens are not the distribution the student is pulled towards."""
+    rows = student.get_input_embeddings().num_embeddings
+    for part in loaded_teachers(teacher):
+        theirs = part.model.get_input_embeddings().num_embeddings
+        if theirs != rows:
+            raise ConfigError(f"teacher.name_or_path={part.name_or_path!r} has {theirs} token embeddings (logits) "
+                              f"and the student {rows}: the teacher's distribution is over another vocabulary; use a "
+                              f"teacher whose vocabulary is the student's (the same model family and embedding size).")
 
 
 def check_same_vocabulary(name_or_path: str, tokenizer: Any, trust_remote_code: bool) -> None:

@@ -27,6 +27,7 @@ from lit_rlhf.envs import EnvSpec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import abandonable
 from lit_rlhf.models import WeightedSum, reward_name
+from lit_rlhf.models.teacher import check_teacher_vocabulary_size
 from lit_rlhf.ops import contains_stop
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from lit_rlhf.rollout.engine import RolloutEngine, Samples
@@ -89,6 +90,7 @@ class Sampler:
             self.teacher.check_temperature(self.context.settings.temperature)
         if self.teacher is not None and hasattr(self.teacher, "load"):  # frozen, with the student's tokenizer
             self.teacher.load(tokenizer)
+            check_teacher_vocabulary_size(self.teacher, policy)
 
     def for_worker(self, policy: torch.nn.Module) -> Sampler:
         """This Sampler drawing with `policy` (another copy of the policy's weights) and a random stream of its own."""

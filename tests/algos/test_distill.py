@@ -157,6 +157,28 @@ def test_a_module_without_a_teacher_and_a_teacher_of_another_tokenizer_are_refus
         CausalLMTeacher(str(tmp_path)).load(AutoTokenizer.from_pretrained(TINY_PYTHIA))
 
 
+@pytest.mark.parametrize("extra_rows, expected", [
+    (64, r"has 1043 token embeddings \(logits\) and the student 979: the teacher's distribution is over another "
+         r"vocabulary"),
+    (-40, r"has 939 token embeddings and the student's tokenizer 979 tokens: it has no logit for the 40 ids from 939 "
+          r"on, which the student may sample")])
+def test_a_teacher_with_more_or_fewer_token_embeddings_than_the_student_is_refused_before_training(
+        extra_rows, expected, tmp_path):
+    """Same tokenizer, other embedding sizes: one resized for added tokens (new rows that take probability mass), one
+    cut short (ids the student samples that it has no logit for, which loading would resize and score)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY_PYTHIA)
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
+    assert model.get_input_embeddings().num_embeddings == len(tokenizer) == 979
+    model.resize_token_embeddings(979 + extra_rows)
+    model.save_pretrained(tmp_path / "teacher")
+    tokenizer.save_pretrained(tmp_path / "teacher")
+    module = make_distill(CausalLMTeacher(str(tmp_path / "teacher")))
+    with pytest.raises(ConfigError, match=expected):
+        module.configure_model()
+
+
 def test_train_py_distills_as_typed_and_logs_the_reverse_kl(tmp_path):
     result = run_app("train.py", "algo=distill", f"teacher.name_or_path={TINY_PYTHIA}", *FAST,
                      f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
