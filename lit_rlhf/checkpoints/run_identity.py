@@ -1,7 +1,8 @@
 """What a run is beyond its settings: the algorithm class, the rewards and their weights, the score
-transforms, the KL controller's kind, the lr scheduler, and digests of the model directory and prompts
-file it read. Saved in every checkpoint (`rlhf_state["identity"]`) and compared on resume, so a resume
-that would silently train something else is refused in one line that names what changed."""
+transforms, the KL controller's kind, the lr scheduler, digests of the model directory and prompts
+file it read, and a distillation run's teacher (its kind, weights or address, adapter and routing).
+Saved in every checkpoint (`rlhf_state["identity"]`) and compared on resume, so a resume that would
+silently train something else is refused in one line that names what changed."""
 
 from __future__ import annotations
 
@@ -58,6 +59,31 @@ def reward_identity(reward: Any) -> dict[str, Any]:
     return identity
 
 
+def location_identity(name_or_path: Any) -> Any:
+    """A local folder or file by the digest of its files (a copy elsewhere is the same), a hub name by its name."""
+    digest = path_digest(name_or_path)
+    return {"digest": digest} if digest is not None else name_or_path
+
+
+def teacher_identity(teacher: Any, key: str = "teacher") -> dict[str, Any]:
+    """{'teacher': its kind, 'teacher.<setting>': what it scores with}: a loaded teacher's weights and adapter, a
+    served teacher's address (its password masked) and model, routed teachers' column and each one's identity."""
+    identity: dict[str, Any] = {key: qualified_name(teacher)}
+    if isinstance(getattr(teacher, "teachers", None), dict):  # RoutedTeachers
+        identity[f"{key}.column"] = teacher.column
+        identity[f"{key}.teachers"] = sorted(teacher.teachers)
+        for name, part in teacher.teachers.items():
+            identity.update(teacher_identity(part, f"{key}.teachers.{name}"))
+    elif hasattr(teacher, "shown_url"):  # ServedTeacher
+        identity[f"{key}.url"] = teacher.shown_url
+        identity[f"{key}.model"] = teacher.model
+    elif hasattr(teacher, "name_or_path"):  # CausalLMTeacher
+        identity[f"{key}.name_or_path"] = location_identity(teacher.name_or_path)
+        adapter = getattr(teacher, "adapter_path", None)
+        identity[f"{key}.adapter_path"] = location_identity(adapter) if adapter else None
+    return identity
+
+
 def run_identity(module, dataset: Any = None) -> dict[str, Any]:
     """The flat {key: plain value} identity of a module's run (see module doc)."""
     rewards = reward_identity(module.reward) if module.reward is not None else {}
@@ -70,6 +96,7 @@ def run_identity(module, dataset: Any = None) -> dict[str, Any]:
         "algo.lr_scheduler": qualified_name(module.lr_scheduler_factory) if module.lr_scheduler_factory else None,
         "model.name_or_path": {"digest": path_digest(module.hparams.model["name_or_path"])},
         "data.dataset": {"digest": path_digest(dataset) if dataset and Path(str(dataset)).is_file() else None},
+        **(teacher_identity(teacher) if (teacher := module.sampler.teacher) is not None else {}),
     }
 
 

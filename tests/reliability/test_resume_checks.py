@@ -109,3 +109,40 @@ def test_a_resume_from_other_files_at_the_same_paths_is_one_line(run_on_own_file
     args[1] = f"model.name_or_path={run_on_own_files / 'a' / 'tiny-pythia'}"
     assert "resume changes data.dataset (its files differ" in one_line_error(
         run_app("train.py", *resume, *args, cwd=tmp_path))
+
+
+def test_a_resumed_distillation_run_refuses_another_teacher_in_one_line(tmp_path):
+    teacher = tmp_path / "teacher"
+    shutil.copytree(ROOT / "lit_rlhf" / "assets" / "tiny-pythia", teacher)
+    first = run_app("train.py", "hydra.run.dir=run", "algo=distill", f"teacher.name_or_path={teacher}", *FAST,
+                    cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    weights = load_file(teacher / "model.safetensors")  # the same folder, other weights
+    save_file({k: v + 0.01 for k, v in weights.items()}, teacher / "model.safetensors")
+    resume = ["hydra.run.dir=run", "ckpt_path=last", "algo=distill", *FAST[1:], "steps=2"]
+    assert "resume changes teacher.name_or_path (its files differ" in one_line_error(
+        run_app("train.py", *resume, f"teacher.name_or_path={teacher}", cwd=tmp_path))
+    line = one_line_error(run_app("train.py", *resume, "teacher=routed", "teacher.column=genre",
+                                  f"+teacher.teachers.films={{_target_:lit_rlhf.models.teacher.CausalLMTeacher,"
+                                  f"name_or_path:{teacher}}}", cwd=tmp_path))
+    assert line.startswith("error: resume changes teacher ('lit_rlhf.models.teacher.CausalLMTeacher' -> "
+                           "'lit_rlhf.models.teacher.RoutedTeachers')"), line
+
+
+def test_a_teachers_identity_is_its_weights_adapter_address_model_and_routes(tmp_path):
+    from lit_rlhf.checkpoints.run_identity import teacher_identity
+    from lit_rlhf.models.teacher import CausalLMTeacher, RoutedTeachers
+    from lit_rlhf.remote.teacher import ServedTeacher
+
+    served = teacher_identity(ServedTeacher("http://user:s3cret@127.0.0.1:8000/v1", model="big"))
+    assert served == {"teacher": "lit_rlhf.remote.teacher.ServedTeacher", "teacher.url": "http://user:***@127.0.0.1:8000",
+                      "teacher.model": "big"}
+    loaded = teacher_identity(CausalLMTeacher("org/teacher", adapter_path=str(ROOT / "lit_rlhf" / "assets")))
+    assert loaded["teacher.name_or_path"] == "org/teacher" and set(loaded["teacher.adapter_path"]) == {"digest"}
+    routed = teacher_identity(RoutedTeachers({"a": CausalLMTeacher("org/a"), "b": CausalLMTeacher("org/b")}, "src"))
+    assert routed["teacher.column"] == "src" and routed["teacher.teachers"] == ["a", "b"]
+    assert routed["teacher.teachers.b.name_or_path"] == "org/b"
+    other = teacher_identity(RoutedTeachers({"a": CausalLMTeacher("org/a"), "b": CausalLMTeacher("org/c")}, "src"))
+    run = {"algo": "lit_rlhf.algos.distill.DistillationModule"}
+    with pytest.raises(ConfigError, match=r"resume changes teacher.teachers.b.name_or_path \('org/b' -> 'org/c'\)"):
+        check_same_run({**run, **routed}, {**run, **other})
