@@ -67,7 +67,8 @@ def checkpoint_settings(checkpoint: dict, ckpt_path) -> dict:
     if not isinstance(settings, dict) or not isinstance(settings.get("model"), dict):
         raise ConfigError(f"{ckpt_path} holds no model settings (hyper_parameters.model); give a checkpoint written "
                           f"by train.py.")
-    for key in ("reward", "optimizer", "rollout_engine", "lr_scheduler", "kl_controller", "score_transforms"):
+    for key in ("reward", "optimizer", "rollout_engine", "lr_scheduler", "kl_controller", "score_transforms",
+                "teacher"):
         if key in settings:  # objects the caller passes, never settings a file may supply
             raise ConfigError(f"{ckpt_path} holds a {key!r} setting, which lit_rlhf never writes; give a checkpoint "
                               f"written by train.py.")

@@ -43,11 +43,15 @@ class DistillationModule(RLHFModule):
 
     def __init__(self, *args: Any, teacher: Any = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        if teacher is None or (isinstance(teacher, dict) and not teacher):
+        # scored in every draw, beside the reward; training needs one, evaluating or exporting the policy does not
+        self.sampler.teacher = None if isinstance(teacher, dict) and not teacher else teacher
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.sampler.teacher is None:
             raise ConfigError("algo=distill needs a teacher: teacher.name_or_path=<a causal LM folder or hub name "
                               "with the student's tokenizer> (in Python: DistillationModule(..., "
                               "teacher=CausalLMTeacher(name_or_path)).")
-        self.sampler.teacher = teacher  # scored in every draw, beside the reward
+        super().setup(stage)
 
     @property
     def samples_per_prompt(self) -> int:

@@ -146,8 +146,12 @@ def test_routed_teachers_score_each_row_with_its_own_and_say_which_value_has_non
 
 
 def test_a_module_without_a_teacher_and_a_teacher_of_another_tokenizer_are_refused_in_one_line(tmp_path):
+    module = DistillationModule(model={"name_or_path": TINY_PYTHIA}, reward=VaderSentiment())  # evaluates, exports
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu")
     with pytest.raises(ConfigError, match="algo=distill needs a teacher: teacher.name_or_path="):
-        DistillationModule(model={"name_or_path": TINY_PYTHIA}, reward=VaderSentiment())
+        trainer.fit(module, make_datamodule())  # before anything loads
+    assert module.policy is None
     from transformers import AutoTokenizer
 
     other = AutoTokenizer.from_pretrained(TINY_PYTHIA)

@@ -141,3 +141,54 @@ def test_malformed_checkpoint_contents_are_one_line_on_resume(damage, expected, 
     torch.save(checkpoint, tmp_path / "damaged.ckpt")
     result = run_app("train.py", "ckpt_path=damaged.ckpt", *FAST[1:], "steps=2", cwd=tmp_path)
     assert expected in one_line_error(result)
+
+
+@pytest.fixture(scope="module")
+def distilled_run(tmp_path_factory):
+    """A one-step distillation run whose teacher folder is gone afterwards: nothing after training may read it."""
+    directory = tmp_path_factory.mktemp("distilled")
+    shutil.copytree(ROOT / "lit_rlhf" / "assets" / "tiny-pythia", directory / "teacher")
+    result = run_app("train.py", "hydra.run.dir=run", "algo=distill", "teacher.name_or_path=teacher", *FAST,
+                     cwd=directory)
+    assert result.returncode == 0, result.stderr[-3000:]
+    shutil.rmtree(directory / "teacher")
+    return directory / "run"
+
+
+def test_evaluating_and_exporting_a_distilled_policy_need_no_teacher(distilled_run, tmp_path):
+    evaluated = run_app("evaluate.py", f"ckpt_path={distilled_run / 'checkpoints' / 'last.ckpt'}",
+                        "samples_per_prompt=1", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    exported = run_app("lit_rlhf.export", str(distilled_run / "checkpoints" / "last.ckpt"), "out", cwd=tmp_path,
+                       module=True)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert (tmp_path / "out" / "config.json").exists()
+
+
+@pytest.mark.parametrize("teacher", [
+    {"_target_": "lit_rlhf.remote.teacher.ServedTeacher", "url": "http://127.0.0.1:{port}"},
+    {"_target_": "os.system", "command": "touch {marker}"},
+    {"_target_": "lit_rlhf.models.teacher.CausalLMTeacher", "name_or_path": "{evil}", "trust_remote_code": True},
+], ids=["served", "os.system", "own-code folder"])
+@pytest.mark.parametrize("command", ["evaluate", "export"])
+def test_a_teacher_in_a_checkpoints_settings_is_refused_in_one_line_and_never_reached(command, teacher,
+                                                                                     distilled_run, tmp_path):
+    marker = tmp_path / "PWNED"
+    with socket.socket() as listener:  # a teacher address that records a connection, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.5)
+        evil = remote_code_model(tmp_path, marker)
+        filled = {key: value.format(port=listener.getsockname()[1], marker=marker, evil=evil)
+                  if isinstance(value, str) else value for key, value in teacher.items()}
+        checkpoint = torch.load(distilled_run / "checkpoints" / "last.ckpt", weights_only=True)
+        checkpoint["hyper_parameters"]["teacher"] = filled
+        torch.save(checkpoint, tmp_path / "crafted.ckpt")
+        if command == "export":
+            result = run_app("lit_rlhf.export", "crafted.ckpt", "out", cwd=tmp_path, module=True)
+        else:
+            result = run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path)
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody connected
+    assert "holds a 'teacher' setting, which lit_rlhf never writes" in one_line_error(result)
+    assert not marker.exists()
