@@ -71,7 +71,8 @@ def tokenized_items(rows: list[dict[str, Any]], dataset: str, vocab_size: int,
     for number, row in enumerate(rows, start=1):
         where = f"data.dataset={dataset!r}, row {number}"
         ids, mask = row.get("input_ids"), row.get("completion_mask")
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < vocab_size for i in ids):
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) and
+                                                           0 <= i < vocab_size for i in ids):  # true is not id 1
             raise ConfigError(f"{where}: 'input_ids' must be a non-empty list of token ids below the tokenizer's "
                               f"{vocab_size}; give every row the ids of data.tokenizer's vocabulary.")
         mask = [1] * len(ids) if mask is None else mask

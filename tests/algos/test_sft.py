@@ -2,6 +2,7 @@
 the prompt never trained on, chat-message rows, token-id rows with their own mask (a multi-turn episode's tool
 results as context), and train_sft.py as typed: it saves a policy train.py starts from."""
 
+import csv
 import json
 import re
 
@@ -83,6 +84,7 @@ def test_token_id_rows_are_trained_where_their_completion_mask_says(tmp_path):
 
 @pytest.mark.parametrize(("row", "message"), [
     ({"input_ids": [1, 10**9]}, "'input_ids' must be a non-empty list of token ids below"),
+    ({"input_ids": [True, False, True]}, "'input_ids' must be a non-empty list of token ids below"),  # not 1, 0, 1
     ({"input_ids": [1, 2], "completion_mask": [1]}, "'completion_mask' must be a list of 0/1, one per input_ids"),
     ({"input_ids": [1, 2, 3], "completion_mask": [1, 0, 0]}, "no token to train on within data.max_length"),
 ])
@@ -98,6 +100,10 @@ def test_train_sft_py_as_typed_saves_a_policy_that_train_py_starts_from(tmp_path
     trained = run_app("train_sft.py", "hydra.run.dir=sft", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert "Held-out rows (64): loss" in trained.stdout
+    with open(tmp_path / "sft" / "csv" / "metrics.csv") as file:
+        columns = set(next(csv.reader(file)))
+    assert {"loss", "entropy", "num_tokens", "eval/loss", "eval/entropy"} <= columns  # TRL's names, no _step/_epoch
+    assert not any(name.endswith(("_step", "_epoch")) for name in columns), columns
     folder = re.search(r"python train.py model.name_or_path=(\S+)", trained.stdout).group(1)
     rl = run_app("train.py", f"model.name_or_path={folder}", *FAST, "hydra.run.dir=rl", cwd=tmp_path)
     assert rl.returncode == 0, rl.stderr[-3000:]
