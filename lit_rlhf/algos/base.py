@@ -17,7 +17,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rlhf.algos.asynchronous import RolloutQueue, check_concurrent_draws
 from lit_rlhf.algos.dropout import has_active_dropout
@@ -330,6 +330,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
 
     def on_train_end(self) -> None:
         self.rollout_queue.stop()
+        if line := self.nonfinite.nothing_trained_line():
+            rank_zero_warn(line)
         super().on_train_end()
 
     def setup(self, stage: str) -> None:

@@ -15,6 +15,7 @@ class NonfiniteGuard:
     def __init__(self) -> None:
         self.skipped_updates = 0  # optimizer steps skipped, in total (policy/skipped_updates; checkpointed)
         self.consecutive_skipped = 0
+        self.taken_updates = 0  # optimizer steps taken by this process's fit (not checkpointed)
 
     def step_is_finite(self, loss_finite: torch.Tensor, parameters: list[torch.nn.Parameter], strategy,
                        rl_step: int, max_consecutive: int) -> bool:
@@ -28,6 +29,7 @@ class NonfiniteGuard:
             finite = strategy.reduce_boolean_decision(finite, all=True)
         if finite:
             self.consecutive_skipped = 0
+            self.taken_updates += 1
             return True
         self.skipped_updates += 1
         self.consecutive_skipped += 1
@@ -38,3 +40,12 @@ class NonfiniteGuard:
                               f"had a non-finite loss or gradient (no weight was changed by them); lower "
                               f"algo.optimizer.lr, check the reward, or raise algo.max_consecutive_nonfinite.")
         return False
+
+    def nothing_trained_line(self) -> str | None:
+        """At the end of a fit whose every optimizer step was skipped: the line that says why the weights did not
+        move (a run shorter than algo.max_consecutive_nonfinite steps ends without the error)."""
+        if self.taken_updates or not self.consecutive_skipped:
+            return None
+        return (f"every optimizer step of this run was skipped ({self.consecutive_skipped}: non-finite loss or "
+                f"gradient), so the weights did not change; lower algo.optimizer.lr, check the reward and the "
+                f"advantage's coefficients.")

@@ -307,6 +307,9 @@ class ReinforcePPConfig(RLHFConfig):
                               f"baseline=none.")
 
 
+MAX_TASK_REWARD_COEF = 1000.0
+
+
 @dataclass
 class DistillationConfig(RLHFConfig):
     samples_per_prompt: int = setting(4, "sequences the student samples per prompt (task_reward_coef > 0: >= 2, the "
@@ -321,6 +324,11 @@ class DistillationConfig(RLHFConfig):
         super().__post_init__()
         check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
         check_number("task_reward_coef", self.task_reward_coef, minimum=0)
+        if self.task_reward_coef > MAX_TASK_REWARD_COEF:
+            raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef:g} must be <= {MAX_TASK_REWARD_COEF:g}: "
+                              f"the task reward's advantage is unit-scale and the teacher's 0.01-1 nats per token, so "
+                              f"past that the teacher's signal vanishes (and the loss overflows); for the task reward "
+                              f"alone train with algo=grpo.")
         if self.task_reward_coef > 0 and self.samples_per_prompt < 2:
             raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef} with algo.samples_per_prompt="
                               f"{self.samples_per_prompt}: the task reward's advantage is relative to the prompt's "

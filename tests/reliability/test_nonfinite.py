@@ -99,3 +99,20 @@ def test_one_non_finite_loss_skips_its_step_leaves_the_weights_alone_and_is_coun
     trainer.fit(module, make_datamodule())
     assert [seen[s]["policy/skipped_updates"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
     assert module.rl_step == 3 and trainer.global_step == 3 and module.nonfinite.consecutive_skipped == 0
+
+
+def test_a_run_whose_every_update_was_skipped_says_so_at_its_end(tmp_path):
+    """Two RL steps, both skipped (fewer than algo.max_consecutive_nonfinite): the run ends, and says the weights did
+    not change."""
+    result = run_app("train.py", "steps=2", "+callbacks.nan_gradients._target_=tests.helpers.NonFiniteGradientsFrom",
+                     "+callbacks.nan_gradients.rl_step=0", "callbacks.evaluation=null", "hydra.run.dir=run",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "every optimizer step of this run was skipped (2: non-finite loss or gradient), so the weights did not " \
+           "change" in result.stderr
+
+
+def test_an_absurd_task_reward_coefficient_is_refused_in_one_line(tmp_path):
+    line = one_line_error(run_app("train.py", "algo=distill", "teacher.name_or_path=tiny", "algo.task_reward_coef=1e30",
+                                  cwd=tmp_path))
+    assert "algo.task_reward_coef=1e+30 must be <= 1000: the task reward's advantage is unit-scale" in line
