@@ -186,6 +186,12 @@ class HFEngine(RolloutEngine):
                               if self.synced_generation else compiled.unavailable_reason(device))
                     if reason:
                         self.fall_back(reason)
+            if not self.compile_ready and self.static_cache_length is not None and self.compile_mode is not None:
+                setting = "auto" if self.compile_mode == compiled.AUTO else self.compile_mode
+                warn_once(f"rollout.static_cache_length={self.static_cache_length} does nothing here: "
+                          f"rollout.compile_mode={setting} decodes with plain generate() on {device.type} (a cache "
+                          f"sized per call); drop it, or set a compile mode that runs here "
+                          f"(rollout.compile_mode=default).")
         return self.resolved_mode if self.compile_ready else None
 
     def fall_back(self, reason: str) -> None:

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -178,3 +179,15 @@ def test_help_of_each_module_lists_the_settings_its_keyword_arguments_take():
         for f in fields(module.config_class):
             assert f"\n    {f.name} = {render_default(default_of(f)).strip('`')}: " in doc, (module, f.name)
     assert "\n    rloo_k = 4: " in RLOOModule.__doc__ and "rloo_k" not in PPOModule.__doc__
+
+
+def test_a_static_cache_length_under_auto_on_a_cpu_is_said_once(monkeypatch):
+    """compile_mode=auto decodes with plain generate() on a CPU: the cache length set beside it is unused."""
+    from lit_rlhf.config import validation
+    from lit_rlhf.rollout import HFEngine
+
+    monkeypatch.setattr(validation, "_warned", set())
+    engine = HFEngine(static_cache_length=128)  # compile_mode: auto
+    with pytest.warns(UserWarning, match=r"rollout.static_cache_length=128 does nothing here: rollout.compile_mode="
+                                         r"auto decodes with plain generate\(\) on cpu"):
+        assert engine.compiled_mode(torch.device("cpu")) is None
