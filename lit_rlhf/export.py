@@ -53,11 +53,12 @@ def require_rl_checkpoint(checkpoint: dict, ckpt_path) -> None:
     if isinstance(checkpoint.get("rlhf_state"), dict) and "algo" in checkpoint["rlhf_state"]:
         return
     written_by = (checkpoint.get("pairs_identity") or {}).get("module")
-    if written_by in ("DPOModule", "RewardModelModule"):
-        folder = "policy" if written_by == "DPOModule" else "reward_model"
-        raise ConfigError(f"{ckpt_path} is a checkpoint of {written_by} (a preference run), not of train.py; use the "
-                          f"folder that run saved (<run dir>/{folder}), e.g. evaluate.py policy_path=<run dir>/policy "
-                          f"for a DPO policy.")
+    if written_by in ("DPOModule", "RewardModelModule", "SFTModule"):
+        folder = "reward_model" if written_by == "RewardModelModule" else "policy"
+        kind = "an SFT run" if written_by == "SFTModule" else "a preference run"
+        raise ConfigError(f"{ckpt_path} is a checkpoint of {written_by} ({kind}), not of train.py; use the folder "
+                          f"that run saved (<run dir>/{folder}), e.g. evaluate.py policy_path=<run dir>/policy for a "
+                          f"DPO or SFT policy.")
     raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
 
 

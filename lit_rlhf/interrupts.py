@@ -109,6 +109,14 @@ def exit_past_hung_threads(code: int) -> None:
     os._exit(code)
 
 
+class TrainingAborted(BaseException):
+    """A second Ctrl-C: training stops at once, in the middle of a step, with nothing of that step saved (the
+    checkpoints written before it stand). Not a KeyboardInterrupt, which Lightning turns into exit code 1, the code
+    of an unexpected error: the apps exit 130, as for the first Ctrl-C."""
+
+    exit_code = EXIT_CODES["SIGINT"]
+
+
 class TrainingInterrupted(BaseException):
     """Ctrl-C stopped training after a complete RL step and its checkpoint (CheckpointOnInterrupt): the run is
     recorded as interrupted, not as finished; the message says how to resume."""

@@ -30,7 +30,7 @@ from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.config.validation import warn_once
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.interrupts import abandonable
+from lit_rlhf.interrupts import TrainingAborted, abandonable
 from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.rollout.producer import RolloutProducer
 
@@ -59,7 +59,7 @@ class StopProducerOnException(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, module: Any, exception: BaseException) -> None:
         # after an interrupt the draw in progress may be the call that never returns: no long wait for it
-        interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))
+        interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException, TrainingAborted))
         module.rollout_queue.stop(wait_s=INTERRUPTED_STOP_S if interrupted else None)
 
 

@@ -265,7 +265,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
                         stats[key].append(value.detach())
                 strategy = self.trainer.strategy if self._trainer is not None else None
                 if not self.nonfinite.step_is_finite(finite, self.trainable_parameters(), strategy, self.rl_step,
-                                                     hp.max_consecutive_nonfinite):
+                                                     hp.max_consecutive_nonfinite,
+                                                     cause=lambda: self.nonfinite_cause(rollout)):
                     optimizer.zero_grad(set_to_none=True)  # no gradients: the step below changes no weight or state
                 elif hp.max_grad_norm is not None:
                     self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
@@ -278,6 +279,11 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         if scheduler is not None:
             scheduler.step()
         return {key: torch.stack(values).mean() for key, values in stats.items()}
+
+    def nonfinite_cause(self, rollout: Rollout) -> str | None:
+        """What in the rollout made the loss non-finite, when the algorithm's own inputs can say (read only when the
+        run stops on it); None: the generic line (the learning rate, the reward)."""
+        return None
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
         """Clipped policy loss on sequences idx: their share of the optimizer step's loss. -> loss, stats"""

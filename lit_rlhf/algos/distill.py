@@ -71,6 +71,12 @@ class DistillationModule(RLHFModule):
         stats.update(self.distillation_stats(rollout))
         return advantages, stats
 
+    def nonfinite_cause(self, rollout: Rollout) -> str | None:
+        if bool(torch.isfinite(rollout.teacher_logprobs[rollout.response_mask.bool()]).all()):
+            return None
+        return ("the teacher's logprobs of the sampled tokens are not finite (nan or inf): its weights or its "
+                "forward at teacher.dtype overflow; check the teacher (teacher.name_or_path, teacher.dtype)")
+
     def distillation_stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """distill/reverse_kl (the token mean of log p_student - log p_teacher), the two sides' mean logprobs, the
         tokens the teacher scored (distill/teacher_tokens), and

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, waiting_on
+from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingAborted, waiting_on
 
 
 class CheckpointOnInterrupt(Checkpoint):
@@ -54,7 +54,7 @@ class CheckpointOnInterrupt(Checkpoint):
             raise EndOfRunInterrupted("SIGINT")
         if self.requested:  # second Ctrl-C: abort now
             signal.signal(signal.SIGINT, self._previous_handler or signal.default_int_handler)
-            raise KeyboardInterrupt
+            raise TrainingAborted("a second Ctrl-C aborted training in the middle of a step")
         self.requested = True
         rank_zero_info(f"Ctrl-C: finishing this {self.step_name}, then writing a checkpoint (Ctrl-C again to abort "
                        f"now).")

@@ -47,6 +47,8 @@ def setting_hint(key: str, cfg: DictConfig | None) -> str:
         return ""
     parent, _, name = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
+    if parent and node is None and OmegaConf.select(cfg, parent, default="absent") is None:  # a null setting
+        return f" ({parent} is null, with no keys to set; give it whole: {parent}={{{name}: ...}})"
     siblings = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
     if difflib.get_close_matches(name, siblings, n=1) or any(s in siblings for s in SYNONYMS.get(name, ())):
         return nearest(name, siblings)
@@ -65,7 +67,7 @@ def setting_hint(key: str, cfg: DictConfig | None) -> str:
         return f" (did you mean {leaves[close[0]]!r}?)"
     listed = ", ".join(siblings)
     where = f"under {parent}" if parent else "at the top level"
-    return f" (valid keys: {listed})" if len(listed) <= 100 else f" (no setting of that name {where})"
+    return f" (valid keys: {listed})" if listed and len(listed) <= 100 else f" (no setting of that name {where})"
 
 
 def composition_error(err: BaseException, config_dir: Path, config_name: str, overrides: list[str]) -> str:

@@ -25,7 +25,13 @@ from lit_rlhf.errors import (
     exit_with_user_error,
     os_error_message,
 )
-from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingInterrupted, exit_past_hung_threads
+from lit_rlhf.interrupts import (
+    CallAbandoned,
+    EndOfRunInterrupted,
+    TrainingAborted,
+    TrainingInterrupted,
+    exit_past_hung_threads,
+)
 
 T = TypeVar("T")
 
@@ -113,9 +119,14 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
     mark_task_started()
     try:
         return fn(cfg)
-    except (SIGTERMException, EndOfRunInterrupted, TrainingInterrupted) as err:
+    except (SIGTERMException, EndOfRunInterrupted, TrainingInterrupted, TrainingAborted) as err:
         if isinstance(err, TrainingInterrupted):
             message, code = str(err), err.exit_code
+        elif isinstance(err, TrainingAborted):
+            message = (f"stopped by a second Ctrl-C before the {step_name} in progress ended: nothing of it was "
+                       f"saved; the checkpoints written before it stand (resume from checkpoints/last.ckpt, if one "
+                       f"was written).")
+            code = err.exit_code
         elif isinstance(err, CallAbandoned):
             message = (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was "
                        f"abandoned; resume from the checkpoint above (the interrupted {step_name} runs again).")

@@ -23,6 +23,9 @@ def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+MIN_TEMPERATURE = 1e-4  # logits / temperature must stay finite (float32, bfloat16)
+
+
 def check_number(name: str, value: Any, minimum: float | None = None, strictly: bool = False,
                  optional: bool = False, integer: bool = False) -> None:
     """algo.<name> must be a number (an integer) at or above minimum (strictly above with strictly=True)."""
@@ -87,6 +90,10 @@ def check_shared_settings(hp: Any) -> None:
     check_number("max_tokens_per_micro_batch", hp.max_tokens_per_micro_batch, minimum=1, integer=True, optional=True)
     check_number("rl_steps", hp.rl_steps, minimum=1, integer=True, optional=True)
     check_number("temperature", hp.temperature, minimum=0, strictly=True)
+    if hp.temperature < MIN_TEMPERATURE:
+        raise ConfigError(f"algo.temperature={hp.temperature:g} is below {MIN_TEMPERATURE:g}: the logits divided by it "
+                          f"overflow to inf, and sampling or the logprobs fail; set algo.temperature >= "
+                          f"{MIN_TEMPERATURE:g} (at that temperature sampling is already greedy in effect).")
     check_number("kl_coef", hp.kl_coef, minimum=0)
     check_number("cliprange", hp.cliprange, minimum=0, strictly=True)
     check_number("cliprange_low", hp.cliprange_low, minimum=0, strictly=True, optional=True)

@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.terminal import printable
 
 T = TypeVar("T")
 
@@ -101,7 +102,21 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         raise ConfigError(f"{key}={str(name_or_path)!r}: its weights do not fit its config ({first}); give a folder "
                           f"whose config.json matches its weights (save_pretrained writes both).") from err
     except errors as err:  # transformers and huggingface_hub raise OSError subclasses for both cases
+        if Path(str(name_or_path)).exists():  # nothing to download: the folder's own files are missing or damaged
+            raise unloadable_folder(what, str(name_or_path), key, err) from err
         raise unavailable(what, name_or_path, type(err).__name__, key) from err
+    except ValueError as err:  # e.g. a config.json without model_type; a refusal to run a model's code passes
+        if not Path(str(name_or_path)).exists() or "trust_remote_code" in str(err):
+            raise
+        raise unloadable_folder(what, str(name_or_path), key, err) from err
+
+
+def unloadable_folder(what: str, name_or_path: str, key: str, err: BaseException) -> ConfigError:
+    """A local folder from_pretrained cannot read: empty, without weights, or with a config that is not one."""
+    message = printable(" ".join(str(err).split())[:200], one_line=True)
+    return ConfigError(f"{key}={name_or_path!r} is a local folder that cannot be loaded as a {what} "
+                       f"({type(err).__name__}: {message}); give a folder save_pretrained wrote (config.json and the "
+                       f"weights).")
 
 
 def weight_map(index: Path, name_or_path: str, key: str) -> dict[str, str]:

@@ -25,6 +25,7 @@ from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.models.loading import from_pretrained, own_code_refused
 from lit_rlhf.models.policy import fit_embeddings, load_causal_lm
 from lit_rlhf.models.tokenizer import load_tokenizer
+from lit_rlhf.terminal import printable
 
 
 class CausalLMTeacher:
@@ -134,6 +135,12 @@ class RoutedTeachers:
     def __init__(self, teachers: dict[str, Any], column: str = "data_source"):
         if not teachers:
             raise ConfigError("teacher.teachers is empty: give {name: teacher} for every value of the routing column.")
+        for name, teacher in teachers.items():
+            if not callable(getattr(teacher, "logprobs", None)):
+                given = printable(repr(teacher)[:120], one_line=True)
+                raise ConfigError(f"teacher.teachers.{name}={given} is not a teacher; give a teacher config, "
+                                  f"e.g. teacher.teachers.{name}={{_target_: lit_rlhf.models.teacher.CausalLMTeacher, "
+                                  f"name_or_path: <folder>}} (docs/distillation.md).")
         self.teachers, self.column = dict(teachers), column
 
     def load(self, tokenizer: Any) -> None:

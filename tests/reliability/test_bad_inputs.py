@@ -72,9 +72,19 @@ def write_models_pointing_outside_or_broken(directory: Path) -> None:
             (model / "model.safetensors").write_bytes(data[: len(data) // 2])
 
 
+def write_incomplete_model_folders(directory: Path) -> None:
+    """A model folder that is empty, one whose config.json is not JSON, and one without weights."""
+    (directory / "folder_empty").mkdir()
+    for folder in ("folder_config_not_json", "folder_without_weights"):
+        shutil.copytree(TINY, directory / folder)
+    (directory / "folder_config_not_json" / "config.json").write_text("{not json")
+    (directory / "folder_without_weights" / "model.safetensors").unlink()
+
+
 def write_inputs(directory: Path) -> None:
     write_pickled_model_and_adapter(directory)
     write_models_pointing_outside_or_broken(directory)
+    write_incomplete_model_folders(directory)
     (directory / "bad_line.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c\n')
     (directory / "empty.jsonl").write_text("")
     (directory / "not_utf8.jsonl").write_bytes(b'\xff\xfe{"prompt": "x"}\n')
@@ -333,6 +343,19 @@ CASES = [
     ("a row routed to a teacher that is not configured",
      ["algo=distill", "teacher=routed", "data=files", "data.dataset=two_sources.jsonl", ROUTED_TO_FILMS],
      "data.dataset='two_sources.jsonl' row 7 routes to teacher 'poetry', which is not configured"),
+    ("an empty teacher folder", ["algo=distill", "teacher.name_or_path=folder_empty"],
+     "teacher.name_or_path='folder_empty' is a local folder that cannot be loaded as a model (ValueError: "),
+    ("a teacher folder whose config is not JSON", ["algo=distill", "teacher.name_or_path=folder_config_not_json"],
+     "teacher.name_or_path='folder_config_not_json' is a local folder that cannot be loaded as a model (OSError: "),
+    ("a teacher folder without weights", ["algo=distill", "teacher.name_or_path=folder_without_weights"],
+     "teacher.name_or_path='folder_without_weights' is a local folder that cannot be loaded as a model (OSError: "),
+    ("a routed teacher that is a number", ["algo=distill", "teacher=routed", "teacher.teachers={films: 3}"],
+     "teacher.teachers.films=3 is not a teacher; give a teacher config"),
+    ("a key under null routed teachers", ["algo=distill", "teacher=routed", "teacher.teachers.films.name_or_path=x"],
+     "teacher.teachers.films is not a setting (teacher.teachers is null, with no keys to set; give it whole: "
+     "teacher.teachers={films: ...})"),
+    ("a temperature that overflows the logits", ["algo.temperature=1e-45"],
+     "algo.temperature=1e-45 is below 0.0001: the logits divided by it overflow to inf"),
     ("rollout=vllm without vLLM installed", ["rollout=vllm"], "rollout=vllm needs vLLM, which is not installed here"),
     ("rollout.cpu_cores that is not a list of cores", ["rollout=vllm", "rollout.cpu_cores=all"],
      "rollout.cpu_cores='all' is not a list of cores; write it as \"0-7\" or \"0,2,4\""),

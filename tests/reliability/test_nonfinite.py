@@ -116,3 +116,22 @@ def test_an_absurd_task_reward_coefficient_is_refused_in_one_line(tmp_path):
     line = one_line_error(run_app("train.py", "algo=distill", "teacher.name_or_path=tiny", "algo.task_reward_coef=1e30",
                                   cwd=tmp_path))
     assert "algo.task_reward_coef=1e+30 must be <= 1000: the task reward's advantage is unit-scale" in line
+
+
+def test_a_teacher_with_non_finite_logits_is_named_when_the_run_stops(tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from tests.helpers import ROOT
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(ROOT / "lit_rlhf" / "assets" / "tiny-pythia", teacher)
+    weights = load_file(teacher / "model.safetensors")
+    weights = {name: t.fill_(float("nan")) if name.startswith("embed_out") else t for name, t in weights.items()}
+    save_file(weights, teacher / "model.safetensors")
+    line = one_line_error(run_app("train.py", "algo=distill", "teacher.name_or_path=teacher", "steps=5",
+                                  "callbacks.evaluation=null", "hydra.run.dir=run", cwd=tmp_path))
+    assert line.startswith("error: stopped at RL step 2: the teacher's logprobs of the sampled tokens are not finite "
+                           "(nan or inf)"), line
+    assert "3 optimizer steps in a row were skipped" in line
