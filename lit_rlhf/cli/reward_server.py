@@ -113,9 +113,57 @@ class Batcher:
                 future.set_exception(RuntimeError("the server is shutting down"))
 
 
+class BodyLimit:
+    """An ASGI wrapper that answers 413 to a request whose body is larger than max_bytes (by its Content-Length, or
+    as it arrives when it has none), before the app reads or parses any of it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self.too_large(send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self.too_large(send)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def too_large(self, send) -> None:
+        import json
+
+        detail = json.dumps({"detail": f"the request body is larger than the server's max_body_mb "
+                                       f"({self.max_bytes / 2**20:g} MB); send fewer completions per request "
+                                       f"(reward.batch_size)"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(detail)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": detail})
+
+
 def create_app(reward, name: str, max_batch_size: int = 256, max_wait_ms: float = 5.0,
-               auth_env: str | None = None):
-    """The FastAPI app serving `reward`: POST /score, GET /health."""
+               auth_env: str | None = None, max_body_mb: float = 8.0):
+    """The ASGI app serving `reward`: POST /score, GET /health (FastAPI's), behind a limit of max_body_mb MB on a
+    request's body."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
@@ -158,7 +206,7 @@ def create_app(reward, name: str, max_batch_size: int = 256, max_wait_ms: float 
             return JSONResponse({"detail": str(err)}, status_code=500)
         return {"scores": scores}
 
-    return app
+    return BodyLimit(app, int(max_body_mb * 2**20))
 
 
 def require_serving_extra() -> None:
@@ -193,7 +241,8 @@ def graceful_server_class():
 
 
 def serve(reward, name: str, host: str = "127.0.0.1", port: int = 8000, max_batch_size: int = 256,
-          max_wait_ms: float = 5.0, auth_env: str | None = None, announce: Callable[[str], None] = print) -> None:
+          max_wait_ms: float = 5.0, auth_env: str | None = None, max_body_mb: float = 8.0,
+          announce: Callable[[str], None] = print) -> None:
     """Serves `reward` until SIGINT or SIGTERM; requests in flight are answered before it stops."""
     import socket
 
@@ -201,7 +250,7 @@ def serve(reward, name: str, host: str = "127.0.0.1", port: int = 8000, max_batc
     import uvicorn
 
     GracefulServer = graceful_server_class()
-    app = create_app(reward, name, max_batch_size, max_wait_ms, auth_env)
+    app = create_app(reward, name, max_batch_size, max_wait_ms, auth_env, max_body_mb)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -46,6 +46,9 @@ def check_serve_settings(cfg: DictConfig) -> None:
     wait = cfg.get("max_wait_ms")
     if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not math.isfinite(wait) or wait < 0:
         raise ConfigError(f"max_wait_ms={wait!r} must be a finite number of milliseconds >= 0.")
+    body = cfg.get("max_body_mb")
+    if not isinstance(body, (int, float)) or isinstance(body, bool) or not math.isfinite(body) or body <= 0:
+        raise ConfigError(f"max_body_mb={body!r} must be a finite number of megabytes > 0.")
     if not is_loopback(host) and not cfg.get("auth_env") and not cfg.get("allow_unauthenticated"):
         raise ConfigError(f"host={host!r} accepts other machines, and without a token any of them may call the "
                           f"reward; set auth_env=<a variable holding a token> (clients: reward.auth_env), or "
@@ -68,4 +71,5 @@ def serve_reward(cfg: DictConfig) -> None:
     silence_known_noise()
     reward = served_reward(cfg)
     serve(reward, served_name(reward), host=cfg.host, port=cfg.port, max_batch_size=cfg.max_batch_size,
-          max_wait_ms=cfg.max_wait_ms, auth_env=cfg.auth_env, announce=lambda line: print(line, flush=True))
+          max_wait_ms=cfg.max_wait_ms, auth_env=cfg.auth_env, max_body_mb=cfg.max_body_mb,
+          announce=lambda line: print(line, flush=True))

@@ -67,7 +67,8 @@ class ServedInThread:
         with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
             cfg = compose("serve", overrides=["port=0", *args])
         reward = served_reward(cfg)
-        app = create_app(reward, served_name(reward), cfg.max_batch_size, cfg.max_wait_ms, cfg.auth_env)
+        app = create_app(reward, served_name(reward), cfg.max_batch_size, cfg.max_wait_ms, cfg.auth_env,
+                         cfg.max_body_mb)
         self.socket = socket.socket()
         self.socket.bind((cfg.host, 0))
         self.url = f"http://{cfg.host}:{self.socket.getsockname()[1]}"
@@ -136,6 +137,23 @@ def test_concurrent_requests_are_scored_by_one_reward_call():
 
     assert asyncio.run(two_clients()) == [[1.0, 2.0], [3.0]]
     assert calls == [3]
+
+
+def test_a_request_body_over_max_body_mb_is_answered_413_unread():
+    """The default cap (8 MB): a 20 MB body is refused by its Content-Length and, sent in chunks without one, as it
+    arrives; a request under the cap is scored."""
+    import httpx
+
+    big = json.dumps({"prompts": ["p"], "completions": ["x" * 20 * 2**20]}).encode()
+    with ServedInThread() as server:
+        declared = httpx.post(f"{server.url}/score", content=big, headers={"content-type": "application/json"})
+        streamed = httpx.post(f"{server.url}/score", content=(big[i:i + 2**20] for i in range(0, len(big), 2**20)),
+                              headers={"content-type": "application/json"})
+        small = httpx.post(f"{server.url}/score", json={"prompts": ["p"], "completions": ["I love it"]})
+    for response in (declared, streamed):
+        assert response.status_code == 413
+        assert "larger than the server's max_body_mb (8 MB)" in response.json()["detail"]
+    assert small.status_code == 200 and small.json()["scores"][0] > 0.5
 
 
 def test_the_server_refuses_a_client_without_its_token():
@@ -242,6 +260,7 @@ def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
     (["port=abc"], "port='abc' is not a TCP port"),
     (["max_batch_size=0"], "max_batch_size=0 must be a whole number >= 1"),
     (["max_wait_ms=nan"], "max_wait_ms=nan must be a finite number"),
+    (["max_body_mb=0"], "max_body_mb=0 must be a finite number of megabytes > 0"),
 ])
 def test_bad_server_settings_are_one_line_before_serving(args, expected, tmp_path):
     result = run_app("lit_rlhf.serve", *args, cwd=tmp_path, module=True)
