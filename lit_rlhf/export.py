@@ -18,6 +18,7 @@ from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.checkpoints.targets import rlhf_module_class
 from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error, os_error_message
 from lit_rlhf.models.export import export_model
+from lit_rlhf.models.model_card import model_card
 
 
 def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None, trust_remote_code: bool = False,
@@ -88,9 +89,13 @@ def remote_code_refused(name_or_path: str, flag: str):
                           f"unless you pass {flag} (only if you trust that code).") from err
 
 
-def export_policy(module, out_dir: str | Path, adapter_only: bool = False) -> Path:
-    """Writes the module's policy (merged) or its trained adapter, with the tokenizer, to out_dir."""
-    return export_model(module.policy, module.tokenizer, out_dir, adapter_only)
+def export_policy(module, out_dir: str | Path, adapter_only: bool = False,
+                  metrics: dict[str, float] | None = None) -> Path:
+    """Writes the module's policy (merged) or its trained adapter, with the tokenizer and a model card (README.md:
+    base model, algorithm and settings, reward, RL steps, the end-of-run `metrics` when given, how to load it), to
+    out_dir (a new folder); returns it. From Python: `export_policy(module, "my-policy")` after `trainer.fit`."""
+    card = model_card(module, Path(out_dir), adapter_only, metrics)
+    return export_model(module.policy, module.tokenizer, out_dir, adapter_only, extra_files={"README.md": card})
 
 
 def main() -> None:

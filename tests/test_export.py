@@ -46,6 +46,18 @@ def test_merged_export_loads_in_transformers_and_generates_the_trained_policys_t
         assert not torch.allclose(exported(**batch).logits, base(**batch).logits)  # training is in the export
 
 
+def test_an_export_carries_a_model_card_with_its_origin_settings_figures_and_how_to_load_it(trained, tmp_path):
+    module, ckpt, _ = trained
+    out = export_policy(load_from_checkpoint(ckpt), tmp_path / "hf", metrics={"eval/score": 0.25, "loss": 1.0})
+    card = (out / "README.md").read_text()
+    assert "PPOModule for 2 RL steps" in card and f"from `{module.hparams.model['name_or_path']}`" in card
+    assert '"num_ppo_epochs": 1' in card and "lit_rlhf 0.1.0" in card
+    assert "| eval/score | 0.25 |" in card and "| loss |" not in card  # end-of-run figures only
+    assert f'AutoModelForCausalLM.from_pretrained("{out}")' in card
+    adapter = export_policy(load_from_checkpoint(ckpt), tmp_path / "adapter", adapter_only=True)
+    assert "AutoPeftModelForCausalLM" in (adapter / "README.md").read_text()
+
+
 def test_adapter_only_export_round_trips_through_peft(trained, tmp_path):
     module, ckpt, batch = trained
     out = export_policy(load_from_checkpoint(ckpt), tmp_path / "adapter", adapter_only=True)

@@ -18,6 +18,8 @@ def test_use_without_hydra_example_trains(capsys, tmp_path, monkeypatch):
     assert namespace["module"].episode == 4 * 8 * 4
     assert "Sample completions before and after training" in capsys.readouterr().out
     assert (tmp_path / "runs" / "samples.jsonl").exists() and (tmp_path / "runs" / "curves.png").exists()
+    assert (tmp_path / "runs" / "rloo-policy" / "model.safetensors").exists()
+    assert "RLOOModule for 4 RL steps" in (tmp_path / "runs" / "rloo-policy" / "README.md").read_text()
 
 
 def test_readme_opens_with_the_two_make_commands():

@@ -50,7 +50,8 @@ class DistillationModule(RLHFModule):
         if stage == "fit" and self.sampler.teacher is None:
             raise ConfigError("algo=distill needs a teacher: teacher.name_or_path=<a causal LM folder or hub name "
                               "with the student's tokenizer> (in Python: DistillationModule(..., "
-                              "teacher=CausalLMTeacher(name_or_path)).")
+                              "teacher=CausalLMTeacher(name_or_path))); python train.py experiment=calculator_distill "
+                              "runs with an embedded one (docs/distillation.md).")
         super().setup(stage)
 
     @property

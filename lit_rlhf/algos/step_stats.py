@@ -86,6 +86,8 @@ class StepStatistics:
             stats = mean_over_ranks(stats, self.trainer.strategy, self.device)
         self.last_stats = host_values(stats, self.device)
         self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=len(rollout))
-        bar = {"score": stats["objective/scores"], **({"kl": stats["objective/kl"]} if "objective/kl" in stats else {})}
+        # the score, and what the run steers on beside it: the KL to the reference, a distillation's reverse KL
+        shown = {"kl": "objective/kl", "reverse_kl": "distill/reverse_kl"}
+        bar = {"score": stats["objective/scores"], **{name: stats[key] for name, key in shown.items() if key in stats}}
         self.log_dict(bar, prog_bar=True,
                       logger=False, on_step=True, on_epoch=False, batch_size=len(rollout))

@@ -1,5 +1,5 @@
-"""RLStepsProgressBar: Lightning's rich progress bar counting RL steps, with the score and the KL; ProgressLines:
-the same as plain lines, for logs."""
+"""RLStepsProgressBar: Lightning's rich progress bar counting RL steps, with the score and the KL (a distillation's
+reverse KL); ProgressLines: the same as plain lines, for logs."""
 
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ class RLStepsProgressBar(RichProgressBar):
 
 
 class ProgressLines(L.Callback):
-    """A plain line every `every_n_steps` RL steps (and after the last): RL step, episodes, score, KL, seconds per
-    RL step and the time left, for logs (`make train > train.log`, cluster jobs, CI), where a progress bar draws
-    nothing until the run ends. only_without_terminal (default): silent when stdout is a terminal, which has the
-    bar. every_n_steps None: about 20 lines over the run."""
+    """A plain line every `every_n_steps` RL steps (and after the last): RL step, episodes, score, KL (a
+    distillation's reverse KL), seconds per RL step and the time left, for logs (`make train > train.log`, cluster
+    jobs, CI), where a progress bar draws nothing until the run ends. only_without_terminal (default): silent when
+    stdout is a terminal, which has the bar. every_n_steps None: about 20 lines over the run."""
 
     def __init__(self, every_n_steps: int | None = None, only_without_terminal: bool = True):
         if every_n_steps is not None and (not isinstance(every_n_steps, int) or every_n_steps < 1):
@@ -67,6 +67,8 @@ class ProgressLines(L.Callback):
                  f"score {stats.get('objective/scores', float('nan')):.3f}"]
         if "objective/kl" in stats:
             parts.append(f"kl {stats['objective/kl']:.3f}")
+        if "distill/reverse_kl" in stats:
+            parts.append(f"reverse_kl {stats['distill/reverse_kl']:.3f}")
         parts.append(f"{per_step:.2f} s/step")
         if total:
             parts.append(f"ETA {format_duration(per_step * (total - step))}")

@@ -40,6 +40,13 @@ T = TypeVar("T")
 NESTED_GROUPS = {"algo.environment.": "env.", "algo.reward.": "reward.", "algo.teacher.": "teacher."}
 
 
+# where a required key has a ready answer: what to run, or where the page that starts with one is
+REQUIRED_KEY_HINTS = {
+    "teacher.name_or_path": (" (a causal LM folder with the student's tokenizer); to start with an embedded teacher: "
+                             "python train.py experiment=calculator_distill (docs/distillation.md)"),
+}
+
+
 def user_key(name: str) -> str:
     """A composed config key as the user writes it on the command line (algo.reward.url -> reward.url)."""
     for nested, group in NESTED_GROUPS.items():
@@ -74,7 +81,8 @@ def user_error(err: BaseException) -> str | None:
             return f"{(str(err).strip().splitlines() or [''])[0]} (check the trainer group's settings)"
         if isinstance(err, MissingMandatoryValue):
             key = user_key(err.full_key) if err.full_key else str(err)
-            return f"{key} is required (marked ??? in conf/); set it on the command line: {key}=..."
+            return (f"{key} is required (marked ??? in conf/); set it on the command line: {key}=..."
+                    f"{REQUIRED_KEY_HINTS.get(key, '')}")
         err = err.__cause__
     return None
 

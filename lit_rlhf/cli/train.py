@@ -176,7 +176,8 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
     if cfg.get("export_dir") and trainer.is_global_zero:
         from lit_rlhf.export import export_policy
 
-        report(f"Exported the trained policy to {export_policy(exportable(trainer, module), cfg.export_dir)}")
+        out = export_policy(exportable(trainer, module), cfg.export_dir, metrics=metrics)
+        report(f"Exported the trained policy (with a model card, README.md) to {out}")
     report(f"\nRun directory: {output_dir}")
     for logger in loggers:
         report(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")

@@ -192,8 +192,11 @@ def test_train_py_distills_as_typed_and_logs_the_reverse_kl(tmp_path):
     logged = {key for row in rows for key, value in row.items() if value}
     assert {"distill/reverse_kl", "distill/teacher_logprob_mean", "distill/student_logprob_mean",
             "distill/teacher_tokens", "objective/scores"} <= logged
+    progress = [line for line in result.stdout.splitlines() if line.startswith("RL step 1/1")]
+    assert progress and re.search(r"\| reverse_kl -?\d+\.\d{3} \|", progress[0]), progress  # what the run steers on
     missing = run_app("train.py", "algo=distill", *FAST, f"hydra.run.dir={tmp_path / 'missing'}", cwd=tmp_path)
-    assert "teacher.name_or_path" in one_line_error(missing)
+    line = one_line_error(missing)
+    assert "teacher.name_or_path is required" in line and "python train.py experiment=calculator_distill" in line
 
 
 def test_train_py_routes_each_row_to_the_teacher_its_column_names_and_logs_each_ones_reverse_kl(tmp_path):
