@@ -72,10 +72,11 @@ test-vllm: setup setup-vllm  ## rollout=vllm in .venv-vllm; skipped, with the re
 lint: setup
 	$(BIN)/ruff check lit_rlhf tests train.py scripts bench
 
-assets: setup         ## rebuild the embedded assets (sentiment, arithmetic, preference pairs: data, tokenizers, tiny models), seed 0
+assets: setup         ## rebuild the embedded assets (sentiment, arithmetic, preference pairs: data, tokenizers, tiny models; the calculator's teacher), seed 0
 	$(BIN)/python scripts/build_assets.py
 	$(BIN)/python scripts/build_arithmetic.py
 	$(BIN)/python scripts/build_pairs.py
+	$(BIN)/python scripts/build_teacher.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_VENV).log $(VLLM_VENV).unavailable logs outputs multirun

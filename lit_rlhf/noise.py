@@ -5,10 +5,15 @@ plain Lightning scripts too: one set of defaults)."""
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 
-# Lightning advertises its cloud logger on every Trainer; the run's loggers are chosen in conf/logger/.
-LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging",)
+# Lightning advertises its cloud logger and checkpoint store (litmodels) on every Trainer; the run's loggers and
+# checkpoints are chosen in conf/.
+LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging", "💡 Tip: For seamless cloud uploads")
+# Lightning's check for modules left in eval mode: DPO's and the reward model's frozen base models stay in eval mode
+# on purpose (no dropout in the reference's or the backbone's forwards); silenced by those scripts only.
+LIGHTNING_EVAL_MODE = r"Found \d+ module\(s\) in eval mode at the start of training"
 # Lightning's CombinedLoader builds a LeafSpec, which torch >= 2.10 deprecates; nothing to change on our side.
 LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 # The Trainer's default epoch limit: an RLHF module stops after its RL steps (rl_steps), whatever the epochs.
@@ -35,3 +40,7 @@ def silence_known_noise() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)
     warnings.filterwarnings("ignore", message=LIGHTNING_MAX_EPOCHS)
+    if not sys.stderr.isatty():  # a log file: transformers' "Loading weights" and "Writing model shards" bars are
+        from transformers.utils import logging as transformers_logging  # carriage-return noise there
+
+        transformers_logging.disable_progress_bar()

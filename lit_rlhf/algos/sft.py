@@ -62,6 +62,7 @@ class SFTModule(PairModule):
         spec = dict(self.hparams.model)
         self.tokenizer = load_tokenizer(spec.pop("tokenizer_name_or_path") or spec["name_or_path"])
         self.policy, _ = load_policy(tokenizer=self.tokenizer, **spec)  # no reference: SFT has no KL term
+        self.policy.train()  # the whole model trains as TRL's SFTTrainer's does (from_pretrained loads it in eval mode)
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams

@@ -6,6 +6,7 @@ model it started from (and `train.py model.name_or_path=<folder>` trains on)."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,14 @@ from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import TrainingInterrupted
-from lit_rlhf.noise import silence_known_noise
+from lit_rlhf.noise import LIGHTNING_EVAL_MODE, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
 
 
 def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     """cfg.algo fitted on cfg.data for cfg.epochs epochs."""
     silence_known_noise()
+    warnings.filterwarnings("ignore", message=LIGHTNING_EVAL_MODE)  # frozen bases in eval mode: on purpose
     epochs = cfg.get("epochs")
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
         raise ConfigError(f"epochs={epochs!r} must be a whole number >= 1.")
