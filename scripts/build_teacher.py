@@ -23,14 +23,20 @@ RECIPE = ["experiment=calculator_grpo", "seed=0"]
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as work:
-        exported = Path(work) / "teacher"
+        exported = Path(work) / TEACHER_DIR.name
         command = [sys.executable, str(ROOT / "train.py"), *RECIPE, f"export_dir={exported}",
                    f"hydra.run.dir={Path(work) / 'run'}"]
         print("$", " ".join(command[1:]), flush=True)
         subprocess.run(command, check=True, cwd=work)
         shutil.rmtree(TEACHER_DIR, ignore_errors=True)
         shutil.copytree(exported, TEACHER_DIR)
+    card = TEACHER_DIR / "README.md"  # its model card, with paths of the repository instead of this machine's
+    card.write_text(repository_paths(card.read_text(), exported))
     print(f"Wrote {TEACHER_DIR}")
+
+
+def repository_paths(text: str, exported: Path) -> str:
+    return text.replace(str(exported), str(TEACHER_DIR.relative_to(ROOT))).replace(f"{ROOT}/", "")
 
 
 if __name__ == "__main__":

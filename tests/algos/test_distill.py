@@ -247,3 +247,13 @@ def test_in_async_mode_the_producer_thread_scores_the_teacher_where_it_scores_th
     trainer.fit(module, make_datamodule())
     assert len(threads) >= 3 and all(name != threading.main_thread().name for name in threads)
     assert "distill/reverse_kl" in trainer.callback_metrics and "async/staleness" in trainer.callback_metrics
+
+
+def test_the_calculator_distillation_experiment_runs_as_typed_with_its_embedded_teacher(tmp_path):
+    """`python train.py experiment=calculator_distill` needs no teacher on the command line (fewer steps here)."""
+    result = run_app("train.py", "experiment=calculator_distill", "steps=1", "data.batch_size=4",
+                     "data.num_eval_prompts=4", "callbacks.evaluation=null", "hydra.run.dir=run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "run" / ".hydra" / "config.yaml") as file:
+        assert "name_or_path: ${asset:tiny-calculator-teacher}" in file.read()  # the unresolved config
+    assert re.search(r"RL step 1/1 .*\| reverse_kl \d+\.\d{3} \|", result.stdout), result.stdout[-2000:]
