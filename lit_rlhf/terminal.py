@@ -8,6 +8,7 @@ and a `plain_console` (no markup, no emoji codes, no highlighting).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -52,6 +53,13 @@ def as_text(text: Any) -> Text:
     return Text(printable(text))
 
 
+FILE_WIDTH = 160  # the columns of tables written to a file (a log), where Rich would wrap them at 80
+
+
 def plain_console(**kwargs: Any) -> Console:
-    """A Rich console that prints strings as they are: no markup, no :emoji: codes, no highlighting."""
-    return Console(markup=False, emoji=False, highlight=False, **kwargs)
+    """A Rich console that prints strings as they are: no markup, no :emoji: codes, no highlighting. Its width is the
+    terminal's; on a file (a log) it is $COLUMNS, else FILE_WIDTH, so that samples and metric names are not cut."""
+    console = Console(markup=False, emoji=False, highlight=False, **kwargs)
+    if "width" not in kwargs and not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = FILE_WIDTH
+    return console

@@ -15,7 +15,18 @@ from lit_rlhf.errors import ConfigError
 class RLStepsProgressBar(RichProgressBar):
     """Lightning counts optimizer steps and epochs, neither of which an RLHF run has one of per RL step:
     this bar shows RL steps done / requested (a resumed run starts where it stopped) and the last step's
-    score and KL (the `score` and `kl` progress-bar metrics of RLHFModule)."""
+    score and KL (the `score` and `kl` progress-bar metrics of RLHFModule). only_on_terminal (default): drawn only
+    when stdout is a terminal; in a log file a bar is one frame printed at the end, after the run's reports, and
+    ProgressLines writes the progress there instead."""
+
+    def __init__(self, *args, only_on_terminal: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.only_on_terminal = only_on_terminal
+
+    def setup(self, trainer: L.Trainer, module, stage: str) -> None:
+        super().setup(trainer, module, stage)
+        if self.only_on_terminal and not sys.stdout.isatty():
+            self.disable()
 
     @property
     def total_train_batches(self) -> int | float:

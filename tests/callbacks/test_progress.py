@@ -7,13 +7,13 @@ from lit_rlhf.callbacks import RLStepsProgressBar
 from tests.conftest import make_datamodule, make_ppo
 
 
-def fit(rl_steps, tmp_path, ckpt_path=None):
-    bar = RLStepsProgressBar()
+def fit(rl_steps, tmp_path, ckpt_path=None, bar=None):
+    bar = bar or RLStepsProgressBar(only_on_terminal=False)  # pytest's stdout is not a terminal
     module = make_ppo(num_ppo_epochs=2, response_length=8)  # 2 optimizer steps per RL step
     trainer = L.Trainer(max_steps=rl_steps * 2, logger=False, enable_model_summary=False, limit_val_batches=0,
                         accelerator="cpu", callbacks=[bar, ModelCheckpoint(dirpath=tmp_path, save_last=True)])
     trainer.fit(module, make_datamodule(), ckpt_path=ckpt_path)
-    return bar.progress.tasks[bar.train_progress_bar_id]
+    return bar.progress.tasks[bar.train_progress_bar_id] if bar.progress is not None else None
 
 
 def test_the_bar_counts_rl_steps_and_a_resumed_run_continues_the_count(tmp_path):
@@ -21,6 +21,23 @@ def test_the_bar_counts_rl_steps_and_a_resumed_run_continues_the_count(tmp_path)
     assert (task.completed, task.total) == (2, 2) and task.description.strip() == "RL steps"
     resumed = fit(3, tmp_path, ckpt_path=str(tmp_path / "last.ckpt"))
     assert (resumed.completed, resumed.total) == (3, 3)
+
+
+def test_the_bar_draws_nothing_when_stdout_is_not_a_terminal(tmp_path):
+    """In a log file the bar would be one frame printed after the run's reports; the progress lines are there."""
+    bar = RLStepsProgressBar()
+    assert fit(1, tmp_path, bar=bar) is None and not bar.is_enabled
+
+
+def test_tables_written_to_a_file_are_wide(monkeypatch):
+    import io
+
+    from lit_rlhf.terminal import FILE_WIDTH, plain_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert plain_console(file=io.StringIO()).width == FILE_WIDTH == 160  # Rich's own default: 80
+    monkeypatch.setenv("COLUMNS", "100")
+    assert plain_console(file=io.StringIO()).width == 100
 
 
 def test_logs_get_a_plain_progress_line_every_few_rl_steps(tmp_path):
