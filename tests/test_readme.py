@@ -17,7 +17,8 @@ def test_use_without_hydra_example_trains(capsys, tmp_path, monkeypatch):
     exec(compile(code.replace("rl_steps=20", "rl_steps=4"), "README.md", "exec"), namespace)
     assert namespace["module"].episode == 4 * 8 * 4
     assert "Sample completions before and after training" in capsys.readouterr().out
-    assert (tmp_path / "runs" / "samples.jsonl").exists() and (tmp_path / "runs" / "curves.png").exists()
+    run = tmp_path / "runs" / "rloo" / "version_0"  # the logger's version folder, beside its metrics.csv
+    assert (run / "samples.jsonl").exists() and (run / "curves.png").exists() and (run / "metrics.csv").exists()
     assert (tmp_path / "runs" / "rloo-policy" / "model.safetensors").exists()
     assert "RLOOModule for 4 RL steps" in (tmp_path / "runs" / "rloo-policy" / "README.md").read_text()
 

@@ -11,6 +11,7 @@ import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.plot import CURVES, plot_curves, plot_series
 
 
@@ -40,7 +41,7 @@ class CurvesPlot(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, module) -> None:
         if not trainer.is_global_zero:
             return
-        out = Path(self.dirpath or trainer.default_root_dir) / self.filename
+        out = run_folder(trainer, self.dirpath) / self.filename
         csv_loggers = [lg for lg in trainer.loggers if isinstance(lg, CSVLogger)]
         if csv_loggers:
             csv_loggers[0].save()

@@ -6,12 +6,11 @@ The same numbers as `python evaluate.py ckpt_path=...` (lit_rlhf.evaluation), wr
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
+from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.evaluation import Evaluation, PairwiseJudge, compare_with_reference, print_report, write_report
 
 
@@ -34,7 +33,7 @@ class PolicyEvaluation(L.Callback):
             self.confidence, self.num_bootstraps)
         if not trainer.is_global_zero:
             return
-        out = write_report(self.evaluation, Path(self.dirpath or trainer.default_root_dir) / "evaluation")
+        out = write_report(self.evaluation, run_folder(trainer, self.dirpath) / "evaluation")
         print_report(self.evaluation)
         rank_zero_info(f"Evaluation: {out}/evaluation.json, generations.jsonl, scores.png")
         for logger in trainer.loggers:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.rollout.sampler import observed_gold
 from lit_rlhf.statistics.gold import fit_rl_form
 
@@ -44,8 +44,8 @@ class GoldReward(L.Callback):
 
 
 class GoldCurve(L.Callback):
-    def __init__(self, window: int = 10, filename: str = "gold.json"):
-        self.window, self.filename = window, filename
+    def __init__(self, window: int = 10, filename: str = "gold.json", dirpath: str | None = None):
+        self.window, self.filename, self.dirpath = window, filename, dirpath
         self.points: list[dict[str, float]] = []
         self.steps_without_kl = 0  # RL steps with a gold score but no objective/kl (a run with algo.kl_coef=0)
 
@@ -83,7 +83,7 @@ class GoldCurve(L.Callback):
                            f"reference the gold curve is drawn against (a run with algo.kl_coef=0 computes none).")
         if report is None or not trainer.is_global_zero:
             return
-        path = Path(trainer.default_root_dir) / self.filename
+        path = run_folder(trainer, self.dirpath) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
         peak, fit = report["gold_peak"], report["fit"]

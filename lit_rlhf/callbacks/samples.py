@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from rich.table import Table
 
 from lit_rlhf.callbacks.heldout import heldout_batch
+from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.terminal import as_text, plain_console
 
 COLUMNS = ["step", "stage", "mode", "query", "response", "score", "kl"]
@@ -34,7 +35,7 @@ class GenerationSamples(L.Callback):
         self.print_to_console, self.max_chars = print_to_console, max_chars
 
     def path(self, trainer: L.Trainer) -> Path:
-        return Path(self.dirpath or trainer.default_root_dir) / self.filename
+        return run_folder(trainer, self.dirpath) / self.filename
 
     def interval(self, trainer: L.Trainer, module) -> int:
         if self.every_n_steps:

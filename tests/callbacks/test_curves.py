@@ -24,7 +24,8 @@ def fit(tmp_path, logger):
 
 def test_curves_are_drawn_without_a_csv_logger_and_start_with_the_heldout_score_before_training(tmp_path):
     curves, module = fit(tmp_path, TensorBoardLogger(tmp_path))
-    assert curves.path == tmp_path / "curves.png" and curves.path.exists()
+    # the logger's version folder, where Lightning puts its checkpoints: two runs in one root never mix files
+    assert curves.path == tmp_path / "lightning_logs" / "version_0" / "curves.png" and curves.path.exists()
     episodes, scores = curves.series["eval/scores"]
     assert episodes == [0.0, 2 * 4 * 4]  # before training, then the validation after step 2
     assert scores[0] == module.heldout_before_training["eval/scores"]

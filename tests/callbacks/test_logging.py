@@ -68,7 +68,7 @@ def test_tensorboard_and_offline_wandb_receive_scalars_histograms_and_samples(tm
     assert wb_scores == pytest.approx(tb_scores)
     assert {"env/reward_dist", "policy/ratio"} <= {k.split("/_type")[0] for row in history for k in row}
     assert any(k.startswith("samples/") for row in history for k in row)
-    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "csv" / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the first logger's folder
 
 
 def test_samples_jsonl_has_start_during_and_end_tables(tmp_path):
