@@ -322,7 +322,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
     # ---- lifetime ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         super().on_train_start()  # a resume's random states first: the producer starts at this step
-        total = self.total_rl_steps()
+        total = self.hparams.rl_steps  # the RL steps this module stops after (Lightning's max_steps stops itself)
         if total is not None and self.rl_step >= total:  # resumed from the end of a finished run
             rank_zero_info(f"The checkpoint is at RL step {self.rl_step} of {total}: nothing is left to train (raise "
                            f"steps= to train on from it).")
