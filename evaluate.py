@@ -4,7 +4,6 @@ import hydra
 from omegaconf import DictConfig
 
 from lit_rlhf.cli.errors import report_user_errors, run_hydra_app
-from lit_rlhf.cli.evaluate import evaluate
 from lit_rlhf.cli.resolvers import register_resolvers
 
 register_resolvers()
@@ -12,6 +11,8 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> float:
+    from lit_rlhf.cli.evaluate import evaluate  # once composed: a mistyped setting answers without Lightning's seconds
+
     evaluation = report_user_errors(evaluate, cfg)
     return evaluation.summary["score_difference"]["mean"]
 

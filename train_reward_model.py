@@ -5,15 +5,17 @@ import hydra
 from omegaconf import DictConfig
 
 from lit_rlhf.cli.errors import run_hydra_app
-from lit_rlhf.cli.preferences import train_reward_model
 from lit_rlhf.cli.resolvers import register_resolvers
-from lit_rlhf.cli.train import run
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train_reward_model")
 def main(cfg: DictConfig) -> float | None:
+    # imported once the config is composed: --help and a mistyped setting answer without Lightning's seconds
+    from lit_rlhf.cli.preferences import train_reward_model
+    from lit_rlhf.cli.train import run
+
     # the objective (optimized_metric), for Hydra sweepers
     return run(cfg, task=train_reward_model, step_name="training step")
 

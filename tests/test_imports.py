@@ -30,3 +30,18 @@ def test_the_packages_names_load_on_first_use():
         assert sorted(package.__all__) == sorted(package._EXPORTS)
         for name in package.__all__:
             assert getattr(package, name).__name__ == name
+
+
+def test_help_and_a_mistyped_setting_answer_without_importing_torch_lightning_or_transformers(tmp_path):
+    """They answer in about a second: only Hydra composes (a run imports the rest once its config is composed)."""
+    import os
+
+    heavy = ("torch", "lightning", "transformers")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    for script, args in (("train.py", ["--help"]), ("train.py", ["algo.kl_cof=1"]), ("evaluate.py", ["algo.lrr=1"]),
+                         ("train_sft.py", ["algo.lrr=1"]), ("train_dpo.py", ["--help"])):
+        result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), *args], cwd=tmp_path,
+                                env=env, capture_output=True, text=True)
+        assert result.returncode in (0, 2), (script, args, result.stderr[-2000:])
+        imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import ")}
+        assert not imported & set(heavy), (script, args, sorted(imported & set(heavy)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lit_rlhf.errors import ConfigError
@@ -60,6 +59,8 @@ def check_reward_group(cfg: DictConfig) -> None:
 
 def check_accelerator(cfg: DictConfig) -> None:
     accelerator = str(cfg.get("trainer", {}).get("accelerator", "auto"))
+    import torch
+
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) needs a CUDA GPU, and this machine has "
                           f"none; use trainer=cpu, or trainer=default, which picks what is there.")

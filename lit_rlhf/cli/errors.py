@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hydra.errors import InstantiationException
-from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
@@ -24,13 +22,6 @@ from lit_rlhf.errors import (
     UnavailableError,
     exit_with_user_error,
     os_error_message,
-)
-from lit_rlhf.interrupts import (
-    CallAbandoned,
-    EndOfRunInterrupted,
-    TrainingAborted,
-    TrainingInterrupted,
-    exit_past_hung_threads,
 )
 
 T = TypeVar("T")
@@ -61,6 +52,12 @@ def config_key(err: BaseException) -> str:
     return "" if key is None else user_key(key.group(1)) + "."
 
 
+def is_lightning_misconfiguration(err: BaseException) -> bool:
+    """Without importing Lightning (seconds at start-up): an error raised before it was imported is not its own."""
+    lightning_errors = sys.modules.get("lightning.fabric.utilities.exceptions")
+    return lightning_errors is not None and isinstance(err, lightning_errors.MisconfigurationException)
+
+
 def user_error(err: BaseException) -> str | None:
     """The one-line message for a mistake the user can fix, looking through Hydra's instantiate wrapper."""
     while err is not None:
@@ -77,7 +74,7 @@ def user_error(err: BaseException) -> str | None:
             target = re.search(r"got '([^']*)'", str(err))
             return (f"{config_key(err)}_target_ names {target.group(1) if target else 'a value'!r}, which is not "
                     f"callable; name a class or function.")
-        if isinstance(err, MisconfigurationException):  # Lightning's own messages name the setting
+        if is_lightning_misconfiguration(err):  # Lightning's own messages name the setting
             return f"{(str(err).strip().splitlines() or [''])[0]} (check the trainer group's settings)"
         if isinstance(err, MissingMandatoryValue):
             key = user_key(err.full_key) if err.full_key else str(err)
@@ -102,19 +99,45 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     the nearest valid one, exit code 2 like ours. Exit code 1 stays for errors raised inside the task that
     are not user mistakes (with a traceback)."""
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
+    config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
+    overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
     try:
+        if any(flag in ("--help", "-h") for flag in sys.argv[1:]) and print_app_help(config_dir, config_name,
+                                                                                   overrides):
+            return
         main()
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)
-        exit_past_hung_threads(err.code if isinstance(err.code, int) else 1)  # calls an interrupt abandoned
+        if "lit_rlhf.interrupts" in sys.modules:  # a task ran (--help and setting errors end before, and fast)
+            from lit_rlhf.interrupts import exit_past_hung_threads
+
+            exit_past_hung_threads(err.code if isinstance(err.code, int) else 1)  # calls an interrupt abandoned
         raise
     except Exception as err:
         if _task_started:
             raise
-        config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
-        overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         exit_with_user_error(composition_error(err, config_dir, config_name, overrides))
+
+
+def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> bool:
+    """The app's help (its hydra.help.template, $CONFIG the config composed with the overrides), as Hydra's --help
+    prints it, without the two listings of every config group Hydra makes whatever the template (seconds); False,
+    printing nothing, for a template that shows Hydra's own listings (Hydra's --help prints it then)."""
+    import string
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir), job_name=config_name):
+        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+    template = cfg.hydra.help.template
+    if any(f"${name}" in template for name in ("APP_CONFIG_GROUPS", "HYDRA_CONFIG_GROUPS", "FLAGS_HELP")):
+        return False
+    with open_dict(cfg):
+        del cfg["hydra"]
+    print(string.Template(template).safe_substitute(CONFIG=OmegaConf.to_yaml(cfg)))
+    return True
 
 
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
@@ -124,6 +147,10 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
     by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message); on_failure(line) records any other failure
     (a user mistake's line, or an unexpected error's type and message) before the exit. step_name: what the app's
     messages call the unit it trains in ("RL step"; "training step" for the scripts that fit on a file)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingAborted, TrainingInterrupted
+
     mark_task_started()
     try:
         return fn(cfg)

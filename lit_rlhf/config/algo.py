@@ -14,8 +14,6 @@ from lit_rlhf.config.validation import (
     warn_about_reward_kl,
 )
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.ops import IS_MODES, KL_ESTIMATORS, LOSS_TYPES
-from lit_rlhf.ops.policy_losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_LOSSES
 
 KL_PENALTIES = ("sequence", "token")
 
@@ -126,6 +124,10 @@ class RLHFConfig:
            "rollout's tool and reward waits overlap the next one's sampling; rollout=hf only")
 
     def __post_init__(self):
+        # the names live beside their maths (torch); imported here, so that composing a config imports no torch
+        from lit_rlhf.ops import IS_MODES, KL_ESTIMATORS, LOSS_TYPES
+        from lit_rlhf.ops.policy_losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_LOSSES
+
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
         check_choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         check_choice("rollout_is_mode", self.rollout_is_mode, IS_MODES)

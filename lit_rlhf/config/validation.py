@@ -9,8 +9,6 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_warn
-
 from lit_rlhf.errors import ConfigError, nearest
 
 REWARD_KL_WARNING = (
@@ -120,9 +118,13 @@ _warned: set[str] = set()
 def warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
+        from lightning.pytorch.utilities import rank_zero_warn
+
         rank_zero_warn(message)
 
 
 def warn_about_reward_kl(kl_estimator: str, kl_in_reward: bool = True) -> None:
     if kl_in_reward and kl_estimator in ("k2", "k3"):
+        from lightning.pytorch.utilities import rank_zero_warn
+
         rank_zero_warn(REWARD_KL_WARNING.format(kl_estimator))
