@@ -4,7 +4,8 @@ a user types it, over the same three learning rates and two seeds, 30 RL steps e
     python train.py -m experiment=calculator_grpo    steps=30 seed=0,1 algo.optimizer.lr=1e-3,3e-3,1e-2 ...
     python train.py -m experiment=calculator_distill steps=30 seed=0,1 algo.optimizer.lr=1e-3,3e-3,1e-2 ...
 
-    python bench/distill_lr.py        # ~15 min on 2 CPU cores
+    python bench/distill_lr.py                       # ~25 min on 2 CPU cores; the runs stay in logs/bench_distill_lr/
+    python bench/distill_lr.py --report <that dir>   # the report again from runs already made
 
 The teacher is the experiment's embedded one (lit_rlhf/assets/tiny-calculator-teacher); the target is 90% of its
 held-out exact match (its model card's end-of-run figure). Reports per method and learning rate: the held-out exact
@@ -15,12 +16,13 @@ docs/distillation.md.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import re
 import statistics
 import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
 
 from results_blocks import ROOT, publish
@@ -63,16 +65,20 @@ def overrides(run_dir: Path) -> dict[str, str]:
     return dict(line.removeprefix("- ").split("=", 1) for line in lines if "=" in line)
 
 
-def sweep(method: str, work: Path) -> list[dict]:
-    sweep_dir = work / method
-    done = subprocess.run([sys.executable, *command(method, sweep_dir)], cwd=ROOT, capture_output=True, text=True)
+def sweep(method: str, work: Path) -> None:
+    done = subprocess.run([sys.executable, *command(method, work / method)], cwd=ROOT, capture_output=True,
+                          text=True)
     if done.returncode != 0:
         sys.exit(f"error: the {method} sweep failed (exit code {done.returncode}): {done.stderr.strip()[-800:]}")
+
+
+def sweep_runs(method: str, work: Path) -> list[dict]:
+    sweep_dir = work / method
     runs = []
     for run_dir in sorted(p for p in sweep_dir.iterdir() if (p / "csv" / "metrics.csv").exists()):
         chosen = overrides(run_dir)
         curve, reverse_kl = run_curve(run_dir)
-        runs.append({"method": method, "lr": chosen["algo.optimizer.lr"], "seed": int(chosen["seed"]),
+        runs.append({"method": method, "lr": float(chosen["algo.optimizer.lr"]), "seed": int(chosen["seed"]),
                      "curve": curve, "reverse_kl": reverse_kl})
     return runs
 
@@ -90,7 +96,7 @@ def table(runs: list[dict], teacher: float) -> list[str]:
              "reverse KL at step 30 |", "|---|---|" + "---|" * len(SHOWN) + "---|---|"]
     for method in ("grpo", "distill"):
         for lr in LRS:
-            group = [r for r in runs if r["method"] == method and r["lr"] == lr]
+            group = [r for r in runs if r["method"] == method and r["lr"] == float(lr)]  # Hydra writes 0.001
             shown = [statistics.fmean(r["curve"][s] for r in group if s in r["curve"]) for s in SHOWN]
             by_seed = sorted(group, key=lambda r: r["seed"])
             firsts = ", ".join(str(first_at(r["curve"], target) or f">{STEPS}") for r in by_seed)
@@ -102,9 +108,15 @@ def table(runs: list[dict], teacher: float) -> list[str]:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--report", type=Path, help="a folder this script filled: report its runs, run nothing")
+    args = parser.parse_args()
     teacher = teacher_accuracy()
-    with tempfile.TemporaryDirectory() as work:
-        runs = [run for method in ("grpo", "distill") for run in sweep(method, Path(work))]
+    work = args.report or ROOT / "logs" / "bench_distill_lr" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    if args.report is None:
+        for method in ("grpo", "distill"):
+            sweep(method, work)
+    runs = [run for method in ("grpo", "distill") for run in sweep_runs(method, work)]
     data = {"commands": {m: ["python", *command(m, Path("<sweep dir>"))] for m in ("grpo", "distill")},
             "teacher_accuracy": teacher, "runs": [{**r, "curve": {str(k): v for k, v in r["curve"].items()}}
                                                    for r in runs]}
