@@ -11,6 +11,8 @@ import warnings
 # Lightning advertises its cloud logger and checkpoint store (litmodels) on every Trainer; the run's loggers and
 # checkpoints are chosen in conf/.
 LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging", "💡 Tip: For seamless cloud uploads")
+# The apps pass their own model summary (ModelSummaryTable); Lightning says it then skips its default one.
+LIGHTNING_OWN_SUMMARY = ("Trainer already configured with model summary callbacks",)
 # Lightning's check for modules left in eval mode: DPO's and the reward model's frozen base models stay in eval mode
 # on purpose (no dropout in the reference's or the backbone's forwards); silenced by those scripts only.
 LIGHTNING_EVAL_MODE = r"Found \d+ module\(s\) in eval mode at the start of training"
@@ -35,7 +37,7 @@ class DropMessages(logging.Filter):
 def silence_known_noise() -> None:
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, DropMessages) for f in logger.filters):
-        logger.addFilter(DropMessages(LIGHTNING_TIPS))
+        logger.addFilter(DropMessages(LIGHTNING_TIPS + LIGHTNING_OWN_SUMMARY))
     for name in HTTP_CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)

@@ -8,6 +8,7 @@ from lit_rlhf.callbacks.evaluation import PolicyEvaluation
 from lit_rlhf.callbacks.gold import GoldCurve, GoldReward
 from lit_rlhf.callbacks.histograms import Histograms
 from lit_rlhf.callbacks.interrupt import CheckpointOnInterrupt
+from lit_rlhf.callbacks.model_summary import ModelSummaryTable
 from lit_rlhf.callbacks.monitor import HackingSigns, RewardHackingMonitor
 from lit_rlhf.callbacks.progress import ProgressLines, RLStepsProgressBar
 from lit_rlhf.callbacks.protocol import RLHFModuleView
@@ -15,5 +16,5 @@ from lit_rlhf.callbacks.samples import GenerationSamples
 from lit_rlhf.callbacks.summary import TrainingSummary
 
 __all__ = ["BusyMachineCheck", "CheckpointOnInterrupt", "CurvesPlot", "GenerationSamples", "GoldCurve", "GoldReward",
-           "HackingSigns", "Histograms", "LastCheckpoint", "PolicyEvaluation", "ProgressLines", "RLHFModuleView",
-           "RLStepsProgressBar", "RewardHackingMonitor", "TrainingSummary"]
+           "HackingSigns", "Histograms", "LastCheckpoint", "ModelSummaryTable", "PolicyEvaluation", "ProgressLines",
+           "RLHFModuleView", "RLStepsProgressBar", "RewardHackingMonitor", "TrainingSummary"]

@@ -117,11 +117,13 @@ def test_train_sft_py_as_typed_saves_a_policy_that_train_py_starts_from(tmp_path
 
 def test_a_logged_sft_run_prints_nothing_a_user_cannot_act_on(tmp_path):
     """stdout and stderr to files, as a cluster job's: no Lightning eval-mode warning or cloud tip, no transformers
-    progress bars (carriage returns in a log)."""
+    progress bars (carriage returns in a log), a model summary without FLOPs nobody counted."""
     from tests.apps import run_process
 
     result = run_process("train_sft.py", "hydra.run.dir=sft", "data.num_eval_rows=8", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
-    for noise in ("module(s) in eval mode", "Loading weights", "Writing model shards", "Tip: For seamless cloud"):
+    assert "Trainable params" in output  # the model summary is there
+    for noise in ("module(s) in eval mode", "Loading weights", "Writing model shards", "Tip: For seamless cloud",
+                  "FLOPs", "configured with model summary callbacks"):
         assert noise not in output, noise

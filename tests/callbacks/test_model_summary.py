@@ -1,0 +1,46 @@
+import lightning as L
+import pytest
+import torch
+from rich import get_console
+
+from lit_rlhf.callbacks import ModelSummaryTable
+
+
+class TwoLayers(L.LightningModule):
+    def __init__(self, example: bool):
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(2, 3), torch.nn.Linear(3, 3)
+        self.second.requires_grad_(False)
+        if example:
+            self.example_input_array = torch.ones(1, 2)
+
+    def forward(self, x):
+        return self.second(self.first(x))
+
+    def training_step(self, batch):
+        return self(batch).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.first.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.ones(2, 2), batch_size=2)
+
+
+def printed_summary(module: L.LightningModule) -> str:
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        callbacks=[ModelSummaryTable()])
+    with get_console().capture() as captured:
+        trainer.fit(module)
+    return captured.get()
+
+
+@pytest.mark.parametrize("example", [False, True])
+def test_the_summary_shows_flops_only_where_lightning_counted_them(example):
+    text = printed_summary(TwoLayers(example))
+    assert "first" in text and "second" in text
+    assert "Trainable params: 9" in text and "Non-trainable params: 12" in text and "Total params: 21" in text
+    assert "Modules in train mode: " in text and "Modules in eval mode: 0" in text
+    assert ("FLOPs" in text) is example  # 0 when uncounted: the column and total are left out
+    if example:
+        assert "Total FLOPs: 30" in text and "In sizes" in text
