@@ -321,6 +321,8 @@ class DistillationConfig(RLHFConfig):
              "added to every token's distillation advantage; 0: distillation alone (the reward is still logged)")
     kl_coef: float = setting(0.0, "a per-token KL penalty to the reference (the starting policy) in the advantage; "
                                   "0 (the default): none and no reference forward, the teacher is the anchor")
+    loss_type: str = setting("dapo", "as for every algorithm; `dapo`, the token mean over the whole step however it "
+                                     "is split, is what TRL's distillation trainers compute")
 
     def __post_init__(self):
         super().__post_init__()

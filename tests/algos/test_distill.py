@@ -66,7 +66,7 @@ def test_the_advantage_loss_and_gradient_equal_a_per_token_loop_of_the_formula()
     assert stats["distill/teacher_logprob_mean"].item() == pytest.approx(
         sum(float(teacher[i, t]) for i, t in tokens) / len(tokens))
 
-    # the clipped loss of the update (bnpo: the token mean) and its gradient, against the loop
+    # the clipped loss of the update (dapo: the token mean of the step) and its gradient, against the loop
     new = (rollout.logprobs + torch.randn(4, 4) * 0.3).requires_grad_(True)
     idx = torch.arange(4)
     loss, _ = module.policy_loss(new, torch.zeros(4, 4), rollout, advantages, idx, module.loss_share(rollout, idx, 1))
@@ -81,6 +81,27 @@ def test_the_advantage_loss_and_gradient_equal_a_per_token_loop_of_the_formula()
         slow_grad[i, t] = (-a * ratio if unclipped_wins else 0.0) / len(tokens)
     assert loss.item() == pytest.approx(slow_loss, rel=1e-5)
     torch.testing.assert_close(new.grad, slow_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_the_loss_is_the_token_mean_of_the_whole_step_however_it_is_split():
+    """TRL's distillation trainers average the loss over all of the step's tokens: micro-batches of 3 and 7 tokens
+    give the gradient of one batch (bnpo, a mean of micro-batch means, would weight the 3 tokens 7/3 times more)."""
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]).bool()
+    rollout = hand_rollout(-torch.rand(4, 4) * mask, -torch.rand(4, 4) * 3, mask, torch.zeros(4), k=2)
+    module = make_distill()
+    assert module.hparams.loss_type == "dapo"
+    advantages, _ = module.compute_advantages(rollout)
+    new = (rollout.logprobs + torch.randn(4, 4) * 0.3).requires_grad_(True)
+    step = torch.arange(4)
+    whole, _ = module.policy_loss(new, torch.zeros(4, 4), rollout, advantages, step,
+                                  module.loss_share(rollout, step, 1))
+    (whole_grad,) = torch.autograd.grad(whole, new)
+    share = module.loss_share(rollout, step, 2)
+    split = sum(module.policy_loss(new[idx], torch.zeros(len(idx), 4), rollout, advantages, idx, share)[0]
+                for idx in (torch.tensor([0]), torch.tensor([1, 2, 3])))
+    (split_grad,) = torch.autograd.grad(split, new)
+    torch.testing.assert_close(split_grad, whole_grad)
 
 
 def test_a_teacher_that_is_the_student_gives_zero_advantages_and_leaves_the_weights_unchanged():
