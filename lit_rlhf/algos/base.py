@@ -20,6 +20,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rlhf.algos.asynchronous import RolloutQueue, check_concurrent_draws
+from lit_rlhf.algos.default_callbacks import display_callbacks
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import estimate_advantages
 from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, off_policy_mask, require_grads
@@ -186,6 +187,11 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """Under a plain Trainer: an RL-step progress bar and a summary without uncounted FLOPs in place of Lightning's
+        defaults (lit_rlhf.algos.default_callbacks)."""
+        return display_callbacks(self._trainer)
 
     def configure_optimizers(self):
         self._trainable = self.trainable_parameters()

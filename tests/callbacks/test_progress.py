@@ -52,3 +52,21 @@ def test_logs_get_a_plain_progress_line_every_few_rl_steps(tmp_path):
     assert [line.split(" | ")[0] for line in lines] == ["RL step 2/4", "RL step 4/4"]
     assert all(" | episodes " in line and " | score " in line and " s/step | ETA " in line for line in lines)
     assert lines[-1].split(" | ")[1] == "episodes 64"  # 4 RL steps x 4 prompts x 4 samples
+
+
+def test_a_plain_trainer_gets_the_rl_step_bar_and_summary_in_place_of_lightnings_defaults():
+    """Lightning's default bar counts batches of an endless stream; one the user chose (or none) stays."""
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    from lit_rlhf.callbacks import ModelSummaryTable
+
+    def callbacks_of(**trainer_options):
+        trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, limit_val_batches=0,
+                            accelerator="cpu", **trainer_options)
+        trainer.fit(make_ppo(response_length=4), make_datamodule())
+        return {type(c) for c in trainer.callbacks}
+
+    defaults = callbacks_of()
+    assert RLStepsProgressBar in defaults and ModelSummaryTable in defaults
+    chosen = callbacks_of(callbacks=[TQDMProgressBar()], enable_model_summary=False)
+    assert TQDMProgressBar in chosen and RLStepsProgressBar not in chosen and ModelSummaryTable not in chosen
