@@ -8,6 +8,10 @@ optimized with the policy loss every algorithm uses (algo.policy_loss: PPO's cli
 1 at the rollout's weights). Optionally the task reward's group-relative advantage times algo.task_reward_coef is
 added to every token, and a per-token KL penalty to the reference with algo.kl_coef > 0.
 
+With algo.divergence=generalized_jsd the teacher's signal is instead the divergence of the two next-token
+distributions over the whole vocabulary at every sampled position (TRL GKDTrainer's generalized_jsd_loss, algo.beta),
+added to the loss; the policy loss then carries only the task reward's and the KL penalty's advantages.
+
 Shapes: B prompts per rank, K = samples_per_prompt, N = B*K sequences, R response length.
 """
 
@@ -25,7 +29,12 @@ from lit_rlhf.config import DistillationConfig
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.estimators import EstimatorInputs, group_relative
+from lit_rlhf.models.forwards import sequence_inputs
 from lit_rlhf.ops import masked_mean
+from lit_rlhf.ops.divergence import chunked_generalized_jsd
+from lit_rlhf.ops.losses import aggregate_loss
+
+FULL_VOCABULARY_CHUNK = 512  # positions per chunk of the full-vocabulary divergence without algo.logits_chunk_size
 
 
 def distillation_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor,
@@ -52,15 +61,28 @@ class DistillationModule(RLHFModule):
                               "with the student's tokenizer> (in Python: DistillationModule(..., "
                               "teacher=CausalLMTeacher(name_or_path))); python train.py experiment=calculator_distill "
                               "runs with an embedded one (docs/distillation.md).")
+        if stage == "fit" and self.full_vocabulary and not hasattr(self.sampler.teacher, "model"):
+            raise ConfigError(f"algo.divergence=generalized_jsd reads the teacher's whole next-token distribution, "
+                              f"which a {type(self.sampler.teacher).__name__} does not give; use a loaded teacher "
+                              f"(teacher=causal_lm) or algo.divergence=sampled_token.")
         super().setup(stage)
 
     @property
     def samples_per_prompt(self) -> int:
         return self.hparams.samples_per_prompt
 
+    @property
+    def full_vocabulary(self) -> bool:
+        return self.hparams.divergence == "generalized_jsd"
+
+    @property
+    def supports_single_update(self) -> bool:  # the full-vocabulary loss runs its own forwards in the update
+        return not self.full_vocabulary
+
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         mask = rollout.response_mask  # N,R
-        advantages = distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask)  # N,R
+        advantages = (torch.zeros_like(rollout.logprobs) if self.full_vocabulary else  # the loss carries it there
+                      distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask))  # N,R
         kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
         advantages = advantages + non_score_reward
         coef = self.hparams.task_reward_coef
@@ -71,6 +93,37 @@ class DistillationModule(RLHFModule):
         stats = objective_stats(rollout, kl, non_score_reward, rollout.scores + non_score_reward.sum(1))
         stats.update(self.distillation_stats(rollout))
         return advantages, stats
+
+    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share):
+        if not self.full_vocabulary:
+            return super().minibatch_loss(rollout, advantages, idx, share)
+        divergence, logprobs, entropy = self.full_vocabulary_divergence(rollout, idx)  # M,R each
+        loss, stats = self.policy_loss(logprobs, entropy, rollout, advantages, idx, share)  # task reward, KL penalty
+        mask = rollout.loss_mask(idx)  # M,R
+        stats["distill/divergence"] = masked_mean(divergence.detach(), mask)
+        return loss + aggregate_loss(divergence, mask, share), stats
+
+    def full_vocabulary_divergence(self, rollout: Rollout, idx: torch.Tensor):
+        """algo.beta's divergence of the student's next-token distribution from the teacher's at each model token of
+        sequences idx, with the student's logprobs of the sampled tokens and its entropy. -> (M,R) x 3"""
+        queries, query_mask, responses, forward_mask = rollout.sequences(idx)
+        inputs, length = sequence_inputs(queries, query_mask, responses, forward_mask), responses.shape[1]
+        real = rollout.response_mask[idx].bool()  # M,R: the model's tokens (an episode's observations are not)
+        hidden = self.policy(**inputs, use_cache=False, logits_to_keep=1,
+                             output_hidden_states=True).hidden_states[-1][:, -(length + 1):-1][real]  # T,H
+        teacher = self.sampler.teacher.model
+        if next(teacher.parameters()).device != queries.device:
+            teacher.to(queries.device)
+        teacher.eval()
+        with torch.no_grad():
+            teacher_hidden = teacher(**inputs, use_cache=False, logits_to_keep=1,
+                                     output_hidden_states=True).hidden_states[-1][:, -(length + 1):-1][real]  # T,H
+        teacher_head = teacher.get_output_embeddings()
+        values = chunked_generalized_jsd(hidden, self.policy.get_output_embeddings(),
+                                         lambda where: teacher_head(teacher_hidden[where]), responses[real],
+                                         self.hparams.beta, self.hparams.temperature,
+                                         self.hparams.logits_chunk_size or FULL_VOCABULARY_CHUNK)  # T each
+        return tuple(value.new_zeros(real.shape).masked_scatter(real, value) for value in values)
 
     def nonfinite_cause(self, rollout: Rollout) -> str | None:
         if bool(torch.isfinite(rollout.teacher_logprobs[rollout.response_mask.bool()]).all()):

@@ -9,6 +9,7 @@ from lit_rlhf.config.settings import setting
 from lit_rlhf.config.validation import (
     check_choice,
     check_number,
+    check_setting_number,
     check_shared_settings,
     warn_about_alias,
     warn_about_reward_kl,
@@ -312,6 +313,9 @@ class ReinforcePPConfig(RLHFConfig):
 MAX_TASK_REWARD_COEF = 1000.0
 
 
+DIVERGENCES = ("sampled_token", "generalized_jsd")
+
+
 @dataclass
 class DistillationConfig(RLHFConfig):
     samples_per_prompt: int = setting(4, "sequences the student samples per prompt (task_reward_coef > 0: >= 2, the "
@@ -323,11 +327,20 @@ class DistillationConfig(RLHFConfig):
                                   "0 (the default): none and no reference forward, the teacher is the anchor")
     loss_type: str = setting("dapo", "as for every algorithm; `dapo`, the token mean over the whole step however it "
                                      "is split, is what TRL's distillation trainers compute")
+    divergence: str = setting(
+        "sampled_token", "`sampled_token`: each sampled token's advantage log p_teacher - log p_student through the "
+                         "policy loss (Thinking Machines' on-policy distillation); `generalized_jsd`: TRL GKDTrainer's "
+                         "generalized_jsd_loss over the whole vocabulary at every sampled position, with algo.beta "
+                         "(a loaded teacher)")
+    beta: float = setting(0.5, "divergence=generalized_jsd: TRL GKDConfig's beta; 0 forward KL(teacher || student), "
+                               "1 reverse KL(student || teacher), between: the generalized JSD")
 
     def __post_init__(self):
         super().__post_init__()
         check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
         check_number("task_reward_coef", self.task_reward_coef, minimum=0)
+        check_choice("divergence", self.divergence, DIVERGENCES)
+        check_setting_number("algo.beta", self.beta, minimum=0, maximum=1)
         if self.task_reward_coef > MAX_TASK_REWARD_COEF:
             raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef:g} must be <= {MAX_TASK_REWARD_COEF:g}: "
                               f"the task reward's advantage is unit-scale and the teacher's 0.01-1 nats per token, so "

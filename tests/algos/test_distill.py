@@ -278,3 +278,65 @@ def test_the_calculator_distillation_experiment_runs_as_typed_with_its_embedded_
     with open(tmp_path / "run" / ".hydra" / "config.yaml") as file:
         assert "name_or_path: ${asset:tiny-calculator-teacher}" in file.read()  # the unresolved config
     assert re.search(r"RL step 1/1 .*\| reverse_kl \d+\.\d{3} \|", result.stdout), result.stdout[-2000:]
+
+
+@pytest.fixture(scope="module")
+def other_teacher(tmp_path_factory):
+    """TINY_PYTHIA with its weights perturbed: a teacher whose distributions differ from the student's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("teacher")
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_the_full_vocabulary_loss_is_the_divergence_at_each_sampled_position(beta, other_teacher):
+    """algo.divergence=generalized_jsd: at each model token of the rollout, the divergence of the student's softmax
+    (logits / temperature) from the teacher's, from both models' full logits; the sampled tokens' logprobs are the
+    update forward's; the statistic reaches callback_metrics."""
+    from lit_rlhf.models.forwards import response_logits
+    from lit_rlhf.ops.divergence import generalized_jsd
+
+    module = make_distill(teacher=CausalLMTeacher(other_teacher), divergence="generalized_jsd", beta=beta,
+                          temperature=0.8)
+    seen = []
+    compute = module.compute_advantages
+
+    def recording(rollout):
+        seen.append(rollout)
+        return compute(rollout)
+
+    module.compute_advantages = recording
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(module, make_datamodule())
+    assert trainer.callback_metrics["distill/divergence"].item() > 0
+    rollout, idx = seen[-1], torch.arange(len(seen[-1]))
+    with torch.no_grad():
+        divergence, logprobs, _ = module.full_vocabulary_divergence(rollout, idx)
+        student = (response_logits(module.policy, *rollout.sequences()) / 0.8).log_softmax(-1)  # N,R,V
+        teacher = (response_logits(module.sampler.teacher.model, *rollout.sequences()) / 0.8).log_softmax(-1)
+        expected_logprobs, _ = module.policy_logprobs_and_entropy(*rollout.sequences())
+    mask = rollout.response_mask
+    assert mask.any()
+    torch.testing.assert_close(divergence, generalized_jsd(student, teacher, beta) * mask, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(logprobs, expected_logprobs * mask, rtol=1e-4, atol=1e-6)
+    assert not module.single_update  # its own forwards in the update, not the rollout's
+
+
+def test_the_full_vocabulary_loss_needs_a_teacher_that_gives_its_distribution():
+    module = make_distill(teacher=ConstantTeacher(-1.0), divergence="generalized_jsd")
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu")
+    with pytest.raises(ConfigError, match="algo.divergence=generalized_jsd reads the teacher's whole next-token "
+                                          "distribution, which a ConstantTeacher does not give"):
+        trainer.fit(module, make_datamodule())
+    with pytest.raises(ConfigError, match=r"algo.beta=1.5 must be a finite number >= 0 and <= 1"):
+        make_distill(divergence="generalized_jsd", beta=1.5)

@@ -113,6 +113,16 @@ def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
         GRPOModule(model={"name_or_path": "m"}, reward=None, **settings)
 
 
+def test_a_jsd_beta_without_the_full_vocabulary_divergence_is_said_once():
+    from lit_rlhf import DistillationModule
+    from lit_rlhf.config.validation import _warned
+
+    _warned.clear()
+    with pytest.warns(UserWarning, match=r"algo.beta=1.0 chooses the full-vocabulary divergence of algo.divergence="
+                                         r"generalized_jsd, and divergence=sampled_token: it does nothing"):
+        DistillationModule(model={"name_or_path": "m"}, reward=None, beta=1.0)
+
+
 def test_settings_that_act_are_not_said():
     import warnings
 
