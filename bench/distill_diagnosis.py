@@ -1,5 +1,7 @@
-"""Where do GRPO's and distillation's updates differ on the calculator task? One run of each (seed 0, 30 RL steps,
-the experiments' settings, lr 1e-3 for both unless --lr), with a callback that records, per RL step:
+"""Where do GRPO's and distillation's updates differ on the calculator task? One run each of GRPO, distillation with
+the sampled-token advantage and with the full-vocabulary reverse KL (algo.divergence=generalized_jsd algo.beta=1)
+(seed 0, 30 RL steps, the experiments' settings, lr 1e-3 for all unless --lr), with a callback that records, per RL
+step:
 
 - the gradient norm before clipping (algo.max_grad_norm is 1.0) and the norm of the step's weight change;
 - the sampled-token reverse KL to the embedded teacher (log p_student - log p_teacher, the teacher scored beside the
@@ -8,7 +10,7 @@ the experiments' settings, lr 1e-3 for both unless --lr), with a callback that r
 - the mean |advantage| on the same three kinds of tokens;
 - the held-out exact match (every 2 RL steps, from the run's metrics).
 
-    python bench/distill_diagnosis.py            # ~6 min on 2 CPU cores; the runs stay in logs/bench_distill_diagnosis/
+    python bench/distill_diagnosis.py            # ~9 min on 2 CPU cores; the runs stay in logs/bench_distill_diagnosis/
     python bench/distill_diagnosis.py --report <that dir>
 
 Writes bench/results/distill_diagnosis.md and .json and the table into docs/distillation.md.
@@ -33,6 +35,10 @@ from results_blocks import ROOT, publish
 STEPS, VALIDATE_EVERY, SEED = 30, 2, 0
 WINDOWS = ((1, 5), (6, 10), (11, 20), (21, 30))
 KINDS = ("call", "answer", "other")
+METHODS = {"grpo": ("GRPO", "calculator_grpo", []),
+           "distill": ("distillation (sampled token)", "calculator_distill", []),
+           "distill_full": ("distillation (full-vocabulary reverse KL)", "calculator_distill",
+                            ["algo.divergence=generalized_jsd", "algo.beta=1"])}
 TEACHER = ROOT / "lit_rlhf" / "assets" / "tiny-calculator-teacher"
 
 
@@ -106,7 +112,8 @@ class StepDiagnosis(L.Callback):
 
 
 def command(method: str, run_dir: Path, lr: str) -> list[str]:
-    return ["train.py", f"experiment=calculator_{method}", f"steps={STEPS}", f"seed={SEED}",
+    _, experiment, extra = METHODS[method]
+    return ["train.py", f"experiment={experiment}", *extra, f"steps={STEPS}", f"seed={SEED}",
             f"algo.optimizer.lr={lr}", f"trainer.val_check_interval={VALIDATE_EVERY}", "callbacks.evaluation=null",
             "callbacks.model_checkpoint=null", "+callbacks.diagnosis._target_=distill_diagnosis.StepDiagnosis",
             f"+callbacks.diagnosis.out={run_dir / 'diagnosis.jsonl'}", f"+callbacks.diagnosis.teacher={TEACHER}",
@@ -139,13 +146,14 @@ def mean(rows: list[dict], key: str) -> float:
 
 
 def table(runs: dict[str, dict], lr: str) -> list[str]:
-    lines = [f"Calculator task, seed {SEED}, lr {lr} for both, means over RL-step windows (`python "
+    lines = [f"Calculator task, seed {SEED}, lr {lr} for all, means over RL-step windows (`python "
              f"bench/distill_diagnosis.py`). KL: the sampled-token reverse KL to the teacher, log p_student - log "
              f"p_teacher, on the tokens inside a tool call, the answer's tokens (after `Answer:`) and the rest; "
-             f"|A|: mean |advantage| on the same tokens; accuracy: held-out exact match at the window's last step:",
-             "", "| method | RL steps | grad norm | update norm | KL call | KL answer | KL other | |A| call | "
-             "|A| answer | |A| other | answer tokens / sequence | accuracy |", "|---|---|" + "---|" * 10]
-    for method, label in (("grpo", "GRPO"), ("distill", "distillation")):
+             f"abs adv.: the mean absolute advantage on the same tokens (the full-vocabulary loss has none); grad "
+             f"norm: before clipping at 1; accuracy: held-out exact match at the window's last step:",
+             "", "| method | RL steps | grad norm | update norm | KL call | KL answer | KL other | abs adv. call | "
+             "abs adv. answer | abs adv. other | answer tokens / sequence | accuracy |", "|---|---|" + "---|" * 10]
+    for method, (label, _, _) in METHODS.items():
         steps, curve = runs[method]["steps"], runs[method]["curve"]
         for first, last in WINDOWS:
             rows = [r for r in steps if first <= r["step"] <= last]
@@ -166,9 +174,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     work = args.report or ROOT / "logs" / "bench_distill_diagnosis" / time.strftime("%Y-%m-%d_%H-%M-%S")
     if args.report is None:
-        for method in ("grpo", "distill"):
+        for method in METHODS:
             run(method, work, args.lr)
-    runs = {method: read_run(work / method) for method in ("grpo", "distill")}
+    runs = {method: read_run(work / method) for method in METHODS}
     data = {"commands": {m: ["python", *command(m, Path("<run dir>"), args.lr)] for m in runs}, "lr": args.lr,
             "runs": {m: {**r, "curve": {str(k): v for k, v in r["curve"].items()}} for m, r in runs.items()}}
     publish("distill_diagnosis", data, table(runs, args.lr), ["docs/distillation.md"])
