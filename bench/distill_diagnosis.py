@@ -1,7 +1,7 @@
 """Where do GRPO's and distillation's updates differ on the calculator task? One run each of GRPO, distillation with
-the sampled-token advantage and with the full-vocabulary reverse KL (algo.divergence=generalized_jsd algo.beta=1)
-(seed 0, 30 RL steps, the experiments' settings, lr 1e-3 for all unless --lr), with a callback that records, per RL
-step:
+the sampled-token advantage, with the full-vocabulary reverse KL (algo.divergence=generalized_jsd algo.beta=1) and
+with the task reward added (algo.task_reward_coef=1); seed 0, 30 RL steps, the experiments' settings, lr 1e-3 for
+all unless --lr; a callback records, per RL step:
 
 - the gradient norm before clipping (algo.max_grad_norm is 1.0) and the norm of the step's weight change;
 - the sampled-token reverse KL to the embedded teacher (log p_student - log p_teacher, the teacher scored beside the
@@ -10,7 +10,7 @@ step:
 - the mean |advantage| on the same three kinds of tokens;
 - the held-out exact match (every 2 RL steps, from the run's metrics).
 
-    python bench/distill_diagnosis.py            # ~9 min on 2 CPU cores; the runs stay in logs/bench_distill_diagnosis/
+    python bench/distill_diagnosis.py    # ~12 min on 2 CPU cores; the runs stay in logs/bench_distill_diagnosis/
     python bench/distill_diagnosis.py --report <that dir>
 
 Writes bench/results/distill_diagnosis.md and .json and the table into docs/distillation.md.
@@ -38,7 +38,8 @@ KINDS = ("call", "answer", "other")
 METHODS = {"grpo": ("GRPO", "calculator_grpo", []),
            "distill": ("distillation (sampled token)", "calculator_distill", []),
            "distill_full": ("distillation (full-vocabulary reverse KL)", "calculator_distill",
-                            ["algo.divergence=generalized_jsd", "algo.beta=1"])}
+                            ["algo.divergence=generalized_jsd", "algo.beta=1"]),
+           "distill_task": ("distillation + task reward (coef 1)", "calculator_distill", ["algo.task_reward_coef=1"])}
 TEACHER = ROOT / "lit_rlhf" / "assets" / "tiny-calculator-teacher"
 
 
