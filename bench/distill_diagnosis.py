@@ -11,7 +11,7 @@ all unless --lr; a callback records, per RL step:
 - the held-out exact match (every 2 RL steps, from the run's metrics).
 
     python bench/distill_diagnosis.py    # ~12 min on 2 CPU cores; the runs stay in logs/bench_distill_diagnosis/
-    python bench/distill_diagnosis.py --report <that dir>
+    python bench/distill_diagnosis.py --report <that dir>   # runs what it lacks, then reports
 
 Writes bench/results/distill_diagnosis.md and .json and the table into docs/distillation.md.
 """
@@ -96,8 +96,10 @@ class StepDiagnosis(L.Callback):
                               for p, b in zip(module.trainable_parameters(), self.before, strict=True)])
         teacher = rollout.teacher_logprobs
         if teacher is None:
+            # as the Sampler scores a teacher: the episode's observations attended to (forward_mask), not scored
             teacher = self.teacher.logprobs(rollout.queries, rollout.query_mask, rollout.responses,
-                                            rollout.response_mask, module.hparams.temperature, rollout.columns)
+                                            rollout.forward_mask, module.hparams.temperature,
+                                            rollout.columns) * rollout.response_mask
         kl = (rollout.logprobs - teacher).cpu()  # N,R, the sampled-token reverse KL
         kinds = token_kinds(module.tokenizer, rollout.responses.cpu(), rollout.response_mask.cpu())
         record = {"step": module.rl_step, "sequences": len(rollout), "grad_norm": self.grad_norm,
@@ -170,12 +172,12 @@ def table(runs: dict[str, dict], lr: str) -> list[str]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--report", type=Path, help="a folder this script filled: report its runs, run nothing")
+    parser.add_argument("--report", type=Path, help="a folder this script filled: run what it lacks, then report")
     parser.add_argument("--lr", default="1e-3", help="both methods' learning rate (default: the experiments')")
     args = parser.parse_args()
     work = args.report or ROOT / "logs" / "bench_distill_diagnosis" / time.strftime("%Y-%m-%d_%H-%M-%S")
-    if args.report is None:
-        for method in METHODS:
+    for method in METHODS:
+        if not (work / method / "diagnosis.jsonl").exists():
             run(method, work, args.lr)
     runs = {method: read_run(work / method) for method in METHODS}
     data = {"commands": {m: ["python", *command(m, Path("<run dir>"), args.lr)] for m in runs}, "lr": args.lr,

@@ -44,6 +44,17 @@ def distillation_advantages(teacher_logprobs: torch.Tensor, student_logprobs: to
     return (teacher_logprobs - student_logprobs) * response_mask
 
 
+def iw_opd_weights(advantages: torch.Tensor, response_mask: torch.Tensor, gamma: float,
+                   epsilon: float = 1e-8) -> torch.Tensor:
+    """TRL IW-OPD's position weights (iw_opd_gamma): 1 + gamma (1 - the share of the sequence's total |advantage|
+    on the model tokens before this one), so a sequence's first divergences weigh up to 1 + gamma and its last 1.
+    (N,R), (N,R) -> (N,R)"""
+    magnitude = advantages.abs() * response_mask  # N,R
+    before = magnitude.cumsum(1) - magnitude  # N,R
+    total = magnitude.sum(1, keepdim=True).clamp_min(epsilon)  # N,1
+    return 1.0 + gamma * (1.0 - before / total)
+
+
 class DistillationModule(RLHFModule):
     """On-policy distillation from `teacher` (lit_rlhf.models.teacher: CausalLMTeacher, RoutedTeachers, or any object
     with `logprobs(queries, query_mask, responses, response_mask, temperature, columns) -> (N,R)`)."""
@@ -81,8 +92,12 @@ class DistillationModule(RLHFModule):
 
     def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         mask = rollout.response_mask  # N,R
-        advantages = (torch.zeros_like(rollout.logprobs) if self.full_vocabulary else  # the loss carries it there
-                      distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask))  # N,R
+        if self.full_vocabulary:  # the loss carries the teacher's signal
+            advantages = torch.zeros_like(rollout.logprobs)  # N,R
+        else:
+            advantages = distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask)  # N,R
+            if self.hparams.iw_opd_gamma:
+                advantages = advantages * iw_opd_weights(advantages, mask, self.hparams.iw_opd_gamma)
         kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
         advantages = advantages + non_score_reward
         coef = self.hparams.task_reward_coef

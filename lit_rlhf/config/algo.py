@@ -332,6 +332,9 @@ class DistillationConfig(RLHFConfig):
                          "policy loss (Thinking Machines' on-policy distillation); `generalized_jsd`: TRL GKDTrainer's "
                          "generalized_jsd_loss over the whole vocabulary at every sampled position, with algo.beta "
                          "(a loaded teacher)")
+    iw_opd_gamma: float = setting(
+        0.0, "divergence=sampled_token: TRL IW-OPD's position weights, each token's advantage times 1 + gamma (1 - "
+             "the share of its sequence's total |advantage| before it); 0: unweighted (TRL IW-OPD at gamma 0)")
     beta: float = setting(0.5, "divergence=generalized_jsd: TRL GKDConfig's beta; 0 forward KL(teacher || student), "
                                "1 reverse KL(student || teacher), between: the generalized JSD")
 
@@ -341,6 +344,7 @@ class DistillationConfig(RLHFConfig):
         check_number("task_reward_coef", self.task_reward_coef, minimum=0)
         check_choice("divergence", self.divergence, DIVERGENCES)
         check_setting_number("algo.beta", self.beta, minimum=0, maximum=1)
+        check_number("iw_opd_gamma", self.iw_opd_gamma, minimum=0)
         if self.task_reward_coef > MAX_TASK_REWARD_COEF:
             raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef:g} must be <= {MAX_TASK_REWARD_COEF:g}: "
                               f"the task reward's advantage is unit-scale and the teacher's 0.01-1 nats per token, so "

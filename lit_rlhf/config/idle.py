@@ -62,6 +62,9 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
             if hasattr(config, name) and changed(config, name):
                 said.append(f"algo.{name}={getattr(config, name)} is not used with policy_loss={kind}, which bounds "
                             f"its update with {bound}; drop it.")
+    if getattr(config, "divergence", None) == "generalized_jsd" and changed(config, "iw_opd_gamma"):
+        said.append(f"algo.iw_opd_gamma={config.iw_opd_gamma} weights the sampled-token advantages, and algo."
+                    f"divergence=generalized_jsd has none: it does nothing; drop it or use divergence=sampled_token.")
     if getattr(config, "divergence", None) == "sampled_token" and changed(config, "beta"):
         said.append(f"algo.beta={config.beta} chooses the full-vocabulary divergence of algo.divergence="
                     f"generalized_jsd, and divergence=sampled_token: it does nothing; set algo.divergence="

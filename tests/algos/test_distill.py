@@ -83,6 +83,26 @@ def test_the_advantage_loss_and_gradient_equal_a_per_token_loop_of_the_formula()
     torch.testing.assert_close(new.grad, slow_grad, rtol=1e-5, atol=1e-7)
 
 
+def test_iw_opd_gamma_weighs_each_advantage_by_the_share_of_its_sequences_divergence_still_ahead():
+    """TRL IW-OPD: A_t = (1 + gamma (1 - sum_{s<t} |a_s| / sum_s |a_s|)) a_t over the model's tokens, a_t the
+    sampled-token advantage; an observation token (mask 0) neither weighs nor is weighed."""
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0]]).bool()
+    student, teacher = -torch.rand(4, 4) * 3 * mask, -torch.rand(4, 4) * 3
+    rollout = hand_rollout(student, teacher, mask, torch.zeros(4), k=2)
+    advantages, _ = make_distill(iw_opd_gamma=0.5).compute_advantages(rollout)
+    expected = torch.zeros(4, 4)
+    for i in range(4):
+        a = [float(teacher[i, t] - student[i, t]) if mask[i, t] else 0.0 for t in range(4)]
+        total = max(sum(abs(x) for x in a), 1e-8)
+        for t in range(4):
+            if mask[i, t]:
+                expected[i, t] = (1 + 0.5 * (1 - sum(abs(x) for x in a[:t]) / total)) * a[t]
+    torch.testing.assert_close(advantages, expected)
+    unweighted, _ = make_distill().compute_advantages(rollout)
+    torch.testing.assert_close(unweighted, (teacher - student) * mask)
+
+
 def test_the_loss_is_the_token_mean_of_the_whole_step_however_it_is_split():
     """TRL's distillation trainers average the loss over all of the step's tokens: micro-batches of 3 and 7 tokens
     give the gradient of one batch (bnpo, a mean of micro-batch means, would weight the 3 tokens 7/3 times more)."""

@@ -113,14 +113,19 @@ def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
         GRPOModule(model={"name_or_path": "m"}, reward=None, **settings)
 
 
-def test_a_jsd_beta_without_the_full_vocabulary_divergence_is_said_once():
+@pytest.mark.parametrize("settings, said", [
+    ({"beta": 1.0}, r"algo.beta=1.0 chooses the full-vocabulary divergence of algo.divergence=generalized_jsd, and "
+                    r"divergence=sampled_token: it does nothing"),
+    ({"divergence": "generalized_jsd", "iw_opd_gamma": 0.5},
+     r"algo.iw_opd_gamma=0.5 weights the sampled-token advantages, and algo.divergence=generalized_jsd has none"),
+])
+def test_a_distillation_setting_the_divergence_leaves_idle_is_said_once(settings, said):
     from lit_rlhf import DistillationModule
     from lit_rlhf.config.validation import _warned
 
     _warned.clear()
-    with pytest.warns(UserWarning, match=r"algo.beta=1.0 chooses the full-vocabulary divergence of algo.divergence="
-                                         r"generalized_jsd, and divergence=sampled_token: it does nothing"):
-        DistillationModule(model={"name_or_path": "m"}, reward=None, beta=1.0)
+    with pytest.warns(UserWarning, match=said):
+        DistillationModule(model={"name_or_path": "m"}, reward=None, **settings)
 
 
 def test_settings_that_act_are_not_said():
