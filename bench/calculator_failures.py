@@ -81,4 +81,4 @@ if __name__ == "__main__":
                      "first_validation": {"step": step, "exact_match": early}})
         lines.append(f"| {label} | {early:.1%} at RL step {step} | " + " | ".join(f"{shares[k]:.1%}" for k in KINDS)
                      + " |")
-    publish("calculator_failures", {"rows": rows}, lines, ["docs/distillation.md"], fingerprint=False)
+    publish("calculator_failures", {"rows": rows}, lines, ["docs/distillation.md"])

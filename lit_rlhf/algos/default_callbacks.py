@@ -11,11 +11,10 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 
+from lit_rlhf.display import ModelSummaryTable, RLStepsProgressBar
+
 
 def display_callbacks(trainer: L.Trainer | None) -> list[L.Callback]:
-    from lit_rlhf.callbacks.model_summary import ModelSummaryTable
-    from lit_rlhf.callbacks.progress import RLStepsProgressBar
-
     if trainer is None:
         return []
     replacements = []

@@ -1,5 +1,4 @@
-"""RLStepsProgressBar: Lightning's rich progress bar counting RL steps, with the score and the KL (a distillation's
-reverse KL); ProgressLines: the same as plain lines, for logs."""
+"""ProgressLines: RLStepsProgressBar's count (lit_rlhf.display) as plain lines, for logs."""
 
 from __future__ import annotations
 
@@ -7,43 +6,8 @@ import sys
 import time
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar
 
 from lit_rlhf.errors import ConfigError
-
-
-class RLStepsProgressBar(RichProgressBar):
-    """Lightning counts optimizer steps and epochs, neither of which an RLHF run has one of per RL step:
-    this bar shows RL steps done / requested (a resumed run starts where it stopped) and the last step's
-    score and KL (the `score` and `kl` progress-bar metrics of RLHFModule). only_on_terminal (default): drawn only
-    when stdout is a terminal; in a log file a bar is one frame printed at the end, after the run's reports, and
-    ProgressLines writes the progress there instead."""
-
-    def __init__(self, *args, only_on_terminal: bool = True, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.only_on_terminal = only_on_terminal
-
-    def setup(self, trainer: L.Trainer, module, stage: str) -> None:
-        super().setup(trainer, module, stage)
-        if self.only_on_terminal and not sys.stdout.isatty():
-            self.disable()
-
-    @property
-    def total_train_batches(self) -> int | float:
-        total = getattr(self.trainer.lightning_module, "total_rl_steps", lambda: None)()
-        return super().total_train_batches if total is None else total
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return f"{'RL steps':{len(self.validation_description)}}"
-
-    def on_train_epoch_start(self, trainer: L.Trainer, module) -> None:
-        super().on_train_epoch_start(trainer, module)
-        self._update(self.train_progress_bar_id, getattr(module, "rl_step", 0))
-
-    def on_train_batch_end(self, trainer: L.Trainer, module, outputs, batch, batch_idx: int) -> None:
-        super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
-        self._update(self.train_progress_bar_id, getattr(module, "rl_step", batch_idx + 1))
-        self.refresh()
 
 
 class ProgressLines(L.Callback):
