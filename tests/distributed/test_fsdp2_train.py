@@ -60,12 +60,13 @@ def rloo_runs(tmp_path_factory):
             for name, strategy in (("ddp", DDP), ("fsdp2", FSDP2))}
 
 
-def assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2):
+def assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2, atol=1e-4):
     """Same seeds, same prompts per rank: sampling on gathered weights draws the tokens DDP's replicas draw, and 3 RL
     steps end on the same weights (float32: the two sum the ranks' gradients in another order)."""
     assert ddp["trained"].keys() == fsdp2["trained"].keys() and ddp["trained"]
     for name, tensor in ddp["trained"].items():
-        torch.testing.assert_close(fsdp2["trained"][name], tensor, atol=1e-4, rtol=0, msg=name)
+        torch.testing.assert_close(fsdp2["trained"][name], tensor, atol=atol, rtol=0,
+                                   msg=lambda message, name=name: f"{name}: {message}")
     ddp_rows, fsdp2_rows = metric_rows(ddp_dir), metric_rows(fsdp2_dir)
     assert len(ddp_rows) == 3 and ddp_rows.keys() == fsdp2_rows.keys()
     for step, row in ddp_rows.items():  # what was sampled and how it scored
@@ -202,7 +203,10 @@ def test_distillation_under_fsdp2_shards_the_teacher_and_trains_as_under_ddp(tmp
     ddp_dir, fsdp2_dir = tmp_path / "ddp", tmp_path / "fsdp2"
     ddp = train(ddp_dir, *DDP, *distill, env=ONE_THREAD)
     fsdp2 = train(fsdp2_dir, *FSDP2, *distill, env=ONE_THREAD)
-    assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2)
+    # 2e-4: the teacher's sharded forward adds its own float32 order to the gradients' (most weights agree within
+    # 4e-5; two coordinates of near-zero gradient, which AdamW's normalization magnifies, differ by 1.1e-4; the
+    # scores of what was sampled are compared within 1e-6)
+    assert_fsdp2_trains_as_ddp_does(ddp_dir, ddp, fsdp2_dir, fsdp2, atol=2e-4)
     ddp_rows, fsdp2_rows = metric_rows(ddp_dir), metric_rows(fsdp2_dir)
     for step, row in ddp_rows.items():
         assert abs(float(row["distill/reverse_kl"])) > 0.01  # the teacher is not the student
