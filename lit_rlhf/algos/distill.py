@@ -72,7 +72,7 @@ class DistillationModule(RLHFModule):
                               "with the student's tokenizer> (in Python: DistillationModule(..., "
                               "teacher=CausalLMTeacher(name_or_path))); python train.py experiment=calculator_distill "
                               "runs with an embedded one (docs/distillation.md).")
-        if stage == "fit" and self.full_vocabulary and not hasattr(self.sampler.teacher, "model"):
+        if stage == "fit" and self.full_vocabulary and not hasattr(self.sampler.teacher, "model_on"):
             raise ConfigError(f"algo.divergence=generalized_jsd reads the teacher's whole next-token distribution, "
                               f"which a {type(self.sampler.teacher).__name__} does not give; use a loaded teacher "
                               f"(teacher=causal_lm) or algo.divergence=sampled_token.")
@@ -124,15 +124,15 @@ class DistillationModule(RLHFModule):
         queries, query_mask, responses, forward_mask = rollout.sequences(idx)
         inputs, length = sequence_inputs(queries, query_mask, responses, forward_mask), responses.shape[1]
         real = rollout.response_mask[idx].bool()  # M,R: the model's tokens (an episode's observations are not)
-        hidden = self.policy(**inputs, use_cache=False, logits_to_keep=1,
-                             output_hidden_states=True).hidden_states[-1][:, -(length + 1):-1][real]  # T,H
-        teacher = self.sampler.teacher.model
-        if next(teacher.parameters()).device != queries.device:
-            teacher.to(queries.device)
-        teacher.eval()
+
+        def predicting_states(model: torch.nn.Module) -> torch.Tensor:  # the last hidden states before them: T,H
+            out = model(**inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
+            return out.hidden_states[-1][:, -(length + 1):-1][real]
+
+        hidden = predicting_states(self.policy)  # T,H
+        teacher = self.sampler.teacher.model_on(queries.device)
         with torch.no_grad():
-            teacher_hidden = teacher(**inputs, use_cache=False, logits_to_keep=1,
-                                     output_hidden_states=True).hidden_states[-1][:, -(length + 1):-1][real]  # T,H
+            teacher_hidden = predicting_states(teacher)  # T,H
         teacher_head = teacher.get_output_embeddings()
         values = chunked_generalized_jsd(hidden, self.policy.get_output_embeddings(),
                                          lambda where: teacher_head(teacher_hidden[where]), responses[real],

@@ -72,13 +72,17 @@ class CausalLMTeacher:
                  response_mask: torch.Tensor, temperature: float, columns: dict[str, list] | None = None
                  ) -> torch.Tensor:
         """log p_teacher of each response token given what precedes it. -> (N,R), zero outside response_mask"""
+        return batched_logprobs(self.model_on(queries.device), queries, query_mask, responses, response_mask,
+                                temperature, self.forward_batch_size, self.logits_chunk_size, self.pad_token_id)
+
+    def model_on(self, device: torch.device) -> torch.nn.Module:
+        """The loaded model, on `device` and in eval mode, for a forward."""
         if self.model is None:
             raise ConfigError("the teacher was not loaded: a module loads it with the student (Sampler.attach).")
-        if next(self.model.parameters()).device != queries.device:
-            self.model.to(queries.device)
+        if next(self.model.parameters()).device != device:
+            self.model.to(device)
         self.model.eval()  # registered in the module under trainer=fsdp2, whose train() reaches it
-        return batched_logprobs(self.model, queries, query_mask, responses, response_mask, temperature,
-                                self.forward_batch_size, self.logits_chunk_size, self.pad_token_id)
+        return self.model
 
 
 def loaded_teachers(teacher: Any) -> list[CausalLMTeacher]:
