@@ -15,8 +15,10 @@ once, --processes), on bench/workload.py's work (8 prompts x 4 samples per step,
 AdamW, VADER reward), weights in --dtype (bfloat16), per shape and algorithm:
 - RLOO: bench/lit_step.py against the plain-PyTorch floor bench/floor.py and TRL's RLOOTrainer (bench/trl_step.py);
 - GRPO (dapo, beta 0.04): bench/lit_step.py --algo grpo against bench/grpo_floor.py and TRL's GRPOTrainer;
-- PPO: bench/lit_step.py --algo ppo (4 epochs; no floor or TRL row: TRL's PPOTrainer takes a reward model, not a
-  reward function).
+- PPO: bench/lit_step.py --algo ppo (4 epochs) against bench/ppo_floor.py (value head and GAE in a plain loop; no TRL
+  row: TRL's PPOTrainer takes a reward model, not a reward function).
+--suite extended measures other rows (bench/gpu_extended.py): long responses, distillation, PPO's floor, memory and
+eager settings, each with its sampling bound, into gpu_extended.{md,json}.
 "lit_rlhf" is the default (rollout.compile_mode=auto: the decoding step as CUDA graphs on CUDA), "lit_rlhf eager"
 plain generate() (rollout.compile_mode=null).
 Reported: episodes/s, generation tokens/s, peak allocated GPU memory and the phase holding it.
@@ -59,7 +61,8 @@ def implementations(algo: str, device: str = "cuda") -> dict[str, list[str]]:
     """The commands measured for `algo`; on a CPU the default engine is the eager one, which runs once."""
     lit = [sys.executable, "lit_step.py", "--algo", algo] + (["--beta", "0.04"] if algo == "grpo" else [])
     impls = {"floor": {"rloo": [sys.executable, "floor.py"],
-                       "grpo": [sys.executable, "grpo_floor.py", "--beta", "0.04"]}.get(algo),
+                       "grpo": [sys.executable, "grpo_floor.py", "--beta", "0.04"],
+                       "ppo": [sys.executable, "ppo_floor.py"]}.get(algo),
              "lit_rlhf": lit,
              "lit_rlhf eager": [*lit, "--compile-mode", "none"] if device == "cuda" else None}
     trl = trl_python()
@@ -109,9 +112,12 @@ def run_forked(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProc
                                            err.read_text() if err.exists() else "")
 
 
-def measure(command: list[str], shape: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
-    command = [*command, "--model", shape, "--dtype", args.dtype, "--steps", str(args.steps), "--warmup",
-               str(args.warmup), "--new-tokens", str(args.new_tokens)]
+def measure(command: list[str], shape: str, args: argparse.Namespace, env: dict[str, str], steps: int | None = None,
+            warmup: int | None = None, new_tokens: int | None = None) -> dict:
+    """One measurement: the command on `shape`, with the run's settings unless given. -> its JSON line, wall_s"""
+    steps, warmup = args.steps if steps is None else steps, args.warmup if warmup is None else warmup
+    command = [*command, "--model", shape, "--dtype", args.dtype, "--steps", str(steps), "--warmup", str(warmup),
+               "--new-tokens", str(args.new_tokens if new_tokens is None else new_tokens)]
     start = time.perf_counter()
     done = run_forked(command[1:], env) if args.forked and command[0] == sys.executable else None
     if done is not None and done.returncode != 0 and "forked subprocess" in done.stderr:
@@ -162,8 +168,8 @@ def table(data: dict) -> list[str]:
     return lines
 
 
-def results_path(out: Path | None) -> Path:
-    return (out or BENCH / "results") / "gpu_check.json"
+def results_path(out: Path | None, suite: str = "check") -> Path:
+    return (out or BENCH / "results") / ("gpu_check.json" if suite == "check" else "gpu_extended.json")
 
 
 def merged(previous: dict, new: dict) -> dict:
@@ -173,7 +179,7 @@ def merged(previous: dict, new: dict) -> dict:
         if previous.get(key) != new[key]:
             sys.exit(f"error: --merge joins runs of the same settings on the same GPU, but {key} was "
                      f"{previous.get(key)!r} and is {new[key]!r} now; rerun with the earlier one, or without --merge.")
-    key = lambda run: (run["shape"], run["algo"], run["impl"])  # noqa: E731
+    key = lambda run: (run["shape"], run["algo"], run["impl"], run.get("new_tokens"))  # noqa: E731
     fresh = {key(run): run for run in new["runs"]}
     runs = [fresh.pop(key(run), run) for run in previous["runs"]] + list(fresh.values())
     checks = previous["correctness"] if new["correctness"]["exit_code"] is None else new["correctness"]
@@ -198,8 +204,15 @@ def write(data: dict, out: Path | None) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--suite", default="check", choices=["check", "extended"],
+                        help="check: the grid of shapes x algorithms x implementations (gpu_check); extended: long "
+                             "responses, distillation, PPO's floor, memory and eager rows (gpu_extended, "
+                             "bench/gpu_extended.py)")
     parser.add_argument("--shapes", nargs="*", default=["pythia-160m", "pythia-1b"],
-                        help="none: the correctness pass alone (with --merge: added to the earlier results)")
+                        help="none: the correctness pass alone (with --merge: added to the earlier results); "
+                             "--suite extended: the small and the large shape")
+    parser.add_argument("--long-tokens", nargs="+", type=int, default=[1024, 256],
+                        help="--suite extended: the long responses' new tokens")
     parser.add_argument("--algos", nargs="+", default=["rloo", "grpo", "ppo"], choices=["rloo", "grpo", "ppo"])
     parser.add_argument("--impls", nargs="+", default=None,
                         help="measure only these implementations (e.g. one row again, with --merge); default: all")
@@ -236,9 +249,13 @@ def main() -> None:
     env = dict(os.environ)  # the fork server imports the libraries under it too
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the scripts take cuda when they see it
-    if args.merge and not results_path(args.out).exists():
-        sys.exit(f"error: --merge, but there are no earlier results at {results_path(args.out)}; run without --merge.")
-    previous = json.loads(results_path(args.out).read_text()) if args.merge else None
+    if args.suite == "extended" and len(args.shapes) != 2:
+        sys.exit(f"error: --suite extended takes two --shapes, the small and the large one, not {args.shapes}; "
+                 f"e.g. --shapes pythia-160m pythia-1b.")
+    earlier = results_path(args.out, args.suite)
+    if args.merge and not earlier.exists():
+        sys.exit(f"error: --merge, but there are no earlier results at {earlier}; run without --merge.")
+    previous = json.loads(earlier.read_text()) if args.merge else None
     start = time.perf_counter()
     data = {"device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
             "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "new_tokens": args.new_tokens,
@@ -247,6 +264,9 @@ def main() -> None:
                                                                              "lightning")}}
     def so_far() -> dict:  # this run's results, with --merge joined to the earlier ones
         return merged(previous, data) if args.merge else data
+
+    if args.suite == "extended":
+        return extended(args, env, data, so_far, start)
 
     known = {impl for algo in args.algos for impl in implementations(algo, args.device)}
     if args.impls and (unknown := sorted(set(args.impls) - known)):
@@ -277,6 +297,43 @@ def main() -> None:
                 print(json.dumps(data["runs"][-1]), flush=True)
     data["minutes"] = (time.perf_counter() - start) / 60
     print("\n".join(write(so_far(), args.out)))
+    if data["correctness"]["exit_code"] not in (None, 0):
+        sys.exit(f"the correctness pass failed: {data['correctness']['summary']}")
+
+
+def extended(args: argparse.Namespace, env: dict[str, str], data: dict, so_far, start: float) -> None:
+    """--suite extended: bench/gpu_extended.py's rows, each with its sampling bound; the correctness pass last, if
+    --max-minutes leaves time for it."""
+    sys.path[:0] = [str(BENCH), str(ROOT)]
+    import gpu_extended
+    import torch
+    import workload
+
+    small, large = args.shapes
+    device = torch.device(args.device)
+    data["bandwidth_gbs"] = gpu_extended.memory_bandwidth_gbs(device)
+    dtype_bytes = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
+    sizes = {shape: gpu_extended.model_bytes(workload.model_path(shape), dtype_bytes) for shape in (small, large)}
+    for row in gpu_extended.rows(small, large, args.new_tokens, args.long_tokens, trl_python()):
+        command = row.pop("command")
+        if args.impls and row["impl"] not in args.impls:
+            continue
+        row["bound_tokens_per_s"] = gpu_extended.decoding_bound(sizes[row["shape"]], row["new_tokens"],
+                                                                data["bandwidth_gbs"])
+        if (time.perf_counter() - start) / 60 > args.max_minutes:
+            row["result"] = {"error": f"not run: past --max-minutes {args.max_minutes:g}"}
+        else:
+            row["result"] = measure(command, row["shape"], args, env, row["steps"], row["warmup"], row["new_tokens"])
+        data["runs"].append(row)
+        data["minutes"] = (time.perf_counter() - start) / 60
+        gpu_extended.write(so_far(), args.out, BENCH)
+        print(json.dumps(row), flush=True)
+    if not args.skip_checks:
+        past = (time.perf_counter() - start) / 60 > args.max_minutes
+        data["correctness"] = ({"summary": f"not run (past --max-minutes {args.max_minutes:g})", "exit_code": None}
+                               if past else correctness(env))
+    data["minutes"] = (time.perf_counter() - start) / 60
+    print("\n".join(gpu_extended.write(so_far(), args.out, BENCH)))
     if data["correctness"]["exit_code"] not in (None, 0):
         sys.exit(f"the correctness pass failed: {data['correctness']['summary']}")
 

@@ -2,9 +2,12 @@
 
     python bench/lit_step.py --model tiny --steps 5 --warmup 1 [--algo ppo] [--rollout vllm]   # prints one JSON line
     python bench/lit_step.py --algo grpo --beta 0.04 [--full]     # GRPO (dapo) as bench/grpo_vs_trl.py runs it
+    python bench/lit_step.py --algo distill --model pythia-160m --teacher pythia-1b [--divergence generalized_jsd]
 
 Phases are timed by wrapping the module's own methods (its rollout engine's sample, reference_logprobs, score, the
-policy forwards and backward) and hooks on the optimizer step; "other" is the rest of the step.
+teacher's scoring, the policy forwards and backward) and hooks on the optimizer step; "other" is the rest of the step.
+Distillation also reports `teacher_s`, the teacher's forwards per step wherever they run (with
+divergence=generalized_jsd the update runs one more inside "policy forward/backward"), and `teacher_weights_mib`.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import lightning as L
 import torch
 import workload as W
 
-from lit_rlhf import GRPOModule, PPOModule, PromptDataModule, RLOOModule
+from lit_rlhf import DistillationModule, GRPOModule, PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.models import VaderSentiment
+from lit_rlhf.models.teacher import CausalLMTeacher
 from lit_rlhf.rollout import HFEngine, VLLMEngine
 
 PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward",
-          "sampler.score_components": "reward",
+          "sampler.score_components": "reward", "sampler.teacher_logprobs": "teacher forward",
           "old_logprobs_and_values": "policy forward/backward", "policy_forward_with_grad": "policy forward/backward",
           "minibatch_loss": "policy forward/backward", "manual_backward": "policy forward/backward",
           "clip_gradients": "optimizer"}
@@ -38,7 +42,10 @@ class StepTimer(L.Callback):
         self.step_times, self.cpu_times, self.phases, self.tokens = [], [], defaultdict(list), []
         self.timer, self.step_tokens = W.PhaseTimer(device), 0
         self.sync_times, self.first_step_s = [], None
+        self.teacher_times, self.teacher_seconds, self.teacher_start = [], 0.0, None
         for path, phase in PHASES.items():
+            if phase == "teacher forward" and module.sampler.teacher is None:
+                continue
             owner_path, _, method = path.rpartition(".")
             owner = getattr(module, owner_path) if owner_path else module
             setattr(owner, method, self.timed(getattr(owner, method), phase))
@@ -58,6 +65,21 @@ class StepTimer(L.Callback):
         optimizer = trainer.optimizers[0]  # hooks of the torch optimizer: every step, PPO's several included
         optimizer.register_step_pre_hook(lambda *_: self._optimizer_step_starts())
         optimizer.register_step_post_hook(lambda *_: self._optimizer_step_ends())
+        teacher = getattr(module.sampler, "teacher", None)
+        if teacher is not None:  # the teacher's forwards outside its scoring phase: the full-vocabulary loss's
+            teacher.model.register_forward_pre_hook(lambda *_: self._teacher_forward_starts())
+            teacher.model.register_forward_hook(lambda *_: self._teacher_forward_ends())
+
+    def _teacher_forward_starts(self):
+        if "teacher forward" not in W.OPEN_PHASES:  # that phase is timed as a whole
+            W.sync(self.device)
+            self.teacher_start = time.perf_counter()
+
+    def _teacher_forward_ends(self):
+        if self.teacher_start is not None:
+            W.sync(self.device)
+            self.teacher_seconds += time.perf_counter() - self.teacher_start
+            self.teacher_start = None
 
     def _optimizer_step_starts(self):
         W.sync(self.device)
@@ -69,7 +91,7 @@ class StepTimer(L.Callback):
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         W.sync(self.device)
-        self.timer, self.step_tokens = W.PhaseTimer(self.device), 0
+        self.timer, self.step_tokens, self.teacher_seconds = W.PhaseTimer(self.device), 0, 0.0
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -82,6 +104,7 @@ class StepTimer(L.Callback):
             self.step_times.append(time.perf_counter() - self.start)
             self.cpu_times.append(time.process_time() - self.cpu_start)
             self.tokens.append(self.step_tokens)
+            self.teacher_times.append(self.timer.seconds.get("teacher forward", 0.0) + self.teacher_seconds)
             for phase, seconds in self.timer.seconds.items():
                 self.phases[phase].append(seconds)
 
@@ -89,7 +112,10 @@ class StepTimer(L.Callback):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--algo", default="rloo", choices=["rloo", "ppo", "grpo"])
+    parser.add_argument("--algo", default="rloo", choices=["rloo", "ppo", "grpo", "distill"])
+    parser.add_argument("--teacher", default=None, help="distill: the teacher's shape (default: --model's)")
+    parser.add_argument("--divergence", default="sampled_token", choices=["sampled_token", "generalized_jsd"],
+                        help="distill: algo.divergence")
     parser.add_argument("--beta", type=float, default=0.04, help="grpo: the KL coefficient (0: no reference forward)")
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     parser.add_argument("--steps", type=int, default=5)
@@ -114,6 +140,8 @@ def main() -> None:
                              "CPU), none (plain generate()), or a torch.compile mode (e.g. default)")
     parser.add_argument("--no-merge-adapters", action="store_true",
                         help="ablation: sample with the LoRA adapters unmerged (rollout.merge_adapters=false)")
+    parser.add_argument("--merge-adapters", action="store_true",
+                        help="sample with the LoRA adapters merged in any dtype (rollout.merge_adapters=true)")
     args = parser.parse_args()
     memory_marks = {"after_imports": W.peak_rss_mib()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -133,12 +161,18 @@ def main() -> None:
         common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
     else:
         common["rollout_engine"] = HFEngine(compile_mode=None if args.compile_mode == "none" else args.compile_mode,
-                                            merge_adapters=False if args.no_merge_adapters else "auto")
+                                            merge_adapters=False if args.no_merge_adapters
+                                            else args.merge_adapters or "auto")
     if args.algo == "rloo":
         module = RLOOModule(rloo_k=W.SAMPLES_PER_PROMPT, **common)
     elif args.algo == "grpo":  # TRL's GRPOTrainer on the same work: no missing-EOS penalty, dapo, beta
         common.update(kl_coef=args.beta, missing_eos_penalty=None)
         module = GRPOModule(num_generations=W.SAMPLES_PER_PROMPT, loss_type="dapo", **common)
+    elif args.algo == "distill":  # the loaded teacher in the student's dtype, no task reward, no KL penalty
+        common.update(kl_coef=0.0, missing_eos_penalty=None)
+        teacher = CausalLMTeacher(W.model_path(args.teacher or args.model), dtype=args.dtype)
+        module = DistillationModule(samples_per_prompt=W.SAMPLES_PER_PROMPT, divergence=args.divergence,
+                                    teacher=teacher, **common)
     else:  # TRL's PPO defaults: 4 epochs over the rollout
         module = PPOModule(samples_per_prompt=W.SAMPLES_PER_PROMPT, num_ppo_epochs=4, **common)
     module.configure_model()
@@ -156,6 +190,11 @@ def main() -> None:
                       device, memory_marks)
     report.update(rollout=args.rollout, beta=args.beta if args.algo == "grpo" else None, full=args.full,
                   first_step_s=timer.first_step_s)
+    if args.algo == "distill":
+        report.update(teacher=args.teacher or args.model, divergence=args.divergence,
+                      teacher_s=sum(timer.teacher_times) / len(timer.teacher_times),
+                      teacher_weights_mib=sum(p.numel() * p.element_size()
+                                              for p in module.sampler.teacher.model.parameters()) / 2**20)
     if timer.sync_times:
         report["weight_sync_s"] = sorted(timer.sync_times)[len(timer.sync_times) // 2]
     print(json.dumps(report))

@@ -31,7 +31,7 @@ def test_the_cpu_path_measures_in_a_fork_of_its_server_and_writes_the_table(tmp_
 
 
 @pytest.mark.parametrize(("algo", "impl"), [("rloo", "lit_rlhf"), ("rloo", "floor"), ("ppo", "lit_rlhf"),
-                                           ("grpo", "lit_rlhf"), ("grpo", "floor")])
+                                           ("ppo", "floor"), ("grpo", "lit_rlhf"), ("grpo", "floor")])
 def test_each_implementation_does_the_stated_work(algo, impl):
     """The commands gpu.py runs, run in this process."""
     command = gpu_module().implementations(algo, "cpu")[impl]
@@ -95,3 +95,49 @@ def test_no_measurement_starts_past_max_minutes_and_merge_needs_earlier_results(
     runs = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]
     expected = len(gpu_module().implementations("rloo", "cpu"))  # the floor, lit_rlhf, and TRL where it is installed
     assert [run["result"] for run in runs] == [{"error": "not run: past --max-minutes 0"}] * expected
+
+
+def test_the_extended_suite_measures_distillation_with_the_teachers_share(tmp_path):
+    """One row of --suite extended (the full-vocabulary distillation row) through gpu.py: the teacher's time and
+    weights, and the sampling phase beside its bound."""
+    done = run_app("bench/gpu.py", "--device", "cpu", "--suite", "extended", "--shapes", "tiny", "tiny",
+                   "--long-tokens", "8", "--new-tokens", "8", "--impls", "lit_rlhf generalized_jsd", "--skip-checks",
+                   "--out", str(tmp_path), cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "gpu_extended.json").read_text())
+    [row] = data["runs"]
+    result = row["result"]
+    assert "error" not in result, result
+    assert row["algo"] == "distill" and row["teacher"] == "tiny" and result["divergence"] == "generalized_jsd"
+    assert 0 < result["teacher_s"] < result["step_s"] and result["teacher_weights_mib"] > 0
+    assert row["bound_tokens_per_s"] > 0 and data["bandwidth_gbs"] > 0
+    assert "of the step" in (tmp_path / "gpu_extended.md").read_text()
+
+
+def test_the_extended_suite_measures_the_long_responses_first(tmp_path):
+    done = run_app("bench/gpu.py", "--device", "cpu", "--suite", "extended", "--shapes", "tiny", "tiny",
+                   "--long-tokens", "16", "8", "--new-tokens", "4", "--max-minutes", "0", "--out", str(tmp_path),
+                   cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads((tmp_path / "gpu_extended.json").read_text())["runs"]
+    assert [(r["algo"], r["impl"], r["new_tokens"]) for r in runs[:3]] == [
+        ("grpo", "floor", 16), ("grpo", "lit_rlhf", 16), ("grpo", "floor", 8)]
+    assert ("ppo", "floor", 4) in {(r["algo"], r["impl"], r["new_tokens"]) for r in runs}
+    assert {r["result"]["error"] for r in runs} == {"not run: past --max-minutes 0"}
+    assert "not run (past --max-minutes 0)" in (tmp_path / "gpu_extended.md").read_text()
+
+
+def test_the_sampling_bound_is_the_bytes_a_decoding_step_reads_over_the_bandwidth():
+    extended = extended_module()
+    # 1 GB of weights, 1 kB of keys and values per cached token; 11 new tokens: a mean context of 5 + 5 tokens
+    sizes = {"weight_bytes": 1e9, "kv_bytes_per_token": 1e3}
+    assert extended.decoding_bound(sizes, 11, 100.0) == pytest.approx(32 / ((1e9 + 32 * 10 * 1e3) / 100e9))
+    tiny = extended.model_bytes(str(ROOT / "lit_rlhf" / "assets" / "tiny-pythia"), 2)
+    assert tiny["kv_bytes_per_token"] == 2 * 4 * 128 * 2  # keys and values x 4 layers x 128 wide x bf16
+
+
+def extended_module():
+    spec = importlib.util.spec_from_file_location("bench_gpu_extended", ROOT / "bench" / "gpu_extended.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -8,7 +8,9 @@ On a large vocabulary the search has two levels, so that nothing of vocabulary s
 float64 (those N x V float64 buffers, allocated at every decoding step, were most of the draw's time): first the
 block of BLOCK consecutive tokens whose cumulative mass reaches the target, then the token inside that block. The
 blocks' masses and the chosen block's entries are cumulated in float64, so every positive probability keeps its
-interval. Up to ONE_LEVEL_MAX entries one float64 cumulation over the vocabulary is the cheaper search.
+interval. Up to ONE_LEVEL_MAX entries one float64 cumulation over the vocabulary is the cheaper search, and on a GPU
+always: there the N x V float64 buffer costs microseconds, while the second level's operations (about 30 a step) are
+each a kernel launched from Python, which is what an eager decoding step on a GPU is bound by.
 generate() has no hook for its sampler; `InverseCDFSampler` is the last logits processor of a greedy generate():
 it draws the token and leaves it the only finite score, which the greedy step then takes.
 
@@ -40,7 +42,7 @@ def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None, finite: torch
     where they are not finite, so that a decoding step reads nothing back to the host (the caller checks it once;
     such a row's token is then some valid id, never used).
     generator: where the uniform numbers come from (None: torch's default generator)."""
-    one_level = probs.numel() <= ONE_LEVEL_MAX
+    one_level = searches_in_one_level(probs)
     masses = (probs if one_level else block_masses(probs)).double()  # N,V or N,B
     cumulative = masses.cumsum(-1)  # non-decreasing
     total = cumulative[:, -1:]  # N,1  1 up to rounding
@@ -58,6 +60,11 @@ def draw(probs: torch.Tensor, uniform: torch.Tensor | None = None, finite: torch
     if one_level:
         return found.squeeze(-1)
     return token_in_block(probs, masses, cumulative, found, target)
+
+
+def searches_in_one_level(probs: torch.Tensor) -> bool:
+    """Whether the draw cumulates the whole vocabulary at once: on a GPU, or up to ONE_LEVEL_MAX entries."""
+    return probs.device.type == "cuda" or probs.numel() <= ONE_LEVEL_MAX
 
 
 def token_in_block(probs: torch.Tensor, masses: torch.Tensor, cumulative: torch.Tensor, block: torch.Tensor,

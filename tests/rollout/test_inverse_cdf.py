@@ -166,3 +166,13 @@ def test_an_unknown_sampler_and_non_finite_logits_are_one_line():
         module.policy.get_output_embeddings().weight.fill_(float("nan"))
     with pytest.raises(ConfigError, match="logits are not finite"):
         sample(module, HFEngine(), seed=0)
+
+
+def test_a_gpu_draw_searches_in_one_level_whatever_the_vocabulary():
+    """On a GPU the second level's operations (each a kernel launch) cost more than the N x V float64 buffer."""
+    from types import SimpleNamespace
+
+    big = 32 * 50304
+    assert inverse_cdf.searches_in_one_level(SimpleNamespace(device=torch.device("cuda"), numel=lambda: big))
+    assert not inverse_cdf.searches_in_one_level(SimpleNamespace(device=torch.device("cpu"), numel=lambda: big))
+    assert inverse_cdf.searches_in_one_level(torch.zeros(2, 100))
