@@ -73,6 +73,9 @@ def step_arguments() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--new-tokens", type=int, default=W.NEW_TOKENS)
     parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
+    parser.add_argument("--warmup-new-tokens", type=int, default=None,
+                        help="new tokens of the warm-up steps (default: --new-tokens); a plain loop compiles nothing, "
+                             "so a short warm-up initializes what a long one would")
     return parser
 
 
@@ -130,7 +133,10 @@ def backward_and_step(loss: torch.Tensor, trainable: list, optimizer, timer: W.P
 def measure_steps(one_step, args, device: torch.device, memory_marks: dict, impl: str, algo: str) -> dict:
     """Run args.warmup + args.steps steps of one_step(step, timer) -> response tokens; report the measured ones."""
     step_times, cpu_times, phases, tokens = [], [], defaultdict(list), []
+    new_tokens = args.new_tokens
     for step in range(args.warmup + args.steps):
+        warming_up = step < args.warmup and args.warmup_new_tokens is not None
+        args.new_tokens = args.warmup_new_tokens if warming_up else new_tokens  # what one_step samples
         timer = W.PhaseTimer(device)
         start, cpu_start = time.perf_counter(), time.process_time()
         response_tokens = one_step(step, timer)

@@ -2,13 +2,13 @@
 in the order they are measured, the most wanted first (a run stopped by --max-minutes keeps those).
 
 1. long responses (GRPO at the large shape, --long-tokens: 1024 then 256 new tokens): the default engine against the
-   floor, then eager and TRL;
+   floor (whose warm-up step samples --new-tokens: a plain loop has nothing to compile);
 2. distillation: the small shape as the student of a loaded teacher of the large shape, the sampled-token loss and the
    full-vocabulary one (algo.divergence=generalized_jsd), with the teacher's share of the step's time and memory;
 3. PPO against its floor (bench/ppo_floor.py: value head and GAE in a plain loop);
 4. memory and eager sampling at --new-tokens (RLOO, each shape): the floor, the default, the default with the update's
    logits recomputed (algo.logits_budget_mib=null), TRL, eager, and eager with the adapters merged;
-5. what is left at the long lengths: eager and TRL at 1024 tokens, RLOO at 256.
+5. what is left at the long lengths: eager and TRL at 256 and 1024 tokens, RLOO at 256.
 
 Each row also gets the sampling phase's generated tokens/s beside its bound on that GPU: a decoding step reads the
 weights (but the input embedding) and the KV cache of every sequence so far, so at best
@@ -52,17 +52,19 @@ def rows(small: str, large: str, new_tokens: int, long_tokens: list[int], trl: s
     distillation)."""
     out = []
 
-    def add(shape, algo, impls, tokens, steps, warmup=1, **extra):
+    def add(shape, algo, impls, tokens, steps, warmup=1):
         available = commands(algo, trl)
         for impl in impls:
             if impl in available:
+                command = available[impl]
+                if impl == "floor" and tokens > new_tokens:  # its warm-up at the short length: nothing to compile
+                    command = [*command, "--warmup-new-tokens", str(new_tokens)]
                 out.append({"shape": shape, "algo": algo, "impl": impl, "new_tokens": tokens, "steps": steps,
-                            "warmup": warmup, "command": available[impl], **extra})
+                            "warmup": warmup, "command": command})
 
     longest, *shorter = sorted(long_tokens, reverse=True)
-    add(large, "grpo", ["floor", "lit_rlhf"], longest, steps=1)
-    for tokens in shorter:
-        add(large, "grpo", ["floor", "lit_rlhf", "lit_rlhf eager", "trl"], tokens, steps=1)
+    for tokens in (longest, *shorter):
+        add(large, "grpo", ["floor", "lit_rlhf"], tokens, steps=1)
     for divergence in ("sampled_token", "generalized_jsd"):
         out.append({"shape": small, "algo": "distill", "impl": f"lit_rlhf {divergence}", "new_tokens": new_tokens,
                     "steps": 3, "warmup": 1, "teacher": large,
@@ -71,7 +73,8 @@ def rows(small: str, large: str, new_tokens: int, long_tokens: list[int], trl: s
     every = ["floor", "lit_rlhf", "lit_rlhf logits recomputed", "trl", "lit_rlhf eager", "lit_rlhf eager merged"]
     for shape in dict.fromkeys([large, small]):
         add(shape, "rloo", every, new_tokens, steps=3)
-    add(large, "grpo", ["lit_rlhf eager", "trl"], longest, steps=1)
+    for tokens in (*shorter, longest):
+        add(large, "grpo", ["lit_rlhf eager", "trl"], tokens, steps=1)
     for tokens in shorter:
         add(large, "rloo", ["floor", "lit_rlhf"], tokens, steps=1)
     return out

@@ -120,8 +120,8 @@ def test_the_extended_suite_measures_the_long_responses_first(tmp_path):
                    cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = json.loads((tmp_path / "gpu_extended.json").read_text())["runs"]
-    assert [(r["algo"], r["impl"], r["new_tokens"]) for r in runs[:3]] == [
-        ("grpo", "floor", 16), ("grpo", "lit_rlhf", 16), ("grpo", "floor", 8)]
+    assert [(r["algo"], r["impl"], r["new_tokens"]) for r in runs[:4]] == [
+        ("grpo", "floor", 16), ("grpo", "lit_rlhf", 16), ("grpo", "floor", 8), ("grpo", "lit_rlhf", 8)]
     assert ("ppo", "floor", 4) in {(r["algo"], r["impl"], r["new_tokens"]) for r in runs}
     assert {r["result"]["error"] for r in runs} == {"not run: past --max-minutes 0"}
     assert "not run (past --max-minutes 0)" in (tmp_path / "gpu_extended.md").read_text()
