@@ -100,8 +100,9 @@ def main() -> None:
     for name, result in results.items():
         extra = Counter(result["by_op"])
         extra.subtract(floor_ops)
-        added = ", ".join(f"{op} {n:+.0f}" for op, n in sorted(extra.items(), key=lambda kv: -abs(kv[1]))
-                          if abs(n) >= 0.5)[:300]
+        changed = [f"{op} {n:+.0f}" for op, n in sorted(extra.items(), key=lambda kv: (-abs(kv[1]), kv[0]))
+                   if abs(n) >= 0.5]
+        added = ", ".join(changed[:10]) + (f", {len(changed) - 10} more" if len(changed) > 10 else "")
         lines.append(f"| {name} | {result['ops_per_step']:.0f} | "
                      f"{result['ops_per_step'] - results[next(iter(results))]['ops_per_step']:+.0f} | {added} |")
     from results_blocks import publish

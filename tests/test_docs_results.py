@@ -32,9 +32,9 @@ def load_fingerprint_module():
 # results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
 # must leave this set)
 NOT_YET_FINGERPRINTED: set[str] = set()
-# measured on the device; the test suite's own timings; a loss beside TRL's on fixed logits and the embedded model's
-# output-layer geometry (no training run of lit_rlhf's behind them)
-NO_FINGERPRINT = {"gpu_check", "test_suite", "gkd_loss_vs_trl", "tool_name_ceiling"}
+# measured on the device; the test suite's own timings; operations counted per decoding step; a loss beside TRL's on
+# fixed logits and the embedded model's output-layer geometry (no training run of lit_rlhf's behind them)
+NO_FINGERPRINT = {"gpu_check", "test_suite", "gkd_loss_vs_trl", "tool_name_ceiling", "decode_ops"}
 
 
 def test_every_results_file_was_made_by_the_code_and_the_benchmark_script_of_today(tmp_path):
