@@ -10,7 +10,9 @@ added to every token, and a per-token KL penalty to the reference with algo.kl_c
 
 With algo.divergence=generalized_jsd the teacher's signal is instead the divergence of the two next-token
 distributions over the whole vocabulary at every sampled position (TRL GKDTrainer's generalized_jsd_loss, algo.beta),
-added to the loss; the policy loss then carries only the task reward's and the KL penalty's advantages.
+added to the loss; the policy loss then carries only the task reward's and the KL penalty's advantages. A served
+teacher with teacher.top_logprobs K gives its K most likely tokens instead of the whole distribution: the
+divergence is then over those K tokens and "any other token" (lit_rlhf.ops.divergence.top_k_generalized_jsd).
 
 Shapes: B prompts per rank, K = samples_per_prompt, N = B*K sequences, R response length.
 """
@@ -72,10 +74,14 @@ class DistillationModule(RLHFModule):
                               "with the student's tokenizer> (in Python: DistillationModule(..., "
                               "teacher=CausalLMTeacher(name_or_path))); python train.py experiment=calculator_distill "
                               "runs with an embedded one (docs/distillation.md).")
-        if stage == "fit" and self.full_vocabulary and not hasattr(self.sampler.teacher, "model_on"):
-            raise ConfigError(f"algo.divergence=generalized_jsd reads the teacher's whole next-token distribution, "
-                              f"which a {type(self.sampler.teacher).__name__} does not give; use a loaded teacher "
-                              f"(teacher=causal_lm) or algo.divergence=sampled_token.")
+        teacher = self.sampler.teacher
+        if stage == "fit" and self.full_vocabulary and not (hasattr(teacher, "model_on")
+                                                             or getattr(teacher, "top_logprobs", None)):
+            hint = (" or set teacher.top_logprobs (its most likely tokens per position)"
+                    if hasattr(teacher, "top_logprobs") else "")
+            raise ConfigError(f"algo.divergence=generalized_jsd reads the teacher's next-token distribution, which a "
+                              f"{type(teacher).__name__} does not give{' as set' if hint else ''}; use a loaded "
+                              f"teacher (teacher=causal_lm){hint}, or algo.divergence=sampled_token.")
         super().setup(stage)
 
     @property
@@ -130,14 +136,19 @@ class DistillationModule(RLHFModule):
             return out.hidden_states[-1][:, -(length + 1):-1][real]
 
         hidden = predicting_states(self.policy)  # T,H
-        teacher = self.sampler.teacher.model_on(queries.device)
-        with torch.no_grad():
-            teacher_hidden = predicting_states(teacher)  # T,H
-        teacher_head = teacher.get_output_embeddings()
-        values = chunked_generalized_jsd(hidden, self.policy.get_output_embeddings(),
-                                         lambda where: teacher_head(teacher_hidden[where]), responses[real],
+        if rollout.teacher_top_ids is not None:  # a served teacher's most likely tokens, scored in the draw
+            top_ids, top_logprobs = rollout.teacher_top_ids[idx][real], rollout.teacher_top_logprobs[idx][real]
+            teacher_of = lambda where: (top_ids[where], top_logprobs[where])  # noqa: E731  T,K each
+        else:
+            teacher = self.sampler.teacher.model_on(queries.device)
+            with torch.no_grad():
+                teacher_hidden = predicting_states(teacher)  # T,H
+            teacher_head = teacher.get_output_embeddings()
+            teacher_of = lambda where: teacher_head(teacher_hidden[where])  # noqa: E731
+        values = chunked_generalized_jsd(hidden, self.policy.get_output_embeddings(), teacher_of, responses[real],
                                          self.hparams.beta, self.hparams.temperature,
-                                         self.hparams.logits_chunk_size or FULL_VOCABULARY_CHUNK)  # T each
+                                         self.hparams.logits_chunk_size or FULL_VOCABULARY_CHUNK,
+                                         top_k=rollout.teacher_top_ids is not None)  # T each
         return tuple(value.new_zeros(real.shape).masked_scatter(real, value) for value in values)
 
     def nonfinite_cause(self, rollout: Rollout) -> str | None:

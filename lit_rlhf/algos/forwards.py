@@ -123,7 +123,9 @@ class RolloutForwards:
                        reward_components=components, columns=drawn.columns, context_mask=samples.context_mask,
                        conversations=drawn.conversations, policy_version=drawn.version,
                        trainer_logprobs=trainer_logprobs, gold_scores=drawn.gold,
-                       teacher_logprobs=drawn.teacher_logprobs)
+                       teacher_logprobs=drawn.teacher_logprobs,
+                       **({} if drawn.teacher_top is None else dict(zip(("teacher_top_ids", "teacher_top_logprobs"),
+                                                                         drawn.teacher_top, strict=True))))
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""

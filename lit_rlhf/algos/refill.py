@@ -24,7 +24,8 @@ PADDING = {"queries": ("left", "pad"), "query_mask": ("left", 0), "responses": (
            "response_mask": ("right", False), "context_mask": ("right", False), "logprobs": ("right", 0.0),
            "ref_logprobs": ("right", 0.0), "values": ("right", 0.0), "returns": ("right", 0.0),
            "sampler_logprobs": ("right", 0.0), "is_weights": ("right", 0.0), "trainer_logprobs": ("right", 0.0),
-           "teacher_logprobs": ("right", 0.0)}
+           "teacher_logprobs": ("right", 0.0), "teacher_top_ids": ("right", 0),
+           "teacher_top_logprobs": ("right", float("-inf"))}
 
 
 def refill_prompt_indices(num_prompts: int, count: int, seed: int, rl_step: int, round_: int,
@@ -34,10 +35,12 @@ def refill_prompt_indices(num_prompts: int, count: int, seed: int, rl_step: int,
 
 
 def pad_to(tensor: torch.Tensor, width: int, side: str, value: Any) -> torch.Tensor:
+    """Pads dimension 1 (the tokens) of an (N,R,...) tensor to width."""
     missing = width - tensor.shape[1]
     if missing == 0:
         return tensor
-    return F.pad(tensor, (missing, 0) if side == "left" else (0, missing), value=value)
+    trailing = (0, 0) * (tensor.dim() - 2)  # F.pad's pairs run from the last dimension
+    return F.pad(tensor, (*trailing, *((missing, 0) if side == "left" else (0, missing))), value=value)
 
 
 def concat_rollouts(rollouts: list[Rollout], pad_id: int) -> Rollout:

@@ -47,6 +47,10 @@ class Rollout:
     trainer_logprobs: torch.Tensor | None = None  # N,R
     gold_scores: torch.Tensor | None = None  # N  the gold reward's (a Sampler with a gold reward), never trained on
     teacher_logprobs: torch.Tensor | None = None  # N,R  the teacher's, zero off the model's tokens (distillation)
+    # a served teacher's most likely tokens at each model token (teacher.top_logprobs): ids, and logprobs (-inf:
+    # padding), N,R,K
+    teacher_top_ids: torch.Tensor | None = None
+    teacher_top_logprobs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.responses.shape[0]

@@ -5,8 +5,11 @@
     -> {"choices": [{"index": i, "logprobs": {"token_logprobs": [null, float, ...]}}]}
 
 token_logprobs holds the logprob of each given token after the ones before it (the first has none), so a server that
-returns only the top-k alternatives still gives every sampled token's own logprob. Requests, timeouts, retries and
-auth follow HTTPService's rules (lit_rlhf.remote.http), as reward=http's do.
+returns only the top-k alternatives still gives every sampled token's own logprob. With top_logprobs: K (for
+algo.divergence=generalized_jsd) the request asks for the K most likely tokens at every position, as ids
+(`"logprobs": K, "return_tokens_as_token_ids": true`: vLLM's top_logprobs entries {"token_id:<id>": logprob}); a
+server answers K of them, K + 1 where the sampled token is not among them. Requests, timeouts, retries and auth
+follow HTTPService's rules (lit_rlhf.remote.http), as reward=http's do.
 """
 
 from __future__ import annotations
@@ -38,11 +41,18 @@ class ServedTeacher(HTTPService):
     url_example = "http://127.0.0.1:8000 (vllm serve <teacher> starts one)"
 
     def __init__(self, url: str, model: str | None = None, batch_size: int = 16, max_concurrency: int = 4,
-                 timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5, auth_env: str | None = None):
+                 timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5, auth_env: str | None = None,
+                 top_logprobs: int | None = None):
         url = url.rstrip("/").removesuffix("/v1") if isinstance(url, str) else url
         super().__init__(url, batch_size, max_concurrency, timeout_s, retries, backoff_s, auth_env)
-        self.model = model
+        if top_logprobs is not None and (not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool)
+                                         or top_logprobs < 1):
+            raise ConfigError(f"teacher.top_logprobs={top_logprobs!r} must be a whole number >= 1 (the teacher's "
+                              f"most likely tokens per position; vLLM serves up to its --max-logprobs, 20 by "
+                              f"default), or null.")
+        self.model, self.top_logprobs = model, top_logprobs
         self.served_model: str | None = None
+        self.vocabulary_size: int | None = None
 
     def load(self, tokenizer: Any) -> None:
         """Before training: the server is up, serves the model, and reads token ids as the student's tokenizer
@@ -61,6 +71,7 @@ class ServedTeacher(HTTPService):
                               f"{shown(served)}); set teacher.model to one of them.")
         self.served_model = self.model if self.model is not None else str(served[0])
         self.check_vocabulary(tokenizer, where)
+        self.vocabulary_size = len(tokenizer)
 
     def check_vocabulary(self, tokenizer: Any, where: str) -> None:
         """The server tokenizes a probe (the student's special tokens and mixed text) into the student's ids. The
@@ -96,6 +107,13 @@ class ServedTeacher(HTTPService):
                  response_mask: torch.Tensor, temperature: float, columns: dict[str, list] | None = None
                  ) -> torch.Tensor:
         """log p_teacher of each response token given what precedes it. -> (N,R), zero outside response_mask"""
+        return self.scores(queries, query_mask, responses, response_mask, temperature, columns)[0]
+
+    def scores(self, queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor,
+               response_mask: torch.Tensor, temperature: float, columns: dict[str, list] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The logprobs of the response tokens (N,R, zero outside response_mask) and, with top_logprobs K, the
+        teacher's most likely tokens at each of them: ids and logprobs (N,R,K+1; padding: id 0, logprob -inf)."""
         self.check_temperature(temperature)
         if self.served_model is None:
             raise ConfigError("the teacher was not loaded: a module loads it with the student (Sampler.attach).")
@@ -103,18 +121,32 @@ class ServedTeacher(HTTPService):
         rows = [i for i, length in enumerate(lengths) if length]
         prompts = [queries[i][query_mask[i].bool()].tolist() for i in rows]
         scored = [responses[i, :lengths[i]].tolist() for i in rows]
+        top = self.top_logprobs
 
-        def answer(where: str, start: int, end: int) -> list[list[float]]:
+        def answer(where: str, start: int, end: int) -> list[tuple[list[float], list[dict[int, float]] | None]]:
             payload = {"model": self.served_model,
                        "prompt": [p + s for p, s in zip(prompts[start:end], scored[start:end], strict=True)],
-                       "max_tokens": 0, "echo": True, "logprobs": 0, "temperature": 1.0}
+                       "max_tokens": 0, "echo": True, "logprobs": top or 0, "temperature": 1.0,
+                       **({"return_tokens_as_token_ids": True} if top else {})}
             body = self.request("POST", "/v1/completions", payload, where)
-            return parse_token_logprobs(body, prompts[start:end], scored[start:end], where)
+            values = parse_token_logprobs(body, prompts[start:end], scored[start:end], where)
+            tops = (parse_top_logprobs(body, prompts[start:end], scored[start:end], top, self.vocabulary_size, where)
+                    if top else [None] * len(values))
+            return list(zip(values, tops, strict=True))
 
         out = torch.zeros(responses.shape, dtype=torch.float32)  # N,R
-        for i, values in zip(rows, self.in_batches(len(rows), answer, "sequences"), strict=True):
+        top_ids = torch.zeros((*responses.shape, top + 1), dtype=torch.long) if top else None  # N,R,K+1
+        top_values = torch.full((*responses.shape, top + 1), float("-inf")) if top else None  # N,R,K+1
+        for i, (values, tops) in zip(rows, self.in_batches(len(rows), answer, "sequences"), strict=True):
             out[i, :len(values)] = torch.tensor(values, dtype=torch.float32)
-        return out.to(responses.device) * response_mask
+            for t, alternatives in enumerate(tops or []):
+                top_ids[i, t, :len(alternatives)] = torch.tensor(list(alternatives))
+                top_values[i, t, :len(alternatives)] = torch.tensor(list(alternatives.values()))
+        device, mask = responses.device, response_mask.bool()
+        if top:
+            top_ids = top_ids.to(device).masked_fill(~mask[..., None], 0)
+            top_values = top_values.to(device).masked_fill(~mask[..., None], float("-inf"))
+        return out.to(device) * response_mask, top_ids, top_values
 
 
 def parse_token_logprobs(body: Any, prompts: list[list[int]], scored: list[list[int]], where: str
@@ -147,3 +179,43 @@ def parse_token_logprobs(body: Any, prompts: list[list[int]], scored: list[list[
                                       f"logprob of a sampled token must be a finite number <= 0.")
         out.append([float(v) for v in mine])
     return out
+
+
+def parse_top_logprobs(body: dict, prompts: list[list[int]], scored: list[list[int]], k: int, vocabulary_size: int,
+                       where: str) -> list[list[dict[int, float]]]:
+    """Each sequence's most likely tokens at each of its `scored` positions, {id: logprob}, from a completions answer
+    already checked by parse_token_logprobs; or TeacherServiceError naming `where`."""
+    choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+    out = []
+    for number, (choice, prompt, tokens) in enumerate(zip(choices, prompts, scored, strict=True)):
+        entries = choice["logprobs"].get("top_logprobs")
+        total = len(prompt) + len(tokens)
+        if not isinstance(entries, list) or len(entries) < total:
+            raise TeacherServiceError(f"{where} answered sequence {number} without the top logprobs of every token "
+                                      f"(choices[].logprobs.top_logprobs); teacher.top_logprobs={k} needs a server "
+                                      f"that returns them (vllm serve <teacher> --max-logprobs {max(k, 20)}).")
+        positions = []
+        for entry in entries[len(prompt):total]:
+            parsed = parse_alternatives(entry, vocabulary_size)
+            if parsed is None or not k <= len(parsed) <= k + 1:
+                raise TeacherServiceError(
+                    f"{where} answered {shown(entry)} as the top logprobs of a token of sequence {number}; with "
+                    f"teacher.top_logprobs={k} each is {k} or {k + 1} entries {{\"token_id:<id>\": logprob <= 0}} "
+                    f"with ids of the student's vocabulary (vLLM with return_tokens_as_token_ids).")
+            positions.append(parsed)
+        out.append(positions)
+    return out
+
+
+def parse_alternatives(entry: Any, vocabulary_size: int) -> dict[int, float] | None:
+    """{"token_id:5": -0.1, ...} -> {5: -0.1, ...}, or None where an entry is not that."""
+    if not isinstance(entry, dict):
+        return None
+    parsed = {}
+    for key, value in entry.items():
+        number = key.removeprefix("token_id:") if isinstance(key, str) and key.startswith("token_id:") else ""
+        if not (number.isascii() and number.isdigit()) or int(number) >= vocabulary_size or isinstance(value, bool) \
+                or not isinstance(value, (int, float)) or not math.isfinite(value) or value > 1e-6:
+            return None
+        parsed[int(number)] = float(value)
+    return parsed

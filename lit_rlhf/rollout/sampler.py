@@ -63,6 +63,8 @@ class Drawn:
     version: int | None = None  # async mode: the policy version (RL steps trained) whose weights sampled it
     gold: torch.Tensor | None = None  # N  the gold reward's scores (Sampler.gold), never trained on
     teacher_logprobs: torch.Tensor | None = None  # N,R  the teacher's (Sampler.teacher), zero off the model's tokens
+    # a served teacher's most likely tokens at each model token (teacher.top_logprobs): ids and logprobs, N,R,K
+    teacher_top: tuple[torch.Tensor, torch.Tensor] | None = None
     staleness: int = 0  # async mode: versions between those weights and the ones it is trained at
 
 
@@ -162,19 +164,31 @@ class Sampler:
             columns.update(episode_columns(self.environment, samples.episodes, final_turns))
         scored = self.start_scoring(prompts, completions, columns, timings)  # a waiting reward overlaps
         gold = None if self.gold is None else call_checked("gold", self.gold, prompts, completions, columns)  # N
+        teacher_logprobs, teacher_top = self.teacher_logprobs(samples, columns)
         return Drawn(samples, prompts, completions, columns, conversations, has_stop, scored, gold=gold,
-                     teacher_logprobs=self.teacher_logprobs(samples, columns))
+                     teacher_logprobs=teacher_logprobs, teacher_top=teacher_top)
 
     @torch.no_grad()
-    def teacher_logprobs(self, samples: Samples, columns: dict[str, list]) -> torch.Tensor | None:
+    def teacher_logprobs(self, samples: Samples, columns: dict[str, list]
+                         ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
         """The teacher's logprob of every token the model sampled (observation tokens of an episode are context:
-        read, never scored), at the sampling temperature. -> (N,R), or None without a teacher"""
+        read, never scored), at the sampling temperature, and a teacher's most likely tokens there where it gives
+        them (teacher.top_logprobs). -> (N,R) or None without a teacher; (ids, logprobs) (N,R,K) or None"""
         if self.teacher is None:
-            return None
+            return None, None
+        arguments = (samples.queries, samples.query_mask, samples.responses, samples.forward_mask,
+                     self.context.settings.temperature, columns)
         with abandonable("the teacher"):  # a served teacher that never answers must not outlast SIGTERM
-            logprobs = self.teacher.logprobs(samples.queries, samples.query_mask, samples.responses,
-                                             samples.forward_mask, self.context.settings.temperature, columns)  # N,R
-        return logprobs.to(samples.responses.device) * samples.response_mask
+            if getattr(self.teacher, "top_logprobs", None):
+                logprobs, top_ids, top_logprobs = self.teacher.scores(*arguments)  # N,R ; N,R,K ; N,R,K
+            else:
+                logprobs, top_ids = self.teacher.logprobs(*arguments), None  # N,R
+        device, model_tokens = samples.responses.device, samples.response_mask
+        top = None
+        if top_ids is not None:  # observation tokens of an episode: padding (id 0, -inf)
+            off = ~model_tokens.bool()[..., None].to(device)
+            top = (top_ids.to(device).masked_fill(off, 0), top_logprobs.to(device).masked_fill(off, float("-inf")))
+        return logprobs.to(device) * model_tokens, top
 
     # ---- scoring ------------------------------------------------------------------------------
     def start_scoring(self, prompts: list[str], completions: list[str], columns: dict[str, list],

@@ -16,6 +16,7 @@ from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import VaderSentiment
 from lit_rlhf.models.teacher import CausalLMTeacher, RoutedTeachers
+from lit_rlhf.remote.teacher import ServedTeacher
 from lit_rlhf.rollout.engine import Samples
 from tests.apps import ROOT, run_app
 from tests.conftest import LORA, TINY_PYTHIA, make_datamodule
@@ -163,7 +164,7 @@ def test_observation_tokens_of_an_episode_are_read_by_the_teacher_but_never_scor
     samples = Samples(queries=torch.zeros(1, 2, dtype=torch.long), query_mask=torch.ones(1, 2, dtype=torch.long),
                       responses=torch.zeros(1, 6, dtype=torch.long), response_mask=response_mask,
                       prompt_index=torch.zeros(1, dtype=torch.long), context_mask=context_mask)
-    assert module.sampler.teacher_logprobs(samples, {}).tolist() == [[-1.0, -1.0, 0.0, 0.0, -1.0, 0.0]]
+    assert module.sampler.teacher_logprobs(samples, {})[0].tolist() == [[-1.0, -1.0, 0.0, 0.0, -1.0, 0.0]]
 
 
 def test_routed_teachers_score_each_row_with_its_own_and_say_which_value_has_none():
@@ -355,8 +356,13 @@ def test_the_full_vocabulary_loss_needs_a_teacher_that_gives_its_distribution():
     module = make_distill(teacher=ConstantTeacher(-1.0), divergence="generalized_jsd")
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu")
-    with pytest.raises(ConfigError, match="algo.divergence=generalized_jsd reads the teacher's whole next-token "
-                                          "distribution, which a ConstantTeacher does not give"):
+    with pytest.raises(ConfigError, match="algo.divergence=generalized_jsd reads the teacher's next-token "
+                                          "distribution, which a ConstantTeacher does not give; use a loaded"):
         trainer.fit(module, make_datamodule())
+    served = make_distill(teacher=ServedTeacher("http://127.0.0.1:9"), divergence="generalized_jsd",
+                          temperature=1.0)
+    with pytest.raises(ConfigError, match=r"which a ServedTeacher does not give as set; .* or set "
+                                          r"teacher.top_logprobs"):
+        trainer.fit(served, make_datamodule())
     with pytest.raises(ConfigError, match=r"algo.beta=1.5 must be a finite number >= 0 and <= 1"):
         make_distill(divergence="generalized_jsd", beta=1.5)

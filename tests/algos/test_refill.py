@@ -90,3 +90,15 @@ def test_a_resume_with_refills_is_exact(tmp_path):
     for key in ("rollout/refill_rounds", "rollout/refill_episodes", "objective/scores", "loss/policy_avg",
                 "rollout/zero_std_frac"):
         assert got[key] == expected[key], key
+
+
+def test_a_served_teachers_top_tokens_are_padded_along_the_response():
+    """(N,R,K) fields pad their response dimension: ids with 0, logprobs with -inf (padding to every divergence)."""
+    first, extra = small_rollout(2, 3, [1.0, 0.0], token=5), small_rollout(2, 1, [0.0, 1.0], token=7)
+    for rollout, width in ((first, 3), (extra, 1)):
+        rollout.teacher_top_ids = torch.ones(2, width, 4, dtype=torch.long)
+        rollout.teacher_top_logprobs = torch.full((2, width, 4), -0.5)
+    merged = concat_rollouts([first, extra], pad_id=0)
+    assert merged.teacher_top_ids.shape == merged.teacher_top_logprobs.shape == (4, 3, 4)
+    assert merged.teacher_top_ids[2:, 1:].eq(0).all() and merged.teacher_top_logprobs[2:, 1:].isneginf().all()
+    assert merged.teacher_top_logprobs[2:, :1].eq(-0.5).all() and merged.teacher_top_ids[:2].eq(1).all()

@@ -20,6 +20,18 @@ def prompt_logprobs(model, ids: list[int]) -> list[float | None]:
     return [None, *chosen.tolist()]
 
 
+def prompt_top_logprobs(model, ids: list[int], k: int, as_ids: bool) -> list[dict[str, float] | None]:
+    """vLLM's top_logprobs of an echoed prompt: at each token after the first, the k most likely tokens and the
+    given one, keyed "token_id:<id>" (return_tokens_as_token_ids) or by the id as text."""
+    with torch.no_grad():
+        log_probs = model(torch.tensor([ids])).logits[0, :-1].float().log_softmax(-1)  # T-1,V
+    out: list[dict[str, float] | None] = [None]
+    for t, row in enumerate(log_probs):
+        chosen = [*row.topk(k).indices.tolist(), ids[t + 1]]
+        out.append({(f"token_id:{i}" if as_ids else str(i)): row[i].item() for i in chosen})
+    return out
+
+
 class FakeTeacherServer:
     def __init__(self, model=None, tokenizer=None, name: str = "teacher",
                  routes: dict[tuple[str, str], Callable[[dict], tuple[int, str]]] | None = None):
@@ -71,6 +83,10 @@ class FakeTeacherServer:
         choices = [{"index": i, "text": "", "finish_reason": "length",
                     "logprobs": {"token_logprobs": prompt_logprobs(self.model, ids), "tokens": [str(t) for t in ids]}}
                    for i, ids in enumerate(prompts)]
+        if body.get("logprobs"):
+            for choice, ids in zip(choices, prompts, strict=True):
+                choice["logprobs"]["top_logprobs"] = prompt_top_logprobs(
+                    self.model, ids, body["logprobs"], bool(body.get("return_tokens_as_token_ids")))
         # in reverse: the client orders the choices by their index
         return 200, json.dumps({"object": "text_completion", "model": self.name, "choices": choices[::-1]})
 

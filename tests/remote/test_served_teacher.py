@@ -66,7 +66,7 @@ def test_a_served_teacher_equal_to_the_student_gives_a_reverse_kl_of_zero_in_tra
                             enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
         trainer.fit(module, make_datamodule())
     assert abs(trainer.callback_metrics["distill/reverse_kl"].item()) < 1e-4
-    assert trainer.callback_metrics["distill/teacher_logprob_mean"].item() < -1.0
+    assert trainer.callback_metrics["distill/teacher_logprob_mean"].item() < -0.5  # real logprobs, not zeros
     assert {h["Authorization"] for h in server.headers} == {"Bearer s3cret"}
     assert "s3cret" not in json.dumps([body for _, _, body in server.requests])
 
@@ -140,3 +140,63 @@ def test_a_sampling_temperature_other_than_one_and_bad_settings_are_refused_in_o
         ServedTeacher("http://127.0.0.1:9", auth_env="NO_SUCH_TOKEN")
     with pytest.raises(ConfigError, match=r"teacher.timeout_s=nan must be a finite number of seconds > 0"):
         ServedTeacher("http://127.0.0.1:9", timeout_s=float("nan"))
+
+
+def test_served_top_logprobs_are_the_teachers_most_likely_tokens_and_the_sampled_one(tiny):
+    model, tokenizer = tiny
+    queries, query_mask, responses, response_mask = padded_batch(tokenizer)
+    with FakeTeacherServer(model, tokenizer) as server:
+        teacher = ServedTeacher(server.url, top_logprobs=3)
+        teacher.load(tokenizer)
+        logprobs, top_ids, top_logprobs = teacher.scores(queries, query_mask, responses, response_mask, 1.0)
+    [body] = [body for _, path, body in server.requests if path == "/v1/completions"]
+    assert body["logprobs"] == 3 and body["return_tokens_as_token_ids"] is True
+    assert top_ids.shape == top_logprobs.shape == (3, 5, 4)  # K + 1 entries: the sampled token may be a 4th
+    for i, j in response_mask.nonzero().tolist():
+        ids = torch.cat([queries[i][query_mask[i].bool()], responses[i, :j]])  # what precedes token j
+        with torch.no_grad():
+            expected = model(ids[None]).logits[0, -1].float().log_softmax(-1)  # V
+        valid = top_logprobs[i, j].isfinite()
+        assert set(top_ids[i, j][valid].tolist()) == {*expected.topk(3).indices.tolist(), int(responses[i, j])}
+        torch.testing.assert_close(top_logprobs[i, j][valid], expected[top_ids[i, j][valid]], atol=1e-4, rtol=0)
+        assert logprobs[i, j] == pytest.approx(expected[responses[i, j]].item(), abs=1e-4)
+    off = ~response_mask
+    assert top_logprobs[off].isinf().all() and top_ids[off].eq(0).all()  # padding off the model's tokens
+
+
+def test_a_served_top_k_teacher_equal_to_the_student_gives_no_divergence_in_training(tiny):
+    model, tokenizer = tiny
+    with FakeTeacherServer(model, tokenizer) as server:
+        module = DistillationModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(),
+                                    teacher=ServedTeacher(server.url, top_logprobs=4), divergence="generalized_jsd",
+                                    optimizer=functools.partial(torch.optim.AdamW, lr=1e-2), samples_per_prompt=2,
+                                    response_length=6, temperature=1.0)
+        trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+        trainer.fit(module, make_datamodule())
+    assert abs(trainer.callback_metrics["distill/divergence"].item()) < 1e-5  # LoRA starts at the base weights
+    assert trainer.callback_metrics["distill/teacher_logprob_mean"].item() < -0.5  # real logprobs, not zeros
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ({"5": -0.1, "6": -0.2}, "a token's text, not its id"), ({"token_id:5": -0.1}, "fewer than K"),
+    ({"token_id:5": 0.5, "token_id:6": -0.2}, "a logprob above 0"),
+    ({"token_id:99999999": -0.1, "token_id:6": -0.2}, "outside the vocabulary")])
+def test_top_logprobs_that_are_not_ids_with_logprobs_are_one_line(tiny, entry, why):
+    model, tokenizer = tiny
+    queries, query_mask, responses, response_mask = padded_batch(tokenizer)
+
+    def completions(body):
+        prompts = body["prompt"]
+        choices = [{"index": i, "logprobs": {"token_logprobs": [None] + [-1.0] * (len(ids) - 1),
+                                             "top_logprobs": [None] + [entry] * (len(ids) - 1)}}
+                   for i, ids in enumerate(prompts)]
+        return 200, json.dumps({"choices": choices})
+
+    with FakeTeacherServer(model, tokenizer, routes={("POST", "/v1/completions"): completions}) as server:
+        teacher = ServedTeacher(server.url, top_logprobs=2, retries=0)
+        teacher.load(tokenizer)
+        with pytest.raises(TeacherServiceError, match=r"as the top logprobs of a token of sequence 0; with "
+                                                      r"teacher.top_logprobs=2 each is 2 or 3 entries") as raised:
+            teacher.scores(queries, query_mask, responses, response_mask, 1.0)
+    assert "\n" not in str(raised.value), why
