@@ -187,17 +187,18 @@ def merged(previous: dict, new: dict) -> dict:
             "joined_runs": previous.get("joined_runs", 1) + 1}
 
 
-def write(data: dict, out: Path | None) -> list[str]:
-    """The results so far: bench/results (and the docs' results block) by default, else OUT."""
-    lines = table(data)
+def write(data: dict, out: Path | None, name: str = "gpu_check", tabled=None) -> list[str]:
+    """The results so far as NAME.{json,md}: in bench/results (and the docs' results block) by default, else in OUT.
+    tabled: the table's lines of the data (default: the check's table)."""
+    lines = (tabled or table)(data)
     if out is None:
         from results_blocks import publish
 
-        publish("gpu_check", data, lines, ["docs/performance.md"], echo=False, fingerprint=False)
+        publish(name, data, lines, ["docs/performance.md"], echo=False, fingerprint=False)
     else:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "gpu_check.json").write_text(json.dumps(data, indent=2))
-        (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+        (out / f"{name}.json").write_text(json.dumps(data, indent=2))
+        (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     return lines
 
 
@@ -326,14 +327,14 @@ def extended(args: argparse.Namespace, env: dict[str, str], data: dict, so_far, 
             row["result"] = measure(command, row["shape"], args, env, row["steps"], row["warmup"], row["new_tokens"])
         data["runs"].append(row)
         data["minutes"] = (time.perf_counter() - start) / 60
-        gpu_extended.write(so_far(), args.out, BENCH)
+        write(so_far(), args.out, "gpu_extended", gpu_extended.table)
         print(json.dumps(row), flush=True)
     if not args.skip_checks:
         past = (time.perf_counter() - start) / 60 > args.max_minutes
         data["correctness"] = ({"summary": f"not run (past --max-minutes {args.max_minutes:g})", "exit_code": None}
                                if past else correctness(env))
     data["minutes"] = (time.perf_counter() - start) / 60
-    print("\n".join(gpu_extended.write(so_far(), args.out, BENCH)))
+    print("\n".join(write(so_far(), args.out, "gpu_extended", gpu_extended.table)))
     if data["correctness"]["exit_code"] not in (None, 0):
         sys.exit(f"the correctness pass failed: {data['correctness']['summary']}")
 

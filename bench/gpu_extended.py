@@ -18,10 +18,8 @@ device-to-device copy before the rows.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -155,15 +153,3 @@ def table(data: dict) -> list[str]:
     lines += [f"- {line}" for line in data["correctness"].get("failed", [])]
     return lines
 
-
-def write(data: dict, out: Path | None, bench: Path) -> list[str]:
-    lines = table(data)
-    if out is None:
-        from results_blocks import publish
-
-        publish("gpu_extended", data, lines, ["docs/performance.md"], echo=False, fingerprint=False)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "gpu_extended.json").write_text(json.dumps(data, indent=2))
-        (out / "gpu_extended.md").write_text("\n".join(lines) + "\n")
-    return lines

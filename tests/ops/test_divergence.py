@@ -10,17 +10,21 @@ import torch
 from lit_rlhf.ops.divergence import chunked_generalized_jsd, generalized_jsd, top_k_generalized_jsd
 
 
+def softmax(logits: list[float]) -> list[float]:
+    top = max(logits)
+    exps = [math.exp(x - top) for x in logits]
+    return [e / sum(exps) for e in exps]
+
+
 def slow_divergence(student_logits: list[float], teacher_logits: list[float], beta: float) -> float:
     """beta KL(t || m) + (1 - beta) KL(s || m), m = beta t + (1 - beta) s; KL(t || s) at 0 and KL(s || t) at 1."""
-    def softmax(logits):
-        top = max(logits)
-        exps = [math.exp(x - top) for x in logits]
-        return [e / sum(exps) for e in exps]
+    return divergence_of_probabilities(softmax(student_logits), softmax(teacher_logits), beta)
 
+
+def divergence_of_probabilities(s: list[float], t: list[float], beta: float) -> float:
     def kl(p, q):
         return sum(pi * (math.log(pi) - math.log(qi)) for pi, qi in zip(p, q, strict=True) if pi > 0)
 
-    s, t = softmax(student_logits), softmax(teacher_logits)
     if beta == 0:
         return kl(t, s)
     if beta == 1:
@@ -67,25 +71,11 @@ def test_chunks_give_the_values_and_gradients_of_the_whole_computation(beta):
 def coarse_divergence(student_logits: list[float], teacher_logits: list[float], kept: list[int], beta: float) -> float:
     """The divergence of the two distributions over the kept tokens and one outcome "any other token", written out:
     each side's probabilities of the kept tokens, then 1 minus their sum."""
-    def softmax(logits):
-        top = max(logits)
-        exps = [math.exp(x - top) for x in logits]
-        return [e / sum(exps) for e in exps]
-
     def coarse(probs):
         kept_probs = [probs[i] for i in kept]
         return kept_probs + [1 - sum(kept_probs)]
 
-    def kl(p, q):
-        return sum(pi * (math.log(pi) - math.log(qi)) for pi, qi in zip(p, q, strict=True) if pi > 0)
-
-    s, t = coarse(softmax(student_logits)), coarse(softmax(teacher_logits))
-    if beta == 0:
-        return kl(t, s)
-    if beta == 1:
-        return kl(s, t)
-    m = [beta * ti + (1 - beta) * si for si, ti in zip(s, t, strict=True)]
-    return beta * kl(t, m) + (1 - beta) * kl(s, m)
+    return divergence_of_probabilities(coarse(softmax(student_logits)), coarse(softmax(teacher_logits)), beta)
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
