@@ -14,7 +14,7 @@ VBIN := $(VLLM_VENV)/bin
 TRL_VENV ?= .venv-trl
 TBIN := $(TRL_VENV)/bin
 
-.PHONY: setup setup-vllm setup-trl train test test-main test-vllm lint assets clean constraints
+.PHONY: setup setup-vllm setup-trl train test test-main test-fast test-vllm lint assets clean constraints
 
 # constraints.txt: the exact versions of every other package the suite passed with (torch is TORCH's), so that a
 # set-up installs what was tested, not whatever was released since; `make constraints` writes it anew
@@ -62,6 +62,9 @@ test: test-main test-vllm  ## the test suite: CPU, offline, minutes
 
 test-main: setup      ## everything but rollout=vllm (make test-main ARGS="tests/ops -x")
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --ignore=tests/vllm $(ARGS)
+
+test-fast: setup      ## the unit tier: no Trainer, no app run (tests marked integration left out), a few minutes
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --ignore=tests/vllm -m "not integration" $(ARGS)
 
 # one worker: each test's vLLM engine is a process of its own that takes the cores it is given
 test-vllm: setup setup-vllm  ## rollout=vllm in .venv-vllm; skipped, with the reason, where vLLM cannot install

@@ -40,6 +40,7 @@ BASE_ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "COLUMNS": "120"}
 IMPORT_TIME_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_ENDPOINT", "HF_HUB_CACHE",
                    "TRANSFORMERS_CACHE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_PRELOAD", "PYTHONHASHSEED")
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+RUNS = {"apps": 0}  # apps run in this process (tests/tiers.py marks such tests integration)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class AppResult:
 def run_process(script: str, *args: str, cwd, env: dict | None = None, timeout: int = 300, module: bool = False):
     """`python <repo>/<script> args...` (or `python -m <script>` with module=True) in a fresh process from cwd, with
     the package on PYTHONPATH: for what only a process shows."""
+    RUNS["apps"] += 1
     full_env = {**os.environ, **BASE_ENV, "PYTHONPATH": str(ROOT), **(env or {})}
     target = ["-m", script] if module else [str(ROOT / script)]
     return subprocess.run([sys.executable, *target, *args], cwd=cwd, env=full_env, capture_output=True, text=True,
@@ -63,6 +65,7 @@ def run_process(script: str, *args: str, cwd, env: dict | None = None, timeout: 
 
 def run_app(script: str, *args: str, cwd, env: dict | None = None, module: bool = False) -> AppResult:
     """`python <repo>/<script> args...` (or `python -m <script>`) run in this process; see the module doc."""
+    RUNS["apps"] += 1
     env = {**BASE_ENV, **(env or {})}
     if late := [key for key in env if key in IMPORT_TIME_ENV and os.environ.get(key) != env[key]]:
         raise ValueError(f"{late} are read when libraries are imported; use run_process for this test")

@@ -13,6 +13,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 from lit_rlhf.assets import TINY_PYTHIA  # noqa: E402
+from tests.tiers import pytest_fixture_setup, pytest_runtest_makereport, pytest_runtest_protocol  # noqa: E402, F401
 
 
 def pytest_configure(config):

@@ -13,6 +13,8 @@ import torch
 from tests.apps import run_app, run_process
 from tests.helpers import FAST
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 
 def process_state() -> dict:
     from hydra.core.global_hydra import GlobalHydra

@@ -10,6 +10,7 @@ import torch
 from tests.apps import ROOT, run_app
 
 
+@pytest.mark.integration
 def test_the_cpu_path_measures_in_a_fork_of_its_server_and_writes_the_table(tmp_path):
     """gpu.py runs each measurement in a process of its own, here forked from a server that imported the libraries
     (the default on a GPU), and tables it; one implementation here (--impls), the commands of all of them run in this
@@ -30,6 +31,7 @@ def test_the_cpu_path_measures_in_a_fork_of_its_server_and_writes_the_table(tmp_
     assert table.count("| tiny |") == len(measured) and "1.00x" in table  # each floor against itself
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("algo", "impl"), [("rloo", "lit_rlhf"), ("rloo", "floor"), ("ppo", "lit_rlhf"),
                                            ("ppo", "floor"), ("grpo", "lit_rlhf"), ("grpo", "floor")])
 def test_each_implementation_does_the_stated_work(algo, impl):
@@ -42,6 +44,7 @@ def test_each_implementation_does_the_stated_work(algo, impl):
     assert result["algo"] == algo and result["tokens_per_s"] * result["step_s"] == pytest.approx(8 * 4 * 8)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_an_unknown_implementation_is_one_line(tmp_path):
     done = run_app("bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "rloo", "--impls", "vllm",
@@ -50,6 +53,7 @@ def test_an_unknown_implementation_is_one_line(tmp_path):
         "error: --impls 'vllm' is not an implementation measured for --algos rloo on cpu; choose from: floor,")
 
 
+@pytest.mark.integration
 def test_the_gpu_run_without_a_gpu_is_one_line():
     done = run_app("bench/gpu.py", cwd=ROOT)
     assert done.returncode == 1 and "Traceback" not in done.stderr
@@ -85,6 +89,7 @@ def test_merge_replaces_the_rows_measured_again_in_place_and_keeps_the_rest():
         gpu.merged(earlier, run_data([], steps=3))
 
 
+@pytest.mark.integration
 def test_no_measurement_starts_past_max_minutes_and_merge_needs_earlier_results(tmp_path):
     command = ["bench/gpu.py", "--device", "cpu", "--shapes", "tiny", "--algos", "rloo", "--skip-checks", "--out",
                str(tmp_path)]
@@ -97,6 +102,7 @@ def test_no_measurement_starts_past_max_minutes_and_merge_needs_earlier_results(
     assert [run["result"] for run in runs] == [{"error": "not run: past --max-minutes 0"}] * expected
 
 
+@pytest.mark.integration
 def test_the_extended_suite_measures_distillation_with_the_teachers_share(tmp_path):
     """One row of --suite extended (the full-vocabulary distillation row) through gpu.py: the teacher's time and
     weights, and the sampling phase beside its bound."""
@@ -114,6 +120,7 @@ def test_the_extended_suite_measures_distillation_with_the_teachers_share(tmp_pa
     assert "of the step" in (tmp_path / "gpu_extended.md").read_text()
 
 
+@pytest.mark.integration
 def test_the_extended_suite_measures_the_long_responses_first(tmp_path):
     done = run_app("bench/gpu.py", "--device", "cpu", "--suite", "extended", "--shapes", "tiny", "tiny",
                    "--long-tokens", "16", "8", "--new-tokens", "4", "--max-minutes", "0", "--out", str(tmp_path),

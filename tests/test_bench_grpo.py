@@ -12,6 +12,7 @@ from tests.apps import ROOT, run_app
 BENCH = ROOT / "bench"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script", [["grpo_floor.py"], ["lit_step.py", "--algo", "grpo"]])
 @pytest.mark.parametrize("variant", [["--beta", "0.04"], ["--beta", "0", "--full"]])
 def test_grpo_benchmark_step_does_the_stated_work(script, variant):

@@ -5,8 +5,12 @@ class with arguments)."""
 import csv
 import os
 
+import pytest
+
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error
+
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
 
 REWARDS = '''
 import torch

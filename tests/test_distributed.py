@@ -7,7 +7,7 @@ import torch
 
 from tests.apps import ROOT, run_app
 
-pytestmark = pytest.mark.multi_rank  # each test starts 2 ranks
+pytestmark = [pytest.mark.multi_rank, pytest.mark.integration]  # each test starts 2 ranks
 
 
 def run_train(tmp_path, *overrides):

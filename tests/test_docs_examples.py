@@ -4,7 +4,11 @@ REINFORCE++) run as written (2 RL steps each instead of 10), in a fresh director
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.apps import run_app
+
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 

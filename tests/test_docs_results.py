@@ -37,6 +37,7 @@ NOT_YET_FINGERPRINTED: set[str] = set()
 NO_FINGERPRINT = {"gpu_check", "test_suite", "gkd_loss_vs_trl", "tool_name_ceiling", "decode_ops"}
 
 
+@pytest.mark.integration
 def test_every_results_file_was_made_by_the_code_and_the_benchmark_script_of_today(tmp_path):
     """A change that moves what training computes (or edits a benchmark) leaves the figures it made behind: the
     short embedded run of bench/fingerprint.py, run here as a user runs train.py, must give the numbers each results

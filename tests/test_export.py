@@ -11,6 +11,8 @@ from lit_rlhf.export import export_policy, load_from_checkpoint
 from tests.apps import run_app
 from tests.conftest import make_datamodule, make_ppo
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):

@@ -48,6 +48,7 @@ def run_train(*overrides, tmp_path):
     return run_app("train.py", f"hydra.run.dir={tmp_path}", *overrides, cwd=ROOT)
 
 
+@pytest.mark.integration
 def test_train_py_runs_logs_trl_metrics_and_prints_a_summary(tmp_path):
     result = run_train("steps=3", "trainer.val_check_interval=3", "data.num_eval_prompts=4",
                        "algo.response_length=12", tmp_path=tmp_path)
@@ -61,6 +62,7 @@ def test_train_py_runs_logs_trl_metrics_and_prints_a_summary(tmp_path):
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("override, expected", [
     ("algo.rloo_k=1", "error: algo.rloo_k=1"),
     ("data.batch_size=0", "error: data.batch_size=0"),
@@ -74,6 +76,7 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
     assert result.stderr.strip().splitlines()[-1].startswith(expected), result.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_help_lists_every_group_option_and_no_internal_group(tmp_path):
     result = run_app("train.py", "--help", cwd=tmp_path)
     assert result.returncode == 0

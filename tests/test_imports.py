@@ -5,11 +5,14 @@ process imports its worker) loads no more of lit_rlhf than it needs."""
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import ROOT
 
 OPTIONAL = ("wandb", "tensorboard", "tensorboardX", "vaderSentiment", "hydra", "datasets", "math_verify", "optuna")
 
 
+@pytest.mark.integration
 def test_import_lit_rlhf_loads_no_optional_library_and_the_engine_process_loads_no_lightning():
     """One process: first what a vLLM engine's process imports of ours (its worker), which needs no Lightning, then
     what a run imports."""
@@ -32,6 +35,7 @@ def test_the_packages_names_load_on_first_use():
             assert getattr(package, name).__name__ == name
 
 
+@pytest.mark.integration
 def test_help_and_a_mistyped_setting_answer_without_importing_torch_lightning_or_transformers(tmp_path):
     """They answer in about a second: only Hydra composes (a run imports the rest once its config is composed)."""
     import os

@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
@@ -49,6 +51,7 @@ def installed_wheel(target: Path) -> Path:
     return target
 
 
+@pytest.mark.integration
 def test_the_plain_lightning_example_and_the_reward_server_run_from_an_installed_wheel(tmp_path):
     """From a wheel installed outside the checkout, as a user runs them: the README's Lightning script, with none
     of Lightning's tips and warnings that a lit_rlhf user cannot act on (the CLI silences the same ones), and

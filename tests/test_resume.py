@@ -13,6 +13,8 @@ from lit_rlhf.envs import EnvSpec
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 from tests.envs.scripted import CountingEnvironment
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 STEPS = 7
 
 

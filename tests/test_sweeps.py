@@ -39,6 +39,7 @@ def test_kl_budget_penalty_hand_values():
         config_objective({"objective/kl": 1.0}, cfg)
 
 
+@pytest.mark.integration
 def test_a_2x2_grid_runs_every_combination_in_its_own_directory_and_writes_a_summary(tmp_path):
     result, rows = multirun(tmp_path, "algo.kl_coef=0.01,0.1", "seed=1,2")
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
@@ -56,6 +57,7 @@ def test_a_2x2_grid_runs_every_combination_in_its_own_directory_and_writes_a_sum
     assert "Sweep summary (4 runs)" in result.stdout
 
 
+@pytest.mark.integration
 def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_and_each_trial_gets_its_own_wandb_run(tmp_path):
     result, rows = multirun(tmp_path, "trainer=default,ddp,default", "seed=3", "logger=wandb")
     assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
@@ -85,6 +87,7 @@ def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep(tmp_path, mon
         finish_wandb_run([logger])
 
 
+@pytest.mark.integration
 def test_a_two_trial_optuna_search_completes(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     _, rows = multirun(tmp_path, "hparams_search=rloo_optuna", "hydra.sweeper.n_trials=2",

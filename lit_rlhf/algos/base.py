@@ -1,4 +1,7 @@
-"""RLHFModule: the rollout and the manual-optimization update loop shared by RLOO and PPO.
+"""RLHFModule: the RL step every algorithm shares (RLOO, PPO, GRPO, REINFORCE++, distillation): draw through the
+Sampler (lit_rlhf.rollout.sampler), the trainer's forwards (RolloutForwards), the algorithm's advantages, the
+manual-optimization update, and the step's statistics; a subclass defines its advantages and, where it differs, its
+loss.
 
 Shapes: B prompts per rank, K samples per prompt, N = B*K sequences, P prompt length,
 R response length, V vocab.
@@ -60,7 +63,8 @@ def sampler_attribute(name: str, doc: str) -> property:
 
 
 class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, StepStatistics, L.LightningModule):
-    """Holds the policy, its reference and the reward; subclasses define the advantages.
+    """Holds the policy, its reference and the Sampler (which holds the engine, the reward and a teacher);
+    subclasses define the advantages.
 
     `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
     `configure_model`, so the module can be built and configured without them.

@@ -1,4 +1,5 @@
-"""The algorithms' settings: RLHFConfig (every algorithm), RLOOConfig, PPOConfig, GRPOConfig, ReinforcePPConfig.
+"""The algorithms' settings: RLHFConfig (every algorithm), RLOOConfig, PPOConfig, GRPOConfig, ReinforcePPConfig,
+DistillationConfig.
 Names follow TRL's configs where TRL has one; defaults are ours, the same for Python and the CLI."""
 
 from dataclasses import dataclass, fields

@@ -6,11 +6,11 @@
 environment's answers in between); without an environment an episode is one turn, the single-turn rollout.
 An engine implements `generate_turn`: one model turn for a list of token-id contexts.
 
-Everything after sampling (old and reference logprobs, the reward, advantages) is the trainer's and
-stays in the RLHFModule, so an engine is only how tokens are drawn: Hugging Face `generate` (HFEngine,
-`rollout=hf`), or another inference engine. A new engine is one module with a subclass plus one config
-file in conf/rollout/. Every engine samples purely (temperature only, the settings of
-`pure_sampling_config`) and masks responses after the stop token.
+Everything after sampling is someone else's: the reward (and a teacher) the Sampler's (rollout/sampler.py), the old
+and reference logprobs and the advantages the RLHFModule's; an engine is only how tokens are drawn: Hugging Face
+`generate` (HFEngine, `rollout=hf`), or another inference engine (VLLMEngine, `rollout=vllm`). A new engine is one
+module with a subclass plus one config file in conf/rollout/. Every engine samples purely (temperature only, the
+settings of `pure_sampling_config`) and masks responses after the stop token.
 
 Shapes: B prompts, K samples per prompt, N = B*K sequences, P prompt length, R response length.
 """

@@ -59,6 +59,7 @@ def comparable(stats):
     return [{k: v for k, v in step.items() if not k.startswith(("time/", "async/")) and k != "eps"} for step in stats]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("make", [make_rloo, make_ppo], ids=["rloo", "ppo"])
 def test_staleness_0_is_the_synchronous_run_bit_for_bit(make):
     """S = 0 draws each rollout from the DataLoader's batch when the trainer trains it: no producer starts."""
@@ -77,6 +78,7 @@ def test_staleness_0_is_the_synchronous_run_bit_for_bit(make):
     assert threads == [0] * 3 and not any(key.startswith("async/") for s in async_stats for key in s)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("draws", [1, 2])
 def test_the_same_seed_gives_the_same_run_at_staleness_1(draws):
     """Each draw samples from its own random stream (from the seed, the RL step and the rank), so neither the
@@ -90,6 +92,7 @@ def test_the_same_seed_gives_the_same_run_at_staleness_1(draws):
         assert torch.equal(weight, second_weights[name]), name
 
 
+@pytest.mark.integration
 def test_a_sampler_without_a_stream_of_its_own_says_the_run_will_not_repeat(monkeypatch):
     from lit_rlhf.config import validation
     from lit_rlhf.rollout import HFEngine
@@ -104,6 +107,7 @@ def test_a_sampler_without_a_stream_of_its_own_says_the_run_will_not_repeat(monk
     assert not [w for w in caught if "will not give the same run" in str(w.message)]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("draws", [1, 3])
 def test_each_rollout_is_trained_s_versions_after_the_weights_that_drew_it(monkeypatch, draws):
     """S=2: rollout t is drawn with version max(0, t - 2). The sampler logprobs a stale rollout carries are those of
@@ -152,6 +156,7 @@ def test_each_rollout_is_trained_s_versions_after_the_weights_that_drew_it(monke
     assert not producer_threads()
 
 
+@pytest.mark.integration
 def test_behaviour_correction_clips_around_the_sampler_and_has_no_importance_weight(monkeypatch):
     module = make_rloo(optimizer=SGD, max_staleness=1, async_correction="behaviour")
     finish = module.finish_rollout
@@ -171,6 +176,7 @@ def test_behaviour_correction_clips_around_the_sampler_and_has_no_importance_wei
     assert stats[-1]["rollout/sampler_kl"] > 0 and stats[-1]["rollout/logprob_diff_max"] > 0
 
 
+@pytest.mark.integration
 def test_a_weight_sync_that_does_not_reach_the_sampler_stops_the_run_with_one_line(monkeypatch):
     """An adapter that never reaches the sampler: its copy keeps the initial weights. The probe sees it at the
     first version after the first update, instead of training on samples of the initial policy."""
@@ -181,6 +187,7 @@ def test_a_weight_sync_that_does_not_reach_the_sampler_stops_the_run_with_one_li
     assert not producer_threads()
 
 
+@pytest.mark.integration
 def test_a_failing_step_leaves_no_producer_thread(monkeypatch):
     module = make_rloo(max_staleness=2)
 
@@ -212,6 +219,7 @@ def test_concurrent_draws_with_an_engine_of_one_set_of_weights_are_refused_befor
     make_rloo(async_draws=2, rollout_engine=engine)  # synchronous: one draw at a time, async_draws idle
 
 
+@pytest.mark.integration
 def test_async_mode_needs_a_prompt_datamodule():
     module = make_rloo(max_staleness=1)
     datamodule = make_datamodule()
@@ -223,6 +231,7 @@ def test_async_mode_needs_a_prompt_datamodule():
     assert not producer_threads()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_and_sigterm_stop_the_producer_and_leave_a_checkpoint_that_resumes(signame, tmp_path):
     import os
@@ -255,6 +264,7 @@ def test_ctrl_c_and_sigterm_stop_the_producer_and_leave_a_checkpoint_that_resume
     assert [s["async/staleness"] for s in record.stats] == [0.0, 1.0, 2.0] and not producer_threads()
 
 
+@pytest.mark.integration
 def test_the_producer_draws_the_dataloader_s_batch_of_each_step(monkeypatch):
     """At S >= 1 the producer reads the prompt batches ahead from the training DataLoader's dataset; a rollout whose
     prompts are not the DataLoader's batch of its step is refused."""

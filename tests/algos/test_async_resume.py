@@ -3,8 +3,12 @@ so every RL step trains its own prompts once: none skipped, none repeated."""
 
 import json
 
+import pytest
+
 from tests.apps import run_app, run_process
 from tests.helpers import ROOT
+
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
 
 RUN = ["algo.max_staleness=2", "data.batch_size=4", "algo.response_length=8", "data.num_eval_prompts=4",
        "callbacks.generation_samples=null", "callbacks.training_summary=null", "callbacks.curves=null",

@@ -125,6 +125,7 @@ def test_the_loss_is_the_token_mean_of_the_whole_step_however_it_is_split():
     torch.testing.assert_close(split_grad, whole_grad)
 
 
+@pytest.mark.integration
 def test_a_teacher_that_is_the_student_gives_zero_advantages_and_leaves_the_weights_unchanged():
     module = make_distill()  # a LoRA student starts as its base model: the teacher's weights
     seen = []
@@ -187,6 +188,7 @@ def test_routed_teachers_score_each_row_with_its_own_and_say_which_value_has_non
     assert stats["distill/code/reverse_kl"].item() == pytest.approx(0.5)  # -1.5 - (-2)
 
 
+@pytest.mark.integration
 def test_a_module_without_a_teacher_and_a_teacher_of_another_tokenizer_are_refused_in_one_line(tmp_path):
     module = DistillationModule(model={"name_or_path": TINY_PYTHIA}, reward=VaderSentiment())  # evaluates, exports
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -225,6 +227,7 @@ def test_a_teacher_with_more_or_fewer_token_embeddings_than_the_student_is_refus
         module.configure_model()
 
 
+@pytest.mark.integration
 def test_train_py_distills_as_typed_and_logs_the_reverse_kl(tmp_path):
     result = run_app("train.py", "algo=distill", f"teacher.name_or_path={TINY_PYTHIA}", *FAST,
                      f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
@@ -241,6 +244,7 @@ def test_train_py_distills_as_typed_and_logs_the_reverse_kl(tmp_path):
     assert "teacher.name_or_path is required" in line and "python train.py experiment=calculator_distill" in line
 
 
+@pytest.mark.integration
 def test_train_py_routes_each_row_to_the_teacher_its_column_names_and_logs_each_ones_reverse_kl(tmp_path):
     import json
 
@@ -266,6 +270,7 @@ def test_train_py_routes_each_row_to_the_teacher_its_column_names_and_logs_each_
     assert float(row["distill/films/reverse_kl"]) == 0.0 and abs(float(row["distill/shows/reverse_kl"])) > 0.01
 
 
+@pytest.mark.integration
 def test_the_python_example_of_the_distillation_page_runs_as_written(tmp_path):
     section = (ROOT / "docs" / "distillation.md").read_text().split("## From Python", 1)[1]
     (tmp_path / "example.py").write_text(re.findall(r"```python\n(.*?)```", section, re.S)[0])
@@ -274,6 +279,7 @@ def test_the_python_example_of_the_distillation_page_runs_as_written(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "0.0"
 
 
+@pytest.mark.integration
 def test_in_async_mode_the_producer_thread_scores_the_teacher_where_it_scores_the_reward():
     teacher, threads = CausalLMTeacher(TINY_PYTHIA), []
     scores = teacher.logprobs
@@ -291,6 +297,7 @@ def test_in_async_mode_the_producer_thread_scores_the_teacher_where_it_scores_th
     assert "distill/reverse_kl" in trainer.callback_metrics and "async/staleness" in trainer.callback_metrics
 
 
+@pytest.mark.integration
 def test_the_calculator_distillation_experiment_runs_as_typed_with_its_embedded_teacher(tmp_path):
     """`python train.py experiment=calculator_distill` needs no teacher on the command line (fewer steps here)."""
     result = run_app("train.py", "experiment=calculator_distill", "steps=1", "data.batch_size=4",
@@ -317,6 +324,7 @@ def other_teacher(tmp_path_factory):
     return str(folder)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("beta", [0.0, 1.0])
 def test_the_full_vocabulary_loss_is_the_divergence_at_each_sampled_position(beta, other_teacher):
     """algo.divergence=generalized_jsd: at each model token of the rollout, the divergence of the student's softmax
@@ -352,6 +360,7 @@ def test_the_full_vocabulary_loss_is_the_divergence_at_each_sampled_position(bet
     assert not module.single_update  # its own forwards in the update, not the rollout's
 
 
+@pytest.mark.integration
 def test_the_full_vocabulary_loss_needs_a_teacher_that_gives_its_distribution():
     module = make_distill(teacher=ConstantTeacher(-1.0), divergence="generalized_jsd")
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,

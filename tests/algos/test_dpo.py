@@ -52,6 +52,7 @@ def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does(chunk_siz
     torch.testing.assert_close(fast, torch.tensor(slow), atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.integration
 def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy(tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -32,6 +32,7 @@ def test_trl_names_beta_and_num_iterations_set_kl_coef_and_num_ppo_epochs():
     assert config.kl_coef == 0.0 and config.num_ppo_epochs == 3
 
 
+@pytest.mark.integration
 def test_beta_zero_skips_the_reference_forward_and_logs_no_kl():
     module = make(beta=0.0)
     calls = []
@@ -43,6 +44,7 @@ def test_beta_zero_skips_the_reference_forward_and_logs_no_kl():
     assert module.last_stats["objective/non_score_reward"] == 0
 
 
+@pytest.mark.integration
 def test_grpo_logs_trl_grpo_metric_names():
     stats = fit(make(cliprange_high=0.28, num_iterations=2)).last_stats
     for name in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "frac_reward_zero_std",
@@ -52,6 +54,7 @@ def test_grpo_logs_trl_grpo_metric_names():
     assert 0 <= stats["clip_ratio/region_mean"] <= 1 and 1 <= stats["completions/mean_length"] <= 16
 
 
+@pytest.mark.integration
 def test_the_kl_is_a_loss_term_or_a_reward_penalty():
     assert differs(one_step_delta("grpo", kl_coef=0.5), one_step_delta("grpo", kl_coef=0.0))
     in_reward = fit(make(kl_in="reward", kl_estimator="k1", kl_coef=0.5), steps=2).last_stats
@@ -60,12 +63,14 @@ def test_the_kl_is_a_loss_term_or_a_reward_penalty():
     assert in_loss["objective/non_score_reward"] == 0 and in_loss["loss/kl_avg"] >= 0
 
 
+@pytest.mark.integration
 def test_overlong_penalty_lowers_the_training_scores_of_long_responses():
     module = make(overlong_buffer=16, overlong_penalty_factor=1.0)  # the whole response is the buffer
     fit(module, steps=1)
     assert module.last_stats["rollout/overlong_penalty"] < 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cls, settings", [(GRPOModule, {}), (ReinforcePPModule, {})])
 def test_learns_positivity(cls, settings):
     assert_learns_positivity(make(cls, response_length=24, optimizer=FAST_LEARNING, **settings), rl_steps=15)

@@ -17,6 +17,8 @@ import torch
 import lit_rlhf
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 READS = ("item", "__float__", "__int__", "__bool__", "tolist", "__index__")
 PACKAGE = os.path.dirname(lit_rlhf.__file__)
 

@@ -8,6 +8,8 @@ import torch
 from tests.algos.fixed_rollout import assert_same, differs, one_step_delta
 from tests.apps import ROOT, run_app
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 
 @pytest.mark.parametrize("algo, loss_type", [("grpo", "dapo"), ("grpo", "grpo"), ("grpo", "dr_grpo"),
                                              ("rloo", "dapo"), ("ppo", "dapo"), ("reinforce_pp", "dapo")])

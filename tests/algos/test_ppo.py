@@ -24,6 +24,7 @@ def changed(module, before):
     return {n for n, p in module.named_parameters() if not torch.equal(p, before[n])}
 
 
+@pytest.mark.integration
 def test_one_ppo_step_changes_lora_and_value_head_only():
     L.seed_everything(0)
     module = make_ppo(num_ppo_epochs=2)
@@ -38,6 +39,7 @@ def test_one_ppo_step_changes_lora_and_value_head_only():
     assert frozen and not set(frozen) & moved
 
 
+@pytest.mark.integration
 def test_critic_adapter_trains_its_own_adapter_on_the_same_base_weights():
     L.seed_everything(0)
     module = make_ppo(critic="adapter", num_ppo_epochs=1)
@@ -55,6 +57,7 @@ def test_critic_adapter_trains_its_own_adapter_on_the_same_base_weights():
     assert all("lora_" in n or n.startswith("value_head") for n in moved)
 
 
+@pytest.mark.integration
 def test_reward_model_critic_starts_from_its_backbone_and_head(tmp_path):
     rm = save_reward_model(tmp_path)
     L.seed_everything(0)
@@ -68,6 +71,7 @@ def test_reward_model_critic_starts_from_its_backbone_and_head(tmp_path):
     assert all("lora_" in n or n.startswith("value_head") for n in moved)
 
 
+@pytest.mark.integration
 def test_critic_warmup_trains_only_the_value_head():
     L.seed_everything(0)
     module = make_ppo(critic_warmup_steps=2, num_ppo_epochs=1)
@@ -114,5 +118,6 @@ def test_bad_critic_settings_name_the_value():
                                           "lora": None}).configure_model()
 
 
+@pytest.mark.integration
 def test_ppo_raises_the_mean_score_on_the_embedded_default():
     assert_learns_positivity(make_ppo(response_length=24, num_ppo_epochs=2, optimizer=FAST_LEARNING), rl_steps=12)

@@ -2,6 +2,7 @@
 
 import csv
 
+import pytest
 import torch
 
 from lit_rlhf.algos.refill import concat_rollouts, first_groups, select_sequences
@@ -48,6 +49,7 @@ def metrics(path):
         return [r for r in csv.DictReader(f) if r.get("rollout/zero_std_frac")]
 
 
+@pytest.mark.integration
 def test_refill_rounds_add_informative_groups_and_count_what_they_generate(tmp_path):
     refilled = run_app("train.py", *FORMAT_ONLY, "steps=3", "algo.max_refill_rounds=2", "hydra.run.dir=refill",
                        cwd=tmp_path)
@@ -67,6 +69,7 @@ def test_refill_rounds_add_informative_groups_and_count_what_they_generate(tmp_p
     assert float(rows[0]["rollout/zero_std_frac_before_refill"]) == float(first_plain["rollout/zero_std_frac"])
 
 
+@pytest.mark.integration
 def test_a_constant_reward_warns_at_the_first_fruitless_round_and_rounds_are_bounded(tmp_path):
     result = run_app("train.py", *FORMAT_ONLY, "steps=1", "algo.max_refill_rounds=3",
                      "reward._target_=tests.helpers.constant_reward", cwd=tmp_path)
@@ -77,6 +80,7 @@ def test_a_constant_reward_warns_at_the_first_fruitless_round_and_rounds_are_bou
     assert line.startswith("error: algo.max_refill_rounds=100000 is more than 100")
 
 
+@pytest.mark.integration
 def test_a_resume_with_refills_is_exact(tmp_path):
     args = [*FORMAT_ONLY, "algo.max_refill_rounds=2"]
     straight = run_app("train.py", *args, "steps=2", "hydra.run.dir=straight", cwd=tmp_path)

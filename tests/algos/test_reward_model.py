@@ -53,6 +53,7 @@ def separable_pairs(path, n=160):
     return str(path)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("lora", [LORA, None], ids=["lora", "full"])
 def test_a_tiny_reward_model_learns_separable_pairs_and_its_folder_scores_the_same(tmp_path, lora):
     L.seed_everything(0)

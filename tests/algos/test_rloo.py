@@ -48,6 +48,7 @@ def fit(module, steps, **trainer_kwargs):
     return trainer
 
 
+@pytest.mark.integration
 def test_a_few_steps_change_lora_weights_only():
     L.seed_everything(0)
     module = make_rloo()
@@ -61,6 +62,7 @@ def test_a_few_steps_change_lora_weights_only():
     assert frozen and all(torch.equal(dict(module.named_parameters())[n], before[n]) for n in frozen)
 
 
+@pytest.mark.integration
 def test_epochs_minibatches_and_accumulation_count_optimizer_steps():
     L.seed_everything(0)
     module = make_rloo(num_ppo_epochs=2, num_mini_batches=2, gradient_accumulation_steps=2)
@@ -72,6 +74,7 @@ def test_epochs_minibatches_and_accumulation_count_optimizer_steps():
         fit(make_rloo(num_mini_batches=3), steps=1)
 
 
+@pytest.mark.integration
 def test_rloo_raises_the_mean_score_on_the_embedded_default():
     """A short seeded run: the held-out score rises clearly while KL stays in the FAQ's [0, 10]."""
     assert_learns_positivity(make_rloo(response_length=24, optimizer=FAST_LEARNING), rl_steps=15)
@@ -88,6 +91,7 @@ def test_fsdp_is_refused_with_a_reason():
         module.setup("fit")
 
 
+@pytest.mark.integration
 def test_gradient_checkpointing_with_lora_gives_the_same_update():
     from tests.conftest import LORA, TINY_PYTHIA
 

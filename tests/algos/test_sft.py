@@ -96,6 +96,7 @@ def test_a_bad_token_id_row_is_one_line_naming_the_row(tmp_path, row, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.integration
 def test_train_sft_py_as_typed_saves_a_policy_that_train_py_starts_from(tmp_path):
     trained = run_app("train_sft.py", "hydra.run.dir=sft", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -115,6 +116,7 @@ def test_train_sft_py_as_typed_saves_a_policy_that_train_py_starts_from(tmp_path
     assert "no 'answer' column" in line and "data.completion_column" in line
 
 
+@pytest.mark.integration
 def test_a_logged_sft_run_prints_nothing_a_user_cannot_act_on(tmp_path):
     """stdout and stderr to files, as a cluster job's: no Lightning eval-mode warning or cloud tip, no transformers
     progress bars (carriage returns in a log), a model summary without FLOPs nobody counted."""

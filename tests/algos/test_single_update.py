@@ -34,6 +34,7 @@ def count_forwards(monkeypatch):
     return calls
 
 
+@pytest.mark.integration
 def test_single_update_trains_the_same_weights_as_the_full_path_with_one_forward_less(monkeypatch):
     sgd = functools.partial(torch.optim.SGD, lr=0.5)
     calls = count_forwards(monkeypatch)
@@ -82,6 +83,7 @@ def tiny_opt_with_config_dropout(path, tiny_path):
     return str(path)
 
 
+@pytest.mark.integration
 def test_dropout_applied_from_the_config_is_detected_and_the_first_kl_is_exactly_zero(tmp_path, tiny_path):
     import lightning as L
 

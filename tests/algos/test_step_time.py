@@ -5,9 +5,12 @@ import csv
 import time
 
 import lightning as L
+import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from tests.conftest import make_datamodule, make_rloo
+
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
 
 VALIDATION_S = 1.5  # far longer than a tiny step
 

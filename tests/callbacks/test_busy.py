@@ -1,6 +1,7 @@
 """A busy machine says so: torch threads above the usable cores at start, other processes holding the cores in the
 first RL step."""
 
+import pytest
 import torch
 
 import lit_rlhf.callbacks.busy as busy
@@ -30,6 +31,7 @@ def test_usable_cpus_follow_the_affinity():
     assert 1 <= busy.usable_cpus() <= len(os.sched_getaffinity(0))
 
 
+@pytest.mark.integration
 def test_train_py_prints_both_lines_on_an_oversubscribed_machine(tmp_path, monkeypatch):
     """The default callbacks of `python train.py` on a 1-core budget with 2 torch threads, under a load of 9 that
     leaves the first step a tenth of its CPU time."""

@@ -4,6 +4,7 @@ val/ratio panel."""
 import csv
 
 import lightning as L
+import pytest
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from lit_rlhf.callbacks import CurvesPlot
@@ -22,6 +23,7 @@ def fit(tmp_path, logger):
     return curves, module
 
 
+@pytest.mark.integration
 def test_curves_are_drawn_without_a_csv_logger_and_start_with_the_heldout_score_before_training(tmp_path):
     curves, module = fit(tmp_path, TensorBoardLogger(tmp_path))
     # the logger's version folder, where Lightning puts its checkpoints: two runs in one root never mix files
@@ -31,6 +33,7 @@ def test_curves_are_drawn_without_a_csv_logger_and_start_with_the_heldout_score_
     assert scores[0] == module.heldout_before_training["eval/scores"]
 
 
+@pytest.mark.integration
 def test_the_csv_log_has_the_step_0_heldout_row(tmp_path):
     fit(tmp_path, CSVLogger(tmp_path, name="csv", version=""))
     with open(tmp_path / "csv" / "metrics.csv") as f:

@@ -39,6 +39,7 @@ def length_gold(prompts, completions):
     return torch.tensor([float(len(c)) for c in completions])
 
 
+@pytest.mark.integration
 def test_the_gold_score_is_the_gold_rewards_mean_on_the_steps_completions(tmp_path):
     module = make_rloo()
     completions, gold_logged = [], []
@@ -66,6 +67,7 @@ def test_the_gold_score_is_the_gold_rewards_mean_on_the_steps_completions(tmp_pa
     assert [p["gold"] for p in report["points"]] == pytest.approx(gold_logged)
 
 
+@pytest.mark.integration
 def test_a_gold_reward_that_is_the_trained_reward_is_refused():
     module = make_rloo(reward=length_gold)
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -94,6 +96,7 @@ def test_the_monitor_warns_when_the_proxy_rises_after_the_gold_peaked():
     assert 6 <= monitor.warned["reward_up_metric_down"] <= 10
 
 
+@pytest.mark.integration
 def test_training_with_a_gold_reward_trains_the_same_weights_as_without():
     def trained(*gold):
         L.seed_everything(0)
@@ -116,6 +119,7 @@ def fit_with_gold(tmp_path, steps, callbacks, module=None, **fit):
     return trainer
 
 
+@pytest.mark.integration
 def test_the_gold_curve_survives_a_resume_and_starts_at_the_initial_policys_score(tmp_path):
     checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", save_last=True)
     fit_with_gold(tmp_path / "first", 2, [GoldCurve(window=2), checkpoint])
@@ -126,6 +130,7 @@ def test_the_gold_curve_survives_a_resume_and_starts_at_the_initial_policys_scor
     assert [p["rl_step"] for p in points] == [1, 2, 3] and points[:2] == first
 
 
+@pytest.mark.integration
 def test_a_run_without_a_kl_says_why_it_writes_no_gold_curve(tmp_path, caplog):
     with caplog.at_level("INFO"):
         fit_with_gold(tmp_path, 2, [GoldCurve()], module=make_rloo(kl_coef=0.0))

@@ -38,6 +38,7 @@ def fit(module, steps, callbacks, dm=None, **kwargs):
     return trainer
 
 
+@pytest.mark.integration
 def test_adaptive_controller_follows_the_formula_during_training():
     L.seed_everything(0)
     controller, record = KLController(kind="adaptive", init_kl_coef=0.2, target=0.05, horizon=100), RecordKL()
@@ -104,6 +105,7 @@ def test_whitening_clipping_and_query_reward_subtraction():
     assert clipped.max().item() == 5.0
 
 
+@pytest.mark.integration
 def test_checkpoint_carries_kl_coefficient_and_normalizer_state_into_the_resumed_run(tmp_path):
     L.seed_everything(0)
     checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1, filename="{step}")

@@ -5,6 +5,8 @@ from rich import get_console
 
 from lit_rlhf.callbacks import ModelSummaryTable
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 
 class TwoLayers(L.LightningModule):
     def __init__(self, example: bool):

@@ -1,6 +1,7 @@
 """The progress bar counts RL steps done / requested (also on resume), not optimizer steps or epochs."""
 
 import lightning as L
+import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_rlhf.callbacks import RLStepsProgressBar
@@ -16,6 +17,7 @@ def fit(rl_steps, tmp_path, ckpt_path=None, bar=None):
     return bar.progress.tasks[bar.train_progress_bar_id] if bar.progress is not None else None
 
 
+@pytest.mark.integration
 def test_the_bar_counts_rl_steps_and_a_resumed_run_continues_the_count(tmp_path):
     task = fit(2, tmp_path)
     assert (task.completed, task.total) == (2, 2) and task.description.strip() == "RL steps"
@@ -23,6 +25,7 @@ def test_the_bar_counts_rl_steps_and_a_resumed_run_continues_the_count(tmp_path)
     assert (resumed.completed, resumed.total) == (3, 3)
 
 
+@pytest.mark.integration
 def test_the_bar_draws_nothing_when_stdout_is_not_a_terminal(tmp_path):
     """In a log file the bar would be one frame printed after the run's reports; the progress lines are there."""
     bar = RLStepsProgressBar()
@@ -40,6 +43,7 @@ def test_tables_written_to_a_file_are_wide(monkeypatch):
     assert plain_console(file=io.StringIO()).width == 100
 
 
+@pytest.mark.integration
 def test_logs_get_a_plain_progress_line_every_few_rl_steps(tmp_path):
     """`make train > train.log`: stdout is not a terminal, so the run prints progress lines as it goes."""
     from tests.apps import run_app
@@ -54,6 +58,7 @@ def test_logs_get_a_plain_progress_line_every_few_rl_steps(tmp_path):
     assert lines[-1].split(" | ")[1] == "episodes 64"  # 4 RL steps x 4 prompts x 4 samples
 
 
+@pytest.mark.integration
 def test_a_plain_trainer_gets_the_rl_step_bar_and_summary_in_place_of_lightnings_defaults():
     """Lightning's default bar counts batches of an endless stream; one the user chose (or none) stays."""
     from lightning.pytorch.callbacks import TQDMProgressBar

@@ -2,10 +2,13 @@
 callback a user writes against it works."""
 
 import lightning as L
+import pytest
 
 from lit_rlhf.callbacks import RLHFModuleView
 from lit_rlhf.callbacks.heldout import heldout_batch
 from tests.conftest import make_datamodule, make_ppo, make_rloo
+
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
 
 
 class BestHeldoutScore(L.Callback):

@@ -16,6 +16,7 @@ from tests.test_resume import Record, fit, small_prompts  # noqa: F401 (a fixtur
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@pytest.mark.integration
 def test_a_bf16_autocast_run_trains_with_finite_statistics():
     L.seed_everything(0)
     module, record = make_rloo(), Record()
@@ -49,12 +50,14 @@ def test_bf16_autocast_logprobs_stay_near_float32():
     assert (autocast.float() - exact).abs().mean().item() < 0.05  # bf16 keeps ~3 significant digits
 
 
+@pytest.mark.integration
 def test_the_loss_contract_holds_on_the_device():
     whole = one_step_delta("grpo", accelerator=DEVICE, loss_type="dapo")
     assert_same(one_step_delta("grpo", accelerator=DEVICE, loss_type="dapo", gradient_accumulation_steps=4), whole,
                 atol=1e-5 if DEVICE == "cpu" else 1e-4)
 
 
+@pytest.mark.integration
 def test_a_resumed_run_matches_the_uninterrupted_run_on_the_device(small_prompts, tmp_path):  # noqa: F811
     full, first, second = Record(), Record(), Record()
     reference = fit("rloo", small_prompts, 4, [full], accelerator=DEVICE)
@@ -76,6 +79,7 @@ class PolicyDevice(L.Callback):
         self.types = {p.device.type for p in module.policy.parameters()}
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(DEVICE == "cpu", reason="no CUDA device")
 def test_the_run_is_on_the_cuda_device():
     module, seen = make_rloo(), PolicyDevice()

@@ -9,7 +9,7 @@ import torch
 from tests.apps import ROOT, run_app
 from tests.distributed.fsdp2_worker import parse_case, trained_after_three_steps
 
-pytestmark = pytest.mark.multi_rank  # the module's fixture starts 2 ranks
+pytestmark = [pytest.mark.multi_rank, pytest.mark.integration]  # the module's fixture starts 2 ranks
 
 CASES = {  # ALGO,LORA[,SETTING=VALUE...]: the worker's argument
     "rloo-lora": "rloo,lora,loss_type=dapo",

@@ -15,7 +15,7 @@ from lit_rlhf.export import load_from_checkpoint
 from tests.apps import run_app, run_process
 from tests.helpers import ROOT, save_reward_model
 
-pytestmark = pytest.mark.multi_rank  # each test starts 2 ranks
+pytestmark = [pytest.mark.multi_rank, pytest.mark.integration]  # each test starts 2 ranks
 
 FSDP2 = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]
 SHORT = ["algo.response_length=12", "data.batch_size=8", "callbacks.generation_samples=null",

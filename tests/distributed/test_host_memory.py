@@ -38,6 +38,7 @@ def returned_mib(threshold: str) -> int:
     return int(result.stdout.split()[-1])
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(libc() is None, reason="glibc's allocator only")
 def test_freed_tensors_leave_the_rss_with_a_threshold_below_their_size():
     assert returned_mib("default") < 100  # of 384 MiB freed: glibc keeps them for reuse

@@ -170,6 +170,7 @@ def test_an_index_naming_a_missing_file_is_one_line(tmp_path):
         WeightFiles.find(str(tmp_path), "model.name_or_path")
 
 
+@pytest.mark.integration
 def test_sharded_sampling_refuses_a_reward_model_beside_a_waiting_reward():
     """A reward that waits runs in a thread while the rollout's forwards go on; with sampling sharded, a reward model
     in it would gather blocks while those forwards gather theirs, in an order the ranks need not share."""

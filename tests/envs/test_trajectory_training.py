@@ -88,6 +88,7 @@ def test_loss_denominators_count_model_tokens_only(loss_type):
     torch.testing.assert_close(loss, expected)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cls, settings", [
     (RLOOModule, {}), (GRPOModule, {"loss_type": "dapo", "padding_free": True, "logits_chunk_size": 8}),
     (PPOModule, {"max_tokens_per_micro_batch": 100}), (ReinforcePPModule, {}),

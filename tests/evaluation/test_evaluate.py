@@ -36,6 +36,7 @@ def evaluate_with(*overrides, out):
     return evaluate(cfg)
 
 
+@pytest.mark.integration
 def test_a_short_rloo_run_beats_its_reference_with_a_positive_interval_and_a_winning_rate(trained_run):
     summary = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
     assert summary["num_prompts"] == 16 and summary["samples_per_prompt"] == 4
@@ -53,6 +54,7 @@ def test_a_short_rloo_run_beats_its_reference_with_a_positive_interval_and_a_win
     assert "eval/gold_score_diff" in header and "gold/score" in header
 
 
+@pytest.mark.integration
 def test_the_evaluation_scores_the_gold_reward_on_both_sides(trained_run):
     summary = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
     rows = [json.loads(line) for line in (trained_run / "evaluation" / "generations.jsonl").open()]
@@ -70,6 +72,7 @@ def test_the_evaluation_scores_the_gold_reward_on_both_sides(trained_run):
     assert summary["gold"]["difference"]["ci_low"] <= summary["gold"]["difference"]["mean"]
 
 
+@pytest.mark.integration
 def test_evaluate_py_on_the_checkpoint_reproduces_the_end_of_training_report(trained_run, tmp_path):
     evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt", out=tmp_path)
     # the checkpoint's gold reward too: the command line names none
@@ -77,6 +80,7 @@ def test_evaluate_py_on_the_checkpoint_reproduces_the_end_of_training_report(tra
     assert (tmp_path / "evaluation.json").exists() and (tmp_path / "generations.jsonl").exists()
 
 
+@pytest.mark.integration
 def test_an_exported_model_directory_evaluates_against_the_base_model(trained_run, tmp_path):
     export = run_app("lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"), str(tmp_path / "hf"),
                      cwd=ROOT, module=True)
@@ -100,6 +104,7 @@ def test_the_reference_against_itself_has_zero_kl_zero_difference_and_only_ties(
     assert summary["policy"] == {**summary["reference"], "kl_mean": 0.0}
 
 
+@pytest.mark.integration
 def test_a_user_defined_judge_plugs_in_through_the_config(trained_run, tmp_path):
     evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt",
                                "judge._target_=tests.helpers.ShorterWins", "~judge.tie_margin", out=tmp_path)
@@ -110,6 +115,7 @@ def test_a_user_defined_judge_plugs_in_through_the_config(trained_run, tmp_path)
     assert [r["judgment"] for r in evaluation.records] == expected
 
 
+@pytest.mark.integration
 def test_an_llm_judge_at_an_endpoint_decides_the_pairs(trained_run, tmp_path):
     from tests.remote.fake_server import FakeRewardServer, longer_wins_judge
 
@@ -123,6 +129,7 @@ def test_an_llm_judge_at_an_endpoint_decides_the_pairs(trained_run, tmp_path):
     assert [r["judgment"] for r in evaluation.records] == expected and len(endpoint.requests) == len(expected)
 
 
+@pytest.mark.integration
 def test_evaluate_py_reports_a_bad_checkpoint_path_in_one_line(tmp_path):
     result = run_in("evaluate.py", "ckpt_path=missing.ckpt", out=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -9,6 +9,8 @@ import torch
 from tests.apps import run_app
 from tests.helpers import FAST, one_line_error
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 
 @pytest.fixture(scope="module")
 def arithmetic_run(tmp_path_factory):

@@ -4,6 +4,7 @@ import functools
 from types import SimpleNamespace
 
 import lightning as L
+import pytest
 import torch
 
 from lit_rlhf.estimators import ESTIMATORS, EstimatorInputs
@@ -19,6 +20,7 @@ def test_leave_one_out_estimator_by_hand():
     assert estimate.advantages[:, 0].tolist() == [1 - 3, 3 - 1, 0 - 2, 2 - 0]
 
 
+@pytest.mark.integration
 def test_an_update_that_is_not_a_clipped_surrogate_reuses_the_rollout():
     """A REINFORCE loss (-A * logp, token mean) in a subclass: the rollout, estimator and loop are reused."""
 

@@ -119,6 +119,7 @@ def test_reinforce_plus_plus_clamps_the_baseline_subtracted_reward(baseline):
     assert not torch.allclose(unclamped.advantages, estimate.advantages)
 
 
+@pytest.mark.integration
 def test_reinforce_plus_plus_clamps_each_tokens_kl():
     from tests.algos.fixed_rollout import differs, one_step_delta
 

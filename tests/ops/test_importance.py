@@ -125,6 +125,7 @@ def test_off_policy_sequence_masking_by_hand():
     assert off_policy_sequences(policy, sampler, mask, advantages, 0.1).tolist() == [True, False, False]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("settings", [{"rollout_is_mode": "token_mask", "rollout_is_cap": 1.05},
                                       {"rollout_is_mode": "sequence_truncate", "rollout_is_cap": 1.01},
                                       {"rollout_is_mode": "sequence_geo_truncate", "rollout_is_cap": 1.01},
@@ -138,6 +139,7 @@ def test_the_corrections_change_the_step_of_an_engine_rollout(settings):
                    one_step_delta("grpo", rollout_options=noisy))
 
 
+@pytest.mark.integration
 def test_off_policy_masking_measures_the_policy_being_updated_in_every_micro_batch():
     """As DeepSeek-V3.2 and TRL: without engine logprobs (rollout=hf) the behaviour policy is pi_old, so the first
     epoch (pi_theta = pi_old) masks nothing and later epochs, once the policy moved, mask negative-advantage

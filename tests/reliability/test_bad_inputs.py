@@ -369,6 +369,7 @@ def inputs(tmp_path_factory):
     return directory
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("label, args, expected", CASES, ids=[c[0] for c in CASES])
 def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
     if label.startswith("rollout=vllm") and importlib.util.find_spec("vllm") is not None:
@@ -380,6 +381,7 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
         not (run / "checkpoints").exists() for run in (inputs / "logs" / "train" / "runs").iterdir())
 
 
+@pytest.mark.integration
 def test_an_upper_case_extension_is_read_and_reward_concurrent_is_a_setting(tmp_path):
     (tmp_path / "PROMPTS.JSONL").write_text("".join(json.dumps({"prompt": f"The film {i} was"}) + "\n"
                                                     for i in range(24)))
@@ -407,6 +409,7 @@ def test_two_names_for_one_setting_warn_once(settings, expected):
         next(str(w.message) for w in caught if expected in str(w.message))]
 
 
+@pytest.mark.integration
 def test_blank_lines_in_a_prompt_file_are_skipped(inputs):
     result = run_app("train.py", *FAST, "data=files", "data.dataset=with_blank_lines.jsonl", cwd=inputs)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -418,6 +421,7 @@ def test_the_docs_list_every_case():
     assert not missing, missing
 
 
+@pytest.mark.integration
 def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
     env = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
     result = run_process("train.py", *FAST, "model=pythia-14m", cwd=tmp_path, env=env)  # the Hub's settings: at import
@@ -426,6 +430,7 @@ def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
     assert "Retrying" not in result.stderr and "retry" not in result.stderr.lower()
 
 
+@pytest.mark.integration
 def test_a_model_directory_without_tokenizer_trains_with_model_tokenizer_name_or_path(inputs):
     tokenizer = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
     result = run_app("train.py", *FAST, "model=causal_lm", "model.name_or_path=model_without_tokenizer",
@@ -433,6 +438,7 @@ def test_a_model_directory_without_tokenizer_trains_with_model_tokenizer_name_or
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_plot_on_a_non_numeric_csv_is_one_line(tmp_path):
 
     (tmp_path / "csv").mkdir()

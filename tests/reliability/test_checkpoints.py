@@ -20,6 +20,7 @@ from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error
 
 
+@pytest.mark.integration
 def test_a_writer_killed_at_random_points_never_leaves_a_broken_checkpoint(tmp_path):
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path / "other_tmp")
     other_tmp = os.path.join(shm, f"lit_rlhf_test_{os.getpid()}")
@@ -87,6 +88,7 @@ def evil_url(tmp_path):
     server.shutdown()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", ["train", "evaluate", "export"])
 def test_a_pickled_payload_behind_a_url_is_refused_and_never_runs(command, evil_url, tmp_path):
     url, marker = evil_url
@@ -113,6 +115,7 @@ def bad_checkpoints(tmp_path, good):
     return paths
 
 
+@pytest.mark.integration
 def test_unusable_checkpoint_files_are_one_line_errors_in_train_evaluate_and_export(tmp_path):
     first = run_app("train.py", f"hydra.run.dir={tmp_path / 'run'}", *FAST, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -9,6 +9,8 @@ import pytest
 from tests.apps import run_app
 from tests.helpers import FAST, one_line_error
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 
 def mount_tmpfs(path, options: str):
     path.mkdir()

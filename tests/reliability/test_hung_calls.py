@@ -13,6 +13,8 @@ import torch
 
 from tests.helpers import FAST, ROOT
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 HANGING_REWARD = '''
 import time
 from pathlib import Path

@@ -18,6 +18,7 @@ from tests.apps import run_app
 from tests.helpers import FAST, ROOT
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_a_signal_during_the_end_of_run_evaluation_stops_it_and_records_the_run(signame, code, tmp_path):
     run_dir = tmp_path / "run"
@@ -42,6 +43,7 @@ def test_a_signal_during_the_end_of_run_evaluation_stops_it_and_records_the_run(
     assert torch.load(last, weights_only=True)["rlhf_state"]["rl_step"] == 1
 
 
+@pytest.mark.integration
 def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_command_resumes_it(tmp_path):
     """A non-default run stopped by Ctrl-C: exit 130, result.json says interrupted, no end-of-run evaluation, and
     the printed command (the run's own command line plus its run directory and ckpt_path) resumes it to the end in
@@ -89,6 +91,7 @@ def test_an_interruption_arriving_inside_a_reward_is_not_reported_as_the_rewards
         call_checked("vader", reward, ["a prompt"], ["a completion"], None)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script, signame", [("train_sft.py", "SIGTERM"), ("train_dpo.py", "SIGINT"),
                                              ("train_reward_model.py", "SIGTERM")])
 def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_from_it(script, signame, tmp_path):

@@ -38,6 +38,7 @@ class NaNFromFourthCall:
         return scores
 
 
+@pytest.mark.integration
 def test_a_reward_that_returns_nan_is_refused_by_name_and_the_last_checkpoint_stays_good(tmp_path):
     L.seed_everything(0)
     module = make_rloo(reward=NaNFromFourthCall())
@@ -54,6 +55,7 @@ def test_a_reward_that_returns_strings_is_refused_by_name():
         module.sampler.score(["a"], ["b"])
 
 
+@pytest.mark.integration
 def test_non_finite_steps_are_skipped_then_stop_the_run_in_one_line_and_no_checkpoint_holds_nan(tmp_path):
     """NaN gradients from RL step 2 on (a test callback: algo.optimizer.lr=10 diverges to NaN only with some
     machines' kernels): skipped and counted, the third in a row stops the run in one line, and the checkpoints
@@ -70,6 +72,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run_in_one_line_and_no_check
     assert "policy/skipped_updates" in rows.splitlines()[0]
 
 
+@pytest.mark.integration
 def test_one_non_finite_loss_skips_its_step_leaves_the_weights_alone_and_is_counted(monkeypatch):
     L.seed_everything(0)
     module = make_rloo()
@@ -101,6 +104,7 @@ def test_one_non_finite_loss_skips_its_step_leaves_the_weights_alone_and_is_coun
     assert module.rl_step == 3 and trainer.global_step == 3 and module.nonfinite.consecutive_skipped == 0
 
 
+@pytest.mark.integration
 def test_a_run_whose_every_update_was_skipped_says_so_at_its_end(tmp_path):
     """Two RL steps, both skipped (fewer than algo.max_consecutive_nonfinite): the run ends, and says the weights did
     not change."""
@@ -112,12 +116,14 @@ def test_a_run_whose_every_update_was_skipped_says_so_at_its_end(tmp_path):
            "change" in result.stderr
 
 
+@pytest.mark.integration
 def test_an_absurd_task_reward_coefficient_is_refused_in_one_line(tmp_path):
     line = one_line_error(run_app("train.py", "algo=distill", "teacher.name_or_path=tiny", "algo.task_reward_coef=1e30",
                                   cwd=tmp_path))
     assert "algo.task_reward_coef=1e+30 must be <= 1000: the task reward's advantage is unit-scale" in line
 
 
+@pytest.mark.integration
 def test_a_teacher_with_non_finite_logits_is_named_when_the_run_stops(tmp_path):
     import shutil
 

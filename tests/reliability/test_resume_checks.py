@@ -33,6 +33,7 @@ def test_changes_that_break_exactness_are_refused_and_steering_ones_applied():
         check_resumed_lr(state, 5e-4, has_scheduler=True)
 
 
+@pytest.mark.integration
 def test_resume_through_train_py_refuses_rloo_k_and_batch_size_and_applies_a_new_lr(tmp_path):
     run_dir = tmp_path / "run"
     first = run_app("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
@@ -88,6 +89,7 @@ IDENTITY_CHANGES = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("change, expected", IDENTITY_CHANGES, ids=[c[0][0].split("{")[0] for c in IDENTITY_CHANGES])
 def test_a_resume_that_would_train_something_else_is_one_line(change, expected, run_on_own_files):
     result = run_app("train.py", "hydra.run.dir=run", "ckpt_path=last", *OWN_FILES, *FAST[1:], "steps=2", *change,
@@ -95,6 +97,7 @@ def test_a_resume_that_would_train_something_else_is_one_line(change, expected, 
     assert expected in one_line_error(result)
 
 
+@pytest.mark.integration
 def test_a_resume_from_other_files_at_the_same_paths_is_one_line(run_on_own_files, tmp_path):
     resume = [f"ckpt_path={run_on_own_files / 'run' / 'checkpoints' / 'last.ckpt'}", *FAST[1:], "steps=2"]
     other_model = tmp_path / "b" / "tiny-pythia"  # the same final name, other weights
@@ -111,6 +114,7 @@ def test_a_resume_from_other_files_at_the_same_paths_is_one_line(run_on_own_file
         run_app("train.py", *resume, *args, cwd=tmp_path))
 
 
+@pytest.mark.integration
 def test_a_resumed_distillation_run_refuses_another_teacher_in_one_line(tmp_path):
     teacher = tmp_path / "teacher"
     shutil.copytree(ROOT / "lit_rlhf" / "assets" / "tiny-pythia", teacher)

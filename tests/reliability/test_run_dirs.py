@@ -22,6 +22,7 @@ def readme_command(prefix: str) -> list[str]:
     return line.split()[2:]
 
 
+@pytest.mark.integration
 def test_the_readme_sweep_runs_from_a_clean_working_directory_without_a_sweep_dir(tmp_path):
     args = readme_command("-m")
     assert args[0] == "-m" and not any(a.startswith("hydra.") for a in args)
@@ -39,6 +40,7 @@ def test_new_run_dir_never_returns_an_existing_directory(tmp_path):
     assert made == [base, base + "_1", base + "_2"] and all(Path(p).is_dir() for p in made)
 
 
+@pytest.mark.integration
 def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
     import os
 
@@ -56,6 +58,7 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
     assert time.time() - start < 300
 
 
+@pytest.mark.integration
 def test_a_used_run_directory_is_refused_unless_resumed_or_overwritten(tmp_path):
     run_dir = tmp_path / "run"
     first = run_app("train.py", f"hydra.run.dir={run_dir}", *FAST, cwd=tmp_path)
@@ -81,11 +84,13 @@ def test_a_used_run_directory_is_refused_unless_resumed_or_overwritten(tmp_path)
         assert [r["step"] for r in csv.DictReader(f) if r["episode"]] == ["0"]
 
 
+@pytest.mark.integration
 def test_ckpt_path_last_without_a_checkpoint_is_an_error_not_a_fresh_run(tmp_path):
     result = run_app("train.py", "ckpt_path=last", *FAST, cwd=tmp_path)
     assert "ckpt_path=last" in one_line_error(result) and "does not exist" in result.stderr
 
 
+@pytest.mark.integration
 def test_overwrite_run_dir_never_deletes_a_directory_no_run_wrote(tmp_path):
     (tmp_path / "my_prompts.jsonl").write_text('{"prompt": "mine"}\n')
     (tmp_path / "src").mkdir()
@@ -95,6 +100,7 @@ def test_overwrite_run_dir_never_deletes_a_directory_no_run_wrote(tmp_path):
     assert (tmp_path / "my_prompts.jsonl").exists() and (tmp_path / "src" / "reward.py").exists()
 
 
+@pytest.mark.integration
 def test_a_second_process_on_a_run_directory_still_in_use_is_refused(tmp_path):
     import os
 
@@ -120,6 +126,7 @@ def test_a_second_process_on_a_run_directory_still_in_use_is_refused(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
 
+@pytest.mark.integration
 def test_a_resume_from_an_earlier_checkpoint_of_its_own_directory_replaces_the_later_ones(tmp_path):
     every_step = ["callbacks.model_checkpoint.every_n_train_steps=1", "callbacks.model_checkpoint.save_top_k=-1"]
     first = run_app("train.py", "hydra.run.dir=run", *FAST[1:], "steps=2", *every_step, cwd=tmp_path)
@@ -135,6 +142,7 @@ def test_a_resume_from_an_earlier_checkpoint_of_its_own_directory_replaces_the_l
     assert all((checkpoints / name).stat().st_mtime_ns > before[name] for name in ("last.ckpt", later))
 
 
+@pytest.mark.integration
 def test_a_run_that_fails_its_checks_leaves_no_run_directory_but_never_removes_a_run(tmp_path):
     from tests.apps import run_app
     from tests.helpers import FAST, one_line_error

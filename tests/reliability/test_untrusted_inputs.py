@@ -44,6 +44,7 @@ def remote_code_model(directory, marker):
     return model
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", ["evaluate", "export"])
 def test_a_checkpoint_cannot_enable_remote_code(command, trained_run, tmp_path):
     marker = tmp_path / "PWNED"
@@ -63,6 +64,7 @@ def test_a_checkpoint_cannot_enable_remote_code(command, trained_run, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.integration
 def test_a_checkpoint_with_settings_lit_rlhf_never_writes_is_one_line(trained_run, tmp_path):
     checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
     checkpoint["hyper_parameters"]["reward"] = {"_target_": "os.system"}
@@ -74,6 +76,7 @@ def test_a_checkpoint_with_settings_lit_rlhf_never_writes_is_one_line(trained_ru
 HOSTILE_PROMPT = "The movie \x1b]0;retitled\x07 was \x1b[2J [/] [bold]loud[/bold] :smile: \u202eeno"
 
 
+@pytest.mark.integration
 def test_prompts_with_escape_sequences_and_markup_print_as_escaped_text(tmp_path):
     rows = [{"prompt": HOSTILE_PROMPT if i % 2 == 0 else f"The film number {i} was"} for i in range(24)]
     (tmp_path / "hostile.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -103,12 +106,14 @@ def silent_server():
     server.close()
 
 
+@pytest.mark.integration
 def test_a_checkpoint_url_whose_server_never_answers_is_one_line_after_the_timeout(silent_server, tmp_path):
     result = run_app("evaluate.py", f"ckpt_path={silent_server}", cwd=tmp_path,
                      env={"LIT_RLHF_DOWNLOAD_TIMEOUT_S": "2"})
     assert "the server sent nothing for 2 s" in one_line_error(result)
 
 
+@pytest.mark.integration
 def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run, tmp_path):
     from lit_rlhf.checkpoints.loading import load_checkpoint_file
 
@@ -128,6 +133,7 @@ def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run
     assert episodes == [1, 2]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("damage, expected", [
     (lambda c: c.update(state_dict=list(c["state_dict"].values())), "has a malformed state_dict"),
     (lambda c: c.update(state_dict={"w": "not a tensor"}), "has a malformed state_dict (values that are not tensors)"),
@@ -155,6 +161,7 @@ def distilled_run(tmp_path_factory):
     return directory / "run"
 
 
+@pytest.mark.integration
 def test_evaluating_and_exporting_a_distilled_policy_need_no_teacher(distilled_run, tmp_path):
     evaluated = run_app("evaluate.py", f"ckpt_path={distilled_run / 'checkpoints' / 'last.ckpt'}",
                         "samples_per_prompt=1", cwd=tmp_path)
@@ -165,6 +172,7 @@ def test_evaluating_and_exporting_a_distilled_policy_need_no_teacher(distilled_r
     assert (tmp_path / "out" / "config.json").exists()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("teacher", [
     {"_target_": "lit_rlhf.remote.teacher.ServedTeacher", "url": "http://127.0.0.1:{port}"},
     {"_target_": "os.system", "command": "touch {marker}"},

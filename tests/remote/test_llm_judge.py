@@ -81,6 +81,7 @@ def test_bad_judge_settings_are_one_line(settings, expected):
     assert str(caught.value).startswith(expected)
 
 
+@pytest.mark.integration
 def test_train_py_with_an_endpoint_judge_logs_its_scores_and_unparsable_count(tmp_path):
     with FakeRewardServer(length_biased_judge) as endpoint:
         result = run_app("train.py", *FAST, "reward=llm_judge", "reward.model=judge-1",

@@ -9,6 +9,8 @@ import pytest
 from lit_rlhf.models import VaderSentiment
 from tests.conftest import make_datamodule, make_rloo
 
+pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+
 
 class WaitsForTheReference:
     """Scores like VADER once the reference forward of the same step has started (or after a timeout): records

@@ -170,6 +170,7 @@ def test_the_server_refuses_a_client_without_its_token():
             del os.environ["CLIENT_TOKEN"]
 
 
+@pytest.mark.integration
 def test_training_against_a_served_reward_matches_training_in_process(tmp_path):
     args = [a for a in FAST if not a.startswith("steps=")] + ["steps=3"]
     (tmp_path / "remote").mkdir()
@@ -188,6 +189,7 @@ def test_training_against_a_served_reward_matches_training_in_process(tmp_path):
     assert results["remote"]["time/reward_s"] >= results["remote"]["time/reward_wait_s"] >= 0
 
 
+@pytest.mark.integration
 def test_a_server_gone_mid_run_stops_the_run_in_one_line_and_the_printed_command_resumes_it(tmp_path):
     """Two RL steps scored, then the server goes away: the third step's retries fail, the run stops with one line
     naming the server and the command that resumes from the last checkpoint; with the server back, it does."""
@@ -216,6 +218,7 @@ def test_a_server_gone_mid_run_stops_the_run_in_one_line_and_the_printed_command
     assert len(back.requests) == 2  # RL steps 3 and 4
 
 
+@pytest.mark.integration
 def test_a_server_down_at_start_is_one_line_before_any_training_step(tmp_path):
     server = FakeRewardServer()
     server.stop()
@@ -227,6 +230,7 @@ def test_a_server_down_at_start_is_one_line_before_any_training_step(tmp_path):
         (run / "checkpoints").exists() for run in (tmp_path / "logs" / "train" / "runs").iterdir())
 
 
+@pytest.mark.integration
 def test_a_password_in_the_reward_url_is_masked_in_the_error_the_saved_configs_and_result(tmp_path):
     """reward.url=http://user:password@host: the password appears in no line printed and no file the run keeps."""
     server = FakeRewardServer()
@@ -257,6 +261,7 @@ def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
         serve(lambda prompts, completions: [0.0] * len(completions), "r", port=0)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args, expected", [
     (["host=0.0.0.0"], "host='0.0.0.0' accepts other machines, and without a token any of them may call the reward"),
     (["port=70000"], "port=70000 is not a TCP port"),

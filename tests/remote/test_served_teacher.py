@@ -54,6 +54,7 @@ def test_served_logprobs_equal_a_loaded_teacher_of_the_same_weights(tiny):
     assert all(body["max_tokens"] == 0 and body["echo"] is True and body["model"] == "teacher" for body in completions)
 
 
+@pytest.mark.integration
 def test_a_served_teacher_equal_to_the_student_gives_a_reverse_kl_of_zero_in_training(tiny, monkeypatch):
     model, tokenizer = tiny
     monkeypatch.setenv("TEACHER_TOKEN", "s3cret")
@@ -164,6 +165,7 @@ def test_served_top_logprobs_are_the_teachers_most_likely_tokens_and_the_sampled
     assert top_logprobs[off].isinf().all() and top_ids[off].eq(0).all()  # padding off the model's tokens
 
 
+@pytest.mark.integration
 def test_a_served_top_k_teacher_equal_to_the_student_gives_no_divergence_in_training(tiny):
     model, tokenizer = tiny
     with FakeTeacherServer(model, tokenizer) as server:

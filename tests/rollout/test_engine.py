@@ -31,6 +31,7 @@ class FixedEngine(RolloutEngine):
         self.updates += 1
 
 
+@pytest.mark.integration
 def test_a_user_engine_drives_the_rollouts_and_hears_of_every_update():
     engine = FixedEngine()
     module = make_rloo(rollout_engine=engine, response_length=8)

@@ -103,6 +103,7 @@ def one_step(module) -> dict[str, float]:
     return module.last_stats
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cap", [2.0, 1.2, None])
 def test_an_engine_with_its_own_logprobs_gets_the_mismatch_logged_and_corrected(cap):
     captured = {}
@@ -138,6 +139,7 @@ def test_an_engine_with_its_own_logprobs_gets_the_mismatch_logged_and_corrected(
     assert stats["rollout/is_truncated_frac"] == (1.0 if ratio > cap else 0.0)
 
 
+@pytest.mark.integration
 def test_the_default_engine_reports_no_mismatch():
     stats = one_step(make_rloo(response_length=8))
     assert not any(key.startswith("rollout/logprob") for key in stats)

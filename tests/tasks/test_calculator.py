@@ -10,6 +10,7 @@ import pytest
 from tests.apps import run_app
 
 
+@pytest.mark.integration
 def test_a_short_calculator_run_learns_to_call_its_tool_and_answers_right_more_often(tmp_path):
     # 6 RL steps at 3x the preset's learning rate, 32 held-out questions: the gains below with room to spare (exact
     # match 0.12 -> 0.59, tool calls 0.22 -> 0.97)

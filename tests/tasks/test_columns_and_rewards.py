@@ -72,6 +72,7 @@ def fit(module, dm, steps=1):
     return module
 
 
+@pytest.mark.integration
 def test_a_reward_receives_the_answer_of_each_of_the_k_samples(tmp_path, tiny_path):
     recorder = AnswerRecorder()
     reward = WeightedSum({"answer_match": recorder, "vader": VaderSentiment()}, {"vader": 0.5})
@@ -85,6 +86,7 @@ def test_a_reward_receives_the_answer_of_each_of_the_k_samples(tmp_path, tiny_pa
     assert module.last_stats["objective/scores"] == pytest.approx(1.0 + 0.5 * vader, abs=1e-5)
 
 
+@pytest.mark.integration
 def test_a_reward_of_prompts_and_completions_only_still_works_with_columns(tmp_path, tiny_path):
     module = fit(make_rloo(), datamodule(tmp_path, tiny_path))
     assert "rewards/VaderSentiment/mean" in module.last_stats
@@ -120,6 +122,7 @@ def test_weights_must_name_selected_rewards():
         WeightedSum({"format": VaderSentiment()}, {"formatt": 0.5})
 
 
+@pytest.mark.integration
 def test_several_named_rewards_from_the_command_line(tmp_path):
     result = run_app("train.py", *FAST, "model=tiny-arithmetic", "data=arithmetic", "data.num_eval_prompts=4",
                      "data.eval_batch_size=4", "reward=[arithmetic_correct,arithmetic_format]",
@@ -132,6 +135,7 @@ def test_several_named_rewards_from_the_command_line(tmp_path):
         assert name in header, name
 
 
+@pytest.mark.integration
 def test_a_reward_failing_in_train_py_is_one_line(tmp_path):
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     result = run_app("train.py", *FAST, "data=files", "data.dataset=rows.jsonl", "reward=arithmetic_correct",
@@ -151,6 +155,7 @@ class Failing:
         return [0.0] * len(id)
 
 
+@pytest.mark.integration
 def test_rloo_lifts_held_out_accuracy_on_the_arithmetic_task(tmp_path):
     """A short run of the preset: held-out exact match (200 questions, one sample each) rises. 20 RL steps at 3x the
     preset's learning rate show it (0.25 -> 0.365); the preset's own learning curve is bench/arithmetic.py's."""
