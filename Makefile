@@ -63,7 +63,7 @@ test: test-main test-vllm  ## the test suite: CPU, offline, minutes
 test-main: setup      ## everything but rollout=vllm (make test-main ARGS="tests/ops -x")
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --ignore=tests/vllm $(ARGS)
 
-test-fast: setup      ## the unit tier: no Trainer, no app run (tests marked integration left out), a few minutes
+test-fast: setup      ## the unit tier: no Trainer or app run (tests marked integration left out), a few minutes
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --ignore=tests/vllm -m "not integration" $(ARGS)
 
 # one worker: each test's vLLM engine is a process of its own that takes the cores it is given

@@ -13,7 +13,7 @@ import torch
 from tests.apps import run_app, run_process
 from tests.helpers import FAST
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 def process_state() -> dict:

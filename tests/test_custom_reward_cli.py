@@ -10,7 +10,7 @@ import pytest
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 REWARDS = '''
 import torch

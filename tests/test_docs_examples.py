@@ -8,7 +8,7 @@ import pytest
 
 from tests.apps import run_app
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 

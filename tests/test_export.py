@@ -11,7 +11,7 @@ from lit_rlhf.export import export_policy, load_from_checkpoint
 from tests.apps import run_app
 from tests.conftest import make_datamodule, make_ppo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 @pytest.fixture(scope="module")

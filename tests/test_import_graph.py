@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 def test_imports_run_only_down_the_floors_and_form_no_circle():

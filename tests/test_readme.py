@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
+@pytest.mark.integration
 def test_use_without_hydra_example_trains(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = README.read_text()

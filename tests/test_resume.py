@@ -13,7 +13,7 @@ from lit_rlhf.envs import EnvSpec
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 from tests.envs.scripted import CountingEnvironment
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 STEPS = 7
 

@@ -11,7 +11,7 @@ from tests.algos.test_reward_model import separable_pairs
 from tests.apps import run_app
 from tests.helpers import FAST, one_line_error
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 def test_a_reward_model_trained_from_the_command_line_is_the_reward_of_an_rl_run(tmp_path):

@@ -1,8 +1,9 @@
-"""The two test tiers: a test that builds a Lightning Trainer or runs an app (tests.apps.run_app / run_process, or a
-Python process of its own), in its body or through a fixture, is marked `integration`; every other test is a unit
-test, and `make test-fast` (`pytest -m "not integration"`) runs those alone.
+"""The two test tiers: a test that runs a Lightning Trainer (fit, validate, test, predict) or an app
+(tests.apps.run_app / run_process, or a Python process of its own), in its body or through a fixture, is marked
+`integration`; every other test is a unit test, and `make test-fast` (`pytest -m "not integration"`) runs those
+alone.
 
-The marker is checked, not trusted: a test that builds a Trainer or runs an app without it errors at its teardown,
+The marker is checked, not trusted: a test that runs a Trainer or an app without it errors at its teardown,
 naming the marker, so that the fast tier stays fast as tests are added. LIT_RLHF_LIST_INTEGRATION=<file> instead
 appends such tests' ids to the file (how the markers were first placed).
 """
@@ -14,34 +15,39 @@ import os
 import pytest
 
 MARKER = "integration"
-COUNTS = {"trainers": 0, "processes": 0}  # Trainers built, Python processes started; tests.apps counts app runs
-TRAINING_FIXTURES: set[str] = set()  # fixtures seen building a Trainer or running an app (in this worker)
+COUNTS = {"trainers": 0, "processes": 0}  # Trainer runs, Python processes started; tests.apps counts app runs
+TRAINING_FIXTURES: set[str] = set()  # fixtures seen running a Trainer or an app (in this worker)
 RUNS_BEFORE = pytest.StashKey[int]()  # an item's count when it started
 
 
 def install_counters() -> None:
-    """Wraps Lightning's Trainer.__init__ and subprocess.Popen.__init__ once: the Trainers built, and the Python
-    processes started (an app as a process of its own)."""
+    """Wraps Lightning's Trainer runs (fit, validate, test, predict) and subprocess.Popen.__init__ once: the runs,
+    and the Python processes started (an app as a process of its own). Building a Trainer alone is cheap."""
     import subprocess
     import sys
 
     from lightning.pytorch import Trainer
 
-    if getattr(Trainer.__init__, "counted", False):
+    if getattr(Trainer.fit, "counted", False):
         return
-    build, start = Trainer.__init__, subprocess.Popen.__init__
 
-    def counted_init(self, *args, **kwargs):
-        COUNTS["trainers"] += 1
-        return build(self, *args, **kwargs)
+    def counted(run):
+        def counted_run(self, *args, **kwargs):
+            COUNTS["trainers"] += 1
+            return run(self, *args, **kwargs)
+        counted_run.counted = True
+        return counted_run
+
+    for name in ("fit", "validate", "test", "predict"):
+        setattr(Trainer, name, counted(getattr(Trainer, name)))
+    start = subprocess.Popen.__init__
 
     def counted_start(self, args, *rest, **kwargs):
         if isinstance(args, (list, tuple)) and args and args[0] == sys.executable:
             COUNTS["processes"] += 1
         return start(self, args, *rest, **kwargs)
 
-    counted_init.counted = True
-    Trainer.__init__, subprocess.Popen.__init__ = counted_init, counted_start
+    subprocess.Popen.__init__ = counted_start
 
 
 def runs_so_far() -> int:
@@ -83,5 +89,5 @@ def pytest_runtest_makereport(item, call):
     if report.passed:
         how = f"through the fixture {through[0]}" if through and not built else "in its body"
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} builds a Lightning Trainer or runs an app ({how}) without "
+        report.longrepr = (f"{item.nodeid} runs a Lightning Trainer or an app ({how}) without "
                            f"@pytest.mark.{MARKER}: mark it (tests/tiers.py), so that make test-fast leaves it out.")

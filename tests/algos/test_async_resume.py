@@ -8,7 +8,7 @@ import pytest
 from tests.apps import run_app, run_process
 from tests.helpers import ROOT
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 RUN = ["algo.max_staleness=2", "data.batch_size=4", "algo.response_length=8", "data.num_eval_prompts=4",
        "callbacks.generation_samples=null", "callbacks.training_summary=null", "callbacks.curves=null",

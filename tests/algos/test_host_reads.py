@@ -17,7 +17,7 @@ import torch
 import lit_rlhf
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 READS = ("item", "__float__", "__int__", "__bool__", "tolist", "__index__")
 PACKAGE = os.path.dirname(lit_rlhf.__file__)

@@ -8,7 +8,7 @@ import torch
 from tests.algos.fixed_rollout import assert_same, differs, one_step_delta
 from tests.apps import ROOT, run_app
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 @pytest.mark.parametrize("algo, loss_type", [("grpo", "dapo"), ("grpo", "grpo"), ("grpo", "dr_grpo"),

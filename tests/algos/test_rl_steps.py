@@ -7,7 +7,7 @@ import pytest
 from lit_rlhf.callbacks import LastCheckpoint
 from tests.conftest import make_datamodule, make_ppo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 def test_rl_steps_stops_after_that_many_rollouts_and_checkpoints_count_rl_steps(tmp_path):

@@ -10,7 +10,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from tests.conftest import make_datamodule, make_rloo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 VALIDATION_S = 1.5  # far longer than a tiny step
 

@@ -5,7 +5,7 @@ import torch
 from lit_rlhf.callbacks import LastCheckpoint
 from tests.conftest import make_datamodule, make_rloo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 def test_last_checkpoint_holds_the_final_step_when_the_interval_does_not_divide_it(tmp_path):

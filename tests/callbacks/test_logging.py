@@ -10,7 +10,7 @@ from lit_rlhf.callbacks import CurvesPlot, GenerationSamples, Histograms, Traini
 from tests.apps import run_app
 from tests.conftest import make_datamodule, make_rloo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 HISTOGRAMS = {"env/reward_dist", "objective/kl_dist", "objective/logprobs", "objective/ref_logprobs",
               "policy/advantages", "policy/ratio", "tokens/responses_len_dist"}

@@ -5,7 +5,7 @@ from rich import get_console
 
 from lit_rlhf.callbacks import ModelSummaryTable
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 class TwoLayers(L.LightningModule):

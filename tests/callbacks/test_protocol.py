@@ -8,7 +8,7 @@ from lit_rlhf.callbacks import RLHFModuleView
 from lit_rlhf.callbacks.heldout import heldout_batch
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 class BestHeldoutScore(L.Callback):

@@ -8,7 +8,7 @@ import pytest
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 USER_MODULE = '''
 from lit_rlhf.envs import Environment

@@ -9,7 +9,7 @@ import pytest
 from tests.apps import run_app
 from tests.helpers import FAST, one_line_error
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 def mount_tmpfs(path, options: str):

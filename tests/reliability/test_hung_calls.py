@@ -13,7 +13,7 @@ import torch
 
 from tests.helpers import FAST, ROOT
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 HANGING_REWARD = '''
 import time

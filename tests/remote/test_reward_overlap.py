@@ -9,7 +9,7 @@ import pytest
 from lit_rlhf.models import VaderSentiment
 from tests.conftest import make_datamodule, make_rloo
 
-pytestmark = pytest.mark.integration  # builds a Trainer or runs an app
+pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 class WaitsForTheReference:

@@ -101,6 +101,7 @@ def test_a_served_reward_scores_like_the_reward_in_process():
     assert served.tolist().count(1.0) == 7  # all but i = 3 and 6
 
 
+@pytest.mark.integration
 def test_a_request_in_flight_is_answered_before_the_server_stops_cleanly(tmp_path):
     """The server's process: its first line, SIGTERM while a request is being scored (the request is answered, the
     process exits 0 with its last line), and no file written."""

@@ -29,6 +29,7 @@ def compiled_frames() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
+@pytest.mark.integration
 def test_the_compiled_step_samples_what_plain_generate_samples_and_sees_updated_weights():
     torch._dynamo.reset()
     module = make_rloo(response_length=10, temperature=0.7)
