@@ -19,6 +19,9 @@ from lit_rlhf.remote.teacher import ServedTeacher
 from tests.conftest import TINY_PYTHIA
 from tests.remote.test_served_teacher import padded_batch
 
+# every test here starts a vLLM engine or server, or runs train.py: the integration tier
+pytestmark = pytest.mark.integration
+
 START_TIMEOUT_S = 300
 
 

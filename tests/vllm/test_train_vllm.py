@@ -7,8 +7,13 @@ import math
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.apps import run_app, run_process
 from tests.helpers import FAST
+
+# every test here starts a vLLM engine or server, or runs train.py: the integration tier
+pytestmark = pytest.mark.integration
 
 # the embedded default's LoRA drifts ~1e-2 in logprob from the base model within 4 steps; a synced engine stays ~1e-5
 SYNCED = 1e-3

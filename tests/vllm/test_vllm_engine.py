@@ -13,6 +13,9 @@ from lit_rlhf.rollout import VLLMEngine
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from tests.conftest import make_datamodule, make_rloo
 
+# every test here starts a vLLM engine or server, or runs train.py: the integration tier
+pytestmark = pytest.mark.integration
+
 TOLERANCE = 1e-4  # max |vLLM logprob - trainer logprob| of a sampled token, float32 on CPU (seen: ~5e-6)
 
 
