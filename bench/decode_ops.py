@@ -13,6 +13,8 @@ and everything paid once per call cancel out: per step = (ops at LONG - ops at S
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 from collections import Counter
 
 import torch
@@ -61,6 +63,17 @@ def per_step(run) -> tuple[float, Counter]:
     return sum(by_op.values()), by_op
 
 
+def python_calls_per_step(run) -> float:
+    """Python function calls per decoding step of run(new_tokens) (cProfile's count): the interpreter's share of a
+    step's host time, which the operations count does not show."""
+    calls = {}
+    for tokens in (SHORT, LONG):
+        profile = cProfile.Profile()
+        profile.runcall(run, tokens)
+        calls[tokens] = pstats.Stats(profile).total_calls
+    return (calls[LONG] - calls[SHORT]) / (LONG - SHORT)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny-50k")
@@ -90,13 +103,16 @@ def main() -> None:
         inverse_cdf.searches_in_one_level = (lambda probs: True) if as_on_gpu else one_level_on_this_cpu
         run(SHORT)  # warm-up: first-call work
         total, by_op = per_step(run)
-        results[name] = {"ops_per_step": total, "by_op": dict(by_op)}
-        print(f"{name}: {total:.1f} ops per decoding step", flush=True)
+        results[name] = {"ops_per_step": total, "by_op": dict(by_op),
+                         "python_calls_per_step": python_calls_per_step(run)}
+        print(f"{name}: {total:.1f} ops, {results[name]['python_calls_per_step']:.0f} Python calls per decoding step",
+              flush=True)
     floor_ops = Counter(results[next(iter(results))]["by_op"])
     lines = [f"Operations dispatched per decoding step (forced new tokens, {W.PROMPTS_PER_STEP} prompts x "
              f"{W.SAMPLES_PER_PROMPT} samples, {args.model} with LoRA r={W.LORA['r']} on every linear layer, "
              f"{args.dtype}); `python bench/decode_ops.py`.", "",
-             "| sampling | ops per step | vs floor | ops it adds (per step) |", "|---|---:|---:|---|"]
+             "| sampling | ops per step | vs floor | ops it adds (per step) | Python calls per step |",
+             "|---|---:|---:|---|---:|"]
     for name, result in results.items():
         extra = Counter(result["by_op"])
         extra.subtract(floor_ops)
@@ -104,7 +120,8 @@ def main() -> None:
                    if abs(n) >= 0.5]
         added = ", ".join(changed[:10]) + (f", {len(changed) - 10} more" if len(changed) > 10 else "")
         lines.append(f"| {name} | {result['ops_per_step']:.0f} | "
-                     f"{result['ops_per_step'] - results[next(iter(results))]['ops_per_step']:+.0f} | {added} |")
+                     f"{result['ops_per_step'] - results[next(iter(results))]['ops_per_step']:+.0f} | {added} | "
+                     f"{result['python_calls_per_step']:.0f} |")
     from results_blocks import publish
 
     publish("decode_ops", {"model": args.model, "dtype": args.dtype, "results": results}, lines,

@@ -7,7 +7,9 @@ in the order they are measured, the most wanted first (a run stopped by --max-mi
    full-vocabulary one (algo.divergence=generalized_jsd), with the teacher's share of the step's time and memory;
 3. PPO against its floor (bench/ppo_floor.py: value head and GAE in a plain loop);
 4. memory and eager sampling at --new-tokens (RLOO, each shape): the floor, the default, the default with the update's
-   logits recomputed (algo.logits_budget_mib=null), TRL, eager, and eager with the adapters merged;
+   logits recomputed (algo.logits_budget_mib=null), TRL, eager, and eager with the adapters merged; then the settings
+   that may trade speed for memory (model.gradient_checkpointing, the update's logits recomputed in chunks of 256)
+   and the eager engine's parts (generate()'s own draw, one prefill per sample);
 5. what is left at the long lengths: eager and TRL at 256 and 1024 tokens, RLOO at 256.
 
 Each row also gets the sampling phase's generated tokens/s beside its bound on that GPU: a decoding step reads the
@@ -40,6 +42,13 @@ def commands(algo: str, trl: str | None) -> dict[str, list[str]]:
             "lit_rlhf logits recomputed": lit("--algo", algo, *beta, "--recompute-logits"),
             "lit_rlhf eager": lit("--algo", algo, *beta, "--compile-mode", "none"),
             "lit_rlhf eager merged": lit("--algo", algo, *beta, "--compile-mode", "none", "--merge-adapters"),
+            "lit_rlhf eager, sampler=generate": lit("--algo", algo, *beta, "--compile-mode", "none", "--sampler",
+                                                    "generate"),
+            "lit_rlhf eager, unshared prefill": lit("--algo", algo, *beta, "--compile-mode", "none",
+                                                    "--no-shared-prefill"),
+            "lit_rlhf checkpointed": lit("--algo", algo, *beta, "--gradient-checkpointing"),
+            "lit_rlhf logits chunks of 256": lit("--algo", algo, *beta, "--logits-chunk-size", "256",
+                                                 "--recompute-logits"),
             "trl": [trl, "trl_step.py", "--algo", algo, "--beta", "0.04" if algo == "grpo" else "0.05"]
             if trl and algo in ("rloo", "grpo") else None}
     return {impl: command for impl, command in rows.items() if command is not None}
@@ -71,6 +80,10 @@ def rows(small: str, large: str, new_tokens: int, long_tokens: list[int], trl: s
     every = ["floor", "lit_rlhf", "lit_rlhf logits recomputed", "trl", "lit_rlhf eager", "lit_rlhf eager merged"]
     for shape in dict.fromkeys([large, small]):
         add(shape, "rloo", every, new_tokens, steps=3)
+    settings = ["lit_rlhf checkpointed", "lit_rlhf logits chunks of 256", "lit_rlhf eager, sampler=generate",
+                "lit_rlhf eager, unshared prefill"]
+    for shape in dict.fromkeys([large, small]):
+        add(shape, "rloo", settings, new_tokens, steps=3)
     for tokens in (*shorter, longest):
         add(large, "grpo", ["lit_rlhf eager", "trl"], tokens, steps=1)
     for tokens in shorter:

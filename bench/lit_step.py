@@ -140,6 +140,11 @@ def main() -> None:
                              "CPU), none (plain generate()), or a torch.compile mode (e.g. default)")
     parser.add_argument("--no-merge-adapters", action="store_true",
                         help="ablation: sample with the LoRA adapters unmerged (rollout.merge_adapters=false)")
+    parser.add_argument("--sampler", default="inverse_cdf", help="rollout.sampler (generate: generate()'s own draw)")
+    parser.add_argument("--no-shared-prefill", action="store_true",
+                        help="ablation: a prefill per sample, not per prompt (rollout.shared_prefill=false)")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="model.gradient_checkpointing=true: activations recomputed in the backward")
     parser.add_argument("--merge-adapters", action="store_true",
                         help="sample with the LoRA adapters merged in any dtype (rollout.merge_adapters=true)")
     args = parser.parse_args()
@@ -148,7 +153,8 @@ def main() -> None:
     L.seed_everything(0, verbose=False)
     path = W.model_path(args.model)
     lora = None if args.full else W.LORA
-    common = dict(model={"name_or_path": path, "dtype": args.dtype, "lora": lora}, reward=VaderSentiment(),
+    common = dict(model={"name_or_path": path, "dtype": args.dtype, "lora": lora,
+                         "gradient_checkpointing": args.gradient_checkpointing}, reward=VaderSentiment(),
                   optimizer=functools.partial(torch.optim.AdamW, lr=W.LR), response_length=args.new_tokens,
                   temperature=W.TEMPERATURE, kl_coef=W.KL_COEF, missing_eos_penalty=1.0,
                   max_grad_norm=W.MAX_GRAD_NORM, reuse_rollout_forward=not args.no_single_update,
@@ -161,6 +167,7 @@ def main() -> None:
         common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
     else:
         common["rollout_engine"] = HFEngine(compile_mode=None if args.compile_mode == "none" else args.compile_mode,
+                                            sampler=args.sampler, shared_prefill=not args.no_shared_prefill,
                                             merge_adapters=False if args.no_merge_adapters
                                             else args.merge_adapters or "auto")
     if args.algo == "rloo":
