@@ -75,8 +75,8 @@ class StepDiagnosis(L.Callback):
             self.teacher.load(module.tokenizer)
         compute = module.compute_advantages
 
-        def recording(rollout):
-            advantages, stats = compute(rollout)
+        def recording(rollout, penalty):
+            advantages, stats = compute(rollout, penalty)
             self.seen = (rollout, advantages.detach())
             return advantages, stats
 

@@ -144,3 +144,9 @@ def assert_readable_as_umask_allows(folder) -> None:
     os.umask(umask)
     modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir() if p.is_file()}
     assert modes and all(mode == 0o666 & ~umask for mode in modes.values()), modes
+
+
+def advantages_of(module, rollout):
+    """The module's advantages and objective statistics of a rollout, with the step's KL penalty as training_step
+    computes it."""
+    return module.compute_advantages(rollout, module.kl_penalty(rollout))

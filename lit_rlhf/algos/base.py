@@ -28,7 +28,7 @@ from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import estimate_advantages
 from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, off_policy_mask, require_grads
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
-from lit_rlhf.algos.kl_controller import KLController
+from lit_rlhf.algos.kl_controller import KLController, KLPenalty
 from lit_rlhf.algos.nonfinite import NonfiniteGuard
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.score_transforms import ScoreTransform
@@ -212,15 +212,14 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
 
     # ---- update ----------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        rollout = self.training_rollout(batch)
-        advantages, objective_stats = self.compute_advantages(rollout)
-        update_stats = self.update(rollout, advantages)
-        self.log_stats(rollout, {**objective_stats, **update_stats})
-        kl, _ = self.kl_controller.kl_and_non_score_reward(rollout)
-        self.last_distributions = step_distributions(rollout, advantages, kl, self._ratios)
-        if "objective/kl" in self.last_stats:  # after the step's statistics logged the coefficient it used
-            # last_stats hold the means over ranks: every rank steers on the same KL, so kl_coef stays one value
-            self.kl_controller.update(self.last_stats["objective/kl"], self.last_step_episodes)
+        rollout = self.training_rollout(batch)  # 1. samples, scores, reference (and teacher) logprobs
+        penalty = self.kl_penalty(rollout)  # 2. the per-token KL to the reference and its penalty, once
+        advantages, objective_stats = self.compute_advantages(rollout, penalty)  # 3. the algorithm's estimator
+        update_stats = self.update(rollout, advantages)  # 4. the optimizer steps, then the engine's weights
+        self.log_stats(rollout, {**objective_stats, **update_stats})  # 5. statistics: the mean over ranks, logged
+        self.last_distributions = step_distributions(rollout, advantages, penalty.kl, self._ratios)
+        # 6. after the statistics logged the coefficient this step used; the same mean KL on every rank
+        self.kl_controller.steer(penalty, self.last_step_episodes, self.rank_mean)
         self.rl_step += 1
         if self.hparams.rl_steps is not None and self.rl_step >= self.hparams.rl_steps:
             self.trainer.should_stop = True  # RL steps are the unit: no optimizer-step arithmetic for max_steps
@@ -229,8 +228,13 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         """The rollout an RL step trains on (GRPO's dynamic sampling may add refill rollouts)."""
         return self.rollout(batch)
 
-    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """-> advantages (N,R) and the objective/* statistics. Defined by each algorithm."""
+    def kl_penalty(self, rollout: Rollout) -> KLPenalty:
+        """The step's per-token KL to the reference and its penalty (the KL controller's; an algorithm may shape it)."""
+        return self.kl_controller.penalty(rollout)
+
+    def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """-> advantages (N,R) and the objective/* statistics, from the rollout and the step's KL penalty. Defined by
+        each algorithm."""
         raise NotImplementedError
 
     def estimate(self, rollout: Rollout, non_score_reward: torch.Tensor):

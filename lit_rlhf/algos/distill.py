@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import DistillationConfig
@@ -96,7 +97,7 @@ class DistillationModule(RLHFModule):
     def supports_single_update(self) -> bool:  # the full-vocabulary loss runs its own forwards in the update
         return not self.full_vocabulary
 
-    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         mask = rollout.response_mask  # N,R
         if self.full_vocabulary:  # the loss carries the teacher's signal
             advantages = torch.zeros_like(rollout.logprobs)  # N,R
@@ -104,14 +105,14 @@ class DistillationModule(RLHFModule):
             advantages = distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask)  # N,R
             if self.hparams.iw_opd_gamma:
                 advantages = advantages * iw_opd_weights(advantages, mask, self.hparams.iw_opd_gamma)
-        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
-        advantages = advantages + non_score_reward
+        advantages = advantages + penalty.non_score_reward
         coef = self.hparams.task_reward_coef
         if coef:  # GRPO's estimator on the task reward alone (scale_rewards=group): N,R, zero off the model's tokens
             task = group_relative(EstimatorInputs(rollout.scores, torch.zeros_like(advantages), mask,
                                                   rollout.prompt_index), SimpleNamespace(scale_rewards="group"))
             advantages = advantages + coef * task.advantages
-        stats = objective_stats(rollout, kl, non_score_reward, rollout.scores + non_score_reward.sum(1))
+        stats = objective_stats(rollout, penalty.kl, penalty.non_score_reward,
+                                rollout.scores + penalty.non_score_reward.sum(1))
         stats.update(self.distillation_stats(rollout))
         return advantages, stats
 

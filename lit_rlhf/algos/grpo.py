@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.algos.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
@@ -91,16 +92,16 @@ class GRPOModule(RLHFModule):
                                     self.global_rank)
         return batch_to(datamodule._collate()([rows[i] for i in idx]), self.device)
 
-    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp = self.hparams
-        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
-        if hp.kl_in == "loss":
+        kl, non_score_reward = penalty.kl, penalty.non_score_reward  # N,R
+        if hp.kl_in == "loss":  # the KL is in the loss, not in the reward
             non_score_reward = torch.zeros_like(non_score_reward)
         stats, self._refill_stats = dict(self._refill_stats), {}
         if hp.overlong_buffer is not None:
-            penalty = self.overlong_penalty(rollout)  # N
-            rollout.scores = rollout.scores + penalty
-            stats["rollout/overlong_penalty"] = penalty.mean()
+            overlong = self.overlong_penalty(rollout)  # N
+            rollout.scores = rollout.scores + overlong
+            stats["rollout/overlong_penalty"] = overlong.mean()
         if hp.filter_zero_std_groups:  # no signal in them: out of the loss, and out of its token counts
             rollout.in_loss = ~zero_std_groups(rollout.scores, rollout.prompt_index)  # N
         estimate = self.estimate(rollout, non_score_reward)

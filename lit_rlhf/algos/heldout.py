@@ -90,15 +90,15 @@ class HeldoutSampling:
             torch.manual_seed(seed)
             rollout = self.rollout(batch, samples_per_prompt, for_training=False, from_reference=from_reference,
                                    greedy=greedy)
-        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)
-        per_sequence_kl = kl.sum(1)  # N
+        penalty = self.kl_controller.penalty(rollout)
+        per_sequence_kl = penalty.kl.sum(1)  # N
         # what reports show: the completion, or the whole conversation with the environment's turns marked
         transcripts = [transcript(c) for c in rollout.conversations] if rollout.conversations else rollout.completions
         return {"prompts": rollout.prompts, "completions": rollout.completions, "transcripts": transcripts,
                 "conversations": rollout.conversations,
                 "scores": rollout.raw_scores.tolist(), "kl": per_sequence_kl.tolist(),
                 "mean_score": rollout.raw_scores.mean().item(), "mean_kl": per_sequence_kl.mean().item(),
-                "rlhf_reward": rollout.scores + non_score_reward.sum(1),  # N  (missing-EOS penalty included)
+                "rlhf_reward": rollout.scores + penalty.non_score_reward.sum(1),  # N  (missing-EOS penalty included)
                 "contains_stop": rollout.contains_stop, "lengths": rollout.response_mask.sum(1),  # N
                 "prompt_index": rollout.prompt_index, "columns": rollout.columns,  # N ; {name: N values}
                 "gold": rollout.gold_scores}  # N, or None without a gold reward

@@ -5,13 +5,16 @@ Adaptive, after every RL step with mean KL `kl` (over all ranks) over `n_steps` 
 the rule of TRL's legacy AdaptiveKLController, OpenRLHF and verl. The module passes it in its
 constructor (`kl_controller=`), reads `kl_coef` at every step, logs it as objective/kl_coef and saves
 the controller's state in its checkpoint: the coefficient lives in one place. The controller also turns a
-rollout's logprobs into the per-token KL and its penalty (kl_and_non_score_reward).
+rollout's logprobs into the per-token KL and its penalty (`penalty`, a KLPenalty), which an RL step computes once and
+hands to the advantages, the histograms and the controller's own update (`steer`).
 
 Shapes: N sequences, R response length.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,6 +26,19 @@ if TYPE_CHECKING:
     from lit_rlhf.algos.rollout import Rollout
 
 KINDS = ("fixed", "adaptive")
+
+
+@dataclass(frozen=True)
+class KLPenalty:
+    """An RL step's per-token KL to the reference and its penalty, zero after the stop; kl is None without a
+    reference forward (the penalty is then zero)."""
+
+    kl: torch.Tensor | None  # N,R
+    non_score_reward: torch.Tensor  # N,R: -kl_coef * kl
+
+    def mean_sequence_kl(self) -> torch.Tensor | None:
+        """The mean over sequences of each one's summed KL: objective/kl, what the adaptive controller steers on."""
+        return None if self.kl is None else self.kl.sum(1).mean()
 
 
 def adaptive_kl_update(kl_coef: float, kl: float, n_steps: int, target: float, horizon: int) -> float:
@@ -52,13 +68,20 @@ class KLController:
         objective/kl; held-out evaluation still measures the KL)."""
         return self.kind != "fixed" or self.kl_coef > 0
 
-    def kl_and_non_score_reward(self, rollout: Rollout) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop. -> (N,R), (N,R)
+    def penalty(self, rollout: Rollout) -> KLPenalty:
+        """Per-token KL to the reference and the penalty -kl_coef * KL, zero after the stop (N,R each).
         Without a reference forward (uses_reference): no KL (None) and no penalty."""
         if rollout.ref_logprobs is None:
-            return None, torch.zeros_like(rollout.logprobs)
+            return KLPenalty(None, torch.zeros_like(rollout.logprobs))
         kl = kl_per_token(rollout.logprobs, rollout.ref_logprobs, self.estimator) * rollout.response_mask  # N,R
-        return kl, -self.kl_coef * kl
+        return KLPenalty(kl, -self.kl_coef * kl)
+
+    def steer(self, penalty: KLPenalty, n_steps: int, rank_mean: Callable[[torch.Tensor], float]) -> None:
+        """After an RL step: the adaptive coefficient moves on the step's mean sequence KL over all ranks, so every
+        rank keeps the same coefficient (rank_mean reduces and reads it: only here, so a fixed coefficient costs no
+        collective and no host read)."""
+        if self.kind == "adaptive" and penalty.kl is not None:
+            self.update(rank_mean(penalty.mean_sequence_kl()), n_steps)
 
     def update(self, kl: float, n_steps: int) -> float:
         """After an RL step whose mean KL (over all ranks) was kl, over n_steps episodes."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import PPOConfig
@@ -94,12 +95,11 @@ class PPOModule(RLHFModule):
             values.append(chunk_values.float())
         return torch.cat(logprobs), torch.cat(values)  # N,R ; N,R
 
-    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp, mask = self.hparams, rollout.response_mask  # N,R
-        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
-        estimate = self.estimate(rollout, non_score_reward)
+        estimate = self.estimate(rollout, penalty.non_score_reward)
         advantages, rollout.returns, values = estimate.advantages, estimate.returns, rollout.values * mask  # N,R
-        stats = objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
+        stats = objective_stats(rollout, penalty.kl, penalty.non_score_reward, estimate.rlhf_reward)
         stats.update({
             "val/var_explained": 1 - masked_var(rollout.returns - values, mask) / masked_var(rollout.returns, mask),
             "val/mean": masked_mean(values, mask), "val/var": masked_var(values, mask),

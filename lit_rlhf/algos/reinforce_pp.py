@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import ReinforcePPConfig
@@ -23,10 +24,13 @@ class ReinforcePPModule(RLHFModule):
     def samples_per_prompt(self) -> int:
         return self.hparams.samples_per_prompt
 
-    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
-        if kl is not None and self.hparams.kl_clamp is not None:  # OpenRLHF's per-token KL clamp
-            kl = kl.clamp(-self.hparams.kl_clamp, self.hparams.kl_clamp)  # N,R
-            non_score_reward = -self.kl_coef * kl  # N,R
-        estimate = self.estimate(rollout, non_score_reward)
-        return estimate.advantages, objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
+    def kl_penalty(self, rollout: Rollout) -> KLPenalty:
+        penalty = super().kl_penalty(rollout)
+        if penalty.kl is None or self.hparams.kl_clamp is None:
+            return penalty
+        kl = penalty.kl.clamp(-self.hparams.kl_clamp, self.hparams.kl_clamp)  # N,R: OpenRLHF's per-token KL clamp
+        return KLPenalty(kl, -self.kl_coef * kl)
+
+    def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        estimate = self.estimate(rollout, penalty.non_score_reward)
+        return estimate.advantages, objective_stats(rollout, penalty.kl, penalty.non_score_reward, estimate.rlhf_reward)

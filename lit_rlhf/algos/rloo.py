@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
+from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import RLOOConfig
@@ -30,7 +31,6 @@ class RLOOModule(RLHFModule):
     def samples_per_prompt(self) -> int:
         return self.hparams.rloo_k
 
-    def compute_advantages(self, rollout: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        kl, non_score_reward = self.kl_controller.kl_and_non_score_reward(rollout)  # N,R
-        estimate = self.estimate(rollout, non_score_reward)
-        return estimate.advantages, objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward)
+    def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        estimate = self.estimate(rollout, penalty.non_score_reward)
+        return estimate.advantages, objective_stats(rollout, penalty.kl, penalty.non_score_reward, estimate.rlhf_reward)

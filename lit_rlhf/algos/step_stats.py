@@ -55,6 +55,12 @@ def step_distributions(rollout: Rollout, advantages: torch.Tensor, kl: torch.Ten
 
 
 class StepStatistics:
+    def rank_mean(self, value: torch.Tensor) -> float:
+        """A scalar's mean over the ranks, read on the host."""
+        if self._trainer is not None and self.trainer.world_size > 1:
+            value = self.trainer.strategy.reduce(value.detach().to(torch.float64), reduce_op="mean")
+        return float(value)
+
     def log_stats(self, rollout: Rollout, stats: dict[str, torch.Tensor]) -> None:
         self.last_step_episodes = len(rollout) * self.trainer.world_size
         self.last_step_prompts = rollout.prompts  # N  what this rank trained on (repeated K times)

@@ -20,7 +20,7 @@ from lit_rlhf.remote.teacher import ServedTeacher
 from lit_rlhf.rollout.engine import Samples
 from tests.apps import ROOT, run_app
 from tests.conftest import LORA, TINY_PYTHIA, make_datamodule
-from tests.helpers import FAST, one_line_error
+from tests.helpers import FAST, advantages_of, one_line_error
 
 
 def make_distill(teacher=None, **overrides):
@@ -48,7 +48,7 @@ def test_the_advantage_loss_and_gradient_equal_a_per_token_loop_of_the_formula()
     scores = torch.tensor([1.0, 0.0, 0.5, 0.5])
     module = make_distill(task_reward_coef=0.5)
     rollout = hand_rollout(student * mask, teacher, mask, scores, k=2)
-    advantages, stats = module.compute_advantages(rollout)
+    advantages, stats = advantages_of(module, rollout)
 
     # the formula, token by token: A_t = log p_teacher - log p_student + coef x (r - group mean) / (group std + 1e-4)
     expected = torch.zeros(4, 4)
@@ -91,7 +91,7 @@ def test_iw_opd_gamma_weighs_each_advantage_by_the_share_of_its_sequences_diverg
     mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0]]).bool()
     student, teacher = -torch.rand(4, 4) * 3 * mask, -torch.rand(4, 4) * 3
     rollout = hand_rollout(student, teacher, mask, torch.zeros(4), k=2)
-    advantages, _ = make_distill(iw_opd_gamma=0.5).compute_advantages(rollout)
+    advantages, _ = advantages_of(make_distill(iw_opd_gamma=0.5), rollout)
     expected = torch.zeros(4, 4)
     for i in range(4):
         a = [float(teacher[i, t] - student[i, t]) if mask[i, t] else 0.0 for t in range(4)]
@@ -100,7 +100,7 @@ def test_iw_opd_gamma_weighs_each_advantage_by_the_share_of_its_sequences_diverg
             if mask[i, t]:
                 expected[i, t] = (1 + 0.5 * (1 - sum(abs(x) for x in a[:t]) / total)) * a[t]
     torch.testing.assert_close(advantages, expected)
-    unweighted, _ = make_distill().compute_advantages(rollout)
+    unweighted, _ = advantages_of(make_distill(), rollout)
     torch.testing.assert_close(unweighted, (teacher - student) * mask)
 
 
@@ -112,7 +112,7 @@ def test_the_loss_is_the_token_mean_of_the_whole_step_however_it_is_split():
     rollout = hand_rollout(-torch.rand(4, 4) * mask, -torch.rand(4, 4) * 3, mask, torch.zeros(4), k=2)
     module = make_distill()
     assert module.hparams.loss_type == "dapo"
-    advantages, _ = module.compute_advantages(rollout)
+    advantages, _ = advantages_of(module, rollout)
     new = (rollout.logprobs + torch.randn(4, 4) * 0.3).requires_grad_(True)
     step = torch.arange(4)
     whole, _ = module.policy_loss(new, torch.zeros(4, 4), rollout, advantages, step,
@@ -131,8 +131,8 @@ def test_a_teacher_that_is_the_student_gives_zero_advantages_and_leaves_the_weig
     seen = []
     compute = module.compute_advantages
 
-    def recording(rollout):
-        advantages, stats = compute(rollout)
+    def recording(rollout, penalty):
+        advantages, stats = compute(rollout, penalty)
         seen.append((advantages.clone(), rollout.response_mask.clone()))
         return advantages, stats
 
@@ -338,9 +338,9 @@ def test_the_full_vocabulary_loss_is_the_divergence_at_each_sampled_position(bet
     seen = []
     compute = module.compute_advantages
 
-    def recording(rollout):
+    def recording(rollout, penalty):
         seen.append(rollout)
-        return compute(rollout)
+        return compute(rollout, penalty)
 
     module.compute_advantages = recording
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -6,7 +6,7 @@ from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.errors import ConfigError
 from tests.conftest import FAST_LEARNING, assert_learns_positivity, make_datamodule, make_ppo
 from tests.gae_reference import gae_reverse_loop
-from tests.helpers import save_reward_model
+from tests.helpers import advantages_of, save_reward_model
 
 
 def fit(module, steps, callbacks=()):
@@ -94,7 +94,7 @@ def test_advantages_returns_and_rewards_stop_at_the_stop_token():
                       responses=torch.zeros(2, 5, dtype=torch.long), response_mask=mask,
                       prompt_index=torch.arange(2), logprobs=logprobs, ref_logprobs=ref_logprobs, scores=scores,
                       raw_scores=scores, contains_stop=torch.ones(2, dtype=torch.bool), values=values)
-    advantages, stats = module.compute_advantages(rollout)
+    advantages, stats = advantages_of(module, rollout)
     kl = (logprobs - ref_logprobs) * mask
     rewards = -0.1 * kl
     rewards[0, 2] += 1.0  # score on the last response token (the stop token)

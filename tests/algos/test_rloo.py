@@ -5,6 +5,7 @@ import torch
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.errors import ConfigError
 from tests.conftest import FAST_LEARNING, assert_learns_positivity, make_datamodule, make_rloo
+from tests.helpers import advantages_of
 
 
 def fake_rollout(scores, logprobs, ref_logprobs, mask, k):
@@ -23,7 +24,7 @@ def test_sequence_and_token_level_advantages_against_hand_values():
     scores = torch.tensor([1.0, 3.0])
     rollout = fake_rollout(scores, logprobs, ref_logprobs, mask, k=2)
     seq = make_rloo(kl_coef=0.1)
-    advantages, stats = seq.compute_advantages(rollout)
+    advantages, stats = advantages_of(seq, rollout)
     rlhf = [1.0 - 0.1 * 1.5, 3.0 - 0.1 * 1.0]  # 0.85, 2.9
     expected = torch.tensor([[rlhf[0] - rlhf[1]] * 2 + [0.0], [rlhf[1] - rlhf[0]] * 3])
     torch.testing.assert_close(advantages, expected)
@@ -32,7 +33,7 @@ def test_sequence_and_token_level_advantages_against_hand_values():
     assert stats["objective/rlhf_reward"].item() == pytest.approx(sum(rlhf) / 2)
 
     tok = make_rloo(kl_coef=0.1, kl_penalty="token")
-    token_adv, token_stats = tok.compute_advantages(rollout)
+    token_adv, token_stats = advantages_of(tok, rollout)
     # rewards-to-go: seq 0: [-0.1 + (-0.05 + 1), -0.05 + 1] ; seq 1: [0 + 0.1 + (-0.2 + 3), 0.1 + 2.8, 2.8]
     returns = torch.tensor([[0.85, 0.95, 0.0], [2.9, 2.9, 2.8]])
     baseline = torch.tensor([[2.9], [0.85]])  # the sibling's total return

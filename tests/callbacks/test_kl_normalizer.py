@@ -4,9 +4,11 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_rlhf.algos import KLController, RewardNormalizer, adaptive_kl_update
+from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.errors import ConfigError
 from tests.algos.test_rloo import fake_rollout
 from tests.conftest import make_datamodule, make_rloo
+from tests.helpers import advantages_of
 
 
 def test_adaptive_update_is_the_ziegler_formula():
@@ -43,13 +45,38 @@ def test_adaptive_controller_follows_the_formula_during_training():
     L.seed_everything(0)
     controller, record = KLController(kind="adaptive", init_kl_coef=0.2, target=0.05, horizon=100), RecordKL()
     module = make_rloo(kl_coef=0.05, kl_controller=controller)
+    penalties = []  # the per-token KL of a step is computed once: advantages, histograms and the controller share it
+    penalty = controller.penalty
+    controller.penalty = lambda rollout: penalties.append(penalty(rollout)) or penalties[-1]
     fit(module, 4, [record])
+    assert len(penalties) == 4
     coef = 0.2
     for used, kl, after in record.rows:
         assert used == pytest.approx(coef)  # the step used the current coefficient and logged it
         coef = adaptive_kl_update(coef, kl, 16, 0.05, 100)  # 4 prompts x 4 samples per step
         assert after == pytest.approx(coef)
     assert coef != pytest.approx(0.2)
+
+
+def test_steer_moves_an_adaptive_coefficient_on_the_mean_sequence_kl_over_ranks_and_a_fixed_one_reads_nothing():
+    kl = torch.tensor([[0.5, 0.25, 0.0], [1.0, 0.0, 0.0]])  # N=2, R=3: sequence KLs 0.75 and 1.0, mean 0.875
+    step = KLPenalty(kl, -0.1 * kl)
+    reads = []
+
+    def rank_mean(value):  # one rank's value; what the ranks' mean would be read as
+        reads.append(value)
+        return float(value) + 0.125  # another rank's KL pulls the mean: the controller must use what this returns
+
+    adaptive = KLController(kind="adaptive", init_kl_coef=0.1, target=0.5, horizon=100)
+    adaptive.start(0.1)
+    adaptive.steer(step, 8, rank_mean)
+    assert float(reads[0]) == pytest.approx(0.875)
+    assert adaptive.kl_coef == pytest.approx(adaptive_kl_update(0.1, 1.0, 8, 0.5, 100))
+    fixed = KLController()
+    fixed.start(0.1)
+    fixed.steer(step, 8, rank_mean)
+    adaptive.steer(KLPenalty(None, torch.zeros(2, 3)), 8, rank_mean)  # no reference forward: nothing to steer on
+    assert len(reads) == 1 and fixed.kl_coef == 0.1
 
 
 def test_running_moments_match_the_statistics_of_all_scores_seen():
@@ -84,8 +111,8 @@ def test_normalized_scores_scale_rloo_advantages_by_one_over_the_running_std():
     std = normalizer.std  # includes this batch, as the normalization did
     mask, lp = torch.ones(8, 3, dtype=torch.bool), torch.zeros(8, 3)
     module = make_rloo(kl_coef=0.1)
-    raw_adv, _ = module.compute_advantages(fake_rollout(raw, lp, lp, mask, k=4))
-    norm_adv, _ = module.compute_advantages(fake_rollout(scores, lp, lp, mask, k=4))
+    raw_adv, _ = advantages_of(module, fake_rollout(raw, lp, lp, mask, k=4))
+    norm_adv, _ = advantages_of(module, fake_rollout(scores, lp, lp, mask, k=4))
     torch.testing.assert_close(norm_adv, raw_adv / (std + 1e-8))
     assert not torch.allclose(norm_adv, raw_adv)
 

@@ -78,7 +78,7 @@ def test_logprobs_and_kl_are_on_model_tokens_only_and_match_an_unpadded_forward(
                                        atol=1e-4, rtol=1e-4)
     off_model = ~rollout.response_mask
     assert (rollout.logprobs[off_model] == 0).all() and (rollout.ref_logprobs[off_model] == 0).all()
-    kl, _ = module.kl_controller.kl_and_non_score_reward(rollout)
+    kl = module.kl_controller.penalty(rollout).kl
     assert (kl[off_model] == 0).all() and (kl[rollout.response_mask] != 0).any()
 
 

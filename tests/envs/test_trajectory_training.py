@@ -14,6 +14,7 @@ from lit_rlhf.envs import EnvSpec
 from lit_rlhf.models import VaderSentiment
 from tests.conftest import LORA, TINY_PYTHIA, make_datamodule
 from tests.envs.scripted import EchoEnvironment, ScriptedEngine
+from tests.helpers import advantages_of
 
 SAMPLES = {RLOOModule: "rloo_k", GRPOModule: "num_generations", PPOModule: "samples_per_prompt",
            ReinforcePPModule: "samples_per_prompt"}
@@ -63,8 +64,8 @@ def test_advantages_on_a_trajectory_are_those_of_its_model_tokens_side_by_side(c
     module = make(cls, **{"kl_coef": 0.05, **settings})
     rollout = trajectory_rollout()
     reference = without_observations(rollout)
-    advantages, stats = module.compute_advantages(rollout)
-    expected, expected_stats = module.compute_advantages(reference)
+    advantages, stats = advantages_of(module, rollout)
+    expected, expected_stats = advantages_of(module, reference)
     torch.testing.assert_close(advantages[rollout.response_mask], expected[reference.response_mask])
     assert (advantages[~rollout.response_mask] == 0).all()
     torch.testing.assert_close(stats["objective/kl"], expected_stats["objective/kl"])
