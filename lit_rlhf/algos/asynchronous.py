@@ -33,6 +33,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import TrainingAborted, abandonable
 from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.rollout.producer import RolloutProducer
+from lit_rlhf.rollout.sampler import Drawn
 
 PROBE_TOLERANCE = 1e-3  # the copy's probe logprobs against the trainer's (same weights, same code: equal)
 
@@ -224,22 +225,25 @@ class RolloutQueue:
         return drawn
 
     # ---- trainer thread ---------------------------------------------------------------------
-    def take(self, batch: dict[str, torch.Tensor]) -> Rollout:
-        """The training rollout of the module's current RL step (S >= 1): the producer's draw of the DataLoader's
-        `batch`. (At S = 0 the module draws it itself.)"""
-        module = self.module
+    def take(self, batch: dict[str, torch.Tensor], step: int, samples_per_prompt: int) -> Drawn:
+        """The draw of RL step `step` (S >= 1): the producer's draw of the DataLoader's `batch`, its timings in
+        `drawn.timings`. (At S = 0 the module draws it itself.)"""
         with abandonable("the rollout producer (its sampling, reward, tools and environment)"):
-            drawn = self.producer.take(module.rl_step)
-        k = module.samples_per_prompt
-        if not torch.equal(drawn.samples.queries[::k], batch["input_ids"].to(drawn.samples.queries.device)):
-            raise ConfigError(f"RL step {module.rl_step}: the rollout producer drew other prompts than the "
+            drawn = self.producer.take(step)
+        if not torch.equal(drawn.samples.queries[::samples_per_prompt],
+                           batch["input_ids"].to(drawn.samples.queries.device)):
+            raise ConfigError(f"RL step {step}: the rollout producer drew other prompts than the "
                               f"DataLoader's batch of this step; train with the PromptDataModule's DataLoader (its "
                               f"batches are a function of the step), or drop algo.max_staleness.")
         self.staleness_seen.append(drawn.staleness)
-        rollout = module.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
-        for key, value in drawn.timings.items():
-            module.step_timings[key] = module.step_timings.get(key, 0.0) + value
-        return rollout
+        return drawn
+
+    def weights_updated(self) -> None:
+        """After an RL step's optimizer steps: the synchronous run's engine takes the new weights now; with a
+        producer (S >= 1) its copies load them by version (publish_after_step, load_version). Every weight the
+        engine receives comes through this class."""
+        if self.producer is None:
+            self.module.rollout_engine.after_update(self.module.sampler.context)
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -287,8 +287,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
                 optimizer.step()  # also when skipped, so Lightning's step count stays RL steps x updates
                 optimizer.zero_grad()
         rollout.policy_outputs = None  # frees the graph of a reused rollout forward
-        if not self.rollout_queue.running:  # async mode: the producer's engine follows the versions it draws with
-            self.rollout_engine.after_update(self.sampler.context)
+        self.rollout_queue.weights_updated()
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()

@@ -292,3 +292,37 @@ def test_the_producer_draws_the_dataloader_s_batch_of_each_step(monkeypatch):
     with pytest.raises(ConfigError, match=r"RL step 0: the rollout producer drew other prompts than the DataLoader's"):
         fit(make_rloo(max_staleness=1), rl_steps=2)
     assert not producer_threads()
+
+
+class NoModule:
+    """A module the queue must not reach into while it hands over a draw."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the queue read module.{name}")
+
+
+def test_the_queue_hands_the_producer_s_draw_to_the_trainer_without_calling_the_module():
+    from types import SimpleNamespace
+
+    queries = torch.tensor([[5, 6], [5, 6], [7, 8], [7, 8]])  # 2 prompts x K=2
+    drawn = SimpleNamespace(samples=SimpleNamespace(queries=queries), staleness=1, timings={"time/x": 0.5})
+    queue = RolloutQueue(NoModule())
+    queue.producer = SimpleNamespace(take=lambda step: drawn if step == 3 else None)
+    assert queue.take({"input_ids": queries[::2]}, step=3, samples_per_prompt=2) is drawn
+    assert queue.staleness_seen == [1]
+    with pytest.raises(ConfigError, match="RL step 3: the rollout producer drew other prompts"):
+        queue.take({"input_ids": queries[1::2] + 1}, step=3, samples_per_prompt=2)
+
+
+def test_the_engine_takes_new_weights_from_the_queue_only_in_the_synchronous_run():
+    from types import SimpleNamespace
+
+    synced = []
+    module = SimpleNamespace(rollout_engine=SimpleNamespace(after_update=synced.append),
+                             sampler=SimpleNamespace(context="the trainer's sampling context"))
+    queue = RolloutQueue(module)
+    queue.weights_updated()
+    assert synced == ["the trainer's sampling context"]
+    queue.producer = object()  # S >= 1: the producer's copies load versions instead
+    queue.weights_updated()
+    assert len(synced) == 1
