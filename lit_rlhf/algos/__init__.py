@@ -9,10 +9,10 @@ from lit_rlhf.algos.ppo import PPOModule
 from lit_rlhf.algos.reinforce_pp import ReinforcePPModule
 from lit_rlhf.algos.rloo import RLOOModule
 from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.score_transforms import RewardNormalizer, ScoreTransform
+from lit_rlhf.algos.score_transforms import RewardNormalizer, ScoreContext, ScoreTransform
 from lit_rlhf.noise import silence_known_noise
 
 silence_known_noise()  # Lightning's messages a user of these modules cannot act on (lit_rlhf/noise.py)
 
 __all__ = ["DistillationModule", "GRPOModule", "KLController", "PPOModule", "RLHFModule", "RLOOModule",
-           "ReinforcePPModule", "RewardNormalizer", "Rollout", "ScoreTransform", "adaptive_kl_update"]
+           "ReinforcePPModule", "RewardNormalizer", "Rollout", "ScoreContext", "ScoreTransform", "adaptive_kl_update"]

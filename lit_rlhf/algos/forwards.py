@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.algos.score_transforms import ScoreContext, apply_score_transform
 from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
@@ -115,7 +116,8 @@ class RolloutForwards:
         raw_scores, components = drawn.scored()  # N ; {name: N}
         scores = raw_scores
         for transform in self.score_transforms if for_training else ():  # e.g. RewardNormalizer, in order
-            scores = transform.transform_scores(self, scores, drawn.prompts, drawn.completions)
+            scores = apply_score_transform(transform, scores, drawn.prompts, drawn.completions, self.score_context,
+                                           self)
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~drawn.has_stop).to(scores.dtype)
         return Rollout(queries=samples.queries, query_mask=samples.query_mask, responses=samples.responses,
@@ -129,6 +131,15 @@ class RolloutForwards:
                        teacher_logprobs=drawn.teacher_logprobs,
                        **({} if drawn.teacher_top is None else dict(zip(("teacher_top_ids", "teacher_top_logprobs"),
                                                                          drawn.teacher_top, strict=True))))
+
+    @property
+    def score_context(self) -> ScoreContext:
+        """What the score transforms use of the run: the Sampler's reward and the ranks' scores."""
+        return ScoreContext(score=self.sampler.score, gather=self.gather_over_ranks)
+
+    def gather_over_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        """Every rank's values (N each), flattened."""
+        return self.all_gather(values).flatten() if self.trainer.world_size > 1 else values
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""

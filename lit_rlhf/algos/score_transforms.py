@@ -1,8 +1,11 @@
 """Score transforms: what the module applies to the reward's scores inside the RL step, before advantages.
 
-A score transform is any object with `transform_scores(module, scores, prompts, completions) -> scores`
+A score transform is any object with `transform_scores(scores, prompts, completions, context) -> scores`
 (and, to be checkpointed, `state_dict()` / `load_state_dict()`); the module receives them in its
-constructor (`score_transforms=[...]`) and applies them in order to training rollouts only.
+constructor (`score_transforms=[...]`) and applies them in order to training rollouts only. The context
+(ScoreContext) is what a transform may use of the run: the reward, to score other texts, and the scores of every
+rank. A transform written for the earlier `transform_scores(module, scores, prompts, completions)` still runs, with
+a deprecation warning (apply_score_transform).
 
 RewardNormalizer, in order: optionally subtract the reward of the query alone (the FAQ's fix for a reward dominated
 by the prompt), update the running mean and variance with this step's scores from every rank,
@@ -11,16 +14,41 @@ normalize by them, optionally whiten the batch, optionally clip.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from lit_rlhf.config.validation import warn_once
+
+
+@dataclass(frozen=True)
+class ScoreContext:
+    """What a score transform may use of the run."""
+
+    score: Callable[[list[str], list[str]], torch.Tensor]  # the reward: (prompts, completions) -> N scores
+    gather: Callable[[torch.Tensor], torch.Tensor]  # this rank's N values -> every rank's, flattened
+
 
 @runtime_checkable
 class ScoreTransform(Protocol):
-    def transform_scores(self, module: Any, scores: torch.Tensor, prompts: Sequence[str],
-                         completions: Sequence[str]) -> torch.Tensor: ...
+    def transform_scores(self, scores: torch.Tensor, prompts: Sequence[str], completions: Sequence[str],
+                         context: ScoreContext) -> torch.Tensor: ...
+
+
+def apply_score_transform(transform: Any, scores: torch.Tensor, prompts: Sequence[str], completions: Sequence[str],
+                          context: ScoreContext, module: Any) -> torch.Tensor:
+    """transform.transform_scores with the context; one written for the module as its first argument gets the
+    module, with a deprecation warning (that form goes in the next release)."""
+    first = next(iter(inspect.signature(transform.transform_scores).parameters), None)
+    if first == "module":
+        warn_once(f"{type(transform).__name__}.transform_scores(module, scores, prompts, completions) is deprecated "
+                  f"and goes in the next release; write transform_scores(scores, prompts, completions, context) "
+                  f"(context.score: the reward, context.gather: every rank's values).")
+        return transform.transform_scores(module, scores, prompts, completions)
+    return transform.transform_scores(scores, prompts, completions, context)
 
 
 class RewardNormalizer:
@@ -45,17 +73,16 @@ class RewardNormalizer:
         self.m2 += m2 + delta**2 * self.count * n / total
         self.count = total
 
-    def transform_scores(self, module, scores: torch.Tensor, prompts: Sequence[str],
-                         completions: Sequence[str]) -> torch.Tensor:
+    def transform_scores(self, scores: torch.Tensor, prompts: Sequence[str], completions: Sequence[str],
+                         context: ScoreContext) -> torch.Tensor:
         if self.subtract_query_reward:
-            scores = scores - module.sampler.score(list(prompts), [""] * len(prompts))
-        everywhere = module.all_gather(scores).flatten() if module.trainer.world_size > 1 else scores
-        self.update(everywhere)
+            scores = scores - context.score(list(prompts), [""] * len(prompts))
+        self.update(context.gather(scores))
         if self.normalize:
             shift = self.mean if self.shift_mean else 0.0
             scores = (scores - shift) / (self.std + self.epsilon)
         if self.whiten_batch:
-            gathered = module.all_gather(scores).flatten() if module.trainer.world_size > 1 else scores
+            gathered = context.gather(scores)
             scores = (scores - gathered.mean()) / (gathered.std() + self.epsilon)
         if self.reward_clip_range is not None:
             scores = scores.clamp(-self.reward_clip_range, self.reward_clip_range)

@@ -3,7 +3,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_rlhf.algos import KLController, RewardNormalizer, adaptive_kl_update
+from lit_rlhf.algos import KLController, RewardNormalizer, ScoreContext, adaptive_kl_update
 from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.errors import ConfigError
 from tests.algos.test_rloo import fake_rollout
@@ -91,14 +91,9 @@ def test_running_moments_match_the_statistics_of_all_scores_seen():
     assert normalizer.std == pytest.approx(everything.std().item())
 
 
-class FakeModule:
-    def __init__(self, reward=None):
-        self.trainer = type("T", (), {"world_size": 1})()
-        self.reward = reward
-        self.sampler = self  # the module's Sampler scores with the reward
-
-    def score(self, prompts, completions):
-        return self.reward(prompts, completions)
+def one_rank(reward=None) -> ScoreContext:
+    """A transform's context in a one-process run: the reward, and gathering returns this rank's values."""
+    return ScoreContext(score=reward, gather=lambda values: values)
 
 
 def test_normalized_scores_scale_rloo_advantages_by_one_over_the_running_std():
@@ -107,7 +102,7 @@ def test_normalized_scores_scale_rloo_advantages_by_one_over_the_running_std():
     normalizer = RewardNormalizer()
     normalizer.update(torch.randn(64) * 4 + 10)  # history
     raw = torch.randn(8) * 2 + 5
-    scores = normalizer.transform_scores(FakeModule(), raw, [""] * 8, [""] * 8)
+    scores = normalizer.transform_scores(raw, [""] * 8, [""] * 8, one_rank())
     std = normalizer.std  # includes this batch, as the normalization did
     mask, lp = torch.ones(8, 3, dtype=torch.bool), torch.zeros(8, 3)
     module = make_rloo(kl_coef=0.1)
@@ -121,15 +116,36 @@ def test_whitening_clipping_and_query_reward_subtraction():
     def length(prompts, completions):
         return torch.tensor([float(len(p + c)) for p, c in zip(prompts, completions, strict=True)])
 
-    fake = FakeModule(reward=length)
+    fake = one_rank(reward=length)
     prompts, completions = ["ab", "abcd", "a", "abc"], ["x", "xx", "xxx", "xxxx"]
     raw = length(prompts, completions)
     only_completion = RewardNormalizer(normalize=False, subtract_query_reward=True)
-    assert only_completion.transform_scores(fake, raw, prompts, completions).tolist() == [1.0, 2.0, 3.0, 4.0]
-    whitened = RewardNormalizer(normalize=False, whiten_batch=True).transform_scores(fake, raw, prompts, completions)
+    assert only_completion.transform_scores(raw, prompts, completions, fake).tolist() == [1.0, 2.0, 3.0, 4.0]
+    whitened = RewardNormalizer(normalize=False, whiten_batch=True).transform_scores(raw, prompts, completions, fake)
     assert whitened.mean().item() == pytest.approx(0, abs=1e-6) and whitened.std().item() == pytest.approx(1, abs=1e-5)
-    clipped = RewardNormalizer(normalize=False, reward_clip_range=5.0).transform_scores(fake, raw, prompts, completions)
+    clipped = RewardNormalizer(normalize=False, reward_clip_range=5.0).transform_scores(raw, prompts, completions, fake)
     assert clipped.max().item() == 5.0
+
+
+def test_the_running_moments_take_every_rank_s_scores_from_the_context():
+    other_ranks = torch.tensor([10.0, 20.0])
+    everywhere = ScoreContext(score=None, gather=lambda values: torch.cat([values, other_ranks]))
+    normalizer = RewardNormalizer()
+    normalizer.transform_scores(torch.tensor([1.0, 3.0]), ["", ""], ["", ""], everywhere)
+    assert normalizer.count == 4 and normalizer.mean == pytest.approx(8.5)
+
+
+def test_a_transform_written_for_the_module_still_runs_with_a_deprecation_warning():
+    from lit_rlhf.algos.score_transforms import apply_score_transform
+
+    class Doubling:  # the earlier signature
+        def transform_scores(self, module, scores, prompts, completions):
+            return scores * module.factor
+
+    module = type("Module", (), {"factor": 2.0})()
+    with pytest.warns(UserWarning, match="transform_scores\\(module, scores, prompts, completions\\) is deprecated"):
+        out = apply_score_transform(Doubling(), torch.tensor([1.0, 2.0]), ["", ""], ["", ""], one_rank(), module)
+    assert out.tolist() == [2.0, 4.0]
 
 
 @pytest.mark.integration
