@@ -6,15 +6,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from lit_rlhf.config import (
-    DataConfig,
-    DistillationConfig,
-    GRPOConfig,
-    ModelConfig,
-    PPOConfig,
-    ReinforcePPConfig,
-    RLOOConfig,
-)
+from lit_rlhf.config import DataConfig, ModelConfig
+from lit_rlhf.config.registry import ALGORITHMS
 
 MODULE_ARGUMENTS = ("model", "reward", "optimizer", "lr_scheduler", "rollout_engine", "kl_controller",
                     "score_transforms", "task_metrics", "environment")
@@ -27,15 +20,14 @@ def schema(settings: type, target: str, arguments: tuple[str, ...] = ()) -> type
 
 
 def register_configs() -> None:
+    """Every registered algorithm's schema (algo/<name>_schema), the model's and the data's; those already stored
+    (an app that ran in this process, a notebook, a test) are kept."""
     store = ConfigStore.instance()
-    if "rloo_schema.yaml" in store.repo.get("algo", {}):  # an app already ran in this process (a notebook, a test)
-        return
-    for name, settings, target in (("rloo_schema", RLOOConfig, "lit_rlhf.algos.RLOOModule"),
-                                   ("ppo_schema", PPOConfig, "lit_rlhf.algos.PPOModule"),
-                                   ("grpo_schema", GRPOConfig, "lit_rlhf.algos.GRPOModule"),
-                                   ("reinforce_pp_schema", ReinforcePPConfig, "lit_rlhf.algos.ReinforcePPModule"),
-                                   ("distill_schema", DistillationConfig, "lit_rlhf.algos.DistillationModule")):
-        arguments = MODULE_ARGUMENTS + (("teacher",) if settings is DistillationConfig else ())
-        store.store(group="algo", name=name, node=schema(settings, target, arguments))
-    store.store(group="model", name="schema", node=ModelConfig)
-    store.store(group="data", name="schema", node=schema(DataConfig, "lit_rlhf.data.PromptDataModule"))
+    stored = store.repo.get("algo", {})
+    for entry in ALGORITHMS.values():
+        if f"{entry.name}_schema.yaml" not in stored:
+            store.store(group="algo", name=f"{entry.name}_schema",
+                        node=schema(entry.settings, entry.target, MODULE_ARGUMENTS + entry.arguments))
+    if "schema.yaml" not in store.repo.get("model", {}):
+        store.store(group="model", name="schema", node=ModelConfig)
+        store.store(group="data", name="schema", node=schema(DataConfig, "lit_rlhf.data.PromptDataModule"))

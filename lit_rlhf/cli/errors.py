@@ -102,6 +102,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
     overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
     try:
+        from lit_rlhf.cli.configs import register_configs
+        from lit_rlhf.cli.plugins import import_searchpath_packages
+
+        import_searchpath_packages(overrides)  # a package's own algorithms register before the config composes
+        register_configs()
         if any(flag in ("--help", "-h") for flag in sys.argv[1:]) and print_app_help(config_dir, config_name,
                                                                                    overrides):
             return

@@ -7,26 +7,17 @@ from lit_rlhf.config.docs import own_fields, settings_table
 
 
 def settings_tables() -> dict[str, str]:
-    """{marker name: table} for docs/configuration.md."""
-    from lit_rlhf.config import (
-        DataConfig,
-        DistillationConfig,
-        GRPOConfig,
-        LoraSettings,
-        ModelConfig,
-        PPOConfig,
-        ReinforcePPConfig,
-        RLHFConfig,
-        RLOOConfig,
-    )
+    """{marker name: table} for docs/configuration.md: every registered algorithm's own settings (RLOO's table holds
+    the settings every algorithm shares), the model's, the data's and the environment's."""
+    from lit_rlhf.config import DataConfig, LoraSettings, ModelConfig, RLHFConfig, RLOOConfig
+    from lit_rlhf.config.registry import ALGORITHMS
     from lit_rlhf.envs import EnvSpec
 
+    algorithms = {entry.settings.__name__: settings_table(entry.settings, "algo") if entry.settings is RLOOConfig
+                  else settings_table(entry.settings, "algo", own_fields(entry.settings, RLHFConfig))
+                  for entry in ALGORITHMS.values()}
     return {
-        "RLOOConfig": settings_table(RLOOConfig, "algo"),
-        "PPOConfig": settings_table(PPOConfig, "algo", own_fields(PPOConfig, RLHFConfig)),
-        "GRPOConfig": settings_table(GRPOConfig, "algo", own_fields(GRPOConfig, RLHFConfig)),
-        "ReinforcePPConfig": settings_table(ReinforcePPConfig, "algo", own_fields(ReinforcePPConfig, RLHFConfig)),
-        "DistillationConfig": settings_table(DistillationConfig, "algo", own_fields(DistillationConfig, RLHFConfig)),
+        **algorithms,
         "ModelConfig": settings_table(ModelConfig, "model"),
         "LoraSettings": settings_table(LoraSettings, "model.lora"),
         "DataConfig": settings_table(DataConfig, "data"),

@@ -5,6 +5,7 @@ Names follow TRL's configs where TRL has one; defaults are ours, the same for Py
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
+from lit_rlhf.config.registry import algorithm
 from lit_rlhf.config.sampling_checks import check_unbiased
 from lit_rlhf.config.settings import setting
 from lit_rlhf.config.validation import (
@@ -173,6 +174,7 @@ class RLHFConfig:
         return True
 
 
+@algorithm("rloo", target="lit_rlhf.algos.RLOOModule")
 @dataclass
 class RLOOConfig(RLHFConfig):
     rloo_k: int = setting(4, "samples per prompt (K >= 2); each one's baseline is the mean of the other K-1")
@@ -189,6 +191,7 @@ class RLOOConfig(RLHFConfig):
         check_choice("kl_penalty", self.kl_penalty, KL_PENALTIES)
 
 
+@algorithm("ppo", target="lit_rlhf.algos.PPOModule")
 @dataclass
 class PPOConfig(RLHFConfig):
     num_ppo_epochs: int = setting(4, "passes over each rollout (as TRL)")
@@ -224,6 +227,7 @@ class PPOConfig(RLHFConfig):
                 raise ConfigError(f"algo.{name}={getattr(self, name)} must be in [0, 1].")
 
 
+@algorithm("grpo", target="lit_rlhf.algos.GRPOModule")
 @dataclass
 class GRPOConfig(RLHFConfig):
     num_generations: int = setting(4, "samples per prompt, the group (K >= 2)")
@@ -289,6 +293,7 @@ class GRPOConfig(RLHFConfig):
         return self.kl_in == "reward"
 
 
+@algorithm("reinforce_pp", target="lit_rlhf.algos.ReinforcePPModule")
 @dataclass
 class ReinforcePPConfig(RLHFConfig):
     samples_per_prompt: int = setting(4, "sequences per prompt (baseline=group needs >= 2)")
@@ -317,6 +322,7 @@ MAX_TASK_REWARD_COEF = 1000.0
 DIVERGENCES = ("sampled_token", "generalized_jsd")
 
 
+@algorithm("distill", target="lit_rlhf.algos.DistillationModule", arguments=("teacher",))
 @dataclass
 class DistillationConfig(RLHFConfig):
     samples_per_prompt: int = setting(4, "sequences the student samples per prompt (task_reward_coef > 0: >= 2, the "
