@@ -55,3 +55,12 @@ def test_the_package_docstring_says_where_to_start_and_names_what_exists():
         assert (LIBRARY.parent / "docs" / page).is_file(), page
     for name in re.findall(r"\b([A-Z]\w+(?:Module|Config))\b", text):
         assert hasattr(lit_rlhf, name) or hasattr(lit_rlhf.config, name), name
+
+
+def test_the_tests_mirror_the_library_s_folders():
+    """Every package folder of the library has a test folder of the same name, so the tests of a change are found
+    where its code is."""
+    tests = Path(__file__).resolve().parent
+    packages = {p.parent.name for p in LIBRARY.glob("*/__init__.py")} - {"assets"}  # data and model files
+    assert packages >= {"algos", "checkpoints", "cli", "statistics"}
+    assert sorted(name for name in packages if not (tests / name / "__init__.py").is_file()) == []

@@ -10,8 +10,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_rlhf.models.forwards import batched_logprobs
 from tests.algos.fixed_rollout import assert_same, one_step_delta
+from tests.checkpoints.test_resume import Record, fit, small_prompts  # noqa: F401 (a fixture)
 from tests.conftest import make_datamodule, make_rloo
-from tests.test_resume import Record, fit, small_prompts  # noqa: F401 (a fixture)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

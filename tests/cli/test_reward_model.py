@@ -44,7 +44,7 @@ def test_the_python_example_of_docs_preferences_runs(tmp_path, monkeypatch):
 
     from tests.conftest import TINY_PYTHIA
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "preferences.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "preferences.md").read_text()
     (code,) = re.findall(r"```python\n(.*?)```", text.split("## From Python", 1)[1], re.S)
     separable_pairs(tmp_path / "pairs.jsonl", n=24)
     monkeypatch.chdir(tmp_path)
