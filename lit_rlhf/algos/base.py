@@ -139,6 +139,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         self._fit_start_time = None
         self.last_validated_rl_step = -1
         self.heldout_before_training: dict[str, float] | None = None  # eval/* at step 0, see on_train_start
+        # the reward, gold, task_metrics and env configs of the app's run (record_run_config), kept in checkpoints
+        self.run_config: dict[str, Any] | None = None
         self.training_finished = False  # set at the end of training, before the end-of-run reports
         self.nonfinite = NonfiniteGuard()  # skips an optimizer step with a non-finite loss or gradient
 
@@ -204,6 +206,17 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer=optimizer),
                                                          "interval": "step"}}
+
+    def record_run_config(self, groups: dict[str, Any]) -> None:
+        """The app's reward, gold, task_metrics and env configs (passwords masked): saved in checkpoints, so that
+        evaluate.py ckpt_path=... scores with what the run trained on."""
+        self.run_config = groups
+
+    def use_run_task(self, task_metrics: Sequence[TaskMetric], environment: EnvSpec | None) -> None:
+        """A module loaded from a checkpoint takes the task metrics and environment of the run that trained it
+        (evaluate.py: they are configs of the run, not settings of the module)."""
+        self.task_metrics = list(task_metrics)
+        self.environment = environment
 
     @property
     def kl_coef(self) -> float:
@@ -341,7 +354,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
                            f"steps= to train on from it).")
             self.trainer.should_stop = True  # no RL step runs, and no producer starts
             return
-        log_heldout_before_training(self)  # a fresh run only; draws nothing from the restored states
+        # a fresh run only; draws nothing from the restored states
+        self.heldout_before_training = log_heldout_before_training(self) or self.heldout_before_training
         self.rollout_queue.start()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -32,12 +32,13 @@ def heldout_metrics(module, batch: dict[str, torch.Tensor], batch_idx: int) -> t
     return metrics, len(samples["prompts"])
 
 
-def log_heldout_before_training(module) -> None:
-    """eval/* of the starting policy, logged at step 0: validation first runs after val_check_interval RL
-    steps, and the curves would not show where the held-out score started."""
+def log_heldout_before_training(module) -> dict[str, float] | None:
+    """eval/* of the starting policy, logged at step 0 and returned (None where it is not measured: a resumed run,
+    no validation): validation first runs after val_check_interval RL steps, and the curves would not show where
+    the held-out score started."""
     trainer, datamodule = module.trainer, getattr(module.trainer, "datamodule", None)
     if module.rl_step or not trainer.limit_val_batches or datamodule is None:
-        return
+        return None
     started = time.time()
     loader = datamodule.val_dataloader()
     limit = trainer.limit_val_batches
@@ -50,10 +51,11 @@ def log_heldout_before_training(module) -> None:
         count += size
     reduced = {k: trainer.strategy.reduce(torch.tensor(v / count, device=module.device), reduce_op="mean")
                for k, v in totals.items()}
-    module.heldout_before_training = {k: float(v) for k, v in reduced.items()}
+    before = {k: float(v) for k, v in reduced.items()}
     took = exclude_from_step_time(module, started)
     for logger in module.loggers:
-        logger.log_metrics({**module.heldout_before_training, "time/validation_s": took}, step=0)
+        logger.log_metrics({**before, "time/validation_s": took}, step=0)
+    return before
 
 
 def exclude_from_step_time(module, started: float) -> float:

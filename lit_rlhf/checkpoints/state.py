@@ -117,7 +117,7 @@ class TrainedStateCheckpoints:
             "trained_digest": None if is_sharded(self) else tensors_digest(checkpoint["state_dict"]),
             "identity": cached_run_identity(self),  # compared on resume (run_identity.py)
             # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
-            "run_config": getattr(self, "run_config", None),
+            "run_config": self.run_config,
             "rng": rng_state(),
             # every rank's own: ranks draw different amounts (their responses stop at different lengths), so rank
             # zero's states restored on every rank would sample something else than the uninterrupted run

@@ -33,8 +33,8 @@ def load_module(cfg: DictConfig):
                                       rollout_engine=instantiate(cfg.rollout),
                                       trust_remote_code=bool(cfg.get("trust_remote_code")), checkpoint=checkpoint,
                                       settings=trained.algo_overrides)
-        module.task_metrics = [instantiate(spec) for spec in (trained.task_metrics or {}).values()]
-        module.environment = as_env_spec(instantiate(trained.env) if trained.env else None)
+        module.use_run_task([instantiate(spec) for spec in (trained.task_metrics or {}).values()],
+                            as_env_spec(instantiate(trained.env) if trained.env else None))
         return module, trained
     trained = TrainedSettings(cfg.reward, cfg.get("task_metrics"), cfg.get("env"), None, {}, cfg.get("gold"))
     model = OmegaConf.to_container(cfg.model, resolve=True)

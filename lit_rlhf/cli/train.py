@@ -66,9 +66,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     check_optimized_metric(cfg, [metric.name for metric in module.task_metrics])
     # saved in checkpoints, so that evaluate.py ckpt_path=... scores with what the run trained on
     # (a URL's password is masked: it never reaches a checkpoint, a log or a saved config)
-    module.run_config = config_without_passwords(
+    module.record_run_config(config_without_passwords(
         {group: OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
-         for group in ("reward", "gold", "task_metrics", "env")})
+         for group in ("reward", "gold", "task_metrics", "env")}))
     loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
     try:
         return fit(cfg, module, datamodule, loggers)
