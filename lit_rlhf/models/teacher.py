@@ -16,7 +16,7 @@ Shapes: N sequences, P prompt length, R response length.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -26,6 +26,30 @@ from lit_rlhf.models.loading import from_pretrained, own_code_refused
 from lit_rlhf.models.policy import fit_embeddings, load_causal_lm
 from lit_rlhf.models.tokenizer import load_tokenizer
 from lit_rlhf.terminal import printable
+
+
+class Teacher(Protocol):
+    """What distillation asks of a teacher: log p_teacher of each response token given what precedes it, (N,R), zero
+    outside response_mask; columns: the dataset columns of each sequence's prompt row.
+
+    Optional hooks, each called where the teacher has it (call_hook): `load(tokenizer)` once with the student's
+    tokenizer, `check_temperature(temperature)` and `check_rows(rows, dataset)` before training; a teacher whose
+    `top_logprobs` is set also gives `scores(...) -> (logprobs, top ids, top logprobs)` (a served teacher's top K)."""
+
+    def logprobs(self, queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor,
+                 response_mask: torch.Tensor, temperature: float, columns: dict[str, list] | None = None
+                 ) -> torch.Tensor: ...
+
+
+HOOKS = ("load", "check_temperature", "check_rows")
+
+
+def call_hook(teacher: Teacher, name: str, *args: Any) -> None:
+    """teacher.<name>(*args) where the teacher has that optional hook (HOOKS), else nothing."""
+    assert name in HOOKS, name
+    hook = getattr(teacher, name, None)
+    if hook is not None:
+        hook(*args)
 
 
 class CausalLMTeacher:
@@ -149,13 +173,11 @@ class RoutedTeachers:
 
     def load(self, tokenizer: Any) -> None:
         for teacher in self.teachers.values():
-            if hasattr(teacher, "load"):
-                teacher.load(tokenizer)
+            call_hook(teacher, "load", tokenizer)
 
     def check_temperature(self, temperature: float) -> None:
         for teacher in self.teachers.values():
-            if hasattr(teacher, "check_temperature"):
-                teacher.check_temperature(temperature)
+            call_hook(teacher, "check_temperature", temperature)
 
     def check_rows(self, rows: list, dataset: str) -> None:
         """Before training: every prompt row names a configured teacher in the routing column."""

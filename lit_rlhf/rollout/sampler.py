@@ -27,7 +27,8 @@ from lit_rlhf.envs import EnvSpec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import abandonable
 from lit_rlhf.models import WeightedSum, reward_name
-from lit_rlhf.models.teacher import check_teacher_vocabulary_size
+from lit_rlhf.models.rewards import Reward
+from lit_rlhf.models.teacher import Teacher, call_hook, check_teacher_vocabulary_size
 from lit_rlhf.ops import contains_stop
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from lit_rlhf.rollout.engine import RolloutEngine, Samples
@@ -75,12 +76,12 @@ class Sampler:
     loaded policy, its reference and the tokenizer. `for_worker` is a Sampler that draws with another copy of the
     policy (the async producer's, one per concurrent draw) and a random stream of its own."""
 
-    def __init__(self, engine: RolloutEngine, reward: Any, settings: SamplingSettings,
+    def __init__(self, engine: RolloutEngine, reward: Reward | None, settings: SamplingSettings,
                  environment: EnvSpec | None = None):
         self.engine, self.reward = engine, reward
         # a reward scored on every draw and never trained on, to measure over-optimization (callbacks.GoldReward)
-        self.gold: Any = None
-        self.teacher: Any = None  # on-policy distillation: scores every token the policy samples
+        self.gold: Reward | None = None
+        self.teacher: Teacher | None = None  # on-policy distillation: scores every token the policy samples
         self.context = SamplingContext(settings, environment)
 
     def attach(self, policy: torch.nn.Module, reference: Any, tokenizer: Any, stop_token_id: int,
@@ -88,10 +89,9 @@ class Sampler:
         """The loaded models: called once the module's weights are loaded, before the engine's setup."""
         self.context = replace(self.context, policy=policy, reference=reference, tokenizer=tokenizer,
                                stop_token_id=stop_token_id, device=device, rank=rank, local_rank=local_rank)
-        if hasattr(self.teacher, "check_temperature"):  # a served teacher scores at temperature 1 only
-            self.teacher.check_temperature(self.context.settings.temperature)
-        if self.teacher is not None and hasattr(self.teacher, "load"):  # frozen, with the student's tokenizer
-            self.teacher.load(tokenizer)
+        if self.teacher is not None:
+            call_hook(self.teacher, "check_temperature", self.context.settings.temperature)  # a served teacher: 1
+            call_hook(self.teacher, "load", tokenizer)  # frozen, with the student's tokenizer
             check_teacher_vocabulary_size(self.teacher, policy)
 
     def for_worker(self, policy: torch.nn.Module) -> Sampler:
@@ -132,8 +132,8 @@ class Sampler:
                                   f"(e.g. data=arithmetic) or another reward or task metric.")
             raise ConfigError(f"data.dataset={dataset!r}, row {row}: no {column!r}, which {who} needs; give every row "
                               f"one, or remove the rows without it.")
-        if hasattr(self.teacher, "check_rows"):  # routed teachers: every row names one
-            self.teacher.check_rows(rows, dataset)
+        if self.teacher is not None:  # routed teachers: every row names one
+            call_hook(self.teacher, "check_rows", rows, dataset)
         for column in environment.required_columns() if environment is not None else []:
             row = missing_in_rows(rows, column)
             if row is not None:
