@@ -47,6 +47,15 @@ def distillation_advantages(teacher_logprobs: torch.Tensor, student_logprobs: to
     return (teacher_logprobs - student_logprobs) * response_mask
 
 
+def extrapolated_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor,
+                            ref_logprobs: torch.Tensor, response_mask: torch.Tensor, lam: float) -> torch.Tensor:
+    """G-OPD's per-token advantage lam (log p_teacher - log p_ref) - (log p_student - log p_ref) of the sampled
+    tokens (N,R), zero off the model's tokens: the teacher's log-ratio to the reference as a reward scaled by lam,
+    the KL to the reference at weight 1. At lam = 1 the reference cancels (distillation_advantages)."""
+    reward = lam * (teacher_logprobs - ref_logprobs)  # N,R
+    return (reward - (student_logprobs - ref_logprobs)) * response_mask
+
+
 def iw_opd_weights(advantages: torch.Tensor, response_mask: torch.Tensor, gamma: float,
                    epsilon: float = 1e-8) -> torch.Tensor:
     """TRL IW-OPD's position weights (iw_opd_gamma): 1 + gamma (1 - the share of the sequence's total |advantage|
@@ -90,6 +99,10 @@ class DistillationModule(RLHFModule):
         return self.hparams.samples_per_prompt
 
     @property
+    def needs_reference(self) -> bool:  # ExOPD's reward is the teacher's log-ratio to the reference
+        return super().needs_reference or self.hparams.exopd_lambda != 1.0
+
+    @property
     def full_vocabulary(self) -> bool:
         return self.hparams.divergence == "generalized_jsd"
 
@@ -102,7 +115,10 @@ class DistillationModule(RLHFModule):
         if self.full_vocabulary:  # the loss carries the teacher's signal
             advantages = torch.zeros_like(rollout.logprobs)  # N,R
         else:
-            advantages = distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask)  # N,R
+            lam = self.hparams.exopd_lambda
+            advantages = (distillation_advantages(rollout.teacher_logprobs, rollout.logprobs, mask) if lam == 1.0
+                          else extrapolated_advantages(rollout.teacher_logprobs, rollout.logprobs,
+                                                       rollout.ref_logprobs, mask, lam))  # N,R
             if self.hparams.iw_opd_gamma:
                 advantages = advantages * iw_opd_weights(advantages, mask, self.hparams.iw_opd_gamma)
         advantages = advantages + penalty.non_score_reward

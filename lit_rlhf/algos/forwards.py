@@ -81,6 +81,12 @@ class RolloutForwards:
                                       from_reference, greedy, timings=self.step_timings if for_training else None)
             return self.finish_rollout(drawn, for_training)
 
+    @property
+    def needs_reference(self) -> bool:
+        """Whether a training rollout needs the reference's logprobs: for the KL penalty (not with a fixed kl_coef of
+        0); an algorithm whose advantage reads them says so too."""
+        return self.kl_controller.uses_reference
+
     def finish_rollout(self, drawn: Drawn, for_training: bool) -> Rollout:
         """The trainer's side: old (or the update's) and reference logprobs, the correction for a sampler that is
         not the trainer's weights, the scores."""
@@ -93,7 +99,7 @@ class RolloutForwards:
         if not reuse_forward:
             logprobs, values = self.old_logprobs_and_values(*sequences)  # N,R
         # the KL needs the reference; a training rollout with kl_coef 0 skips its forward
-        needs_reference = self.kl_controller.uses_reference or not for_training
+        needs_reference = self.needs_reference or not for_training
         ref_logprobs = self.reference_logprobs(*sequences) if needs_reference else None
         self.policy.train(was_training)
         policy_outputs = self.policy_forward_with_grad(*sequences) if reuse_forward else None  # (N,R), (N,R)

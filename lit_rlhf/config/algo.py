@@ -344,6 +344,11 @@ class DistillationConfig(RLHFConfig):
              "the share of its sequence's total |advantage| before it); 0: unweighted (TRL IW-OPD at gamma 0)")
     beta: float = setting(0.5, "divergence=generalized_jsd: TRL GKDConfig's beta; 0 forward KL(teacher || student), "
                                "1 reverse KL(student || teacher), between: the generalized JSD")
+    exopd_lambda: float = setting(
+        1.0, "divergence=sampled_token: G-OPD's reward scale (Yang et al. 2026, arXiv 2602.12125), each token's "
+             "advantage lambda (log p_teacher - log p_ref) - (log p_student - log p_ref) with the student's starting "
+             "policy as reference (a reference forward per step); 1: standard on-policy distillation; > 1: ExOPD's "
+             "reward extrapolation, which can carry a student past a teacher RL-trained from it")
 
     def __post_init__(self):
         super().__post_init__()
@@ -352,6 +357,10 @@ class DistillationConfig(RLHFConfig):
         check_choice("divergence", self.divergence, DIVERGENCES)
         check_setting_number("algo.beta", self.beta, minimum=0, maximum=1)
         check_number("iw_opd_gamma", self.iw_opd_gamma, minimum=0)
+        check_number("exopd_lambda", self.exopd_lambda, minimum=0)
+        if self.exopd_lambda != 1.0 and self.divergence != "sampled_token":
+            raise ConfigError(f"algo.exopd_lambda={self.exopd_lambda:g} scales the sampled-token advantage; with "
+                              f"algo.divergence={self.divergence} set exopd_lambda=1 or divergence=sampled_token.")
         if self.task_reward_coef > MAX_TASK_REWARD_COEF:
             raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef:g} must be <= {MAX_TASK_REWARD_COEF:g}: "
                               f"the task reward's advantage is unit-scale and the teacher's 0.01-1 nats per token, so "

@@ -104,6 +104,29 @@ def test_iw_opd_gamma_weighs_each_advantage_by_the_share_of_its_sequences_diverg
     torch.testing.assert_close(unweighted, (teacher - student) * mask)
 
 
+def test_exopd_lambda_scales_the_teacher_s_log_ratio_to_the_reference():
+    """G-OPD (arXiv 2602.12125): A_t = lam (log p_teacher - log p_ref) - (log p_student - log p_ref) on the model's
+    tokens; at lam = 1 the reference cancels and A_t is distillation's, whatever the reference."""
+    from dataclasses import replace
+
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]]).bool()
+    student, teacher, ref = (-torch.rand(4, 4) * 3 * mask for _ in range(3))
+    rollout = replace(hand_rollout(student, teacher, mask, torch.zeros(4), k=2), ref_logprobs=ref)
+    for lam in (1.0, 2.5):
+        advantages, _ = advantages_of(make_distill(exopd_lambda=lam), rollout)
+        expected = torch.zeros(4, 4)
+        for i in range(4):
+            for t in range(4):
+                if mask[i, t]:
+                    expected[i, t] = lam * (teacher[i, t] - ref[i, t]) - (student[i, t] - ref[i, t])
+        torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(advantages_of(make_distill(), rollout)[0], (teacher - student) * mask)
+    assert make_distill(exopd_lambda=2.5).needs_reference and not make_distill().needs_reference
+    with pytest.raises(ConfigError, match="algo.exopd_lambda=2 scales the sampled-token advantage"):
+        make_distill(exopd_lambda=2.0, divergence="generalized_jsd")
+
+
 def test_the_loss_is_the_token_mean_of_the_whole_step_however_it_is_split():
     """TRL's distillation trainers average the loss over all of the step's tokens: micro-batches of 3 and 7 tokens
     give the gradient of one batch (bnpo, a mean of micro-batch means, would weight the 3 tokens 7/3 times more)."""
