@@ -52,6 +52,18 @@ def plain_linear_adapter(layer: LoraLayer, adapter: str) -> bool:
 
 
 @torch.no_grad()
+def every_weight(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """{checkpoint name: tensor} of every parameter of the model, with LoRA merged: what an engine that may hold other
+    weights (a server another run synced) takes first."""
+    base = policy.get_base_model() if isinstance(policy, PeftModel) else policy
+    weights = trained_weights(policy)
+    for name, param in base.named_parameters():
+        if ".lora_" not in name and ".original_module." not in name:
+            weights.setdefault(checkpoint_name(name), param.detach().clone())
+    return weights
+
+
+@torch.no_grad()
 def trained_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{checkpoint name: tensor} of every weight that training changes, with LoRA merged."""
     base = policy.get_base_model() if isinstance(policy, PeftModel) else policy

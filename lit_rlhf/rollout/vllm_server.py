@@ -1,0 +1,229 @@
+"""VLLMServerEngine: sampling from running vLLM servers (`rollout=vllm_server`), so that generation runs on machines
+of its own while the trainer trains.
+
+Each model turn of each episode is one request to a server's OpenAI-compatible completions endpoint, token ids in and
+token ids out (no text round trip):
+
+    POST {url}/v1/completions  {"model": m, "prompt": [ids], "max_tokens": n, "temperature": t, "seed": s,
+                                "logprobs": 0, "return_tokens_as_token_ids": true, "stop_token_ids": [eos], ...}
+    -> {"choices": [{"logprobs": {"tokens": ["token_id:17", ...], "token_logprobs": [-0.3, ...]}}]}
+
+the requests spread over the servers (`urls`) in turn. After each RL step's update the policy's trained weights (LoRA
+merged into the layers it adapts: rollout/weights.py) are written to a safetensors file in `weights_dir`, a folder the
+servers read, and every server loads them in place through vLLM's `/collective_rpc` (lit_rlhf's WeightReceiver, the
+colocated engine's loader) before the next rollout; the file's name carries the version (RL steps trained), and a
+server that answers with another number of tensors than was sent stops the run. Requests, timeouts, retries and auth
+follow HTTPService's rules (lit_rlhf.remote.http).
+
+Shapes: N contexts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from lit_rlhf.config.validation import check_flag, check_setting_number
+from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.interrupts import thread_pool
+from lit_rlhf.remote.http import HTTPService
+from lit_rlhf.remote.schema import shown
+from lit_rlhf.rollout.context import SamplingContext
+from lit_rlhf.rollout.engine import RolloutEngine
+from lit_rlhf.rollout.hf import HFEngine
+from lit_rlhf.rollout.vllm_checks import vllm_sampling_settings
+from lit_rlhf.rollout.weights import every_weight, trained_weights
+
+SERVE_HINT = ("start each server with `VLLM_SERVER_DEV_MODE=1 vllm serve <model.name_or_path> --worker-extension-cls "
+              "lit_rlhf.rollout.vllm_worker.WeightReceiver --logprobs-mode processed_logprobs --generation-config "
+              "vllm` (docs/scale.md)")
+
+
+class RolloutServerError(UnavailableError):
+    """A rollout server that cannot be reached, or whose answer is not what the engine asked for."""
+
+
+class RolloutServer(HTTPService):
+    """One vLLM server of the engine: its requests follow HTTPService's rules, its errors name it."""
+
+    key, server_name, error = "rollout", "the rollout server", RolloutServerError
+    health_path, docs_page = "/v1/models", "scale.md"
+    url_example = "http://127.0.0.1:8000 (vllm serve <model> starts one)"
+
+    def __init__(self, url: str, **http: Any):
+        super().__init__(url.rstrip("/").removesuffix("/v1") if isinstance(url, str) else url, **http)
+        self.served_model: str | None = None
+
+    def connect(self, model: str | None) -> None:
+        """The server is up and serves `model` (None: the first it lists)."""
+        where = f"{self.server_name} {self.shown_url}"
+        body = self.request("GET", "/v1/models", None, where)
+        data = body.get("data") if isinstance(body, dict) else None
+        served = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else None
+        if not served:
+            raise self.error(f"{where} answered /v1/models with {shown(body)}; an OpenAI-compatible server lists "
+                             f"the models it serves: {{\"data\": [{{\"id\": ...}}]}}.")
+        if model is not None and model not in served:
+            raise ConfigError(f"rollout.model={model!r} is not served by {self.shown_url} (it serves "
+                              f"{shown(served)}); set rollout.model to one of them.")
+        self.served_model = model if model is not None else str(served[0])
+
+    def load_weights(self, path: str, tensors: int, version: int) -> None:
+        """The weights in `path` (a file this server can read) into its model, through WeightReceiver."""
+        where = f"{self.server_name} {self.shown_url} (weights of RL step {version})"
+        body = self.request("POST", "/collective_rpc", {"method": "load_policy_weights", "args": [path]}, where,
+                            missing_ok=True)
+        if body is None:
+            raise ConfigError(f"{where} has no /collective_rpc, so it cannot take the policy's weights; {SERVE_HINT}.")
+        results = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(results, list) or not results or any(str(r) != str(tensors) for r in results):
+            raise self.error(f"{where} loaded {shown(results)} tensors of the {tensors} sent; it did not take the "
+                             f"policy's weights; {SERVE_HINT}.")
+
+    def complete(self, context: list[int], max_new_tokens: int, settings: dict[str, Any], seed: int | None,
+                 stop_token_id: int, greedy: bool, where: str) -> tuple[list[int], list[float] | None]:
+        """One model turn after `context`: the sampled ids and the server's logprobs of them."""
+        payload = {"model": self.served_model, "prompt": context, "max_tokens": max_new_tokens,
+                   **settings, "stop_token_ids": [stop_token_id], "ignore_eos": True, "skip_special_tokens": False,
+                   "logprobs": 0, "return_tokens_as_token_ids": True,
+                   **({"temperature": 0.0} if greedy else {}), **({} if seed is None else {"seed": seed})}
+        body = self.request("POST", "/v1/completions", payload, where)
+        return parse_completion(body, stop_token_id, where, greedy)
+
+
+def parse_completion(body: Any, stop_token_id: int, where: str, greedy: bool) -> tuple[list[int], list[float] | None]:
+    """The sampled ids (`token_id:<id>` entries of logprobs.tokens) and their logprobs, or a one-line error."""
+    try:
+        logprobs = body["choices"][0]["logprobs"]
+        tokens, values = logprobs["tokens"], logprobs["token_logprobs"]
+        ids = [int(token.removeprefix("token_id:")) for token in tokens]
+        if not all(token.startswith("token_id:") for token in tokens) or len(values) != len(ids):
+            raise ValueError
+        values = [float(v) for v in values]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        raise RolloutServerError(f"{where} answered {shown(body)}; the engine asks for the sampled tokens as ids with "
+                                 f"their logprobs (return_tokens_as_token_ids, logprobs: 0), which vLLM's "
+                                 f"/v1/completions gives; {SERVE_HINT}.") from None
+    if any(v > 1e-4 or v != v for v in values):
+        raise RolloutServerError(f"{where} answered a logprob above 0 or NaN ({shown(values[:8])}); its answer is "
+                                 f"not a distribution's.")
+    return ids, None if greedy else values
+
+
+class VLLMServerEngine(RolloutEngine):
+    """Samples from the vLLM servers at `urls` (one URL or a list; requests spread over them in turn), each serving
+    the policy's base model (`model`: its served name, null: the first it lists). weights_dir: a folder the trainer
+    writes the policy's weights to and every server reads (a shared file system across machines; null: a fresh folder
+    in shared memory, for servers on the trainer's machine). seeded: each turn's request carries a seed drawn from the
+    draw's random stream, so a seeded run samples the same tokens again. max_concurrency, timeout_s, retries,
+    backoff_s, auth_env: HTTPService's, per server. The reference (evaluation's baseline) samples with `generate`
+    in the trainer, as rollout=vllm does: the servers hold the policy's weights only."""
+
+    reports_logprobs = True
+    concurrent_draws = False  # the servers hold one set of weights at a time
+
+    def __init__(self, urls: str | list[str], model: str | None = None, weights_dir: str | None = None,
+                 seeded: bool = True, max_concurrency: int = 16, timeout_s: float = 120.0, retries: int = 3,
+                 backoff_s: float = 0.5, auth_env: str | None = None):
+        urls = [urls] if isinstance(urls, str) else list(urls or [])
+        if not urls:
+            raise ConfigError("rollout.urls is empty: give the vLLM servers to sample from, e.g. "
+                              "rollout.urls=[http://127.0.0.1:8000].")
+        check_flag("rollout.seeded", seeded)
+        check_setting_number("rollout.max_concurrency", max_concurrency, minimum=1, integer=True)
+        self.servers = [RolloutServer(url, batch_size=1, max_concurrency=max_concurrency, timeout_s=timeout_s,
+                                      retries=retries, backoff_s=backoff_s, auth_env=auth_env) for url in urls]
+        self.model, self.weights_dir, self.seeded = model, weights_dir, seeded
+        self.max_concurrency = max_concurrency * len(urls)
+        self.generate_engine = HFEngine()  # the reference's samples
+        self.sampling_settings: dict[str, Any] = {}
+        self.stale = True  # the servers' weights are behind the policy's
+        self.synced_everything = False
+        self.version: int | None = None  # the RL steps the servers' weights were trained on
+        self.last_sync_s, self.last_sync_mib = 0.0, 0.0
+
+    def setup(self, sampling: SamplingContext) -> None:
+        if self.sampling_settings:
+            return
+        several = torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1  # every rank sees it: all of them stop on the same line
+        if several or self.synced_generation or self.lockstep:
+            raise ConfigError("rollout=vllm_server samples from one process for now: train with one process "
+                              "(trainer=default) and put the servers' GPUs to work instead.")
+        settings = sampling.settings
+        self.sampling_settings = vllm_sampling_settings(settings.temperature, dict(settings.generation_kwargs),
+                                                        settings.allow_biased_sampling)
+        self.generate_engine.setup(sampling)
+        for server in self.servers:
+            server.connect(self.model)
+        if self.weights_dir is None:
+            shm = Path("/dev/shm")
+            self.weights_dir = tempfile.mkdtemp(prefix="lit_rlhf_servers_", dir=shm if shm.is_dir() else None)
+        Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
+        self.stale = True  # the servers may serve other weights than the policy's (an adapter, a resume)
+        self.synced_everything = False  # the first sync sends every weight: a server may hold another run's
+
+    # ---- weights -----------------------------------------------------------------------------
+    def after_update(self, sampling: SamplingContext) -> None:
+        self.stale = True
+
+    def stats(self) -> dict[str, float]:
+        return {"rollout/weight_sync_s": self.last_sync_s, "rollout/weight_sync_mib": self.last_sync_mib}
+
+    def sync(self, sampling: SamplingContext) -> None:
+        """The policy's trained weights into every server, or a one-line error naming the server."""
+        start = time.perf_counter()
+        changed = trained_weights if self.synced_everything else every_weight
+        weights = {name: t.contiguous().cpu() for name, t in changed(sampling.policy).items()}
+        path = Path(self.weights_dir) / f"policy-v{sampling.version}.safetensors"
+        save_file(weights, str(path))
+        try:
+            for server in self.servers:
+                server.load_weights(str(path), len(weights), sampling.version)
+        finally:
+            path.unlink(missing_ok=True)
+        self.stale, self.version, self.synced_everything = False, sampling.version, True
+        self.last_sync_s = time.perf_counter() - start
+        self.last_sync_mib = sum(t.numel() * t.element_size() for t in weights.values()) / 2**20
+
+    def begin(self, sampling: SamplingContext, from_reference: bool) -> None:
+        """Before a rollout: the servers take the weights of the context's policy unless they hold them already (the
+        trainer's and the async producer's copy take turns)."""
+        if not from_reference and (self.stale or self.version != sampling.version):
+            self.sync(sampling)
+
+    def takes_random_stream(self) -> bool:
+        return self.seeded
+
+    # ---- sampling ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate_turn(self, sampling: SamplingContext, contexts: list[list[int]], max_new_tokens: int,
+                      from_reference: bool, greedy: bool) -> list[tuple[list[int], list[float] | None]]:
+        """One request per context, spread over the servers, max_concurrency per server at a time."""
+        if from_reference:
+            return self.generate_engine.generate_turn(sampling, contexts, max_new_tokens, True, greedy)
+        if self.stale or self.version != sampling.version:
+            raise ConfigError(f"RL step {sampling.version}: the rollout servers hold the weights of RL step "
+                              f"{self.version}; a draw must begin with the engine's sync (RolloutEngine.sample).")
+        stream = sampling.random_stream  # async mode at S >= 1: the draw's own
+        base = int(torch.randint(2**31 - 1, (1,), generator=stream, device=stream.device if stream else None)) \
+            if self.seeded else None
+        servers = itertools.cycle(self.servers)
+        jobs = [(next(servers), i) for i in range(len(contexts))]
+
+        def turn(job: tuple[RolloutServer, int]) -> tuple[list[int], list[float] | None]:
+            server, i = job
+            seed = None if base is None else (base + i) % 2**31
+            where = f"{server.server_name} {server.shown_url} (RL step {sampling.version}, context {i + 1} of " \
+                    f"{len(contexts)})"
+            return server.complete(contexts[i], max_new_tokens, self.sampling_settings, seed,
+                                   sampling.stop_token_id, greedy, where)
+
+        with thread_pool(self.max_concurrency, "rollout-server") as pool:
+            return list(pool.map(turn, jobs))

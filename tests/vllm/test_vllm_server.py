@@ -1,0 +1,158 @@
+"""rollout=vllm_server against a running `vllm serve` of the embedded default (the CPU build): its logprobs of the
+sampled tokens are the trainer's, after a weight sync it samples from the updated policy (and only then), a LoRA and
+a fully fine-tuned run train through train.py, and a server that goes away stops the run in one line with the
+checkpoints complete."""
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from lit_rlhf.errors import UnavailableError
+from lit_rlhf.rollout.vllm_server import VLLMServerEngine
+from tests.apps import run_app
+from tests.conftest import TINY_PYTHIA, make_rloo
+from tests.helpers import FAST, ROOT
+from tests.vllm.test_vllm_engine import TOLERANCE, first_batch, max_logprob_diff, seeded_sample
+
+# every test here starts a vLLM server or runs train.py: the integration tier
+pytestmark = pytest.mark.integration
+
+START_TIMEOUT_S = 300
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(log_path, port: int) -> subprocess.Popen:
+    """`vllm serve` of the embedded default as docs/scale.md starts it (/collective_rpc on, lit_rlhf's receiver)."""
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", TINY_PYTHIA,
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "256",
+               "--kv-cache-memory-bytes", str(256 * 2**20), "--enforce-eager", "--generation-config", "vllm",
+               "--logprobs-mode", "processed_logprobs",
+               "--worker-extension-cls", "lit_rlhf.rollout.vllm_worker.WeightReceiver"]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(ROOT)}
+    with open(log_path, "a") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"vllm serve exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=5) as answer:
+                json.load(answer)
+            return process
+        except OSError:
+            if time.time() > deadline:
+                pytest.fail(f"vllm serve did not answer within {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(1)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port, log = free_port(), tmp_path_factory.mktemp("vllm_serve") / "server.log"
+    process = serve(log, port)
+    yield {"url": f"http://127.0.0.1:{port}", "port": port, "log": log, "process": process}
+    stop(process)
+
+
+@pytest.fixture(scope="module")
+def module(server):
+    module = make_rloo(rollout_engine=VLLMServerEngine(urls=[server["url"]]), response_length=24)
+    module.configure_model()
+    return module
+
+
+def test_the_server_s_logprobs_of_the_sampled_tokens_are_the_trainer_s(module):
+    batch = first_batch()
+    samples = seeded_sample(module, batch)
+    assert samples.responses.shape == samples.sampler_logprobs.shape == (len(batch["input_ids"]) * 4, 24)
+    stopped = (samples.responses == module.stop_token_id).any(1)
+    assert stopped.any()
+    for row, mask in zip(samples.responses[stopped], samples.response_mask[stopped], strict=True):
+        stop_at = int((row == module.stop_token_id).nonzero()[0])
+        assert mask[: stop_at + 1].all() and not mask[stop_at + 1:].any()
+    assert max_logprob_diff(module, samples) < TOLERANCE
+    assert torch.equal(seeded_sample(module, batch).responses, samples.responses)  # seeded: the same tokens again
+
+
+def test_after_a_sync_the_server_samples_from_the_updated_policy_and_only_then(module):
+    batch = first_batch()
+    before = seeded_sample(module, batch)
+    with torch.no_grad():
+        for name, param in module.policy.named_parameters():
+            if "lora_B" in name:
+                param.add_(torch.randn_like(param) * 0.3)
+    assert torch.equal(seeded_sample(module, batch).responses, before.responses)  # no update announced: old weights
+    module.sampler.context.version = 1
+    module.rollout_engine.after_update(module.sampler.context)
+    after = seeded_sample(module, batch)
+    assert not torch.equal(after.responses, before.responses)
+    assert max_logprob_diff(module, after) < TOLERANCE  # the updated policy's logprobs
+    stats = module.rollout_engine.stats()
+    assert stats["rollout/weight_sync_s"] > 0 and stats["rollout/weight_sync_mib"] > 0
+    assert module.rollout_engine.version == 1
+
+
+def test_a_server_another_run_synced_serves_this_run_s_weights_from_the_first_draw(server):
+    """The first sync sends every weight, not only the trained ones: a server keeps what an earlier run loaded
+    (here a fully fine-tuned run whose embeddings moved), and a LoRA run sends only its adapted layers after that."""
+    other = make_rloo(rollout_engine=VLLMServerEngine(urls=[server["url"]]), response_length=24,
+                      model={"name_or_path": TINY_PYTHIA, "lora": None})
+    other.configure_model()
+    with torch.no_grad():
+        other.policy.get_input_embeddings().weight.mul_(1.5)
+    seeded_sample(other, first_batch())  # the server now holds the other run's embeddings
+    fresh = make_rloo(rollout_engine=VLLMServerEngine(urls=[server["url"]]), response_length=24)
+    fresh.configure_model()
+    assert max_logprob_diff(fresh, seeded_sample(fresh, first_batch())) < TOLERANCE
+
+
+def test_async_drawing_samples_with_the_producer_s_copy(server, tmp_path):
+    args = ["rollout=vllm_server", f"rollout.urls=[{server['url']}]", *[a for a in FAST if not a.startswith("steps=")],
+            "steps=3", "algo.max_staleness=1", f"hydra.run.dir={tmp_path}"]
+    result = run_app("train.py", *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [r for r in csv.DictReader((tmp_path / "csv" / "metrics.csv").open()) if r.get("async/staleness")]
+    assert [float(r["async/staleness"]) for r in rows] == [0.0, 1.0, 1.0]
+    assert float(rows[0]["rollout/logprob_diff_max"]) < 1e-4  # version 0 on the server and in the trainer
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_train_py_trains_with_the_server(server, tmp_path, lora):
+    args = ["rollout=vllm_server", f"rollout.urls=[{server['url']}]", *[a for a in FAST if not a.startswith("steps=")],
+            "steps=3", *([] if lora else ["model.lora=null"])]
+    result = run_app("train.py", *args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [r for r in csv.DictReader((tmp_path / "csv" / "metrics.csv").open()) if r.get("rollout/logprob_diff_max")]
+    assert len(rows) == 3 and max(float(r["rollout/logprob_diff_max"]) for r in rows) < 1e-3  # synced every step
+
+
+def test_a_server_that_goes_away_stops_the_run_in_one_line(tmp_path):
+    port, log = free_port(), tmp_path / "server.log"
+    process = serve(log, port)
+    engine = VLLMServerEngine(urls=[f"http://127.0.0.1:{port}"], retries=0, timeout_s=10)
+    module = make_rloo(rollout_engine=engine, response_length=8)
+    module.configure_model()
+    seeded_sample(module, first_batch())
+    stop(process)
+    with pytest.raises(UnavailableError, match=f"the rollout server http://127.0.0.1:{port}"):
+        seeded_sample(module, first_batch())
