@@ -52,6 +52,21 @@ class HTTPService:
         self.retries, self.backoff_s = retries, float(backoff_s)
         self.client = self.new_client()
 
+    def pick_served_model(self, model: str | None) -> str:
+        """The name of the model to ask an OpenAI-compatible server for: `model` if the server's /v1/models lists
+        it (else a one-line error naming the setting), or the first it lists (model None)."""
+        where = f"{self.server_name} {self.shown_url}"
+        body = self.request("GET", "/v1/models", None, where)
+        data = body.get("data") if isinstance(body, dict) else None
+        served = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else None
+        if not served:
+            raise self.error(f"{where} answered /v1/models with {shown(body)}; an OpenAI-compatible server lists "
+                             f"the models it serves: {{\"data\": [{{\"id\": ...}}]}}.")
+        if model is not None and model not in served:
+            raise ConfigError(f"{self.key}.model={model!r} is not served by {self.shown_url} (it serves "
+                              f"{shown(served)}); set {self.key}.model to one of them.")
+        return model if model is not None else str(served[0])
+
     def in_batches(self, n: int, answer: Callable[[str, int, int], list], items: str) -> list:
         """answer(where, start, end) for each batch [start, end) of at most batch_size of the n `items`, max_concurrency
         at a time; the answers concatenated in order. `where` names the server and the batch for error lines."""

@@ -59,18 +59,8 @@ class ServedTeacher(HTTPService):
         writes them (checked on its /tokenize where it has one)."""
         if self.served_model is not None:
             return
-        where = f"{self.server_name} {self.shown_url}"
-        body = self.request("GET", "/v1/models", None, where)
-        data = body.get("data") if isinstance(body, dict) else None
-        served = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else None
-        if not served:
-            raise self.error(f"{where} answered /v1/models with {shown(body)}; an OpenAI-compatible server lists "
-                             f"the models it serves: {{\"data\": [{{\"id\": ...}}]}}.")
-        if self.model is not None and self.model not in served:
-            raise ConfigError(f"teacher.model={self.model!r} is not served by {self.shown_url} (it serves "
-                              f"{shown(served)}); set teacher.model to one of them.")
-        self.served_model = self.model if self.model is not None else str(served[0])
-        self.check_vocabulary(tokenizer, where)
+        self.served_model = self.pick_served_model(self.model)
+        self.check_vocabulary(tokenizer, f"{self.server_name} {self.shown_url}")
         self.vocabulary_size = len(tokenizer)
 
     def check_vocabulary(self, tokenizer: Any, where: str) -> None:

@@ -62,17 +62,7 @@ class RolloutServer(HTTPService):
 
     def connect(self, model: str | None) -> None:
         """The server is up and serves `model` (None: the first it lists)."""
-        where = f"{self.server_name} {self.shown_url}"
-        body = self.request("GET", "/v1/models", None, where)
-        data = body.get("data") if isinstance(body, dict) else None
-        served = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else None
-        if not served:
-            raise self.error(f"{where} answered /v1/models with {shown(body)}; an OpenAI-compatible server lists "
-                             f"the models it serves: {{\"data\": [{{\"id\": ...}}]}}.")
-        if model is not None and model not in served:
-            raise ConfigError(f"rollout.model={model!r} is not served by {self.shown_url} (it serves "
-                              f"{shown(served)}); set rollout.model to one of them.")
-        self.served_model = model if model is not None else str(served[0])
+        self.served_model = self.pick_served_model(model)
 
     def load_weights(self, path: str, tensors: int, version: int) -> None:
         """The weights in `path` (a file this server can read) into its model, through WeightReceiver."""

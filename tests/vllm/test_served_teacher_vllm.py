@@ -2,12 +2,6 @@
 passes the checks before training (/v1/models, the student's ids on /tokenize) and gives the logprobs a loaded
 teacher of the same weights gives."""
 
-import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import warnings
 
 import pytest
@@ -18,49 +12,18 @@ from lit_rlhf.models.teacher import CausalLMTeacher
 from lit_rlhf.remote.teacher import ServedTeacher
 from tests.conftest import TINY_PYTHIA
 from tests.remote.test_served_teacher import padded_batch
+from tests.vllm.servers import free_port, serve, stop
 
 # every test here starts a vLLM engine or server, or runs train.py: the integration tier
 pytestmark = pytest.mark.integration
 
-START_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm_serve") / "server.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", TINY_PYTHIA,
-               "--served-model-name", "teacher", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-               "--max-model-len", "256", "--kv-cache-memory-bytes", str(256 * 2**20), "--enforce-eager"]
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vllm serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=5) as answer:
-                    json.load(answer)
-                break
-            except OSError:
-                if time.time() > deadline:
-                    pytest.fail(f"vllm serve did not answer within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
-                time.sleep(1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    process = serve(TINY_PYTHIA, port, tmp_path_factory.mktemp("vllm_serve") / "server.log",
+                    "--served-model-name", "teacher")
+    yield f"http://127.0.0.1:{port}"
+    stop(process)
 
 
 def test_a_vllm_served_teacher_gives_the_logprobs_of_a_loaded_one(server):

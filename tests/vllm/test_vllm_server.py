@@ -1,16 +1,9 @@
 """rollout=vllm_server against a running `vllm serve` of the embedded default (the CPU build): its logprobs of the
 sampled tokens are the trainer's, after a weight sync it samples from the updated policy (and only then), a LoRA and
-a fully fine-tuned run train through train.py, and a server that goes away stops the run in one line with the
-checkpoints complete."""
+a fully fine-tuned run train through train.py (and an asynchronous one), a server another run synced serves this
+run's weights, and a server that goes away stops a draw in one line naming it."""
 
 import csv
-import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 import torch
@@ -20,56 +13,26 @@ from lit_rlhf.rollout.vllm_server import VLLMServerEngine
 from tests.apps import run_app
 from tests.conftest import TINY_PYTHIA, make_rloo
 from tests.helpers import FAST, ROOT
+from tests.vllm.servers import free_port, serve, stop
 from tests.vllm.test_vllm_engine import TOLERANCE, first_batch, max_logprob_diff, seeded_sample
 
 # every test here starts a vLLM server or runs train.py: the integration tier
 pytestmark = pytest.mark.integration
 
-START_TIMEOUT_S = 300
+# docs/scale.md's server flags: /collective_rpc on, lit_rlhf's receiver, logprobs after the temperature
+FLAGS = ("--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
+         "--worker-extension-cls", "lit_rlhf.rollout.vllm_worker.WeightReceiver")
+ENV = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(ROOT)}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(log_path, port: int) -> subprocess.Popen:
-    """`vllm serve` of the embedded default as docs/scale.md starts it (/collective_rpc on, lit_rlhf's receiver)."""
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", TINY_PYTHIA,
-               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "256",
-               "--kv-cache-memory-bytes", str(256 * 2**20), "--enforce-eager", "--generation-config", "vllm",
-               "--logprobs-mode", "processed_logprobs",
-               "--worker-extension-cls", "lit_rlhf.rollout.vllm_worker.WeightReceiver"]
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(ROOT)}
-    with open(log_path, "a") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url, deadline = f"http://127.0.0.1:{port}", time.time() + START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"vllm serve exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=5) as answer:
-                json.load(answer)
-            return process
-        except OSError:
-            if time.time() > deadline:
-                pytest.fail(f"vllm serve did not answer within {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+def serve_policy(log_path, port: int):
+    return serve(TINY_PYTHIA, port, log_path, *FLAGS, env=ENV)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     port, log = free_port(), tmp_path_factory.mktemp("vllm_serve") / "server.log"
-    process = serve(log, port)
+    process = serve_policy(log, port)
     yield {"url": f"http://127.0.0.1:{port}", "port": port, "log": log, "process": process}
     stop(process)
 
@@ -148,7 +111,7 @@ def test_train_py_trains_with_the_server(server, tmp_path, lora):
 
 def test_a_server_that_goes_away_stops_the_run_in_one_line(tmp_path):
     port, log = free_port(), tmp_path / "server.log"
-    process = serve(log, port)
+    process = serve_policy(log, port)
     engine = VLLMServerEngine(urls=[f"http://127.0.0.1:{port}"], retries=0, timeout_s=10)
     module = make_rloo(rollout_engine=engine, response_length=8)
     module.configure_model()
