@@ -109,13 +109,34 @@ def test_train_py_trains_with_the_server(server, tmp_path, lora):
     assert len(rows) == 3 and max(float(r["rollout/logprob_diff_max"]) for r in rows) < 1e-3  # synced every step
 
 
-def test_a_server_that_goes_away_stops_the_run_in_one_line(tmp_path):
+def test_a_server_that_goes_away_stops_the_run_in_one_line_and_it_resumes_once_the_server_is_back(tmp_path):
     port, log = free_port(), tmp_path / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    args = ["rollout=vllm_server", f"rollout.urls=[{url}]", "rollout.retries=0", "rollout.timeout_s=10",
+            *[a for a in FAST if not a.startswith("steps=")]]
     process = serve_policy(log, port)
-    engine = VLLMServerEngine(urls=[f"http://127.0.0.1:{port}"], retries=0, timeout_s=10)
+    engine = VLLMServerEngine(urls=[url], retries=0, timeout_s=10)
     module = make_rloo(rollout_engine=engine, response_length=8)
     module.configure_model()
     seeded_sample(module, first_batch())
-    stop(process)
-    with pytest.raises(UnavailableError, match=f"the rollout server http://127.0.0.1:{port}"):
+    first = run_app("train.py", *args, "steps=2", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = checkpoint.read_bytes()
+    stop(process)  # the server goes away: a draw and a resumed run stop in one line naming it
+    with pytest.raises(UnavailableError, match=f"the rollout server {url}"):
         seeded_sample(module, first_batch())
+    down = run_app("train.py", *args, "steps=4", f"ckpt_path={checkpoint}", f"hydra.run.dir={tmp_path / 'down'}",
+                   cwd=tmp_path)
+    assert down.returncode != 0 and f"the rollout server {url}" in down.stderr
+    assert "Traceback" not in down.stderr and checkpoint.read_bytes() == saved  # the checkpoint is untouched
+    process = serve_policy(log, port)  # back, at the same address
+    try:
+        resumed = run_app("train.py", *args, "steps=4", f"ckpt_path={checkpoint}",
+                          f"hydra.run.dir={tmp_path / 'resumed'}", cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        steps = [r for r in csv.DictReader((tmp_path / "resumed" / "csv" / "metrics.csv").open())
+                 if r.get("rollout/logprob_diff_max")]
+        assert len(steps) == 2 and max(float(r["rollout/logprob_diff_max"]) for r in steps) < 1e-3
+    finally:
+        stop(process)
