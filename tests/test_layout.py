@@ -64,3 +64,15 @@ def test_the_tests_mirror_the_library_s_folders():
     packages = {p.parent.name for p in LIBRARY.glob("*/__init__.py")} - {"assets"}  # data and model files
     assert packages >= {"algos", "checkpoints", "cli", "statistics"}
     assert sorted(name for name in packages if not (tests / name / "__init__.py").is_file()) == []
+
+
+def test_no_file_writes_a_module_s_attributes_from_outside_it():
+    """A LightningModule's state is set by its own code (its classes and their methods), not by the files that hold
+    or drive it: they call a method, or take what a method returns."""
+    import re
+
+    written = re.compile(r"\b(?:self\.)?module\.\w+ = |setattr\((?:self\.)?module,")
+    offenders = [f"{path.relative_to(LIBRARY)}:{number}" for path in sorted(LIBRARY.rglob("*.py"))
+                 if path.name != "meta_loading.py"  # its `module` is a torch.nn.Module whose tensors it replaces
+                 for number, line in enumerate(path.read_text().splitlines(), start=1) if written.search(line)]
+    assert offenders == []

@@ -166,7 +166,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         if self.policy is not None:
             return
         self.load_models()
-        self.sharding.shard_models()  # trainer=fsdp2
+        if self.sharding.shard_models():  # trainer=fsdp2: the rollout's forwards on gathered weights, the update's on
+            self.single_update = False  # shards, so the update cannot reuse the rollout's forward
         self.sampler.attach(self.policy, self.reference, self.tokenizer, self.stop_token_id, self.device,
                             self.global_rank, self.local_rank)
         self.rollout_engine.setup(self.sampler.context)
@@ -177,8 +178,10 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.sharding.loads_sharded, **spec)
-        self.sharding.load_reward_models()  # trainer=fsdp2: sharded with the policy
-        self.sharding.load_teacher_models()  # likewise; otherwise the Sampler loads the teacher
+        for name, models in (("reward_models", self.sharding.load_reward_models()),  # trainer=fsdp2: sharded with
+                             ("teacher_models", self.sharding.load_teacher_models())):  # the policy (else the Sampler
+            if models is not None:  # loads the teacher), registered so that they follow the rank's device
+                setattr(self, name, models)
         load_reward(self.reward)  # a bad reward model path fails here, before any training work
         if self.sampler.gold is not None:  # scored beside the reward (callbacks.GoldReward)
             load_reward(self.sampler.gold)

@@ -53,25 +53,23 @@ class ModelSharding:
         teacher = self.module.sampler.teacher
         return loaded_teachers(teacher) if self.fsdp2 and teacher is not None else []
 
-    def load_teacher_models(self) -> None:
-        """The teacher's causal LMs, loaded before sharding (placeholders under sharded loading) and registered in
-        the module under trainer=fsdp2, so that the rollout gathers them with the policy and they follow the
-        rank's device."""
+    def load_teacher_models(self) -> torch.nn.ModuleList | None:
+        """The teacher's causal LMs, loaded before sharding (placeholders under sharded loading), for the module to
+        register under trainer=fsdp2, so that the rollout gathers them with the policy and they follow the rank's
+        device. None: nothing to register."""
         teachers = self.teachers()
         for teacher in teachers:
             teacher.load(self.module.tokenizer, empty=self.loads_sharded)
-        if teachers:
-            self.module.teacher_models = torch.nn.ModuleList(teacher.model for teacher in teachers)
+        return torch.nn.ModuleList(teacher.model for teacher in teachers) if teachers else None
 
-    def load_reward_models(self) -> None:
+    def load_reward_models(self) -> torch.nn.ModuleList | None:
         """The reward's sequence-classification models, with placeholders under sharded loading (each rank reads
-        its shards once sharded); registered in the module under trainer=fsdp2, so that the rollout gathers (or
-        reshards) them with the policy and they follow the rank's device."""
+        its shards once sharded), for the module to register under trainer=fsdp2, so that the rollout gathers (or
+        reshards) them with the policy and they follow the rank's device. None: nothing to register."""
         rewards = self.rewards()
         for reward in rewards:
             reward.load(empty=self.loads_sharded)
-        if rewards:
-            self.module.reward_models = torch.nn.ModuleList(reward.model for reward in rewards)
+        return torch.nn.ModuleList(reward.model for reward in rewards) if rewards else None
 
     def setting(self, name: str):
         """A setting of the run's FSDP2Strategy by name (None without trainer=fsdp2)."""
@@ -116,11 +114,12 @@ class ModelSharding:
         """Whether the module's models are FSDP2-sharded (trainer=fsdp2)."""
         return self.module.policy is not None and is_sharded(self.module.policy)
 
-    def shard_models(self) -> None:
+    def shard_models(self) -> bool:
         """Under Lightning's ModelParallelStrategy (trainer=fsdp2): fully_shard every model over the data-parallel
-        ranks. Called from configure_model, after the weights loaded."""
+        ranks. Called from configure_model, after the weights loaded. -> whether it sharded (the rollout's forwards
+        then run on gathered weights and the update's on shards: no single update)"""
         if not self.fsdp2:
-            return
+            return False
         hp = self.module.hparams
         if hp.max_tokens_per_micro_batch is not None:  # ranks would run different numbers of sharded forwards
             raise ConfigError(f"algo.max_tokens_per_micro_batch={hp.max_tokens_per_micro_batch} makes ranks run "
@@ -140,7 +139,7 @@ class ModelSharding:
         sharded = f"{len(models)} model{'s' if len(models) > 1 else ''} sharded"
         rank_zero_info(f"FSDP2 over {mesh.size()} ranks, {sharded}: {how}; sampling on "
                        f"{'the sharded model' if self.samples_sharded else 'the gathered whole weights'}{offload}.")
-        self.module.single_update = False  # the rollout's forwards run on gathered weights, the update's on shards
+        return True
 
     def setup(self) -> None:
         """Lightning's setup hook: how the engine samples under the run's strategy, and its checkpoint files."""

@@ -67,33 +67,6 @@ def check_rng_state(rng: Any) -> None:
         set_rng_state(current)
 
 
-def cached_run_identity(module) -> dict[str, Any]:
-    """The run's identity (algorithm, rewards, digests of the files it read), computed once per fit."""
-    if getattr(module, "_run_identity", None) is None:
-        datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
-        dataset = getattr(datamodule, "hparams", {}).get("dataset") if datamodule is not None else None
-        module._run_identity = run_identity(module, dataset)
-    return module._run_identity
-
-
-def apply_resume_changes(module, checkpoint: dict[str, Any]) -> None:
-    """On a resume under a Trainer: refuse setting changes that break exactness, apply the others
-    (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
-    if module._trainer is None or "optimizer_states" not in checkpoint:
-        return  # loading weights (evaluate, export), not resuming
-    check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), cached_run_identity(module))
-    datamodule = getattr(module.trainer, "datamodule", None)
-    applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(module.hparams),
-                           checkpoint.get("datamodule_hyper_parameters"),
-                           dict(datamodule.hparams) if datamodule is not None else None)
-    new_lr = (getattr(module.optimizer_factory, "keywords", None) or {}).get("lr")
-    lr_change = check_resumed_lr(checkpoint["optimizer_states"], new_lr, module.lr_scheduler_factory is not None)
-    module._lr_to_apply = new_lr if lr_change else None
-    applied += [lr_change] if lr_change else []
-    if applied:
-        rank_zero_info(f"Resume applies: {'; '.join(applied)}.")
-
-
 class TrainedStateCheckpoints:
     """Lightning checkpoint hooks for RLHFModule: frozen weights (base model, reference copy) reload from
     name_or_path; everything a run changed, and where it was, goes into the checkpoint."""
@@ -115,7 +88,7 @@ class TrainedStateCheckpoints:
             "draw_seed": self.rollout_queue.draw_seed,  # async mode at S >= 1
             # a corrupted file is refused on load (sharded checkpoints: shards of DTensors, not digested)
             "trained_digest": None if is_sharded(self) else tensors_digest(checkpoint["state_dict"]),
-            "identity": cached_run_identity(self),  # compared on resume (run_identity.py)
+            "identity": self.identity_of_run(),  # compared on resume (run_identity.py)
             # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
             "run_config": self.run_config,
             "rng": rng_state(),
@@ -124,8 +97,33 @@ class TrainedStateCheckpoints:
             "rng_per_rank": every_ranks_rng_state(),
         }
 
+    def identity_of_run(self) -> dict[str, Any]:
+        """The run's identity (algorithm, rewards, digests of the files it read), computed once per fit."""
+        if getattr(self, "_run_identity", None) is None:
+            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            dataset = getattr(datamodule, "hparams", {}).get("dataset") if datamodule is not None else None
+            self._run_identity = run_identity(self, dataset)
+        return self._run_identity
+
+    def apply_resume_changes(self, checkpoint: dict[str, Any]) -> None:
+        """On a resume under a Trainer: refuse setting changes that break exactness, apply the others
+        (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
+        if self._trainer is None or "optimizer_states" not in checkpoint:
+            return  # loading weights (evaluate, export), not resuming
+        check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), self.identity_of_run())
+        datamodule = getattr(self.trainer, "datamodule", None)
+        applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(self.hparams),
+                               checkpoint.get("datamodule_hyper_parameters"),
+                               dict(datamodule.hparams) if datamodule is not None else None)
+        new_lr = (getattr(self.optimizer_factory, "keywords", None) or {}).get("lr")
+        lr_change = check_resumed_lr(checkpoint["optimizer_states"], new_lr, self.lr_scheduler_factory is not None)
+        self._lr_to_apply = new_lr if lr_change else None
+        applied += [lr_change] if lr_change else []
+        if applied:
+            rank_zero_info(f"Resume applies: {'; '.join(applied)}.")
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        apply_resume_changes(self, checkpoint)
+        self.apply_resume_changes(checkpoint)
         digest = checkpoint.get("rlhf_state", {}).get("trained_digest")
         if digest is not None and digest != tensors_digest(checkpoint["state_dict"]):
             raise ConfigError("the checkpoint's trained tensors do not match the digest written with them (the file "

@@ -16,6 +16,7 @@ The price is one full copy of the weights per rank during the rollout, which gen
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,6 +26,9 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
 from lit_rlhf.distributed.host_memory import release_freed_host_memory
 from lit_rlhf.distributed.host_reduce_scatter import use_piecewise_reduce_scatter
+
+# the modules inside a gathered_weights block now (the block is re-entrant: an inner one does nothing)
+GATHERED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 def block_classes(model: torch.nn.Module) -> set[str]:
@@ -88,7 +92,7 @@ def gathered_weights(module: torch.nn.Module) -> Iterator[float]:
     resharded after; gives the seconds the all-gather took (0 when nothing was gathered). Re-entrant: an inner
     block inside an outer one does nothing. Every rank must enter it."""
     units = fsdp_units(module)
-    if not units or getattr(module, "_weights_gathered", False):
+    if not units or module in GATHERED:
         yield 0.0
         return
     start = time.perf_counter()
@@ -96,12 +100,12 @@ def gathered_weights(module: torch.nn.Module) -> Iterator[float]:
         unit.set_reshard_after_forward(False, recurse=False)
     for unit in units:
         unit.unshard()
-    module._weights_gathered = True
+    GATHERED.add(module)
     took = time.perf_counter() - start
     try:
         yield took
     finally:
-        module._weights_gathered = False
+        GATHERED.discard(module)
         for unit in units:
             unit.reshard()
             unit.set_reshard_after_forward(unit._reshards_after_forward, recurse=False)  # as shard() set them
