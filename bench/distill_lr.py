@@ -81,15 +81,11 @@ def overrides(run_dir: Path) -> dict[str, str]:
     return dict(line.removeprefix("- ").split("=", 1) for line in lines if "=" in line)
 
 
-def run_sweep(arguments: list[str], what: str) -> None:
-    """`python <arguments>` in the checkout, or exit with the end of its error output."""
-    done = subprocess.run([sys.executable, *arguments], cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"error: the {what} sweep failed (exit code {done.returncode}): {done.stderr.strip()[-800:]}")
-
-
 def sweep(method: str, work: Path) -> None:
-    run_sweep(command(method, work / method), method)
+    done = subprocess.run([sys.executable, *command(method, work / method)], cwd=ROOT, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        sys.exit(f"error: the {method} sweep failed (exit code {done.returncode}): {done.stderr.strip()[-800:]}")
 
 
 def sweep_runs(method: str, work: Path) -> list[dict]:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from distill_lr import first_at, overrides, run_curve, run_sweep, teacher_as_measured_here
+from distill_lr import first_at, overrides, run_curve, teacher_as_measured_here
 from results_blocks import ROOT, publish
 
 LAMBDAS = ("1", "1.5", "2")
@@ -35,6 +37,13 @@ COMMON = ["model.lora=null", f"steps={STEPS}", f"seed={','.join(map(str, SEEDS))
 def command(method: str, sweep_dir: Path) -> list[str]:
     extra = [f"algo.exopd_lambda={','.join(LAMBDAS)}"] if method == "distill" else []
     return ["train.py", "-m", f"experiment=calculator_{method}", *COMMON, *extra, f"hydra.sweep.dir={sweep_dir}"]
+
+
+def sweep(method: str, work: Path) -> None:
+    done = subprocess.run([sys.executable, *command(method, work / method)], cwd=ROOT, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        sys.exit(f"error: the {method} sweep failed (exit code {done.returncode}): {done.stderr.strip()[-800:]}")
 
 
 def runs_of(method: str, work: Path) -> list[dict]:
@@ -72,7 +81,7 @@ if __name__ == "__main__":
     work = args.report or ROOT / "logs" / "bench_exopd" / time.strftime("%Y-%m-%d_%H-%M-%S")
     if args.report is None:
         for method in ("distill", "grpo"):
-            run_sweep(command(method, work / method), method)
+            sweep(method, work)
     runs = runs_of("distill", work) + runs_of("grpo", work)
     teacher = teacher_as_measured_here(work)
     data = {"commands": {m: ["python", *command(m, Path("<sweep dir>"))] for m in ("distill", "grpo")},

@@ -39,7 +39,8 @@ def test_kl_is_exactly_zero_while_policy_equals_reference(module_and_batch):
     rollout = module.rollout(batch)
     assert len(rollout) == 8 * 4
     assert torch.equal(rollout.logprobs, rollout.ref_logprobs)
-    kl, non_score = module.kl_controller.kl_and_non_score_reward(rollout)
+    penalty = module.kl_controller.penalty(rollout)
+    kl, non_score = penalty.kl, penalty.non_score_reward
     assert torch.equal(kl, torch.zeros_like(kl)) and torch.equal(non_score, torch.zeros_like(kl))
 
 
