@@ -11,7 +11,7 @@ exact match: bench/results/calculator_large_teacher.md). Each arm as a user type
                                      model=tiny-calculator model.lora=null, then python evaluate.py
   (d) distillation + task reward:    (b) with algo.task_reward_coef=1
 
-    python bench/distillation_large_teacher.py            # ~60 min on 2 CPU cores; runs kept in
+    python bench/distillation_large_teacher.py            # ~1.5 h on 2 CPU cores; runs kept in
                                                           # logs/bench_distillation_large/
     python bench/distillation_large_teacher.py --resume   # keeps the runs an interrupted call finished
 

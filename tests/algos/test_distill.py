@@ -331,6 +331,26 @@ def test_the_calculator_distillation_experiment_runs_as_typed_with_its_embedded_
     assert re.search(r"RL step 1/1 .*\| reverse_kl \d+\.\d{3} \|", result.stdout), result.stdout[-2000:]
 
 
+def test_the_large_teacher_experiment_distills_a_fully_fine_tuned_student_from_the_embedded_large_teacher(tmp_path):
+    """experiment=calculator_distill_large: no teacher on the command line, the student's own tokenizer in a teacher
+    of several times its parameters, the student without LoRA at its learning rate."""
+    from hydra import compose, initialize_config_dir
+    from transformers import AutoConfig, AutoTokenizer
+
+    from lit_rlhf.assets import TINY_CALCULATOR, asset_path
+    from lit_rlhf.cli.resolvers import register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["experiment=calculator_distill_large", f"paths.output_dir={tmp_path}"])
+    teacher = asset_path("tiny-calculator-teacher-large")
+    assert cfg.teacher.name_or_path == teacher and cfg.model.lora is None and cfg.algo.optimizer.lr == 3e-4
+    vocabularies = [AutoTokenizer.from_pretrained(path).get_vocab() for path in (teacher, TINY_CALCULATOR)]
+    assert vocabularies[0] == vocabularies[1]
+    sizes = [AutoConfig.from_pretrained(path) for path in (teacher, TINY_CALCULATOR)]
+    assert sizes[0].vocab_size == sizes[1].vocab_size and sizes[0].hidden_size > sizes[1].hidden_size
+
+
 @pytest.fixture(scope="module")
 def other_teacher(tmp_path_factory):
     """TINY_PYTHIA with its weights perturbed: a teacher whose distributions differ from the student's."""
