@@ -16,8 +16,9 @@ exact match: bench/results/calculator_large_teacher.md). Each arm as a user type
     python bench/distillation_large_teacher.py --resume   # keeps the runs an interrupted call finished
 
 Every RL run validates on the 200 held-out questions (1 sample each) every 5 RL steps. Reports per run the end-of-run
-accuracy (4 samples per question, 95% bootstrap interval) and, against two targets, the first validation reaching
-it: GRPO's own 150-step accuracy (arm (a)'s end-of-run mean over the seeds) and 90% of the teacher's. Writes
+accuracy (4 samples per question, 95% bootstrap interval) and, against three targets, the first validation reaching
+it: GRPO's own 150-step accuracy at each of its two learning rates (arm (a)'s and (a')'s end-of-run mean over the
+seeds) and 90% of the teacher's. Writes
 bench/results/distillation_large_teacher.{md,json}, docs/images/distillation_large_teacher.png and the tables into
 docs/distillation.md.
 """
@@ -82,16 +83,18 @@ def mean_first_step(runs: list[dict], target: float) -> float | None:
 
 def report(runs: dict[str, list[dict]], teacher: float, sampled: dict) -> tuple[list[str], dict]:
     cell = lambda a: f"{a['mean']:.1%} [{a['ci_low']:.1%}, {a['ci_high']:.1%}]"  # noqa: E731
-    grpo_end = statistics.mean(r["accuracy"]["mean"] for r in runs["grpo"])
-    targets = {"GRPO's 150-step accuracy": grpo_end, "90% of the teacher": 0.9 * teacher}
+    ends = {arm: statistics.mean(r["accuracy"]["mean"] for r in runs[arm]) for arm in ("grpo", "grpo_lr3e-4")}
+    targets = {"(a)'s 150-step accuracy": ends["grpo"], "(a')'s 150-step accuracy": ends["grpo_lr3e-4"],
+               "90% of the teacher": 0.9 * teacher}
     lines = [f"Calculator task, the student (tiny-calculator, 0.88M parameters) fully fine-tuned; the teacher "
              f"tiny-calculator-teacher-large, {teacher:.1%} held-out exact match; seeds 0 and 1, 150 RL steps, "
              f"validation (200 held-out questions, 1 sample each) every {VALIDATE_EVERY} steps; targets: GRPO's "
-             f"150-step accuracy ({grpo_end:.1%}, arm (a)'s end-of-run mean) and 90% of the teacher "
-             f"({0.9 * teacher:.1%}) (`python bench/{NAME}.py`):", "",
-             "| arm | seed | accuracy after (4 samples, 95% interval) | first RL step at GRPO's 150-step accuracy "
-             "(training time to it) | first RL step at 90% of the teacher | teacher tokens | training time |",
-             "|---|---|---|---|---|---|---|"]
+             f"150-step accuracy (the end-of-run mean of the seeds) at lr 1e-3 ({ends['grpo']:.1%}) and at lr 3e-4 "
+             f"({ends['grpo_lr3e-4']:.1%}), and 90% of the teacher ({0.9 * teacher:.1%}); each cell the first RL "
+             f"step whose validation reaches it, with the training time to it (`python bench/{NAME}.py`):", "",
+             "| arm | seed | accuracy after (4 samples, 95% interval) | first step at (a)'s 150-step accuracy "
+             "| at (a')'s | at 90% of the teacher | teacher tokens | training time |",
+             "|---|---|---|---|---|---|---|---|"]
     for arm, (label, _) in [*RL_ARMS.items(), ("sft", (SFT_LABEL, None))]:
         for seed, r in zip(SEEDS, runs[arm], strict=True):
             firsts = [reached(r, t) if r["curve"] else "-" for t in targets.values()]
@@ -102,8 +105,7 @@ def report(runs: dict[str, list[dict]], teacher: float, sampled: dict) -> tuple[
     for name, target in targets.items():
         steps = {arm: mean_first_step(runs[arm], target) for arm in RL_ARMS}
         summary[name] = {"target": target, "mean_first_step": steps}
-        shown = ", ".join(f"{RL_ARMS[arm][0].split(' ', 1)[1]} {'>150' if s is None else f'{s:g}'}"
-                          for arm, s in steps.items())
+        shown = "; ".join(f"{RL_ARMS[arm][0]}: {'>150' if s is None else f'{s:g}'}" for arm, s in steps.items())
         lines += ["", f"RL steps to {name} ({target:.1%}), mean of the seeds' first validation there: {shown}."]
     lines += ["", "Mean of the seeds' validations after N RL steps, and for the distillation arms the reverse KL to "
                   "the teacher on that step's own rollout (nats per token):", "",
@@ -139,7 +141,7 @@ def plot(runs: dict[str, list[dict]], targets: dict[str, float], path: Path) -> 
         by_step.axhline(r["accuracy"]["mean"], color="tab:red", linestyle=":", label=SFT_LABEL if seed == 0 else None)
         by_time.plot([r["time_s"] / 60], [r["accuracy"]["mean"]], "s", color="tab:red")
     for axis in (by_step, by_time):
-        for (name, target), style in zip(targets.items(), ("--", "-."), strict=True):
+        for (name, target), style in zip(targets.items(), ("--", "-.", ":"), strict=True):
             axis.axhline(target, color="grey", linestyle=style, linewidth=0.8, label=name)
         axis.set(ylabel="held-out exact match", ylim=(0, 1))
     by_step.set(xlabel="RL step")
