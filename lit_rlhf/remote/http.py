@@ -86,10 +86,11 @@ class HTTPService:
                 parts = list(pool.map(one, range(len(starts)), starts))
         return [item for part in parts for item in part]
 
-    def request(self, method: str, path: str, payload: Any, where: str, missing_ok: bool = False) -> Any:
-        """The JSON answer of one request, retried on connection errors, timeouts and 5xx with exponential
-        backoff; self.error (one line naming `where`) when it cannot be had. missing_ok: None for a 404 (a route
-        the server does not have)."""
+    def request(self, method: str, path: str, payload: Any, where: str, missing_ok: bool = False,
+                text: bool = False) -> Any:
+        """The JSON answer of one request (text: its text, for a route that answers plain text), retried on
+        connection errors, timeouts and 5xx with exponential backoff; self.error (one line naming `where`) when it
+        cannot be had. missing_ok: None for a 404 (a route the server does not have)."""
         import httpx
 
         failure = ""
@@ -114,6 +115,8 @@ class HTTPService:
                         else "")
                 raise self.error(f"{where} refused {method} {path} with HTTP {response.status_code}: "
                                  f"{shown(response.text)}{hint}.")
+            if text:
+                return response.text
             try:
                 return response.json()
             except ValueError:

@@ -8,12 +8,17 @@ token ids out (no text round trip):
                                 "logprobs": 0, "return_tokens_as_token_ids": true, "stop_token_ids": [eos], ...}
     -> {"choices": [{"logprobs": {"tokens": ["token_id:17", ...], "token_logprobs": [-0.3, ...]}}]}
 
-the requests spread over the servers (`urls`) in turn. After each RL step's update the policy's trained weights (LoRA
-merged into the layers it adapts: rollout/weights.py) are written to a safetensors file in `weights_dir`, a folder the
-servers read, and every server loads them in place through vLLM's `/collective_rpc` (lit_rlhf's WeightReceiver, the
-colocated engine's loader) before the next rollout; the file's name carries the version (RL steps trained), and a
-server that answers with another number of tensors than was sent stops the run. Requests, timeouts, retries and auth
-follow HTTPService's rules (lit_rlhf.remote.http).
+the requests spread over the servers (`urls`) in turn. After each RL step's update the servers take the policy's
+weights before the next rollout, one of two ways (`weight_sync`):
+- `merged`: the trained weights (LoRA merged into the layers it adapts: rollout/weights.py) are written to a
+  safetensors file in `weights_dir`, a folder the servers read, and every server loads them in place through vLLM's
+  `/collective_rpc` (lit_rlhf's WeightReceiver, the colocated engine's loader); a server that answers with another
+  number of tensors than was sent stops the run;
+- `adapter` (LoRA policies): the adapter alone is saved (peft's save_pretrained) to `weights_dir/<name>` and loaded
+  by vLLM's runtime LoRA loading (`/v1/load_lora_adapter`) under a name that carries the version; the requests name
+  it as their model, and the previous version is unloaded once every server holds the new one.
+The file's or adapter's name carries the version (RL steps trained). Requests, timeouts, retries and auth follow
+HTTPService's rules (lit_rlhf.remote.http).
 
 Shapes: N contexts.
 """
@@ -21,12 +26,15 @@ Shapes: N contexts.
 from __future__ import annotations
 
 import itertools
+import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel
 from safetensors.torch import save_file
 
 from lit_rlhf.config.validation import check_flag, check_setting_number
@@ -38,11 +46,15 @@ from lit_rlhf.rollout.context import SamplingContext
 from lit_rlhf.rollout.engine import RolloutEngine
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.vllm_checks import vllm_sampling_settings
-from lit_rlhf.rollout.weights import every_weight, trained_weights
+from lit_rlhf.rollout.weights import every_weight, trained_outside_lora, trained_weights
 
 SERVE_HINT = ("start each server with `VLLM_SERVER_DEV_MODE=1 vllm serve <model.name_or_path> --worker-extension-cls "
               "lit_rlhf.rollout.vllm_worker.WeightReceiver --logprobs-mode processed_logprobs --generation-config "
               "vllm` (docs/scale.md)")
+ADAPTER_SERVE_HINT = ("with rollout.weight_sync=adapter start each server with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
+                      "vllm serve <model.name_or_path> --enable-lora --max-lora-rank <model.lora.r or more> "
+                      "--logprobs-mode processed_logprobs --generation-config vllm` (docs/scale.md)")
+WEIGHT_SYNCS = ("merged", "adapter")
 
 
 class RolloutServerError(UnavailableError):
@@ -59,6 +71,7 @@ class RolloutServer(HTTPService):
     def __init__(self, url: str, **http: Any):
         super().__init__(url.rstrip("/").removesuffix("/v1") if isinstance(url, str) else url, **http)
         self.served_model: str | None = None
+        self.adapter: str | None = None  # the LoRA adapter requests name as their model (weight_sync=adapter)
 
     def connect(self, model: str | None) -> None:
         """The server is up and serves `model` (None: the first it lists)."""
@@ -76,10 +89,30 @@ class RolloutServer(HTTPService):
             raise self.error(f"{where} loaded {shown(results)} tensors of the {tensors} sent; it did not take the "
                              f"policy's weights; {SERVE_HINT}.")
 
+    def load_adapter(self, name: str, folder: str, version: int) -> None:
+        """The adapter saved in `folder` (a folder this server can read), loaded as `name`: what requests name next."""
+        where = f"{self.server_name} {self.shown_url} (adapter of RL step {version})"
+        try:
+            body = self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": folder}, where,
+                                missing_ok=True, text=True)
+        except RolloutServerError as err:
+            if "max_lora_ran" in str(err):  # vLLM's "LoRA rank R is greater than max_lora_rank M", cut short
+                raise ConfigError(f"{where} cannot hold an adapter of this policy's rank (model.lora.r): start it "
+                                  f"with --max-lora-rank at least model.lora.r; {ADAPTER_SERVE_HINT}.") from None
+            raise
+        if body is None:
+            raise ConfigError(f"{where} has no /v1/load_lora_adapter, so it cannot take the policy's adapter; "
+                              f"{ADAPTER_SERVE_HINT}.")
+        self.adapter = name
+
+    def unload_adapter(self, name: str, version: int) -> None:
+        where = f"{self.server_name} {self.shown_url} (the adapter of RL step {version})"
+        self.request("POST", "/v1/unload_lora_adapter", {"lora_name": name}, where, text=True)
+
     def complete(self, context: list[int], max_new_tokens: int, settings: dict[str, Any], seed: int | None,
                  stop_token_id: int, greedy: bool, where: str) -> tuple[list[int], list[float] | None]:
         """One model turn after `context`: the sampled ids and the server's logprobs of them."""
-        payload = {"model": self.served_model, "prompt": context, "max_tokens": max_new_tokens,
+        payload = {"model": self.adapter or self.served_model, "prompt": context, "max_tokens": max_new_tokens,
                    **settings, "stop_token_ids": [stop_token_id], "ignore_eos": True, "skip_special_tokens": False,
                    "logprobs": 0, "return_tokens_as_token_ids": True,
                    **({"temperature": 0.0} if greedy else {}), **({} if seed is None else {"seed": seed})}
@@ -111,7 +144,9 @@ class VLLMServerEngine(RolloutEngine):
     the policy's base model (`model`: its served name, null: the first it lists). weights_dir: a folder the trainer
     writes the policy's weights to and every server reads (a shared file system across machines; null: a fresh folder
     in shared memory, for servers on the trainer's machine). seeded: each turn's request carries a seed drawn from the
-    draw's random stream, so a seeded run samples the same tokens again. max_concurrency, timeout_s, retries,
+    draw's random stream, so a seeded run samples the same tokens again. weight_sync: how the servers take the
+    policy's weights after an update, `merged` (the weights training changes, LoRA merged, loaded in place) or
+    `adapter` (a LoRA policy's adapter alone, through vLLM's runtime LoRA loading). max_concurrency, timeout_s, retries,
     backoff_s, auth_env: HTTPService's, per server. The reference (evaluation's baseline) samples with `generate`
     in the trainer, as rollout=vllm does: the servers hold the policy's weights only."""
 
@@ -120,16 +155,20 @@ class VLLMServerEngine(RolloutEngine):
 
     def __init__(self, urls: str | list[str], model: str | None = None, weights_dir: str | None = None,
                  seeded: bool = True, max_concurrency: int = 16, timeout_s: float = 120.0, retries: int = 3,
-                 backoff_s: float = 0.5, auth_env: str | None = None):
+                 backoff_s: float = 0.5, auth_env: str | None = None, weight_sync: str = "merged"):
         urls = [urls] if isinstance(urls, str) else list(urls or [])
         if not urls:
             raise ConfigError("rollout.urls is empty: give the vLLM servers to sample from, e.g. "
                               "rollout.urls=[http://127.0.0.1:8000].")
         check_flag("rollout.seeded", seeded)
+        if weight_sync not in WEIGHT_SYNCS:
+            raise ConfigError(f"rollout.weight_sync={weight_sync!r} is not one of {', '.join(WEIGHT_SYNCS)}: merged "
+                              f"sends the weights training changes, adapter a LoRA policy's adapter alone.")
         check_setting_number("rollout.max_concurrency", max_concurrency, minimum=1, integer=True)
         self.servers = [RolloutServer(url, batch_size=1, max_concurrency=max_concurrency, timeout_s=timeout_s,
                                       retries=retries, backoff_s=backoff_s, auth_env=auth_env) for url in urls]
-        self.model, self.weights_dir, self.seeded = model, weights_dir, seeded
+        self.model, self.weights_dir, self.seeded, self.weight_sync = model, weights_dir, seeded, weight_sync
+        self.adapter_prefix = f"lit_rlhf-{uuid.uuid4().hex[:8]}"  # this run's adapters, apart from another run's
         self.max_concurrency = max_concurrency * len(urls)
         self.generate_engine = HFEngine()  # the reference's samples
         self.sampling_settings: dict[str, Any] = {}
@@ -167,8 +206,14 @@ class VLLMServerEngine(RolloutEngine):
         return {"rollout/weight_sync_s": self.last_sync_s, "rollout/weight_sync_mib": self.last_sync_mib}
 
     def sync(self, sampling: SamplingContext) -> None:
-        """The policy's trained weights into every server, or a one-line error naming the server."""
+        """The policy's weights into every server, or a one-line error naming the server."""
         start = time.perf_counter()
+        self.last_sync_mib = (self.sync_adapter if self.weight_sync == "adapter" else self.sync_merged)(sampling)
+        self.stale, self.version = False, sampling.version
+        self.last_sync_s = time.perf_counter() - start
+
+    def sync_merged(self, sampling: SamplingContext) -> float:
+        """The trained weights, LoRA merged (the first time every weight), loaded in place; the MiB sent."""
         changed = trained_weights if self.synced_everything else every_weight
         weights = {name: t.contiguous().cpu() for name, t in changed(sampling.policy).items()}
         path = Path(self.weights_dir) / f"policy-v{sampling.version}.safetensors"
@@ -178,9 +223,30 @@ class VLLMServerEngine(RolloutEngine):
                 server.load_weights(str(path), len(weights), sampling.version)
         finally:
             path.unlink(missing_ok=True)
-        self.stale, self.version, self.synced_everything = False, sampling.version, True
-        self.last_sync_s = time.perf_counter() - start
-        self.last_sync_mib = sum(t.numel() * t.element_size() for t in weights.values()) / 2**20
+        self.synced_everything = True
+        return sum(t.numel() * t.element_size() for t in weights.values()) / 2**20
+
+    def sync_adapter(self, sampling: SamplingContext) -> float:
+        """The LoRA adapter alone, saved and loaded under a versioned name, the previous one unloaded; the MiB
+        written."""
+        policy = sampling.policy
+        if not isinstance(policy, PeftModel):
+            raise ConfigError("rollout.weight_sync=adapter sends a LoRA adapter, and this policy has none "
+                              "(model.lora=null): use rollout.weight_sync=merged, or train with model.lora.")
+        if outside := trained_outside_lora(policy):
+            raise ConfigError(f"rollout.weight_sync=adapter sends the LoRA adapter only, and this policy also trains "
+                              f"{shown(outside[:3])}: use rollout.weight_sync=merged.")
+        name = f"{self.adapter_prefix}-v{sampling.version}"
+        folder = Path(self.weights_dir) / name
+        policy.save_pretrained(str(folder))
+        previous = self.servers[0].adapter
+        for server in self.servers:
+            server.load_adapter(name, str(folder), sampling.version)
+        if previous is not None and previous != name:
+            for server in self.servers:
+                server.unload_adapter(previous, self.version)
+            shutil.rmtree(Path(self.weights_dir) / previous, ignore_errors=True)
+        return sum(f.stat().st_size for f in folder.iterdir()) / 2**20
 
     def begin(self, sampling: SamplingContext, from_reference: bool) -> None:
         """Before a rollout: the servers take the weights of the context's policy unless they hold them already (the

@@ -76,3 +76,10 @@ def trained_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
             continue
         weights.setdefault(checkpoint_name(name), param.detach().clone())
     return weights
+
+
+def trained_outside_lora(policy: torch.nn.Module) -> list[str]:
+    """The trainable parameters a LoRA adapter file for an inference server does not carry (modules_to_save,
+    trained biases): what adapter-only sync would leave behind."""
+    return [checkpoint_name(name) for name, param in policy.named_parameters()
+            if param.requires_grad and ".lora_" not in name]

@@ -45,3 +45,30 @@ def test_checkpoint_names_drop_peft_wrappers():
     assert checkpoint_name("model.layers.0.q.base_layer.weight") == "model.layers.0.q.weight"
     assert checkpoint_name("lm_head.modules_to_save.default.weight") == "lm_head.weight"
     assert checkpoint_name("model.base_layerx.weight") == "model.base_layerx.weight"
+
+
+def test_adapter_only_sync_refuses_what_an_adapter_file_cannot_carry(tiny_path, tmp_path):
+    """rollout.weight_sync=adapter: a policy without LoRA, or one that also trains weights outside its adapters
+    (peft's bias="all"), is refused in one line naming the setting that works, before anything is sent."""
+    import pytest
+
+    from lit_rlhf.errors import ConfigError
+    from lit_rlhf.rollout.context import SamplingContext
+    from lit_rlhf.rollout.vllm_server import VLLMServerEngine
+    from lit_rlhf.rollout.weights import trained_outside_lora
+
+    with pytest.raises(ConfigError, match=r"rollout.weight_sync='whole' is not one of merged, adapter"):
+        VLLMServerEngine(urls="http://127.0.0.1:1", weight_sync="whole")
+    engine = VLLMServerEngine(urls="http://127.0.0.1:1", weight_sync="adapter", weights_dir=str(tmp_path))
+    tokenizer = load_tokenizer(tiny_path)
+    full, _ = load_policy(tiny_path, tokenizer, lora=None)
+    with pytest.raises(ConfigError, match=r"this policy has none \(model.lora=null\): use rollout.weight_sync=merged"):
+        engine.sync(SamplingContext(settings=None, tokenizer=tokenizer, policy=full))
+    lora, _ = load_policy(tiny_path, tokenizer, lora=LORA)
+    assert trained_outside_lora(lora) == []
+    with_biases, _ = load_policy(tiny_path, tokenizer, lora={**LORA, "bias": "all"})
+    assert trained_outside_lora(with_biases)[0] == "base_model.model.gpt_neox.layers.0.input_layernorm.bias"
+    assert all(name.endswith(".bias") for name in trained_outside_lora(with_biases))
+    with pytest.raises(ConfigError, match=r"also trains .*input_layernorm\.bias.*: use rollout.weight_sync="):
+        engine.sync(SamplingContext(settings=None, tokenizer=tokenizer, policy=with_biases))
+    assert not list(tmp_path.iterdir())  # nothing written

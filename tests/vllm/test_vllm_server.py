@@ -1,28 +1,34 @@
 """rollout=vllm_server against a running `vllm serve` of the embedded default (the CPU build): its logprobs of the
-sampled tokens are the trainer's, after a weight sync it samples from the updated policy (and only then), a LoRA and
-a fully fine-tuned run train through train.py (and an asynchronous one), a server another run synced serves this
-run's weights, and a server that goes away stops a draw in one line naming it."""
+sampled tokens are the trainer's, after a weight sync it samples from the updated policy (and only then), a LoRA
+policy's adapter alone serves under a versioned name, a LoRA, an adapter-synced and a fully fine-tuned run train
+through train.py (and an asynchronous one), a server another run synced serves this run's weights, and a server that
+goes away stops a draw in one line naming it."""
 
 import csv
+import json
+import urllib.request
 
 import pytest
 import torch
 
 from lit_rlhf.errors import UnavailableError
 from lit_rlhf.rollout.vllm_server import VLLMServerEngine
+from lit_rlhf.rollout.weights import trained_weights
 from tests.apps import run_app
 from tests.conftest import TINY_PYTHIA, make_rloo
-from tests.helpers import FAST, ROOT
+from tests.helpers import FAST, ROOT, one_line_error
 from tests.vllm.servers import free_port, serve, stop
 from tests.vllm.test_vllm_engine import TOLERANCE, first_batch, max_logprob_diff, seeded_sample
 
 # every test here starts a vLLM server or runs train.py: the integration tier
 pytestmark = pytest.mark.integration
 
-# docs/scale.md's server flags: /collective_rpc on, lit_rlhf's receiver, logprobs after the temperature
+# docs/scale.md's server flags: /collective_rpc on, lit_rlhf's receiver, logprobs after the temperature; and those of
+# rollout.weight_sync=adapter: runtime LoRA loading (its tests come first: the merged syncs change the base weights)
 FLAGS = ("--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
-         "--worker-extension-cls", "lit_rlhf.rollout.vllm_worker.WeightReceiver")
-ENV = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(ROOT)}
+         "--worker-extension-cls", "lit_rlhf.rollout.vllm_worker.WeightReceiver", "--enable-lora", "--max-lora-rank",
+         "16")
+ENV = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(ROOT), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
 
 
 def serve_policy(log_path, port: int):
@@ -44,6 +50,53 @@ def module(server):
     return module
 
 
+def perturb_adapters(policy) -> None:
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.add_(torch.randn_like(param) * 0.3)
+
+
+def served_models(url: str) -> set[str]:
+    with urllib.request.urlopen(url + "/v1/models", timeout=10) as answer:
+        return {model["id"] for model in json.load(answer)["data"]}
+
+
+def test_adapter_sync_serves_the_policy_s_adapter_under_a_versioned_name_and_unloads_the_last(server, tmp_path):
+    engine = VLLMServerEngine(urls=[server["url"]], weight_sync="adapter", weights_dir=str(tmp_path))
+    module = make_rloo(rollout_engine=engine, response_length=24)
+    module.configure_model()
+    perturb_adapters(module.policy)  # an adapter that changes what is sampled
+    batch = first_batch()
+    first = seeded_sample(module, batch)
+    assert max_logprob_diff(module, first) < TOLERANCE  # the adapted policy's logprobs, not the base model's
+    first_adapter = engine.servers[0].adapter
+    assert first_adapter.endswith("-v0") and first_adapter in served_models(server["url"])
+    perturb_adapters(module.policy)
+    module.sampler.context.version = 1
+    engine.after_update(module.sampler.context)
+    second = seeded_sample(module, batch)
+    assert not torch.equal(second.responses, first.responses) and max_logprob_diff(module, second) < TOLERANCE
+    assert engine.servers[0].adapter.endswith("-v1")
+    assert engine.servers[0].adapter in served_models(server["url"]) and first_adapter not in served_models(
+        server["url"])  # the last version unloaded, and its folder removed
+    assert [p.name for p in tmp_path.iterdir()] == [engine.servers[0].adapter]
+    merged_mib = sum(t.numel() * t.element_size() for t in trained_weights(module.policy).values()) / 2**20
+    assert 0 < engine.stats()["rollout/weight_sync_mib"] < merged_mib / 3  # the adapter, not the merged layers
+
+
+def test_train_py_trains_with_adapter_sync(server, tmp_path):
+    trains_three_steps_synced_every_step(server, tmp_path, ["rollout.weight_sync=adapter"])  # model.lora.r=16
+
+
+def test_an_adapter_above_the_server_s_max_lora_rank_is_one_line(server, tmp_path):
+    args = ["rollout=vllm_server", f"rollout.urls=[{server['url']}]", "rollout.weight_sync=adapter",
+            "rollout.retries=0", "model.lora.r=32", *FAST, f"hydra.run.dir={tmp_path}"]
+    line = one_line_error(run_app("train.py", *args, cwd=tmp_path))
+    assert line.startswith("error: the rollout server http://127.0.0.1:"), line
+    assert "cannot hold an adapter of this policy's rank (model.lora.r): start it with --max-lora-rank" in line
+
+
 def test_the_server_s_logprobs_of_the_sampled_tokens_are_the_trainer_s(module):
     batch = first_batch()
     samples = seeded_sample(module, batch)
@@ -60,10 +113,7 @@ def test_the_server_s_logprobs_of_the_sampled_tokens_are_the_trainer_s(module):
 def test_after_a_sync_the_server_samples_from_the_updated_policy_and_only_then(module):
     batch = first_batch()
     before = seeded_sample(module, batch)
-    with torch.no_grad():
-        for name, param in module.policy.named_parameters():
-            if "lora_B" in name:
-                param.add_(torch.randn_like(param) * 0.3)
+    perturb_adapters(module.policy)
     assert torch.equal(seeded_sample(module, batch).responses, before.responses)  # no update announced: old weights
     module.sampler.context.version = 1
     module.rollout_engine.after_update(module.sampler.context)
@@ -101,8 +151,12 @@ def test_async_drawing_samples_with_the_producer_s_copy(server, tmp_path):
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
 def test_train_py_trains_with_the_server(server, tmp_path, lora):
+    trains_three_steps_synced_every_step(server, tmp_path, [] if lora else ["model.lora=null"])
+
+
+def trains_three_steps_synced_every_step(server, tmp_path, settings: list[str]) -> None:
     args = ["rollout=vllm_server", f"rollout.urls=[{server['url']}]", *[a for a in FAST if not a.startswith("steps=")],
-            "steps=3", *([] if lora else ["model.lora=null"])]
+            "steps=3", *settings]
     result = run_app("train.py", *args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [r for r in csv.DictReader((tmp_path / "csv" / "metrics.csv").open()) if r.get("rollout/logprob_diff_max")]
