@@ -49,12 +49,13 @@ def test_a_server_that_is_down_or_goes_down_fails_after_its_retries_naming_it():
 
 def test_a_hanging_server_ends_in_the_timeout_not_a_hang():
     with FakeRewardServer(hang(10.0)) as server:
-        reward = HTTPReward(server.url, timeout_s=0.2, retries=1, backoff_s=0.0)
+        # 1 s: long enough for each attempt to reach the server on a loaded machine, so that it counts both
+        reward = HTTPReward(server.url, timeout_s=1.0, retries=1, backoff_s=0.0)
         start = time.monotonic()
         with pytest.raises(RewardServiceError, match=r"batch 1 of 1, completions 0-0\): no answer within "
-                                                     r"reward.timeout_s=0.2 s after 2 attempts"):
+                                                     r"reward.timeout_s=1 s after 2 attempts"):
             reward(["p"], ["abc"])
-        assert time.monotonic() - start < 5.0  # two timeouts of 0.2 s, not the server's 10 s
+        assert time.monotonic() - start < 5.0  # two timeouts of 1 s, not the server's 10 s
     assert len(server.requests) == 2
 
 
