@@ -73,18 +73,29 @@ def encode(tokenizer, row: dict, episode: list[tuple[str, bool]]) -> tuple[list[
 def pretrain(rows, tokenizer, args) -> GPTNeoXForCausalLM:
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
-    eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS, PAD])
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
     config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=args.hidden, num_hidden_layers=args.layers,
                            num_attention_heads=4, intermediate_size=4 * args.hidden, max_position_embeddings=128,
                            rotary_pct=1.0, bos_token_id=eos_id, eos_token_id=eos_id, tie_word_embeddings=False)
     model = GPTNeoXForCausalLM(config)
+
+    def episode(rng: random.Random) -> tuple[list[int], list[int]]:
+        row = rows[rng.randrange(len(rows))]
+        return encode(tokenizer, row, teacher_episode(row, rng, args.p_tool, args.p_bad_call))
+
+    return train_on_episodes(model, tokenizer, episode, args)
+
+
+def train_on_episodes(model, tokenizer, episode, args) -> GPTNeoXForCausalLM:
+    """args.steps AdamW steps (one-cycle schedule to args.lr) on batches of args.batch_size episodes, each
+    `episode(rng)` -> (token ids, labels) with a generator seeded by args.seed; the loss on the labelled tokens."""
+    pad_id = tokenizer.convert_tokens_to_ids(PAD)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
     rng = random.Random(args.seed)
     start = time.time()
     for step in range(args.steps):
-        docs = [encode(tokenizer, row, teacher_episode(row, rng, args.p_tool, args.p_bad_call))
-                for row in (rows[rng.randrange(len(rows))] for _ in range(args.batch_size))]
+        docs = [episode(rng) for _ in range(args.batch_size)]
         width = max(len(ids) for ids, _ in docs)
         ids = torch.full((len(docs), width), pad_id)
         labels = torch.full((len(docs), width), -100)

@@ -13,23 +13,40 @@ import torch
 
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.rollout.trajectory import transcript
+from lit_rlhf.tasks.metrics import SOURCE_COLUMN, rows_by_source
 
 
-def heldout_metrics(module, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[dict[str, torch.Tensor], int]:
-    """eval/* on one batch of held-out prompts, and its size. The same seed at every validation gives
-    comparable numbers and leaves the training RNG untouched."""
+def heldout_metrics(module, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, tuple[torch.Tensor, int]]:
+    """{eval/<name>: (its mean on one batch of held-out prompts, the completions it averages)}. The same seed at
+    every validation gives comparable numbers and leaves the training RNG untouched."""
     samples = module.sample_heldout(batch, seed=batch_idx)
     metrics = {"eval/scores": torch.tensor(samples["mean_score"]), "eval/kl": torch.tensor(samples["mean_kl"]),
                "eval/rlhf_reward": samples["rlhf_reward"].mean().cpu()}
     if samples["gold"] is not None:  # never trained on: how the quality the proxy stands for moves
         metrics["eval/gold_score"] = samples["gold"].mean()
+    columns, size = samples["columns"], len(samples["completions"])
+    by_source = rows_by_source(columns)
+    sized = {}
     for metric in module.task_metrics:  # e.g. eval/exact_match: accuracy against the dataset's answers
-        metrics[f"eval/{metric.name}"] = metric.correct(samples["completions"], **samples["columns"]).float().mean()
-    columns = samples["columns"]
+        correct = metric.correct(samples["completions"], **columns).float()  # N
+        metrics[f"eval/{metric.name}"] = correct.mean()
+        # e.g. eval/exact_match/arithmetic: one task of a mixed dataset. Every task of the held-out set is logged on
+        # every batch, an absent one with weight 0, so that all ranks sync the same names.
+        for source in heldout_sources(module):
+            rows = by_source.get(source, [])
+            sized[f"eval/{metric.name}/{source}"] = (correct[rows].mean() if rows else torch.tensor(0.0), len(rows))
     for name in ("tool_calls", "tool_errors", "turns"):  # multi-turn episodes: how the environment was used
         if name in columns:
             metrics[f"eval/{name}_mean"] = torch.tensor([float(v) for v in columns[name]]).mean()
-    return metrics, len(samples["prompts"])
+    return {**{name: (value, size) for name, value in metrics.items()}, **sized}
+
+
+def heldout_sources(module) -> list[str]:
+    """The tasks the held-out prompts' `data_source` column names (the whole held-out set's, the same on every rank),
+    or [] with one task or none."""
+    prompts = getattr(getattr(module.trainer, "datamodule", None), "eval_prompts", None) or []
+    return sorted(rows_by_source({SOURCE_COLUMN: [row.get(SOURCE_COLUMN) for row in prompts
+                                                  if isinstance(row, dict) and SOURCE_COLUMN in row]}))
 
 
 def log_heldout_before_training(module) -> dict[str, float] | None:
@@ -43,15 +60,17 @@ def log_heldout_before_training(module) -> dict[str, float] | None:
     loader = datamodule.val_dataloader()
     limit = trainer.limit_val_batches
     num_batches = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
-    totals, count = defaultdict(float), 0
+    totals, counts = defaultdict(float), defaultdict(int)
     for batch_idx, batch in zip(range(num_batches), loader, strict=False):
-        metrics, size = heldout_metrics(module, batch_to(batch, module.device), batch_idx)
-        for name, value in metrics.items():
+        for name, (value, size) in heldout_metrics(module, batch_to(batch, module.device), batch_idx).items():
             totals[name] += float(value) * size
-        count += size
-    reduced = {k: trainer.strategy.reduce(torch.tensor(v / count, device=module.device), reduce_op="mean")
-               for k, v in totals.items()}
-    before = {k: float(v) for k, v in reduced.items()}
+            counts[name] += size
+    before = {}
+    for name, total in totals.items():  # every rank's sums: a task absent from one rank's prompts weighs 0 there
+        total, count = (trainer.strategy.reduce(torch.tensor(float(v), device=module.device), reduce_op="sum")
+                        for v in (total, counts[name]))
+        if count:
+            before[name] = float(total / count)
     took = exclude_from_step_time(module, started)
     for logger in module.loggers:
         logger.log_metrics({**before, "time/validation_s": took}, step=0)
@@ -76,8 +95,8 @@ class HeldoutSampling:
         self.log("time/validation_s", took, sync_dist=self.trainer.world_size > 1)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        metrics, size = heldout_metrics(self, batch, batch_idx)
-        self.log_dict(metrics, batch_size=size, sync_dist=self.trainer.world_size > 1)
+        for name, (value, size) in heldout_metrics(self, batch, batch_idx).items():  # each weighted by its count
+            self.log(name, value, batch_size=size, sync_dist=self.trainer.world_size > 1)
         self.last_validated_rl_step = self.rl_step
 
     def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False,

@@ -16,7 +16,8 @@ from lit_rlhf.errors import ConfigError, UnavailableError
 
 BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl",
            "arithmetic": Path(__file__).parent / "arithmetic" / "prompts.jsonl",
-           "calculator": Path(__file__).parent / "calculator" / "prompts.jsonl"}
+           "calculator": Path(__file__).parent / "calculator" / "prompts.jsonl",
+           "two_task": Path(__file__).parent / "two_task" / "prompts.jsonl"}
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 UNSUPPORTED_SUFFIXES = (".txt", ".tsv", ".md", ".yaml", ".yml", ".xlsx", ".xls", ".gz", ".zip", ".arrow")
 FORMATS = "a .jsonl, .json, .csv or .parquet file, a hub dataset name, or 'sentiment' (bundled)"

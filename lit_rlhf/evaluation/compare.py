@@ -16,7 +16,7 @@ from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
 from lit_rlhf.models import WeightedSum, reward_name
 from lit_rlhf.statistics.estimates import bootstrap_mean_ci, distinct_n, per_prompt_mean
-from lit_rlhf.tasks.metrics import per_prompt_majority, per_prompt_pass_at_k
+from lit_rlhf.tasks.metrics import per_prompt_majority, per_prompt_pass_at_k, rows_by_source
 
 KL_ESTIMATOR_NAMES = {"k1": "k1: sum over response tokens of log p - log p_ref, on policy samples",
                       "k2": "k2: sum over response tokens of (log p - log p_ref)^2 / 2, on policy samples",
@@ -41,6 +41,9 @@ class Evaluation:
                    for name, sides in s.get("task_metrics", {}).items() for stat, value in sides["policy"].items()},
                 **{f"{prefix}reference_{name}": sides["reference"]["accuracy"]["mean"]
                    for name, sides in s.get("task_metrics", {}).items()},
+                **{f"{prefix}{name}/{source}": sides["policy"]["accuracy"]["mean"]
+                   for source, metrics in s.get("task_metrics_by_source", {}).items()
+                   for name, sides in metrics.items()},
                 **({f"{prefix}gold_score_diff": s["gold"]["difference"]["mean"],
                     f"{prefix}policy_gold_score": s["gold"]["policy_score"],
                     f"{prefix}reference_gold_score": s["gold"]["reference_score"]} if "gold" in s else {})}
@@ -90,6 +93,14 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
                                        for side, samples in (("policy", policy), ("reference", reference))}
                          for metric in getattr(module, "task_metrics", ())},
     }
+    by_source = rows_by_source(policy["columns"])  # rows of a mixed dataset that name their task: each task apart
+    if by_source:
+        summary["task_metrics_by_source"] = {
+            source: {metric.name: {side: task_summary(metric, subset(samples, rows), renumbered(prompt_index[rows]),
+                                                      samples_per_prompt, confidence, num_bootstraps, seed)
+                                   for side, samples in (("policy", policy), ("reference", reference))}
+                     for metric in getattr(module, "task_metrics", ())}
+            for source, rows in by_source.items()}
     gold = module.sampler.gold
     if gold is not None:  # the quality the trained reward stands for, never trained on (docs/preferences.md)
         policy_gold, reference_gold = policy["gold"], reference["gold"]  # N ; N
@@ -147,6 +158,17 @@ def merge(outputs: list[dict[str, Any]]) -> dict[str, Any]:
         elif isinstance(first, dict):  # dataset columns: {name: values}
             merged[key] = {name: [x for out in outputs for x in out[key][name]] for name in first}
     return merged
+
+
+def subset(samples: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    """The completions and dataset columns of `rows` (indices into N) of one side's merged samples."""
+    return {"completions": [samples["completions"][i] for i in rows],
+            "columns": {name: [values[i] for i in rows] for name, values in samples["columns"].items()}}
+
+
+def renumbered(prompt_index: torch.Tensor) -> torch.Tensor:
+    """Prompt indices made 0..B'-1 in order, for a subset of the prompts."""
+    return torch.unique(prompt_index, return_inverse=True)[1]
 
 
 def task_summary(metric, samples: dict[str, Any], prompt_index: torch.Tensor, k: int, confidence: float,

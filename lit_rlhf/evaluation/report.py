@@ -42,6 +42,10 @@ def print_report(evaluation: Evaluation, console: Console | None = None) -> None
             reference = sides["reference"][stat]
             console.print(f"{name} {stat}: policy {percent_interval(policy)}, reference "
                           f"{percent_interval(reference)} ({level})")
+    for source, metrics in s.get("task_metrics_by_source", {}).items():  # a mixed dataset's tasks (data_source)
+        for name, sides in metrics.items():
+            console.print(f"{name} on {source}: policy {percent_interval(sides['policy']['accuracy'])}, reference "
+                          f"{percent_interval(sides['reference']['accuracy'])} ({level})")
     if "episodes" in s:
         policy, reference = s["episodes"]["policy"], s["episodes"]["reference"]
         console.print(f"episodes calling a tool: policy {percent_interval(policy['tool_call_rate'])}, reference "

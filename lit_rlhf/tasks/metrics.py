@@ -8,6 +8,9 @@ exact match against the dataset's answer cannot, by a policy). A metric is
 With K samples per prompt, pass_at_k (Chen et al. 2021, the unbiased estimator) and majority_at_k (the most
 common answer of the K, right or not) score each prompt; the bootstrap intervals resample prompts.
 
+Where the rows name their task in a `data_source` column (verl's name; routed teachers read it too) and it holds
+more than one task, each metric is also reported per task: eval/<name>/<task>.
+
 Shapes: N = B*K completions, B prompts.
 """
 
@@ -21,6 +24,18 @@ from typing import Any, Protocol
 import torch
 
 from lit_rlhf.tasks.arithmetic import answers_match, extract_answer, normalize
+from lit_rlhf.terminal import printable
+
+SOURCE_COLUMN = "data_source"
+
+
+def rows_by_source(columns: dict[str, Sequence[Any]]) -> dict[str, list[int]]:
+    """{task: indices of its completions} where the `data_source` column names more than one task, else {}. The
+    names are the dataset's, control characters escaped (they reach metric names and the terminal)."""
+    by_source: dict[str, list[int]] = {}
+    for i, source in enumerate(columns.get(SOURCE_COLUMN, ())):
+        by_source.setdefault(printable(source, one_line=True), []).append(i)
+    return by_source if len(by_source) > 1 else {}
 
 
 class TaskMetric(Protocol):

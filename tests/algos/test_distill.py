@@ -6,6 +6,7 @@ import csv
 import functools
 import re
 import threading
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -349,6 +350,28 @@ def test_the_large_teacher_experiment_distills_a_fully_fine_tuned_student_from_t
     assert vocabularies[0] == vocabularies[1]
     sizes = [AutoConfig.from_pretrained(path) for path in (teacher, TINY_CALCULATOR)]
     assert sizes[0].vocab_size == sizes[1].vocab_size and sizes[0].hidden_size > sizes[1].hidden_size
+
+
+def test_the_two_task_experiment_routes_each_bundled_task_to_its_embedded_teacher(tmp_path):
+    """experiment=two_task_distill: one teacher per data_source value of the bundled two_task prompts, each a LoRA
+    adapter on the student's own base (one tokenizer for both tasks)."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from lit_rlhf.assets import asset_path
+    from lit_rlhf.cli.resolvers import register_resolvers
+    from lit_rlhf.data.sources import BUNDLED
+
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["experiment=two_task_distill", f"paths.output_dir={tmp_path}"])
+    sources = {json.loads(line)["data_source"] for line in BUNDLED["two_task"].read_text().splitlines()}
+    assert cfg.data.dataset == "two_task" and set(cfg.teacher.teachers) == sources == {"calculator", "arithmetic"}
+    for task, teacher in cfg.teacher.teachers.items():
+        assert teacher.name_or_path == cfg.model.name_or_path == asset_path("tiny-two-task")
+        assert json.loads((Path(teacher.adapter_path) / "adapter_config.json").read_text())["r"] > 0
+        assert teacher.adapter_path == asset_path(f"tiny-two-task-{task}-teacher")
 
 
 @pytest.fixture(scope="module")
