@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.data.datamodule import batch_to
+from lit_rlhf.data.datamodule import PromptRow, batch_to
 from lit_rlhf.rollout.trajectory import transcript
 from lit_rlhf.tasks.metrics import SOURCE_COLUMN, rows_by_source
 
@@ -45,8 +45,8 @@ def heldout_sources(module) -> list[str]:
     """The tasks the held-out prompts' `data_source` column names (the whole held-out set's, the same on every rank),
     or [] with one task or none."""
     prompts = getattr(getattr(module.trainer, "datamodule", None), "eval_prompts", None) or []
-    return sorted(rows_by_source({SOURCE_COLUMN: [row.get(SOURCE_COLUMN) for row in prompts
-                                                  if isinstance(row, dict) and SOURCE_COLUMN in row]}))
+    columns = [row.columns for row in prompts if isinstance(row, PromptRow)]
+    return sorted(rows_by_source({SOURCE_COLUMN: [c[SOURCE_COLUMN] for c in columns if SOURCE_COLUMN in c]}))
 
 
 def log_heldout_before_training(module) -> dict[str, float] | None:

@@ -6,13 +6,14 @@ import pytest
 import torch
 
 from lit_rlhf.algos.heldout import heldout_metrics
+from lit_rlhf.data.datamodule import PromptRow
 from lit_rlhf.tasks.metrics import ExactMatch, rows_by_source
 
 
 def fake_module(completions, columns, eval_prompts):
     samples = {"completions": completions, "columns": columns, "mean_score": 0.0, "mean_kl": 0.0,
                "rlhf_reward": torch.zeros(len(completions)), "gold": None, "prompts": completions}
-    datamodule = SimpleNamespace(eval_prompts=eval_prompts)
+    datamodule = SimpleNamespace(eval_prompts=[PromptRow([1, 2], columns) for columns in eval_prompts])
     return SimpleNamespace(sample_heldout=lambda batch, seed: samples, task_metrics=[ExactMatch()],
                            trainer=SimpleNamespace(datamodule=datamodule))
 
@@ -45,3 +46,15 @@ def test_task_names_from_the_dataset_reach_metric_names_with_control_characters_
     by_source = rows_by_source({"data_source": ["a\x1b[31m", "b", "a\x1b[31m"]})
     assert list(by_source.values()) == [[0, 2], [1]]
     assert all("\x1b" not in name for name in by_source)
+
+
+def test_the_bundled_two_task_held_out_set_names_both_tasks_on_every_rank():
+    """heldout_sources reads the datamodule's real held-out rows (PromptRows), not the batch's."""
+    from lit_rlhf.algos.heldout import heldout_sources
+    from lit_rlhf.assets import asset_path
+    from tests.conftest import make_datamodule
+
+    datamodule = make_datamodule(tokenizer=asset_path("tiny-two-task"), dataset="two_task", num_eval_prompts=300)
+    datamodule.setup("fit")
+    module = SimpleNamespace(trainer=SimpleNamespace(datamodule=datamodule))
+    assert heldout_sources(module) == ["arithmetic", "calculator"]
