@@ -3,7 +3,7 @@
 
     python scripts/build_two_task.py    # writes lit_rlhf/assets/tiny-two-task/ (the base), lit_rlhf/data/two_task/
                                         # (the mixed prompts) and lit_rlhf/assets/tiny-two-task-<task>-teacher/
-                                        # (each teacher's LoRA adapter); about 40 min on 2 cores
+                                        # (each teacher's LoRA adapter); about 35 min on 2 cores
 
 The base continues tiny-calculator's pre-training (the same tokenizer, whose byte-level alphabet also spells the
 arithmetic questions) on both tasks' corpora: scripts/build_calculator.py's tool-use episodes and, three episodes in
