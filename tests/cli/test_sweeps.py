@@ -103,7 +103,9 @@ def test_a_two_trial_optuna_search_completes(tmp_path):
 def test_every_experiment_composes_and_instantiates_without_weights(experiment, tmp_path):
     register_resolvers()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        teacher = ["teacher.name_or_path=any-teacher"] if "distill" in experiment else []  # what its command adds
+        # what its command adds (two_task_distill's routed teachers are all embedded)
+        needs_teacher = "distill" in experiment and not experiment.startswith("two_task")
+        teacher = ["teacher.name_or_path=any-teacher"] if needs_teacher else []
         cfg = compose("train", overrides=[f"experiment={experiment}", f"paths.root_dir={tmp_path}",
                                           f"paths.output_dir={tmp_path}", *teacher])
     assert cfg.task_name == experiment
@@ -111,9 +113,9 @@ def test_every_experiment_composes_and_instantiates_without_weights(experiment, 
     assert module.policy is None and module.hparams.model["name_or_path"] == cfg.model.name_or_path
     assert instantiate(cfg.data).hparams.tokenizer == cfg.model.name_or_path
     instantiate(cfg.reward)  # reward models load on first call
-    if experiment.startswith("calculator"):  # multi-turn: the environment reaches the module
+    if experiment.startswith(("calculator", "two_task")):  # multi-turn: the environment reaches the module
         assert module.environment.max_turns == cfg.env.max_turns and module.environment.schemas
-    if experiment.startswith(("sentiment", "arithmetic", "calculator")):
+    if experiment.startswith(("sentiment", "arithmetic", "calculator", "two_task")):
         trainer = instantiate(cfg.trainer, logger=False)
         assert trainer.max_steps == -1 and module.hparams.rl_steps == cfg.steps  # RL steps are the unit
     elif experiment.startswith("gsm8k"):  # GPU + Hub: GRPO with the math-verify reward and task metric
