@@ -25,14 +25,14 @@ def heldout_metrics(module, batch: dict[str, torch.Tensor], batch_idx: int) -> d
     if samples["gold"] is not None:  # never trained on: how the quality the proxy stands for moves
         metrics["eval/gold_score"] = samples["gold"].mean()
     columns, size = samples["columns"], len(samples["completions"])
-    by_source = rows_by_source(columns)
+    by_source, sources = rows_by_source(columns), heldout_sources(module)
     sized = {}
     for metric in module.task_metrics:  # e.g. eval/exact_match: accuracy against the dataset's answers
         correct = metric.correct(samples["completions"], **columns).float()  # N
         metrics[f"eval/{metric.name}"] = correct.mean()
         # e.g. eval/exact_match/arithmetic: one task of a mixed dataset. Every task of the held-out set is logged on
         # every batch, an absent one with weight 0, so that all ranks sync the same names.
-        for source in heldout_sources(module):
+        for source in sources:
             rows = by_source.get(source, [])
             sized[f"eval/{metric.name}/{source}"] = (correct[rows].mean() if rows else torch.tensor(0.0), len(rows))
     for name in ("tool_calls", "tool_errors", "turns"):  # multi-turn episodes: how the environment was used
