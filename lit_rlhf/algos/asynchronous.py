@@ -108,6 +108,10 @@ class RolloutQueue:
             return
         module, hp = self.module, self.module.hparams
         setting = f"algo.max_staleness={hp.max_staleness}"
+        if module.rollout_engine.shared_by_ranks and module.rollout_engine.lockstep:
+            raise ConfigError(f"{setting} with rollout=vllm_server needs one training process: with several ranks "
+                              f"rank zero syncs the servers while the others wait, which a producer beside each "
+                              f"rank's trainer cannot; drop algo.max_staleness or train with one process.")
         if module.sharding.sharded or module.rollout_engine.lockstep:
             raise ConfigError(f"{setting} needs trainer=ddp or one process: trainer=fsdp2 gathers the sharded weights "
                               f"for every rollout with all ranks, which a producer beside the trainer cannot; drop "

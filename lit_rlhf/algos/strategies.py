@@ -152,7 +152,8 @@ class ModelSharding:
         # gathers the whole weights once per rollout: all ranks must sample (also rank zero's reports), each at
         # its own pace.
         engine = self.module.sampler.engine
-        engine.lockstep = zero3 or isinstance(self.trainer.strategy, ModelParallelStrategy)
+        engine.lockstep = zero3 or isinstance(self.trainer.strategy, ModelParallelStrategy) or (
+            engine.shared_by_ranks and self.trainer.world_size > 1)
         # trainer.strategy.sharded_sampling: as ZeRO-3, every generation step gathers each block on all ranks
         engine.synced_generation = zero3 or self.samples_sharded
         if self.samples_sharded:

@@ -85,6 +85,9 @@ class RolloutEngine:
     reports_logprobs: bool = False
     #: `sample` may run in several threads at once, each with its own context (async mode's algo.async_draws)
     concurrent_draws: bool = True
+    #: one engine outside the ranks serves them all (servers): rank zero syncs its weights while the others wait,
+    #: so with several ranks every rank samples together (lockstep)
+    shared_by_ranks: bool = False
 
     def setup(self, sampling: SamplingContext) -> None:
         """Called from RLHFModule.configure_model, after the policy, reference and tokenizer loaded (the context's)."""

@@ -17,8 +17,9 @@ weights before the next rollout, one of two ways (`weight_sync`):
 - `adapter` (LoRA policies): the adapter alone is saved (peft's save_pretrained) to `weights_dir/<name>` and loaded
   by vLLM's runtime LoRA loading (`/v1/load_lora_adapter`) under a name that carries the version; the requests name
   it as their model, and the previous version is unloaded once every server holds the new one.
-The file's or adapter's name carries the version (RL steps trained). Requests, timeouts, retries and auth follow
-HTTPService's rules (lit_rlhf.remote.http).
+The file's or adapter's name carries the version (RL steps trained). With several ranks (trainer=ddp, fsdp2) rank
+zero alone sends each version while the others wait, then every rank samples its own prompts from it. Requests,
+timeouts, retries and auth follow HTTPService's rules (lit_rlhf.remote.http).
 
 Shapes: N contexts.
 """
@@ -38,6 +39,7 @@ from peft import PeftModel
 from safetensors.torch import save_file
 
 from lit_rlhf.config.validation import check_flag, check_setting_number
+from lit_rlhf.distributed.ranks import on_rank_zero
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.remote.http import HTTPService
@@ -152,6 +154,7 @@ class VLLMServerEngine(RolloutEngine):
 
     reports_logprobs = True
     concurrent_draws = False  # the servers hold one set of weights at a time
+    shared_by_ranks = True  # every rank samples from the same servers, which rank zero syncs
 
     def __init__(self, urls: str | list[str], model: str | None = None, weights_dir: str | None = None,
                  seeded: bool = True, max_concurrency: int = 16, timeout_s: float = 120.0, retries: int = 3,
@@ -180,21 +183,22 @@ class VLLMServerEngine(RolloutEngine):
     def setup(self, sampling: SamplingContext) -> None:
         if self.sampling_settings:
             return
-        several = torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1  # every rank sees it: all of them stop on the same line
-        if several or self.synced_generation or self.lockstep:
-            raise ConfigError("rollout=vllm_server samples from one process for now: train with one process "
-                              "(trainer=default) and put the servers' GPUs to work instead.")
+        if self.synced_generation:  # every rank sees it: all of them stop on the same line
+            raise ConfigError("rollout=vllm_server sends the servers whole weights, which ZeRO-3 "
+                              "(trainer=deepspeed_zero3) never holds; use trainer=ddp or trainer=fsdp2.")
         settings = sampling.settings
         self.sampling_settings = vllm_sampling_settings(settings.temperature, dict(settings.generation_kwargs),
                                                         settings.allow_biased_sampling)
         self.generate_engine.setup(sampling)
         for server in self.servers:
             server.connect(self.model)
-        if self.weights_dir is None:
-            shm = Path("/dev/shm")
-            self.weights_dir = tempfile.mkdtemp(prefix="lit_rlhf_servers_", dir=shm if shm.is_dir() else None)
-        Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
+        # several ranks: rank zero writes the weights and names the adapters, the others sample from what it sent
+        self.adapter_prefix = on_rank_zero(lambda: self.adapter_prefix)
+        if sampling.rank == 0:
+            if self.weights_dir is None:
+                shm = Path("/dev/shm")
+                self.weights_dir = tempfile.mkdtemp(prefix="lit_rlhf_servers_", dir=shm if shm.is_dir() else None)
+            Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
         self.stale = True  # the servers may serve other weights than the policy's (an adapter, a resume)
         self.synced_everything = False  # the first sync sends every weight: a server may hold another run's
 
@@ -206,9 +210,14 @@ class VLLMServerEngine(RolloutEngine):
         return {"rollout/weight_sync_s": self.last_sync_s, "rollout/weight_sync_mib": self.last_sync_mib}
 
     def sync(self, sampling: SamplingContext) -> None:
-        """The policy's weights into every server, or a one-line error naming the server."""
+        """The policy's weights into every server, or a one-line error naming the server. With several ranks (the
+        same weights on each) rank zero sends them while the others wait, and all stop on its error."""
         start = time.perf_counter()
-        self.last_sync_mib = (self.sync_adapter if self.weight_sync == "adapter" else self.sync_merged)(sampling)
+        send = self.sync_adapter if self.weight_sync == "adapter" else self.sync_merged
+        self.last_sync_mib = on_rank_zero(lambda: send(sampling))
+        if self.weight_sync == "adapter":  # what every rank's requests name from now on
+            for server in self.servers:
+                server.adapter = self.adapter_name(sampling.version)
         self.stale, self.version = False, sampling.version
         self.last_sync_s = time.perf_counter() - start
 
@@ -236,9 +245,11 @@ class VLLMServerEngine(RolloutEngine):
         if outside := trained_outside_lora(policy):
             raise ConfigError(f"rollout.weight_sync=adapter sends the LoRA adapter only, and this policy also trains "
                               f"{shown(outside[:3])}: use rollout.weight_sync=merged.")
-        name = f"{self.adapter_prefix}-v{sampling.version}"
+        name = self.adapter_name(sampling.version)
         folder = Path(self.weights_dir) / name
-        policy.save_pretrained(str(folder))
+        # the parameters as they are now: under trainer=fsdp2 the whole tensors gathered for the rollout (the
+        # module's state_dict() would give each rank's shards)
+        policy.save_pretrained(str(folder), state_dict={n: p.detach() for n, p in policy.named_parameters()})
         previous = self.servers[0].adapter
         for server in self.servers:
             server.load_adapter(name, str(folder), sampling.version)
@@ -247,6 +258,10 @@ class VLLMServerEngine(RolloutEngine):
                 server.unload_adapter(previous, self.version)
             shutil.rmtree(Path(self.weights_dir) / previous, ignore_errors=True)
         return sum(f.stat().st_size for f in folder.iterdir()) / 2**20
+
+    def adapter_name(self, version: int) -> str:
+        """The name the servers hold the adapter of `version` under (this run's prefix, the same on every rank)."""
+        return f"{self.adapter_prefix}-v{version}"
 
     def begin(self, sampling: SamplingContext, from_reference: bool) -> None:
         """Before a rollout: the servers take the weights of the context's policy unless they hold them already (the
@@ -272,10 +287,11 @@ class VLLMServerEngine(RolloutEngine):
             if self.seeded else None
         servers = itertools.cycle(self.servers)
         jobs = [(next(servers), i) for i in range(len(contexts))]
+        offset = 7919 * sampling.rank  # the ranks' random streams start alike: each rank its own seeds
 
         def turn(job: tuple[RolloutServer, int]) -> tuple[list[int], list[float] | None]:
             server, i = job
-            seed = None if base is None else (base + i) % 2**31
+            seed = None if base is None else (base + offset + i) % 2**31
             where = f"{server.server_name} {server.shown_url} (RL step {sampling.version}, context {i + 1} of " \
                     f"{len(contexts)})"
             return server.complete(contexts[i], max_new_tokens, self.sampling_settings, seed,

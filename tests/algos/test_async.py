@@ -326,3 +326,19 @@ def test_the_engine_takes_new_weights_from_the_queue_only_in_the_synchronous_run
     queue.producer = object()  # S >= 1: the producer's copies load versions instead
     queue.weights_updated()
     assert len(synced) == 1
+
+
+def test_async_drawing_from_servers_shared_by_several_ranks_is_refused_in_one_line():
+    """rollout=vllm_server under trainer=ddp: rank zero syncs the servers while the other ranks wait, which a producer
+    beside each rank's trainer cannot do; the check says so before any draw."""
+    from types import SimpleNamespace
+
+    from lit_rlhf.rollout.vllm_server import VLLMServerEngine
+
+    engine = VLLMServerEngine(urls=["http://127.0.0.1:9"])
+    engine.lockstep = True  # what the strategies' setup sets for this engine with 2 ranks
+    module = SimpleNamespace(hparams=SimpleNamespace(max_staleness=1), rollout_engine=engine,
+                             sharding=SimpleNamespace(sharded=False))
+    with pytest.raises(ConfigError, match=r"^algo.max_staleness=1 with rollout=vllm_server needs one training "
+                                          r"process: .*; drop algo.max_staleness or train with one process\.$"):
+        RolloutQueue(module).check(datamodule=None)

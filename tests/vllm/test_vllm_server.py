@@ -1,7 +1,8 @@
 """rollout=vllm_server against a running `vllm serve` of the embedded default (the CPU build): its logprobs of the
 sampled tokens are the trainer's, after a weight sync it samples from the updated policy (and only then), a LoRA
 policy's adapter alone serves under a versioned name, a LoRA, an adapter-synced and a fully fine-tuned run train
-through train.py (and an asynchronous one), a server another run synced serves this run's weights, and a server that
+through train.py (and an asynchronous one, and two ranks under DDP and FSDP2 that rank zero syncs for), a server
+another run synced serves this run's weights, and a server that
 goes away stops a draw in one line naming it."""
 
 import csv
@@ -89,6 +90,29 @@ def test_train_py_trains_with_adapter_sync(server, tmp_path):
     trains_three_steps_synced_every_step(server, tmp_path, ["rollout.weight_sync=adapter"])  # model.lora.r=16
 
 
+def two_ranks_sample_from_servers_that_rank_zero_alone_syncs(server, tmp_path, trainer: str, weight_sync: str):
+    """Rank zero sends the weights once per version, the other rank waits for them and samples the same version (an
+    adapter under the name rank zero gave it)."""
+    route = "/v1/load_lora_adapter" if weight_sync == "adapter" else "/collective_rpc"
+    before = server["log"].read_text().count(f"POST {route}")
+    args = ["rollout=vllm_server", f"rollout.urls=[{server['url']}]", f"rollout.weight_sync={weight_sync}",
+            *[a for a in FAST if not a.startswith("steps=")], "steps=3", f"trainer={trainer}",
+            "trainer.accelerator=cpu", "trainer.devices=2", f"hydra.run.dir={tmp_path}"]
+    result = run_app("train.py", *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # one sync per version, not one per rank: versions 0-2 for the three steps, 3 for the held-out evaluation after
+    syncs = server["log"].read_text().count(f"POST {route}") - before
+    assert syncs == 4, syncs
+    rows = [r for r in csv.DictReader((tmp_path / "csv" / "metrics.csv").open()) if r.get("rollout/logprob_diff_max")]
+    assert len(rows) == 3 and max(float(r["rollout/logprob_diff_max"]) for r in rows) < 1e-3
+
+
+def test_fsdp2_ranks_sample_from_the_servers_that_rank_zero_syncs_with_the_gathered_adapter(server, tmp_path):
+    """trainer=fsdp2: the adapter is saved from the whole weights gathered for the rollout, not from a rank's
+    shards."""
+    two_ranks_sample_from_servers_that_rank_zero_alone_syncs(server, tmp_path, "fsdp2", "adapter")
+
+
 def test_an_adapter_above_the_server_s_max_lora_rank_is_one_line(server, tmp_path):
     args = ["rollout=vllm_server", f"rollout.urls=[{server['url']}]", "rollout.weight_sync=adapter",
             "rollout.retries=0", "model.lora.r=32", *FAST, f"hydra.run.dir={tmp_path}"]
@@ -161,6 +185,10 @@ def trains_three_steps_synced_every_step(server, tmp_path, settings: list[str]) 
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [r for r in csv.DictReader((tmp_path / "csv" / "metrics.csv").open()) if r.get("rollout/logprob_diff_max")]
     assert len(rows) == 3 and max(float(r["rollout/logprob_diff_max"]) for r in rows) < 1e-3  # synced every step
+
+
+def test_ddp_ranks_sample_from_the_servers_that_rank_zero_syncs(server, tmp_path):
+    two_ranks_sample_from_servers_that_rank_zero_alone_syncs(server, tmp_path, "ddp", "merged")
 
 
 def test_a_server_that_goes_away_stops_the_run_in_one_line_and_it_resumes_once_the_server_is_back(tmp_path):
