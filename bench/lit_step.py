@@ -1,6 +1,7 @@
 """lit_rlhf on the benchmark workload: RLOOModule (or PPOModule) under a plain Lightning Trainer.
 
     python bench/lit_step.py --model tiny --steps 5 --warmup 1 [--algo ppo] [--rollout vllm]   # prints one JSON line
+    python bench/lit_step.py --rollout vllm_server --urls http://127.0.0.1:8000   # a running vllm serve of --model
     python bench/lit_step.py --algo grpo --beta 0.04 [--full]     # GRPO (dapo) as bench/grpo_vs_trl.py runs it
     python bench/lit_step.py --algo distill --model pythia-160m --teacher pythia-1b [--divergence generalized_jsd]
 
@@ -25,7 +26,7 @@ import workload as W
 from lit_rlhf import DistillationModule, GRPOModule, PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.models import VaderSentiment
 from lit_rlhf.models.teacher import CausalLMTeacher
-from lit_rlhf.rollout import HFEngine, VLLMEngine
+from lit_rlhf.rollout import HFEngine, VLLMEngine, VLLMServerEngine
 
 PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward",
           "sampler.score_components": "reward", "sampler.teacher_logprobs": "teacher forward",
@@ -125,9 +126,11 @@ def main() -> None:
                         help="ablation: keep the no-grad old-logprob forward (the path before the optimization)")
     parser.add_argument("--new-tokens", type=int, default=W.NEW_TOKENS)
     parser.add_argument("--mixed", action="store_true", help="no forced length: responses stop at the stop token")
-    parser.add_argument("--rollout", default="hf", choices=["hf", "vllm"],
+    parser.add_argument("--rollout", default="hf", choices=["hf", "vllm", "vllm_server"],
                         help="the rollout engine; vllm: VLLMEngine with a 1 GiB KV cache (the weight sync is part of "
-                             "its generation phase, and reported alone as weight_sync_s)")
+                             "its generation phase, and reported alone as weight_sync_s); vllm_server: "
+                             "VLLMServerEngine on the running servers at --urls (merged weight sync, timed as vllm's)")
+    parser.add_argument("--urls", nargs="+", default=None, help="vllm_server: the servers' URLs")
     parser.add_argument("--recompute-logits", action="store_true",
                         help="ablation: recompute the chunked logits in the backward whatever their size "
                              "(logits_budget_mib=null, the path before the budget)")
@@ -165,6 +168,8 @@ def main() -> None:
                                             "allow_biased_sampling": True}))  # fixed length
     if args.rollout == "vllm":
         common["rollout_engine"] = VLLMEngine(kv_cache_gib=1.0)
+    elif args.rollout == "vllm_server":
+        common["rollout_engine"] = VLLMServerEngine(urls=args.urls)
     else:
         common["rollout_engine"] = HFEngine(compile_mode=None if args.compile_mode == "none" else args.compile_mode,
                                             sampler=args.sampler, shared_prefill=not args.no_shared_prefill,
