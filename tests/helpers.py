@@ -74,6 +74,11 @@ def one_line_error(result) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
+def length_reward(prompts, completions, **columns):
+    """Each completion's length in characters: scores no bounded reward gives."""
+    return [float(len(c)) for c in completions]
+
+
 def constant_reward(prompts, completions, **columns):
     """The same score for everything: every group's K rewards are equal."""
     import torch

@@ -18,6 +18,7 @@ from lit_rlhf.rollout.weights import trained_weights
 from tests.apps import run_app
 from tests.conftest import TINY_PYTHIA, make_rloo
 from tests.helpers import FAST, ROOT, one_line_error
+from tests.remote.test_reward_server import ServedInThread
 from tests.vllm.servers import free_port, serve, stop
 from tests.vllm.test_vllm_engine import TOLERANCE, first_batch, max_logprob_diff, seeded_sample
 
@@ -111,6 +112,23 @@ def test_fsdp2_ranks_sample_from_the_servers_that_rank_zero_syncs_with_the_gathe
     """trainer=fsdp2: the adapter is saved from the whole weights gathered for the rollout, not from a rank's
     shards."""
     two_ranks_sample_from_servers_that_rank_zero_alone_syncs(server, tmp_path, "fsdp2", "adapter")
+
+
+def test_a_run_samples_from_the_servers_beside_a_served_reward_and_a_served_teacher(server, tmp_path):
+    """Distillation with everything served: the policy's samples from the rollout server (adapter sync), the reward
+    from lit_rlhf's reward server (reward=http; the app `python -m lit_rlhf.serve` serves, in a thread here), the
+    teacher's logprobs from a vLLM server (teacher=served: here the rollout server's base model, the first it lists)."""
+    with ServedInThread("reward._target_=tests.helpers.length_reward") as reward_server:
+        args = ["algo=distill", "teacher=served", f"teacher.url={server['url']}/v1", "algo.temperature=1",
+                "algo.task_reward_coef=1", "reward=http", f"reward.url={reward_server.url}", "rollout=vllm_server",
+                f"rollout.urls=[{server['url']}]", "rollout.weight_sync=adapter",
+                *[a for a in FAST if not a.startswith("steps=")], "steps=2", f"hydra.run.dir={tmp_path}"]
+        result = run_app("train.py", *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [r for r in csv.DictReader((tmp_path / "csv" / "metrics.csv").open()) if r.get("rollout/logprob_diff_max")]
+    assert len(rows) == 2 and max(float(r["rollout/logprob_diff_max"]) for r in rows) < 1e-3
+    assert all(float(r["distill/teacher_tokens"]) > 0 and float(r["distill/teacher_logprob_mean"]) < 0 for r in rows)
+    assert all(float(r["objective/scores"]) > 1 for r in rows)  # lengths in characters: the served reward's scores
 
 
 def test_an_adapter_above_the_server_s_max_lora_rank_is_one_line(server, tmp_path):
