@@ -23,7 +23,7 @@ from lit_rlhf.cli.checks import check_accelerator, check_fsdp2_settings, check_r
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
-from lit_rlhf.distributed.lost_rank import lost_rank_line
+from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
 from lit_rlhf.noise import silence_known_noise
@@ -121,6 +121,7 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
     for callback in trainer.callbacks:
         if isinstance(callback, CheckpointOnInterrupt):
             callback.resume_hint = resume_command
+    report_lost_ranks(trainer, lambda: resume_after_failure(trainer, module))
     with end_of_run_interrupts(lambda: module.training_finished):
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)

@@ -3,6 +3,7 @@ sharded checkpoints that resume exactly, export from a sharded checkpoint, and t
 
 import csv
 import os
+import re
 import subprocess
 import sys
 
@@ -302,7 +303,9 @@ def test_a_lost_rank_or_kill_9_while_checkpointing_leaves_whole_checkpoints_that
             _, stderr = run.communicate(timeout=300)
             assert run.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
             line = stderr.strip().splitlines()[-1]
-            assert line.startswith("error: rank 0 lost rank 1 of this 2-rank run (it was killed or crashed"), line
+            # said by rank 0's failed collective, or by the launcher's observer if rank 0 was busy for its grace
+            assert re.match(r"error: rank 0 lost rank 1( \(exit code -9, SIGKILL\))? of this 2-rank run \(it was "
+                            r"killed or crashed", line), line
             assert "resume from the last checkpoint: python " in line and f"hydra.run.dir={run_dir} " in line
         else:
             time.sleep(rng.uniform(0.0, 1.5))

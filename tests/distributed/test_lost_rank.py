@@ -16,3 +16,40 @@ def test_other_errors_are_left_alone():
     assert lost_rank_line(RuntimeError("CUDA out of memory"), rank=0, world_size=2) is None
     assert lost_rank_line(ValueError(GLOO), rank=0, world_size=2) is None
     assert lost_rank_line(RuntimeError(GLOO), rank=0, world_size=1) is None
+
+
+def test_the_launching_rank_is_given_time_then_stopped_with_the_lost_rank_line_and_where_to_resume(capsys):
+    """Rank 2 of a 3-rank run dies (SIGKILL) while the launching rank is busy between collectives: after the grace
+    the observer says which rank was lost and where to resume, stops the ranks still running (rank 1 here) and
+    exits with the user-error code, instead of Lightning's silent SIGKILL within 5 s."""
+    import subprocess
+    import time
+
+    from lit_rlhf.distributed.lost_rank import LostRankObserver
+    from lit_rlhf.errors import EXIT_USER_ERROR
+
+    alive, dead = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sh", "-c", "kill -9 $$"])
+    dead.wait()
+    exits = []
+    observer = LostRankObserver([alive, dead], rank=0, world_size=3, where_to_resume=lambda: "resume with: X",
+                                grace_s=0.3, sleep_period=0.01, exit=exits.append)
+    started = time.monotonic()
+    observer.run()
+    assert time.monotonic() - started >= 0.3  # the grace was given
+    assert exits == [EXIT_USER_ERROR]
+    assert alive.wait(timeout=5) == -9
+    assert capsys.readouterr().err == ("error: rank 0 lost rank 2 (exit code -9, SIGKILL) of this 3-rank run (it was "
+                                       "killed or crashed; its own output says why), and stopped. resume with: X\n")
+
+
+def test_the_ddp_launcher_is_replaced_and_a_one_process_run_left_alone():
+    from lightning.pytorch import Trainer
+
+    from lit_rlhf.distributed.lost_rank import GraceLauncher, report_lost_ranks
+
+    trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
+    report_lost_ranks(trainer, lambda: "")
+    assert isinstance(trainer.strategy.launcher, GraceLauncher) and trainer.strategy.launcher.num_processes == 2
+    single = Trainer(accelerator="cpu", devices=1, logger=False)
+    report_lost_ranks(single, lambda: "")
+    assert single.strategy.launcher is None
