@@ -51,7 +51,7 @@ from lit_rlhf.ops.batching import divide
 from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.context import SamplingSettings
-from lit_rlhf.rollout.sampler import Sampler, observed_gold
+from lit_rlhf.rollout.sampler import Sampler
 from lit_rlhf.rollout.sampling import stop_token_id
 from lit_rlhf.tasks.metrics import TaskMetric
 
@@ -112,7 +112,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
             warnings.warn("RLOOModule(gold_reward=...) (any RLHF module's) is deprecated and will be removed in the "
                           "next release: pass lit_rlhf.callbacks.GoldReward(reward) to the Trainer's callbacks.",
                           FutureWarning, stacklevel=2)
-            self.sampler.gold = observed_gold(gold_reward, reward)
+            self.sampler.use_gold(gold_reward)
         check_concurrent_draws(config, self.rollout_engine)
         self.sharding = ModelSharding(self)  # trainer=fsdp2: which models shard, how the engine samples
         self.rollout_queue = RolloutQueue(self)  # every training rollout; S >= 1: drawn ahead by a producer thread

@@ -24,7 +24,6 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.callbacks.run_folder import run_folder
-from lit_rlhf.rollout.sampler import observed_gold
 from lit_rlhf.statistics.gold import fit_rl_form
 
 
@@ -40,7 +39,7 @@ class GoldReward(L.Callback):
         self.reward = reward
 
     def setup(self, trainer: L.Trainer, module, stage: str) -> None:
-        module.sampler.gold = observed_gold(self.reward, module.reward)  # loaded with the module's models
+        module.sampler.use_gold(self.reward)  # loaded with the module's models
 
 
 class GoldCurve(L.Callback):

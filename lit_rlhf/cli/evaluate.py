@@ -83,7 +83,7 @@ def evaluate(cfg: DictConfig) -> Evaluation:
     torch.manual_seed(cfg.seed)
     module, trained = load_module(cfg)
     if trained.gold:  # scored on both sides beside the reward (summary["gold"])
-        module.sampler.gold = instantiate(trained.gold)
+        module.sampler.use_gold(instantiate(trained.gold))
         load_reward(module.sampler.gold)
     module = module.to(device).eval()
     policy_tokenizer = module.hparams.model["name_or_path"]

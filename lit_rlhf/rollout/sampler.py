@@ -100,6 +100,11 @@ class Sampler:
         worker.context = replace(self.context, policy=policy, random_stream=None)
         return worker
 
+    def use_gold(self, gold: Reward | None) -> None:
+        """A reward to score on every draw beside the trained one, never trained on (callbacks.GoldReward, evaluate.py);
+        None (or gold=none's empty config): no gold. The trained reward itself is refused."""
+        self.gold = observed_gold(gold, self.reward)
+
     @property
     def environment(self) -> EnvSpec | None:
         return self.context.environment
