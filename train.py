@@ -11,6 +11,9 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from lit_rlhf.cli.checks import check_before_imports
+
+    check_before_imports(cfg)  # a bad setting answers before the imports below (about ten seconds)
     # imported once the config is composed: --help and a mistyped setting answer without Lightning's seconds
     from lit_rlhf.cli.train import run
 

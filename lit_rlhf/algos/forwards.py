@@ -15,6 +15,7 @@ from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
 from lit_rlhf.ops import importance_weights, off_policy_sequences
+from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.rollout.sampler import Drawn
 
 
@@ -126,17 +127,27 @@ class RolloutForwards:
                                            self)
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~drawn.has_stop).to(scores.dtype)
+        in_loss = None  # N  the sequences the loss trains on (None: all)
+        if for_training:
+            scores, in_loss = self.training_scores(scores, samples)
         return Rollout(queries=samples.queries, query_mask=samples.query_mask, responses=samples.responses,
                        response_mask=samples.response_mask, prompt_index=samples.prompt_index, logprobs=logprobs,
                        ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=drawn.has_stop,
                        values=values, prompts=drawn.prompts, completions=drawn.completions,
                        policy_outputs=policy_outputs, sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights,
+                       in_loss=in_loss,
                        reward_components=components, columns=drawn.columns, context_mask=samples.context_mask,
                        conversations=drawn.conversations, policy_version=drawn.version,
                        trainer_logprobs=trainer_logprobs, gold_scores=drawn.gold,
                        teacher_logprobs=drawn.teacher_logprobs,
                        **({} if drawn.teacher_top is None else dict(zip(("teacher_top_ids", "teacher_top_logprobs"),
                                                                          drawn.teacher_top, strict=True))))
+
+    def training_scores(self, scores: torch.Tensor, samples: Samples) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """An algorithm's own shaping of a training rollout's scores (N, after the score transforms and the missing-EOS
+        penalty), and the sequences its loss trains on (N bool, None: all). GRPO: DAPO's overlong penalty and the
+        zero-std filter."""
+        return scores, None
 
     @property
     def score_context(self) -> ScoreContext:

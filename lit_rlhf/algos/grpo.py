@@ -19,6 +19,7 @@ from lit_rlhf.config import GRPOConfig
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
+from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.statistics.rollout import zero_std_groups
 
 
@@ -42,12 +43,20 @@ class GRPOModule(RLHFModule):
 
     _refill_stats: dict[str, torch.Tensor] = {}
 
-    def overlong_penalty(self, rollout: Rollout) -> torch.Tensor:
+    def overlong_penalty(self, response_mask: torch.Tensor) -> torch.Tensor:
+        """DAPO's soft overlong penalty of each response (N) from its tokens (N,R)."""
         hp = self.hparams
-        if hp.overlong_buffer is None:
-            return torch.zeros_like(rollout.scores)
-        return overlong_penalty(rollout.response_mask.sum(1), hp.response_length, hp.overlong_buffer,
+        return overlong_penalty(response_mask.sum(1), hp.response_length, hp.overlong_buffer,
                                 hp.overlong_penalty_factor)  # N
+
+    def training_scores(self, scores: torch.Tensor, samples: Samples) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The overlong penalty added to the scores (overlong_buffer); with filter_zero_std_groups, the groups whose K
+        scores are all equal left out of the loss, and out of its token counts: no signal in them."""
+        hp = self.hparams
+        if hp.overlong_buffer is not None:
+            scores = scores + self.overlong_penalty(samples.response_mask)  # N
+        in_loss = ~zero_std_groups(scores, samples.prompt_index) if hp.filter_zero_std_groups else None  # N
+        return scores, in_loss
 
     def training_rollout(self, batch: dict[str, torch.Tensor]) -> Rollout:
         """With filter_zero_std_groups and max_refill_rounds: DAPO's dynamic sampling (algos/refill.py). The step
@@ -61,7 +70,7 @@ class GRPOModule(RLHFModule):
         rounds = generated = 0
         before = needed_before = None  # the zero-std share that triggered the refill; the deficit before a round
         while True:
-            informative = ~zero_std_groups(rollout.scores + self.overlong_penalty(rollout), rollout.prompt_index)  # N
+            informative = rollout.in_loss  # N
             deficit = max(groups - len(torch.unique(rollout.prompt_index[informative])), 0)
             # every rank rounds alike
             needed = sum_over_ranks(self._trainer)(torch.tensor(float(deficit), device=self.device))
@@ -98,12 +107,8 @@ class GRPOModule(RLHFModule):
         if hp.kl_in == "loss":  # the KL is in the loss, not in the reward
             non_score_reward = torch.zeros_like(non_score_reward)
         stats, self._refill_stats = dict(self._refill_stats), {}
-        if hp.overlong_buffer is not None:
-            overlong = self.overlong_penalty(rollout)  # N
-            rollout.scores = rollout.scores + overlong
-            stats["rollout/overlong_penalty"] = overlong.mean()
-        if hp.filter_zero_std_groups:  # no signal in them: out of the loss, and out of its token counts
-            rollout.in_loss = ~zero_std_groups(rollout.scores, rollout.prompt_index)  # N
+        if hp.overlong_buffer is not None:  # in the scores since the rollout (training_scores)
+            stats["rollout/overlong_penalty"] = self.overlong_penalty(rollout.response_mask).mean()
         estimate = self.estimate(rollout, non_score_reward)
         stats.update(objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward))
         return estimate.advantages, stats

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lit_rlhf.errors import ConfigError
@@ -9,6 +14,7 @@ from lit_rlhf.errors import ConfigError
 REWARD_MODEL_TARGET = "lit_rlhf.models.SequenceClassifierReward"
 NAMED_REWARDS = "lit_rlhf.models.WeightedSum"  # what the reward group's files build
 GROUP_KEYS = ("_target_", "rewards", "weights", "concurrent")
+PROMPT_DATA_TARGET = "lit_rlhf.data.PromptDataModule"
 
 
 def your_own_reward(cfg: DictConfig) -> None:
@@ -59,15 +65,19 @@ def check_reward_group(cfg: DictConfig) -> None:
 
 def check_accelerator(cfg: DictConfig) -> None:
     accelerator = str(cfg.get("trainer", {}).get("accelerator", "auto"))
-    import torch
-
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if accelerator in ("gpu", "cuda") and not cuda_available():
         raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) needs a CUDA GPU, and this machine has "
                           f"none; use trainer=cpu, or trainer=default, which picks what is there.")
     interval = cfg.get("trainer", {}).get("val_check_interval")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
         raise ConfigError(f"trainer.val_check_interval={interval} must be > 0 (RL steps between held-out "
                           f"evaluations); to switch them off use +trainer.limit_val_batches=0.")
+
+
+def cuda_available() -> bool:
+    import torch  # only asked for trainer=gpu: the other checks run before torch is imported
+
+    return torch.cuda.is_available()
 
 
 FSDP2_TARGET = "lit_rlhf.distributed.strategy.FSDP2Strategy"
@@ -97,3 +107,82 @@ def check_fsdp2_settings(cfg: DictConfig) -> None:
         for name in FSDP2_SETTINGS:
             if name in strategy:
                 raise ConfigError(fsdp2_only(name, strategy[name]))
+def reward_parts(config: Any) -> list[str]:
+    """A reward config's scoring parts without their weights: the named rewards of a WeightedSum (or the config
+    itself), each as sorted JSON, so that a reward and the same reward scaled compare equal."""
+    tree = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
+    parts = tree.get("rewards") if isinstance(tree, dict) and isinstance(tree.get("rewards"), dict) else {"": tree}
+    return sorted(json.dumps(part, sort_keys=True, default=str) for part in parts.values())
+
+
+def check_run_settings(cfg: DictConfig) -> None:
+    """Top-level keys read before anything is built."""
+    check_reward_group(cfg)
+    check_accelerator(cfg)
+    check_fsdp2_settings(cfg)
+    if cfg.get("gold") and reward_parts(cfg.gold) == reward_parts(cfg.reward):
+        scaled = "" if cfg.gold == cfg.reward else " (scaled: only the weights differ)"
+        raise ConfigError(f"gold= names the trained reward{scaled}: the gold score would measure what the run "
+                          f"optimizes, not the quality the proxy stands for, and cannot show over-optimization; name "
+                          f"another reward as gold (e.g. gold=vader with reward=reward_model).")
+    for key, minimum in (("seed", 0), ("steps", 1)):
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
+
+
+def settings_in(node: DictConfig, cls: type) -> dict[str, Any]:
+    """The values of node's keys that are fields of the settings dataclass cls, resolved."""
+    from lit_rlhf.config.settings import field_names
+
+    values = {}
+    for name in field_names(cls):
+        if name in node:
+            value = node[name]
+            values[name] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return values
+
+
+def check_component_settings(cfg: DictConfig) -> None:
+    """The settings dataclasses of the prompt data, the algorithm and the model, built from the config as the
+    components will build them (in their order), so that a bad value is refused with the components' own line."""
+    from lit_rlhf.config import DataConfig, ModelConfig
+    from lit_rlhf.config.registry import ALGORITHMS
+    from lit_rlhf.config.settings import build
+
+    algo, data = cfg.get("algo"), cfg.get("data")
+    algorithm = next((a for a in ALGORITHMS.values() if algo is not None and a.target == algo.get("_target_")), None)
+    checks = []
+    if data is not None and data.get("_target_") == PROMPT_DATA_TARGET:
+        checks.append((DataConfig, data, "data"))
+    if algorithm is not None:
+        checks.append((algorithm.settings, algo, "algo"))
+    checks.append((ModelConfig, cfg.get("model"), "model"))
+    for cls, node, prefix in checks:
+        if not isinstance(node, DictConfig):
+            continue
+        try:
+            values = settings_in(node, cls)
+        except Exception:  # noqa: BLE001 (a value that does not resolve: the components' own path says so)
+            continue
+        build(cls, values, prefix)
+
+
+def check_before_imports(cfg: DictConfig) -> None:
+    """train.py's checks of the composed config, run before it imports torch and Lightning (about ten seconds): a bad
+    setting is its one line at once (exit code 2). A failing single run is recorded in its run directory
+    (result.json), as any failure; a sweep's trials are checked by the trials themselves (a bad trial is recorded, the
+    sweep goes on)."""
+    from lit_rlhf.cli.sweeps import in_multirun, write_result
+    from lit_rlhf.errors import exit_with_user_error
+
+    if in_multirun():
+        return
+    try:
+        check_run_settings(cfg)
+        check_component_settings(cfg)
+    except ConfigError as err:
+        output_dir = Path(cfg.paths.output_dir)
+        if os.environ.get("RANK", "0") == "0" and output_dir.is_dir():  # torchrun: one rank writes it
+            write_result(output_dir, "failed", None, {}, str(err))
+        exit_with_user_error(err)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import traceback
@@ -19,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
-from lit_rlhf.cli.checks import check_accelerator, check_fsdp2_settings, check_reward_group
+from lit_rlhf.cli.checks import check_run_settings
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
@@ -74,30 +73,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
         return fit(cfg, module, datamodule, loggers)
     finally:
         finish_wandb_run(loggers)
-
-
-def reward_parts(config: Any) -> list[str]:
-    """A reward config's scoring parts without their weights: the named rewards of a WeightedSum (or the config
-    itself), each as sorted JSON, so that a reward and the same reward scaled compare equal."""
-    tree = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
-    parts = tree.get("rewards") if isinstance(tree, dict) and isinstance(tree.get("rewards"), dict) else {"": tree}
-    return sorted(json.dumps(part, sort_keys=True, default=str) for part in parts.values())
-
-
-def check_run_settings(cfg: DictConfig) -> None:
-    """Top-level keys read before anything is built."""
-    check_reward_group(cfg)
-    check_accelerator(cfg)
-    check_fsdp2_settings(cfg)
-    if cfg.get("gold") and reward_parts(cfg.gold) == reward_parts(cfg.reward):
-        scaled = "" if cfg.gold == cfg.reward else " (scaled: only the weights differ)"
-        raise ConfigError(f"gold= names the trained reward{scaled}: the gold score would measure what the run "
-                          f"optimizes, not the quality the proxy stands for, and cannot show over-optimization; name "
-                          f"another reward as gold (e.g. gold=vader with reward=reward_model).")
-    for key, minimum in (("seed", 0), ("steps", 1)):
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
 
 
 def finish_wandb_run(loggers: list[Any]) -> None:
