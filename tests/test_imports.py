@@ -49,3 +49,27 @@ def test_help_and_a_mistyped_setting_answer_without_importing_torch_lightning_or
         assert result.returncode in (0, 2), (script, args, result.stderr[-2000:])
         imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import ")}
         assert not imported & set(heavy), (script, args, sorted(imported & set(heavy)))
+
+
+@pytest.mark.integration
+def test_a_bad_setting_value_answers_before_lightning_is_imported(tmp_path):
+    """train.py builds the data's, the algorithm's and the model's settings from the composed config before its
+    imports: a bad value is the components' own line, exit code 2, and the run is recorded as failed. The prompt
+    data's settings need no torch; the algorithms' checks read torch-based helpers, never Lightning."""
+    import json
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    for args, line, heavy in (
+            (["data.batch_size=0"], "error: data.batch_size=0 must be a whole number >= 1.",
+             ("torch", "lightning", "transformers")),
+            (["algo.kl_coef=-1"], "error: algo.kl_coef=-1.0 must be >= 0.", ("lightning", "transformers")),
+            (["model.dtype=half"], "error: model.dtype='half' is not one of", ("lightning", "transformers"))):
+        result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), *args], cwd=tmp_path,
+                                env=env, capture_output=True, text=True)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert [x for x in result.stderr.splitlines() if x.startswith("error: ")][-1].startswith(line), args
+        imported = {x.split("|")[-1].strip() for x in result.stderr.splitlines() if x.startswith("import ")}
+        assert not imported & set(heavy), (args, sorted(imported & set(heavy)))
+    results = [json.loads(p.read_text()) for p in (tmp_path / "logs" / "train" / "runs").glob("*/result.json")]
+    assert sorted(r["status"] for r in results) == ["failed"] * 3
