@@ -1,9 +1,10 @@
-"""What the test suite costs on this machine: `make test-main` and `make test-vllm` timed from this checkout, with
+"""What the test suite costs on this machine: `make test-fast` (the unit tier), `make test-main` and `make test-vllm`
+timed from this checkout, with
 the vLLM environment's build timed on its own when it is not there yet (a fresh clone), pytest's 30 slowest
 tests, and the tests and seconds per file.
 
-    make setup && .venv/bin/python bench/test_suite.py               # both parts
-    make setup && .venv/bin/python bench/test_suite.py --main-only   # make test-main alone
+    make setup && .venv/bin/python bench/test_suite.py               # every part
+    make setup && .venv/bin/python bench/test_suite.py --main-only   # make test-fast and make test-main
 
 Writes bench/results/test_suite.json and .md (quoted in docs/testing.md).
 """
@@ -60,21 +61,22 @@ def timed_build(target: str, venv: str) -> float | None:
 
 
 def table(parts: list[dict], builds: dict[str, float | None], earlier_builds: dict[str, float]) -> list[str]:
-    total = sum(p["seconds"] for p in parts)
+    whole = [p for p in parts if p["target"] in ("test-main", "test-vllm")]  # what make test runs
     lines = [f"Measured with `python bench/test_suite.py` on {os.cpu_count()} CPU cores.", "",
              "| part | wall time | tests |", "|---|---|---|"]
     for part in parts:
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
         lines.append(f"| `make {part['target']}` | {part['seconds'] / 60:.1f} min | {outcomes} |")
-    if len(parts) == 2:
-        lines.append(f"| `make test` (both, the environments built) | {total / 60:.1f} min | |")
+    if len(whole) == 2:
+        total = sum(p["seconds"] for p in whole)
+        lines.append(f"| `make test` (test-main and test-vllm, the environments built) | {total / 60:.1f} min | |")
     for target, seconds in builds.items():
         if seconds is not None:
             lines.append(f"| `make {target}` (a fresh clone only) | {seconds / 60:.1f} min | |")
     for target, seconds in earlier_builds.items():
         if builds.get(target) is None:
             lines.append(f"| `make {target}` (a fresh clone only; an earlier run) | {seconds / 60:.1f} min | |")
-    every = sorted((c for p in parts for c in p["cases"]), key=lambda c: -c["seconds"])
+    every = sorted((c for p in whole for c in p["cases"]), key=lambda c: -c["seconds"])
     lines += ["", "The 30 slowest tests (seconds in the test itself; workers run them side by side):", "",
               "| seconds | test |", "|---|---|"]
     lines += [f"| {c['seconds']:.1f} | `{c['file']}::{c['name']}` |" for c in every[:30]]
@@ -106,7 +108,7 @@ def main() -> None:
     builds = {} if args.main_only else {"setup-vllm": timed_build("setup-vllm", ".venv-vllm")}
     earlier_builds = earlier_build_seconds()  # an environment built before this run: the figure measured then
     with tempfile.TemporaryDirectory() as out:
-        parts = [run_part("test-main", Path(out))]
+        parts = [run_part("test-fast", Path(out)), run_part("test-main", Path(out))]
         if not args.main_only:
             parts.append(run_part("test-vllm", Path(out)))
     kept = {t: s for t, s in earlier_builds.items() if builds.get(t) is None and t in builds}

@@ -107,6 +107,8 @@ def check_fsdp2_settings(cfg: DictConfig) -> None:
         for name in FSDP2_SETTINGS:
             if name in strategy:
                 raise ConfigError(fsdp2_only(name, strategy[name]))
+
+
 def reward_parts(config: Any) -> list[str]:
     """A reward config's scoring parts without their weights: the named rewards of a WeightedSum (or the config
     itself), each as sorted JSON, so that a reward and the same reward scaled compare equal."""
