@@ -54,9 +54,8 @@ def test_help_and_a_mistyped_setting_answer_without_importing_torch_lightning_or
 @pytest.mark.integration
 def test_a_bad_setting_value_answers_before_lightning_is_imported(tmp_path):
     """train.py builds the data's, the algorithm's and the model's settings from the composed config before its
-    imports: a bad value is the components' own line, exit code 2, and the run is recorded as failed. The prompt
+    imports: a bad value is the components' own line, exit code 2, and no run directory is left behind. The prompt
     data's settings need no torch; the algorithms' checks read torch-based helpers, never Lightning."""
-    import json
     import os
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -71,5 +70,4 @@ def test_a_bad_setting_value_answers_before_lightning_is_imported(tmp_path):
         assert [x for x in result.stderr.splitlines() if x.startswith("error: ")][-1].startswith(line), args
         imported = {x.split("|")[-1].strip() for x in result.stderr.splitlines() if x.startswith("import ")}
         assert not imported & set(heavy), (args, sorted(imported & set(heavy)))
-    results = [json.loads(p.read_text()) for p in (tmp_path / "logs" / "train" / "runs").glob("*/result.json")]
-    assert sorted(r["status"] for r in results) == ["failed"] * 3
+    assert not list((tmp_path / "logs" / "train" / "runs").iterdir())

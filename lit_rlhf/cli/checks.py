@@ -172,9 +172,10 @@ def check_component_settings(cfg: DictConfig) -> None:
 
 def check_before_imports(cfg: DictConfig) -> None:
     """train.py's checks of the composed config, run before it imports torch and Lightning (about ten seconds): a bad
-    setting is its one line at once (exit code 2). A failing single run is recorded in its run directory
-    (result.json), as any failure; a sweep's trials are checked by the trials themselves (a bad trial is recorded, the
-    sweep goes on)."""
+    setting is its one line at once (exit code 2). As for any run that fails its checks, its new run directory is
+    removed, and a run directory that holds a run (a resume's) records the failure in its result.json; a sweep's
+    trials are checked by the trials themselves (a bad trial is recorded, the sweep goes on)."""
+    from lit_rlhf.cli.run_dirs import discard_unused_run_dir
     from lit_rlhf.cli.sweeps import in_multirun, write_result
     from lit_rlhf.errors import exit_with_user_error
 
@@ -184,6 +185,7 @@ def check_before_imports(cfg: DictConfig) -> None:
         check_run_settings(cfg)
         check_component_settings(cfg)
     except ConfigError as err:
+        discard_unused_run_dir(cfg)
         output_dir = Path(cfg.paths.output_dir)
         if os.environ.get("RANK", "0") == "0" and output_dir.is_dir():  # torchrun: one rank writes it
             write_result(output_dir, "failed", None, {}, str(err))

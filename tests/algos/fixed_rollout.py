@@ -10,6 +10,7 @@ from lit_rlhf import GRPOModule, PPOModule, ReinforcePPModule, RLOOModule
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.ops import importance_weights
+from lit_rlhf.rollout.engine import Samples
 
 PROMPTS, K, P, R = 4, 4, 5, 8
 
@@ -53,10 +54,13 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
         hp = module.hparams
         is_weights = importance_weights(logprobs, sampler_logprobs, response_mask, hp.rollout_is_cap,
                                         hp.rollout_is_mode, hp.rollout_is_min)
+    # the algorithm's own shaping, as the step applies it when it builds a training rollout (GRPO's zero-std filter)
+    samples = Samples(queries, query_mask, responses, response_mask, prompt_index, sampler_logprobs)
+    trained_scores, in_loss = module.training_scores(scores[mine], samples)
     return Rollout(sampler_logprobs=sampler_logprobs, is_weights=is_weights, queries=queries, query_mask=query_mask,
                    responses=responses, response_mask=response_mask,
                    prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=logprobs + ref_noise[mine],
-                   scores=scores[mine], raw_scores=scores[mine], contains_stop=lengths[mine] < R,
+                   scores=trained_scores, raw_scores=scores[mine], contains_stop=lengths[mine] < R, in_loss=in_loss,
                    values=values[mine] if isinstance(module, PPOModule) else None)
 
 
