@@ -22,7 +22,6 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lit_rlhf.algos.asynchronous import RolloutQueue, check_concurrent_draws
 from lit_rlhf.algos.default_callbacks import display_callbacks
 from lit_rlhf.algos.dropout import has_active_dropout
 from lit_rlhf.algos.episodes import estimate_advantages
@@ -51,6 +50,7 @@ from lit_rlhf.ops.batching import divide
 from lit_rlhf.ops.losses import PolicyLoss
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.context import SamplingSettings
+from lit_rlhf.rollout.queue import QueueSettings, RolloutQueue, check_concurrent_draws
 from lit_rlhf.rollout.sampler import Sampler
 from lit_rlhf.rollout.sampling import stop_token_id
 from lit_rlhf.tasks.metrics import TaskMetric
@@ -115,7 +115,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
             self.sampler.use_gold(gold_reward)
         check_concurrent_draws(config, self.rollout_engine)
         self.sharding = ModelSharding(self)  # trainer=fsdp2: which models shard, how the engine samples
-        self.rollout_queue = RolloutQueue(self)  # every training rollout; S >= 1: drawn ahead by a producer thread
+        # every training rollout; S >= 1: drawn ahead by a producer thread
+        self.rollout_queue = RolloutQueue(self.sampler, QueueSettings.of(self.hparams, self.samples_per_prompt))
         for line in idle_settings(config, self.rollout_engine.reports_logprobs):
             warn_once(line)
         self.kl_controller = kl_controller or KLController()
@@ -359,10 +360,10 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
             return
         # a fresh run only; draws nothing from the restored states
         self.heldout_before_training = log_heldout_before_training(self) or self.heldout_before_training
-        self.rollout_queue.start()
+        self.rollout_queue.start(self.trainer, self.rl_step, self.total_rl_steps(), self.packing_pad_id)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.rollout_queue.publish_after_step()
+        self.rollout_queue.publish_after_step(self.rl_step)
 
     def on_train_end(self) -> None:
         self.rollout_queue.stop()
@@ -379,7 +380,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
 
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
-        self.rollout_queue.check(datamodule)
+        self.rollout_queue.check(datamodule, self.sharding.sharded)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
             check_token_budget(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),

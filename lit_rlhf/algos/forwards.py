@@ -63,7 +63,7 @@ class RolloutForwards:
         if not self.rollout_queue.running:  # the synchronous run (algo.max_staleness 0 or null)
             return self.drawn_rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
         if for_training:  # S >= 1: the producer's draw of this step's batch
-            drawn = self.rollout_queue.take(batch, self.rl_step, self.samples_per_prompt)
+            drawn = self.rollout_queue.take(batch, self.rl_step)
             for key, value in drawn.timings.items():
                 self.step_timings[key] = self.step_timings.get(key, 0.0) + value
             return self.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs

@@ -77,7 +77,7 @@ class StepStatistics:
             **sampler_stats(rollout, self.hparams),
             **{key: torch.tensor(value) for key, value in self.rollout_engine.stats().items()},
             **{key: torch.tensor(value) for key, value in self.step_timings.items()},
-            **self.rollout_queue.stats(rollout),
+            **self.rollout_queue.stats(rollout.policy_version, self.rl_step),
             **({} if rollout.gold_scores is None else {"gold/score": rollout.gold_scores.mean()}),
             "time/step_s": torch.tensor(step_s),  # since the previous step's metrics (a validation between counts)
             "val/num_eos_tokens": rollout.contains_stop.sum().float(),

@@ -287,6 +287,10 @@ class GRPOConfig(RLHFConfig):
         if self.max_refill_rounds and not self.filter_zero_std_groups:
             raise ConfigError(f"algo.max_refill_rounds={self.max_refill_rounds} refills groups that "
                               f"filter_zero_std_groups leaves out; set algo.filter_zero_std_groups=true as well.")
+        if self.max_refill_rounds and self.max_staleness:
+            raise ConfigError(f"algo.max_staleness={self.max_staleness} cannot refill a step with dynamic sampling "
+                              f"(algo.max_refill_rounds={self.max_refill_rounds} samples more prompts inside the "
+                              f"step); set algo.max_refill_rounds=0 or drop algo.max_staleness.")
 
     @property
     def kl_in_reward(self) -> bool:

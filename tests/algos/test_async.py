@@ -12,10 +12,10 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.asynchronous import RolloutQueue
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.ops import importance_weights
+from lit_rlhf.rollout.queue import QueueSettings, RolloutQueue
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 
 SGD = functools.partial(torch.optim.SGD, lr=0.5)  # large steps: every version's logprobs differ
@@ -268,7 +268,7 @@ def test_ctrl_c_and_sigterm_stop_the_producer_and_leave_a_checkpoint_that_resume
 def test_the_producer_draws_the_dataloader_s_batch_of_each_step(monkeypatch):
     """At S >= 1 the producer reads the prompt batches ahead from the training DataLoader's dataset; a rollout whose
     prompts are not the DataLoader's batch of its step is refused."""
-    import lit_rlhf.algos.asynchronous as queue
+    import lit_rlhf.rollout.queue as queue
 
     read_from = []
     dataloader_source = queue.prompt_source
@@ -294,33 +294,38 @@ def test_the_producer_draws_the_dataloader_s_batch_of_each_step(monkeypatch):
     assert not producer_threads()
 
 
-class NoModule:
-    """A module the queue must not reach into while it hands over a draw."""
+class Untouched:
+    """A sampler the queue must not reach into while it hands over a draw."""
 
     def __getattr__(self, name):
-        raise AssertionError(f"the queue read module.{name}")
+        raise AssertionError(f"the queue read sampler.{name}")
 
 
-def test_the_queue_hands_the_producer_s_draw_to_the_trainer_without_calling_the_module():
+def queue_settings(max_staleness=1, samples_per_prompt=2) -> QueueSettings:
+    return QueueSettings(max_staleness, async_draws=1, samples_per_prompt=samples_per_prompt, temperature=1.0,
+                         forward_batch_size=None, logits_chunk_size=None)
+
+
+def test_the_queue_hands_the_producer_s_draw_to_the_trainer_without_calling_the_sampler():
     from types import SimpleNamespace
 
     queries = torch.tensor([[5, 6], [5, 6], [7, 8], [7, 8]])  # 2 prompts x K=2
     drawn = SimpleNamespace(samples=SimpleNamespace(queries=queries), staleness=1, timings={"time/x": 0.5})
-    queue = RolloutQueue(NoModule())
+    queue = RolloutQueue(Untouched(), queue_settings(samples_per_prompt=2))
     queue.producer = SimpleNamespace(take=lambda step: drawn if step == 3 else None)
-    assert queue.take({"input_ids": queries[::2]}, step=3, samples_per_prompt=2) is drawn
+    assert queue.take({"input_ids": queries[::2]}, step=3) is drawn
     assert queue.staleness_seen == [1]
     with pytest.raises(ConfigError, match="RL step 3: the rollout producer drew other prompts"):
-        queue.take({"input_ids": queries[1::2] + 1}, step=3, samples_per_prompt=2)
+        queue.take({"input_ids": queries[1::2] + 1}, step=3)
 
 
 def test_the_engine_takes_new_weights_from_the_queue_only_in_the_synchronous_run():
     from types import SimpleNamespace
 
     synced = []
-    module = SimpleNamespace(rollout_engine=SimpleNamespace(after_update=synced.append),
-                             sampler=SimpleNamespace(context="the trainer's sampling context"))
-    queue = RolloutQueue(module)
+    sampler = SimpleNamespace(engine=SimpleNamespace(after_update=synced.append),
+                              context="the trainer's sampling context")
+    queue = RolloutQueue(sampler, queue_settings(max_staleness=None))
     queue.weights_updated()
     assert synced == ["the trainer's sampling context"]
     queue.producer = object()  # S >= 1: the producer's copies load versions instead
@@ -337,8 +342,6 @@ def test_async_drawing_from_servers_shared_by_several_ranks_is_refused_in_one_li
 
     engine = VLLMServerEngine(urls=["http://127.0.0.1:9"])
     engine.lockstep = True  # what the strategies' setup sets for this engine with 2 ranks
-    module = SimpleNamespace(hparams=SimpleNamespace(max_staleness=1), rollout_engine=engine,
-                             sharding=SimpleNamespace(sharded=False))
     with pytest.raises(ConfigError, match=r"^algo.max_staleness=1 with rollout=vllm_server needs one training "
                                           r"process: .*; drop algo.max_staleness or train with one process\.$"):
-        RolloutQueue(module).check(datamodule=None)
+        RolloutQueue(SimpleNamespace(engine=engine), queue_settings(max_staleness=1)).check(None, sharded=False)

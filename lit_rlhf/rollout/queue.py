@@ -3,7 +3,8 @@ trainer draws the rollout of the DataLoader's batch when it trains it: the synch
 thread draws the coming rollouts (the engine's episodes, their tools and the reward) while the trainer updates,
 reading the prompt batches ahead from the DataLoader's own dataset; each one it hands over is checked against the
 DataLoader's batch of that step. An RLHFModule's `rollout_queue` (RolloutQueue) runs it; the thread is
-rollout/producer.py.
+rollout/producer.py. The queue is given what it uses (the module's Sampler, its settings, the trainer at the start
+of training), never the module.
 
 The producer samples with its own copy of the policy (LoRA: the adapters only, the frozen base is shared), into
 which each version's trained weights are copied when the producer first needs them; an engine that holds its own
@@ -19,6 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -26,14 +28,13 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.config.validation import warn_once
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import TrainingAborted, abandonable
 from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.rollout.producer import RolloutProducer
-from lit_rlhf.rollout.sampler import Drawn
+from lit_rlhf.rollout.sampler import Drawn, Sampler
 
 PROBE_TOLERANCE = 1e-3  # the copy's probe logprobs against the trainer's (same weights, same code: equal)
 
@@ -58,10 +59,13 @@ INTERRUPTED_STOP_S = 2.0  # how long an interrupted run waits for the producer's
 class StopProducerOnException(L.Callback):
     """Lightning calls no module hook when a step raises, only callbacks' on_exception: the producer stops there."""
 
+    def __init__(self, queue: RolloutQueue):
+        self.queue = queue
+
     def on_exception(self, trainer: L.Trainer, module: Any, exception: BaseException) -> None:
         # after an interrupt the draw in progress may be the call that never returns: no long wait for it
         interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException, TrainingAborted))
-        module.rollout_queue.stop(wait_s=INTERRUPTED_STOP_S if interrupted else None)
+        self.queue.stop(wait_s=INTERRUPTED_STOP_S if interrupted else None)
 
 
 def prompt_source(trainer: L.Trainer) -> Any:
@@ -69,6 +73,24 @@ def prompt_source(trainer: L.Trainer) -> Any:
     batch(step) is the batch the DataLoader yields at that step), else the datamodule's stream."""
     dataset = getattr(trainer.train_dataloader, "dataset", None)
     return dataset if callable(getattr(dataset, "batch", None)) else trainer.datamodule.prompt_stream()
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The algo.* settings the queue draws with."""
+
+    max_staleness: int | None  # S; None or 0: the synchronous run
+    async_draws: int  # rollouts the producer draws at once
+    samples_per_prompt: int  # K
+    temperature: float  # of the stale rollouts' own logprobs (rollout=hf) and the probe's
+    forward_batch_size: int | None
+    logits_chunk_size: int | None
+
+    @classmethod
+    def of(cls, hparams: Any, samples_per_prompt: int) -> QueueSettings:
+        """From an RLHF module's hyper-parameters and its K."""
+        return cls(hparams.max_staleness, hparams.async_draws, samples_per_prompt, hparams.temperature,
+                   hparams.forward_batch_size, hparams.logits_chunk_size)
 
 
 def check_concurrent_draws(config: Any, engine: Any) -> None:
@@ -82,10 +104,15 @@ def check_concurrent_draws(config: Any, engine: Any) -> None:
 
 class RolloutQueue:
     """The training rollouts of one module: drawn now at S = 0, or by the producer at S >= 1, with its samplers (one
-    per concurrent draw, each with its copy of the policy) and the weights they draw with."""
+    per concurrent draw, each with its copy of the policy) and the weights they draw with.
 
-    def __init__(self, module: Any):
-        self.module = module  # the RLHFModule it draws for: its policy, settings, trainer and the trainer's side
+    sampler: the module's Sampler (its engine, and its context: the trainer's policy, device and rank once the
+    weights are loaded); the trainer, the first step and the last are given at `start`."""
+
+    def __init__(self, sampler: Sampler, settings: QueueSettings):
+        self.sampler, self.settings = sampler, settings
+        self.trainer: L.Trainer | None = None  # while the producer runs
+        self.pad_id: int | None = None  # algo.padding_free: the pad token of the stale rollouts' forwards
         self.producer: RolloutProducer | None = None
         self.draw_seed: int | None = None  # S >= 1: the seed of every draw's own random stream (kept in checkpoints)
         self.probe: tuple[torch.Tensor, ...] | None = None  # one drawn sequence whose logprobs verify every copy
@@ -96,68 +123,66 @@ class RolloutQueue:
     @property
     def enabled(self) -> bool:
         """Whether a producer draws ahead (S >= 1); S = 0 is the synchronous run."""
-        return bool(self.module.hparams.max_staleness)
+        return bool(self.settings.max_staleness)
 
     @property
     def running(self) -> bool:
         return self.producer is not None
 
-    def check(self, datamodule: Any) -> None:
-        """Before any work: drawing ahead needs prompts it can read ahead and a rollout the producer can run alone."""
+    def check(self, datamodule: Any, sharded: bool) -> None:
+        """Before any work: drawing ahead needs prompts it can read ahead and a rollout the producer can run alone
+        (sharded: the models are sharded over the ranks, trainer=fsdp2)."""
         if not self.enabled:
             return
-        module, hp = self.module, self.module.hparams
-        setting = f"algo.max_staleness={hp.max_staleness}"
-        if module.rollout_engine.shared_by_ranks and module.rollout_engine.lockstep:
+        engine = self.sampler.engine
+        setting = f"algo.max_staleness={self.settings.max_staleness}"
+        if engine.shared_by_ranks and engine.lockstep:
             raise ConfigError(f"{setting} with rollout=vllm_server needs one training process: with several ranks "
                               f"rank zero syncs the servers while the others wait, which a producer beside each "
                               f"rank's trainer cannot; drop algo.max_staleness or train with one process.")
-        if module.sharding.sharded or module.rollout_engine.lockstep:
+        if sharded or engine.lockstep:
             raise ConfigError(f"{setting} needs trainer=ddp or one process: trainer=fsdp2 gathers the sharded weights "
                               f"for every rollout with all ranks, which a producer beside the trainer cannot; drop "
                               f"algo.max_staleness or use trainer=ddp.")
-        if getattr(hp, "filter_zero_std_groups", False) and getattr(hp, "max_refill_rounds", 0):
-            raise ConfigError(f"{setting} cannot refill a step with dynamic sampling (algo.max_refill_rounds="
-                              f"{hp.max_refill_rounds} samples more prompts inside the step); set "
-                              f"algo.max_refill_rounds=0 or drop algo.max_staleness.")
         if not callable(getattr(datamodule, "prompt_stream", None)):
             raise ConfigError(f"{setting} reads prompt batches ahead of the trainer from a PromptDataModule (its "
                               f"prompt_stream()); train with lit_rlhf's PromptDataModule or drop algo.max_staleness.")
 
     # ---- lifetime ---------------------------------------------------------------------------
-    def start(self) -> None:
-        """At the start of training (after a resume restored the random states): the thread starts at this step."""
+    def start(self, trainer: L.Trainer, step: int, stop_after: int | None, pad_id: int | None) -> None:
+        """At the start of training (after a resume restored the random states): the thread starts drawing at RL
+        step `step` and draws none from `stop_after` on (None: until stopped)."""
         if not self.enabled or self.producer is not None:
             return
-        module, staleness = self.module, self.module.hparams.max_staleness
-        self.stream = prompt_source(module.trainer)
+        staleness, policy = self.settings.max_staleness, self.sampler.context.policy
+        self.trainer, self.pad_id = trainer, pad_id
+        self.stream = prompt_source(trainer)
         if self.draw_seed is None:
             self.draw_seed = int(torch.randint(2**62, (1,)))  # from the seeded default generator, once per run
-        if not module.rollout_engine.takes_random_stream():
+        if not self.sampler.engine.takes_random_stream():
             warn_once(f"algo.max_staleness={staleness}: this rollout engine samples from torch's "
                       f"default random generator, which the trainer's thread shares, so the same seed will not give "
                       f"the same run; rollout.sampler=inverse_cdf without top_k/top_p-style generation_kwargs (or "
                       f"rollout=vllm with rollout.seeded=true) draws each rollout from a stream of its own.")
-        trained = [p for p in module.policy.parameters() if p.requires_grad]
+        trained = [p for p in policy.parameters() if p.requires_grad]
         self.probe = None  # (queries, query_mask, responses, forward_mask) of one sequence, set by the first draw
         self.staleness_seen = []
-        self.producer = RolloutProducer(self.draw_ahead, self.load_version, staleness, start=module.rl_step,
-                                        weights=self.trained_snapshot(),
-                                        stop_after=module.total_rl_steps(), draws=module.hparams.async_draws)
+        self.producer = RolloutProducer(self.draw_ahead, self.load_version, staleness, start=step,
+                                        weights=self.trained_snapshot(), stop_after=stop_after,
+                                        draws=self.settings.async_draws)
         # one copy per worker: the rollouts drawn at once sample with different versions
-        self.samplers = [module.sampler.for_worker(sampler_copy(module.policy, trained))
-                         for _ in self.producer.threads]
-        self.guard = StopProducerOnException()
-        module.trainer.callbacks.append(self.guard)
+        self.samplers = [self.sampler.for_worker(sampler_copy(policy, trained)) for _ in self.producer.threads]
+        self.guard = StopProducerOnException(self)
+        trainer.callbacks.append(self.guard)
         self.producer.begin()
 
     def stop(self, wait_s: float | None = None) -> None:
         """Stops the producer's workers, waiting up to wait_s (None: the producer's STOP_TIMEOUT_S) for a draw in
         progress; one that goes on is a daemon thread and ends with the process."""
         producer, self.producer = self.producer, None
-        module = self.module
-        if self.guard is not None and module._trainer is not None and self.guard in module.trainer.callbacks:
-            module.trainer.callbacks.remove(self.guard)
+        trainer, self.trainer = self.trainer, None
+        if self.guard is not None and trainer is not None and self.guard in trainer.callbacks:
+            trainer.callbacks.remove(self.guard)
         if producer is not None and not producer.stop(wait_s) and wait_s is None:  # an interrupt expects it
             rank_zero_warn("the rollout producer did not stop within its timeout (a tool or reward that does not "
                            "return); it is a daemon thread and ends with the process.")
@@ -165,7 +190,7 @@ class RolloutQueue:
     # ---- producer thread --------------------------------------------------------------------
     def trained_snapshot(self) -> dict[str, Any]:
         """The policy's trained tensors now (detached copies) and the trainer's logprobs of the probe with them."""
-        policy = self.module.policy
+        policy = self.sampler.context.policy  # the trainer's
         trained = {name: p.detach().clone() for name, p in policy.named_parameters() if p.requires_grad}
         return {"tensors": trained, "probe": self.probe_logprobs(policy)}
 
@@ -175,7 +200,7 @@ class RolloutQueue:
         was_training = policy.training
         policy.eval()
         try:
-            return batched_logprobs(policy, *self.probe, self.module.hparams.temperature)  # 1,R
+            return batched_logprobs(policy, *self.probe, self.settings.temperature)  # 1,R
         finally:
             policy.train(was_training)
 
@@ -195,7 +220,7 @@ class RolloutQueue:
         own (rollout=vllm) takes them from the copy before its next draw."""
         self.copy_into_sampler(weights, slot)
         sampling = self.samplers[slot].context
-        self.module.rollout_engine.after_update(sampling)  # rollout=vllm: its weights are now the copy's
+        self.sampler.engine.after_update(sampling)  # rollout=vllm: its weights are now the copy's
         if weights["probe"] is None:
             return
         copied = self.probe_logprobs(sampling.policy)
@@ -209,19 +234,19 @@ class RolloutQueue:
     def draw_ahead(self, step: int, version: int, slot: int) -> Any:
         """Rollout `step` drawn with weights `version` (in the worker's slot), scored, with the sampler's logprobs
         when it is stale."""
-        module, hp = self.module, self.module.hparams
-        batch = batch_to(self.stream.batch(step), module.device)
+        settings, sampler = self.settings, self.samplers[slot]
+        device = sampler.context.device
+        batch = batch_to(self.stream.batch(step), device)
         timings: dict[str, float] = {}
-        sampler = self.samplers[slot]
-        sampler.context.random_stream = draw_stream(self.draw_seed, step, module.global_rank, module.device)
+        sampler.context.random_stream = draw_stream(self.draw_seed, step, sampler.context.rank, device)
         # a reward that waits (a server, a judge) goes on in its thread while the producer draws the next rollout
-        drawn = sampler.draw(batch, module.samples_per_prompt, version, timings=timings)
+        drawn = sampler.draw(batch, settings.samples_per_prompt, version, timings=timings)
         drawn.version, drawn.staleness, drawn.timings = version, step - version, timings
         samples = drawn.samples
         if drawn.staleness > 0 and samples.sampler_logprobs is None:  # rollout=hf: the copy's own forward
             logprobs = batched_logprobs(sampler.context.policy, samples.queries, samples.query_mask,
-                                        samples.responses, samples.forward_mask, hp.temperature,
-                                        hp.forward_batch_size, hp.logits_chunk_size, module.packing_pad_id)
+                                        samples.responses, samples.forward_mask, settings.temperature,
+                                        settings.forward_batch_size, settings.logits_chunk_size, self.pad_id)
             samples.sampler_logprobs = logprobs * samples.response_mask  # N,R  zero on observation tokens
         if self.probe is None:
             self.probe = tuple(t[:1].clone() for t in (samples.queries, samples.query_mask, samples.responses,
@@ -229,12 +254,12 @@ class RolloutQueue:
         return drawn
 
     # ---- trainer thread ---------------------------------------------------------------------
-    def take(self, batch: dict[str, torch.Tensor], step: int, samples_per_prompt: int) -> Drawn:
+    def take(self, batch: dict[str, torch.Tensor], step: int) -> Drawn:
         """The draw of RL step `step` (S >= 1): the producer's draw of the DataLoader's `batch`, its timings in
         `drawn.timings`. (At S = 0 the module draws it itself.)"""
         with abandonable("the rollout producer (its sampling, reward, tools and environment)"):
             drawn = self.producer.take(step)
-        if not torch.equal(drawn.samples.queries[::samples_per_prompt],
+        if not torch.equal(drawn.samples.queries[::self.settings.samples_per_prompt],
                            batch["input_ids"].to(drawn.samples.queries.device)):
             raise ConfigError(f"RL step {step}: the rollout producer drew other prompts than the "
                               f"DataLoader's batch of this step; train with the PromptDataModule's DataLoader (its "
@@ -247,7 +272,7 @@ class RolloutQueue:
         producer (S >= 1) its copies load them by version (publish_after_step, load_version). Every weight the
         engine receives comes through this class."""
         if self.producer is None:
-            self.module.rollout_engine.after_update(self.module.sampler.context)
+            self.sampler.engine.after_update(self.sampler.context)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -256,21 +281,22 @@ class RolloutQueue:
             try:
                 yield
             finally:
-                self.module.rollout_engine.after_update(self.samplers[0].context)  # its weights are the trainer's now
+                self.sampler.engine.after_update(self.samplers[0].context)  # its weights are the trainer's now
 
-    def publish_after_step(self) -> None:
-        """After an RL step: its weights, version rl_step, for the rollouts drawn with them."""
+    def publish_after_step(self, version: int) -> None:
+        """After an RL step: its weights, `version` (the RL steps trained), for the rollouts drawn with them."""
         if self.producer is not None:
-            self.producer.publish(self.module.rl_step, self.trained_snapshot())
+            self.producer.publish(version, self.trained_snapshot())
 
-    def stats(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """async/*: the staleness of the rollout trained now (versions between the weights that drew it and the
-        trainer's), its running mean and max, how far the producer's weights trail the trainer's, idle fractions."""
-        if self.producer is None or rollout.policy_version is None:
+    def stats(self, policy_version: int | None, rl_step: int) -> dict[str, torch.Tensor]:
+        """async/*: the staleness of the rollout trained at `rl_step` (versions between the weights that drew it,
+        `policy_version`, and the trainer's), its running mean and max, how far the producer's weights trail the
+        trainer's, idle fractions."""
+        if self.producer is None or policy_version is None:
             return {}
-        seen, rl_step = self.staleness_seen, self.module.rl_step
-        loaded = self.producer.loaded if self.producer.loaded is not None else rollout.policy_version
-        stats = {"async/staleness": float(rl_step - rollout.policy_version),
+        seen = self.staleness_seen
+        loaded = self.producer.loaded if self.producer.loaded is not None else policy_version
+        stats = {"async/staleness": float(rl_step - policy_version),
                  "async/staleness_mean": sum(seen) / len(seen), "async/staleness_max": float(max(seen)),
                  "async/version_lag": float(rl_step - loaded), **self.producer.pop_stats()}
         return {key: torch.tensor(value) for key, value in stats.items()}
