@@ -114,7 +114,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
                           FutureWarning, stacklevel=2)
             self.sampler.use_gold(gold_reward)
         check_concurrent_draws(config, self.rollout_engine)
-        self.sharding = ModelSharding(self)  # trainer=fsdp2: which models shard, how the engine samples
+        self.sharding = ModelSharding(self.sampler)  # trainer=fsdp2: which models shard, how the engine samples
         # every training rollout; S >= 1: drawn ahead by a producer thread
         self.rollout_queue = RolloutQueue(self.sampler, QueueSettings.of(self.hparams, self.samples_per_prompt))
         for line in idle_settings(config, self.rollout_engine.reports_logprobs):
@@ -167,8 +167,10 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         if self.policy is not None:
             return
         self.load_models()
-        if self.sharding.shard_models():  # trainer=fsdp2: the rollout's forwards on gathered weights, the update's on
-            self.single_update = False  # shards, so the update cannot reuse the rollout's forward
+        # trainer=fsdp2: the rollout's forwards on gathered weights, the update's on shards, so the update cannot reuse
+        # the rollout's forward
+        if self.sharding.shard_models(self.own_models(), self.device_mesh, self.hparams.max_tokens_per_micro_batch):
+            self.single_update = False
         self.sampler.attach(self.policy, self.reference, self.tokenizer, self.stop_token_id, self.device,
                             self.global_rank, self.local_rank)
         self.rollout_engine.setup(self.sampler.context)
@@ -179,9 +181,11 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.sharding.loads_sharded, **spec)
-        for name, models in (("reward_models", self.sharding.load_reward_models()),  # trainer=fsdp2: sharded with
-                             ("teacher_models", self.sharding.load_teacher_models())):  # the policy (else the Sampler
-            if models is not None:  # loads the teacher), registered so that they follow the rank's device
+        # trainer=fsdp2: the reward's and teacher's models shard with the policy (else the Sampler loads the
+        # teacher), registered so that they follow the rank's device
+        for name, models in (("reward_models", self.sharding.load_reward_models()),
+                             ("teacher_models", self.sharding.load_teacher_models(self.tokenizer))):
+            if models is not None:
                 setattr(self, name, models)
         load_reward(self.reward)  # a bad reward model path fails here, before any training work
         if self.sampler.gold is not None:  # scored beside the reward (callbacks.GoldReward)
@@ -194,6 +198,12 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         ) and hp.max_tokens_per_micro_batch is None and not has_active_dropout(self.policy)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
         self.packing_pad_id = self.tokenizer.pad_token_id if hp.padding_free else None
+
+    def own_models(self) -> list[torch.nn.Module]:
+        """The loaded models, the policy first, then a full fine-tune's frozen reference copy and PPO's critic (value
+        head, reward-model backbone): what trainer=fsdp2 shards, with the reward's and the teacher's models."""
+        names = ("policy", "frozen_reference", "critic_backbone", "value_head")
+        return [model for model in (getattr(self, name, None) for name in names) if model is not None]
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -372,7 +382,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         super().on_train_end()
 
     def setup(self, stage: str) -> None:
-        self.sharding.setup()
+        self.sharding.setup(self._trainer)
 
     def teardown(self, stage: str) -> None:
         self.rollout_queue.stop()  # also after a failed step: no thread outlives the run

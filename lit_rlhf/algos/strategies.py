@@ -1,9 +1,11 @@
 """How an RLHF module meets Lightning's strategy: FSDP2 sharding of its models (trainer=fsdp2), sampling in
 lockstep where it needs every rank, and atomic weights-only checkpoint files. The module holds one ModelSharding
-(module.sharding) and calls it from configure_model and setup."""
+(module.sharding), given its Sampler (the engine, the reward and the teacher), and calls it from setup (which gives it
+the trainer) and configure_model (which gives it the module's models to shard)."""
 
 from __future__ import annotations
 
+import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
@@ -17,25 +19,20 @@ from lit_rlhf.models.reward_set import reward_models
 from lit_rlhf.models.rewards import SequenceClassifierReward
 from lit_rlhf.models.teacher import CausalLMTeacher, loaded_teachers
 from lit_rlhf.rollout.hf import HFEngine
+from lit_rlhf.rollout.sampler import Sampler
 from lit_rlhf.rollout.scoring import reward_waits
 
 
 class ModelSharding:
-    def __init__(self, module) -> None:
-        self.module = module  # the RLHFModule: its models, its trainer and its Sampler
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler  # the module's: its engine, its reward and its teacher
+        self.trainer: L.Trainer | None = None  # the run's, from setup (None outside a Trainer)
+        self.policy: torch.nn.Module | None = None  # the module's, once shard_models ran
 
-    @property
-    def trainer(self):
-        """The module's Trainer, or None outside one."""
-        return self.module._trainer
-
-    def models(self) -> list[torch.nn.Module]:
-        """The models FSDP2 shards: the policy (LoRA: base and adapters), a full fine-tune's frozen reference
-        copy, PPO's critic (value head, reward-model backbone), the reward's sequence-classification models and a
-        distillation teacher's causal LMs."""
-        names = ("policy", "frozen_reference", "critic_backbone", "value_head")
-        models = [m for m in (getattr(self.module, name, None) for name in names) if m is not None]
-        return models + [reward.model for reward in self.rewards()] + [teacher.model for teacher in self.teachers()]
+    def scored_models(self) -> list[torch.nn.Module]:
+        """Under trainer=fsdp2, the models the Sampler scores with that shard with the module's: the reward's
+        sequence-classification models and a distillation teacher's causal LMs."""
+        return [reward.model for reward in self.rewards()] + [teacher.model for teacher in self.teachers()]
 
     @property
     def fsdp2(self) -> bool:
@@ -44,22 +41,22 @@ class ModelSharding:
     def rewards(self) -> list[SequenceClassifierReward]:
         """Under trainer=fsdp2, the reward's sequence-classification models: sharded like the policy and scored on
         the rollout's weights (gathered with the policy's, or block by block when sampling sharded)."""
-        reward = self.module.reward
+        reward = self.sampler.reward
         return reward_models(reward) if self.fsdp2 and reward is not None else []
 
     def teachers(self) -> list[CausalLMTeacher]:
         """Under trainer=fsdp2, the distillation teacher's causal LMs: sharded like the policy and scored on the
         rollout's gathered weights (the Sampler scores them inside the rollout's gathered block)."""
-        teacher = self.module.sampler.teacher
+        teacher = self.sampler.teacher
         return loaded_teachers(teacher) if self.fsdp2 and teacher is not None else []
 
-    def load_teacher_models(self) -> torch.nn.ModuleList | None:
-        """The teacher's causal LMs, loaded before sharding (placeholders under sharded loading), for the module to
-        register under trainer=fsdp2, so that the rollout gathers them with the policy and they follow the rank's
-        device. None: nothing to register."""
+    def load_teacher_models(self, tokenizer) -> torch.nn.ModuleList | None:
+        """The teacher's causal LMs (with the student's tokenizer), loaded before sharding (placeholders under sharded
+        loading), for the module to register under trainer=fsdp2, so that the rollout gathers them with the policy and
+        they follow the rank's device. None: nothing to register."""
         teachers = self.teachers()
         for teacher in teachers:
-            teacher.load(self.module.tokenizer, empty=self.loads_sharded)
+            teacher.load(tokenizer, empty=self.loads_sharded)
         return torch.nn.ModuleList(teacher.model for teacher in teachers) if teachers else None
 
     def load_reward_models(self) -> torch.nn.ModuleList | None:
@@ -88,7 +85,7 @@ class ModelSharding:
         return bool(self.setting("sharded_sampling"))
 
     def check_sharded_sampling(self) -> None:
-        sampler = self.module.sampler
+        sampler = self.sampler
         if not isinstance(sampler.engine, HFEngine):
             raise ConfigError(f"trainer.strategy.sharded_sampling=true samples through the sharded model's generate() "
                               f"(rollout=hf); {type(sampler.engine).__name__} holds its own whole copy of the "
@@ -112,21 +109,22 @@ class ModelSharding:
     @property
     def sharded(self) -> bool:
         """Whether the module's models are FSDP2-sharded (trainer=fsdp2)."""
-        return self.module.policy is not None and is_sharded(self.module.policy)
+        return self.policy is not None and is_sharded(self.policy)
 
-    def shard_models(self) -> bool:
-        """Under Lightning's ModelParallelStrategy (trainer=fsdp2): fully_shard every model over the data-parallel
-        ranks. Called from configure_model, after the weights loaded. -> whether it sharded (the rollout's forwards
-        then run on gathered weights and the update's on shards: no single update)"""
+    def shard_models(self, models: list[torch.nn.Module], device_mesh, max_tokens_per_micro_batch: int | None) -> bool:
+        """Under Lightning's ModelParallelStrategy (trainer=fsdp2): fully_shard the module's models (the policy
+        first), and the reward's and teacher's it registered, over the data-parallel ranks of device_mesh. Called from
+        configure_model, after the weights loaded. -> whether it sharded (the rollout's forwards then run on gathered
+        weights and the update's on shards: no single update)"""
+        self.policy = models[0]
         if not self.fsdp2:
             return False
-        hp = self.module.hparams
-        if hp.max_tokens_per_micro_batch is not None:  # ranks would run different numbers of sharded forwards
-            raise ConfigError(f"algo.max_tokens_per_micro_batch={hp.max_tokens_per_micro_batch} makes ranks run "
+        if max_tokens_per_micro_batch is not None:  # ranks would run different numbers of sharded forwards
+            raise ConfigError(f"algo.max_tokens_per_micro_batch={max_tokens_per_micro_batch} makes ranks run "
                               f"different numbers of micro-batches, which sharded updates cannot (every rank gathers "
                               f"each block together); use algo.gradient_accumulation_steps with trainer=fsdp2.")
-        mesh = self.module.device_mesh["data_parallel"]
-        models = self.models()
+        mesh = device_mesh["data_parallel"]
+        models = [*models, *self.scored_models()]
         for model in models:
             placeholders_to_meta(model)  # sharded loading
             shard(model, mesh, cpu_offload=bool(self.setting("cpu_offload")))
@@ -141,8 +139,10 @@ class ModelSharding:
                        f"{'the sharded model' if self.samples_sharded else 'the gathered whole weights'}{offload}.")
         return True
 
-    def setup(self) -> None:
-        """Lightning's setup hook: how the engine samples under the run's strategy, and its checkpoint files."""
+    def setup(self, trainer: L.Trainer | None) -> None:
+        """Lightning's setup hook (the module's trainer, None outside one): how the engine samples under the run's
+        strategy, and its checkpoint files."""
+        self.trainer = trainer
         strategy = type(self.trainer.strategy).__name__ if self.trainer is not None else ""
         if self.trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
             raise ConfigError("Lightning's FSDPStrategy (FSDP1) cannot gather the weights that generation needs; use "
@@ -151,7 +151,7 @@ class ModelSharding:
         # ZeRO-3 gathers parameters layer by layer in every forward: all ranks keep generating together. FSDP2
         # gathers the whole weights once per rollout: all ranks must sample (also rank zero's reports), each at
         # its own pace.
-        engine = self.module.sampler.engine
+        engine = self.sampler.engine
         engine.lockstep = zero3 or isinstance(self.trainer.strategy, ModelParallelStrategy) or (
             engine.shared_by_ranks and self.trainer.world_size > 1)
         # trainer.strategy.sharded_sampling: as ZeRO-3, every generation step gathers each block on all ranks

@@ -28,7 +28,7 @@ def in_float64(cls):
     class Float64(cls):
         def load_models(self):
             super().load_models()
-            for model in self.sharding.models():
+            for model in [*self.own_models(), *self.sharding.scored_models()]:
                 model.double()
 
     return Float64

@@ -185,9 +185,9 @@ def test_sharded_sampling_refuses_a_reward_model_beside_a_waiting_reward():
 
     rewards = {"model": SequenceClassifierReward("unloaded"), "server": Waiting()}
     module = make_rloo(reward=WeightedSum(rewards))
-    module.trainer = L.Trainer(strategy=FSDP2Strategy(sharded_sampling=True), accelerator="cpu", devices=1,
-                               logger=False, enable_checkpointing=False)
+    trainer = L.Trainer(strategy=FSDP2Strategy(sharded_sampling=True), accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False)
     with pytest.raises(ConfigError, match="sharded_sampling=true with a reward model beside a reward that waits"):
-        module.sharding.check_sharded_sampling()
+        module.sharding.setup(trainer)  # Lightning's setup hook checks sharded sampling
     module.reward = WeightedSum({"model": SequenceClassifierReward("unloaded"), "vader": VaderSentiment()})
     module.sharding.check_sharded_sampling()  # scored in the rollout's own thread: every rank gathers in the same order
