@@ -7,6 +7,9 @@ Shapes: N sequences, P prompt length, R response length, V vocab.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from lit_rlhf.algos.rollout import Rollout
@@ -53,34 +56,31 @@ class RolloutForwards:
     @torch.no_grad()
     def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
                 for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:
-        """The Sampler draws K responses per prompt and scores them; then the trainer's side: old and reference
-        logprobs. Everything the update needs. In async mode a training rollout comes from the producer, and any
-        other (held-out, samples) pauses it meanwhile.
+        """K responses per prompt, drawn and scored; then the trainer's side: old and reference logprobs. Everything
+        the update needs.
 
-        for_training=False (evaluation, samples) leaves score transforms and their running state alone.
+        A training rollout is the rollout queue's draw of the batch: the Sampler's, now (the synchronous run), or, in
+        async mode, the one the producer drew ahead. Any other (for_training=False: held-out, samples) is the
+        Sampler's, drawn now while the producer waits, and leaves score transforms and their running state alone.
         from_reference=True samples from the reference instead of the policy (evaluation's baseline).
         """
-        if not self.rollout_queue.running:  # the synchronous run (algo.max_staleness 0 or null)
-            return self.drawn_rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
-        if for_training:  # S >= 1: the producer's draw of this step's batch
-            drawn = self.rollout_queue.take(batch, self.rl_step)
-            for key, value in drawn.timings.items():
-                self.step_timings[key] = self.step_timings.get(key, 0.0) + value
-            return self.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
-        with self.rollout_queue.paused():
-            return self.drawn_rollout(batch, samples_per_prompt, for_training, from_reference, greedy)
+        k = samples_per_prompt or self.samples_per_prompt
+        if for_training:
+            with self.sampling_weights(self.step_timings):
+                drawn = self.rollout_queue.next(batch, self.rl_step, self.step_timings, k)
+                return self.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
+        with self.rollout_queue.paused(), self.sampling_weights():
+            drawn = self.sampler.draw(batch, k, self.rl_step, from_reference, greedy)
+            return self.finish_rollout(drawn, for_training=False)
 
-    def drawn_rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None, for_training: bool,
-                      from_reference: bool, greedy: bool) -> Rollout:
-        """A rollout the trainer draws itself."""
-        # trainer=fsdp2: the rollout runs on whole weights, no collective; or, sampling sharded, block by block
+    @contextmanager
+    def sampling_weights(self, timings: dict[str, float] | None = None) -> Iterator[None]:
+        """trainer=fsdp2: the rollout's sampling and forwards run on the whole weights, gathered once (their seconds
+        added to timings' time/gather_weights_s), or, sampling sharded, block by block. Otherwise nothing."""
         with resharded_after(self) if self.sharding.samples_sharded else gathered_weights(self) as gather_s:
-            if gather_s and for_training:
-                self.step_timings["time/gather_weights_s"] = self.step_timings.get("time/gather_weights_s", 0.0) \
-                    + gather_s
-            drawn = self.sampler.draw(batch, samples_per_prompt or self.samples_per_prompt, self.rl_step,
-                                      from_reference, greedy, timings=self.step_timings if for_training else None)
-            return self.finish_rollout(drawn, for_training)
+            if gather_s and timings is not None:
+                timings["time/gather_weights_s"] = timings.get("time/gather_weights_s", 0.0) + gather_s
+            yield
 
     @property
     def needs_reference(self) -> bool:

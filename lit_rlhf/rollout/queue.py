@@ -1,5 +1,6 @@
-"""The queue every training rollout comes through (algo.max_staleness = S). At S = 0 (and without the setting) the
-trainer draws the rollout of the DataLoader's batch when it trains it: the synchronous run. At S >= 1 a producer
+"""The queue every training rollout comes through (algo.max_staleness = S): `next(batch, step, timings)` is the draw
+RL step `step` trains on. At S = 0 (and without the setting) the Sampler draws the DataLoader's batch when the
+trainer trains it: the synchronous run. At S >= 1 a producer
 thread draws the coming rollouts (the engine's episodes, their tools and the reward) while the trainer updates,
 reading the prompt batches ahead from the DataLoader's own dataset; each one it hands over is checked against the
 DataLoader's batch of that step. An RLHFModule's `rollout_queue` (RolloutQueue) runs it; the thread is
@@ -124,10 +125,6 @@ class RolloutQueue:
     def enabled(self) -> bool:
         """Whether a producer draws ahead (S >= 1); S = 0 is the synchronous run."""
         return bool(self.settings.max_staleness)
-
-    @property
-    def running(self) -> bool:
-        return self.producer is not None
 
     def check(self, datamodule: Any, sharded: bool) -> None:
         """Before any work: drawing ahead needs prompts it can read ahead and a rollout the producer can run alone
@@ -254,6 +251,19 @@ class RolloutQueue:
         return drawn
 
     # ---- trainer thread ---------------------------------------------------------------------
+    def next(self, batch: dict[str, torch.Tensor], step: int, timings: dict[str, float],
+             samples_per_prompt: int | None = None) -> Drawn:
+        """The draw RL step `step` trains on: the Sampler's draw of `batch` now (S = 0; samples_per_prompt: K if not
+        the algorithm's), or the producer's draw of the same batch, made ahead (S >= 1). Its sampling and scoring
+        times are added to `timings`."""
+        if self.producer is None:
+            k = samples_per_prompt or self.settings.samples_per_prompt
+            return self.sampler.draw(batch, k, step, timings=timings)
+        drawn = self.take(batch, step)
+        for key, value in drawn.timings.items():
+            timings[key] = timings.get(key, 0.0) + value
+        return drawn
+
     def take(self, batch: dict[str, torch.Tensor], step: int) -> Drawn:
         """The draw of RL step `step` (S >= 1): the producer's draw of the DataLoader's `batch`, its timings in
         `drawn.timings`. (At S = 0 the module draws it itself.)"""
@@ -276,7 +286,11 @@ class RolloutQueue:
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Around a rollout the trainer draws itself (held-out, samples): the producer waits meanwhile."""
+        """Around a rollout the trainer draws itself (held-out, samples): the producer, if one runs, waits
+        meanwhile."""
+        if self.producer is None:
+            yield
+            return
         with self.producer.paused():
             try:
                 yield
