@@ -345,3 +345,26 @@ def test_async_drawing_from_servers_shared_by_several_ranks_is_refused_in_one_li
     with pytest.raises(ConfigError, match=r"^algo.max_staleness=1 with rollout=vllm_server needs one training "
                                           r"process: .*; drop algo.max_staleness or train with one process\.$"):
         RolloutQueue(SimpleNamespace(engine=engine), queue_settings(max_staleness=1)).check(None, sharded=False)
+
+
+def test_next_is_the_sampler_s_draw_now_at_s_0_and_the_producer_s_with_its_timings_at_s_1():
+    from types import SimpleNamespace
+
+    queries = torch.tensor([[5, 6], [5, 6]])  # 1 prompt x K=2
+    calls = []
+
+    def draw(batch, k, version, timings=None):
+        calls.append((k, version))
+        timings["time/sample_s"] = 1.0
+        return "drawn now"
+
+    queue = RolloutQueue(SimpleNamespace(draw=draw), queue_settings(max_staleness=None, samples_per_prompt=2))
+    timings = {}
+    assert queue.next({"input_ids": queries[:1]}, step=4, timings=timings) == "drawn now"
+    assert queue.next({"input_ids": queries[:1]}, step=5, timings=timings, samples_per_prompt=3) == "drawn now"
+    assert calls == [(2, 4), (3, 5)] and timings == {"time/sample_s": 1.0}
+
+    ahead = SimpleNamespace(samples=SimpleNamespace(queries=queries), staleness=1, timings={"time/sample_s": 0.5})
+    queue.producer = SimpleNamespace(take=lambda step: ahead)
+    assert queue.next({"input_ids": queries[:1]}, step=6, timings=timings) is ahead
+    assert len(calls) == 2 and timings == {"time/sample_s": 1.5} and queue.staleness_seen == [1]
