@@ -39,3 +39,20 @@ def test_bootstrap_leaves_the_global_random_stream_alone():
     torch.manual_seed(3)
     bootstrap_mean_ci(torch.arange(10.0), num_bootstraps=50)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_reused_bootstrap_gives_what_a_freshly_built_one_gives():
+    """The bootstrap is built once per process and reset before each use: an interval after another one on other
+    values equals torchmetrics' BootStrapper built anew, to the bit."""
+    from torchmetrics import MeanMetric
+    from torchmetrics.wrappers import BootStrapper
+
+    generator = torch.Generator().manual_seed(2)
+    first, second = torch.randn(40, generator=generator), torch.randn(30, generator=generator) + 1
+    bootstrap_mean_ci(first, confidence=0.9, num_bootstraps=200, seed=5)
+    reused = bootstrap_mean_ci(second, confidence=0.9, num_bootstraps=200, seed=5)
+    fresh = BootStrapper(MeanMetric(), num_bootstraps=200, mean=False, std=False,
+                         quantile=torch.tensor([0.05, 0.95]), sampling_strategy="multinomial")
+    torch.manual_seed(5)
+    fresh.update(second)
+    assert reused == tuple(fresh.compute()["quantile"].tolist())
