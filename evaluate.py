@@ -11,6 +11,9 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> float:
+    from lit_rlhf.cli.checks import check_before_imports, check_evaluation
+
+    check_before_imports(cfg, check_evaluation, records_results=False)  # a bad setting answers before the imports
     from lit_rlhf.cli.evaluate import evaluate  # once composed: a mistyped setting answers without Lightning's seconds
 
     evaluation = report_user_errors(evaluate, cfg)

@@ -12,6 +12,9 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train_reward_model")
 def main(cfg: DictConfig) -> float | None:
+    from lit_rlhf.cli.checks import check_before_imports, check_fitting_on_a_file
+
+    check_before_imports(cfg, check_fitting_on_a_file)  # a bad setting answers before the imports below
     # imported once the config is composed: --help and a mistyped setting answer without Lightning's seconds
     from lit_rlhf.cli.preferences import train_reward_model
     from lit_rlhf.cli.train import run

@@ -71,3 +71,25 @@ def test_a_bad_setting_value_answers_before_lightning_is_imported(tmp_path):
         imported = {x.split("|")[-1].strip() for x in result.stderr.splitlines() if x.startswith("import ")}
         assert not imported & set(heavy), (args, sorted(imported & set(heavy)))
     assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
+
+
+@pytest.mark.integration
+def test_evaluate_and_the_scripts_that_fit_on_a_file_check_their_settings_before_lightning_is_imported(tmp_path):
+    """evaluate.py, train_sft.py, train_dpo.py and train_reward_model.py check their own keys (and the model's
+    settings) before their imports as train.py does: the same line, exit code 2, no run directory left behind."""
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    for script, args, line in (
+            ("evaluate.py", ["confidence=2"], "error: confidence=2 must be a number between 0 and 1"),
+            ("evaluate.py", ["ckpt_path=a.ckpt", "policy_path=b"], "error: give ckpt_path or policy_path, not both."),
+            ("train_sft.py", ["epochs=0"], "error: epochs=0 must be a whole number >= 1."),
+            ("train_dpo.py", ["model.dtype=half"], "error: model.dtype='half' is not one of"),
+            ("train_reward_model.py", ["epochs=1.5"], "error: epochs=1.5 must be a whole number >= 1.")):
+        result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), *args], cwd=tmp_path,
+                                env=env, capture_output=True, text=True)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert [x for x in result.stderr.splitlines() if x.startswith("error: ")][-1].startswith(line), (script, args)
+        imported = {x.split("|")[-1].strip() for x in result.stderr.splitlines() if x.startswith("import ")}
+        assert not imported & {"lightning", "transformers"}, (script, args)
+    assert not [run for task in (tmp_path / "logs").iterdir() for run in (task / "runs").iterdir()]

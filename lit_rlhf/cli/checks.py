@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,49 @@ def check_run_settings(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
 
 
+def check_evaluation_settings(cfg: DictConfig) -> None:
+    """evaluate.py's own keys: what it compares (a checkpoint or an exported policy), its samples, the bootstrap."""
+    if cfg.get("ckpt_path") and cfg.get("policy_path"):
+        raise ConfigError("give ckpt_path or policy_path, not both.")
+    for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
+    for key in ("trust_remote_code", "trust_checkpoint_io"):
+        if not isinstance(cfg.get(key), bool):
+            raise ConfigError(f"{key}={cfg.get(key)!r} must be true or false.")
+    confidence = cfg.get("confidence")
+    if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
+        raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
+
+
+def check_evaluation(cfg: DictConfig) -> None:
+    """evaluate.py's checks of the command line, before it loads anything."""
+    check_reward_group(cfg)
+    check_evaluation_settings(cfg)
+
+
+def check_epochs(cfg: DictConfig) -> None:
+    epochs = cfg.get("epochs")
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise ConfigError(f"epochs={epochs!r} must be a whole number >= 1.")
+
+
+def check_fitting_on_a_file(cfg: DictConfig) -> None:
+    """train_sft.py's, train_dpo.py's and train_reward_model.py's checks: the epochs and the model's settings."""
+    from lit_rlhf.config import ModelConfig
+    from lit_rlhf.config.settings import build
+
+    check_epochs(cfg)
+    model = cfg.get("model")
+    if isinstance(model, DictConfig):
+        try:
+            values = settings_in(model, ModelConfig)
+        except Exception:  # noqa: BLE001 (a value that does not resolve: the module's own path says so)
+            return
+        build(ModelConfig, values, "model")
+
+
 def settings_in(node: DictConfig, cls: type) -> dict[str, Any]:
     """The values of node's keys that are fields of the settings dataclass cls, resolved."""
     from lit_rlhf.config.settings import field_names
@@ -170,11 +214,19 @@ def check_component_settings(cfg: DictConfig) -> None:
         build(cls, values, prefix)
 
 
-def check_before_imports(cfg: DictConfig) -> None:
-    """train.py's checks of the composed config, run before it imports torch and Lightning (about ten seconds): a bad
-    setting is its one line at once (exit code 2). As for any run that fails its checks, its new run directory is
-    removed, and a run directory that holds a run (a resume's) records the failure in its result.json; a sweep's
-    trials are checked by the trials themselves (a bad trial is recorded, the sweep goes on)."""
+def check_train(cfg: DictConfig) -> None:
+    """train.py's checks: the run's own settings, then the components' settings dataclasses."""
+    check_run_settings(cfg)
+    check_component_settings(cfg)
+
+
+def check_before_imports(cfg: DictConfig, checks: Callable[[DictConfig], None] = check_train,
+                         records_results: bool = True) -> None:
+    """An app's checks of the composed config (train.py's by default), run before it imports torch and Lightning
+    (about ten seconds): a bad setting is its one line at once (exit code 2). As for any run that fails its checks,
+    its new run directory is removed, and, for an app that records its runs' results (records_results), a run
+    directory that holds a run (a resume's) records the failure in its result.json; a sweep's trials are checked by
+    the trials themselves (a bad trial is recorded, the sweep goes on)."""
     from lit_rlhf.cli.run_dirs import discard_unused_run_dir
     from lit_rlhf.cli.sweeps import in_multirun, write_result
     from lit_rlhf.errors import exit_with_user_error
@@ -182,11 +234,10 @@ def check_before_imports(cfg: DictConfig) -> None:
     if in_multirun():
         return
     try:
-        check_run_settings(cfg)
-        check_component_settings(cfg)
+        checks(cfg)
     except ConfigError as err:
         discard_unused_run_dir(cfg)
         output_dir = Path(cfg.paths.output_dir)
-        if os.environ.get("RANK", "0") == "0" and output_dir.is_dir():  # torchrun: one rank writes it
+        if records_results and os.environ.get("RANK", "0") == "0" and output_dir.is_dir():  # torchrun: one rank
             write_result(output_dir, "failed", None, {}, str(err))
         exit_with_user_error(err)

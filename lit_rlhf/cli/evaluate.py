@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
-from lit_rlhf.cli.checks import check_reward_group
+from lit_rlhf.cli.checks import check_evaluation
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
 from lit_rlhf.data import PromptDataModule
 from lit_rlhf.envs import as_env_spec
@@ -23,8 +23,6 @@ from lit_rlhf.noise import silence_known_noise
 def load_module(cfg: DictConfig):
     """The RLHF module to evaluate and the settings it was trained with: from a checkpoint, from an exported
     directory, or untrained."""
-    if cfg.get("ckpt_path") and cfg.get("policy_path"):
-        raise ConfigError("give ckpt_path or policy_path, not both.")
     if cfg.get("ckpt_path"):
         checkpoint = load_checkpoint_file(cfg.ckpt_path)
         require_rl_checkpoint(checkpoint, cfg.ckpt_path)
@@ -62,23 +60,9 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def check_evaluation_settings(cfg: DictConfig) -> None:
-    for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
-    for key in ("trust_remote_code", "trust_checkpoint_io"):
-        if not isinstance(cfg.get(key), bool):
-            raise ConfigError(f"{key}={cfg.get(key)!r} must be true or false.")
-    confidence = cfg.get("confidence")
-    if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
-        raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
-
-
 def evaluate(cfg: DictConfig) -> Evaluation:
     silence_known_noise()
-    check_reward_group(cfg)
-    check_evaluation_settings(cfg)
+    check_evaluation(cfg)  # evaluate.py checked them before its imports; a caller from Python has not
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     module, trained = load_module(cfg)

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from lit_rlhf.callbacks import CheckpointOnInterrupt
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
+from lit_rlhf.cli.checks import check_epochs
 from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
-from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import TrainingInterrupted
 from lit_rlhf.noise import LIGHTNING_EVAL_MODE, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
@@ -29,9 +29,7 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     """cfg.algo fitted on cfg.data for cfg.epochs epochs."""
     silence_known_noise()
     warnings.filterwarnings("ignore", message=LIGHTNING_EVAL_MODE)  # frozen bases in eval mode: on purpose
-    epochs = cfg.get("epochs")
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ConfigError(f"epochs={epochs!r} must be a whole number >= 1.")
+    check_epochs(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
     module = instantiate(cfg.algo, _convert_="all")
