@@ -1,6 +1,6 @@
-"""Asynchronous mode (algo.max_staleness): S=0 is the synchronous run bit for bit, S>0 trains each rollout exactly
-S versions after the weights that drew it with the sampler's logprobs as the behaviour policy, the weight sync is
-verified, and no thread outlives a run."""
+"""The rollout queue (lit_rlhf/rollout/queue.py) and asynchronous mode (algo.max_staleness): S=0 is the synchronous
+run bit for bit, S>0 trains each rollout exactly S versions after the weights that drew it with the sampler's logprobs
+as the behaviour policy, the weight sync is verified, and no thread outlives a run."""
 
 import functools
 import json
