@@ -47,9 +47,13 @@ def metric_rows(run_dir):
 
 
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+# AdamW's eps at 1e-6 where DDP's and FSDP2's weights are compared: a coordinate whose gradient is float32 noise (about
+# 1e-9) would otherwise step by up to the learning rate in either direction (m / sqrt(v) is its sign), whichever order
+# of sums a CPU's kernels take
+STEADY_ADAMW = "+algo.optimizer.eps=1e-6"
 # RLOO with the adaptive KL controller, which steers on the KL of the whole batch: the same on every rank
 RLOO = ["algo.kl_controller.kind=adaptive", "algo.kl_controller.target=0.05", "algo.kl_controller.horizon=50",
-        "algo.optimizer.lr=0.01"]
+        "algo.optimizer.lr=0.01", STEADY_ADAMW]
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # every launcher then runs each rank's matmuls alike, to the last bit
 
 
@@ -200,10 +204,8 @@ def test_distillation_under_fsdp2_shards_the_teacher_and_trains_as_under_ddp(tmp
         head.add_(0.5 * torch.randn(head.shape, generator=torch.Generator().manual_seed(0)))
     teacher.save_pretrained(tmp_path / "teacher")
     AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(tmp_path / "teacher")
-    # AdamW's eps at 1e-6: a coordinate whose gradient is float32 noise (about 1e-9) would otherwise step by up to the
-    # learning rate in either direction (m / sqrt(v) is its sign), whichever order of sums a CPU's kernels take
     distill = ["algo=distill", f"teacher.name_or_path={tmp_path / 'teacher'}", "steps=3", "algo.optimizer.lr=0.01",
-               "+algo.optimizer.eps=1e-6"]
+               STEADY_ADAMW]
     ddp_dir, fsdp2_dir = tmp_path / "ddp", tmp_path / "fsdp2"
     ddp = train(ddp_dir, *DDP, *distill, env=ONE_THREAD)
     fsdp2 = train(fsdp2_dir, *FSDP2, *distill, env=ONE_THREAD)
