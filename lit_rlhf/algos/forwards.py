@@ -61,9 +61,13 @@ class RolloutForwards:
 
         A training rollout is the rollout queue's draw of the batch: the Sampler's, now (the synchronous run), or, in
         async mode, the one the producer drew ahead. Any other (for_training=False: held-out, samples) is the
-        Sampler's, drawn now while the producer waits, and leaves score transforms and their running state alone.
-        from_reference=True samples from the reference instead of the policy (evaluation's baseline).
+        Sampler's, drawn now while the producer waits, and leaves score transforms and their running state alone;
+        for those, from_reference=True samples from the reference instead of the policy (evaluation's baseline) and
+        greedy=True takes the argmax (a training rollout samples from the policy).
         """
+        if for_training and (from_reference or greedy):
+            raise ValueError("a training rollout samples from the policy: from_reference and greedy are for "
+                             "rollout(..., for_training=False)")
         k = samples_per_prompt or self.samples_per_prompt
         if for_training:
             with self.sampling_weights(self.step_timings):

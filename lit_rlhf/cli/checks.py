@@ -165,16 +165,9 @@ def check_epochs(cfg: DictConfig) -> None:
 def check_fitting_on_a_file(cfg: DictConfig) -> None:
     """train_sft.py's, train_dpo.py's and train_reward_model.py's checks: the epochs and the model's settings."""
     from lit_rlhf.config import ModelConfig
-    from lit_rlhf.config.settings import build
 
     check_epochs(cfg)
-    model = cfg.get("model")
-    if isinstance(model, DictConfig):
-        try:
-            values = settings_in(model, ModelConfig)
-        except Exception:  # noqa: BLE001 (a value that does not resolve: the module's own path says so)
-            return
-        build(ModelConfig, values, "model")
+    check_settings(ModelConfig, cfg.get("model"), "model")
 
 
 def settings_in(node: DictConfig, cls: type) -> dict[str, Any]:
@@ -194,24 +187,29 @@ def check_component_settings(cfg: DictConfig) -> None:
     components will build them (in their order), so that a bad value is refused with the components' own line."""
     from lit_rlhf.config import DataConfig, ModelConfig
     from lit_rlhf.config.registry import ALGORITHMS
-    from lit_rlhf.config.settings import build
 
     algo, data = cfg.get("algo"), cfg.get("data")
     algorithm = next((a for a in ALGORITHMS.values() if algo is not None and a.target == algo.get("_target_")), None)
-    checks = []
     if data is not None and data.get("_target_") == PROMPT_DATA_TARGET:
-        checks.append((DataConfig, data, "data"))
+        check_settings(DataConfig, data, "data")
     if algorithm is not None:
-        checks.append((algorithm.settings, algo, "algo"))
-    checks.append((ModelConfig, cfg.get("model"), "model"))
-    for cls, node, prefix in checks:
-        if not isinstance(node, DictConfig):
-            continue
-        try:
-            values = settings_in(node, cls)
-        except Exception:  # noqa: BLE001 (a value that does not resolve: the components' own path says so)
-            continue
-        build(cls, values, prefix)
+        check_settings(algorithm.settings, algo, "algo")
+    check_settings(ModelConfig, cfg.get("model"), "model")
+
+
+def check_settings(cls: type, node: Any, prefix: str) -> None:
+    """The settings dataclass cls built from node's keys (a config group) as its component will build it, so that a
+    bad value is refused with the component's own line; a node that is not a group, or a value that does not resolve,
+    is left to the component."""
+    from lit_rlhf.config.settings import build
+
+    if not isinstance(node, DictConfig):
+        return
+    try:
+        values = settings_in(node, cls)
+    except Exception:  # noqa: BLE001 (a value that does not resolve: the component's own path says so)
+        return
+    build(cls, values, prefix)
 
 
 def check_train(cfg: DictConfig) -> None:

@@ -1,11 +1,10 @@
 """The queue every training rollout comes through (algo.max_staleness = S): `next(batch, step, timings)` is the draw
 RL step `step` trains on. At S = 0 (and without the setting) the Sampler draws the DataLoader's batch when the
-trainer trains it: the synchronous run. At S >= 1 a producer
-thread draws the coming rollouts (the engine's episodes, their tools and the reward) while the trainer updates,
-reading the prompt batches ahead from the DataLoader's own dataset; each one it hands over is checked against the
-DataLoader's batch of that step. An RLHFModule's `rollout_queue` (RolloutQueue) runs it; the thread is
-rollout/producer.py. The queue is given what it uses (the module's Sampler, its settings, the trainer at the start
-of training), never the module.
+trainer trains it: the synchronous run. At S >= 1 a producer thread draws the coming rollouts (the engine's
+episodes, their tools and the reward) while the trainer updates, reading the prompt batches ahead from the
+DataLoader's own dataset; each one it hands over is checked against the DataLoader's batch of that step. An
+RLHFModule's `rollout_queue` (RolloutQueue) runs it; the thread is rollout/producer.py. The queue is given what it
+uses (the module's Sampler, its settings, the trainer at the start of training), never the module.
 
 The producer samples with its own copy of the policy (LoRA: the adapters only, the frozen base is shared), into
 which each version's trained weights are copied when the producer first needs them; an engine that holds its own

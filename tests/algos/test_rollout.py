@@ -90,3 +90,10 @@ def test_bad_algorithm_settings_name_the_value():
         make_rloo(kl_estimator="kx")
     with pytest.raises(ConfigError, match="stop_token='<nope>'"):
         make_rloo(stop_token="<nope>").configure_model()
+
+
+@pytest.mark.parametrize("kwargs", [{"greedy": True}, {"from_reference": True}])
+def test_a_training_rollout_samples_from_the_policy(module_and_batch, kwargs):
+    module, batch = module_and_batch
+    with pytest.raises(ValueError, match="a training rollout samples from the policy"):
+        module.rollout(batch, **kwargs)
