@@ -56,40 +56,37 @@ def test_a_bad_setting_value_answers_before_lightning_is_imported(tmp_path):
     """train.py builds the data's, the algorithm's and the model's settings from the composed config before its
     imports: a bad value is the components' own line, exit code 2, and no run directory is left behind. The prompt
     data's settings need no torch; the algorithms' checks read torch-based helpers, never Lightning."""
-    import os
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     for args, line, heavy in (
             (["data.batch_size=0"], "error: data.batch_size=0 must be a whole number >= 1.",
              ("torch", "lightning", "transformers")),
             (["algo.kl_coef=-1"], "error: algo.kl_coef=-1.0 must be >= 0.", ("lightning", "transformers")),
             (["model.dtype=half"], "error: model.dtype='half' is not one of", ("lightning", "transformers"))):
-        result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), *args], cwd=tmp_path,
-                                env=env, capture_output=True, text=True)
-        assert result.returncode == 2, result.stderr[-2000:]
-        assert [x for x in result.stderr.splitlines() if x.startswith("error: ")][-1].startswith(line), args
-        imported = {x.split("|")[-1].strip() for x in result.stderr.splitlines() if x.startswith("import ")}
-        assert not imported & set(heavy), (args, sorted(imported & set(heavy)))
+        assert_refused_before_imports("train.py", args, line, heavy, tmp_path)
     assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
+
+
+def assert_refused_before_imports(script: str, args: list[str], line: str, heavy: tuple[str, ...], cwd) -> None:
+    """`python <script> args...` ends with exit code 2 and the error line `line`, having imported none of `heavy`."""
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), *args], cwd=cwd, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert [x for x in result.stderr.splitlines() if x.startswith("error: ")][-1].startswith(line), (script, args)
+    imported = {x.split("|")[-1].strip() for x in result.stderr.splitlines() if x.startswith("import ")}
+    assert not imported & set(heavy), (script, args, sorted(imported & set(heavy)))
 
 
 @pytest.mark.integration
 def test_evaluate_and_the_scripts_that_fit_on_a_file_check_their_settings_before_lightning_is_imported(tmp_path):
     """evaluate.py, train_sft.py, train_dpo.py and train_reward_model.py check their own keys (and the model's
     settings) before their imports as train.py does: the same line, exit code 2, no run directory left behind."""
-    import os
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     for script, args, line in (
             ("evaluate.py", ["confidence=2"], "error: confidence=2 must be a number between 0 and 1"),
             ("evaluate.py", ["ckpt_path=a.ckpt", "policy_path=b"], "error: give ckpt_path or policy_path, not both."),
             ("train_sft.py", ["epochs=0"], "error: epochs=0 must be a whole number >= 1."),
             ("train_dpo.py", ["model.dtype=half"], "error: model.dtype='half' is not one of"),
             ("train_reward_model.py", ["epochs=1.5"], "error: epochs=1.5 must be a whole number >= 1.")):
-        result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), *args], cwd=tmp_path,
-                                env=env, capture_output=True, text=True)
-        assert result.returncode == 2, result.stderr[-2000:]
-        assert [x for x in result.stderr.splitlines() if x.startswith("error: ")][-1].startswith(line), (script, args)
-        imported = {x.split("|")[-1].strip() for x in result.stderr.splitlines() if x.startswith("import ")}
-        assert not imported & {"lightning", "transformers"}, (script, args)
+        assert_refused_before_imports(script, args, line, ("lightning", "transformers"), tmp_path)
     assert not [run for task in (tmp_path / "logs").iterdir() for run in (task / "runs").iterdir()]

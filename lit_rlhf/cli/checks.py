@@ -134,8 +134,10 @@ def check_run_settings(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
 
 
-def check_evaluation_settings(cfg: DictConfig) -> None:
-    """evaluate.py's own keys: what it compares (a checkpoint or an exported policy), its samples, the bootstrap."""
+def check_evaluation(cfg: DictConfig) -> None:
+    """evaluate.py's checks of the command line, before it loads anything: the reward group and its own keys (what it
+    compares, a checkpoint or an exported policy; its samples; the bootstrap)."""
+    check_reward_group(cfg)
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")
     for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):
@@ -148,12 +150,6 @@ def check_evaluation_settings(cfg: DictConfig) -> None:
     confidence = cfg.get("confidence")
     if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
         raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
-
-
-def check_evaluation(cfg: DictConfig) -> None:
-    """evaluate.py's checks of the command line, before it loads anything."""
-    check_reward_group(cfg)
-    check_evaluation_settings(cfg)
 
 
 def check_epochs(cfg: DictConfig) -> None:
