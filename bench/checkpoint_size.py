@@ -19,7 +19,7 @@ from workload import LORA, build_model
 
 from lit_rlhf import PromptDataModule, RLOOModule
 from lit_rlhf.assets import TINY_PYTHIA
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 
 
 def checkpoint_size(model_path: str, workdir: Path) -> tuple[int, int]:

@@ -3,7 +3,7 @@
 
 import time
 
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 from lit_rlhf.tasks.arithmetic import ArithmeticCorrect
 
 VADER = VaderSentiment()

@@ -24,9 +24,9 @@ import torch
 import workload as W
 
 from lit_rlhf import DistillationModule, GRPOModule, PPOModule, PromptDataModule, RLOOModule
-from lit_rlhf.models import VaderSentiment
-from lit_rlhf.models.teacher import CausalLMTeacher
+from lit_rlhf.rewards import VaderSentiment
 from lit_rlhf.rollout import HFEngine, VLLMEngine, VLLMServerEngine
+from lit_rlhf.teachers.causal_lm import CausalLMTeacher
 
 PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "reference forward",
           "sampler.score_components": "reward", "sampler.teacher_logprobs": "teacher forward",

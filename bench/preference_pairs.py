@@ -20,7 +20,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_rlhf.data.sources import BUNDLED, read_jsonl
-from lit_rlhf.models import VaderSentiment, load_tokenizer
+from lit_rlhf.models import load_tokenizer
+from lit_rlhf.rewards import VaderSentiment
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlhf"
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "terminal", "noise", "display", "ops"),
     ("config", "estimators", "statistics", "interrupts", "loggers", "lazy_exports", "plot"),
-    ("distributed", "checkpoints", "models", "tasks", "data", "envs", "remote"),
+    ("distributed", "checkpoints", "models", "tasks", "data", "envs", "remote", "rewards", "teachers"),
     ("rollout",),
     ("algos",),
     ("callbacks", "evaluation"),

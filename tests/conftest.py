@@ -29,7 +29,7 @@ LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-li
 
 def make_rloo(**overrides):
     from lit_rlhf import RLOOModule
-    from lit_rlhf.models import VaderSentiment
+    from lit_rlhf.rewards import VaderSentiment
 
     kwargs = dict(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(),
                   optimizer=functools.partial(torch.optim.AdamW, lr=1e-3), rloo_k=4, response_length=16,
@@ -70,7 +70,7 @@ def tiny_path():
 
 def make_ppo(**overrides):
     from lit_rlhf import PPOModule
-    from lit_rlhf.models import VaderSentiment
+    from lit_rlhf.rewards import VaderSentiment
 
     kwargs = dict(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(),
                   optimizer=functools.partial(torch.optim.AdamW, lr=1e-3), samples_per_prompt=4,

@@ -79,4 +79,4 @@ def test_the_plain_lightning_example_and_the_reward_server_run_from_an_installed
     served = subprocess.run([sys.executable, "-m", "lit_rlhf.serve", "reward=vader", "--cfg", "job"], cwd=work,
                             capture_output=True, text=True, timeout=300, env=env)
     assert served.returncode == 0, served.stderr[-3000:]
-    assert "lit_rlhf.models.VaderSentiment" in served.stdout
+    assert "lit_rlhf.rewards.VaderSentiment" in served.stdout

@@ -40,14 +40,11 @@ from lit_rlhf.config.idle import idle_settings
 from lit_rlhf.config.validation import check_optimizer, warn_once
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
-from lit_rlhf.models import Reward, load_policy, load_reward, load_tokenizer
-from lit_rlhf.ops import (
-    LossShare,
-    clipped_policy_loss,
-    masked_mean,
-)
+from lit_rlhf.models import load_policy, load_tokenizer
+from lit_rlhf.ops import LossShare, clipped_policy_loss, masked_mean
 from lit_rlhf.ops.batching import divide
 from lit_rlhf.ops.losses import PolicyLoss
+from lit_rlhf.rewards import Reward, load_reward
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.context import SamplingSettings
 from lit_rlhf.rollout.queue import QueueSettings, RolloutQueue, check_concurrent_draws

@@ -68,8 +68,8 @@ def iw_opd_weights(advantages: torch.Tensor, response_mask: torch.Tensor, gamma:
 
 
 class DistillationModule(RLHFModule):
-    """On-policy distillation from `teacher` (lit_rlhf.models.teacher: CausalLMTeacher, RoutedTeachers, or any object
-    with `logprobs(queries, query_mask, responses, response_mask, temperature, columns) -> (N,R)`)."""
+    """On-policy distillation from `teacher` (lit_rlhf.teachers: CausalLMTeacher, ServedTeacher, RoutedTeachers, or
+    any object with `logprobs(queries, query_mask, responses, response_mask, temperature, columns) -> (N,R)`)."""
 
     config_class = DistillationConfig
 

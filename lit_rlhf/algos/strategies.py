@@ -15,12 +15,12 @@ from lit_rlhf.checkpoints.loading import SafeCheckpointIO
 from lit_rlhf.distributed.meta_loading import materialize, placeholders_to_meta
 from lit_rlhf.distributed.sharding import is_sharded, shard
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.reward_set import reward_models
-from lit_rlhf.models.rewards import SequenceClassifierReward
-from lit_rlhf.models.teacher import CausalLMTeacher, loaded_teachers
+from lit_rlhf.rewards.reward_model import SequenceClassifierReward
+from lit_rlhf.rewards.weighted_sum import reward_models
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.sampler import Sampler
 from lit_rlhf.rollout.scoring import reward_waits
+from lit_rlhf.teachers.causal_lm import CausalLMTeacher, loaded_teachers
 
 
 class ModelSharding:

@@ -47,7 +47,7 @@ def path_digest(name_or_path: Any) -> str | None:
 
 def reward_identity(reward: Any) -> dict[str, Any]:
     """{'reward.<name>': its class or function (and model), 'reward.weights.<name>': its weight}."""
-    from lit_rlhf.models.reward_set import WeightedSum, reward_name
+    from lit_rlhf.rewards.weighted_sum import WeightedSum, reward_name
 
     rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
     weights = reward.weights if isinstance(reward, WeightedSum) else {}
@@ -100,10 +100,33 @@ def run_identity(module, dataset: Any = None) -> dict[str, Any]:
     }
 
 
+# Where the classes an identity names were defined before they moved (lit_rlhf.lazy_exports.MOVED): a checkpoint of
+# the previous release names them there, and resumes.
+DEFINED_BEFORE = {
+    **{f"lit_rlhf.models.rewards.{name}": f"lit_rlhf.rewards.{module}.{name}"
+       for name, module in (("VaderSentiment", "vader"), ("SequenceClassifierReward", "reward_model"))},
+    "lit_rlhf.models.reward_set.WeightedSum": "lit_rlhf.rewards.weighted_sum.WeightedSum",
+    "lit_rlhf.remote.client.HTTPReward": "lit_rlhf.rewards.http.HTTPReward",
+    "lit_rlhf.remote.judge.LLMJudge": "lit_rlhf.rewards.judge.LLMJudge",
+    "lit_rlhf.models.teacher.CausalLMTeacher": "lit_rlhf.teachers.causal_lm.CausalLMTeacher",
+    "lit_rlhf.models.teacher.RoutedTeachers": "lit_rlhf.teachers.routed.RoutedTeachers",
+    "lit_rlhf.remote.teacher.ServedTeacher": "lit_rlhf.teachers.served.ServedTeacher",
+}
+
+
+def defined_now(value: Any) -> Any:
+    """A saved identity value with a moved class's old name ("<name>" or "<name> (<model>)") renamed."""
+    if not isinstance(value, str):
+        return value
+    name, space, rest = value.partition(" ")
+    return DEFINED_BEFORE.get(name, name) + space + rest
+
+
 def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
     """Refuses, in one line naming the first changed key, a resume whose identity differs from the checkpoint's."""
     if not saved:
         return  # a checkpoint written before identities were saved
+    saved = {key: defined_now(value) for key, value in saved.items()}
     if saved.get("algo") != current["algo"]:
         old, new = (str(name).rpartition(".")[2] for name in (saved.get("algo"), current["algo"]))
         raise ConfigError(f"resume changes the algorithm ({old} -> {new}): the checkpoint was trained by {old}; "

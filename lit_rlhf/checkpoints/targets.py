@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.lazy_exports import MOVED
 
 
 def registered_classes() -> dict[str, tuple[type, ...]]:
@@ -19,8 +20,7 @@ def registered_classes() -> dict[str, tuple[type, ...]]:
     environments)."""
     from lit_rlhf.envs import EnvSpec
     from lit_rlhf.envs.reward import EnvironmentReward
-    from lit_rlhf.models import SequenceClassifierReward, VaderSentiment, WeightedSum
-    from lit_rlhf.remote import HTTPReward, LLMJudge
+    from lit_rlhf.rewards import HTTPReward, LLMJudge, SequenceClassifierReward, VaderSentiment, WeightedSum
     from lit_rlhf.tasks.arithmetic import ArithmeticCorrect, ArithmeticFormat
     from lit_rlhf.tasks.calculator import CalculatorEnvironment, NoToolEnvironment
     from lit_rlhf.tasks.math import MathVerifyMatch, MathVerifyReward
@@ -38,7 +38,9 @@ def registered_classes() -> dict[str, tuple[type, ...]]:
 
 def public_names(classes: tuple[type, ...]) -> dict[str, type]:
     """Every `module.Class` under which an imported lit_rlhf module exposes one of `classes` (the defining module and
-    the packages that re-export it), e.g. lit_rlhf.models.WeightedSum and lit_rlhf.models.reward_set.WeightedSum."""
+    the packages that re-export it), e.g. lit_rlhf.rewards.WeightedSum and lit_rlhf.rewards.weighted_sum.WeightedSum,
+    and the old paths of those that moved (lit_rlhf.lazy_exports.MOVED: lit_rlhf.models.WeightedSum, which the
+    checkpoints of earlier releases name)."""
     names = {}
     for module_name, module in list(sys.modules.items()):
         if module is None or not (module_name == "lit_rlhf" or module_name.startswith("lit_rlhf.")):
@@ -46,6 +48,10 @@ def public_names(classes: tuple[type, ...]) -> dict[str, type]:
         for cls in classes:
             if vars(module).get(cls.__name__) is cls:
                 names[f"{module_name}.{cls.__name__}"] = cls
+    for old_module, moved in MOVED.items():
+        for name, package in moved.items():
+            if f"{package}.{name}" in names:
+                names[f"{old_module}.{name}"] = names[f"{package}.{name}"]
     return names
 
 

@@ -11,9 +11,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.lazy_exports import current_path
 
-REWARD_MODEL_TARGET = "lit_rlhf.models.SequenceClassifierReward"
-NAMED_REWARDS = "lit_rlhf.models.WeightedSum"  # what the reward group's files build
+REWARD_MODEL_TARGET = "lit_rlhf.rewards.SequenceClassifierReward"
+NAMED_REWARDS = "lit_rlhf.rewards.WeightedSum"  # what the reward group's files build
 GROUP_KEYS = ("_target_", "rewards", "weights", "concurrent")
 PROMPT_DATA_TARGET = "lit_rlhf.data.PromptDataModule"
 
@@ -24,7 +25,7 @@ def your_own_reward(cfg: DictConfig) -> None:
     replace the group's WeightedSum and be called with its `rewards` and `weights`."""
     reward = cfg.get("reward")
     target = reward.get("_target_") if reward is not None else None
-    if target in (None, NAMED_REWARDS, REWARD_MODEL_TARGET) or "rewards" not in reward:
+    if target is None or current_path(str(target)) in (NAMED_REWARDS, REWARD_MODEL_TARGET) or "rewards" not in reward:
         return
     from hydra.utils import get_object
 
@@ -52,15 +53,16 @@ def check_reward_group(cfg: DictConfig) -> None:
                           "reward=[arithmetic_correct,arithmetic_format].")
     if "rewards" in reward and "template" in reward:
         raise ConfigError("reward=llm_judge cannot be combined with other rewards on the command line (it is one "
-                          "reward, not a named set); use it alone, or combine it in Python with lit_rlhf.models."
+                          "reward, not a named set); use it alone, or combine it in Python with lit_rlhf.rewards."
                           "WeightedSum({'judge': LLMJudge(...), 'vader': VaderSentiment()}).")
     if "rewards" in reward and "url" in reward:
         raise ConfigError("reward=http cannot be combined with other rewards on the command line (it is one reward, "
                           "not a named set); serve the combination instead: python -m lit_rlhf.serve "
                           "reward=[a,b], then reward=http reward.url=...")
-    if "rewards" in reward and ("name_or_path" in reward or reward.get("_target_") == REWARD_MODEL_TARGET):
+    reward_model = current_path(str(reward.get("_target_"))) == REWARD_MODEL_TARGET
+    if "rewards" in reward and ("name_or_path" in reward or reward_model):
         raise ConfigError("reward=reward_model cannot be combined with other rewards on the command line (it is one "
-                          "reward, not a named set); use it alone, or combine it in Python with lit_rlhf.models."
+                          "reward, not a named set); use it alone, or combine it in Python with lit_rlhf.rewards."
                           "WeightedSum({'rm': SequenceClassifierReward(...), 'vader': VaderSentiment()}).")
 
 

@@ -16,8 +16,8 @@ from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint, require_rl_checkpoint
-from lit_rlhf.models import load_reward
 from lit_rlhf.noise import silence_known_noise
+from lit_rlhf.rewards import load_reward
 
 
 def load_module(cfg: DictConfig):

@@ -37,7 +37,7 @@ class ScoreRequest(BaseModel):
 def reward_columns(reward) -> list[str]:
     """The columns a reward reads (what /health tells clients to send): the dataset columns it needs, and those
     every rollout makes (`stopped`) where it takes them."""
-    from lit_rlhf.models.reward_set import WeightedSum
+    from lit_rlhf.rewards.weighted_sum import WeightedSum
     from lit_rlhf.rollout.scoring import column_needs
     from lit_rlhf.rollout.trajectory import ROLLOUT_COLUMNS
 
@@ -55,7 +55,7 @@ def takes_parameter(function, name: str) -> bool:
 
 def score_now(reward, prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[float]:
     """The reward's checked scores (one finite float per completion) or ConfigError naming what went wrong."""
-    from lit_rlhf.models import reward_name
+    from lit_rlhf.rewards import reward_name
     from lit_rlhf.rollout.scoring import call_checked
 
     return call_checked(reward_name(reward), reward, prompts, completions, columns).tolist()

@@ -10,13 +10,13 @@ from omegaconf import DictConfig
 from lit_rlhf.cli.checks import check_reward_group
 from lit_rlhf.cli.errors import mark_task_started
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import load_reward
 from lit_rlhf.noise import silence_known_noise
+from lit_rlhf.rewards import load_reward
 
 
 def served_name(reward) -> str:
     """The name /health reports: the named rewards of a WeightedSum, or the reward's own."""
-    from lit_rlhf.models import WeightedSum, reward_name
+    from lit_rlhf.rewards import WeightedSum, reward_name
 
     return "+".join(reward.rewards) if isinstance(reward, WeightedSum) else reward_name(reward)
 

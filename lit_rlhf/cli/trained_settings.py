@@ -89,7 +89,7 @@ CONFIRM = "trust_checkpoint_io=true if you trust whoever wrote the checkpoint"
 def endpoints(config: Any) -> list[tuple[str, str | None]]:
     """The addresses a reward/gold/metric/env config sends texts to, each with the environment variable whose value
     goes along as a token: HTTPReward's url, an LLMJudge's base_url (a local judge sends nothing)."""
-    from lit_rlhf.remote import HTTPReward, LLMJudge
+    from lit_rlhf.rewards import HTTPReward, LLMJudge
 
     remote = public_names((HTTPReward, LLMJudge))
 

@@ -14,7 +14,7 @@ import torch
 
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
-from lit_rlhf.models import WeightedSum, reward_name
+from lit_rlhf.rewards import WeightedSum, reward_name
 from lit_rlhf.statistics.estimates import bootstrap_mean_ci, distinct_n, per_prompt_mean
 from lit_rlhf.tasks.metrics import per_prompt_majority, per_prompt_pass_at_k, rows_by_source
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lit_rlhf.models.reward_set import reward_name
+from lit_rlhf.rewards.weighted_sum import reward_name
 
 
 def base_model(module: Any) -> str:

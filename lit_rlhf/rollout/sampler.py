@@ -5,7 +5,7 @@
 A Sampler owns the policy handle it samples with (the trainer's policy, or the async producer's copy of it) and the
 version of those weights, the tokenizer, the rollout engine, the environment of multi-turn episodes, the reward and
 the gold reward (scored beside the reward, never trained on) and the teacher of on-policy distillation (the logprob
-of every sampled token; lit_rlhf/models/teacher.py).
+of every sampled token; lit_rlhf/teachers/).
 Engines and the episode loop receive its SamplingContext (rollout/context.py), never the LightningModule; what
 follows a draw (old and reference logprobs, advantages, the update) is the module's.
 
@@ -26,14 +26,15 @@ import torch
 from lit_rlhf.envs import EnvSpec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import abandonable
-from lit_rlhf.models import WeightedSum, reward_name
-from lit_rlhf.models.rewards import Reward
-from lit_rlhf.models.teacher import Teacher, call_hook, check_teacher_vocabulary_size
 from lit_rlhf.ops import contains_stop
+from lit_rlhf.rewards import WeightedSum, reward_name
+from lit_rlhf.rewards.protocol import Reward
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from lit_rlhf.rollout.engine import RolloutEngine, Samples
 from lit_rlhf.rollout.scoring import call_checked, column_needs, reward_counts, reward_waits, sequence_columns
 from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, ROLLOUT_COLUMNS, episode_columns, episode_conversation
+from lit_rlhf.teachers.causal_lm import check_teacher_vocabulary_size
+from lit_rlhf.teachers.protocol import Teacher, call_hook
 
 Scores = tuple[torch.Tensor, dict[str, torch.Tensor]]  # total scores (N), {each named reward: (N)}
 

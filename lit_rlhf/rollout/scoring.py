@@ -12,8 +12,8 @@ import torch
 
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import abandonable
-from lit_rlhf.models import WeightedSum, call_reward, reward_name
-from lit_rlhf.models.rewards import missing_columns
+from lit_rlhf.rewards import WeightedSum, call_reward, reward_name
+from lit_rlhf.rewards.protocol import missing_columns
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:

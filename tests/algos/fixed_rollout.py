@@ -113,7 +113,7 @@ def one_step_delta(algo: str, devices: int = 1, rollout_options: dict | None = N
     import lightning as L
 
     from lit_rlhf.assets import TINY_PYTHIA
-    from lit_rlhf.models import VaderSentiment
+    from lit_rlhf.rewards import VaderSentiment
     from tests.conftest import LORA, make_datamodule
 
     L.seed_everything(0)

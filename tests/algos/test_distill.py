@@ -15,10 +15,11 @@ import torch
 from lit_rlhf import DistillationModule
 from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import VaderSentiment
-from lit_rlhf.models.teacher import CausalLMTeacher, RoutedTeachers
-from lit_rlhf.remote.teacher import ServedTeacher
+from lit_rlhf.rewards import VaderSentiment
 from lit_rlhf.rollout.engine import Samples
+from lit_rlhf.teachers.causal_lm import CausalLMTeacher
+from lit_rlhf.teachers.routed import RoutedTeachers
+from lit_rlhf.teachers.served import ServedTeacher
 from tests.apps import ROOT, run_app
 from tests.conftest import LORA, TINY_PYTHIA, make_datamodule
 from tests.helpers import FAST, advantages_of, one_line_error
@@ -282,7 +283,7 @@ def test_train_py_routes_each_row_to_the_teacher_its_column_names_and_logs_each_
         other.get_output_embeddings().weight.add_(torch.randn_like(other.get_output_embeddings().weight))
     other.save_pretrained(tmp_path / "other")
     AutoTokenizer.from_pretrained(TINY_PYTHIA).save_pretrained(tmp_path / "other")
-    teachers = ", ".join(f"{name}: {{_target_: lit_rlhf.models.teacher.CausalLMTeacher, name_or_path: '{path}'}}"
+    teachers = ", ".join(f"{name}: {{_target_: lit_rlhf.teachers.CausalLMTeacher, name_or_path: '{path}'}}"
                          for name, path in (("films", TINY_PYTHIA), ("shows", tmp_path / "other")))
     result = run_app("train.py", "algo=distill", "teacher=routed", f"teacher.teachers={{{teachers}}}", "data=files",
                      "data.dataset=rows.jsonl", *FAST, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)

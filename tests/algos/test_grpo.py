@@ -9,7 +9,7 @@ import torch
 from lit_rlhf import GRPOModule, ReinforcePPModule
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.config import GRPOConfig, build
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 from tests.algos.fixed_rollout import differs, one_step_delta
 from tests.conftest import FAST_LEARNING, LORA, assert_learns_positivity, make_datamodule
 

@@ -13,7 +13,7 @@ import torch
 from lit_rlhf.algos.reward_model import RewardModelModule, bradley_terry_loss, pair_metrics
 from lit_rlhf.data.preference_datamodule import PreferenceDataModule
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.rewards import SequenceClassifierReward
+from lit_rlhf.rewards.reward_model import SequenceClassifierReward
 from tests.conftest import LORA, TINY_PYTHIA
 from tests.helpers import assert_readable_as_umask_allows
 

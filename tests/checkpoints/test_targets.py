@@ -28,16 +28,16 @@ def test_every_target_of_the_shipped_reward_metric_and_env_configs_is_registered
 
 @pytest.mark.parametrize("target", ["lit_rlhf.models.export.shutil.copyfile", "lit_rlhf.models.os.system", "os.system",
                                     "lit_rlhf.tasks.metrics.ExactMatch", "lit_rlhf.models.export.export_model",
-                                    "lit_rlhf.models.WeightedSum.__init__.__globals__"])
+                                    "lit_rlhf.rewards.WeightedSum.__init__.__globals__"])
 def test_reward_targets_other_than_registered_classes_are_refused(target):
-    config = {"_target_": "lit_rlhf.models.WeightedSum", "rewards": {"x": {"_target_": target}}, "weights": {"x": 1}}
+    config = {"_target_": "lit_rlhf.rewards.WeightedSum", "rewards": {"x": {"_target_": target}}, "weights": {"x": 1}}
     with pytest.raises(ConfigError, match="which is not one of lit_rlhf's reward classes"):
         only_registered_targets(config, "reward")
 
 
 def test_registered_classes_pass_under_their_package_and_defining_module_names():
-    for target in ("lit_rlhf.models.WeightedSum", "lit_rlhf.models.reward_set.WeightedSum",
-                   "lit_rlhf.remote.HTTPReward", "lit_rlhf.remote.client.HTTPReward"):
+    for target in ("lit_rlhf.rewards.WeightedSum", "lit_rlhf.rewards.weighted_sum.WeightedSum",
+                   "lit_rlhf.rewards.HTTPReward", "lit_rlhf.rewards.http.HTTPReward"):
         assert only_registered_targets({"_target_": target}, "reward") == {"_target_": target}
 
 
@@ -59,3 +59,16 @@ def test_a_users_own_subclass_in_an_imported_module_is_accepted():
     with pytest.raises(ConfigError, match="which is not an RLHFModule class"):
         # only imported here: a reach through this module's attributes
         rlhf_module_class(f"{__name__}.GRPOModule", RLHFModule)
+
+
+@pytest.mark.parametrize("target", ["lit_rlhf.models.WeightedSum", "lit_rlhf.models.VaderSentiment",
+                                    "lit_rlhf.models.SequenceClassifierReward", "lit_rlhf.remote.HTTPReward",
+                                    "lit_rlhf.remote.LLMJudge"])
+def test_the_paths_earlier_releases_wrote_into_checkpoints_pass(target):
+    """A checkpoint of the release before rewards moved to lit_rlhf.rewards names them at their old paths."""
+    assert only_registered_targets({"_target_": target}, "reward") == {"_target_": target}
+
+
+def test_an_attribute_path_through_an_old_name_is_refused():
+    with pytest.raises(ConfigError, match="which is not one of lit_rlhf's reward classes"):
+        only_registered_targets({"_target_": "lit_rlhf.models.WeightedSum.__init__.__globals__"}, "reward")

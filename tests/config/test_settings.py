@@ -14,7 +14,7 @@ from lit_rlhf import PPOModule, PromptDataModule, RLOOModule
 from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.cli.settings_tables import fill_tables
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import yaml
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.distributed.sharding import full_tensor
 from lit_rlhf.distributed.strategy import FSDP2Strategy
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 from tests.algos.fixed_rollout import ALGORITHMS, K_SETTING, PROMPTS, K, R
 from tests.conftest import LORA, make_datamodule
 

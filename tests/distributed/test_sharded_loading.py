@@ -177,7 +177,7 @@ def test_sharded_sampling_refuses_a_reward_model_beside_a_waiting_reward():
     import lightning as L
 
     from lit_rlhf.distributed.strategy import FSDP2Strategy
-    from lit_rlhf.models import SequenceClassifierReward, VaderSentiment, WeightedSum
+    from lit_rlhf.rewards import SequenceClassifierReward, VaderSentiment, WeightedSum
     from tests.conftest import make_rloo
 
     class Waiting(VaderSentiment):

@@ -130,7 +130,7 @@ def test_an_async_generator_tool_or_step_cannot_be_awaited_and_is_one_line():
 
 
 def test_an_async_def_reward_is_awaited():
-    from lit_rlhf.models.rewards import call_reward
+    from lit_rlhf.rewards.protocol import call_reward
 
     async def length_reward(prompts, completions, answer):
         return [float(len(c)) + a for c, a in zip(completions, answer, strict=True)]

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from lit_rlhf.cli.evaluate import evaluate
 from lit_rlhf.cli.resolvers import register_resolvers
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 from tests.apps import ROOT, run_app
 
 pytestmark = pytest.mark.xdist_group("trained_run")  # one worker trains the module's run, once
@@ -121,7 +121,7 @@ def test_an_llm_judge_at_an_endpoint_decides_the_pairs(trained_run, tmp_path):
 
     with FakeRewardServer(longer_wins_judge) as endpoint:
         evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt",
-                                   "judge._target_=lit_rlhf.remote.LLMPairwiseJudge", "~judge.tie_margin",
+                                   "judge._target_=lit_rlhf.rewards.LLMPairwiseJudge", "~judge.tie_margin",
                                    "+judge.model=judge-1", f"+judge.base_url={endpoint.url}/v1", out=tmp_path)
     assert evaluation.summary["judge"] == "LLMPairwiseJudge"
     expected = [1.0 if len(r["policy"]) > len(r["reference"]) else 0.0 if len(r["policy"]) < len(r["reference"])

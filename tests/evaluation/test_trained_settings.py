@@ -123,12 +123,12 @@ class RecordingServer:
 
 
 @pytest.mark.parametrize("group, remote", [
-    ("reward", {"_target_": "lit_rlhf.remote.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}),
-    ("gold", {"_target_": "lit_rlhf.remote.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}),
-    ("gold", {"_target_": "lit_rlhf.remote.LLMJudge", "model": "m", "base_url": "URL/v1", "api_key_env": "USERS_SECRET",
-              "retries": 0}),
-    ("reward", {"_target_": "lit_rlhf.models.WeightedSum", "weights": {"a": 1.0}, "rewards": {"a": {
-        "_target_": "lit_rlhf.remote.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}}}),
+    ("reward", {"_target_": "lit_rlhf.rewards.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}),
+    ("gold", {"_target_": "lit_rlhf.rewards.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}),
+    ("gold", {"_target_": "lit_rlhf.rewards.LLMJudge", "model": "m", "base_url": "URL/v1",
+              "api_key_env": "USERS_SECRET", "retries": 0}),
+    ("reward", {"_target_": "lit_rlhf.rewards.WeightedSum", "weights": {"a": 1.0}, "rewards": {"a": {
+        "_target_": "lit_rlhf.rewards.HTTPReward", "url": "URL", "auth_env": "USERS_SECRET", "retries": 0}}}),
 ], ids=["reward-server", "gold-server", "gold-judge-endpoint", "a-server-inside-a-weighted-sum"])
 def test_a_checkpoint_does_not_choose_where_texts_and_secrets_are_sent(group, remote, arithmetic_run, tmp_path):
     """A checkpoint naming a reward server or judge endpoint, with one of the user's environment variables as its

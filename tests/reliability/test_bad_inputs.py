@@ -16,7 +16,7 @@ from tests.helpers import FAST, ROOT, one_line_error
 
 TINY = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
 # teacher=routed with one teacher, for the rows whose data_source is "films"
-ROUTED_TO_FILMS = ("teacher.teachers={films: {_target_: lit_rlhf.models.teacher.CausalLMTeacher, name_or_path: "
+ROUTED_TO_FILMS = ("teacher.teachers={films: {_target_: lit_rlhf.teachers.CausalLMTeacher, name_or_path: "
                    f"'{TINY}'}}}}")
 FSDP2_ONE_RANK = ["trainer=fsdp2", "trainer.accelerator=cpu", "trainer.devices=1"]
 

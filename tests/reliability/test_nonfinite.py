@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 from tests.apps import run_app
 from tests.conftest import make_datamodule, make_rloo
 from tests.helpers import one_line_error

@@ -127,20 +127,21 @@ def test_a_resumed_distillation_run_refuses_another_teacher_in_one_line(tmp_path
     assert "resume changes teacher.name_or_path (its files differ" in one_line_error(
         run_app("train.py", *resume, f"teacher.name_or_path={teacher}", cwd=tmp_path))
     line = one_line_error(run_app("train.py", *resume, "teacher=routed", "teacher.column=genre",
-                                  f"+teacher.teachers.films={{_target_:lit_rlhf.models.teacher.CausalLMTeacher,"
+                                  f"+teacher.teachers.films={{_target_:lit_rlhf.teachers.CausalLMTeacher,"
                                   f"name_or_path:{teacher}}}", cwd=tmp_path))
-    assert line.startswith("error: resume changes teacher ('lit_rlhf.models.teacher.CausalLMTeacher' -> "
-                           "'lit_rlhf.models.teacher.RoutedTeachers')"), line
+    assert line.startswith("error: resume changes teacher ('lit_rlhf.teachers.causal_lm.CausalLMTeacher' -> "
+                           "'lit_rlhf.teachers.routed.RoutedTeachers')"), line
 
 
 def test_a_teachers_identity_is_its_weights_adapter_address_model_and_routes(tmp_path):
     from lit_rlhf.checkpoints.run_identity import teacher_identity
-    from lit_rlhf.models.teacher import CausalLMTeacher, RoutedTeachers
-    from lit_rlhf.remote.teacher import ServedTeacher
+    from lit_rlhf.teachers.causal_lm import CausalLMTeacher
+    from lit_rlhf.teachers.routed import RoutedTeachers
+    from lit_rlhf.teachers.served import ServedTeacher
 
     served = teacher_identity(ServedTeacher("http://user:s3cret@127.0.0.1:8000/v1", model="big"))
-    assert served == {"teacher": "lit_rlhf.remote.teacher.ServedTeacher", "teacher.url": "http://user:***@127.0.0.1:8000",
-                      "teacher.model": "big"}
+    assert served == {"teacher": "lit_rlhf.teachers.served.ServedTeacher",
+                      "teacher.url": "http://user:***@127.0.0.1:8000", "teacher.model": "big"}
     loaded = teacher_identity(CausalLMTeacher("org/teacher", adapter_path=str(ROOT / "lit_rlhf" / "assets")))
     assert loaded["teacher.name_or_path"] == "org/teacher" and set(loaded["teacher.adapter_path"]) == {"digest"}
     routed = teacher_identity(RoutedTeachers({"a": CausalLMTeacher("org/a"), "b": CausalLMTeacher("org/b")}, "src"))
@@ -150,3 +151,22 @@ def test_a_teachers_identity_is_its_weights_adapter_address_model_and_routes(tmp
     run = {"algo": "lit_rlhf.algos.distill.DistillationModule"}
     with pytest.raises(ConfigError, match=r"resume changes teacher.teachers.b.name_or_path \('org/b' -> 'org/c'\)"):
         check_same_run({**run, **routed}, {**run, **other})
+
+
+def test_a_checkpoint_of_the_previous_release_names_moved_classes_at_their_old_paths_and_resumes():
+    from lit_rlhf.checkpoints.run_identity import reward_identity, teacher_identity
+    from lit_rlhf.rewards import SequenceClassifierReward, VaderSentiment, WeightedSum
+    from lit_rlhf.teachers import CausalLMTeacher, RoutedTeachers
+
+    reward = WeightedSum({"vader": VaderSentiment(), "rm": SequenceClassifierReward("org/rm")})
+    teacher = RoutedTeachers({"a": CausalLMTeacher("org/a")}, "src")
+    current = {"algo": "lit_rlhf.algos.distill.DistillationModule", **reward_identity(reward),
+               **teacher_identity(teacher)}
+    saved = {**current, "reward.vader": "lit_rlhf.models.rewards.VaderSentiment",
+             "reward.rm": "lit_rlhf.models.rewards.SequenceClassifierReward (org/rm)",
+             "teacher": "lit_rlhf.models.teacher.RoutedTeachers",
+             "teacher.teachers.a": "lit_rlhf.models.teacher.CausalLMTeacher"}
+    assert saved != current
+    check_same_run(saved, current)
+    with pytest.raises(ConfigError, match="resume changes reward.rm"):
+        check_same_run({**saved, "reward.rm": "lit_rlhf.models.rewards.SequenceClassifierReward (org/other)"}, current)

@@ -174,9 +174,9 @@ def test_evaluating_and_exporting_a_distilled_policy_need_no_teacher(distilled_r
 
 @pytest.mark.integration
 @pytest.mark.parametrize("teacher", [
-    {"_target_": "lit_rlhf.remote.teacher.ServedTeacher", "url": "http://127.0.0.1:{port}"},
+    {"_target_": "lit_rlhf.teachers.ServedTeacher", "url": "http://127.0.0.1:{port}"},
     {"_target_": "os.system", "command": "touch {marker}"},
-    {"_target_": "lit_rlhf.models.teacher.CausalLMTeacher", "name_or_path": "{evil}", "trust_remote_code": True},
+    {"_target_": "lit_rlhf.teachers.CausalLMTeacher", "name_or_path": "{evil}", "trust_remote_code": True},
 ], ids=["served", "os.system", "own-code folder"])
 @pytest.mark.parametrize("command", ["evaluate", "export"])
 def test_a_teacher_in_a_checkpoints_settings_is_refused_in_one_line_and_never_reached(command, teacher,

@@ -6,7 +6,7 @@ import threading
 import lightning as L
 import pytest
 
-from lit_rlhf.models import VaderSentiment
+from lit_rlhf.rewards import VaderSentiment
 from tests.conftest import make_datamodule, make_rloo
 
 pytestmark = pytest.mark.integration  # runs a Trainer or an app

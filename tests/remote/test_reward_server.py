@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from lit_rlhf.cli.reward_server import Batcher
-from lit_rlhf.remote import HTTPReward
+from lit_rlhf.rewards import HTTPReward
 from lit_rlhf.tasks.arithmetic import ArithmeticCorrect
 from tests.apps import BASE_ENV, ROOT, run_app
 from tests.helpers import FAST, one_line_error
@@ -288,8 +288,8 @@ def test_a_served_reward_model_asks_clients_for_the_stopped_column():
     names `stopped`, which every rollout makes, so a client sends it; a reward that does not read it is not sent
     it."""
     from lit_rlhf.cli.reward_server import reward_columns
-    from lit_rlhf.models import SequenceClassifierReward, VaderSentiment
-    from lit_rlhf.models.reward_set import WeightedSum
+    from lit_rlhf.rewards import SequenceClassifierReward, VaderSentiment
+    from lit_rlhf.rewards.weighted_sum import WeightedSum
 
     model = SequenceClassifierReward("a/folder")  # weights load on first call: none here
     assert reward_columns(model) == ["stopped"]

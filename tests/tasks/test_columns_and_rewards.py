@@ -11,7 +11,7 @@ import torch
 from lit_rlhf.data import PromptDataModule
 from lit_rlhf.data.stream import PromptStream
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import VaderSentiment, WeightedSum
+from lit_rlhf.rewards import VaderSentiment, WeightedSum
 from tests.apps import run_app
 from tests.conftest import make_rloo
 from tests.helpers import FAST, one_line_error

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from lit_rlhf.models.teacher import CausalLMTeacher
-from lit_rlhf.remote.teacher import ServedTeacher
+from lit_rlhf.teachers.causal_lm import CausalLMTeacher
+from lit_rlhf.teachers.served import ServedTeacher
 from tests.conftest import TINY_PYTHIA
 from tests.remote.test_served_teacher import padded_batch
 from tests.vllm.servers import free_port, serve, stop

@@ -15,7 +15,8 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import thread_pool
-from lit_rlhf.models.rewards import Reward, SequenceClassifierReward, call_reward, load_reward
+from lit_rlhf.rewards.protocol import Reward, call_reward, load_reward
+from lit_rlhf.rewards.reward_model import SequenceClassifierReward
 
 
 def reward_name(reward: Any) -> str:

@@ -12,9 +12,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlhf import DistillationModule
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import VaderSentiment
-from lit_rlhf.models.teacher import CausalLMTeacher
-from lit_rlhf.remote.teacher import ServedTeacher, TeacherServiceError
+from lit_rlhf.rewards import VaderSentiment
+from lit_rlhf.teachers.causal_lm import CausalLMTeacher
+from lit_rlhf.teachers.served import ServedTeacher, TeacherServiceError
 from tests.conftest import LORA, TINY_PYTHIA, make_datamodule
 from tests.remote.fake_teacher import FakeTeacherServer
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.remote import HTTPReward, RewardServiceError
+from lit_rlhf.remote import RewardServiceError
+from lit_rlhf.rewards import HTTPReward
 from tests.remote.fake_server import FakeRewardServer, hang, length_scores, trickle
 
 PROMPTS = [f"p{i}" for i in range(7)]

@@ -6,7 +6,8 @@ import pytest
 
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.remote import LLMJudge, RewardServiceError, parse_judgement
+from lit_rlhf.remote import RewardServiceError
+from lit_rlhf.rewards import LLMJudge, parse_judgement
 from tests.apps import run_app
 from tests.helpers import FAST
 from tests.remote.fake_server import (
@@ -98,13 +99,13 @@ def test_train_py_with_an_endpoint_judge_logs_its_scores_and_unparsable_count(tm
     ("A or B", None), ("both", None), ("", None), ("AB", None),
 ])
 def test_the_pairwise_parser_takes_a_b_or_tie_on_the_first_line(text, expected):
-    from lit_rlhf.remote import parse_verdict
+    from lit_rlhf.rewards import parse_verdict
 
     assert parse_verdict(text) == expected
 
 
 def test_a_pairwise_judge_alternates_positions_so_a_position_bias_cancels():
-    from lit_rlhf.remote import LLMPairwiseJudge
+    from lit_rlhf.rewards import LLMPairwiseJudge
 
     prompts, policy, reference = ["p"] * 4, ["long answer", "x", "same", "long answer"], ["x", "long answer", "same",
                                                                                          "y"]

@@ -41,7 +41,7 @@ class JudgeModel:
         """Before training: a local judge model loads, an endpoint is asked for its models (GET /models), so a bad
         path or an endpoint that is down fails before the first step."""
         if self.base_url is None and self._local is None:
-            from lit_rlhf.remote.local_judge import LocalJudgeModel
+            from lit_rlhf.rewards.local_judge import LocalJudgeModel
 
             self._local = LocalJudgeModel(self.model, self.max_tokens, self.batch_size, self.device, self.key)
         elif self.base_url is not None and self._client is None:

@@ -1,4 +1,4 @@
-"""LLM judges: a generative model (lit_rlhf.remote.judge_model: an endpoint or a local model) reads a prompt
+"""LLM judges: a generative model (lit_rlhf.rewards.judge_model: an endpoint or a local model) reads a prompt
 template and writes a judgement, which a strict parser reads.
 
 - LLMJudge (reward=llm_judge): pointwise, a score in [min_score, max_score] per completion. The judgement's first
@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.remote.judge_model import JudgeModel
+from lit_rlhf.rewards.judge_model import JudgeModel
 
 DEFAULT_TEMPLATE = (
     "Rate how good the response is as a continuation of the prompt, from {min_score} (bad) to {max_score} "

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lit_rlhf.models import VaderSentiment, WeightedSum
+from lit_rlhf.rewards import VaderSentiment, WeightedSum
 
 
 def test_vader_scores_positive_above_negative():
@@ -23,7 +23,7 @@ def test_weighted_sum_and_plain_functions():
 def test_sequence_classifier_reward_loads_lazily_and_scores_prompt_plus_completion(tmp_path, tiny_path):
     from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForSequenceClassification
 
-    from lit_rlhf.models import SequenceClassifierReward
+    from lit_rlhf.rewards import SequenceClassifierReward
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
     config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -88,7 +88,7 @@ def broken_reward_folder(path, how: str):
 ])
 def test_a_broken_or_code_bearing_reward_folder_is_one_line(how, expected, tmp_path):
     from lit_rlhf.errors import ConfigError
-    from lit_rlhf.models import SequenceClassifierReward
+    from lit_rlhf.rewards import SequenceClassifierReward
 
     folder = tmp_path / "rm"
     broken_reward_folder(folder, how)
