@@ -21,6 +21,8 @@ MOVED: dict[str, dict[str, str]] = {
                                          "parse_verdict"), "lit_rlhf.rewards"),
                         **dict.fromkeys(("ServedTeacher", "TeacherServiceError"), "lit_rlhf.teachers")},
     "lit_rlhf.remote.teacher": dict.fromkeys(("ServedTeacher", "TeacherServiceError"), "lit_rlhf.teachers"),
+    "lit_rlhf.algos": dict.fromkeys(("KLController", "RewardNormalizer", "Rollout", "ScoreContext", "ScoreTransform",
+                                     "adaptive_kl_update"), "lit_rlhf.step"),
 }
 
 

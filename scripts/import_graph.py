@@ -24,6 +24,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("config", "estimators", "statistics", "interrupts", "loggers", "lazy_exports", "plot"),
     ("distributed", "checkpoints", "models", "tasks", "data", "envs", "remote", "rewards", "teachers"),
     ("rollout",),
+    ("step",),
     ("algos",),
     ("callbacks", "evaluation"),
     ("cli", "export", "serve", "__init__"),

@@ -23,16 +23,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rlhf.algos.default_callbacks import display_callbacks
-from lit_rlhf.algos.dropout import has_active_dropout
-from lit_rlhf.algos.episodes import estimate_advantages
 from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, off_policy_mask, require_grads
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
-from lit_rlhf.algos.kl_controller import KLController, KLPenalty
-from lit_rlhf.algos.nonfinite import NonfiniteGuard
-from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.score_transforms import ScoreTransform
 from lit_rlhf.algos.step_stats import StepStatistics, step_distributions
-from lit_rlhf.algos.strategies import ModelSharding
 from lit_rlhf.checkpoints.state import TrainedStateCheckpoints
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.docs import settings_docstring
@@ -50,6 +43,13 @@ from lit_rlhf.rollout.context import SamplingSettings
 from lit_rlhf.rollout.queue import QueueSettings, RolloutQueue, check_concurrent_draws
 from lit_rlhf.rollout.sampler import Sampler
 from lit_rlhf.rollout.sampling import stop_token_id
+from lit_rlhf.step.dropout import has_active_dropout
+from lit_rlhf.step.episodes import estimate_advantages
+from lit_rlhf.step.kl_controller import KLController, KLPenalty
+from lit_rlhf.step.model_sharding import ModelSharding
+from lit_rlhf.step.nonfinite import NonfiniteGuard
+from lit_rlhf.step.rollout import Rollout
+from lit_rlhf.step.score_transforms import ScoreTransform
 from lit_rlhf.tasks.metrics import TaskMetric
 
 

@@ -25,8 +25,6 @@ from typing import Any
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
-from lit_rlhf.algos.kl_controller import KLPenalty
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import DistillationConfig
 from lit_rlhf.distributed.ranks import sum_over_ranks
@@ -36,6 +34,8 @@ from lit_rlhf.models.forwards import sequence_inputs
 from lit_rlhf.ops import masked_mean
 from lit_rlhf.ops.divergence import chunked_generalized_jsd
 from lit_rlhf.ops.losses import aggregate_loss
+from lit_rlhf.step.kl_controller import KLPenalty
+from lit_rlhf.step.rollout import Rollout
 
 FULL_VOCABULARY_CHUNK = 512  # positions per chunk of the full-vocabulary divergence without algo.logits_chunk_size
 

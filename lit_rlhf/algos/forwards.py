@@ -12,14 +12,14 @@ from contextlib import contextmanager
 
 import torch
 
-from lit_rlhf.algos.rollout import Rollout
-from lit_rlhf.algos.score_transforms import ScoreContext, apply_score_transform
 from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
 from lit_rlhf.ops import importance_weights, off_policy_sequences
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.rollout.sampler import Drawn
+from lit_rlhf.step.rollout import Rollout
+from lit_rlhf.step.score_transforms import ScoreContext, apply_score_transform
 
 
 def off_policy_mask(new_logprobs: torch.Tensor, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor,

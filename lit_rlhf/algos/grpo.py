@@ -11,9 +11,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.base import RLHFModule
-from lit_rlhf.algos.kl_controller import KLPenalty
-from lit_rlhf.algos.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import GRPOConfig
 from lit_rlhf.data.datamodule import batch_to
@@ -21,6 +18,9 @@ from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.statistics.rollout import zero_std_groups
+from lit_rlhf.step.kl_controller import KLPenalty
+from lit_rlhf.step.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
+from lit_rlhf.step.rollout import Rollout
 
 
 class GRPOModule(RLHFModule):
@@ -59,7 +59,7 @@ class GRPOModule(RLHFModule):
         return scores, in_loss
 
     def training_rollout(self, batch: dict[str, torch.Tensor]) -> Rollout:
-        """With filter_zero_std_groups and max_refill_rounds: DAPO's dynamic sampling (algos/refill.py). The step
+        """With filter_zero_std_groups and max_refill_rounds: DAPO's dynamic sampling (step/refill.py). The step
         keeps B groups, informative ones first; rollout/refill_rounds and rollout/refill_episodes count the extra
         rollouts and the sequences they generated."""
         rollout = self.rollout(batch)
@@ -94,7 +94,7 @@ class GRPOModule(RLHFModule):
         return select_sequences(rollout, first_groups(informative, rollout.prompt_index, groups))
 
     def refill_batch(self, count: int, round_: int) -> dict[str, torch.Tensor]:
-        """`count` training prompts drawn for refill round `round_` of this RL step (see algos/refill.py)."""
+        """`count` training prompts drawn for refill round `round_` of this RL step (see step/refill.py)."""
         datamodule = self.trainer.datamodule
         rows = datamodule.train_prompts
         idx = refill_prompt_indices(len(rows), count, datamodule.hparams.seed, self.rl_step, round_,

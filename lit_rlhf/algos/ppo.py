@@ -8,8 +8,6 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
-from lit_rlhf.algos.kl_controller import KLPenalty
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import PPOConfig
 from lit_rlhf.distributed.ranks import sum_over_ranks
@@ -32,6 +30,8 @@ from lit_rlhf.ops import (
     masked_mean,
     masked_var,
 )
+from lit_rlhf.step.kl_controller import KLPenalty
+from lit_rlhf.step.rollout import Rollout
 
 
 class PPOModule(RLHFModule):

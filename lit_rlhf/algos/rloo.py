@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf.algos.base import RLHFModule
-from lit_rlhf.algos.kl_controller import KLPenalty
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import RLOOConfig
+from lit_rlhf.step.kl_controller import KLPenalty
+from lit_rlhf.step.rollout import Rollout
 
 
 class RLOOModule(RLHFModule):

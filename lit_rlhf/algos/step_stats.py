@@ -10,10 +10,10 @@ import time
 
 import torch
 
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.ops import sampler_mismatch_stats
 from lit_rlhf.rollout.trajectory import episode_stats
 from lit_rlhf.statistics.rollout import completion_stats, group_stats, host_values, mean_over_ranks, reward_stats
+from lit_rlhf.step.rollout import Rollout
 
 
 def objective_stats(rollout: Rollout, kl: torch.Tensor | None, non_score_reward: torch.Tensor,

@@ -111,11 +111,15 @@ DEFINED_BEFORE = {
     "lit_rlhf.models.teacher.CausalLMTeacher": "lit_rlhf.teachers.causal_lm.CausalLMTeacher",
     "lit_rlhf.models.teacher.RoutedTeachers": "lit_rlhf.teachers.routed.RoutedTeachers",
     "lit_rlhf.remote.teacher.ServedTeacher": "lit_rlhf.teachers.served.ServedTeacher",
+    "lit_rlhf.algos.score_transforms.RewardNormalizer": "lit_rlhf.step.score_transforms.RewardNormalizer",
 }
 
 
 def defined_now(value: Any) -> Any:
-    """A saved identity value with a moved class's old name ("<name>" or "<name> (<model>)") renamed."""
+    """A saved identity value with a moved class's old name ("<name>" or "<name> (<model>)", or a list of them)
+    renamed."""
+    if isinstance(value, list):
+        return [defined_now(item) for item in value]
     if not isinstance(value, str):
         return value
     name, space, rest = value.partition(" ")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 
 from lit_rlhf import GRPOModule, PPOModule, ReinforcePPModule, RLOOModule
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.ops import importance_weights
 from lit_rlhf.rollout.engine import Samples
+from lit_rlhf.step.rollout import Rollout
 
 PROMPTS, K, P, R = 4, 4, 5, 8
 

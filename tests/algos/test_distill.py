@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from lit_rlhf import DistillationModule
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rewards import VaderSentiment
 from lit_rlhf.rollout.engine import Samples
+from lit_rlhf.step.rollout import Rollout
 from lit_rlhf.teachers.causal_lm import CausalLMTeacher
 from lit_rlhf.teachers.routed import RoutedTeachers
 from lit_rlhf.teachers.served import ServedTeacher

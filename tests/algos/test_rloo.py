@@ -2,8 +2,8 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.step.rollout import Rollout
 from tests.conftest import FAST_LEARNING, assert_learns_positivity, make_datamodule, make_rloo
 from tests.helpers import advantages_of
 

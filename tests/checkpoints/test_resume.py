@@ -8,8 +8,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 
-from lit_rlhf.algos import KLController, RewardNormalizer
 from lit_rlhf.envs import EnvSpec
+from lit_rlhf.step import KLController, RewardNormalizer
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 from tests.envs.scripted import CountingEnvironment
 

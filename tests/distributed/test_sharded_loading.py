@@ -66,8 +66,8 @@ def test_ppo_reads_a_reward_model_critic_by_shards_too(tmp_path, monkeypatch):
     """PPO's algo.critic=reward_model under sharded loading: backbone and score head are placeholders until
     materialized, then equal the reward model's files; a causal LM's folder (no score head saved) gets a real head,
     initialised as from_pretrained initialises it."""
-    from lit_rlhf.algos.strategies import ModelSharding
     from lit_rlhf.models.value import load_reward_model_critic
+    from lit_rlhf.step.model_sharding import ModelSharding
     from tests.conftest import make_ppo
 
     saved = save_reward_model(tmp_path)

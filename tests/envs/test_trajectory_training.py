@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from lit_rlhf import GRPOModule, PPOModule, ReinforcePPModule, RLOOModule
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.envs import EnvSpec
 from lit_rlhf.rewards import VaderSentiment
+from lit_rlhf.step.rollout import Rollout
 from tests.conftest import LORA, TINY_PYTHIA, make_datamodule
 from tests.envs.scripted import EchoEnvironment, ScriptedEngine
 from tests.helpers import advantages_of

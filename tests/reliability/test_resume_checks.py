@@ -161,8 +161,9 @@ def test_a_checkpoint_of_the_previous_release_names_moved_classes_at_their_old_p
     reward = WeightedSum({"vader": VaderSentiment(), "rm": SequenceClassifierReward("org/rm")})
     teacher = RoutedTeachers({"a": CausalLMTeacher("org/a")}, "src")
     current = {"algo": "lit_rlhf.algos.distill.DistillationModule", **reward_identity(reward),
-               **teacher_identity(teacher)}
+               **teacher_identity(teacher), "score_transforms": ["lit_rlhf.step.score_transforms.RewardNormalizer"]}
     saved = {**current, "reward.vader": "lit_rlhf.models.rewards.VaderSentiment",
+             "score_transforms": ["lit_rlhf.algos.score_transforms.RewardNormalizer"],
              "reward.rm": "lit_rlhf.models.rewards.SequenceClassifierReward (org/rm)",
              "teacher": "lit_rlhf.models.teacher.RoutedTeachers",
              "teacher.teachers.a": "lit_rlhf.models.teacher.CausalLMTeacher"}

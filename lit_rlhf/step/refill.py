@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.step.rollout import Rollout
 
 # How each per-sequence field of a Rollout is padded to a common width: (side, value); None: not padded.
 PADDING = {"queries": ("left", "pad"), "query_mask": ("left", 0), "responses": ("right", "pad"),

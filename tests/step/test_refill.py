@@ -5,8 +5,8 @@ import csv
 import pytest
 import torch
 
-from lit_rlhf.algos.refill import concat_rollouts, first_groups, select_sequences
-from lit_rlhf.algos.rollout import Rollout
+from lit_rlhf.step.refill import concat_rollouts, first_groups, select_sequences
+from lit_rlhf.step.rollout import Rollout
 from tests.apps import run_app
 from tests.helpers import one_line_error
 

@@ -23,7 +23,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import kl_per_token
 
 if TYPE_CHECKING:
-    from lit_rlhf.algos.rollout import Rollout
+    from lit_rlhf.step.rollout import Rollout
 
 KINDS = ("fixed", "adaptive")
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.algos.rollout import Rollout
 from lit_rlhf.estimators import ESTIMATORS, Estimate, EstimatorInputs
 from lit_rlhf.ops import gather_tokens, model_tokens_first, scatter_tokens
+from lit_rlhf.step.rollout import Rollout
 
 
 def estimate_advantages(rollout: Rollout, non_score_reward: torch.Tensor, estimator: str, hparams: Any,

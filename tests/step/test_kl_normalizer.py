@@ -3,9 +3,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_rlhf.algos import KLController, RewardNormalizer, ScoreContext, adaptive_kl_update
-from lit_rlhf.algos.kl_controller import KLPenalty
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.step import KLController, RewardNormalizer, ScoreContext, adaptive_kl_update
+from lit_rlhf.step.kl_controller import KLPenalty
 from tests.algos.test_rloo import fake_rollout
 from tests.conftest import make_datamodule, make_rloo
 from tests.helpers import advantages_of
@@ -136,7 +136,7 @@ def test_the_running_moments_take_every_rank_s_scores_from_the_context():
 
 
 def test_a_transform_written_for_the_module_still_runs_with_a_deprecation_warning():
-    from lit_rlhf.algos.score_transforms import apply_score_transform
+    from lit_rlhf.step.score_transforms import apply_score_transform
 
     class Doubling:  # the earlier signature
         def transform_scores(self, module, scores, prompts, completions):
