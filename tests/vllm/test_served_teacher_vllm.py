@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 from lit_rlhf.teachers.causal_lm import CausalLMTeacher
 from lit_rlhf.teachers.served import ServedTeacher
 from tests.conftest import TINY_PYTHIA
-from tests.remote.test_served_teacher import padded_batch
+from tests.teachers.test_served_teacher import padded_batch
 from tests.vllm.servers import free_port, serve, stop
 
 # every test here starts a vLLM engine or server, or runs train.py: the integration tier
