@@ -5,6 +5,7 @@ Names follow TRL's configs where TRL has one; defaults are ours, the same for Py
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
+from lit_rlhf.choices import IMPORTANCE_SAMPLING_LEVELS, IS_MODES, KL_ESTIMATORS, LOSS_TYPES, POLICY_LOSSES
 from lit_rlhf.config.registry import algorithm
 from lit_rlhf.config.sampling_checks import check_unbiased
 from lit_rlhf.config.settings import setting
@@ -127,10 +128,6 @@ class RLHFConfig:
            "rollout's tool and reward waits overlap the next one's sampling; rollout=hf only")
 
     def __post_init__(self):
-        # the names live beside their maths (torch); imported here, so that composing a config imports no torch
-        from lit_rlhf.ops import IS_MODES, KL_ESTIMATORS, LOSS_TYPES
-        from lit_rlhf.ops.policy_losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_LOSSES
-
         check_choice("loss_type", self.loss_type, LOSS_TYPES)
         check_choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         check_choice("rollout_is_mode", self.rollout_is_mode, IS_MODES)

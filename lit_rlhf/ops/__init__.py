@@ -1,5 +1,6 @@
 """Pure tensor maths: no Lightning, no transformers."""
 
+from lit_rlhf.choices import IS_MODES, KL_ESTIMATORS, LOSS_TYPES  # the settings' names, torch-free
 from lit_rlhf.ops.advantages import (
     discounted_reverse_cumsum,
     gae_advantages,
@@ -14,15 +15,14 @@ from lit_rlhf.ops.advantages import (
     rloo_advantages,
 )
 from lit_rlhf.ops.importance import (
-    IS_MODES,
     importance_weights,
     off_policy_sequences,
     sampler_mismatch_stats,
     truncated_is_weights,
 )
-from lit_rlhf.ops.kl import KL_ESTIMATORS, bias_corrected_kl, kl_per_token
+from lit_rlhf.ops.kl import bias_corrected_kl, kl_per_token
 from lit_rlhf.ops.logprobs import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
-from lit_rlhf.ops.losses import LOSS_TYPES, LossShare, aggregate_loss, clipped_policy_loss, clipped_value_loss
+from lit_rlhf.ops.losses import LossShare, aggregate_loss, clipped_policy_loss, clipped_value_loss
 from lit_rlhf.ops.masks import (
     contains_stop,
     first_stop_index,

@@ -17,10 +17,6 @@ import torch
 from lit_rlhf.ops.kl import kl_per_token
 from lit_rlhf.ops.masks import masked_mean
 
-# TRL's vllm_importance_sampling_mode names compute TRL's numbers; sequence_geo_* is this library's variant
-IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "sequence_geo_truncate",
-            "sequence_geo_mask")
-
 
 def importance_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, response_mask: torch.Tensor,
                        cap: float | None, mode: str = "token_truncate", lower: float | None = None) -> torch.Tensor:

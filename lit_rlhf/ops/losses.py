@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lit_rlhf.choices import LOSS_TYPES
 from lit_rlhf.ops.masks import masked_mean, masked_var
 from lit_rlhf.ops.policy_losses import cispo_loss, clip_loss, sapo_loss, sequence_log_ratio
-
-LOSS_TYPES = ("bnpo", "grpo", "dr_grpo", "dapo")
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import torch
 
-POLICY_LOSSES = ("clip", "cispo", "sapo")
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-
 
 def sequence_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """GSPO's log ratio: the mean over each sequence's response tokens of log pi - log pi_old, on every token of it
