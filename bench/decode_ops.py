@@ -92,7 +92,8 @@ def main() -> None:
         lambda n: floor_sampling(model, tokenizer, queries, query_mask, n), False)}
     engines = {"lit_rlhf eager (the default sampler, inverse_cdf), as on a GPU": (HFEngine(compile_mode=None), True),
                "lit_rlhf eager (inverse_cdf), as on a CPU (two-level search)": (HFEngine(compile_mode=None), False),
-               "lit_rlhf eager, rollout.sampler=generate": (HFEngine(compile_mode=None, sampler="generate"), False),
+               "lit_rlhf eager, rollout.sampler=generate": (HFEngine(compile_mode=None, token_sampler="generate"),
+                                                            False),
                "lit_rlhf eager, rollout.merge_adapters=true": (HFEngine(compile_mode=None, merge_adapters=True), True)}
     for name, (engine, as_on_gpu) in engines.items():
         rows[name] = (lambda n, engine=engine: lit_sampling(engine, settings_of, model, tokenizer, queries, query_mask,

@@ -143,7 +143,8 @@ def main() -> None:
                              "CPU), none (plain generate()), or a torch.compile mode (e.g. default)")
     parser.add_argument("--no-merge-adapters", action="store_true",
                         help="ablation: sample with the LoRA adapters unmerged (rollout.merge_adapters=false)")
-    parser.add_argument("--sampler", default="inverse_cdf", help="rollout.sampler (generate: generate()'s own draw)")
+    parser.add_argument("--sampler", default="inverse_cdf",
+                        help="rollout.token_sampler (generate: generate()'s own draw)")
     parser.add_argument("--no-shared-prefill", action="store_true",
                         help="ablation: a prefill per sample, not per prompt (rollout.shared_prefill=false)")
     parser.add_argument("--gradient-checkpointing", action="store_true",
@@ -172,7 +173,7 @@ def main() -> None:
         common["rollout_engine"] = VLLMServerEngine(urls=args.urls)
     else:
         common["rollout_engine"] = HFEngine(compile_mode=None if args.compile_mode == "none" else args.compile_mode,
-                                            sampler=args.sampler, shared_prefill=not args.no_shared_prefill,
+                                            token_sampler=args.sampler, shared_prefill=not args.no_shared_prefill,
                                             merge_adapters=False if args.no_merge_adapters
                                             else args.merge_adapters or "auto")
     if args.algo == "rloo":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from typing import Any
 
 import torch
@@ -23,10 +24,10 @@ from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
 from lit_rlhf.rollout.merged_adapters import check_merge_adapters, merged_adapters
 from lit_rlhf.rollout.sampling import pure_sampling_config
 
-SAMPLERS = ("inverse_cdf", "generate")
+TOKEN_SAMPLERS = ("inverse_cdf", "generate")
 # generate() settings that act only while generate() samples itself (its warpers after the temperature), or that
 # choose another decoding strategy: with any of them set, generate() draws the tokens. Its logits processors
-# (min_new_tokens, repetition_penalty, ...) run before either sampler.
+# (min_new_tokens, repetition_penalty, ...) run before either token sampler.
 GENERATE_SAMPLES = ("top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "num_beams",
                     "num_beam_groups", "penalty_alpha", "diversity_penalty", "constraints", "force_words_ids",
                     "dola_layers")
@@ -40,7 +41,7 @@ class HFEngine(RolloutEngine):
     and their KV cache is repeated K times, instead of N = B*K identical prefills (the same logits, so the same
     samples under the same seed).
 
-    sampler: how the next token is drawn from softmax(logits / temperature): "inverse_cdf", one uniform number per
+    token_sampler: how the next token is drawn from softmax(logits / temperature): "inverse_cdf", one uniform number per
     sequence against the cumulative distribution (lit_rlhf.rollout.inverse_cdf); "generate", generate()'s own
     torch.multinomial (one random number per vocabulary entry; what runs anyway where algo.generation_kwargs set a
     warper such as top_k or top_p). The same distribution and reproducible under a seed, but other tokens for the
@@ -54,13 +55,20 @@ class HFEngine(RolloutEngine):
 
     merge_adapters: sample with each LoRA layer's adapters merged into a new copy of its weight
     (lit_rlhf.rollout.merged_adapters): "auto" where the weights are float32, True in any dtype, False never;
-    not with weights sharded across ranks, nor under a compile mode that captures CUDA graphs."""
+    not with weights sharded across ranks, nor under a compile mode that captures CUDA graphs.
 
-    def __init__(self, shared_prefill: bool = True, sampler: str = "inverse_cdf",
+    sampler: token_sampler's old name (rollout.sampler), with a FutureWarning; it goes in the next release."""
+
+    def __init__(self, shared_prefill: bool = True, token_sampler: str = "inverse_cdf",
                  compile_mode: str | None = compiled.AUTO, static_cache_length: int | None = None,
-                 merge_adapters: str | bool = "auto"):
-        if sampler not in SAMPLERS:
-            raise ConfigError(f"rollout.sampler={sampler!r} is not a sampler; use one of {', '.join(SAMPLERS)}.")
+                 merge_adapters: str | bool = "auto", sampler: str | None = None):
+        if sampler is not None:
+            warnings.warn(f"rollout.sampler={sampler} is now rollout.token_sampler={sampler} (HFEngine(token_sampler="
+                          f"...)); the old name goes in the next release.", FutureWarning, stacklevel=2)
+            token_sampler = sampler
+        if token_sampler not in TOKEN_SAMPLERS:
+            raise ConfigError(f"rollout.token_sampler={token_sampler!r} is not a token sampler; use one of "
+                              f"{', '.join(TOKEN_SAMPLERS)}.")
         check_flag("rollout.shared_prefill", shared_prefill)
         compiled.check_compile_mode(compile_mode)
         check_setting_number("rollout.static_cache_length", static_cache_length, minimum=1, optional=True,
@@ -72,7 +80,7 @@ class HFEngine(RolloutEngine):
         self.merge_adapters = merge_adapters
         self.generation_config: GenerationConfig | None = None
         self.shared_prefill = shared_prefill
-        self.sampler = sampler
+        self.token_sampler = token_sampler
         self.compile_mode, self.static_cache_length = compile_mode, static_cache_length
         # decided at the first call, on the device the policy samples on: the mode that runs (auto resolved), and
         # whether compilation can run there
@@ -166,7 +174,7 @@ class HFEngine(RolloutEngine):
 
     def draws_with_own_stream(self, config: GenerationConfig) -> bool:
         """Whether sampling draws with the inverse-CDF sampler, which takes a random stream of its own."""
-        return self.sampler == "inverse_cdf" and config.do_sample and only_temperature_warps(config)
+        return self.token_sampler == "inverse_cdf" and config.do_sample and only_temperature_warps(config)
 
     def takes_random_stream(self) -> bool:
         return self.generation_config is not None and self.draws_with_own_stream(self.generation_config)

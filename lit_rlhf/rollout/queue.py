@@ -158,8 +158,8 @@ class RolloutQueue:
         if not self.sampler.engine.takes_random_stream():
             warn_once(f"algo.max_staleness={staleness}: this rollout engine samples from torch's "
                       f"default random generator, which the trainer's thread shares, so the same seed will not give "
-                      f"the same run; rollout.sampler=inverse_cdf without top_k/top_p-style generation_kwargs (or "
-                      f"rollout=vllm with rollout.seeded=true) draws each rollout from a stream of its own.")
+                      f"the same run; rollout.token_sampler=inverse_cdf without top_k/top_p-style generation_kwargs "
+                      f"(or rollout=vllm with rollout.seeded=true) draws each rollout from a stream of its own.")
         trained = [p for p in policy.parameters() if p.requires_grad]
         self.probe = None  # (queries, query_mask, responses, forward_mask) of one sequence, set by the first draw
         self.staleness_seen = []

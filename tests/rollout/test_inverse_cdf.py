@@ -1,4 +1,4 @@
-"""The next token drawn by inverse transform sampling (rollout.sampler=inverse_cdf, the default): the frequencies
+"""The next token drawn by inverse transform sampling (rollout.token_sampler=inverse_cdf, the default): the frequencies
 of softmax(logits / temperature), zero-probability tokens never, generate() takes the drawn token, and
 torch.multinomial (generate()'s own sampler) runs only where asked for or where settings bias sampling."""
 
@@ -132,7 +132,7 @@ def test_multinomial_runs_only_with_sampler_generate_or_biased_settings(monkeypa
     monkeypatch.setattr(torch, "multinomial", lambda *a, **kw: calls.append(1) or multinomial(*a, **kw))
     first, again = sample(module, HFEngine(), seed=3), sample(module, HFEngine(), seed=3)
     assert calls == [] and torch.equal(first, again)  # reproducible under a seed
-    sample(module, HFEngine(sampler="generate"), seed=3)
+    sample(module, HFEngine(token_sampler="generate"), seed=3)
     assert len(calls) > 0
     calls.clear()
     processed = make_rloo(response_length=6, generation_kwargs={"min_new_tokens": 6}, allow_biased_sampling=True)
@@ -158,8 +158,9 @@ def test_logits_processors_run_before_the_draw():
 
 
 def test_an_unknown_sampler_and_non_finite_logits_are_one_line():
-    with pytest.raises(ConfigError, match="rollout.sampler='fast' is not a sampler; use one of inverse_cdf, generate"):
-        HFEngine(sampler="fast")
+    with pytest.raises(ConfigError, match="rollout.token_sampler='fast' is not a token sampler; use one of "
+                                          "inverse_cdf, generate"):
+        HFEngine(token_sampler="fast")
     module = make_rloo(response_length=4)
     module.configure_model()
     with torch.no_grad():
@@ -176,3 +177,16 @@ def test_a_gpu_draw_searches_in_one_level_whatever_the_vocabulary():
     assert inverse_cdf.searches_in_one_level(SimpleNamespace(device=torch.device("cuda"), numel=lambda: big))
     assert not inverse_cdf.searches_in_one_level(SimpleNamespace(device=torch.device("cpu"), numel=lambda: big))
     assert inverse_cdf.searches_in_one_level(torch.zeros(2, 100))
+
+
+def test_the_old_name_of_the_token_sampler_still_chooses_it_with_a_warning():
+    """`rollout.sampler` (the setting's name in the previous release) is still in the engine's config, null."""
+    from pathlib import Path
+
+    import yaml
+
+    with pytest.warns(FutureWarning, match=r"rollout.sampler=generate is now rollout.token_sampler=generate"):
+        engine = HFEngine(sampler="generate")
+    assert engine.token_sampler == "generate" and HFEngine().token_sampler == "inverse_cdf"
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf" / "rollout" / "hf.yaml").read_text())
+    assert config["sampler"] is None and config["token_sampler"] == "inverse_cdf"

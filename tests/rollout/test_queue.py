@@ -100,7 +100,7 @@ def test_a_sampler_without_a_stream_of_its_own_says_the_run_will_not_repeat(monk
     monkeypatch.setattr(validation, "_warned", set())
     with pytest.warns(UserWarning, match=r"algo.max_staleness=1: this rollout engine samples from torch's default "
                                          r"random generator.*the same seed will not give the same run"):
-        fit(make_rloo(max_staleness=1, rollout_engine=HFEngine(sampler="generate")), rl_steps=1)
+        fit(make_rloo(max_staleness=1, rollout_engine=HFEngine(token_sampler="generate")), rl_steps=1)
     with warnings.catch_warnings(record=True) as caught:  # the default sampler draws from the draw's own stream
         warnings.simplefilter("always")
         fit(make_rloo(max_staleness=1), rl_steps=1)
