@@ -27,9 +27,14 @@ def test_import_lit_rlhf_loads_no_optional_library_and_the_engine_process_loads_
 def test_the_packages_names_load_on_first_use():
     import lit_rlhf
     import lit_rlhf.models
+    import lit_rlhf.remote
+    import lit_rlhf.rewards
     import lit_rlhf.rollout
+    import lit_rlhf.step
+    import lit_rlhf.teachers
 
-    for package in (lit_rlhf, lit_rlhf.models, lit_rlhf.rollout):
+    for package in (lit_rlhf, lit_rlhf.models, lit_rlhf.rollout, lit_rlhf.rewards, lit_rlhf.teachers, lit_rlhf.step,
+                    lit_rlhf.remote):
         assert sorted(package.__all__) == sorted(package._EXPORTS)
         for name in package.__all__:
             assert getattr(package, name).__name__ == name
