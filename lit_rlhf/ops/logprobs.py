@@ -74,8 +74,9 @@ def _block_log_probs(logits: torch.Tensor, rows: slice, temperature: float) -> t
 class _OutputLayerLogprobs(torch.autograd.Function):
     """log p(token) and the entropy of softmax((hidden W^T + b) / temperature), row by row, holding at most the
     logits in the dtype the output layer computes in (bfloat16 under autocast or with bfloat16 weights): the float32
-    log-probabilities exist a block of rows at a time, in the forward and again in the backward. The values are
-    those of log_softmax + gather; the gradient is log_softmax's: g * (onehot(token) - p) / temperature.
+    log-probabilities exist a block of rows at a time, in the forward and again in the backward, where the logits'
+    gradient overwrites them. The values are those of log_softmax + gather; the gradient is log_softmax's:
+    g * (onehot(token) - p) / temperature.
     keep_logits: the logits are kept for the backward pass; else recomputed there (one more matmul)."""
 
     @staticmethod
@@ -101,7 +102,10 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         weight_c = weight.to(dtype)
         if logits is None:  # recomputed as the forward computed it
             logits = torch.nn.functional.linear(hidden.to(dtype), weight_c, None if bias is None else bias.to(dtype))
-        grad_logits = torch.empty_like(logits)  # C,V
+        # the gradient takes the logits' place block by block (a block's log-probabilities are read before its rows
+        # are written): a chunk's logits and their gradient are never held together. A second backward through kept
+        # logits then fails at unpacking (their version moved) instead of reading the gradient as logits.
+        grad_logits = logits  # C,V
         for rows in _row_blocks(len(hidden), logits.shape[-1], logits.device):
             log_probs = _block_log_probs(logits, rows, ctx.temperature)  # B,V
             g = grad_logprobs[rows].unsqueeze(-1)  # B,1

@@ -141,3 +141,46 @@ def test_logprobs_without_entropy_are_the_same_bits_and_skip_the_entropy(chunk_s
         alone = batched_logprobs(model, queries, torch.ones_like(queries), responses, mask, 0.7, None, chunk_size)
     assert torch.equal(alone, with_entropy) and entropy.shape == alone.shape
     assert not exps  # the entropy's exp over the vocabulary did not run
+
+
+class VocabularyTensors(torch.utils._python_dispatch.TorchDispatchMode):
+    """How many (rows, V) tensors the ops made while active (views of one included: a slice or a written row block
+    is not (rows, V))."""
+
+    def __init__(self, rows: int, vocab_size: int):
+        super().__init__()
+        self.shape, self.made = (rows, vocab_size), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else [out]:
+            self.made += isinstance(tensor, torch.Tensor) and tuple(tensor.shape) == self.shape
+        return out
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
+def test_the_backward_writes_the_gradient_over_the_logits(recompute, monkeypatch):
+    """The backward makes no (chunk, V) tensor but the recomputed logits: the logits' gradient overwrites them block
+    by block (here 4 rows), so a chunk's logits and their gradient are never held together (one (chunk, V) tensor
+    less at the update's peak); the gradients are still those of the full logits (the first test)."""
+    from lit_rlhf.ops import logprobs as logprobs_module
+
+    monkeypatch.setattr(logprobs_module, "ENTROPY_BLOCK_ELEMENTS", 4 * 97)
+    torch.manual_seed(0)
+    hidden = torch.randn(32, 16, requires_grad=True)
+    head = torch.nn.Linear(16, 97)
+    logprobs, _ = chunked_logprobs_and_entropy(hidden, head, torch.randint(0, 97, (32,)), 0.7, 32, recompute)
+    made = VocabularyTensors(32, 97)
+    with made:
+        logprobs.sum().backward()
+    assert made.made == (1 if recompute else 0)
+    assert hidden.grad.abs().sum() > 0
+
+
+def test_a_second_backward_through_kept_logits_fails_rather_than_reads_their_gradient():
+    hidden = torch.randn(8, 16, requires_grad=True)
+    logprobs, _ = chunked_logprobs_and_entropy(hidden, torch.nn.Linear(16, 97), torch.zeros(8, dtype=torch.long),
+                                               1.0, 8, recompute=False)
+    logprobs.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        logprobs.sum().backward()
