@@ -32,10 +32,11 @@ def load_fingerprint_module():
 # results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
 # must leave this set)
 NOT_YET_FINGERPRINTED: set[str] = set()
-# measured on the device; the test suite's own timings; operations counted per decoding step; a loss beside TRL's on
-# fixed logits and the embedded model's output-layer geometry (no training run of lit_rlhf's behind them)
+# measured on the device; the test suite's own timings; operations counted per decoding step; a step's live memory
+# counted on a CPU; a loss beside TRL's on fixed logits and the embedded model's output-layer geometry (no training
+# run of lit_rlhf's behind them)
 NO_FINGERPRINT = {"gpu_check", "gpu_extended", "test_suite", "gkd_loss_vs_trl", "tool_name_ceiling", "decode_ops",
-                  "server_sync"}
+                  "server_sync", "step_memory"}
 
 
 @pytest.mark.integration
