@@ -7,7 +7,9 @@ On a GPU an eager decoding step is bound by launching kernels from Python (the G
 100%), so the operations each step dispatches are its cost there. Counted with a TorchDispatchMode on the CPU (the
 same Python path launches the same operations on CUDA; the draw's search as on a GPU, in one level, except in the row
 that says otherwise), over two lengths of forced new tokens, so that the prefill
-and everything paid once per call cancel out: per step = (ops at LONG - ops at SHORT) / (LONG - SHORT).
+and everything paid once per call cancel out: per step = (ops at LONG - ops at SHORT) / (LONG - SHORT); and what a
+call dispatches besides its steps (the prefill, the set-up around generate()): per call = ops at SHORT - SHORT x per
+step.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def lit_sampling(engine: HFEngine, settings_of, model, tokenizer, queries, query
     engine.generate_turn(context, contexts, new_tokens, from_reference=False, greedy=False)
 
 
-def per_step(run) -> tuple[float, Counter]:
-    """Operations per decoding step of run(new_tokens), and by operation."""
+def per_step(run) -> tuple[float, Counter, float]:
+    """Operations per decoding step of run(new_tokens), and by operation; and the operations of a call besides its
+    decoding steps."""
     counts = {}
     for tokens in (SHORT, LONG):
         with OpCounter() as counter:
@@ -60,7 +63,8 @@ def per_step(run) -> tuple[float, Counter]:
         counts[tokens] = counter.ops
     by_op = Counter({op: (counts[LONG][op] - counts[SHORT][op]) / (LONG - SHORT)
                      for op in set(counts[LONG]) | set(counts[SHORT])})
-    return sum(by_op.values()), by_op
+    step = sum(by_op.values())
+    return step, by_op, sum(counts[SHORT].values()) - SHORT * step
 
 
 def python_calls_per_step(run) -> float:
@@ -92,8 +96,10 @@ def main() -> None:
         lambda n: floor_sampling(model, tokenizer, queries, query_mask, n), False)}
     engines = {"lit_rlhf eager (the default sampler, inverse_cdf), as on a GPU": (HFEngine(compile_mode=None), True),
                "lit_rlhf eager (inverse_cdf), as on a CPU (two-level search)": (HFEngine(compile_mode=None), False),
-               "lit_rlhf eager, rollout.sampler=generate": (HFEngine(compile_mode=None, token_sampler="generate"),
-                                                            False),
+               "lit_rlhf eager, rollout.token_sampler=generate": (HFEngine(compile_mode=None,
+                                                                           token_sampler="generate"), False),
+               "lit_rlhf eager, rollout.shared_prefill=false": (HFEngine(compile_mode=None, shared_prefill=False),
+                                                                True),
                "lit_rlhf eager, rollout.merge_adapters=true": (HFEngine(compile_mode=None, merge_adapters=True), True)}
     for name, (engine, as_on_gpu) in engines.items():
         rows[name] = (lambda n, engine=engine: lit_sampling(engine, settings_of, model, tokenizer, queries, query_mask,
@@ -103,17 +109,18 @@ def main() -> None:
         # the draw's search as on a GPU: one level whatever the vocabulary (inverse_cdf.searches_in_one_level)
         inverse_cdf.searches_in_one_level = (lambda probs: True) if as_on_gpu else one_level_on_this_cpu
         run(SHORT)  # warm-up: first-call work
-        total, by_op = per_step(run)
-        results[name] = {"ops_per_step": total, "by_op": dict(by_op),
+        total, by_op, per_call = per_step(run)
+        results[name] = {"ops_per_step": total, "by_op": dict(by_op), "ops_per_call": per_call,
                          "python_calls_per_step": python_calls_per_step(run)}
-        print(f"{name}: {total:.1f} ops, {results[name]['python_calls_per_step']:.0f} Python calls per decoding step",
-              flush=True)
+        print(f"{name}: {total:.1f} ops, {results[name]['python_calls_per_step']:.0f} Python calls per decoding step, "
+              f"{per_call:.0f} ops per call besides", flush=True)
     floor_ops = Counter(results[next(iter(results))]["by_op"])
-    lines = [f"Operations dispatched per decoding step (forced new tokens, {W.PROMPTS_PER_STEP} prompts x "
-             f"{W.SAMPLES_PER_PROMPT} samples, {args.model} with LoRA r={W.LORA['r']} on every linear layer, "
-             f"{args.dtype}); `python bench/decode_ops.py`.", "",
-             "| sampling | ops per step | vs floor | ops it adds (per step) | Python calls per step |",
-             "|---|---:|---:|---|---:|"]
+    lines = [f"Operations dispatched per decoding step and per call besides its steps (forced new tokens, "
+             f"{W.PROMPTS_PER_STEP} prompts x {W.SAMPLES_PER_PROMPT} samples, {args.model} with LoRA "
+             f"r={W.LORA['r']} on every linear layer, {args.dtype}); `python bench/decode_ops.py`.", "",
+             "| sampling | ops per step | vs floor | ops it adds (per step) | Python calls per step | ops per call "
+             "besides the steps | vs floor |",
+             "|---|---:|---:|---|---:|---:|---:|"]
     for name, result in results.items():
         extra = Counter(result["by_op"])
         extra.subtract(floor_ops)
@@ -122,7 +129,8 @@ def main() -> None:
         added = ", ".join(changed[:10]) + (f", {len(changed) - 10} more" if len(changed) > 10 else "")
         lines.append(f"| {name} | {result['ops_per_step']:.0f} | "
                      f"{result['ops_per_step'] - results[next(iter(results))]['ops_per_step']:+.0f} | {added} | "
-                     f"{result['python_calls_per_step']:.0f} |")
+                     f"{result['python_calls_per_step']:.0f} | {result['ops_per_call']:.0f} | "
+                     f"{result['ops_per_call'] - results[next(iter(results))]['ops_per_call']:+.0f} |")
     from results_blocks import publish
 
     publish("decode_ops", {"model": args.model, "dtype": args.dtype, "results": results}, lines,

@@ -9,7 +9,7 @@ in the order they are measured, the most wanted first (a run stopped by --max-mi
 4. memory and eager sampling at --new-tokens (RLOO, each shape): the floor, the default, the default with the update's
    logits recomputed (algo.logits_budget_mib=null), TRL, eager, and eager with the adapters merged; then the settings
    that may trade speed for memory (model.gradient_checkpointing, the update's logits recomputed in chunks of 256)
-   and the eager engine's parts (generate()'s own draw, one prefill per sample);
+   and the sampling's parts (generate()'s own draw eagerly, one prefill per sample eagerly and compiled);
 5. what is left at the long lengths: eager and TRL at 256 and 1024 tokens, RLOO at 256.
 
 Each row also gets the sampling phase's generated tokens/s beside its bound on that GPU: a decoding step reads the
@@ -46,6 +46,7 @@ def commands(algo: str, trl: str | None) -> dict[str, list[str]]:
                                                     "generate"),
             "lit_rlhf eager, unshared prefill": lit("--algo", algo, *beta, "--compile-mode", "none",
                                                     "--no-shared-prefill"),
+            "lit_rlhf unshared prefill": lit("--algo", algo, *beta, "--no-shared-prefill"),
             "lit_rlhf checkpointed": lit("--algo", algo, *beta, "--gradient-checkpointing"),
             "lit_rlhf logits chunks of 256": lit("--algo", algo, *beta, "--logits-chunk-size", "256",
                                                  "--recompute-logits"),
@@ -81,7 +82,7 @@ def rows(small: str, large: str, new_tokens: int, long_tokens: list[int], trl: s
     for shape in dict.fromkeys([large, small]):
         add(shape, "rloo", every, new_tokens, steps=3)
     settings = ["lit_rlhf checkpointed", "lit_rlhf logits chunks of 256", "lit_rlhf eager, sampler=generate",
-                "lit_rlhf eager, unshared prefill"]
+                "lit_rlhf eager, unshared prefill", "lit_rlhf unshared prefill"]
     for shape in dict.fromkeys([large, small]):
         add(shape, "rloo", settings, new_tokens, steps=3)
     for tokens in (*shorter, longest):

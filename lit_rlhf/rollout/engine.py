@@ -64,11 +64,9 @@ def episode_rows(batch: dict[str, Any], prompt_index: torch.Tensor) -> list[dict
 def left_pad(contexts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Token-id lists as a left-padded batch. -> input_ids (N,L), attention_mask (N,L)"""
     width = max(len(c) for c in contexts)
-    ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)  # N,L
-    mask = torch.zeros((len(contexts), width), dtype=torch.long)  # N,L
-    for i, context in enumerate(contexts):
-        ids[i, width - len(context):] = torch.tensor(context, dtype=torch.long)
-        mask[i, width - len(context):] = 1
+    # padded as lists, one tensor each: no per-row tensor operations around every generate() call
+    ids = torch.tensor([[pad_id] * (width - len(c)) + c for c in contexts], dtype=torch.long)  # N,L
+    mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], dtype=torch.long)  # N,L
     return ids.to(device), mask.to(device)
 
 

@@ -163,19 +163,14 @@ def run_episodes(engine: Any, sampling: SamplingContext, queries: torch.Tensor, 
 def episode_tensors(episodes: list[Episode], length: int, pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
     """The episodes as padded tensors: responses, response_mask (model tokens), context_mask (every token after
     the prompt), sampler_logprobs. -> each (N,R)"""
-    n = len(episodes)
-    responses = torch.full((n, length), pad_id, dtype=torch.long)  # N,R
-    response_mask = torch.zeros((n, length), dtype=torch.bool)  # N,R
-    context_mask = torch.zeros((n, length), dtype=torch.bool)  # N,R
-    logprobs = torch.zeros((n, length))  # N,R
-    for i, episode in enumerate(episodes):
-        count = len(episode.tokens)
-        responses[i, :count] = torch.tensor(episode.tokens, dtype=torch.long)
-        response_mask[i, :count] = torch.tensor(episode.model_mask, dtype=torch.bool)
-        context_mask[i, :count] = True
-        logprobs[i, :count] = torch.tensor(episode.sampler_logprobs)
-    return {name: t.to(device) for name, t in (("responses", responses), ("response_mask", response_mask),
-                                                ("context_mask", context_mask), ("sampler_logprobs", logprobs))}
+    def padded(rows: list[list], fill, dtype: torch.dtype) -> torch.Tensor:  # one tensor from lists padded to R
+        return torch.tensor([row + [fill] * (length - len(row)) for row in rows], dtype=dtype).view(len(rows), length)
+
+    tensors = {"responses": padded([e.tokens for e in episodes], pad_id, torch.long),
+               "response_mask": padded([e.model_mask for e in episodes], False, torch.bool),
+               "context_mask": padded([[True] * len(e.tokens) for e in episodes], False, torch.bool),
+               "sampler_logprobs": padded([e.sampler_logprobs for e in episodes], 0.0, torch.get_default_dtype())}
+    return {name: t.to(device) for name, t in tensors.items()}
 
 
 def episode_conversation(episode: Episode, tokenizer: Any) -> list[tuple[str, str]]:
