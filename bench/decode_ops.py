@@ -15,6 +15,7 @@ step.
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import pstats
 from collections import Counter
@@ -24,6 +25,7 @@ import workload as W
 from floor import load_tokenizer_and_model, prompt_batch, sample
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
 from lit_rlhf.rollout import HFEngine, inverse_cdf
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 
@@ -86,6 +88,8 @@ def main() -> None:
     torch.manual_seed(0)
     device = torch.device("cpu")
     tokenizer, model = load_tokenizer_and_model(args.model, args.dtype, device)
+    lit_model = copy.deepcopy(model)  # the LoRA layers as lit_rlhf builds them (models/lora_inputs.py)
+    hold_lora_inputs_in_their_dtype(lit_model)
     prompts = W.training_prompts()[:W.PROMPTS_PER_STEP]
     queries, query_mask = prompt_batch(tokenizer, prompts, W.SAMPLES_PER_PROMPT, device)
 
@@ -102,8 +106,8 @@ def main() -> None:
                                                                 True),
                "lit_rlhf eager, rollout.merge_adapters=true": (HFEngine(compile_mode=None, merge_adapters=True), True)}
     for name, (engine, as_on_gpu) in engines.items():
-        rows[name] = (lambda n, engine=engine: lit_sampling(engine, settings_of, model, tokenizer, queries, query_mask,
-                                                            n), as_on_gpu)
+        rows[name] = (lambda n, engine=engine: lit_sampling(engine, settings_of, lit_model, tokenizer, queries,
+                                                            query_mask, n), as_on_gpu)
     results = {}
     for name, (run, as_on_gpu) in rows.items():
         # the draw's search as on a GPU: one level whatever the vocabulary (inverse_cdf.searches_in_one_level)

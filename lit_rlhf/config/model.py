@@ -13,7 +13,9 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 class LoraSettings:
     r: int = setting(16, "LoRA rank")
     lora_alpha: int = setting(32, "LoRA scaling numerator (the update is scaled by lora_alpha / r)")
-    lora_dropout: float = setting(0.0, "dropout on the LoRA input; > 0 makes the ratio differ from 1 before any update")
+    lora_dropout: float = setting(
+        0.0, "dropout on the LoRA input; > 0 makes the ratio differ from 1 before any update, and with bfloat16 "
+             "weights holds a float32 copy of each LoRA layer's input for the backward pass (0: its input as it is)")
     target_modules: Any = setting("all-linear", "modules that get adapters: all-linear, or a list of names")
 
     def __post_init__(self):

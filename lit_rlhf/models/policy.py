@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 from lit_rlhf.distributed.meta_loading import empty_model, is_empty
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
 
 TRAINABLE_ADAPTER, REFERENCE_ADAPTER = "default", "reference"
 
@@ -75,16 +76,19 @@ def linear_module_names(model: torch.nn.Module) -> list[str]:
 
 
 def with_lora(model: torch.nn.Module, lora: dict[str, Any], task_type: str, name_or_path: str) -> torch.nn.Module:
-    """model wrapped with LoRA adapters (peft); target modules that match nothing are one line naming some that do."""
+    """model wrapped with LoRA adapters (peft), their layers holding their inputs in the weights' dtype
+    (models/lora_inputs.py); target modules that match nothing are one line naming some that do."""
     with peft_reads_deprecated_alias():
         try:
-            return get_peft_model(model, LoraConfig(task_type=task_type, **lora))
+            adapted = get_peft_model(model, LoraConfig(task_type=task_type, **lora))
         except ValueError as err:  # peft's NoMatchingPeftModuleError
             if "not found in the base model" not in str(err):
                 raise
             raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module of "
                               f"{name_or_path}; use 'all-linear' or names of its linear layers, e.g. "
                               f"{linear_module_names(model)[:4]}.") from err
+    hold_lora_inputs_in_their_dtype(adapted)
+    return adapted
 
 
 def load_policy(
@@ -122,6 +126,7 @@ def load_policy(
             )
             policy.load_adapter(adapter_path, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
         policy.set_adapter(TRAINABLE_ADAPTER)
+        hold_lora_inputs_in_their_dtype(policy)
         return policy, Reference(policy)
     if lora is not None:
         policy = with_lora(model, lora, "CAUSAL_LM", name_or_path)

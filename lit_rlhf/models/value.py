@@ -17,6 +17,7 @@ from lit_rlhf.config.algo import CRITIC_KINDS  # noqa: F401  (re-exported)
 from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER, peft_reads_deprecated_alias
 
 CRITIC_ADAPTER = "critic"
@@ -40,6 +41,7 @@ def add_critic_adapter(policy: torch.nn.Module, lora: dict[str, Any] | None) -> 
     if lora is None or not hasattr(policy, "add_adapter"):
         raise ConfigError("algo.critic=adapter needs LoRA (model.lora set); use algo.critic=shared otherwise.")
     policy.add_adapter(CRITIC_ADAPTER, LoraConfig(task_type="CAUSAL_LM", **lora))
+    hold_lora_inputs_in_their_dtype(policy)
     _activate_policy_adapter(policy)
 
 
@@ -81,6 +83,7 @@ def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[st
     if lora is not None:
         with peft_reads_deprecated_alias():
             backbone = get_peft_model(backbone, LoraConfig(**lora))
+        hold_lora_inputs_in_their_dtype(backbone)
     return backbone, head.float().requires_grad_(True)
 
 

@@ -23,6 +23,7 @@ import torch
 from peft.tuners.lora import Linear as LoraLinear
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.lora_inputs import is_lora_linear
 from lit_rlhf.rollout.weights import lora_variant, merged_lora_weight
 
 EXACT_DTYPES = (torch.float32, torch.float64)
@@ -37,7 +38,7 @@ def check_merge_adapters(value: object) -> None:
 def mergeable(layer: torch.nn.Module, any_dtype: bool) -> bool:
     """A plain LoRA linear layer (no DoRA or other variant) with adapters active and not merged, over an unsharded
     floating-point weight (of an exact dtype unless any_dtype)."""
-    if type(layer) is not LoraLinear or layer.disable_adapters or layer.merged:
+    if not is_lora_linear(layer) or layer.disable_adapters or layer.merged:
         return False
     active = [name for name in layer.active_adapters if name in layer.lora_A]
     if not active or any(lora_variant(layer, name) for name in active):

@@ -13,8 +13,9 @@ import re
 
 import torch
 from peft import PeftModel
-from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
+
+from lit_rlhf.models.lora_inputs import is_lora_linear
 
 # peft's wrappers around a base module's tensors, removed to recover the checkpoint name
 WRAPPER_PARTS = re.compile(r"\.base_layer(?=\.)|\.modules_to_save\.[^.]+(?=\.)")
@@ -48,7 +49,7 @@ def lora_variant(layer: LoraLayer, adapter: str) -> bool:
 
 def plain_linear_adapter(layer: LoraLayer, adapter: str) -> bool:
     """A vanilla LoRA adapter of a linear layer stored as out,in (no variant, no fan-in-fan-out)."""
-    return type(layer) is LoraLinear and not layer.fan_in_fan_out and not lora_variant(layer, adapter)
+    return is_lora_linear(layer) and not layer.fan_in_fan_out and not lora_variant(layer, adapter)
 
 
 @torch.no_grad()
