@@ -67,7 +67,7 @@ class StepDiagnosis(L.Callback):
         self.teacher, self.seen, self.grad_norm, self.before = None, None, None, None
 
     def on_fit_start(self, trainer, module) -> None:
-        from lit_rlhf.models.teacher import CausalLMTeacher
+        from lit_rlhf.teachers import CausalLMTeacher
 
         self.teacher = module.sampler.teacher
         if self.teacher is None:  # GRPO: the teacher only observes

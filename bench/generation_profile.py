@@ -10,8 +10,8 @@ Then generation tokens/s of plain generate() (its own sampler, every sample pref
 HFEngine's generate() on the LoRA-wrapped policy, as rollouts call it: 8 distinct prompts x K=4 samples, 16-token
 prompts (random token ids), 32 new tokens (the stop token is too unlikely to end one early), temperature 0.7; the
 tiny default and the pythia-160m shape (random weights, bench/workload.py), with the K samples' prefill shared
-(rollout.shared_prefill, the default) and not, and each sampler (rollout.sampler: inverse_cdf, the default, and
-generate()'s own multinomial). Times come from forward hooks on the model and on its output head
+(rollout.shared_prefill, the default) and not, and each token sampler (rollout.token_sampler: inverse_cdf, the
+default, and generate()'s own multinomial). Times come from forward hooks on the model and on its output head
 (time.perf_counter around each call); medians of 3 calls after a warm-up call, in one process. A forward of more
 than one position is a prefill; every other forward is a decoding step.
 """
@@ -74,7 +74,7 @@ def profile(engine: HFEngine, model, queries, mask, config, siblings: int, clock
             "between_forwards_ms": 1e3 * (total - whole.prefill_s - whole.step_s) / steps}
 
 
-THROUGHPUT = {"generate() alone": dict(sampler="generate", shared_prefill=False),
+THROUGHPUT = {"generate() alone": dict(token_sampler="generate", shared_prefill=False),
               "lit_rlhf (the default)": {}, "lit_rlhf, rollout.merge_adapters=false": dict(merge_adapters=False),
               "lit_rlhf, rollout.compile_mode=default": dict(compile_mode="default")}
 
@@ -111,7 +111,8 @@ def throughput(name: str, config: GenerationConfig, queries: torch.Tensor, mask:
 
 
 def main() -> None:
-    engines, rows, speeds = {sampler: HFEngine(sampler=sampler) for sampler in ("generate", "inverse_cdf")}, [], []
+    engines = {sampler: HFEngine(token_sampler=sampler) for sampler in ("generate", "inverse_cdf")}
+    rows, speeds = [], []
     # pure sampling; random weights make the stop token (id 0) so unlikely that every response runs NEW_TOKENS long
     config = GenerationConfig(do_sample=True, temperature=W.TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS,
                               pad_token_id=1, eos_token_id=0)

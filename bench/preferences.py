@@ -57,7 +57,7 @@ def subset(rows_path: Path, count: int, out: Path, seed: int = 0) -> Path:
 
 def gold_accuracy(folder: Path, heldout: Path) -> float:
     """Share of held-out pairs the proxy orders as the gold does."""
-    from lit_rlhf.models import SequenceClassifierReward
+    from lit_rlhf.rewards import SequenceClassifierReward
 
     rows = [json.loads(line) for line in heldout.open()]
     proxy = SequenceClassifierReward(str(folder), batch_size=64, dtype="float32")
