@@ -15,8 +15,11 @@ adapters), b bytes per parameter (4: float32 weights, as with trainer.precision=
     update weights    (R + 3 B) * b           (root, a block, the next one, the block's unsharded gradient)
     optimizer step    T * 4 / W               (AdamW's foreach step holds sqrt(v) for every shard at once)
     KV cache          2 * layers * kv_width * (prompt + response tokens) * sequences * b
-    activations       layers * tokens * hidden * 68 + micro-batch logits (tokens * vocab * 4 * 2); with
-                      gradient checkpointing, layers * tokens * hidden * 4 plus one layer's 68 per token
+    activations       layers * tokens * hidden * 68 + the update's float32 logits; with gradient
+                      checkpointing, layers * tokens * hidden * 4 plus one layer's 68 per token
+    update's logits   response tokens * vocab * 4 for the micro-batch while that fits algo.logits_budget_mib
+                      (512), else one chunk's (algo.logits_chunk_size, 1024 tokens) recomputed in the backward;
+                      their gradient is written over them
 
 In one process without FSDP the weights are whole already: no rollout or update weights. CPU offload
 (trainer.strategy.cpu_offload=true) moves parameters, gradients and AdamW state to host memory (and the optimizer
@@ -38,6 +41,8 @@ from transformers import AutoModelForCausalLM, GPTNeoXConfig, LlamaConfig
 
 GIB, MIB = 2**30, 2**20
 LORA_RANK = 16
+LOGITS_BUDGET = 512 * 2**20  # algo.logits_budget_mib
+LOGITS_CHUNK = 1024  # algo.logits_chunk_size
 
 
 @dataclass
@@ -119,7 +124,10 @@ def per_rank_bytes(shape: ModelShape, ranks: int, lora: bool, offload: bool, sha
     per_layer = update_tokens * shape.hidden * 68
     kept = shape.layers * update_tokens * shape.hidden * 4 + per_layer if work.checkpointing \
         else shape.layers * per_layer
-    terms["activations"] = kept + work.micro_batch * work.response_tokens * shape.vocab * 4 * 2
+    logits = work.micro_batch * work.response_tokens * shape.vocab * 4
+    if logits > LOGITS_BUDGET:
+        logits = min(LOGITS_CHUNK, work.micro_batch * work.response_tokens) * shape.vocab * 4
+    terms["activations"] = kept + logits
     persistent = terms["parameters"] + terms["gradients"] + terms["optimizer"]
     terms["host"] = persistent if offload else 0.0
     device_persistent = 0.0 if offload else persistent
