@@ -42,8 +42,8 @@ def commands(algo: str, trl: str | None) -> dict[str, list[str]]:
             "lit_rlhf logits recomputed": lit("--algo", algo, *beta, "--recompute-logits"),
             "lit_rlhf eager": lit("--algo", algo, *beta, "--compile-mode", "none"),
             "lit_rlhf eager merged": lit("--algo", algo, *beta, "--compile-mode", "none", "--merge-adapters"),
-            "lit_rlhf eager, sampler=generate": lit("--algo", algo, *beta, "--compile-mode", "none", "--sampler",
-                                                    "generate"),
+            "lit_rlhf eager, token_sampler=generate": lit("--algo", algo, *beta, "--compile-mode", "none",
+                                                          "--sampler", "generate"),
             "lit_rlhf eager, unshared prefill": lit("--algo", algo, *beta, "--compile-mode", "none",
                                                     "--no-shared-prefill"),
             "lit_rlhf unshared prefill": lit("--algo", algo, *beta, "--no-shared-prefill"),
@@ -81,7 +81,7 @@ def rows(small: str, large: str, new_tokens: int, long_tokens: list[int], trl: s
     every = ["floor", "lit_rlhf", "lit_rlhf logits recomputed", "trl", "lit_rlhf eager", "lit_rlhf eager merged"]
     for shape in dict.fromkeys([large, small]):
         add(shape, "rloo", every, new_tokens, steps=3)
-    settings = ["lit_rlhf checkpointed", "lit_rlhf logits chunks of 256", "lit_rlhf eager, sampler=generate",
+    settings = ["lit_rlhf checkpointed", "lit_rlhf logits chunks of 256", "lit_rlhf eager, token_sampler=generate",
                 "lit_rlhf eager, unshared prefill", "lit_rlhf unshared prefill"]
     for shape in dict.fromkeys([large, small]):
         add(shape, "rloo", settings, new_tokens, steps=3)
