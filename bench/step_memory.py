@@ -2,12 +2,13 @@
 and of the plain-PyTorch floor (bench/floor.py) at the GPU check's work (8 prompts x 4 samples, 32 forced new tokens,
 LoRA, bfloat16 weights), by the operation that made each tensor.
 
-    python bench/step_memory.py        # ~3 minutes on 2 CPU cores; writes bench/results/step_memory.{md,json}
+    python bench/step_memory.py        # ~10 minutes on 2 CPU cores; writes bench/results/step_memory.{md,json}
 
 Each row runs its script for 2 steps in a process of its own under torch.profiler (profile_memory=True: every
 allocation and free of the CPU allocator, with the operations it happened in) and reports the most bytes live at once
 outside sampling (the update's peak; the GPU check puts lit_rlhf's and the floor's peaks in the update and the
-reference forward), with what was live then, grouped by the step's phase and the operation that allocated it. The
+reference forward), with what was live then, grouped by the step's phase and the operation that allocated it; at
+pythia-160m's shape every row, at pythia-1b's the floor and lit_rlhf's defaults. The
 base model's weights are not counted (loaded memory-mapped, outside the allocator); on a GPU they add the same to
 every row. Not counted either: the copy the CPU's batched matrix product makes of a broadcast operand (a GPU's batched
 product reads it in place). TRL has no row: on a CPU its log-probabilities take another path than on a GPU.
@@ -26,13 +27,14 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-WORK = ["--model", "pythia-160m", "--dtype", "bfloat16", "--steps", "2", "--warmup", "0"]
+WORK = ["--dtype", "bfloat16", "--steps", "2", "--warmup", "0"]
 ROWS = {"floor": ["floor.py"],
         "lit_rlhf": ["lit_step.py"],
         "lit_rlhf logits recomputed": ["lit_step.py", "--recompute-logits"],
         "lit_rlhf logits recomputed in chunks of 256": ["lit_step.py", "--recompute-logits", "--logits-chunk-size",
                                                         "256"],
         "lit_rlhf checkpointed": ["lit_step.py", "--gradient-checkpointing"]}
+SHAPES = {"pythia-160m": list(ROWS), "pythia-1b": ["floor", "lit_rlhf"]}  # the rows measured at each model shape
 SAMPLING = "sampling: generate()"
 
 
@@ -97,6 +99,19 @@ def traced(script: str, args: list[str]) -> dict:
             "held_mib": [[phase, op, size / 2**20] for (phase, op), size in held.most_common()]}
 
 
+def measured(shape: str, name: str) -> dict:
+    """One row, traced in a process of its own."""
+    script, *options = ROWS[name]
+    run = subprocess.run([sys.executable, __file__, "--trace", script, "--model", shape, *WORK, *options],
+                         capture_output=True, text=True, cwd=BENCH)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("STEP_MEMORY ")]
+    if run.returncode or not lines:
+        raise SystemExit(f"{shape} {name}: {script} failed:\n{run.stderr[-2000:]}")
+    result = json.loads(lines[-1].removeprefix("STEP_MEMORY "))
+    print(f"{shape} {name}: {result['peak_mib']:.0f} MiB", flush=True)
+    return result
+
+
 def holder(parents: tuple[str, ...]) -> tuple[str, str]:
     """(the step's phase, the operation) that made an allocation: the outermost aten operation of the innermost
     three, or the backward function it ran in."""
@@ -118,27 +133,20 @@ def main() -> None:
         result = traced(args.trace[0], args.trace[1:])
         print("STEP_MEMORY " + json.dumps(result), flush=True)
         return
-    results = {}
-    for name, (script, *options) in ROWS.items():
-        run = subprocess.run([sys.executable, __file__, "--trace", script, *WORK, *options], capture_output=True,
-                             text=True, cwd=BENCH)
-        lines = [line for line in run.stdout.splitlines() if line.startswith("STEP_MEMORY ")]
-        if run.returncode or not lines:
-            raise SystemExit(f"{name}: {script} failed:\n{run.stderr[-2000:]}")
-        results[name] = json.loads(lines[-1].removeprefix("STEP_MEMORY "))
-        print(f"{name}: {results[name]['peak_mib']:.0f} MiB", flush=True)
-    lines = ["Live tensor memory at the peak of an RLOO step outside sampling, on a CPU (pythia-160m's shape, bfloat16 "
-             "weights, LoRA r=16; 8 prompts x 4 samples, 32 forced new tokens; the base model's weights not counted), "
-             "and the largest things it held, by the phase and operation that made them; "
-             "`python bench/step_memory.py`.", "",
-             "| impl | peak MiB | peak in | largest holdings (MiB: phase, operation) |", "|---|---:|---|---|"]
-    for name, result in results.items():
-        largest = "; ".join(f"{mib:.0f}: {phase}, {op}" for phase, op, mib in result["held_mib"][:4])
-        lines.append(f"| {name} | {result['peak_mib']:.0f} | {result['peak_in']} | {largest} |")
+    results = {shape: {name: measured(shape, name) for name in names} for shape, names in SHAPES.items()}
+    lines = ["Live tensor memory at the peak of an RLOO step outside sampling, on a CPU (bfloat16 weights, LoRA r=16; "
+             "8 prompts x 4 samples, 32 forced new tokens; the base model's weights not counted), and the largest "
+             "things it held, by the phase and operation that made them; `python bench/step_memory.py`.", "",
+             "| model | impl | peak MiB | peak in | largest holdings (MiB: phase, operation) |",
+             "|---|---|---:|---|---|"]
+    for shape, rows in results.items():
+        for name, result in rows.items():
+            largest = "; ".join(f"{mib:.0f}: {phase}, {op}" for phase, op, mib in result["held_mib"][:4])
+            lines.append(f"| {shape} | {name} | {result['peak_mib']:.0f} | {result['peak_in']} | {largest} |")
     sys.path.insert(0, str(BENCH))
     from results_blocks import publish
 
-    publish("step_memory", {"work": WORK, "rows": {n: r for n, r in results.items()}}, lines,
+    publish("step_memory", {"work": WORK, "shapes": results}, lines,
             ["docs/performance.md"], fingerprint=False)
 
 
