@@ -2,7 +2,7 @@
 and of the plain-PyTorch floor (bench/floor.py) at the GPU check's work (8 prompts x 4 samples, 32 forced new tokens,
 LoRA, bfloat16 weights), by the operation that made each tensor.
 
-    python bench/step_memory.py        # ~10 minutes on 2 CPU cores; writes bench/results/step_memory.{md,json}
+    python bench/step_memory.py        # ~9 minutes on 2 CPU cores; writes bench/results/step_memory.{md,json}
 
 Each row runs its script for 2 steps in a process of its own under torch.profiler (profile_memory=True: every
 allocation and free of the CPU allocator, with the operations it happened in) and reports the most bytes live at once
