@@ -13,8 +13,12 @@ VBIN := $(VLLM_VENV)/bin
 # torch, transformers and peft so that the comparison runs the same model code
 TRL_VENV ?= .venv-trl
 TBIN := $(TRL_VENV)/bin
+# make test-lowest: the oldest versions pyproject.toml admits (constraints-lowest.txt), in their own environment
+LOWEST_VENV ?= .venv-lowest
+LBIN := $(LOWEST_VENV)/bin
 
-.PHONY: setup setup-vllm setup-trl train test test-main test-fast test-vllm lint assets clean constraints
+.PHONY: setup setup-vllm setup-trl setup-lowest train test test-main test-fast test-vllm test-lowest lint assets clean \
+	constraints
 
 # constraints.txt: the exact versions of every other package the suite passed with (torch is TORCH's), so that a
 # set-up installs what was tested, not whatever was released since; `make constraints` writes it anew
@@ -55,10 +59,19 @@ $(TBIN)/.installed: $(BIN)/.installed
 
 setup-trl: $(TBIN)/.installed  ## bench only: TRL 1.16 in .venv-trl for bench/grpo_vs_trl.py
 
+$(LBIN)/.installed: pyproject.toml constraints-lowest.txt
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LBIN)/python -m pip install -q --upgrade pip
+	$(LBIN)/python -m pip install -q "$(TORCH)"
+	$(LBIN)/python -m pip install -q -c constraints-lowest.txt -e ".[dev]"
+	touch $@
+
+setup-lowest: $(LBIN)/.installed
+
 train: setup          ## python train.py on the embedded default (make train ARGS="algo=rloo ...")
 	$(BIN)/python train.py $(ARGS)
 
-test: test-main test-vllm  ## the test suite: CPU, offline, minutes
+test: test-main test-vllm test-lowest  ## the test suite: CPU, offline, minutes
 
 test-main: setup      ## everything but rollout=vllm (make test-main ARGS="tests/ops -x")
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --ignore=tests/vllm $(ARGS)
@@ -72,6 +85,11 @@ test-vllm: setup setup-vllm  ## rollout=vllm in .venv-vllm; skipped, with the re
 	else VLLM_UNAVAILABLE_FILE=$(VLLM_VENV).unavailable HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/vllm -rs -n 0 \
 	$(ARGS); fi
 
+# the requirements' floors: the unit tier and the multi-rank runs (the Trainer-free tests, and the ones that
+# exercise the most of lightning, peft and torch.distributed together)
+test-lowest: setup-lowest  ## the unit tier and multi-rank runs on the oldest versions pyproject.toml admits
+	HF_HUB_OFFLINE=1 $(LBIN)/python -m pytest --ignore=tests/vllm -m "not integration or multi_rank" $(ARGS)
+
 lint: setup
 	$(BIN)/ruff check lit_rlhf tests train.py scripts bench
 
@@ -82,4 +100,4 @@ assets: setup         ## rebuild the embedded assets (sentiment, arithmetic, pre
 	$(BIN)/python scripts/build_teacher.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_VENV).log $(VLLM_VENV).unavailable logs outputs multirun
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_VENV).log $(VLLM_VENV).unavailable $(LOWEST_VENV) logs outputs multirun

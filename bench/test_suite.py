@@ -1,7 +1,6 @@
-"""What the test suite costs on this machine: `make test-fast` (the unit tier), `make test-main` and `make test-vllm`
-timed from this checkout, with
-the vLLM environment's build timed on its own when it is not there yet (a fresh clone), pytest's 30 slowest
-tests, and the tests and seconds per file.
+"""What the test suite costs on this machine: `make test-fast` (the unit tier), `make test-main`, `make test-vllm` and
+`make test-lowest` timed from this checkout, with the vLLM and lowest-versions environments' builds timed on their own
+when they are not there yet (a fresh clone), pytest's 30 slowest tests, and the tests and seconds per file.
 
     make setup && .venv/bin/python bench/test_suite.py               # every part
     make setup && .venv/bin/python bench/test_suite.py --main-only   # make test-fast and make test-main
@@ -60,23 +59,27 @@ def timed_build(target: str, venv: str) -> float | None:
     return time.perf_counter() - start
 
 
+MAKE_TEST = ("test-main", "test-vllm", "test-lowest")  # what make test runs
+
+
 def table(parts: list[dict], builds: dict[str, float | None], earlier_builds: dict[str, float]) -> list[str]:
-    whole = [p for p in parts if p["target"] in ("test-main", "test-vllm")]  # what make test runs
+    whole = [p for p in parts if p["target"] in MAKE_TEST]
     lines = [f"Measured with `python bench/test_suite.py` on {os.cpu_count()} CPU cores.", "",
              "| part | wall time | tests |", "|---|---|---|"]
     for part in parts:
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
         lines.append(f"| `make {part['target']}` | {part['seconds'] / 60:.1f} min | {outcomes} |")
-    if len(whole) == 2:
+    if len(whole) == len(MAKE_TEST):
         total = sum(p["seconds"] for p in whole)
-        lines.append(f"| `make test` (test-main and test-vllm, the environments built) | {total / 60:.1f} min | |")
+        lines.append(f"| `make test` ({', '.join(MAKE_TEST)}; the environments built) | {total / 60:.1f} min | |")
     for target, seconds in builds.items():
         if seconds is not None:
             lines.append(f"| `make {target}` (a fresh clone only) | {seconds / 60:.1f} min | |")
     for target, seconds in earlier_builds.items():
         if builds.get(target) is None:
             lines.append(f"| `make {target}` (a fresh clone only; an earlier run) | {seconds / 60:.1f} min | |")
-    every = sorted((c for p in whole for c in p["cases"]), key=lambda c: -c["seconds"])
+    # each test once: test-lowest reruns some of test-main's tests in another environment
+    every = sorted((c for p in whole if p["target"] != "test-lowest" for c in p["cases"]), key=lambda c: -c["seconds"])
     lines += ["", "The 30 slowest tests (seconds in the test itself; workers run them side by side):", "",
               "| seconds | test |", "|---|---|"]
     lines += [f"| {c['seconds']:.1f} | `{c['file']}::{c['name']}` |" for c in every[:30]]
@@ -105,12 +108,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--main-only", action="store_true", help="time make test-main alone")
     args = parser.parse_args()
-    builds = {} if args.main_only else {"setup-vllm": timed_build("setup-vllm", ".venv-vllm")}
+    builds = {} if args.main_only else {"setup-vllm": timed_build("setup-vllm", ".venv-vllm"),
+                                        "setup-lowest": timed_build("setup-lowest", ".venv-lowest")}
     earlier_builds = earlier_build_seconds()  # an environment built before this run: the figure measured then
     with tempfile.TemporaryDirectory() as out:
         parts = [run_part("test-fast", Path(out)), run_part("test-main", Path(out))]
         if not args.main_only:
-            parts.append(run_part("test-vllm", Path(out)))
+            parts += [run_part("test-vllm", Path(out)), run_part("test-lowest", Path(out))]
     kept = {t: s for t, s in earlier_builds.items() if builds.get(t) is None and t in builds}
     publish("test_suite", {"parts": parts, "builds_s": {**builds, **kept}, "builds_from_earlier_run": sorted(kept)},
             table(parts, builds, kept), ["docs/testing.md"], fingerprint=False)  # timings of the tests

@@ -55,3 +55,44 @@ def test_the_pinned_versions_satisfy_the_requirements_and_avoid_every_advisory()
             assert requirement.specifier.contains(pinned[canonicalize_name(name)]), (name, pinned.get(name))
     for name, version, advisory in EXPLOITED:
         assert pinned.get(canonicalize_name(name)) != version, (name, advisory)
+
+
+def pins(path) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return {canonicalize_name(name): version for name, _, version in (line.partition("==") for line in lines)}
+
+
+def test_the_lowest_set_pins_every_requirement_at_its_floor():
+    """constraints-lowest.txt (make test-lowest) installs the floor of each requirement, so that a floor raised or
+    lowered in pyproject.toml is the floor tested; torch is TORCH's."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    lowest = pins(ROOT / "constraints-lowest.txt")
+    for name, requirement in requirements().items():
+        if name == "torch":
+            continue
+        floors = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        assert len(floors) == 1, f"{requirement}: one floor (>=) expected"
+        pinned = lowest.get(canonicalize_name(name))
+        assert pinned is not None and Version(pinned) == Version(floors[0]), (str(requirement), pinned)
+
+
+def test_transformers_reads_each_embedded_model_s_config_as_it_was_saved():
+    """The embedded models' rotary settings (and the rest of their config) are what the installed transformers
+    builds them with: 5.0 to 5.4 ignored a saved partial_rotary_factor, so a model trained with rotary on every
+    dimension loaded with a quarter of them, and answered nothing right without an error."""
+    import json
+
+    from transformers import AutoConfig
+
+    folders = sorted(path.parent for path in (ROOT / "lit_rlhf" / "assets").glob("*/config.json"))
+    assert len(folders) >= 6
+    for folder in folders:
+        saved = json.loads((folder / "config.json").read_text())
+        loaded = AutoConfig.from_pretrained(folder).to_dict()
+        for key in ("rope_parameters", "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
+                    "use_parallel_residual", "tie_word_embeddings"):
+            assert loaded.get(key) == saved.get(key), (folder.name, key, loaded.get(key), saved.get(key))
