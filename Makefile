@@ -18,7 +18,7 @@ LOWEST_VENV ?= .venv-lowest
 LBIN := $(LOWEST_VENV)/bin
 
 .PHONY: setup setup-vllm setup-trl setup-lowest train test test-main test-fast test-vllm test-lowest lint assets clean \
-	constraints
+	constraints constraints-lowest
 
 # constraints.txt: the exact versions of every other package the suite passed with (torch is TORCH's), so that a
 # set-up installs what was tested, not whatever was released since; `make constraints` writes it anew
@@ -67,6 +67,12 @@ $(LBIN)/.installed: pyproject.toml constraints-lowest.txt
 	touch $@
 
 setup-lowest: $(LBIN)/.installed
+
+constraints-lowest: setup-lowest  ## write constraints-lowest.txt from .venv-lowest (after test-lowest passed with it)
+	( echo "# The oldest versions pyproject.toml admits, for make test-lowest: each requirement at its floor (torch is"; \
+	  echo "# TORCH's; tests/test_dependencies.py holds the two equal), every other package as pip resolved beside them"; \
+	  echo "# (datasets' pyarrow below 18, whose later releases need numpy 2). Written by make constraints-lowest."; \
+	  $(LBIN)/python -m pip freeze --exclude-editable | grep -viE '^torch==' ) > constraints-lowest.txt
 
 train: setup          ## python train.py on the embedded default (make train ARGS="algo=rloo ...")
 	$(BIN)/python train.py $(ARGS)
