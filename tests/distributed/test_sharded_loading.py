@@ -45,8 +45,8 @@ def test_placeholders_cost_nothing_and_fill_to_the_loaded_model(lora):
 
 
 def test_file_keys_follow_the_renamings_of_transformers():
-    """pythia's files store the head as embed_out; transformers since 5.x names it lm_head (renamed on loading), 5.0
-    still embed_out: either way the head reads the file's key."""
+    """pythia's files store the head as embed_out; recent transformers name it lm_head (renamed on loading), earlier
+    5.x releases embed_out: either way the head reads the file's key."""
     policy, _ = load_policy(TINY_PYTHIA, load_tokenizer(TINY_PYTHIA), lora=None, empty=True)
     assert vars(policy.get_output_embeddings())["_lit_rlhf_weight_keys"][1] == {"weight": "embed_out.weight"}
 
