@@ -21,6 +21,14 @@ def requirements() -> dict[str, Requirement]:
     return {Requirement(line).name: Requirement(line) for line in project["dependencies"]}
 
 
+def pins(path) -> dict[str, str]:
+    """{canonical name: version} of a constraints file's `name==version` lines."""
+    from packaging.utils import canonicalize_name
+
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return {canonicalize_name(name): version for name, _, version in (line.partition("==") for line in lines)}
+
+
 def test_no_release_with_a_published_exploit_satisfies_the_requirements():
     required = requirements()
     for name, version, advisory in EXPLOITED:
@@ -45,23 +53,12 @@ def test_the_pinned_versions_satisfy_the_requirements_and_avoid_every_advisory()
     """constraints.txt (what make setup installs) pins each requirement to a version its range admits."""
     from packaging.utils import canonicalize_name
 
-    pinned = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            pinned[canonicalize_name(name)] = version
+    pinned = pins(ROOT / "constraints.txt")
     for name, requirement in requirements().items():
         if canonicalize_name(name) != "torch":  # TORCH's, not pinned
             assert requirement.specifier.contains(pinned[canonicalize_name(name)]), (name, pinned.get(name))
     for name, version, advisory in EXPLOITED:
         assert pinned.get(canonicalize_name(name)) != version, (name, advisory)
-
-
-def pins(path) -> dict[str, str]:
-    from packaging.utils import canonicalize_name
-
-    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
-    return {canonicalize_name(name): version for name, _, version in (line.partition("==") for line in lines)}
 
 
 def test_the_lowest_set_pins_every_requirement_at_its_floor():
