@@ -107,4 +107,3 @@ def assert_learns_positivity(module, rl_steps: int) -> None:
     assert gain > 0.3, (summary.before["mean_score"], summary.after["mean_score"])
     assert 0 <= summary.after["mean_kl"] <= 10
     assert 0 <= module.last_stats["objective/kl"] <= 10
-
