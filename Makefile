@@ -16,7 +16,7 @@ TBIN := $(TRL_VENV)/bin
 # make test-lowest: the oldest versions pyproject.toml admits (constraints-lowest.txt), in their own environment
 LOWEST_VENV ?= .venv-lowest
 # ... torch's floor too (tests/test_dependencies.py holds it equal to pyproject.toml's): PyPI's build, which runs on a
-# CPU (it brings CUDA's libraries, about 4 GB in the environment)
+# CPU (it brings CUDA's libraries: the environment is about 8 GB)
 LOWEST_TORCH ?= torch==2.9.0
 LBIN := $(LOWEST_VENV)/bin
 # The torch TORCH (LOWEST_TORCH) installed, held while the package installs (-c <venv>/torch-held.txt): otherwise
