@@ -21,9 +21,10 @@ LOWEST_TORCH ?= torch==2.9.0
 LBIN := $(LOWEST_VENV)/bin
 # The torch TORCH (LOWEST_TORCH) installed, held while the package installs (-c <venv>/torch-held.txt): otherwise
 # pip may replace it to satisfy a later pin, silently (torch 2.6.0 pins sympy==1.13.1: a constraints file's sympy
-# made pip swap in the newest torch). The constraints files pin neither torch nor sympy: both are TORCH's.
+# made pip swap in the newest torch). The constraints files pin neither torch nor sympy (nor a CUDA build's triton and
+# nvidia-* libraries): they are TORCH's.
 HELD_TORCH = python -c "import importlib.metadata as m; print('torch==' + m.version('torch'))"
-TORCH_PINNED = grep -viE '^(torch|sympy)=='
+TORCH_PINNED = grep -viE '^(torch|sympy|triton|nvidia-[a-z0-9-]+)=='
 
 .PHONY: setup setup-vllm setup-trl setup-lowest train test test-main test-fast test-vllm test-lowest lint assets clean \
 	constraints constraints-lowest
@@ -82,8 +83,8 @@ setup-lowest: $(LBIN)/.installed
 
 constraints-lowest: setup-lowest  ## write constraints-lowest.txt from .venv-lowest (after test-lowest passed with it)
 	( echo "# The oldest versions pyproject.toml admits, for make test-lowest: each requirement at its floor (torch and"; \
-	  echo "# sympy are TORCH's; tests/test_dependencies.py holds the floors and these pins equal), every other package as"; \
-	  echo "# pip resolved beside them (datasets' pyarrow below 18, whose later releases need numpy 2). Written by"; \
+	  echo "# sympy are LOWEST_TORCH's; tests/test_dependencies.py holds the floors and these pins equal), every other package"; \
+	  echo "# as pip resolved beside them (datasets' pyarrow below 18, whose later releases need numpy 2). Written by"; \
 	  echo "# make constraints-lowest."; \
 	  $(LBIN)/python -m pip freeze --exclude-editable | $(TORCH_PINNED) ) > constraints-lowest.txt
 
