@@ -30,6 +30,7 @@ def compiled_frames() -> int:
 
 
 @pytest.mark.integration
+@pytest.mark.floors  # torch 2.9.0 guarded each static cache's identity: every call compiled anew
 def test_the_compiled_step_samples_what_plain_generate_samples_and_sees_updated_weights():
     torch._dynamo.reset()
     module = make_rloo(response_length=10, temperature=0.7)
