@@ -108,7 +108,7 @@ test-vllm: setup setup-vllm  ## rollout=vllm in .venv-vllm; skipped, with the re
 # the requirements' floors: the unit tier, the multi-rank runs and the tests marked floors (the Trainer-free tests,
 # the ones that exercise the most of lightning, peft and torch.distributed together, and those that lean on internals
 # that change between releases, such as torch.compile over transformers' static cache)
-test-lowest: setup-lowest  ## the unit tier and multi-rank runs on the oldest versions pyproject.toml admits
+test-lowest: setup-lowest  ## the unit tier, multi-rank runs and floors tests on the oldest versions pyproject.toml admits
 	HF_HUB_OFFLINE=1 $(LBIN)/python -m pytest --ignore=tests/vllm -m "not integration or multi_rank or floors" $(ARGS)
 
 lint: setup
