@@ -27,14 +27,17 @@ def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
+def feature_requirements() -> dict[str, Requirement]:
+    """The requirements of the optional features (hparams_search=rloo_optuna, reward=math_verify,
+    python -m lit_rlhf.serve, reward=llm_judge)."""
+    return {Requirement(line).name: Requirement(line) for extra, lines in project()["optional-dependencies"].items()
+            if extra not in EXTRAS_NOT_AT_FLOORS for line in lines}
+
+
 def requirements(with_extras: bool = False) -> dict[str, Requirement]:
-    """The package's requirements; with_extras: and those of its optional features (hparams_search=rloo_optuna,
-    reward=math_verify, python -m lit_rlhf.serve, reward=llm_judge)."""
-    lines = list(project()["dependencies"])
-    if with_extras:
-        lines += [line for extra, extra_lines in project()["optional-dependencies"].items()
-                  if extra not in EXTRAS_NOT_AT_FLOORS for line in extra_lines]
-    return {Requirement(line).name: Requirement(line) for line in lines}
+    """The package's requirements; with_extras: and its optional features'."""
+    required = {Requirement(line).name: Requirement(line) for line in project()["dependencies"]}
+    return {**required, **feature_requirements()} if with_extras else required
 
 
 def pins(path) -> dict[str, str]:
@@ -107,13 +110,12 @@ def test_every_installed_package_runs_on_the_oldest_python_the_package_admits():
                          and not SpecifierSet(dist.metadata["Requires-Python"]).contains(floors[0]))
     assert not needs_newer, f"requires-python >={floors[0]}, but these need a newer Python: {needs_newer}"
 
+
 def test_the_dev_extra_asks_for_each_feature_s_package_as_that_feature_does():
     """dev (what make installs) repeats the optional features' packages: with the same versions admitted, so that
     make test-lowest installs each at the floor a user of the feature may have."""
-    extras = project()["optional-dependencies"]
-    features = {Requirement(line).name: Requirement(line)
-                for extra, lines in extras.items() if extra not in EXTRAS_NOT_AT_FLOORS for line in lines}
-    dev = {Requirement(line).name: Requirement(line) for line in extras["dev"]}
+    features = feature_requirements()
+    dev = {Requirement(line).name: Requirement(line) for line in project()["optional-dependencies"]["dev"]}
     assert set(features) <= set(dev)
     assert all(dev[name].specifier == requirement.specifier for name, requirement in features.items()), dev
 

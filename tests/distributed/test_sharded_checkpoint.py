@@ -175,11 +175,12 @@ def test_a_path_in_dcp_metadata_reads_back_whichever_python_pickled_it(module):
     import pathlib
 
     path_pickle = f"c{module}\nPosixPath\n(V/runs/last.ckpt\ntR.".encode()  # protocol 0: PosixPath('/runs/last.ckpt')
-    assert sharded.MetadataUnpickler(io.BytesIO(path_pickle)).load() == pathlib.PurePosixPath("/runs/last.ckpt")
-    assert type(sharded.MetadataUnpickler(io.BytesIO(path_pickle)).load()) is pathlib.PosixPath
+    loaded = sharded.MetadataUnpickler(io.BytesIO(path_pickle)).load()
+    assert loaded == pathlib.PurePosixPath("/runs/last.ckpt") and type(loaded) is pathlib.PosixPath
     other = f"c{module}\nPath\n(V/runs/last.ckpt\ntR.".encode()  # a path class outside the list: refused
     with pytest.raises(pickle.UnpicklingError, match=f"refused global {module}.Path"):
         sharded.MetadataUnpickler(io.BytesIO(other)).load()
+
 
 def test_a_pickle_in_meta_pt_is_one_line_and_runs_nothing(tmp_path):
     write(tmp_path / "step1.ckpt", 1.0)
