@@ -16,7 +16,8 @@ TBIN := $(TRL_VENV)/bin
 # make test-lowest: the oldest versions pyproject.toml admits (constraints-lowest.txt), in their own environment
 LOWEST_VENV ?= .venv-lowest
 # ... torch's floor too (tests/test_dependencies.py holds it equal to pyproject.toml's): PyPI's build, which runs on a
-# CPU (it brings CUDA's libraries: the environment is about 8 GB)
+# CPU (it brings CUDA's libraries: the environment is about 8 GB; --no-cache-dir: pip would keep another 3 GB of their
+# wheels in its cache, which nothing else installs)
 LOWEST_TORCH ?= torch==2.9.1
 LBIN := $(LOWEST_VENV)/bin
 # The torch TORCH (LOWEST_TORCH) installed, held while the package installs (-c <venv>/torch-held.txt): otherwise
@@ -74,7 +75,7 @@ setup-trl: $(TBIN)/.installed  ## bench only: TRL 1.16 in .venv-trl for bench/gr
 $(LBIN)/.installed: pyproject.toml constraints-lowest.txt
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LBIN)/python -m pip install -q --upgrade pip
-	$(LBIN)/python -m pip install -q "$(LOWEST_TORCH)"
+	$(LBIN)/python -m pip install -q --no-cache-dir "$(LOWEST_TORCH)"
 	$(LBIN)/$(HELD_TORCH) > $(LOWEST_VENV)/torch-held.txt
 	$(LBIN)/python -m pip install -q -c constraints-lowest.txt -c $(LOWEST_VENV)/torch-held.txt -e ".[dev]"
 	touch $@
