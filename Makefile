@@ -16,8 +16,8 @@ TBIN := $(TRL_VENV)/bin
 # make test-lowest: the oldest versions pyproject.toml admits (constraints-lowest.txt), in their own environment
 LOWEST_VENV ?= .venv-lowest
 # ... torch's floor too (tests/test_dependencies.py holds it equal to pyproject.toml's): PyPI's build, which runs on a
-# CPU (it brings CUDA's libraries: the environment is about 8 GB; --no-cache-dir: pip would keep another 3 GB of their
-# wheels in its cache, which nothing else installs)
+# CPU (it brings CUDA's libraries: the environment is about 8 GB; --no-cache-dir: pip would keep their wheels, about
+# 3 GB more, in its cache, and nothing else installs them)
 LOWEST_TORCH ?= torch==2.9.1
 LBIN := $(LOWEST_VENV)/bin
 # The torch TORCH (LOWEST_TORCH) installed, held while the package installs (-c <venv>/torch-held.txt): otherwise
