@@ -3,7 +3,8 @@
 A results file made before a change that moves what training computes (a sampler, a loss, a default setting) quotes
 figures the code no longer makes. When a benchmark writes its results, bench/results/fingerprints.json records for it
 the metrics of the first 2 RL steps of a short embedded-default run (1 torch thread, so any machine of the same
-torch and transformers versions gets the same numbers) and the sha256 of the benchmark's own script.
+torch and transformers versions gets the same numbers) and the sha256 of the benchmark script's code (its syntax
+tree without docstrings: a comment, a docstring or the layout can change without a rerun, anything that runs cannot).
 tests/test_docs_results.py reruns the short run and hashes the script, and names the benchmark to rerun when either
 moved.
 
@@ -12,6 +13,7 @@ moved.
 
 from __future__ import annotations
 
+import ast
 import csv
 import hashlib
 import json
@@ -50,8 +52,30 @@ def measure() -> dict[str, float]:
         return training_metrics(Path(tmp) / "run")
 
 
-def script_sha256(script: Path) -> str:
-    return hashlib.sha256(script.read_bytes()).hexdigest()
+def code_sha256(script: Path) -> str:
+    """sha256 of what the script runs: its syntax tree, docstrings dropped (comments and layout are not in it)."""
+    tree = ast.parse(script.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and is_docstring(node):
+            node.body = node.body[1:]
+    return hashlib.sha256(canonical(tree).encode()).hexdigest()
+
+
+def is_docstring(node) -> bool:
+    first = node.body[0] if node.body else None
+    return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+
+
+def canonical(node) -> str:
+    """The tree as text, alike on every Python the package admits: fields that are None or empty are left out (ast.dump
+    writes them on 3.11 and 3.12, not on 3.13; 3.12 added type_params, empty in code without type parameters)."""
+    if isinstance(node, ast.AST):
+        fields = ", ".join(f"{name}={canonical(value)}" for name, value in ast.iter_fields(node)
+                           if value is not None and value != [])
+        return f"{type(node).__name__}({fields})"
+    if isinstance(node, list):
+        return f"[{', '.join(canonical(item) for item in node)}]"
+    return repr(node)
 
 
 def record(*names: str, script: Path | None = None) -> None:
@@ -59,7 +83,7 @@ def record(*names: str, script: Path | None = None) -> None:
     short run for all of them)."""
     script = Path(script or sys.modules["__main__"].__file__).resolve()
     registry = json.loads(REGISTRY.read_text()) if REGISTRY.exists() else {}
-    made = {"script": script.relative_to(ROOT).as_posix(), "script_sha256": script_sha256(script),
+    made = {"script": script.relative_to(ROOT).as_posix(), "code_sha256": code_sha256(script),
             "training": measure()}
     registry.update(dict.fromkeys(names, made))
     REGISTRY.write_text(json.dumps(dict(sorted(registry.items())), indent=1) + "\n")

@@ -1,7 +1,7 @@
 """GRPO against TRL's GRPOTrainer and the plain-PyTorch floor, on the same work.
 
     make setup-trl                     # once: TRL 1.16 in .venv-trl (bench only, not a dependency of lit_rlhf)
-    python bench/grpo_vs_trl.py        # about an hour on 2 CPU cores; writes bench/results/grpo_vs_trl.{json,md}
+    python bench/grpo_vs_trl.py        # 1 to 2 hours on 2 CPU cores; writes bench/results/grpo_vs_trl.{json,md}
     python bench/grpo_vs_trl.py --models tiny --new-tokens 32 --merge   # those lines again, the others kept
 
 Work (bench/workload.py): 8 prompts x 4 generations per step, dapo loss, one update per generation, AdamW,

@@ -1,7 +1,7 @@
 """rollout=vllm and rollout=vllm_server against rollout=hf: the same RLOO steps (8 prompts x K=4, exactly N new
 tokens, float32) on the embedded default and the pythia-160m shape, at 32 and 128 new tokens.
 
-    make setup-vllm && .venv-vllm/bin/python bench/rollout_engines.py    # ~30 minutes on 2 CPU cores
+    make setup-vllm && .venv-vllm/bin/python bench/rollout_engines.py    # ~70 minutes on 2 CPU cores
     python bench/rollout_engines.py --models pythia-1b --dtype bfloat16    # GPU, with a GPU build of vLLM
 
 Every engine runs in the vLLM environment (.venv-vllm: the same transformers for all). Each measurement is a fresh

@@ -29,6 +29,33 @@ def load_fingerprint_module():
     return module
 
 
+BENCHMARK = '''"""Rows.
+
+    python bench.py   # ~30 min on 2 CPU cores"""
+STEPS = 150  # RL steps
+
+
+def rows():
+    """The rows."""
+    return {"title": "a table", "steps": STEPS}
+'''
+
+
+def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_comments_or_layout(tmp_path):
+    fingerprint = load_fingerprint_module()
+
+    def code_sha256(text):
+        (tmp_path / "bench.py").write_text(text)
+        return fingerprint.code_sha256(tmp_path / "bench.py")
+
+    written = code_sha256(BENCHMARK)
+    reworded = (BENCHMARK.replace("~30 min", "~70 min").replace('"""The rows."""', '"""The table\'s rows."""')
+                .replace("  # RL steps", "").replace('"title": "a table", ', '"title": "a table",\n            '))
+    assert reworded != BENCHMARK and code_sha256(reworded) == written
+    assert code_sha256(BENCHMARK.replace("STEPS = 150", "STEPS = 300")) != written
+    assert code_sha256(BENCHMARK.replace('"a table"', '"the table"')) != written  # a string it writes
+
+
 # results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
 # must leave this set)
 NOT_YET_FINGERPRINTED: set[str] = set()
@@ -60,7 +87,7 @@ def test_every_results_file_was_made_by_the_code_and_the_benchmark_script_of_tod
     for name, made in sorted(registry.items()):
         script = ROOT / made["script"]
         rerun = f"rerun `python {made['script']}`"
-        assert script.is_file() and fingerprint.script_sha256(script) == made["script_sha256"], (
+        assert script.is_file() and fingerprint.code_sha256(script) == made["code_sha256"], (
             f"bench/results/{name} was made by another version of {made['script']}: {rerun}")
         # to 4 digits: the last ones of a float32 sum differ between processes (thread pools, kernel choice)
         assert made["training"] == pytest.approx(today, rel=1e-4, abs=1e-6), (
