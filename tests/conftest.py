@@ -17,10 +17,10 @@ from tests.tiers import pytest_fixture_setup, pytest_runtest_makereport, pytest_
 
 
 def pytest_configure(config):
-    """Lightning, imported before any logging handler exists, keeps its own console handler and does not propagate,
-    as in a user's `python train.py` (which imports it before Hydra configures logging); first imported inside a
-    test, it would find pytest's handlers and send its lines into the run's train.log. pytest-xdist's controller
-    runs no test, and skips the import's seconds."""
+    """Lightning, imported before any logging handler exists, keeps its own console handlers and does not propagate;
+    first imported inside a test, it would find pytest's handlers and send its lines into the run's train.log. (A
+    user's `python train.py` imports it once Hydra has set up logging: there run_hydra_app stops its lines at its
+    package logger's console handler.) pytest-xdist's controller runs no test, and skips the import's seconds."""
     if not config.getvalue("numprocesses") or os.environ.get("PYTEST_XDIST_WORKER"):
         import lightning  # noqa: F401
 

@@ -49,6 +49,16 @@ def test_a_bad_input_ends_in_this_process_as_in_a_users_process(tmp_path):
         "key.")
 
 
+def test_a_users_process_prints_each_of_lightnings_lines_once(tmp_path):
+    """A user's process imports Lightning once Hydra has set up logging (this test process imports it first:
+    tests/conftest.py), so Lightning's loggers pass their lines up to Hydra's console as well as printing them."""
+    result = run_process("train.py", *FAST, "hydra.run.dir=run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = (result.stdout + result.stderr).splitlines()
+    for line in ("Seed set to 0", "GPU available: False, used: False"):  # Lightning's fabric and trainer loggers
+        assert sum(line in printed for printed in output) == 1, (line, result.stderr[-3000:])
+
+
 def test_a_run_leaves_the_process_as_it_found_it_and_prints_its_warnings(tmp_path):
     before = process_state()
     trained = run_app("train.py", *FAST, "algo.max_staleness=1", "algo.async_draws=3", cwd=tmp_path)

@@ -3,6 +3,7 @@ composition errors 2 as well (see docs/reliability.md#errors-and-exit-codes)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -99,6 +100,10 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     the nearest valid one, exit code 2 like ours. Exit code 1 stays for errors raised inside the task that
     are not user mistakes (with a traceback)."""
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
+    # the apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
+    # logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
+    # would pass them on to Hydra's console too: each line twice
+    logging.getLogger("lightning").propagate = False
     config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
     overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
     try:
