@@ -17,8 +17,8 @@ SIDE_ROWS = (("score_mean", "mean score"), ("score_std", "score std"), ("length_
 
 def print_report(evaluation: Evaluation, console: Console | None = None) -> None:
     s = evaluation.summary
-    table = Table(title=f"Policy vs reference: {s['num_prompts']} prompts x {s['samples_per_prompt']} samples, "
-                        f"seed {s['seed']}")
+    title = f"Policy vs reference: {s['num_prompts']} prompts x {s['samples_per_prompt']} samples, seed {s['seed']}"
+    table = Table(title=title, min_width=len(title))  # as wide as its title, which rich would otherwise wrap
     for column in ("", "policy", "reference"):
         table.add_column(column)
     for key, label in SIDE_ROWS:
