@@ -8,7 +8,8 @@ everything a run changes in a process: the working directory, environment, argv,
 logging tree, warning filters and lit_rlhf's warned-once set, signal handlers, torch's RNGs, thread count and
 compiled-code caches, a process group left behind, the run directory's lock. A process pays about 10 s of imports
 on 2 cores before its first line; this pays none. A multi-rank run started here keeps rank zero in this process, and
-Lightning's launcher starts the other ranks as processes of their own.
+Lightning's launcher starts the other ranks as processes of their own; run_app waits for them to end (as a user's
+terminal shows their errors, a rank that ends with one fails the run here) and leaves none running.
 
 Only what a process alone can show runs in one (`run_process`): exit codes and stderr as a shell sees them under
 signals, kill -9, two processes that meet, environment variables read at import time, what `import lit_rlhf` loads.
@@ -25,6 +26,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -73,9 +75,41 @@ def run_app(script: str, *args: str, cwd, env: dict | None = None, module: bool 
     # sys.path[0] as the interpreter sets it: the working directory under -m, else the script's directory
     first_path = Path(cwd).resolve() if module else (ROOT / script).parent
     stdout, stderr = io.StringIO(), io.StringIO()
+    observers_before = set(child_process_observers())
     with isolated_process_state(cwd, env, argv, first_path), redirect_output(stdout, stderr):
         returncode = execute(script, module)
+    for rank, code in other_ranks_ended(observers_before, wait_s=120 if returncode == 0 else 10):
+        if code != 0 and returncode == 0:  # a user would see the rank's own error; here the run fails
+            print(f"tests.apps: rank {rank} ended with exit code {code} after rank 0 finished", file=stderr)
+            returncode = 1
     return AppResult(argv, returncode, stdout.getvalue(), stderr.getvalue())
+
+
+def child_process_observers() -> list:
+    """The threads of Lightning's launchers that watch the ranks they started (lit_rlhf's LostRankObserver)."""
+    if "lightning" not in sys.modules:
+        return []
+    from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+
+    return [thread for thread in threading.enumerate() if isinstance(thread, _ChildProcessObserver)]
+
+
+def other_ranks_ended(observers_before: set, wait_s: float) -> list[tuple[int, int]]:
+    """(rank, exit code) of each rank a multi-rank run started here, once it ended (killed past wait_s: after a failed
+    run it may wait in a collective). Their observer would end this process (the test's worker) whenever one of them
+    ended with an error, as it ends rank 0's process in a user's run: it is stopped first."""
+    ended = []
+    for observer in set(child_process_observers()) - observers_before:
+        observer.exit = lambda code: None  # LostRankObserver's end of the process, after its grace period
+        for rank, process in enumerate(observer._child_processes, start=getattr(observer, "rank", 0) + 1):
+            try:
+                process.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            ended.append((rank, process.returncode))
+        observer._child_processes = []  # its next poll finds nothing running, and ends it
+    return ended
 
 
 def execute(script: str, module: bool) -> int:

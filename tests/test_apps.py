@@ -49,6 +49,29 @@ def test_a_bad_input_ends_in_this_process_as_in_a_users_process(tmp_path):
         "key.")
 
 
+LAUNCHING_RANK = """import subprocess, sys
+from lit_rlhf.distributed.lost_rank import LostRankObserver
+
+other = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(1); sys.exit(3)"])
+LostRankObserver([other], rank=0, world_size=2, where_to_resume=lambda: "", grace_s=0.2, sleep_period=0.1).start()
+print("rank 0 finished")
+"""
+
+
+def test_a_rank_that_fails_after_rank_zero_finished_fails_the_run_and_its_observer_ends_no_process(tmp_path):
+    """As train.py's launcher does: rank 0 here watches the rank it started, which fails once rank 0 has finished."""
+    from tests.apps import child_process_observers
+
+    (tmp_path / "launch.py").write_text(LAUNCHING_RANK)
+    result = run_app(str(tmp_path / "launch.py"), cwd=tmp_path)
+    assert result.stdout == "rank 0 finished\n"
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == "tests.apps: rank 1 ended with exit code 3 after rank 0 finished"
+    for observer in child_process_observers():
+        observer.join(timeout=5)  # its next poll ends it, instead of os._exit on this process after its grace
+        assert not observer.is_alive()
+
+
 def test_a_users_process_prints_each_of_lightnings_lines_once(tmp_path):
     """A user's process imports Lightning once Hydra has set up logging (this test process imports it first:
     tests/conftest.py), so Lightning's loggers pass their lines up to Hydra's console as well as printing them."""
