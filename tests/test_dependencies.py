@@ -137,6 +137,42 @@ def test_a_set_up_keeps_the_torch_that_TORCH_names():
         assert not {"torch", "sympy"} & set(pins(ROOT / constraints)), constraints
 
 
+def load_check_torch():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_torch", ROOT / "scripts" / "check_torch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_torch_out_of_the_range_is_refused_in_one_line_before_the_package_installs(monkeypatch, capsys):
+    """A bare TORCH=torch takes PyPI's newest torch, which may be past the range: pip would then refuse the package
+    with its resolver's report. The set-up checks the torch it installed first."""
+    from packaging.specifiers import SpecifierSet
+
+    check_torch = load_check_torch()
+    assert SpecifierSet(check_torch.torch_range()) == requirements()["torch"].specifier
+    for version in ("2.8.0", "2.9.0", "2.9.1", "2.9.1+cpu", "2.13.0", "2.14.1+cu128", "2.15", "2.15.0+cu128", "3.0.0"):
+        assert check_torch.admits(check_torch.torch_range(), version) == requirements()["torch"].specifier.contains(
+            version.split("+")[0]), version
+    monkeypatch.setattr(check_torch, "version", lambda name: "2.15.0+cu128")
+    assert check_torch.main() == 2
+    line = f"torch{check_torch.torch_range()}"
+    assert capsys.readouterr().err == (f"error: TORCH installed torch 2.15.0+cu128, which lit_rlhf does not admit "
+                                       f'({line}); pass a release in that range, e.g. make train TORCH="{line}"\n')
+    setup = next(recipe for recipe in (ROOT / "Makefile").read_text().split("\n\n") if "$(BIN)/.installed:" in recipe)
+    lines = setup.splitlines()
+    installs_torch = lines.index('\t$(BIN)/python -m pip install -q "$(TORCH)"')
+    assert lines[installs_torch + 1] == "\t$(BIN)/python scripts/check_torch.py"
+
+
+def test_the_gpu_set_up_the_docs_show_names_the_range_pyproject_admits():
+    line = f'TORCH="torch{load_check_torch().torch_range()}"'
+    for page in ("README.md", "Makefile"):
+        assert line in (ROOT / page).read_text(), page
+
+
 def test_transformers_reads_each_embedded_model_s_config_as_it_was_saved():
     """The embedded models' rotary settings (and the rest of their config) are what the installed transformers
     builds them with: 5.0 to 5.4 ignored a saved partial_rotary_factor, so a model trained with rotary on every
