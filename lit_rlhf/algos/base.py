@@ -31,6 +31,7 @@ from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
 from lit_rlhf.config.docs import settings_docstring
 from lit_rlhf.config.idle import idle_settings
 from lit_rlhf.config.validation import check_optimizer, warn_once
+from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
 from lit_rlhf.models import load_policy, load_tokenizer
@@ -379,6 +380,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         super().on_train_end()
 
     def setup(self, stage: str) -> None:
+        destroy_process_group_at_exit()
         self.sharding.setup(self._trainer)
 
     def teardown(self, stage: str) -> None:

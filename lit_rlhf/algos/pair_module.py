@@ -15,6 +15,7 @@ import torch
 
 from lit_rlhf.checkpoints.resume_checks import check_resume
 from lit_rlhf.checkpoints.run_identity import path_digest
+from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops.finite import all_finite
 
@@ -73,6 +74,9 @@ class PairModule(L.LightningModule):
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         raise NotImplementedError
+
+    def setup(self, stage: str) -> None:
+        destroy_process_group_at_exit()
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self.step(batch, "train")
