@@ -36,7 +36,7 @@ TORCH_PINNED = grep -viE '^(torch|sympy|triton|nvidia-[a-z0-9-]+)=='
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q "$(TORCH)" packaging
 	$(BIN)/python scripts/check_torch.py
 	$(BIN)/$(HELD_TORCH) > $(VENV)/torch-held.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -c $(VENV)/torch-held.txt -e ".[dev]"
