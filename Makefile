@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Installed before the package so pip does not pull a multi-GB CUDA build where a CPU one is wanted;
-# GPU users: make TORCH="torch>=2.9.1,<2.15" (pyproject.toml's range: PyPI's newest release in it, a CUDA build; or
+# GPU users: make TORCH="torch>=2.9.1,<2.16" (pyproject.toml's range: PyPI's newest release in it, a CUDA build; or
 # any build in it for your CUDA). The set-up keeps the one named, and refuses one out of the range in one line.
 TORCH ?= torch==2.13.0
 ARGS ?=

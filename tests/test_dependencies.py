@@ -158,10 +158,10 @@ def test_a_torch_out_of_the_range_is_refused_in_one_line_before_the_package_inst
         "2.15.0+cu128", "3.0.0")}
     assert [version for version, ok in admitted.items() if ok] == ["2.9.1", "2.9.1+cpu", "2.13.0", "2.14.0rc1",
                                                                    "2.14.1+cu128"]
-    monkeypatch.setattr(check_torch, "version", lambda name: "2.15.0+cu128")
+    monkeypatch.setattr(check_torch, "version", lambda name: "1.13.1+cu117")  # below every floor
     assert check_torch.main() == 2
     line = f"torch{check_torch.torch_range()}"
-    assert capsys.readouterr().err == (f"error: TORCH installed torch 2.15.0+cu128, which lit_rlhf does not admit "
+    assert capsys.readouterr().err == (f"error: TORCH installed torch 1.13.1+cu117, which lit_rlhf does not admit "
                                        f'({line}); pass a release in that range, e.g. make train TORCH="{line}"\n')
     setup = next(recipe for recipe in (ROOT / "Makefile").read_text().split("\n\n") if "$(BIN)/.installed:" in recipe)
     lines = setup.splitlines()

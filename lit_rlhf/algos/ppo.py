@@ -98,7 +98,8 @@ class PPOModule(RLHFModule):
     def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp, mask = self.hparams, rollout.response_mask  # N,R
         estimate = self.estimate(rollout, penalty.non_score_reward)
-        advantages, rollout.returns, values = estimate.advantages, estimate.returns, rollout.values * mask  # N,R
+        advantages, values = estimate.advantages, rollout.values * mask  # N,R
+        rollout.returns = estimate.returns  # N,R: the value loss's targets in every minibatch of the update
         stats = objective_stats(rollout, penalty.kl, penalty.non_score_reward, estimate.rlhf_reward)
         stats.update({
             "val/var_explained": 1 - masked_var(rollout.returns - values, mask) / masked_var(rollout.returns, mask),
