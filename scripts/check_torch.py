@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def torch_range() -> str:
-    """pyproject.toml's torch specifier as it is written there, e.g. ">=2.9.1,<2.15"."""
+    """pyproject.toml's torch specifier as it is written there, e.g. ">=2.9.1,<2.16"."""
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     line = next(line for line in dependencies if Requirement(line).name == "torch")
     return line.removeprefix("torch").strip()
