@@ -14,9 +14,11 @@ def changed(config: Any, name: str) -> bool:
 
 
 def changed_rollout_is(config: Any) -> list[str]:
-    """`name=value` of the rollout_is_* settings (the decoupled correction's weight) set away from their defaults."""
+    """`name=value` of the rollout_is_* settings (the decoupled correction's weight) set away from their defaults;
+    one set to null switches its part of the correction off, which is never idle."""
     names = ("rollout_is_mode", "rollout_is_min", "rollout_is_cap")
-    return [f"{name}={getattr(config, name)}" for name in names if hasattr(config, name) and changed(config, name)]
+    return [f"{name}={getattr(config, name)}" for name in names
+            if hasattr(config, name) and changed(config, name) and getattr(config, name) is not None]
 
 
 def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:

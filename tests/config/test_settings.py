@@ -139,6 +139,10 @@ def test_settings_that_act_are_not_said():
         warnings.simplefilter("error")
         GRPOModule(model={"name_or_path": "m"}, reward=None, off_policy_mask_threshold=0.5, num_iterations=2,
                    importance_sampling_level="sequence", policy_loss="cispo", cispo_cap=4.0)
+        # switched off: with rollout=hf there is nothing to correct, and that is what the user asked for
+        GRPOModule(model={"name_or_path": "m"}, reward=None, rollout_is_cap=None)
+        GRPOModule(model={"name_or_path": "m"}, reward=None, max_staleness=1, async_correction="behaviour",
+                   rollout_is_cap=None)
 
 
 def test_a_static_cache_length_without_a_compiled_step_is_said_once():

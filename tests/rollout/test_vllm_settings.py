@@ -84,6 +84,8 @@ def test_engine_settings_are_checked():
 class ShiftedSampler(HFEngine):
     """Samples with generate() and reports, as an engine's own logprobs, the trainer's minus `shift`."""
 
+    reports_logprobs = True
+
     def __init__(self, shift: float):
         super().__init__()
         self.shift = shift
