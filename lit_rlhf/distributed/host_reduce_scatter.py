@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 
 PIECE_BYTES = 16 * 2**20
+# torch's own reduce-scatter: reduce_scatter_single from torch 2.13 on, which deprecates the older name
+torch_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 class PiecewiseReduceScatter:
@@ -28,7 +30,7 @@ class PiecewiseReduceScatter:
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
                  op, async_op: bool = False):
         if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) or async_op:
-            return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+            return torch_reduce_scatter(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
         reduce_scatter_in_pieces(output_tensor, input_tensor, group, average=op == dist.ReduceOp.AVG)
         return None
 

@@ -38,8 +38,13 @@ def compare_and_train(rank: int, out: str) -> None:
         gradient = torch.randn(2 * 23)
         ours, gloos = torch.empty(23), torch.empty(23)
         host_reduce_scatter.PiecewiseReduceScatter()(ours, gradient.clone(), None, op)
-        torch.distributed.reduce_scatter_tensor(gloos, gradient.clone(), op=op)
+        host_reduce_scatter.torch_reduce_scatter(gloos, gradient.clone(), op=op)
         same[name] = torch.equal(ours, gloos)
+    # any other reduction is torch's own: rank r holds (r + 1) * (0..45), so the max is rank 1's
+    largest = torch.empty(23)
+    host_reduce_scatter.PiecewiseReduceScatter()(largest, torch.arange(46.0) * (rank + 1), None,
+                                                  torch.distributed.ReduceOp.MAX)
+    same["max"] = torch.equal(largest, torch.arange(46.0).view(2, 23)[rank] * 2)
 
     calls = []
     original = host_reduce_scatter.reduce_scatter_in_pieces
@@ -59,7 +64,7 @@ def test_pieces_give_gloos_numbers_and_fsdp2_reduces_through_them(tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
     for rank in ranks:
-        assert rank["same"] == {"sum": True, "avg": True}
+        assert rank["same"] == {"sum": True, "avg": True, "max": True}
         # one reduce-scatter per unit with gradients: every block, the input embeddings, the root
         units = model.config.num_hidden_layers + 2
         assert len(rank["calls"]) == units
