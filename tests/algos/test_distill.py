@@ -76,7 +76,7 @@ def test_the_advantage_loss_and_gradient_equal_a_per_token_loop_of_the_formula()
     loss.backward()
     slow_loss, slow_grad = 0.0, torch.zeros(4, 4)
     for i, t in tokens:
-        ratio = float(torch.exp(new[i, t] - rollout.logprobs[i, t]))
+        ratio = float(torch.exp(new[i, t].detach() - rollout.logprobs[i, t]))
         a = float(advantages[i, t])
         clipped = min(max(ratio, 0.8), 1.2)
         unclipped_wins = -a * ratio >= -a * clipped
