@@ -26,15 +26,12 @@ from lightning.fabric.utilities.cloud_io import _load as lightning_load
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
 from lit_rlhf.checkpoints.files import atomic_torch_save, non_finite_tensors
+from lit_rlhf.checkpoints.paths import check_checkpoint_exists, is_remote
 from lit_rlhf.checkpoints.sharded import read_sharded_checkpoint
 from lit_rlhf.errors import ConfigError
 
 DOWNLOAD_TIMEOUT_VARIABLE = "LIT_RLHF_DOWNLOAD_TIMEOUT_S"
 DEFAULT_DOWNLOAD_TIMEOUT_S = 60.0
-
-
-def is_remote(path: str | Path) -> bool:
-    return "://" in str(path)
 
 
 def download_timeout_s() -> float:
@@ -66,9 +63,7 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
     name = str(path)
     if not is_remote(name) and Path(name).is_dir():  # a sharded checkpoint of trainer=fsdp2, read whole
         return read_sharded_checkpoint(name)
-    if not is_remote(name) and not Path(name).is_file():
-        raise ConfigError(f"ckpt_path={name!r} is not a file; give a .ckpt written by lit_rlhf "
-                          f"(e.g. <run dir>/checkpoints/last.ckpt).")
+    check_checkpoint_exists(name)
     source: Any = name
     if name.startswith(("http://", "https://")):  # torch.hub would cache it by its file name alone
         source = io.BytesIO(download(name, download_timeout_s()))

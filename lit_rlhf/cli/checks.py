@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from lit_rlhf.checkpoints.paths import check_checkpoint_exists
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.lazy_exports import current_path
 
@@ -134,6 +135,8 @@ def check_run_settings(cfg: DictConfig) -> None:
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
+    if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
+        check_checkpoint_exists(str(cfg.ckpt_path))
 
 
 def check_evaluation(cfg: DictConfig) -> None:

@@ -383,6 +383,19 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
 
 
 @pytest.mark.integration
+def test_a_mistyped_ckpt_path_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    def refuse_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded for a run whose checkpoint does not exist")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse_loading)
+    result = run_app("train.py", *FAST, "ckpt_path=checkpoints/lats.ckpt", cwd=tmp_path)
+    assert one_line_error(result) == ("error: ckpt_path='checkpoints/lats.ckpt' is not a file; give a .ckpt written by "
+                                      "lit_rlhf (e.g. <run dir>/checkpoints/last.ckpt).")
+
+
+@pytest.mark.integration
 def test_an_upper_case_extension_is_read_and_reward_concurrent_is_a_setting(tmp_path):
     (tmp_path / "PROMPTS.JSONL").write_text("".join(json.dumps({"prompt": f"The film {i} was"}) + "\n"
                                                     for i in range(24)))
