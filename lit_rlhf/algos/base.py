@@ -34,7 +34,7 @@ from lit_rlhf.config.validation import check_optimizer, warn_once
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
-from lit_rlhf.models import load_policy, load_tokenizer
+from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.ops import LossShare, clipped_policy_loss, masked_mean
 from lit_rlhf.ops.batching import divide
 from lit_rlhf.ops.losses import PolicyLoss
@@ -176,8 +176,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
     def load_models(self) -> None:
         """The tokenizer, policy, reference (and, in subclasses, critic) from the model spec."""
         spec = dict(self.hparams.model)
-        tokenizer_path = spec.pop("tokenizer_name_or_path", None) or spec["name_or_path"]
-        self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=spec.get("trust_remote_code", False))
+        self.tokenizer = load_model_tokenizer(spec)
+        spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.sharding.loads_sharded, **spec)
         # trainer=fsdp2: the reward's and teacher's models shard with the policy (else the Sampler loads the
         # teacher), registered so that they follow the rank's device

@@ -30,7 +30,7 @@ from lit_rlhf.algos.pair_module import PairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_number, check_optimizer, is_number
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import load_policy, load_tokenizer
+from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy
 
@@ -82,7 +82,8 @@ class DPOModule(PairModule):
         if self.policy is not None:
             return
         spec = dict(self.hparams.model)
-        self.tokenizer = load_tokenizer(spec.pop("tokenizer_name_or_path") or spec["name_or_path"])
+        self.tokenizer = load_model_tokenizer(spec)
+        spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
         self.policy, self.reference = load_policy(tokenizer=self.tokenizer, **spec)
         self.frozen_reference = self.reference.frozen_copy  # registered: it follows the device (full fine-tuning)
 

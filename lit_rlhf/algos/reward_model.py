@@ -31,7 +31,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.policy import with_lora
-from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
+from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer, tokenizer_source
 
 REWARD_STATS_FILE = "reward_stats.json"
 
@@ -77,8 +77,7 @@ class RewardModelModule(PairModule):
         if self.backbone is not None:
             return
         spec = self.hparams.model
-        self.tokenizer = load_checked_tokenizer(spec.get("tokenizer_name_or_path") or spec["name_or_path"],
-                                                key="model.tokenizer_name_or_path")
+        self.tokenizer = load_checked_tokenizer(*tokenizer_source(spec))
         ensure_pad_token(self.tokenizer)
         backbone = from_pretrained(AutoModelForSequenceClassification.from_pretrained, spec["name_or_path"],
                                    "reward model backbone", key="model.name_or_path", num_labels=1,

@@ -24,7 +24,7 @@ import torch
 from lit_rlhf.algos.pair_module import PairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_number, check_optimizer
-from lit_rlhf.models import load_policy, load_tokenizer
+from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy
 
@@ -60,7 +60,8 @@ class SFTModule(PairModule):
         if self.policy is not None:
             return
         spec = dict(self.hparams.model)
-        self.tokenizer = load_tokenizer(spec.pop("tokenizer_name_or_path") or spec["name_or_path"])
+        self.tokenizer = load_model_tokenizer(spec)
+        spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
         self.policy, _ = load_policy(tokenizer=self.tokenizer, **spec)  # no reference: SFT has no KL term
         self.policy.train()  # the whole model trains as TRL's SFTTrainer's does (from_pretrained loads it in eval mode)
 

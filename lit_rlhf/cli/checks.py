@@ -137,6 +137,7 @@ def check_run_settings(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
     if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
         check_checkpoint_exists(str(cfg.ckpt_path))
+    check_model_locations(cfg)
 
 
 def check_evaluation(cfg: DictConfig) -> None:
@@ -155,6 +156,7 @@ def check_evaluation(cfg: DictConfig) -> None:
     confidence = cfg.get("confidence")
     if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
         raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
+    check_model_locations(cfg)
 
 
 def check_epochs(cfg: DictConfig) -> None:
@@ -169,6 +171,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
 
     check_epochs(cfg)
     check_settings(ModelConfig, cfg.get("model"), "model")
+    check_model_locations(cfg)
 
 
 def settings_in(node: DictConfig, cls: type) -> dict[str, Any]:
@@ -211,6 +214,22 @@ def check_settings(cls: type, node: Any, prefix: str) -> None:
     except Exception:  # noqa: BLE001 (a value that does not resolve: the component's own path says so)
         return
     build(cls, values, prefix)
+
+
+def check_model_locations(node: Any, prefix: str = "") -> None:
+    """Every model folder or Hub name the config sets itself (not one it repeats from another key by interpolation,
+    which is checked where it is set): one line naming the key, before anything loads."""
+    from lit_rlhf.config.locations import MODEL_LOCATION_KEYS, check_model_location
+
+    for key in node.keys() if isinstance(node, DictConfig) else range(len(node)):  # a mapping or a list
+        name = f"{prefix}[{key}]" if isinstance(key, int) else f"{prefix}.{key}".lstrip(".")
+        if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+            continue
+        value = node[key]
+        if OmegaConf.is_config(value):
+            check_model_locations(value, name)
+        elif key in MODEL_LOCATION_KEYS and isinstance(value, str):
+            check_model_location(name, value)
 
 
 def check_train(cfg: DictConfig) -> None:

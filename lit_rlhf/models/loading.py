@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 import torch
 from safetensors import SafetensorError
 
+from lit_rlhf.config.locations import check_model_location
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.terminal import printable
 
@@ -77,6 +78,7 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         for index in WEIGHT_INDEXES:
             if (Path(name_or_path) / index).is_file():
                 weight_map(Path(name_or_path) / index, str(name_or_path), key)
+    check_model_location(key, str(name_or_path))
     remote = not Path(str(name_or_path)).exists() and not hub_offline()
     if remote and cache_first:
         try:

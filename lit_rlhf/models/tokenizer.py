@@ -19,6 +19,22 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "voc
 PROBE_TEXT = "The quick brown fox."
 
 
+def tokenizer_source(spec: dict, group: str = "model") -> tuple[str, str]:
+    """(where the tokenizer loads from, the setting that says so): `<group>.tokenizer_name_or_path` when it names
+    another place than the model's own `<group>.name_or_path` (the configs default it to that), else the latter, so
+    that an error names the key the user typed."""
+    tokenizer = spec.get("tokenizer_name_or_path")
+    if tokenizer and tokenizer != spec["name_or_path"]:
+        return tokenizer, f"{group}.tokenizer_name_or_path"
+    return spec["name_or_path"], f"{group}.name_or_path"
+
+
+def load_model_tokenizer(spec: dict, group: str = "model") -> PreTrainedTokenizerBase:
+    """load_tokenizer for a model's settings ({name_or_path, tokenizer_name_or_path, trust_remote_code, ...})."""
+    name_or_path, key = tokenizer_source(spec, group)
+    return load_tokenizer(name_or_path, spec.get("trust_remote_code", False), key)
+
+
 def load_tokenizer(name_or_path: str, trust_remote_code: bool = False,
                    key: str = "model.tokenizer_name_or_path") -> PreTrainedTokenizerBase:
     """The policy's tokenizer: left padding and a pad token distinct from EOS."""

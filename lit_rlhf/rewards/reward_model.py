@@ -31,6 +31,8 @@ class SequenceClassifierReward:
         self.name_or_path, self.dtype, self.label_index = name_or_path, dtype, label_index
         self.normalize, self.stats = normalize, None
         self.tokenizer_name_or_path = tokenizer_name_or_path or name_or_path
+        self.tokenizer_key = ("reward.tokenizer_name_or_path" if self.tokenizer_name_or_path != name_or_path
+                              else "reward.name_or_path")
         self.batch_size, self.max_length, self.device = batch_size, max_length, device
         self.model = self.tokenizer = None
 
@@ -41,8 +43,8 @@ class SequenceClassifierReward:
             return
         from transformers import AutoModelForSequenceClassification
 
-        with own_code_refused("reward.tokenizer_name_or_path", self.tokenizer_name_or_path):
-            self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key="reward.tokenizer_name_or_path")
+        with own_code_refused(self.tokenizer_key, self.tokenizer_name_or_path):
+            self.tokenizer = load_checked_tokenizer(self.tokenizer_name_or_path, key=self.tokenizer_key)
         if self.tokenizer.pad_token is None or self.tokenizer.pad_token_id == self.tokenizer.eos_token_id:
             # the head reads the last token that is not padding: padding other than EOS lets it read a final EOS
             # (the model's embeddings stay as they are, so no token is added; EOS pads where the vocabulary has none)

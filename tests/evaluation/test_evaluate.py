@@ -134,3 +134,12 @@ def test_evaluate_py_reports_a_bad_checkpoint_path_in_one_line(tmp_path):
     result = run_in("evaluate.py", "ckpt_path=missing.ckpt", out=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ckpt_path='missing.ckpt' is not a file")
+
+
+@pytest.mark.integration
+def test_evaluate_py_reports_a_policy_path_that_is_no_folder_in_one_line(tmp_path):
+    result = run_in("evaluate.py", "policy_path=runs/rloo-policy/", out=tmp_path)  # a trailing slash: no Hub name
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: policy_path='runs/rloo-policy/' is no folder here, and not a Hugging Face Hub name (owner/name) "
+        "either; give the path of a folder that save_pretrained wrote, or a Hub name.")

@@ -102,6 +102,32 @@ def test_unavailable_model_fails_with_one_clear_line():
     assert "\n" not in message and "EleutherAI/pythia-14m-not-a-model" in message and "hf download" in message
 
 
+@pytest.mark.parametrize("name, hub", [
+    ("gpt2", True), ("EleutherAI/pythia-14m", True), ("runs/rloo-policy", True),  # owner/name: may be on the Hub
+    ("/models/pythia", False), ("./policy", False), ("../policy", False), ("~/policy", False), ("a/b/c", False),
+    ("runs/rloo-policy/", False), ("my policy", False)])
+def test_a_name_that_is_no_folder_here_is_looked_up_on_the_hub_only_if_it_can_name_a_repository(name, hub):
+    from lit_rlhf.config.locations import hub_name
+
+    assert hub_name(name) is hub
+
+
+def test_a_model_path_that_is_no_folder_is_refused_by_the_key_that_set_it_without_a_hub_lookup(tiny_path):
+    from lit_rlhf.models.tokenizer import tokenizer_source
+
+    spec = {"name_or_path": "/no/such/model", "tokenizer_name_or_path": "/no/such/model"}  # the configs' default
+    assert tokenizer_source(spec) == ("/no/such/model", "model.name_or_path")
+    own_tokenizer = {**spec, "tokenizer_name_or_path": tiny_path}
+    assert tokenizer_source(own_tokenizer) == (tiny_path, "model.tokenizer_name_or_path")
+    assert tokenizer_source({"name_or_path": tiny_path}, "reward") == (tiny_path, "reward.name_or_path")
+    path, key = tokenizer_source(spec)
+    with pytest.raises(ConfigError, match=r"^model.name_or_path='/no/such/model' is no folder here, and not a Hugging "
+                                          r"Face Hub name \(owner/name\) either; give the path of a folder"):
+        load_tokenizer(path, key=key)
+    with pytest.raises(ConfigError, match=r"^model.reference_name_or_path='\./reference' is no folder here"):
+        load_policy(tiny_path, load_tokenizer(tiny_path), lora=None, reference_name_or_path="./reference")
+
+
 def test_reference_name_or_path_loads_the_frozen_reference_from_another_model(tiny_path):
     tokenizer = load_tokenizer(tiny_path)
     policy, reference = load_policy(tiny_path, tokenizer, lora=None, reference_name_or_path=tiny_path)
