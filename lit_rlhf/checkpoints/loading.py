@@ -26,7 +26,7 @@ from lightning.fabric.utilities.cloud_io import _load as lightning_load
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
 from lit_rlhf.checkpoints.files import atomic_torch_save, non_finite_tensors
-from lit_rlhf.checkpoints.paths import check_checkpoint_exists, is_remote
+from lit_rlhf.checkpoints.paths import check_checkpoint_path, is_remote
 from lit_rlhf.checkpoints.sharded import read_sharded_checkpoint
 from lit_rlhf.errors import ConfigError
 
@@ -61,9 +61,9 @@ def download(url: str, timeout_s: float) -> bytes:
 def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
     """torch.load(weights_only=True) of a local path or URL, with one-line errors for unusable files."""
     name = str(path)
+    check_checkpoint_path(name)
     if not is_remote(name) and Path(name).is_dir():  # a sharded checkpoint of trainer=fsdp2, read whole
         return read_sharded_checkpoint(name)
-    check_checkpoint_exists(name)
     source: Any = name
     if name.startswith(("http://", "https://")):  # torch.hub would cache it by its file name alone
         source = io.BytesIO(download(name, download_timeout_s()))
@@ -109,6 +109,7 @@ class SafeCheckpointIO(TorchCheckpointIO):
         atomic_torch_save(checkpoint, path)
 
     def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        check_checkpoint_path(str(path))
         if not is_remote(path) and Path(path).is_dir():
             raise ConfigError(f"ckpt_path={str(path)!r} is a sharded checkpoint (trainer=fsdp2): resume it with "
                               f"trainer=fsdp2 on the same number of ranks, or export it (python -m lit_rlhf.export) "

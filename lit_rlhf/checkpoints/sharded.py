@@ -38,9 +38,9 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from lit_rlhf.checkpoints.files import PARTIAL_MARK, atomic_torch_save, fsync_directory
+from lit_rlhf.checkpoints.paths import META_FILE
 from lit_rlhf.errors import ConfigError
 
-META_FILE = "meta.pt"  # Lightning's name for a sharded checkpoint's metadata
 OLD_MARK = ".replaced-"  # a checkpoint being replaced (PARTIAL_MARK: one being written)
 TORCH_VALUE_TYPES = (torch.dtype, torch.layout, torch.memory_format)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lit_rlhf.checkpoints.paths import check_checkpoint_exists
+from lit_rlhf.checkpoints.paths import check_checkpoint_path
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.lazy_exports import current_path
 
@@ -136,7 +136,7 @@ def check_run_settings(cfg: DictConfig) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
     if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
-        check_checkpoint_exists(str(cfg.ckpt_path))
+        check_checkpoint_path(str(cfg.ckpt_path))
     check_model_locations(cfg)
 
 

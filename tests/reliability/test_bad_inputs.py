@@ -92,6 +92,8 @@ def write_inputs(directory: Path) -> None:
     (directory / "null_prompt.jsonl").write_text('{"prompt": "fine"}\n{"prompt": null}\n')
     (directory / "prompts.txt").write_text("a prompt\n")
     (directory / "a_dir").mkdir()
+    (directory / "a_run" / "checkpoints").mkdir(parents=True)  # a run directory, as train.py leaves it
+    (directory / "a_run" / "checkpoints" / "last.ckpt").write_bytes(b"")
     (directory / "a_file").write_text("x")
     (directory / "random.ckpt").write_bytes(random.Random(0).randbytes(2048))
     (directory / "empty.ckpt").write_bytes(b"")
@@ -140,6 +142,10 @@ CASES = [
     ("the trained reward, scaled, as gold", ["gold=vader", "reward.weights.vader=0.5"],
      "gold= names the trained reward (scaled: only the weights differ)"),
     ("mistyped ckpt_path", ["ckpt_path=no_such.ckpt"], "ckpt_path='no_such.ckpt' is not a file"),
+    ("the run directory as ckpt_path", ["ckpt_path=a_run"], "ckpt_path='a_run' is a directory that holds checkpoints, "
+     "not one; give the one to resume from, e.g. ckpt_path=a_run/checkpoints/last.ckpt"),
+    ("a directory that is no checkpoint as ckpt_path", ["ckpt_path=a_dir"],
+     "ckpt_path='a_dir' is a directory without meta.pt, not a checkpoint"),
     ("a model path that is no folder", ["model=causal_lm", "model.name_or_path=/path/to/any/causal-lm"],
      "model.name_or_path='/path/to/any/causal-lm' is no folder here, and not a Hugging Face Hub name (owner/name)"),
     ("a teacher's adapter path that is no folder",

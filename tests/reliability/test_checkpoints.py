@@ -135,6 +135,27 @@ def test_unusable_checkpoint_files_are_one_line_errors_in_train_evaluate_and_exp
             assert "Traceback" not in export.stderr
 
 
+def test_a_directory_that_is_no_checkpoint_is_refused_with_the_checkpoint_inside_it(tmp_path):
+    """Trainer.fit(ckpt_path=...) reads through SafeCheckpointIO: a run directory, its checkpoints folder or any
+    other directory is not taken for a sharded checkpoint (only one with meta.pt is)."""
+    run = tmp_path / "run"
+    last = run / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    torch.save({"state_dict": {}}, last)
+    (tmp_path / "sharded.ckpt").mkdir()
+    (tmp_path / "sharded.ckpt" / "meta.pt").write_bytes(b"")
+    io = SafeCheckpointIO()
+    for given in (run, run / "checkpoints"):
+        with pytest.raises(ConfigError, match=f"^ckpt_path='{given}' is a directory that holds checkpoints, not one; "
+                                              f"give the one to resume from, e.g. ckpt_path={last}$"):
+            io.load_checkpoint(given)
+    with pytest.raises(ConfigError, match=f"^ckpt_path='{tmp_path}' is a directory without meta.pt, not a checkpoint"):
+        io.load_checkpoint(tmp_path)
+    with pytest.raises(ConfigError, match=r"is a sharded checkpoint \(trainer=fsdp2\)"):
+        io.load_checkpoint(tmp_path / "sharded.ckpt")
+    assert io.load_checkpoint(last) == {"state_dict": {}}
+
+
 def test_a_full_disk_keeps_the_previous_checkpoint_and_is_one_line(tmp_path, monkeypatch):
     import errno
 
