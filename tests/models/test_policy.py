@@ -102,16 +102,6 @@ def test_unavailable_model_fails_with_one_clear_line():
     assert "\n" not in message and "EleutherAI/pythia-14m-not-a-model" in message and "hf download" in message
 
 
-@pytest.mark.parametrize("name, hub", [
-    ("gpt2", True), ("EleutherAI/pythia-14m", True), ("runs/rloo-policy", True),  # owner/name: may be on the Hub
-    ("/models/pythia", False), ("./policy", False), ("../policy", False), ("~/policy", False), ("a/b/c", False),
-    ("runs/rloo-policy/", False), ("my policy", False)])
-def test_a_name_that_is_no_folder_here_is_looked_up_on_the_hub_only_if_it_can_name_a_repository(name, hub):
-    from lit_rlhf.config.locations import hub_name
-
-    assert hub_name(name) is hub
-
-
 def test_a_model_path_that_is_no_folder_is_refused_by_the_key_that_set_it_without_a_hub_lookup(tiny_path):
     from lit_rlhf.models.tokenizer import tokenizer_source
 
