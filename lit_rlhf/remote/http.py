@@ -29,13 +29,14 @@ class HTTPService:
     error: type[UnavailableError] = UnavailableError
     health_path = "/health"
     docs_page = "rewards.md"
-    url_example = "http://127.0.0.1:8000"
+    url_setting, url_example = "url", "http://127.0.0.1:8000"  # the setting that gives the address, in messages
 
     def __init__(self, url: str, batch_size: int = 64, max_concurrency: int = 4, timeout_s: float = 30.0,
                  retries: int = 3, backoff_s: float = 0.5, auth_env: str | None = None):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{self.key}.url={without_passwords(str(url))!r} is not an http(s) URL; give the "
-                              f"server's address, e.g. {self.key}.url={self.url_example}.")
+            setting = f"{self.key}.{self.url_setting}"
+            raise ConfigError(f"{setting}={without_passwords(str(url))!r} is not an http(s) URL; give the server's "
+                              f"address, e.g. {setting}={self.url_example}.")
         for name, value, minimum in (("batch_size", batch_size, 1), ("max_concurrency", max_concurrency, 1),
                                      ("retries", retries, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:

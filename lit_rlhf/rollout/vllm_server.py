@@ -68,7 +68,7 @@ class RolloutServer(HTTPService):
 
     key, server_name, error = "rollout", "the rollout server", RolloutServerError
     health_path, docs_page = "/v1/models", "scale.md"
-    url_example = "http://127.0.0.1:8000 (vllm serve <model> starts one)"
+    url_setting, url_example = "urls", "[http://127.0.0.1:8000] (vllm serve <model> starts one)"
 
     def __init__(self, url: str, **http: Any):
         super().__init__(url.rstrip("/").removesuffix("/v1") if isinstance(url, str) else url, **http)

@@ -316,6 +316,9 @@ CASES = [
     ("reward=http without a URL", ["reward=http"], "reward.url is required (marked ??? in conf/)"),
     ("a reward URL without http://", ["reward=http", "reward.url=localhost:8000"],
      "reward.url='localhost:8000' is not an http(s) URL"),
+    ("a rollout server address without http://", ["rollout=vllm_server", "rollout.urls=[gen-0:8000]"],
+     "rollout.urls='gen-0:8000' is not an http(s) URL; give the server's address, e.g. "
+     "rollout.urls=[http://127.0.0.1:8000]"),
     ("a reward server that is not up", ["reward=http", "reward.url=http://127.0.0.1:9", "reward.retries=0"],
      "the reward server http://127.0.0.1:9: cannot connect (ConnectError) after 1 attempt; check that the server"),
     ("a reward token variable that is not set", ["reward=http", "reward.url=http://127.0.0.1:9",
