@@ -28,7 +28,7 @@ def check_checkpoint_path(name: str) -> None:
                           f"(e.g. <run dir>/checkpoints/last.ckpt).")
     inside = next((f"{name.rstrip('/')}/{file}" for file in CHECKPOINTS_INSIDE if (path / file).exists()), None)
     if inside is not None:
-        raise ConfigError(f"ckpt_path={name!r} is a directory that holds checkpoints, not one; give the one to resume "
-                          f"from, e.g. ckpt_path={inside}")
+        raise ConfigError(f"ckpt_path={name!r} is a directory that holds checkpoints, not one; give one of them, "
+                          f"e.g. ckpt_path={inside}")
     raise ConfigError(f"ckpt_path={name!r} is a directory without {META_FILE}, not a checkpoint; give a .ckpt "
                       f"written by lit_rlhf (a file, or the directory of a sharded one of trainer=fsdp2).")

@@ -25,6 +25,7 @@ def hub_name(name: str) -> bool:
 
 
 def check_model_location(key: str, name_or_path: str) -> None:
+    """One line, naming `key`, for a name that is no folder here and that the Hub could not serve either."""
     if not Path(name_or_path).exists() and not hub_name(name_or_path):
         raise ConfigError(f"{key}={name_or_path!r} is no folder here, and not a Hugging Face Hub name (owner/name) "
                           f"either; give the path of a folder that save_pretrained wrote, or a Hub name.")

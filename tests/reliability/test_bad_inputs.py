@@ -143,7 +143,7 @@ CASES = [
      "gold= names the trained reward (scaled: only the weights differ)"),
     ("mistyped ckpt_path", ["ckpt_path=no_such.ckpt"], "ckpt_path='no_such.ckpt' is not a file"),
     ("the run directory as ckpt_path", ["ckpt_path=a_run"], "ckpt_path='a_run' is a directory that holds checkpoints, "
-     "not one; give the one to resume from, e.g. ckpt_path=a_run/checkpoints/last.ckpt"),
+     "not one; give one of them, e.g. ckpt_path=a_run/checkpoints/last.ckpt"),
     ("a directory that is no checkpoint as ckpt_path", ["ckpt_path=a_dir"],
      "ckpt_path='a_dir' is a directory without meta.pt, not a checkpoint"),
     ("a model path that is no folder", ["model=causal_lm", "model.name_or_path=/path/to/any/causal-lm"],

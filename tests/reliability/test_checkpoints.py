@@ -147,7 +147,7 @@ def test_a_directory_that_is_no_checkpoint_is_refused_with_the_checkpoint_inside
     io = SafeCheckpointIO()
     for given in (run, run / "checkpoints"):
         with pytest.raises(ConfigError, match=f"^ckpt_path='{given}' is a directory that holds checkpoints, not one; "
-                                              f"give the one to resume from, e.g. ckpt_path={last}$"):
+                                              f"give one of them, e.g. ckpt_path={last}$"):
             io.load_checkpoint(given)
     with pytest.raises(ConfigError, match=f"^ckpt_path='{tmp_path}' is a directory without meta.pt, not a checkpoint"):
         io.load_checkpoint(tmp_path)
