@@ -13,7 +13,7 @@ import torch
 from lit_rlhf.distributed.meta_loading import empty_model, unsaved_keys
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, own_code_refused, resolve_dtype
-from lit_rlhf.models.tokenizer import known_pad_token, load_checked_tokenizer
+from lit_rlhf.models.tokenizer import known_pad_token, load_checked_tokenizer, tokenizer_source
 
 
 class SequenceClassifierReward:
@@ -30,9 +30,8 @@ class SequenceClassifierReward:
                  tokenizer_name_or_path: str | None = None, normalize: bool = False):
         self.name_or_path, self.dtype, self.label_index = name_or_path, dtype, label_index
         self.normalize, self.stats = normalize, None
-        self.tokenizer_name_or_path = tokenizer_name_or_path or name_or_path
-        self.tokenizer_key = ("reward.tokenizer_name_or_path" if self.tokenizer_name_or_path != name_or_path
-                              else "reward.name_or_path")
+        self.tokenizer_name_or_path, self.tokenizer_key = tokenizer_source(
+            {"name_or_path": name_or_path, "tokenizer_name_or_path": tokenizer_name_or_path}, "reward")
         self.batch_size, self.max_length, self.device = batch_size, max_length, device
         self.model = self.tokenizer = None
 
