@@ -25,6 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lit_rlhf.algos.default_callbacks import display_callbacks
 from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, off_policy_mask, require_grads
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
+from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
 from lit_rlhf.algos.step_stats import StepStatistics, step_distributions
 from lit_rlhf.checkpoints.state import TrainedStateCheckpoints
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
@@ -155,10 +156,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
 
     def total_rl_steps(self) -> int | None:
         """The RL steps this fit runs: rl_steps, or the Trainer's max_steps (optimizer steps) converted."""
-        if self.hparams.rl_steps is not None:
-            return self.hparams.rl_steps
-        max_steps = self.trainer.max_steps if self._trainer is not None else -1
-        return max_steps // self.optimizer_steps_per_rl_step if max_steps and max_steps > 0 else None
+        max_steps = self.trainer.max_steps if self._trainer is not None else None
+        return rl_steps_of_fit(self.hparams.rl_steps, max_steps, self.optimizer_steps_per_rl_step)
 
     # ---- weights ---------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -360,12 +359,13 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
     # ---- lifetime ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         super().on_train_start()  # a resume's random states first: the producer starts at this step
-        total = self.hparams.rl_steps  # the RL steps this module stops after (Lightning's max_steps stops itself)
-        if total is not None and self.rl_step >= total:  # resumed from the end of a finished run
-            rank_zero_info(f"The checkpoint is at RL step {self.rl_step} of {total}: nothing is left to train (raise "
-                           f"steps= to train on from it).")
+        # rl_steps: the RL steps this module stops after (Lightning's max_steps stops itself)
+        if line := finished_fit_line(self.rl_step, self.hparams.rl_steps):  # resumed from the end of a finished run
+            rank_zero_info(line)
             self.trainer.should_stop = True  # no RL step runs, and no producer starts
             return
+        if line := endless_fit_line(self.trainer, self.total_rl_steps()):
+            rank_zero_warn(line)
         # a fresh run only; draws nothing from the restored states
         self.heldout_before_training = log_heldout_before_training(self) or self.heldout_before_training
         self.rollout_queue.start(self.trainer, self.rl_step, self.total_rl_steps(), self.packing_pad_id)

@@ -1,22 +1,75 @@
 """RL steps are the unit: rl_steps stops a plain-Lightning run after that many rollouts, whatever the
-number of optimizer steps each takes, and checkpoint intervals count RL steps."""
+number of optimizer steps each takes, and checkpoint intervals count RL steps; a Trainer's max_steps (optimizer steps)
+converts to the RL steps Lightning actually runs; a fit that nothing stops says so."""
+
+import warnings
 
 import lightning as L
 import pytest
+from lightning.pytorch.callbacks import EarlyStopping
 
+from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
 from lit_rlhf.callbacks import LastCheckpoint
-from tests.conftest import make_datamodule, make_ppo
-
-pytestmark = pytest.mark.integration  # runs a Trainer or an app
+from tests.conftest import make_datamodule, make_ppo, make_rloo
 
 
+def test_rl_steps_of_fit_by_hand():
+    assert rl_steps_of_fit(5, 3, 2) == 5  # rl_steps wins over max_steps
+    assert rl_steps_of_fit(None, -1, 2) is None and rl_steps_of_fit(None, None, 2) is None  # no limit
+    assert rl_steps_of_fit(None, 4, 2) == 2
+    assert rl_steps_of_fit(None, 3, 2) == 2  # after RL step 1, 2 < 3 optimizer steps: Lightning runs another
+    assert rl_steps_of_fit(None, 1, 4) == 1 and rl_steps_of_fit(None, 0, 4) == 0
+
+
+def test_a_fit_is_endless_only_without_any_limit():
+    def trainer(**kwargs):
+        return L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
+                         **kwargs)
+
+    line = endless_fit_line(trainer(), None)
+    assert line is not None and "rl_steps=N" in line and "max_steps=N" in line
+    assert endless_fit_line(trainer(), 3) is None
+    assert endless_fit_line(trainer(max_time="00:00:01:00"), None) is None
+    assert endless_fit_line(trainer(callbacks=[EarlyStopping(monitor="eval/score")]), None) is None
+    assert finished_fit_line(2, None) is None and finished_fit_line(1, 2) is None
+    assert "RL step 2 of 2" in finished_fit_line(2, 2)
+
+
+class StopAfterOneStep(L.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        trainer.should_stop = True
+
+
+def fit(module, callbacks=(), **trainer_kwargs):
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        accelerator="cpu", callbacks=list(callbacks), **trainer_kwargs)
+    trainer.fit(module, make_datamodule())
+    return trainer
+
+
+@pytest.mark.integration
 def test_rl_steps_stops_after_that_many_rollouts_and_checkpoints_count_rl_steps(tmp_path):
     module = make_ppo(num_ppo_epochs=2, num_mini_batches=2, response_length=8, rl_steps=3)  # 4 updates per step
     checkpoint = LastCheckpoint(dirpath=tmp_path, filename="rl{step}", save_top_k=-1, every_n_train_steps=2,
                                 save_last=True)
-    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                        accelerator="cpu", callbacks=[checkpoint])  # no max_steps
-    trainer.fit(module, make_datamodule())
+    trainer = fit(module, [checkpoint], enable_checkpointing=True)  # no max_steps
     assert module.rl_step == 3 and trainer.global_step == 3 * 4
     # after RL step 2 (Lightning's step 8): `{step}` in a file name is the RL step too
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "rlstep=2.ckpt"]
+
+
+@pytest.mark.integration
+def test_a_max_steps_that_is_no_multiple_runs_its_last_rl_step_with_the_rollout_producer():
+    """max_steps=3 at 2 optimizer steps per RL step: Lightning runs 2 RL steps, and the rollout producer (which draws
+    only the run's RL steps) drew the second one too."""
+    module = make_rloo(num_mini_batches=2, response_length=4, max_staleness=1)
+    trainer = fit(module, enable_checkpointing=False, max_steps=3)
+    assert module.rl_step == 2 == module.total_rl_steps() and trainer.global_step == 4
+
+
+@pytest.mark.integration
+def test_a_fit_without_any_limit_warns_that_it_trains_until_stopped():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(make_rloo(response_length=4), [StopAfterOneStep()], enable_checkpointing=False)
+    assert sum("This fit has no length" in str(w.message) for w in caught) == 1
