@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,24 @@ def check_model_locations(node: Any, prefix: str = "") -> None:
             check_model_locations(value, name)
         elif key in MODEL_LOCATION_KEYS and isinstance(value, str):
             check_model_location(name, value)
+
+
+def typed_key(cfg: DictConfig, key: str) -> str:
+    """The key whose value `key` repeats by interpolation, followed to where it is set (data.tokenizer ->
+    model.tokenizer_name_or_path -> model.name_or_path): what a user typed, for an error to name."""
+    for _ in range(10):  # interpolations chain a few keys deep; a cycle stops here
+        parent, _, name = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        if not isinstance(node, DictConfig) or name not in node or not OmegaConf.is_interpolation(node, name):
+            return key
+        found = re.fullmatch(r"\$\{(\.*)([\w.]+)\}", str(OmegaConf.to_container(node, resolve=False)[name]))
+        if found is None:  # a resolver (${oc.env:...}) or text around the interpolation: the key itself was typed
+            return key
+        dots, target = found.groups()
+        base = parent.split(".") if parent else []
+        base = base[:len(base) - max(len(dots) - 1, 0)] if dots else []  # ${.x}: beside it; ${..x}: one level up
+        key = ".".join([*base, target])
+    return key
 
 
 def check_train(cfg: DictConfig) -> None:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from lit_rlhf.callbacks import CheckpointOnInterrupt
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
-from lit_rlhf.cli.checks import check_epochs
+from lit_rlhf.cli.checks import check_epochs, typed_key
 from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
 from lit_rlhf.interrupts import TrainingInterrupted
 from lit_rlhf.noise import LIGHTNING_EVAL_MODE, silence_known_noise
@@ -32,6 +32,7 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     check_epochs(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
+    datamodule.tokenizer_key = typed_key(cfg, "data.tokenizer")  # model.name_or_path, as the configs repeat it
     module = instantiate(cfg.algo, _convert_="all")
     loggers = instantiate_group(cfg.get("logger"))
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
-from lit_rlhf.cli.checks import check_run_settings
+from lit_rlhf.cli.checks import check_run_settings, typed_key
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
@@ -59,6 +59,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         check_export_dir(cfg.export_dir, "export_dir")
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)
+    datamodule.tokenizer_key = typed_key(cfg, "data.tokenizer")  # model.name_or_path, as the configs repeat it
     module = instantiate(cfg.algo, _convert_="all")
     if module.environment is not None:  # a chat template shows the model its tools
         datamodule.tools = module.environment.schemas

@@ -24,6 +24,15 @@ def hub_name(name: str) -> bool:
     return True
 
 
+def local_folder_note(name: str) -> str:
+    """For a Hub-shaped name whose owner is a folder here (runs/policy with runs/ present): it was meant as a path, and
+    that folder lacks it; else nothing."""
+    owner, _, rest = name.partition("/")
+    if not rest or not Path(owner).is_dir() or Path(name).exists():
+        return ""
+    return f" (If you meant a path: the folder {owner!r} is here, but holds no {rest!r}.)"
+
+
 def check_model_location(key: str, name_or_path: str) -> None:
     """One line, naming `key`, for a name that is no folder here and that the Hub could not serve either."""
     if not Path(name_or_path).exists() and not hub_name(name_or_path):

@@ -104,6 +104,7 @@ class CompletionDataModule(L.LightningDataModule):
             raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
                               f"(the completion needs room); raise data.max_length.")
         self.tokenizer = None
+        self.tokenizer_key = "data.tokenizer"  # the setting its tokenizer's errors name; the apps set the one typed
         # each (ids, prompt length), or (ids, mask) for token-id rows
         self.train_rows: list[tuple[list[int], int | list[int]]] = []
         self.eval_rows: list[tuple[list[int], int | list[int]]] = []
@@ -112,7 +113,7 @@ class CompletionDataModule(L.LightningDataModule):
         if self.train_rows:
             return
         hp = self.hparams
-        self.tokenizer = load_checked_tokenizer(hp.tokenizer, key="data.tokenizer")
+        self.tokenizer = load_checked_tokenizer(hp.tokenizer, key=self.tokenizer_key)
         ensure_pad_token(self.tokenizer)
         rows = read_completion_rows(hp.dataset, hp.prompt_column, hp.split, hp.subset)
         if "input_ids" in rows[0]:  # token ids already

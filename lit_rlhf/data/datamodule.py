@@ -97,6 +97,7 @@ class PromptDataModule(L.LightningDataModule):
         # JSON schemas of the tools a multi-turn environment offers (EnvSpec.schemas): with apply_chat_template, the
         # template shows them to the model; train.py sets them from env=..., Python users before fit
         self.tools: list[dict[str, Any]] | None = None
+        self.tokenizer_key = "data.tokenizer"  # the setting its tokenizer's errors name; the apps set the one typed
 
     @property
     def local_batch_size(self) -> int:
@@ -107,7 +108,7 @@ class PromptDataModule(L.LightningDataModule):
         if self.tokenizer is not None:
             return
         hp = self.hparams
-        self.tokenizer = load_tokenizer(hp.tokenizer, trust_remote_code=hp.trust_remote_code)
+        self.tokenizer = load_tokenizer(hp.tokenizer, trust_remote_code=hp.trust_remote_code, key=self.tokenizer_key)
         texts, columns = load_prompt_rows(hp.dataset, hp.prompt_column, hp.split, hp.subset)
         if len(texts) <= hp.num_eval_prompts:
             raise ConfigError(f"data.dataset={hp.dataset!r} has {len(texts)} prompts, not more than "

@@ -36,6 +36,7 @@ class PreferenceDataModule(L.LightningDataModule):
             raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
                               f"(the response needs room); raise data.max_length.")
         self.tokenizer = None
+        self.tokenizer_key = "data.tokenizer"  # the setting its tokenizer's errors name; the apps set the one typed
         self.train_pairs: list[dict[str, Any]] = []
         self.eval_pairs: list[dict[str, Any]] = []
 
@@ -43,7 +44,7 @@ class PreferenceDataModule(L.LightningDataModule):
         if self.train_pairs:
             return
         hp = self.hparams
-        self.tokenizer = load_checked_tokenizer(hp.tokenizer, key="data.tokenizer")
+        self.tokenizer = load_checked_tokenizer(hp.tokenizer, key=self.tokenizer_key)
         ensure_pad_token(self.tokenizer)
         pairs, identical = load_preference_pairs(hp.dataset, self.tokenizer, hp.prompt_column, hp.chosen_column,
                                                  hp.rejected_column, hp.margin_column, hp.split, hp.subset)

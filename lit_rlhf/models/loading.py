@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import torch
 from safetensors import SafetensorError
 
-from lit_rlhf.config.locations import check_model_location
+from lit_rlhf.config.locations import check_model_location, local_folder_note
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.terminal import printable
 
@@ -62,7 +62,7 @@ def unavailable(what: str, name_or_path: str, reason: str, key: str) -> Unavaila
     return UnavailableError(
         f"{what} {name_or_path!r} is not available here ({reason}). Download it on a machine with internet "
         f"(`hf download {name_or_path}`) into the Hugging Face cache (then HF_HUB_OFFLINE=1 uses only the cache), "
-        f"or point {key} at a local directory."
+        f"or point {key} at a local directory.{local_folder_note(name_or_path)}"
     )
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lit_rlhf.config.locations import check_model_location, hub_name
+from lit_rlhf.config.locations import check_model_location, hub_name, local_folder_note
 from lit_rlhf.errors import ConfigError
 
 
@@ -20,3 +20,11 @@ def test_a_folder_here_passes_whatever_its_name(tmp_path, monkeypatch):
     check_model_location("model.name_or_path", "my policy/v1")
     with pytest.raises(ConfigError, match=r"^model.name_or_path='my policy/v2' is no folder here"):
         check_model_location("model.name_or_path", "my policy/v2")
+
+
+def test_a_hub_shaped_name_whose_owner_is_a_folder_here_is_noted_as_a_path_that_folder_lacks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "rloo-policy").mkdir(parents=True)
+    assert local_folder_note("runs/rloo") == " (If you meant a path: the folder 'runs' is here, but holds no 'rloo'.)"
+    assert local_folder_note("runs/rloo-policy") == ""  # there: a path, nothing to note
+    assert local_folder_note("EleutherAI/pythia-14m") == "" and local_folder_note("gpt2") == ""  # no such folder here

@@ -203,6 +203,9 @@ CASES = [
     ("misspelled generation_kwargs key", ["+algo.generation_kwargs.top_kk=3"], "algo.generation_kwargs.top_kk is not"),
     ("chat template the tokenizer lacks", ["data.apply_chat_template=true"], "data.apply_chat_template=true, but"),
     ("missing adapter_path", ["model.adapter_path=no_such_adapter"], "adapter 'no_such_adapter' is not available"),
+    ("a model path in a folder here that lacks it", ["model.name_or_path=a_run/policy"],  # a Hub-shaped name
+     "tokenizer 'a_run/policy' is not available here ... or point model.name_or_path at a local directory. (If you "
+     "meant a path: the folder 'a_run' is here, but holds no 'policy'.)"),
     ("model directory without tokenizer", ["model=causal_lm", "model.name_or_path=model_without_tokenizer"],
      "model_without_tokenizer has no tokenizer files"),
     ("export_dir is a file", ["export_dir=a_file"], "export_dir='a_file' is a file"),
@@ -390,7 +393,9 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
     if label.startswith("rollout=vllm") and importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed in this environment")
     result = run_app("train.py", *FAST, *args, cwd=inputs)
-    assert one_line_error(result).startswith(f"error: {expected}")
+    begins, _, ends = expected.partition(" ... ")  # "A ... B": the line begins with A and ends with B
+    line = one_line_error(result)
+    assert line.startswith(f"error: {begins}") and line.endswith(ends), line
     assert not (inputs / "PWNED").exists()
     assert not (inputs / "logs" / "train" / "runs").exists() or all(
         not (run / "checkpoints").exists() for run in (inputs / "logs" / "train" / "runs").iterdir())
