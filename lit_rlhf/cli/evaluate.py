@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from transformers import AutoConfig
 
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_evaluation
@@ -16,6 +17,7 @@ from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint, require_rl_checkpoint
+from lit_rlhf.models.loading import from_pretrained
 from lit_rlhf.noise import silence_known_noise
 from lit_rlhf.rewards import load_reward
 
@@ -40,6 +42,9 @@ def load_module(cfg: DictConfig):
         if (Path(cfg.policy_path) / "adapter_config.json").exists():
             raise ConfigError(f"policy_path={cfg.policy_path!r} holds a peft adapter; export the merged model "
                               f"(python -m lit_rlhf.export CKPT OUT) or pass ckpt_path=CKPT.")
+        # its config first: a policy_path that is not there is named as typed, not as the model.name_or_path it fills
+        from_pretrained(AutoConfig.from_pretrained, cfg.policy_path, "model", key="policy_path", weights=False,
+                        trust_remote_code=bool(model.get("trust_remote_code")))
         # the exported policy, against the model it started from
         model.update(name_or_path=cfg.policy_path, reference_name_or_path=model["name_or_path"], lora=None,
                      adapter_path=None)

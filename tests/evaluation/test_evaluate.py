@@ -137,9 +137,15 @@ def test_evaluate_py_reports_a_bad_checkpoint_path_in_one_line(tmp_path):
 
 
 @pytest.mark.integration
-def test_evaluate_py_reports_a_policy_path_that_is_no_folder_in_one_line(tmp_path):
-    result = run_in("evaluate.py", "policy_path=runs/rloo-policy/", out=tmp_path)  # a trailing slash: no Hub name
+@pytest.mark.parametrize("path, line", [
+    ("runs/rloo-policy/",  # a trailing slash: no Hub name
+     "error: policy_path='runs/rloo-policy/' is no folder here, and not a Hugging Face Hub name (owner/name) either; "
+     "give the path of a folder that save_pretrained wrote, or a Hub name."),
+    ("someone/rloo-policy",  # may be a Hub name: looked up, and named as typed, not as the model.name_or_path it fills
+     "error: model 'someone/rloo-policy' is not available here ... or point policy_path at a local directory.")])
+def test_evaluate_py_reports_a_policy_path_that_is_no_folder_in_one_line(path, line, tmp_path):
+    result = run_in("evaluate.py", f"policy_path={path}", out=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
-        "error: policy_path='runs/rloo-policy/' is no folder here, and not a Hugging Face Hub name (owner/name) "
-        "either; give the path of a folder that save_pretrained wrote, or a Hub name.")
+    last = result.stderr.strip().splitlines()[-1]
+    begins, _, ends = line.partition(" ... ")
+    assert last.startswith(begins) and last.endswith(ends), last
