@@ -99,7 +99,8 @@ def export_policy(module, out_dir: str | Path, adapter_only: bool = False,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m lit_rlhf.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("ckpt_path")
     parser.add_argument("out_dir")
     parser.add_argument("--adapter-only", action="store_true", help="write the peft adapter, not a merged model")

@@ -82,7 +82,8 @@ def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m lit_rlhf.plot", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/curves.png")
     args = parser.parse_args()

@@ -478,3 +478,13 @@ def test_plot_on_a_non_numeric_csv_is_one_line(tmp_path):
     (tmp_path / "csv" / "metrics.csv").write_text("step,objective/scores\n0,abc\n")
     result = run_app("lit_rlhf.plot", str(tmp_path), cwd=ROOT, module=True)
     assert one_line_error(result).startswith(f"error: {tmp_path / 'csv' / 'metrics.csv'}, line 2: not a number")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("module, usage", [
+    ("lit_rlhf.plot", "usage: python -m lit_rlhf.plot [-h] [--out OUT] run_dir"),
+    ("lit_rlhf.export", "usage: python -m lit_rlhf.export [-h] [--adapter-only] [--trust-remote-code] ckpt_path "
+                        "out_dir")])
+def test_a_module_run_without_its_arguments_shows_the_command_as_typed(module, usage):
+    result = run_app(module, cwd=ROOT, module=True)
+    assert result.returncode == 2 and result.stderr.splitlines()[0] == usage, result.stderr
