@@ -13,19 +13,24 @@ from lit_rlhf.callbacks import LastCheckpoint
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 
 
+def trainer(**kwargs):
+    return L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu", **kwargs)
+
+
 def test_rl_steps_of_fit_by_hand():
-    assert rl_steps_of_fit(5, 3, 2) == 5  # rl_steps wins over max_steps
-    assert rl_steps_of_fit(None, -1, 2) is None and rl_steps_of_fit(None, None, 2) is None  # no limit
-    assert rl_steps_of_fit(None, 4, 2) == 2
-    assert rl_steps_of_fit(None, 3, 2) == 2  # after RL step 1, 2 < 3 optimizer steps: Lightning runs another
-    assert rl_steps_of_fit(None, 1, 4) == 1 and rl_steps_of_fit(None, 0, 4) == 0
+    assert rl_steps_of_fit(5, trainer(max_steps=3), 2) == 5  # rl_steps wins over the Trainer's limits
+    assert rl_steps_of_fit(5, None, 2) == 5 and rl_steps_of_fit(None, None, 2) is None  # no Trainer yet
+    assert rl_steps_of_fit(None, trainer(), 2) is None and rl_steps_of_fit(None, trainer(max_epochs=3), 2) is None
+    assert rl_steps_of_fit(None, trainer(max_steps=4), 2) == 2
+    assert rl_steps_of_fit(None, trainer(max_steps=3), 2) == 2  # after RL step 1, 2 < 3 optimizer steps: one more
+    assert rl_steps_of_fit(None, trainer(max_steps=1), 4) == 1 and rl_steps_of_fit(None, trainer(max_steps=0), 4) == 0
+    assert rl_steps_of_fit(None, trainer(limit_train_batches=3, max_epochs=2), 2) == 6  # 3 RL steps per epoch
+    assert rl_steps_of_fit(None, trainer(limit_train_batches=3, max_epochs=2, max_steps=4), 2) == 2  # the fewest
+    assert rl_steps_of_fit(None, trainer(limit_train_batches=3, max_epochs=-1), 2) is None  # endless epochs
+    assert rl_steps_of_fit(None, trainer(limit_train_batches=0.5, max_epochs=2), 2) is None  # of an endless stream
 
 
 def test_a_fit_is_endless_only_without_any_limit():
-    def trainer(**kwargs):
-        return L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
-                         **kwargs)
-
     line = endless_fit_line(trainer(), None)
     assert line is not None and "rl_steps=N" in line and "max_steps=N" in line
     assert endless_fit_line(trainer(), 3) is None
