@@ -159,14 +159,16 @@ class PromptDataModule(L.LightningDataModule):
         return DataLoader(self.prompt_stream(), batch_size=None, num_workers=0, generator=self._own_generator())
 
     def prompt_stream(self) -> PromptStream:
-        """This rank's stream of training batches, from the RL steps the module already did."""
+        """This rank's stream of training batches, from the RL steps the module has done when it is iterated."""
         trainer = self.trainer
-        module = trainer.lightning_module if trainer is not None else None
+
+        def steps_done() -> int:  # read at each iteration's start: a resume's, and each epoch's
+            return getattr(trainer.lightning_module, "rl_step", 0) if trainer is not None else 0
+
         return PromptStream(
             self.train_prompts, self.hparams.batch_size, self._collate(), seed=self.hparams.seed,
             rank=trainer.global_rank if trainer is not None else 0,
-            world_size=trainer.world_size if trainer is not None else 1,
-            start_step=getattr(module, "rl_step", 0))
+            world_size=trainer.world_size if trainer is not None else 1, steps_done=steps_done)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.eval_prompts, batch_size=self.hparams.eval_batch_size, shuffle=False,

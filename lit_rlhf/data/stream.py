@@ -4,8 +4,9 @@ Step s of training gets global batch s: data epoch e = s // steps_per_epoch is a
 prompts drawn from (seed, e), and batch s is its slice number s % steps_per_epoch (a partial last
 batch is dropped). Rank r takes its contiguous share of each global batch, so the K samples of a
 prompt stay on one rank. Because the position is computed from the number of RL steps already
-trained, a resumed run continues exactly where the interrupted one stopped, epoch boundaries
-included, whatever Lightning prefetched.
+trained whenever iteration starts, a resumed run continues exactly where the interrupted one stopped, epoch boundaries
+included, whatever Lightning prefetched; so does a Trainer's next epoch (limit_train_batches with max_epochs), which
+iterates the stream anew.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from torch.utils.data import IterableDataset
 
 class PromptStream(IterableDataset):
     def __init__(self, prompts: list[list[int]], global_batch_size: int, collate: Callable, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, start_step: int = 0):
+                 rank: int = 0, world_size: int = 1, steps_done: Callable[[], int] = lambda: 0):
+        """steps_done: the RL steps trained so far, read whenever iteration starts (the batch it yields first)."""
         self.prompts, self.global_batch_size, self.collate = prompts, global_batch_size, collate
-        self.seed, self.rank, self.world_size, self.start_step = seed, rank, world_size, start_step
+        self.seed, self.rank, self.world_size, self.steps_done = seed, rank, world_size, steps_done
         self.local_batch_size = global_batch_size // world_size
         self.steps_per_epoch = len(prompts) // global_batch_size
 
@@ -40,7 +42,7 @@ class PromptStream(IterableDataset):
         return self.collate([self.prompts[i] for i in share])
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        step = self.start_step
+        step = self.steps_done()
         while True:
             yield self.batch(step)
             step += 1

@@ -6,6 +6,7 @@ import warnings
 
 import lightning as L
 import pytest
+import torch
 from lightning.pytorch.callbacks import EarlyStopping
 
 from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
@@ -78,3 +79,29 @@ def test_a_fit_without_any_limit_warns_that_it_trains_until_stopped():
         warnings.simplefilter("always")
         fit(make_rloo(response_length=4), [StopAfterOneStep()], enable_checkpointing=False)
     assert sum("This fit has no length" in str(w.message) for w in caught) == 1
+
+
+class RecordPrompts(L.Callback):
+    def __init__(self):
+        self.batches = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.batches.append(batch["input_ids"].clone())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("staleness", [None, 1], ids=["sync", "async"])
+def test_limit_train_batches_with_max_epochs_trains_the_stream_s_batches_in_order(staleness):
+    """2 epochs of 2 batches: 4 RL steps on the stream's batches 0-3 (the second epoch continues the stream, as a
+    resumed run does, instead of repeating its first batches); the rollout producer draws those same prompts."""
+    module, record = make_rloo(response_length=4, max_staleness=staleness), RecordPrompts()
+    datamodule = make_datamodule()
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu", callbacks=[record],
+                        limit_train_batches=2, max_epochs=2)
+    trainer.fit(module, datamodule)
+    assert module.rl_step == 4 == module.total_rl_steps()
+    stream = datamodule.prompt_stream()
+    for step, batch in enumerate(record.batches):
+        assert torch.equal(batch, stream.batch(step)["input_ids"]), step
+    assert len(record.batches) == 4 and not torch.equal(record.batches[2], record.batches[0])

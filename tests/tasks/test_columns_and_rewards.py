@@ -49,7 +49,7 @@ def test_columns_travel_with_their_prompts_in_training_and_held_out_batches(tmp_
 def test_each_rank_gets_the_columns_of_its_own_prompts(tmp_path, tiny_path):
     dm = datamodule(tmp_path, tiny_path)
     for rank in (0, 1):
-        stream = PromptStream(dm.train_prompts, 4, dm._collate(), rank=rank, world_size=2, start_step=5)
+        stream = PromptStream(dm.train_prompts, 4, dm._collate(), rank=rank, world_size=2, steps_done=lambda: 5)
         batch = next(iter(stream))
         assert [f"The movie number {a} was" for a in batch["columns"]["answer"]] == decoded(dm, batch)
 
