@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
+from lit_rlhf.cli.trainer_arguments import trainer_argument_hint
 from lit_rlhf.errors import SYNONYMS, nearest
 
 
@@ -49,6 +50,8 @@ def setting_hint(key: str, cfg: DictConfig | None) -> str:
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if parent and node is None and OmegaConf.select(cfg, parent, default="absent") is None:  # a null setting
         return f" ({parent} is null, with no keys to set; give it whole: {parent}={{{name}: ...}})"
+    if parent == "trainer" and (hint := trainer_argument_hint(name, cfg)):
+        return hint
     siblings = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
     if difflib.get_close_matches(name, siblings, n=1) or any(s in siblings for s in SYNONYMS.get(name, ())):
         return nearest(name, siblings)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.cli.composition import composition_error
+from lit_rlhf.cli.trainer_arguments import manual_optimization_line
 from lit_rlhf.errors import (
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
@@ -76,7 +77,8 @@ def user_error(err: BaseException) -> str | None:
             return (f"{config_key(err)}_target_ names {target.group(1) if target else 'a value'!r}, which is not "
                     f"callable; name a class or function.")
         if is_lightning_misconfiguration(err):  # Lightning's own messages name the setting
-            return f"{(str(err).strip().splitlines() or [''])[0]} (check the trainer group's settings)"
+            first = (str(err).strip().splitlines() or [""])[0]
+            return manual_optimization_line(first) or f"{first} (check the trainer group's settings)"
         if isinstance(err, MissingMandatoryValue):
             key = user_key(err.full_key) if err.full_key else str(err)
             return (f"{key} is required (marked ??? in conf/); set it on the command line: {key}=..."

@@ -219,6 +219,15 @@ CASES = [
     ("misspelled LoRA key", ["model.lora.rr=8"], "model.lora.rr is not a setting (did you mean 'r'?)"),
     ("a setting typed at the wrong level", ["algo.lr=1e-3"],
      "algo.lr is not a setting (did you mean 'algo.optimizer.lr'?)"),
+    ("Lightning's gradient clipping", ["trainer.gradient_clip_val=1.0"],
+     "trainer.gradient_clip_val is not a setting (the RL modules do this in their own update: set algo.max_grad_norm "
+     "instead)"),
+    ("Lightning's gradient clipping, added", ["+trainer.gradient_clip_val=1.0"],
+     "trainer.gradient_clip_val=1.0: the RL modules optimize by hand, clipping and accumulating gradients in their "
+     "own update, which Lightning's gradient_clip_val cannot reach; set algo.max_grad_norm instead"),
+    ("a Trainer argument the trainer group lacks", ["trainer.deterministic=true"],
+     "trainer.deterministic is not a setting (a Lightning Trainer argument that the trainer group does not list: add "
+     "it, +trainer.deterministic=...)"),
     ("misspelled group option", ["algo=rlooo"], "algo=rlooo is not an option of algo (did you mean 'rloo'?)"),
     ("GRPO with one sample per prompt", ["algo=grpo", "algo.num_generations=1"],
      "algo.num_generations=1: a group-relative advantage needs at least 2 samples per prompt"),

@@ -1,0 +1,53 @@
+"""Lightning Trainer arguments on the command line: those conf/trainer does not list are added with `+trainer.<name>`,
+except the few that the apps set from groups of their own or that the RL modules do in their own update (they
+optimize by hand: Lightning refuses its automatic clipping and accumulation for them). Torch-free: the composition
+errors are written before anything heavy is imported."""
+
+from __future__ import annotations
+
+import re
+
+from omegaconf import DictConfig, OmegaConf
+
+# lightning.Trainer's arguments (tests/cli/test_trainer_arguments.py holds this list to Lightning's own)
+TRAINER_ARGUMENTS = (
+    "accelerator", "accumulate_grad_batches", "barebones", "benchmark", "callbacks", "check_val_every_n_epoch",
+    "default_root_dir", "detect_anomaly", "deterministic", "devices", "enable_autolog_hparams", "enable_checkpointing",
+    "enable_model_summary", "enable_progress_bar", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val",
+    "inference_mode", "limit_predict_batches", "limit_test_batches", "limit_train_batches", "limit_val_batches",
+    "log_every_n_steps", "logger", "max_epochs", "max_steps", "max_time", "min_epochs", "min_steps", "model_registry",
+    "num_nodes", "num_sanity_val_steps", "overfit_batches", "plugins", "precision", "profiler",
+    "reload_dataloaders_every_n_epochs", "strategy", "sync_batchnorm", "use_distributed_sampler", "val_check_interval",
+)
+# what the apps build from a group of their own
+FROM_GROUPS = {"callbacks": "the callbacks group: callbacks.<name>=null drops one, +callbacks.<name>._target_=... adds "
+                            "one", "logger": "the logger group: logger=csv, tensorboard or wandb"}
+# the RL modules' own settings for what Lightning does only under automatic optimization
+MODULE_SETTINGS = {"gradient_clip_val": "algo.max_grad_norm", "gradient_clip_algorithm": "algo.max_grad_norm",
+                   "accumulate_grad_batches": "algo.gradient_accumulation_steps"}
+_ABSENT = object()
+
+
+def trainer_argument_hint(name: str, cfg: DictConfig) -> str | None:
+    """' (...)' for trainer.<name>, a Lightning argument that the trainer group does not list; None for any other
+    name."""
+    if name not in TRAINER_ARGUMENTS:
+        return None
+    if name in FROM_GROUPS:
+        return f" (the app passes the Trainer its {name} from {FROM_GROUPS[name]})"
+    setting = MODULE_SETTINGS.get(name)
+    if setting is not None and OmegaConf.select(cfg, setting, default=_ABSENT) is not _ABSENT:
+        return f" (the RL modules do this in their own update: set {setting} instead)"
+    return f" (a Lightning Trainer argument that the trainer group does not list: add it, +trainer.{name}=...)"
+
+
+def manual_optimization_line(message: str) -> str | None:
+    """The one line for Lightning's refusal of its automatic clipping or accumulation under manual optimization
+    (+trainer.gradient_clip_val=1.0 with an RL algorithm), naming the module's setting; else None."""
+    found = re.search(r"not supported for manual optimization\. Remove `Trainer\((\w+)=([^)]*)\)`", message)
+    if found is None or found.group(1) not in MODULE_SETTINGS:
+        return None
+    name, value = found.groups()
+    return (f"trainer.{name}={value}: the RL modules optimize by hand, clipping and accumulating gradients in their "
+            f"own update, which Lightning's {name} cannot reach; set {MODULE_SETTINGS[name]} instead and drop "
+            f"trainer.{name}.")
