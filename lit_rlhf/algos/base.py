@@ -155,8 +155,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         return self.hparams.num_ppo_epochs * self.hparams.num_mini_batches
 
     def total_rl_steps(self) -> int | None:
-        """The RL steps this fit runs: rl_steps, or what the Trainer's max_steps (optimizer steps) or its batch limits
-        allow (None: no limit)."""
+        """The RL steps this fit runs: the fewest that rl_steps, the Trainer's max_steps (optimizer steps) and its batch
+        limits allow (None: no limit)."""
         return rl_steps_of_fit(self.hparams.rl_steps, self._trainer, self.optimizer_steps_per_rl_step)
 
     # ---- weights ---------------------------------------------------------------------------

@@ -11,13 +11,13 @@ from lightning.pytorch.callbacks import EarlyStopping, Timer
 
 
 def rl_steps_of_fit(rl_steps: int | None, trainer: L.Trainer | None, optimizer_steps_per_rl_step: int) -> int | None:
-    """The RL steps a fit runs (None: no limit): rl_steps, else the fewest that the Trainer's limits allow. Lightning
+    """The RL steps a fit runs (None: no limit): the fewest that rl_steps and the Trainer's limits allow. Lightning
     checks max_steps between RL steps, so a max_steps that is no multiple of the optimizer steps per RL step runs one
     RL step past its floor: ceil(max_steps / that). An int limit_train_batches ends each epoch after that many RL steps
     (max_epochs of them; -1: endless)."""
-    if rl_steps is not None or trainer is None:
+    if trainer is None:
         return rl_steps
-    limits = []
+    limits = [] if rl_steps is None else [rl_steps]
     if trainer.max_steps is not None and trainer.max_steps >= 0:  # Lightning's -1: no limit
         limits.append(math.ceil(trainer.max_steps / optimizer_steps_per_rl_step))
     batches, epochs = trainer.limit_train_batches, trainer.max_epochs

@@ -19,7 +19,8 @@ def trainer(**kwargs):
 
 
 def test_rl_steps_of_fit_by_hand():
-    assert rl_steps_of_fit(5, trainer(max_steps=3), 2) == 5  # rl_steps wins over the Trainer's limits
+    assert rl_steps_of_fit(5, trainer(max_steps=30), 2) == 5 and rl_steps_of_fit(5, trainer(), 2) == 5
+    assert rl_steps_of_fit(5, trainer(max_steps=3), 2) == 2  # whichever stops the fit first
     assert rl_steps_of_fit(5, None, 2) == 5 and rl_steps_of_fit(None, None, 2) is None  # no Trainer yet
     assert rl_steps_of_fit(None, trainer(), 2) is None and rl_steps_of_fit(None, trainer(max_epochs=3), 2) is None
     assert rl_steps_of_fit(None, trainer(max_steps=4), 2) == 2
