@@ -74,6 +74,12 @@ def one_line_error(result) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
+def matches(line: str, expected: str) -> bool:
+    """Whether `line` is `expected`'s beginning, or, for "A ... B", begins with A and ends with B."""
+    begins, _, ends = expected.partition(" ... ")
+    return line.startswith(begins) and line.endswith(ends)
+
+
 def length_reward(prompts, completions, **columns):
     """Each completion's length in characters: scores no bounded reward gives."""
     return [float(len(c)) for c in completions]
