@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from fingerprint import record
-from results_blocks import fill_results
+from results_blocks import fill_results, machine
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -118,7 +118,7 @@ def main() -> None:
                      f"{kl_cell(r['kl_steps'])} | "
                      f"{r['eps']:.0f} | {32 / r['eps']:.2f} | {r['wall_s']:.0f} s |")
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
-    (BENCH / "results" / "algorithms.json").write_text(json.dumps(results, indent=1))
+    (BENCH / "results" / "algorithms.json").write_text(json.dumps({"runs": results, "machine": machine()}, indent=1))
     fill_results("algorithms", ["README.md", "docs/algorithms.md"])
     record("algorithms")
     record("evaluation")

@@ -44,7 +44,7 @@ def test_grpo_floor_loss_is_dapo_with_k3_by_hand():
     for i in range(4):
         for t in range(2):
             if mask[i, t]:
-                d = float(ref[i, t] - logprobs[i, t])
+                d = float(ref[i, t] - logprobs[i, t].detach())
                 total += -advantages[i] + beta * (torch.exp(torch.tensor(d)).item() - d - 1)
     loss = grpo_loss(logprobs, ref, scores, mask, k=2, beta=beta)
     assert loss.item() == pytest.approx(total / 7, rel=1e-6)
