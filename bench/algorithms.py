@@ -7,13 +7,15 @@ Reports the held-out mean score and KL to the reference before (step 0) and afte
 sampling seed), the end-of-run evaluation's score difference to the reference with its 95% interval, and the
 training speed (`eps`, episodes/s at the last step: the RL step time is 32 / eps seconds) and wall time; and the
 end-of-run evaluation of RLOO (the default run) and PPO against the reference (bench/results/evaluation.md, quoted
-in docs/evaluation.md).
+in docs/evaluation.md); and the reward-hacking monitor's signs on three of the runs (bench/results/monitor_signs.md,
+quoted in docs/tasks.md).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 from fingerprint import record
+from monitor_replay import replay, table
 from results_blocks import fill_results, machine
 
 BENCH = Path(__file__).resolve().parent
@@ -40,6 +43,8 @@ RUNS = {
     "REINFORCE++-baseline": ["algo=reinforce_pp"],
     "REINFORCE++": ["algo=reinforce_pp", "algo.baseline=none"],
 }
+# the runs whose reward-hacking signs docs/tasks.md shows: the default, GRPO without a KL term, DAPO's recipe
+MONITORED = ("RLOO", "GRPO, beta=0 (no reference forward)", "DAPO (clip-higher, zero-std filter, overlong penalty)")
 
 
 def heldout(rows: list[dict], key: str) -> tuple[float, float]:
@@ -48,7 +53,7 @@ def heldout(rows: list[dict], key: str) -> tuple[float, float]:
 
 
 def run(name: str, overrides: list[str], out: Path) -> dict:
-    run_dir = out / name.split(" ")[0].replace(",", "").replace(".", "") / str(len(list(out.glob("*"))))
+    run_dir = out / re.sub(r"[^A-Za-z0-9+]+", "_", name).strip("_")  # one folder per row, rerun in place
     start = time.time()
     subprocess.run([sys.executable, "train.py", *overrides, f"hydra.run.dir={run_dir}", "overwrite_run_dir=true"],
                    cwd=ROOT, check=True,
@@ -120,8 +125,14 @@ def main() -> None:
     (BENCH / "results" / "algorithms.md").write_text("\n".join(lines) + "\n")
     (BENCH / "results" / "algorithms.json").write_text(json.dumps({"runs": results, "machine": machine()}, indent=1))
     fill_results("algorithms", ["README.md", "docs/algorithms.md"])
-    record("algorithms")
-    record("evaluation")
+    monitored = {f"`python train.py {r['overrides']}`": replay(ROOT / r["run_dir"]) for r in results
+                 if r["name"] in MONITORED}
+    (BENCH / "results" / "monitor_signs.md").write_text("\n".join(
+        ["The reward-hacking monitor on the runs above, replayed from their metrics through its own logic at its "
+         "default thresholds (`callbacks.reward_hacking_monitor`: \"start\" is the mean of the first 10 RL steps, "
+         "the other figures 10-step means; `python bench/algorithms.py`):", "", *table(monitored)]) + "\n")
+    fill_results("monitor_signs", ["docs/tasks.md"])
+    record("algorithms", "evaluation", "monitor_signs")
     (BENCH / "results" / "evaluation.md").write_text("\n".join(evaluation_table(results)) + "\n")
     grpo = next(r for r in results if r["name"] == "GRPO")  # its training curves, KL included, in docs/algorithms.md
     shutil.copyfile(ROOT / grpo["run_dir"] / "curves.png", ROOT / "docs" / "images" / "grpo_default_curves.png")
