@@ -17,6 +17,7 @@ import ast
 import csv
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +40,18 @@ def training_metrics(run_dir: Path) -> dict[str, float]:
         rows = [row for row in csv.DictReader(f) if row.get("objective/scores")]
     return {f"{row['step']}/{name}": float(f"{float(row[name]):.6g}") for row in rows for name in METRICS
             if row.get(name)}
+
+
+def moved(recorded: dict[str, float], today: dict[str, float]) -> list[str]:
+    """The metrics whose value today is not the recorded one to its 6 significant digits. One step of the sixth digit
+    is allowed: where a float32 sum's last bits differ (another CPU's kernels), a value close to a rounding boundary
+    may round the other way. A move of the fifth digit of step 1's KL changes what a 150-step run samples."""
+    def step(value: float) -> float:  # one unit of the sixth significant digit
+        return 10.0 ** (math.floor(math.log10(abs(value))) - 5) if value else 0.0
+
+    return sorted(name for name in recorded.keys() | today.keys()
+                  if name not in recorded or name not in today
+                  or abs(recorded[name] - today[name]) > max(step(recorded[name]), step(today[name])))
 
 
 def measure() -> dict[str, float]:

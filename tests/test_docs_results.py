@@ -41,6 +41,19 @@ def rows():
 '''
 
 
+def test_a_fingerprint_moves_with_the_recorded_digits_not_with_a_rounding_step():
+    fingerprint = load_fingerprint_module()
+    recorded = {"0/objective/kl": 0.0, "1/objective/kl": 0.00802536, "1/objective/entropy": 6.35521}
+    assert fingerprint.moved(recorded, dict(recorded)) == []
+    # one step of the sixth significant digit: a float32 sum that rounds the other way
+    assert fingerprint.moved(recorded, {**recorded, "1/objective/kl": 0.00802537, "1/objective/entropy": 6.35520}) == []
+    assert fingerprint.moved(recorded, {**recorded, "1/objective/kl": 0.00802587}) == ["1/objective/kl"]
+    assert fingerprint.moved(recorded, {**recorded, "1/objective/entropy": 6.35519}) == ["1/objective/entropy"]
+    assert fingerprint.moved(recorded, {**recorded, "0/objective/kl": 1e-9}) == ["0/objective/kl"]
+    assert fingerprint.moved(recorded, {k: v for k, v in recorded.items() if k != "0/objective/kl"}) == [
+        "0/objective/kl"]
+
+
 def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_comments_or_layout(tmp_path):
     fingerprint = load_fingerprint_module()
 
@@ -59,6 +72,10 @@ def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_
 # results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
 # must leave this set)
 NOT_YET_FINGERPRINTED: set[str] = set()
+# results made by code whose logprobs differed from today's in their last bits (step 1's KL in the fifth digit): their
+# figures are the earlier code's until their benchmark runs again (then it must leave this set)
+RERUN_PENDING = {"calculator_failures", "calculator_large_teacher", "distill_lr", "distillation_arithmetic",
+                 "distillation_large_teacher", "distillation_two_teachers", "exopd", "rollout_engines"}
 # measured on the device; the test suite's own timings; operations counted per decoding step; a step's live memory
 # counted on a CPU; a loss beside TRL's on fixed logits and the embedded model's output-layer geometry (no training
 # run of lit_rlhf's behind them)
@@ -89,6 +106,8 @@ def test_every_results_file_was_made_by_the_code_and_the_benchmark_script_of_tod
         rerun = f"rerun `python {made['script']}`"
         assert script.is_file() and fingerprint.code_sha256(script) == made["code_sha256"], (
             f"bench/results/{name} was made by another version of {made['script']}: {rerun}")
-        # to 4 digits: the last ones of a float32 sum differ between processes (thread pools, kernel choice)
-        assert made["training"] == pytest.approx(today, rel=1e-4, abs=1e-6), (
+        if name in RERUN_PENDING:
+            assert fingerprint.moved(made["training"], today), f"{name} is current: remove it from RERUN_PENDING"
+            continue
+        assert not fingerprint.moved(made["training"], today), (
             f"bench/results/{name} was made by code that trained differently: {rerun}")
