@@ -49,9 +49,10 @@ def moved(recorded: dict[str, float], today: dict[str, float]) -> list[str]:
     def step(value: float) -> float:  # one unit of the sixth significant digit
         return 10.0 ** (math.floor(math.log10(abs(value))) - 5) if value else 0.0
 
+    # both sides are rounded to 6 digits, so they differ by whole steps: 1.5 steps admits one, whatever the float error
     return sorted(name for name in recorded.keys() | today.keys()
                   if name not in recorded or name not in today
-                  or abs(recorded[name] - today[name]) > max(step(recorded[name]), step(today[name])))
+                  or abs(recorded[name] - today[name]) > 1.5 * max(step(recorded[name]), step(today[name])))
 
 
 def measure() -> dict[str, float]:

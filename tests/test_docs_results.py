@@ -49,6 +49,8 @@ def test_a_fingerprint_moves_with_the_recorded_digits_not_with_a_rounding_step()
     assert fingerprint.moved(recorded, {**recorded, "1/objective/kl": 0.00802537, "1/objective/entropy": 6.35520}) == []
     assert fingerprint.moved(recorded, {**recorded, "1/objective/kl": 0.00802587}) == ["1/objective/kl"]
     assert fingerprint.moved(recorded, {**recorded, "1/objective/entropy": 6.35519}) == ["1/objective/entropy"]
+    assert fingerprint.moved({"x": 0.0861188}, {"x": 0.0861189}) == []  # 1e-7 apart, as floats a hair over
+    assert fingerprint.moved({"x": 0.0861188}, {"x": 0.0861190}) == ["x"]
     assert fingerprint.moved(recorded, {**recorded, "0/objective/kl": 1e-9}) == ["0/objective/kl"]
     assert fingerprint.moved(recorded, {k: v for k, v in recorded.items() if k != "0/objective/kl"}) == [
         "0/objective/kl"]
