@@ -128,9 +128,10 @@ def main() -> None:
     monitored = {f"`python train.py {r['overrides']}`": replay(ROOT / r["run_dir"]) for r in results
                  if r["name"] in MONITORED}
     (BENCH / "results" / "monitor_signs.md").write_text("\n".join(
-        ["The reward-hacking monitor on the runs above, replayed from their metrics through its own logic at its "
-         "default thresholds (`callbacks.reward_hacking_monitor`: \"start\" is the mean of the first 10 RL steps, "
-         "the other figures 10-step means; `python bench/algorithms.py`):", "", *table(monitored)]) + "\n")
+        ["The reward-hacking monitor on three of the embedded-default runs of `python bench/algorithms.py` (150 RL "
+         "steps, seed 0), replayed from their metrics through its own logic at its default thresholds "
+         "(`callbacks.reward_hacking_monitor`: \"start\" is the mean of the first 10 RL steps, the other figures "
+         "10-step means):", "", *table(monitored)]) + "\n")
     fill_results("monitor_signs", ["docs/tasks.md"])
     record("algorithms", "evaluation", "monitor_signs")
     (BENCH / "results" / "evaluation.md").write_text("\n".join(evaluation_table(results)) + "\n")
