@@ -81,6 +81,14 @@ def mean_first_step(runs: list[dict], target: float) -> float | None:
     return None if None in steps else statistics.mean(steps)
 
 
+def end_of_run(runs: list[dict]) -> str:
+    """The seeds' mean accuracy after the run and, for an RL arm, its mean training time per RL step."""
+    accuracy = statistics.mean(r["accuracy"]["mean"] for r in runs)
+    if not runs[0]["curve"]:  # SFT
+        return f"{accuracy:.1%}"
+    return f"{accuracy:.1%} ({statistics.mean(r['time_s'] / r['curve'][-1][0] for r in runs):.2f} s per RL step)"
+
+
 def report(runs: dict[str, list[dict]], teacher: float, sampled: dict) -> tuple[list[str], dict]:
     cell = lambda a: f"{a['mean']:.1%} [{a['ci_low']:.1%}, {a['ci_high']:.1%}]"  # noqa: E731
     ends = {arm: statistics.mean(r["accuracy"]["mean"] for r in runs[arm]) for arm in ("grpo", "grpo_lr3e-4")}
@@ -107,6 +115,9 @@ def report(runs: dict[str, list[dict]], teacher: float, sampled: dict) -> tuple[
         summary[name] = {"target": target, "mean_first_step": steps}
         shown = "; ".join(f"{RL_ARMS[arm][0]}: {'>150' if s is None else f'{s:g}'}" for arm, s in steps.items())
         lines += ["", f"RL steps to {name} ({target:.1%}), mean of the seeds' first validation there: {shown}."]
+    after = "; ".join(f"{label}: {end_of_run(runs[arm])}" for arm, (label, _) in
+                      [*RL_ARMS.items(), ("sft", (SFT_LABEL, None))])
+    lines += ["", f"Accuracy after the run, mean of the seeds (and the training time per RL step): {after}."]
     lines += ["", "Mean of the seeds' validations after N RL steps, and for the distillation arms the reverse KL to "
                   "the teacher on that step's own rollout (nats per token):", "",
               "| arm | " + " | ".join(f"step {s}" for s in SHOWN_STEPS) + " |", "|---|" + "---|" * len(SHOWN_STEPS)]

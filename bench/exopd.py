@@ -71,7 +71,17 @@ def table(runs: list[dict], teacher: float) -> list[str]:
         kls = [r["reverse_kl"] for r in group if r["reverse_kl"] is not None]
         lines.append(f"| {label} | " + " | ".join(f"{a:.1%}" for a in shown) + f" | {firsts} | "
                      f"{f'{statistics.fmean(kls):.3f}' if kls else '-'} |")
+    distilled = [r for r in runs if r["label"] != "GRPO"]
+    grpo = [r for r in runs if r["label"] == "GRPO"]
+    lines += ["", f"Every validation from step {SHOWN[0]} on, either seed: distillation at any lambda "
+                  f"{validation_range(distilled)}, GRPO {validation_range(grpo)}."]
     return lines
+
+
+def validation_range(runs: list[dict]) -> str:
+    """The lowest and highest validation of the runs from the first step the table shows on."""
+    values = [a for r in runs for s, a in r["curve"].items() if s >= SHOWN[0]]
+    return f"{min(values):.1%} to {max(values):.1%}"
 
 
 if __name__ == "__main__":
