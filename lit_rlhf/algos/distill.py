@@ -2,7 +2,7 @@
 as in RL; a teacher with the same tokenizer gives the logprob of every sampled token (the Sampler scores it, beside
 the reward); each token's advantage is the sampled-token reverse KL, negated:
 
-    A_t = log p_teacher(y_t | y_<t) - log p_student(y_t | y_<t)        (no discount, no baseline)
+    A_t = log p_teacher(y_t | y_<t) - log p_student(y_t | y_<t)        (discount factor 0, no baseline)
 
 optimized with the policy loss every algorithm uses (algo.policy_loss: PPO's clipped ratio by default, whose ratio is
 1 at the rollout's weights). Optionally the task reward's group-relative advantage times algo.task_reward_coef is
