@@ -76,7 +76,7 @@ def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_
 NOT_YET_FINGERPRINTED: set[str] = set()
 # results made by code whose logprobs differed from today's in their last bits (step 1's KL in the fifth digit): their
 # figures are the earlier code's until their benchmark runs again (then it must leave this set)
-RERUN_PENDING = {"calculator_large_teacher", "rollout_engines"}
+RERUN_PENDING = {"calculator_large_teacher"}
 # measured on the device; the test suite's own timings; operations counted per decoding step; a step's live memory
 # counted on a CPU; a loss beside TRL's on fixed logits and the embedded model's output-layer geometry (no training
 # run of lit_rlhf's behind them)
