@@ -3,8 +3,9 @@ four times its parameters, then 150 RL steps of GRPO with full fine-tuning (a Lo
 token far enough: bench/tool_name_ceiling.py), exported, and its held-out evaluation written to
 bench/results/calculator_large_teacher.{md,json} (and docs/distillation.md's block).
 
-    python scripts/build_large_teacher.py    # writes build/calculator-teacher-large/ (about 30 min on 2 cores:
+    python scripts/build_large_teacher.py    # writes build/calculator-teacher-large/ (about 90 min on 2 cores:
                                              # pre-training, kept in build/ and reused, then the RL run)
+    python scripts/build_large_teacher.py --out lit_rlhf/assets/tiny-calculator-teacher-large   # the embedded one
     python train.py experiment=calculator_distill teacher.name_or_path=build/calculator-teacher-large model.lora=null
 
 Pre-training is scripts/build_calculator.py's (episodes from a scripted teacher that names the right tool two times in
@@ -29,20 +30,24 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT = ROOT / "lit_rlhf" / "assets" / "tiny-calculator"
 TEACHER_DIR = ROOT / "build" / "calculator-teacher-large"
+# the settings that make the embedded teacher (lit_rlhf/assets/tiny-calculator-teacher-large)
+DEFAULTS = {"hidden": 256, "layers": 4, "steps": 3000, "seed": 0, "rl_lr": 3e-4}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=TEACHER_DIR, help="the folder the exported teacher is written to")
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=1500, help="pre-training steps")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rl-lr", type=float, default=3e-4,
+    parser.add_argument("--hidden", type=int, default=DEFAULTS["hidden"])
+    parser.add_argument("--layers", type=int, default=DEFAULTS["layers"])
+    parser.add_argument("--steps", type=int, default=DEFAULTS["steps"], help="pre-training steps")
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    parser.add_argument("--rl-lr", type=float, default=DEFAULTS["rl_lr"],
                         help="the RL run's learning rate (the student's 1e-3 made this model's KL run away)")
-    parser.add_argument("--base-dir", type=Path, default=ROOT / "build" / "calculator-teacher-large-base",
-                        help="where the pre-trained model is kept; one found there is not pre-trained again")
+    parser.add_argument("--base-dir", type=Path, default=None,
+                        help="where the pre-trained model is kept (default: build/calculator-teacher-large-base-"
+                             "<steps>); one found there is not pre-trained again")
     args = parser.parse_args()
+    args.base_dir = args.base_dir or ROOT / "build" / f"calculator-teacher-large-base-{args.steps}"
     build = argparse.Namespace(seed=args.seed, num_prompts=3000, p_tool=0.2, p_bad_call=0.1, steps=args.steps,
                                batch_size=64, lr=2e-3, hidden=args.hidden, layers=args.layers)
     start = time.time()
@@ -76,6 +81,13 @@ def main() -> None:
     print(f"Wrote {args.out} in {time.time() - start:.0f} s")
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The command as typed, its settings that change the teacher (not the folders) where they are not the defaults."""
+    chosen = [f"--{name.replace('_', '-')} {getattr(args, name):g}" for name, default in DEFAULTS.items()
+              if getattr(args, name) != default]
+    return " ".join(["python scripts/build_large_teacher.py", *chosen])
+
+
 def publish_evaluation(exact_match: dict, args: argparse.Namespace, parameters: int, seconds: float) -> None:
     """bench/results/calculator_large_teacher.{md,json}: the teacher's and its pre-trained base's held-out accuracy."""
     sys.path.insert(0, str(ROOT / "bench"))
@@ -85,7 +97,7 @@ def publish_evaluation(exact_match: dict, args: argparse.Namespace, parameters: 
     lines = [f"A GPT-NeoX of {parameters / 1e6:.2f}M parameters (hidden {args.hidden}, {args.layers} layers) with "
              f"tiny-calculator's tokenizer, pre-trained {args.steps} steps on its corpus, then 150 RL steps of "
              f"`experiment=calculator_grpo model.lora=null algo.optimizer.lr={args.rl_lr:g}`; held-out exact match "
-             f"(200 questions x 4 samples, 95% CI); `python scripts/build_large_teacher.py` ({seconds / 60:.0f} min, "
+             f"(200 questions x 4 samples, 95% CI); `{command_line(args)}` ({seconds / 60:.0f} min, "
              f"the pre-training reused if kept):", "",
              "| model | exact match |", "|---|---|",
              f"| the pre-trained base | {cell(exact_match['reference']['accuracy'])} |",
