@@ -129,6 +129,5 @@ def test_the_large_teacher_results_name_the_command_that_rebuilds_the_embedded_t
     assert build.command_line(defaults) == "python scripts/build_large_teacher.py"
     other = argparse.Namespace(**{**vars(defaults), "steps": 1500, "rl_lr": 1e-3})
     assert build.command_line(other) == "python scripts/build_large_teacher.py --steps 1500 --rl-lr 0.001"
-    card = (ROOT / "lit_rlhf" / "assets" / "tiny-calculator-teacher-large" / "config.json").read_text()
-    assert json.loads(card)["hidden_size"] == build.DEFAULTS["hidden"]
-    assert json.loads(card)["num_hidden_layers"] == build.DEFAULTS["layers"]
+    config = json.loads((ROOT / "lit_rlhf" / "assets" / "tiny-calculator-teacher-large" / "config.json").read_text())
+    assert config["hidden_size"] == build.DEFAULTS["hidden"] and config["num_hidden_layers"] == build.DEFAULTS["layers"]
