@@ -1,6 +1,6 @@
 """One student, two teachers: routed on-policy distillation against GRPO on both embedded tasks at once.
 
-    python bench/distillation_two_teachers.py [--resume]    # about 25 min on 2 CPU cores
+    python bench/distillation_two_teachers.py [--resume]    # about 8 min on 2 idle CPU cores
 
 The student is the two-task base (lit_rlhf/assets/tiny-two-task, scripts/build_two_task.py); the prompts are the
 bundled two_task set, half calculator questions and half arithmetic ones, each row naming its task in data_source.
