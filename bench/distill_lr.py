@@ -4,7 +4,7 @@ a user types it, over the same three learning rates and two seeds, 30 RL steps e
     python train.py -m experiment=calculator_grpo    steps=30 seed=0,1 algo.optimizer.lr=1e-3,3e-3,1e-2 ...
     python train.py -m experiment=calculator_distill steps=30 seed=0,1 algo.optimizer.lr=1e-3,3e-3,1e-2 ...
 
-    python bench/distill_lr.py                       # ~7 min on 2 idle CPU cores; the runs stay in logs/bench_distill_lr/
+    python bench/distill_lr.py                       # ~7 min on 2 idle cores; the runs stay in logs/bench_distill_lr/
     python bench/distill_lr.py --report <that dir>   # the report again from runs already made
 
 The teacher is the experiment's embedded one (lit_rlhf/assets/tiny-calculator-teacher); the target is 90% of its

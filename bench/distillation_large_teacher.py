@@ -1,7 +1,7 @@
 """On-policy distillation from a teacher far above the student's own RL, against GRPO on the same student. The
 calculator task; the student tiny-calculator fully fine-tuned (a LoRA student cannot move its tool-name token:
-bench/tool_name_ceiling.py); the teacher the embedded tiny-calculator-teacher-large (3.32M parameters, 96% held-out
-exact match: bench/results/calculator_large_teacher.md). Each arm as a user types it, seeds 0 and 1, 150 RL steps:
+bench/tool_name_ceiling.py); the teacher the embedded tiny-calculator-teacher-large (3.32M parameters; its held-out
+exact match in bench/results/calculator_large_teacher.md). Each arm as a user types it, seeds 0 and 1, 150 RL steps:
 
   (a) GRPO:                          python train.py experiment=calculator_grpo model.lora=null     (its lr, 1e-3)
   (a') GRPO at distillation's lr:    ... algo.optimizer.lr=3e-4
@@ -11,7 +11,7 @@ exact match: bench/results/calculator_large_teacher.md). Each arm as a user type
                                      model=tiny-calculator model.lora=null, then python evaluate.py
   (d) distillation + task reward:    (b) with algo.task_reward_coef=1
 
-    python bench/distillation_large_teacher.py            # ~1.5 h on 2 CPU cores; runs kept in
+    python bench/distillation_large_teacher.py            # ~25 min on 2 idle CPU cores; runs kept in
                                                           # logs/bench_distillation_large/
     python bench/distillation_large_teacher.py --resume   # keeps the runs an interrupted call finished
 

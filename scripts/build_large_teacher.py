@@ -3,7 +3,7 @@ four times its parameters, then 150 RL steps of GRPO with full fine-tuning (a Lo
 token far enough: bench/tool_name_ceiling.py), exported, and its held-out evaluation written to
 bench/results/calculator_large_teacher.{md,json} (and docs/distillation.md's block).
 
-    python scripts/build_large_teacher.py    # writes build/calculator-teacher-large/ (about 90 min on 2 cores:
+    python scripts/build_large_teacher.py    # writes build/calculator-teacher-large/ (about 25 min on 2 idle cores:
                                              # pre-training, kept in build/ and reused, then the RL run)
     python scripts/build_large_teacher.py --out lit_rlhf/assets/tiny-calculator-teacher-large   # the embedded one
     python train.py experiment=calculator_distill teacher.name_or_path=build/calculator-teacher-large model.lora=null
@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT = ROOT / "lit_rlhf" / "assets" / "tiny-calculator"
 TEACHER_DIR = ROOT / "build" / "calculator-teacher-large"
+PRETRAINING_TIME = "pretraining_time.json"  # kept beside the pre-trained base, for the results line of a run reusing it
 # the settings that make the embedded teacher (lit_rlhf/assets/tiny-calculator-teacher-large)
 DEFAULTS = {"hidden": 256, "layers": 4, "steps": 3000, "seed": 0, "rl_lr": 3e-4}
 
@@ -52,7 +53,8 @@ def main() -> None:
                                batch_size=64, lr=2e-3, hidden=args.hidden, layers=args.layers)
     start = time.time()
     base = args.base_dir
-    if not (base / "config.json").is_file():
+    reused = (base / "config.json").is_file()
+    if not reused:
         tokenizer = AutoTokenizer.from_pretrained(STUDENT)  # the student's: the teacher must read the same ids
         model = pretrain(questions(build.num_prompts, build.seed), tokenizer, build)
         model.generation_config.pad_token_id = tokenizer.convert_tokens_to_ids(PAD)
@@ -60,6 +62,10 @@ def main() -> None:
               f"{time.time() - start:.0f} s", flush=True)
         model.save_pretrained(base)
         tokenizer.save_pretrained(base)
+        (base / PRETRAINING_TIME).write_text(json.dumps({"seconds": time.time() - start}))
+    recorded = base / PRETRAINING_TIME  # absent beside a base kept by an older version of this script
+    pretraining_s = json.loads(recorded.read_text())["seconds"] if recorded.is_file() else None
+    rl_start = time.time()
     with tempfile.TemporaryDirectory() as work:
         exported = Path(work) / args.out.name
         command = [sys.executable, str(ROOT / "train.py"), "experiment=calculator_grpo", f"seed={args.seed}",
@@ -72,11 +78,14 @@ def main() -> None:
         shutil.copytree(exported, args.out)
         evaluation = json.loads((Path(work) / "run" / "evaluation" / "evaluation.json").read_text())
     parameters = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(args.out).parameters())
-    publish_evaluation(evaluation["task_metrics"]["exact_match"], args, parameters, time.time() - start)
-    card = args.out / "README.md"  # its model card, with the repository's paths instead of this machine's
+    timing = {"pretraining_seconds": pretraining_s, "pretraining_reused": reused, "rl_seconds": time.time() - rl_start}
+    publish_evaluation(evaluation["task_metrics"]["exact_match"], args, parameters, timing)
+    card = args.out / "README.md"  # its model card, with what the base is instead of this machine's paths
     if card.is_file():
         shown = str(args.out.resolve().relative_to(ROOT)) if args.out.resolve().is_relative_to(ROOT) else args.out.name
-        text = card.read_text().replace(str(exported), shown).replace(str(base), "<the pre-trained model>")
+        text = card.read_text().replace(str(exported), shown)
+        rebuild = command_line(args) + (f" --out {shown}" if args.out != TEACHER_DIR else "")
+        text = text.replace(f"`{base}`", f"{base_description(args, parameters)} (`{rebuild}` rebuilds it)")
         card.write_text(text.replace(f"{ROOT}/", ""))
     print(f"Wrote {args.out} in {time.time() - start:.0f} s")
 
@@ -88,23 +97,35 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(["python scripts/build_large_teacher.py", *chosen])
 
 
-def publish_evaluation(exact_match: dict, args: argparse.Namespace, parameters: int, seconds: float) -> None:
+def base_description(args: argparse.Namespace, parameters: int) -> str:
+    return (f"a GPT-NeoX of {parameters / 1e6:.2f}M parameters (hidden {args.hidden}, {args.layers} layers) with "
+            f"tiny-calculator's tokenizer, pre-trained {args.steps} steps on its corpus")
+
+
+def time_taken(timing: dict) -> str:
+    """"pre-training 20 min, RL 3 min", saying when the pre-training was an earlier run's (kept in build/)."""
+    seconds = timing["pretraining_seconds"]
+    pretraining = "pre-training of unrecorded length" if seconds is None else f"pre-training {seconds / 60:.0f} min"
+    kept = " (an earlier run's, kept)" if timing["pretraining_reused"] else ""
+    return f"{pretraining}{kept}, RL {timing['rl_seconds'] / 60:.0f} min"
+
+
+def publish_evaluation(exact_match: dict, args: argparse.Namespace, parameters: int, timing: dict) -> None:
     """bench/results/calculator_large_teacher.{md,json}: the teacher's and its pre-trained base's held-out accuracy."""
     sys.path.insert(0, str(ROOT / "bench"))
     from results_blocks import publish
 
     cell = lambda a: f"{a['mean']:.1%} [{a['ci_low']:.1%}, {a['ci_high']:.1%}]"  # noqa: E731
-    lines = [f"A GPT-NeoX of {parameters / 1e6:.2f}M parameters (hidden {args.hidden}, {args.layers} layers) with "
-             f"tiny-calculator's tokenizer, pre-trained {args.steps} steps on its corpus, then 150 RL steps of "
+    description = base_description(args, parameters)
+    lines = [f"{description[0].upper()}{description[1:]}, then 150 RL steps of "
              f"`experiment=calculator_grpo model.lora=null algo.optimizer.lr={args.rl_lr:g}`; held-out exact match "
-             f"(200 questions x 4 samples, 95% CI); `{command_line(args)}` ({seconds / 60:.0f} min, "
-             f"the pre-training reused if kept):", "",
+             f"(200 questions x 4 samples, 95% CI); `{command_line(args)}` ({time_taken(timing)}):", "",
              "| model | exact match |", "|---|---|",
              f"| the pre-trained base | {cell(exact_match['reference']['accuracy'])} |",
              f"| the teacher (after GRPO) | {cell(exact_match['policy']['accuracy'])} |"]
     publish("calculator_large_teacher", {"exact_match": exact_match, "parameters": parameters, "hidden": args.hidden,
                                          "layers": args.layers, "pretraining_steps": args.steps,
-                                         "rl_lr": args.rl_lr, "seconds": seconds}, lines, ["docs/distillation.md"])
+                                         "rl_lr": args.rl_lr, **timing}, lines, ["docs/distillation.md"])
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ NOT_YET_FINGERPRINTED: set[str] = set()
 # results made by code whose logprobs differed from today's in their last bits (step 1's KL in the fifth digit): their
 # figures are the earlier code's until their benchmark runs again (then it must leave this set); their scripts may
 # change meanwhile
-RERUN_PENDING = {"calculator_large_teacher"}
+RERUN_PENDING: set[str] = set()
 # measured on the device; the test suite's own timings; operations counted per decoding step; a step's live memory
 # counted on a CPU; a loss beside TRL's on fixed logits and the embedded model's output-layer geometry (no training
 # run of lit_rlhf's behind them)
@@ -131,3 +131,19 @@ def test_the_large_teacher_results_name_the_command_that_rebuilds_the_embedded_t
     assert build.command_line(other) == "python scripts/build_large_teacher.py --steps 1500 --rl-lr 0.001"
     config = json.loads((ROOT / "lit_rlhf" / "assets" / "tiny-calculator-teacher-large" / "config.json").read_text())
     assert config["hidden_size"] == build.DEFAULTS["hidden"] and config["num_hidden_layers"] == build.DEFAULTS["layers"]
+
+
+def test_the_large_teacher_results_say_when_the_pretraining_was_an_earlier_runs(monkeypatch):
+    """A rebuild that reuses the kept pre-trained base takes minutes where a full one takes much longer: the results
+    line says which it was, and the pre-training's own time where it was recorded."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", [str(ROOT / "scripts"), *sys.path])
+    import build_large_teacher as build
+
+    fresh = {"pretraining_seconds": 1210.0, "pretraining_reused": False, "rl_seconds": 150.0}
+    assert build.time_taken(fresh) == "pre-training 20 min, RL 2 min"
+    kept = {**fresh, "pretraining_reused": True}
+    assert build.time_taken(kept) == "pre-training 20 min (an earlier run's, kept), RL 2 min"
+    unrecorded = {**kept, "pretraining_seconds": None}
+    assert build.time_taken(unrecorded) == "pre-training of unrecorded length (an earlier run's, kept), RL 2 min"
