@@ -116,15 +116,23 @@ def test_every_results_file_was_made_by_the_code_and_the_benchmark_script_of_tod
             f"bench/results/{name} was made by code that trained differently: {rerun}")
 
 
-def test_the_large_teacher_results_name_the_command_that_rebuilds_the_embedded_teacher(monkeypatch):
+@pytest.fixture
+def build_large_teacher(monkeypatch):
+    """scripts/build_large_teacher.py as a module (it imports its sibling build scripts)."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", [str(ROOT / "scripts"), *sys.path])
+    import build_large_teacher
+
+    return build_large_teacher
+
+
+def test_the_large_teacher_results_name_the_command_that_rebuilds_the_embedded_teacher(build_large_teacher):
     """scripts/build_large_teacher.py's defaults are the embedded teacher's settings, and its results line names the
     command as typed: the settings that differ from them, never a folder."""
     import argparse
-    import sys
 
-    monkeypatch.setattr(sys, "path", [str(ROOT / "scripts"), *sys.path])  # it imports its sibling build scripts
-    import build_large_teacher as build
-
+    build = build_large_teacher
     defaults = argparse.Namespace(**build.DEFAULTS, out=Path("/elsewhere"), base_dir=Path("/kept"))
     assert build.command_line(defaults) == "python scripts/build_large_teacher.py"
     other = argparse.Namespace(**{**vars(defaults), "steps": 1500, "rl_lr": 1e-3})
@@ -133,14 +141,10 @@ def test_the_large_teacher_results_name_the_command_that_rebuilds_the_embedded_t
     assert config["hidden_size"] == build.DEFAULTS["hidden"] and config["num_hidden_layers"] == build.DEFAULTS["layers"]
 
 
-def test_the_large_teacher_results_say_when_the_pretraining_was_an_earlier_runs(monkeypatch):
+def test_the_large_teacher_results_say_when_the_pretraining_was_an_earlier_runs(build_large_teacher):
     """A rebuild that reuses the kept pre-trained base takes minutes where a full one takes much longer: the results
     line says which it was, and the pre-training's own time where it was recorded."""
-    import sys
-
-    monkeypatch.setattr(sys, "path", [str(ROOT / "scripts"), *sys.path])
-    import build_large_teacher as build
-
+    build = build_large_teacher
     fresh = {"pretraining_seconds": 1210.0, "pretraining_reused": False, "rl_seconds": 150.0}
     assert build.time_taken(fresh) == "pre-training 20 min, RL 2 min"
     kept = {**fresh, "pretraining_reused": True}
