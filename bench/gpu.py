@@ -214,7 +214,9 @@ def main() -> None:
                              "--suite extended: the small and the large shape")
     parser.add_argument("--long-tokens", nargs="+", type=int, default=[1024, 256],
                         help="--suite extended: the long responses' new tokens")
-    parser.add_argument("--algos", nargs="+", default=["rloo", "grpo", "ppo"], choices=["rloo", "grpo", "ppo"])
+    parser.add_argument("--algos", nargs="+", default=None, choices=["rloo", "grpo", "ppo", "distill"],
+                        help="default: rloo grpo ppo; --suite extended: those rows alone (default: every row, "
+                             "distill included)")
     parser.add_argument("--impls", nargs="+", default=None,
                         help="measure only these implementations (e.g. one row again, with --merge); default: all")
     parser.add_argument("--dtype", default="bfloat16")
@@ -233,6 +235,9 @@ def main() -> None:
                         help="where to write gpu_check.json and gpu_check.md (default on CUDA: bench/results)")
     args = parser.parse_args()
     args.forked = (args.processes or ("forked" if args.device == "cuda" else "fresh")) == "forked"
+    if args.suite == "check" and "distill" in (args.algos or []):
+        sys.exit("error: --algos distill is a row of --suite extended only; add --suite extended, or leave it out.")
+    args.algos = args.algos or ["rloo", "grpo", "ppo"] + (["distill"] if args.suite == "extended" else [])
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
         sys.exit(f"error: bench/gpu.py needs {', '.join(missing)}; run the set-up of README.md (make setup), "
@@ -303,21 +308,28 @@ def main() -> None:
 
 
 def extended(args: argparse.Namespace, env: dict[str, str], data: dict, so_far, start: float) -> None:
-    """--suite extended: bench/gpu_extended.py's rows, each with its sampling bound; the correctness pass last, if
-    --max-minutes leaves time for it."""
+    """--suite extended: the correctness pass (unless --skip-checks), then bench/gpu_extended.py's rows (those of
+    --algos and --impls), each with its sampling bound."""
     sys.path[:0] = [str(BENCH), str(ROOT)]
     import gpu_extended
     import torch
     import workload
 
     small, large = args.shapes
+    suite = gpu_extended.rows(small, large, args.new_tokens, args.long_tokens, trl_python())
+    if args.impls and (unknown := sorted(set(args.impls) - {row["impl"] for row in suite})):
+        sys.exit(f"error: --impls {unknown[0]!r} is not a row of --suite extended (each name one argument, quoted "
+                 f"where it has spaces); choose from: {', '.join(sorted({row['impl'] for row in suite}))}.")
     device = torch.device(args.device)
     data["bandwidth_gbs"] = gpu_extended.memory_bandwidth_gbs(device)
     dtype_bytes = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
     sizes = {shape: gpu_extended.model_bytes(workload.model_path(shape), dtype_bytes) for shape in (small, large)}
-    for row in gpu_extended.rows(small, large, args.new_tokens, args.long_tokens, trl_python()):
+    if not args.skip_checks:  # first, as in the check: a run stopped early still says whether the maths holds here
+        data["correctness"] = correctness(env)
+        print(f"correctness: {data['correctness']['summary']}", flush=True)
+    for row in suite:
         command = row.pop("command")
-        if args.impls and row["impl"] not in args.impls:
+        if (args.impls and row["impl"] not in args.impls) or row["algo"] not in args.algos:
             continue
         row["bound_tokens_per_s"] = gpu_extended.decoding_bound(sizes[row["shape"]], row["new_tokens"],
                                                                 data["bandwidth_gbs"])
@@ -329,10 +341,6 @@ def extended(args: argparse.Namespace, env: dict[str, str], data: dict, so_far, 
         data["minutes"] = (time.perf_counter() - start) / 60
         write(so_far(), args.out, "gpu_extended", gpu_extended.table)
         print(json.dumps(row), flush=True)
-    if not args.skip_checks:
-        past = (time.perf_counter() - start) / 60 > args.max_minutes
-        data["correctness"] = ({"summary": f"not run (past --max-minutes {args.max_minutes:g})", "exit_code": None}
-                               if past else correctness(env))
     data["minutes"] = (time.perf_counter() - start) / 60
     print("\n".join(write(so_far(), args.out, "gpu_extended", gpu_extended.table)))
     if data["correctness"]["exit_code"] not in (None, 0):
