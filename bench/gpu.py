@@ -128,7 +128,8 @@ def measure(command: list[str], shape: str, args: argparse.Namespace, env: dict[
         done = subprocess.run(command, cwd=BENCH, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["exit code " + str(done.returncode)])[-1][:300]}
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": time.perf_counter() - start}
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": time.perf_counter() - start,
+            "measured": time.strftime("%Y-%m-%d")}  # merged results join rows of several days (and code)
 
 
 def correctness(env: dict[str, str]) -> dict:
@@ -214,9 +215,9 @@ def main() -> None:
                              "--suite extended: the small and the large shape")
     parser.add_argument("--long-tokens", nargs="+", type=int, default=[1024, 256],
                         help="--suite extended: the long responses' new tokens")
-    parser.add_argument("--algos", nargs="+", default=None, choices=["rloo", "grpo", "ppo", "distill"],
+    parser.add_argument("--algos", nargs="*", default=None, choices=["rloo", "grpo", "ppo", "distill"],
                         help="default: rloo grpo ppo; --suite extended: those rows alone (default: every row, "
-                             "distill included)")
+                             "distill included; none: the correctness pass alone)")
     parser.add_argument("--impls", nargs="+", default=None,
                         help="measure only these implementations (e.g. one row again, with --merge); default: all")
     parser.add_argument("--dtype", default="bfloat16")
@@ -237,7 +238,8 @@ def main() -> None:
     args.forked = (args.processes or ("forked" if args.device == "cuda" else "fresh")) == "forked"
     if args.suite == "check" and "distill" in (args.algos or []):
         sys.exit("error: --algos distill is a row of --suite extended only; add --suite extended, or leave it out.")
-    args.algos = args.algos or ["rloo", "grpo", "ppo"] + (["distill"] if args.suite == "extended" else [])
+    if args.algos is None:
+        args.algos = ["rloo", "grpo", "ppo"] + (["distill"] if args.suite == "extended" else [])
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
         sys.exit(f"error: bench/gpu.py needs {', '.join(missing)}; run the set-up of README.md (make setup), "

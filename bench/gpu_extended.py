@@ -142,15 +142,17 @@ def table(data: dict) -> list[str]:
              + (f" in all, {data['joined_runs']} runs joined with --merge" if data.get("joined_runs") else "")
              + ").", "",
              f"| shape | algo | impl | new tokens | steps | episodes/s | vs floor | sampling tokens/s | its bound | "
-             f"of bound | {memory} MiB | peak in | teacher: time, weights | step s |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+             f"of bound | {memory} MiB | peak in | teacher: time, weights | step s | measured |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
     for row in data["runs"]:
         r, head = row["result"], f"| {row['shape']} | {row['algo']} | {row['impl']} | {row['new_tokens']} |"
         if "error" in r:
-            lines.append(f"{head} | failed: {r['error']} | | | | | | | | | |")
+            lines.append(f"{head} | failed: {r['error']} | | | | | | | | | | |")
             continue
+        # the floor of the same day: an eager step is bound by the host's launches, and hosts differ between days
         floor = next((x["result"] for x in data["runs"] if x["impl"] == "floor" and "error" not in x["result"]
-                      and all(x[k] == row[k] for k in ("shape", "algo", "new_tokens"))), {})
+                      and all(x[k] == row[k] for k in ("shape", "algo", "new_tokens"))
+                      and x["result"].get("measured") == r.get("measured")), {})
         ratio = f"{r['eps'] / floor['eps']:.2f}x" if floor.get("eps") else ""
         sampling = r["tokens_per_s"] * r["step_s"] / r["phases_s"]["generation"] if r["phases_s"].get(
             "generation") else None
@@ -162,7 +164,7 @@ def table(data: dict) -> list[str]:
         lines.append(f"{head} {r['steps']} | {r['eps']:.2f} | {ratio} | "
                      f"{'' if sampling is None else format(sampling, '.0f')} | "
                      f"{'' if bound is None else format(bound, '.0f')} | {of_bound} | {memory_mib:.0f} | "
-                     f"{r.get('peak_phase') or ''} | {teacher} | {r['step_s']:.3f} |")
+                     f"{r.get('peak_phase') or ''} | {teacher} | {r['step_s']:.3f} | {r.get('measured', '')} |")
     lines += ["", f"Correctness (`pytest tests/device` on the device): {data['correctness']['summary']}."]
     lines += [f"- {line}" for line in data["correctness"].get("failed", [])]
     return lines

@@ -156,3 +156,21 @@ def extended_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_a_row_is_set_against_the_floor_measured_on_its_own_day():
+    """Merged results join rows of several days; an eager step is bound by the host's kernel launches, which differ
+    between machines, so "vs floor" compares rows of the same day only and each row names its day."""
+    def row(impl, eps, day):
+        return {"shape": "s", "algo": "rloo", "impl": impl, "new_tokens": 32, "bound_tokens_per_s": 1000.0,
+                "result": {"steps": 3, "eps": eps, "step_s": 1.0, "tokens_per_s": 100.0, "peak_gpu_mib": 1.0,
+                           "phases_s": {"generation": 0.5}, "peak_phase": "other", "measured": day}}
+
+    data = {"device": "cuda", "device_name": "GPU", "versions": {}, "dtype": "bfloat16", "bandwidth_gbs": 1.0,
+            "minutes": 1.0, "correctness": {"summary": "not run"},
+            "runs": [row("floor", 10.0, "2026-01-02"), row("lit_rlhf", 30.0, "2026-01-02"),
+                     row("lit_rlhf eager", 12.0, "2026-01-01")]}
+    lines = extended_module().table(data)
+    by_impl = {line.split(" | ")[2]: line.split(" | ") for line in lines if line.startswith("| s |")}
+    assert by_impl["lit_rlhf"][6] == "3.00x" and by_impl["lit_rlhf"][-1] == "2026-01-02 |"
+    assert by_impl["lit_rlhf eager"][6] == "" and by_impl["lit_rlhf eager"][-1] == "2026-01-01 |"

@@ -90,6 +90,7 @@ def test_the_run_is_on_the_cuda_device():
     assert seen.types == {"cuda"}
 
 
+@pytest.mark.integration  # torch.compile starts its compiler's worker processes
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA (the CPU path: tests/rollout)")
 def test_the_cuda_graph_decoding_step_samples_what_plain_generate_samples():
     from lit_rlhf.rollout import HFEngine

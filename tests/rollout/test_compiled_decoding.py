@@ -20,6 +20,7 @@ def prompt_batch(width: int | None = None):
 
 def sample(module, engine: HFEngine, batch, seed: int, **kwargs):
     module.rollout_engine = engine
+    module.sampler.context.device = batch["input_ids"].device  # as Sampler.draw sets it: where the prompts are
     engine.setup(module.sampler.context)
     torch.manual_seed(seed)
     return engine.sample(module.sampler.context, batch, samples_per_prompt=2, **kwargs).responses
