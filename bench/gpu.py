@@ -3,6 +3,7 @@
     python bench/gpu.py                  # writes bench/results/gpu_check.{md,json} (and the docs' results block)
     python bench/gpu.py --shapes pythia-1b --algos grpo --merge   # those rows again, the others kept
     python bench/gpu.py --shapes --merge  # the correctness pass alone, the rows kept
+    python bench/gpu.py --suite extended --algos rloo --impls floor "lit_rlhf eager" --merge   # those rows again
     python bench/gpu.py --device cpu --shapes tiny --steps 1 --warmup 0 --out OUT   # its CPU path
 
 Needs what the set-up installs (torch built with CUDA, transformers, peft, lightning, vaderSentiment) and pytest for

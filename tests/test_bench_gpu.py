@@ -95,6 +95,8 @@ def test_no_measurement_starts_past_max_minutes_and_merge_needs_earlier_results(
                str(tmp_path)]
     done = run_app(*command, "--merge", cwd=ROOT)
     assert done.returncode == 1 and done.stderr.strip().startswith("error: --merge, but there are no earlier results")
+    done = run_app(*command, "--algos", "distill", cwd=ROOT)
+    assert done.returncode == 1 and done.stderr.strip().startswith("error: --algos distill is a row of --suite ext")
     done = run_app(*command, "--max-minutes", "0", cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]
