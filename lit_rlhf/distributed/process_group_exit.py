@@ -6,8 +6,16 @@ group at exit for NCCL only; the modules have it destroyed at exit for every bac
 from __future__ import annotations
 
 import atexit
+import time
 
 import torch
+
+# A gloo worker thread lets go of its last collective's tensors just after that collective returned to Python, and a
+# tensor whose Python object is gone takes the GIL to be freed: a thread that asks for the GIL once the interpreter's
+# finalization has begun is ended inside that destructor, which aborts the process (the same SIGABRT, seen on two
+# CPU ranks with FSDP2, whose reduce-scatters leave such tensors). No handle says when the workers are done; the GIL
+# is released this long, ample for a runnable thread to be scheduled and finish.
+WORKER_DRAIN_S = 0.2
 
 _registered = False
 
@@ -25,3 +33,4 @@ def destroy_process_groups() -> None:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()  # the default group and every group made from it
+        time.sleep(WORKER_DRAIN_S)  # the workers' last tensors freed while the interpreter is whole (above)

@@ -47,3 +47,26 @@ def test_the_rl_and_pair_modules_register_it_when_a_run_sets_them_up(monkeypatch
         module.trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
         module.setup("fit")
     assert registered == [process_group_exit.destroy_process_groups] * 2
+
+
+def test_the_destroyed_groups_workers_get_the_interpreter_before_it_is_torn_down(monkeypatch):
+    """gloo's worker thread frees its last collective's tensors after the collective returned, and that takes the GIL;
+    asked for during finalization, the process aborts. After destroying the groups, the handler gives the GIL up for a
+    while: here a thread that is woken by the destroy and needs the GIL runs before the handler returns, though
+    the switch interval never takes the GIL from this thread on its own."""
+    import threading
+
+    destroyed, ran = threading.Event(), []
+    monkeypatch.setattr(process_group_exit.torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(process_group_exit.torch.distributed, "destroy_process_group", destroyed.set)
+    worker = threading.Thread(target=lambda: ran.append(destroyed.wait(timeout=60)))
+    worker.start()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100)
+    try:
+        process_group_exit.destroy_process_groups()
+        freed_before_return = list(ran)
+    finally:
+        sys.setswitchinterval(interval)
+        worker.join()
+    assert freed_before_return == [True]
