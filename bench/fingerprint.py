@@ -34,10 +34,15 @@ ARGS = ["steps=2", "data.batch_size=4", "algo.response_length=8", "data.num_eval
 METRICS = ("objective/scores", "objective/kl", "objective/entropy", "loss/policy_avg", "completions/mean_length")
 
 
+def rl_step_rows(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of a run's metrics.csv that an RL step logged (held-out and evaluation rows left out), in order."""
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return [row for row in csv.DictReader(f) if row.get("objective/scores")]
+
+
 def training_metrics(run_dir: Path) -> dict[str, float]:
     """{"<step>/<metric>": value rounded to 6 significant digits} from a run's metrics.csv."""
-    with open(run_dir / "csv" / "metrics.csv") as f:
-        rows = [row for row in csv.DictReader(f) if row.get("objective/scores")]
+    rows = rl_step_rows(run_dir)
     return {f"{row['step']}/{name}": float(f"{float(row[name]):.6g}") for row in rows for name in METRICS
             if row.get(name)}
 

@@ -5,9 +5,10 @@ far each watched metric went. bench/algorithms.py reports them for its runs.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from statistics import fmean
+
+from fingerprint import rl_step_rows
 
 from lit_rlhf.callbacks import RewardHackingMonitor
 
@@ -17,9 +18,7 @@ WATCHED = ("objective/scores", "objective/kl", "completions/mean_length", "compl
 
 def training_rows(run_dir: Path) -> list[dict[str, float]]:
     """The RL steps' watched metrics, in order."""
-    with open(run_dir / "csv" / "metrics.csv") as f:
-        rows = [row for row in csv.DictReader(f) if row.get("objective/scores")]
-    return [{key: float(row[key]) for key in WATCHED if row.get(key)} for row in rows]
+    return [{key: float(row[key]) for key in WATCHED if row.get(key)} for row in rl_step_rows(run_dir)]
 
 
 def replay(run_dir: Path) -> dict:
