@@ -285,7 +285,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         minibatch = divide(n, hp.num_mini_batches, "num_mini_batches", "sequences per rank")
         micro = divide(minibatch, hp.gradient_accumulation_steps, "gradient_accumulation_steps",
                        "sequences per minibatch")
-        require_grads(self._trainable or self.trainable_parameters())
+        trained = self._trainable or self.trainable_parameters()
+        require_grads(trained)
         optimizer = self.optimizers()
         stats = defaultdict(list)
         self._ratios = []
@@ -302,7 +303,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
                     for key, value in micro_stats.items():
                         stats[key].append(value.detach())
                 strategy = self.trainer.strategy if self._trainer is not None else None
-                if not self.nonfinite.step_is_finite(finite, self.trainable_parameters(), strategy, self.rl_step,
+                if not self.nonfinite.step_is_finite(finite, trained, strategy, self.rl_step,
                                                      hp.max_consecutive_nonfinite,
                                                      cause=lambda: self.nonfinite_cause(rollout)):
                     optimizer.zero_grad(set_to_none=True)  # no gradients: the step below changes no weight or state

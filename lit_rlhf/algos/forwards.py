@@ -81,6 +81,9 @@ class RolloutForwards:
     def sampling_weights(self, timings: dict[str, float] | None = None) -> Iterator[None]:
         """trainer=fsdp2: the rollout's sampling and forwards run on the whole weights, gathered once (their seconds
         added to timings' time/gather_weights_s), or, sampling sharded, block by block. Otherwise nothing."""
+        if not self.sharding.fsdp2:  # nothing sharded: no walk of the models' modules for FSDP units each step
+            yield
+            return
         with resharded_after(self) if self.sharding.samples_sharded else gathered_weights(self) as gather_s:
             if gather_s and timings is not None:
                 timings["time/gather_weights_s"] = timings.get("time/gather_weights_s", 0.0) + gather_s
