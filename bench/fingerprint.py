@@ -8,7 +8,14 @@ tree without docstrings: a comment, a docstring or the layout can change without
 tests/test_docs_results.py reruns the short run and hashes the script, and names the benchmark to rerun when either
 moved.
 
-    python bench/fingerprint.py     # prints the current fingerprint
+Machines whose CPUs run torch's float32 kernels otherwise (another instruction set, AVX2 against AVX-512; another
+vendor, whose CPUs MKL runs other code paths on) give the same run other last bits, and step 1's KL another fifth
+digit. Each record names the kernels it was measured on; `--also-here` adds this machine's fingerprint of today's code
+to every record, under this machine's kernels, where the test then looks. Run it only where nothing that trains has
+changed since the results were made, i.e. where the test passes on a machine like the ones that made them.
+
+    python bench/fingerprint.py                 # prints the current fingerprint and the kernels it ran on
+    python bench/fingerprint.py --also-here     # records it beside every results file's own, for these kernels
 """
 
 from __future__ import annotations
@@ -71,6 +78,22 @@ def measure() -> dict[str, float]:
         return training_metrics(Path(tmp) / "run")
 
 
+def kernels() -> str:
+    """What decides the last bits of a float32 run on this CPU: torch's CPU capability and the CPU's vendor."""
+    import torch
+
+    vendor = "unknown vendor"
+    if Path("/proc/cpuinfo").exists():
+        vendor = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                       if line.startswith("vendor_id")), vendor)
+    return f"{torch.backends.cpu.get_cpu_capability()}, {vendor}"
+
+
+def expected_training(made: dict, here: str) -> dict[str, float]:
+    """The fingerprint a record holds for kernels `here`: its own, or one added for them with --also-here."""
+    return made.get("training_on", {}).get(here, made["training"])
+
+
 def code_sha256(script: Path) -> str:
     """sha256 of what the script runs: its syntax tree, docstrings dropped (comments and layout are not in it)."""
     tree = ast.parse(script.read_text())
@@ -103,10 +126,24 @@ def record(*names: str, script: Path | None = None) -> None:
     script = Path(script or sys.modules["__main__"].__file__).resolve()
     registry = json.loads(REGISTRY.read_text()) if REGISTRY.exists() else {}
     made = {"script": script.relative_to(ROOT).as_posix(), "code_sha256": code_sha256(script),
-            "training": measure()}
+            "kernels": kernels(), "training": measure()}
     registry.update(dict.fromkeys(names, made))
     REGISTRY.write_text(json.dumps(dict(sorted(registry.items())), indent=1) + "\n")
 
 
+def record_here() -> dict[str, float]:
+    """Today's fingerprint, on this machine's kernels, beside every record's own (see the module's doc)."""
+    here, today = kernels(), measure()
+    registry = json.loads(REGISTRY.read_text())
+    for made in registry.values():
+        if made.get("kernels") != here:
+            made.setdefault("training_on", {})[here] = today
+    REGISTRY.write_text(json.dumps(registry, indent=1) + "\n")
+    return today
+
+
 if __name__ == "__main__":
-    print(json.dumps(measure(), indent=1))
+    if sys.argv[1:] not in ([], ["--also-here"]):
+        raise SystemExit(f"error: {' '.join(sys.argv[1:])!r}: the only option is --also-here")
+    training = record_here() if sys.argv[1:] else measure()
+    print(json.dumps({"kernels": kernels(), "training": training}, indent=1))

@@ -19,16 +19,19 @@ def fill_results(name: str, pages: list[str]) -> None:
 
 
 def machine() -> dict:
-    """What a result's last digits depend on: the CPU count, torch's threads (OMP_NUM_THREADS) and the versions of
-    torch and transformers (another thread count adds the matrix products' terms in another order)."""
+    """What a result's last digits depend on: the CPU count, torch's threads (OMP_NUM_THREADS), the versions of
+    torch and transformers (another thread count adds the matrix products' terms in another order) and the CPU's
+    kernels (bench/fingerprint.py)."""
     import os
 
     import torch
     import transformers
 
+    from fingerprint import kernels
+
     return {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
-            "transformers": transformers.__version__}
+            "transformers": transformers.__version__, "kernels": kernels()}
 
 
 def publish(name: str, data: dict, lines: list[str], pages: list[str], echo: bool = True,

@@ -56,6 +56,25 @@ def test_a_fingerprint_moves_with_the_recorded_digits_not_with_a_rounding_step()
         "0/objective/kl"]
 
 
+def test_a_machine_whose_kernels_round_otherwise_is_checked_against_its_own_fingerprint(tmp_path, monkeypatch):
+    """--also-here adds this machine's fingerprint to every record made on other kernels (not to one made here), and
+    the test compares a run with the record's fingerprint for the kernels it runs on."""
+    fingerprint = load_fingerprint_module()
+    there, here = {"1/objective/kl": 0.00802587}, {"1/objective/kl": 0.00802536}
+    registry = {"made_there": {"script": "bench/a.py", "training": there},
+                "made_here": {"script": "bench/b.py", "kernels": "AVX2, AuthenticAMD", "training": here}}
+    monkeypatch.setattr(fingerprint, "REGISTRY", tmp_path / "fingerprints.json")
+    fingerprint.REGISTRY.write_text(json.dumps(registry))
+    monkeypatch.setattr(fingerprint, "kernels", lambda: "AVX2, AuthenticAMD")
+    monkeypatch.setattr(fingerprint, "measure", lambda: dict(here))
+    assert fingerprint.record_here() == here
+    written = json.loads(fingerprint.REGISTRY.read_text())
+    assert written["made_there"] == {**registry["made_there"], "training_on": {"AVX2, AuthenticAMD": here}}
+    assert written["made_here"] == registry["made_here"]
+    assert fingerprint.expected_training(written["made_there"], "AVX2, AuthenticAMD") == here
+    assert fingerprint.expected_training(written["made_there"], "AVX512, GenuineIntel") == there  # its own
+
+
 def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_comments_or_layout(tmp_path):
     fingerprint = load_fingerprint_module()
 
@@ -103,16 +122,18 @@ def test_every_results_file_was_made_by_the_code_and_the_benchmark_script_of_tod
     assert run.returncode == 0, run.stderr[-3000:]
     today = fingerprint.training_metrics(tmp_path / "run")
     assert len(today) == 10
+    here = fingerprint.kernels()
     for name, made in sorted(registry.items()):
+        expected = fingerprint.expected_training(made, here)
         script = ROOT / made["script"]
         rerun = f"rerun `python {made['script']}`"
         script_moved = not script.is_file() or fingerprint.code_sha256(script) != made["code_sha256"]
         if name in RERUN_PENDING:  # known to be stale, its script may change before it runs again
-            assert script_moved or fingerprint.moved(made["training"], today), (
+            assert script_moved or fingerprint.moved(expected, today), (
                 f"{name} is current: remove it from RERUN_PENDING")
             continue
         assert not script_moved, f"bench/results/{name} was made by another version of {made['script']}: {rerun}"
-        assert not fingerprint.moved(made["training"], today), (
+        assert not fingerprint.moved(expected, today), (
             f"bench/results/{name} was made by code that trained differently: {rerun}")
 
 
