@@ -12,7 +12,8 @@ Machines whose CPUs run torch's float32 kernels otherwise (another instruction s
 vendor, whose CPUs MKL runs other code paths on) give the same run other last bits, and step 1's KL another fifth
 digit. Each record names the kernels it was measured on; `--also-here` adds this machine's fingerprint of today's code
 to every record, under this machine's kernels, where the test then looks. Run it only where nothing that trains has
-changed since the results were made, i.e. where the test passes on a machine like the ones that made them.
+changed since the results were made, i.e. where the test passes on a machine like the ones that made them. A new
+record takes the other kernels' fingerprints of any record whose fingerprint on its kernels is its own (the same code).
 
     python bench/fingerprint.py                 # prints the current fingerprint and the kernels it ran on
     python bench/fingerprint.py --also-here     # records it beside every results file's own, for these kernels
@@ -89,9 +90,19 @@ def kernels() -> str:
     return f"{torch.backends.cpu.get_cpu_capability()}, {vendor}"
 
 
+UNKNOWN_KERNELS = "unknown"  # a record's own kernels, where it does not name them (made before records did)
+
+
+def fingerprints_by_kernels(made: dict) -> dict[str, dict[str, float]]:
+    """Every fingerprint a record holds, by the kernels it was measured on: its own and those added for others."""
+    return {made.get("kernels", UNKNOWN_KERNELS): made["training"], **made.get("training_on", {})}
+
+
 def expected_training(made: dict, here: str) -> dict[str, float]:
-    """The fingerprint a record holds for kernels `here`: its own, or one added for them with --also-here."""
-    return made.get("training_on", {}).get(here, made["training"])
+    """The fingerprint a record holds for kernels `here`; for kernels it names none for, the one measured on
+    unnamed kernels (unlike every named one), else its own."""
+    held = fingerprints_by_kernels(made)
+    return held.get(here, held.get(UNKNOWN_KERNELS, made["training"]))
 
 
 def code_sha256(script: Path) -> str:
@@ -125,8 +136,14 @@ def record(*names: str, script: Path | None = None) -> None:
     short run for all of them)."""
     script = Path(script or sys.modules["__main__"].__file__).resolve()
     registry = json.loads(REGISTRY.read_text()) if REGISTRY.exists() else {}
-    made = {"script": script.relative_to(ROOT).as_posix(), "code_sha256": code_sha256(script),
-            "kernels": kernels(), "training": measure()}
+    here, today = kernels(), measure()
+    made = {"script": script.relative_to(ROOT).as_posix(), "code_sha256": code_sha256(script), "kernels": here,
+            "training": today}
+    # the same code measured on other kernels by another record: the same fingerprints there
+    for other in registry.values():
+        held = fingerprints_by_kernels(other)
+        if held.get(here) == today:
+            made["training_on"] = {k: fp for k, fp in {**made.get("training_on", {}), **held}.items() if k != here}
     registry.update(dict.fromkeys(names, made))
     REGISTRY.write_text(json.dumps(dict(sorted(registry.items())), indent=1) + "\n")
 
@@ -136,7 +153,7 @@ def record_here() -> dict[str, float]:
     here, today = kernels(), measure()
     registry = json.loads(REGISTRY.read_text())
     for made in registry.values():
-        if made.get("kernels") != here:
+        if made.get("kernels", UNKNOWN_KERNELS) != here:
             made.setdefault("training_on", {})[here] = today
     REGISTRY.write_text(json.dumps(registry, indent=1) + "\n")
     return today

@@ -26,7 +26,6 @@ def machine() -> dict:
 
     import torch
     import transformers
-
     from fingerprint import kernels
 
     return {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),

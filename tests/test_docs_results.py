@@ -73,6 +73,12 @@ def test_a_machine_whose_kernels_round_otherwise_is_checked_against_its_own_fing
     assert written["made_here"] == registry["made_here"]
     assert fingerprint.expected_training(written["made_there"], "AVX2, AuthenticAMD") == here
     assert fingerprint.expected_training(written["made_there"], "AVX512, GenuineIntel") == there  # its own
+    # a results file made here by the same code holds the other kernels' fingerprint too, and is checked with it there
+    fingerprint.record("made_later", script=ROOT / "bench" / "fingerprint.py")
+    later = json.loads(fingerprint.REGISTRY.read_text())["made_later"]
+    assert later["kernels"] == "AVX2, AuthenticAMD" and later["training"] == here
+    assert fingerprint.expected_training(later, "AVX512, GenuineIntel") == there
+    assert fingerprint.expected_training(later, "AVX2, AuthenticAMD") == here
 
 
 def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_comments_or_layout(tmp_path):
