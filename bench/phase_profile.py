@@ -122,14 +122,14 @@ class StepProbe:
         probe, starts, ends = self, lit_step.StepTimer._optimizer_step_starts, lit_step.StepTimer._optimizer_step_ends
         ranges = []
 
-        def opened(timer):
-            starts(timer)
+        def opened(step_timer):
+            starts(step_timer)
             probe.W.OPEN_PHASES.append("optimizer")
             if probe.profiler is not None:
                 ranges.append(probe.torch.profiler.record_function("phase:optimizer").__enter__())
 
-        def closed(timer):
-            ends(timer)
+        def closed(step_timer):
+            ends(step_timer)
             probe.W.OPEN_PHASES.pop()
             if ranges:
                 ranges.pop().__exit__(None, None, None)
