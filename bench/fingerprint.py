@@ -142,7 +142,7 @@ def record(*names: str, script: Path | None = None) -> None:
     # the same code measured on other kernels by another record: the same fingerprints there
     for other in registry.values():
         held = fingerprints_by_kernels(other)
-        if held.get(here) == today:
+        if here in held and not moved(held[here], today):
             made["training_on"] = {k: fp for k, fp in {**made.get("training_on", {}), **held}.items() if k != here}
     registry.update(dict.fromkeys(names, made))
     REGISTRY.write_text(json.dumps(dict(sorted(registry.items())), indent=1) + "\n")
