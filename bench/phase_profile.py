@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -217,12 +218,11 @@ def run_one(impl: str, algo: str, model: str, dtype: str, warmup: int, steps: in
             "device": device_kind, **probe.summary()}
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict], command: str) -> str:
     head = results[0]
     lines = [f"{head['model']}, {head['algo']}, {head['new_tokens']} new tokens, {head['dtype']} on {head['device']}; "
-             f"`python bench/phase_profile.py"
-             f"` (ms per step; wall: median of {head['steps']} plain steps; the rest from one profiled step and one "
-             f"counted step)", "",
+             f"`{command}` (ms per step; wall: median of {head['steps']} plain steps; the rest from one profiled "
+             f"step and one counted step)", "",
              "| impl | phase | wall ms | aten ops | kernels | device ms | Python calls | costliest ops (ms) | "
              "most Python calls made by |",
              "|---|---|---:|---:|---:|---:|---:|---|---|"]
@@ -271,7 +271,7 @@ def main() -> None:
             raise SystemExit(f"error: {impl} failed (exit code {done.returncode}); its output is above")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     name = f"phase_profile_{results[0]['device']}"
-    lines = table(results).splitlines()
+    lines = table(results, shlex.join(["python", "bench/phase_profile.py", *sys.argv[1:]])).splitlines()
     if args.out == OUT:  # the docs quote this machine's table (docs/performance.md)
         from results_blocks import publish
 
@@ -281,6 +281,7 @@ def main() -> None:
     (args.out / f"{name}.json").write_text(json.dumps({"runs": results}, indent=1) + "\n")
     (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
 
 if __name__ == "__main__":
     main()
