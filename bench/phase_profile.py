@@ -32,6 +32,11 @@ BENCH = THIS.parent
 ROOT = BENCH.parent
 OUT = BENCH / "results"
 TOP_OPS = 4  # the costliest ops named per phase
+# Host waits: on a GPU, the copies to the host (item(), float(), bool(), .tolist(), .cpu() of a device tensor, and the
+# size that nonzero and boolean-mask indexing read back), after each of which the host has waited for the device to
+# finish what it was given; on a CPU, the ops that would be such a wait were their tensors on a GPU (an upper bound:
+# some, as the optimizer's step counters, stay on the host there; .tolist() and .cpu() are no ops on a CPU).
+WAITING_OPS = ("aten::_local_scalar_dense", "aten::nonzero")
 
 
 class StepProbe:
@@ -165,6 +170,13 @@ def outermost_op(e) -> str:
     return name
 
 
+def host_waits(e, on_device: bool) -> int:
+    """The host waits an op makes (see WAITING_OPS): its copies to the host on a GPU, whether it is one on a CPU."""
+    if on_device:
+        return sum("Memcpy DtoH" in k.name for k in e.kernels)
+    return int(e.name in WAITING_OPS)
+
+
 def attribute(events) -> dict[str, dict]:
     """Ops (outermost aten ops), kernels, their device time and the ops costing the most, per phase: the phase
     whose range holds the op's start, innermost range first."""
@@ -175,13 +187,14 @@ def attribute(events) -> dict[str, dict]:
         return next((name for start, end, name in ranges if start <= t <= end), "other")
 
     on_device = any(e.kernels for e in events)  # a GPU: ops cost their kernels' time; a CPU: their own
-    out = defaultdict(lambda: {"ops": 0, "kernels": 0, "device_ms": 0.0, "top": Counter()})
+    out = defaultdict(lambda: {"ops": 0, "kernels": 0, "device_ms": 0.0, "waits": 0, "top": Counter()})
     for e in events:
         if e.name.startswith("phase:") or e.device_type.name != "CPU":
             continue
         row = out[phase_at(e.time_range.start)]
         outermost = e.name.startswith("aten::") and not (e.cpu_parent and e.cpu_parent.name.startswith("aten::"))
         row["ops"] += outermost
+        row["waits"] += host_waits(e, on_device)
         kernel_us = sum(k.duration for k in e.kernels)
         row["kernels"] += len(e.kernels)
         row["device_ms"] += kernel_us / 1000
@@ -223,15 +236,16 @@ def table(results: list[dict], command: str) -> str:
     lines = [f"{head['model']}, {head['algo']}, {head['new_tokens']} new tokens, {head['dtype']} on {head['device']}; "
              f"`{command}` (ms per step; wall: median of {head['steps']} plain steps; the rest from one profiled "
              f"step and one counted step)", "",
-             "| impl | phase | wall ms | aten ops | kernels | device ms | Python calls | costliest ops (ms) | "
-             "most Python calls made by |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|"]
+             "| impl | phase | wall ms | aten ops | kernels | device ms | host waits | Python calls | "
+             "costliest ops (ms) | most Python calls made by |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in results:
         for phase, p in sorted(r["phases"].items(), key=lambda kv: -kv[1].get("wall_ms", 0.0)):
             top = ", ".join(f"{name} {ms:g}" for name, ms in p.get("top", []))
             callers = ", ".join(f"`{name}` {n}" for name, n in p.get("callers", []))
             lines.append(f"| {r['impl']} | {phase} | {p.get('wall_ms', 0.0):.1f} | {p.get('ops', 0)} | "
-                         f"{p.get('kernels', 0)} | {p.get('device_ms', 0.0):.1f} | {p.get('python_calls', 0)} | "
+                         f"{p.get('kernels', 0)} | {p.get('device_ms', 0.0):.1f} | {p.get('waits', 0)} | "
+                         f"{p.get('python_calls', 0)} | "
                          f"{top} | {callers} |")
     return "\n".join(lines) + "\n"
 

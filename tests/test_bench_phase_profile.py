@@ -18,12 +18,12 @@ def phase_profile():
 
 
 def event(name: str, start: float, end: float, thread: int = 1, parent: FunctionEvent | None = None,
-          kernels_us: tuple[float, ...] = ()) -> FunctionEvent:
+          kernels_us: tuple[float, ...] = (), kernel_names: tuple[str, ...] = ()) -> FunctionEvent:
     e = FunctionEvent(id=id(name) + int(start), name=name, thread=thread, start_us=start, end_us=end)
     if parent is not None:
         e.set_cpu_parent(parent)
-    for duration in kernels_us:
-        e.append_kernel(f"{name}_kernel", 0, duration)
+    for i, duration in enumerate(kernels_us):
+        e.append_kernel(kernel_names[i] if kernel_names else f"{name}_kernel", 0, duration)
     return e
 
 
@@ -56,6 +56,22 @@ def test_on_a_cpu_an_outermost_op_costs_its_own_time_with_its_children():
     assert phases["reward"]["kernels"] == 0 and phases["reward"]["device_ms"] == 0
 
 
+def test_host_waits_are_the_ops_that_read_the_device_back_on_a_cpu_and_the_copies_to_the_host_on_a_gpu():
+    item, index = event("aten::item", 10, 20), event("aten::index", 30, 40)
+    cpu = [event("phase:update", 0, 100), item, event("aten::_local_scalar_dense", 11, 19, parent=item),
+           index, event("aten::nonzero", 31, 35, parent=index), event("aten::mul", 50, 60)]
+    assert phase_profile().attribute(cpu)["update"]["waits"] == 2  # x.item() and x[mask]: one each
+    item, to = event("aten::item", 10, 20), event("aten::to", 30, 40)
+    gpu = [event("phase:update", 0, 100), item,
+           event("aten::_local_scalar_dense", 11, 19, parent=item, kernels_us=(1.0,),
+                 kernel_names=("Memcpy DtoH (Device -> Pageable)",)),
+           to, event("aten::copy_", 31, 39, parent=to, kernels_us=(2.0,),
+                     kernel_names=("Memcpy DtoH (Device -> Pinned)",)),
+           event("aten::copy_", 50, 60, kernels_us=(1.0,), kernel_names=("Memcpy HtoD (Pageable -> Device)",)),
+           event("aten::_local_scalar_dense", 70, 71)]  # an optimizer's step counter: a host tensor, no copy
+    assert phase_profile().attribute(gpu)["update"]["waits"] == 2  # x.item() and x.tolist(): a copy back each
+
+
 @pytest.mark.integration
 def test_a_floor_step_is_profiled_phase_by_phase_and_tabled(tmp_path):
     done = run_app("bench/phase_profile.py", "--impls", "floor", "--warmup", "0", "--steps", "2", "--new-tokens", "4",
@@ -64,6 +80,7 @@ def test_a_floor_step_is_profiled_phase_by_phase_and_tabled(tmp_path):
     [result] = json.loads((tmp_path / "phase_profile_cpu.json").read_text())["runs"]
     assert result["impl"] == "floor" and result["steps"] == 2
     phases = result["phases"]
+    assert phases["generation"]["waits"] > 0  # generate() reads the device back each token (its stop check)
     for phase in ("generation", "policy forward/backward", "reference forward", "optimizer"):
         assert phases[phase]["wall_ms"] > 0 and phases[phase]["ops"] > 0 and phases[phase]["python_calls"] > 0
     assert phases["generation"]["ops"] > phases["reference forward"]["ops"]  # 4 decoding forwards against one
