@@ -50,7 +50,7 @@ def test_a_bad_input_ends_in_this_process_as_in_a_users_process(tmp_path):
 
 
 LAUNCHING_RANK = """import subprocess, sys
-from lit_rlhf.distributed.lost_rank import LostRankObserver
+from lit_rlhf.distributed.grace_launcher import LostRankObserver
 
 other = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(1); sys.exit(3)"])
 LostRankObserver([other], rank=0, world_size=2, where_to_resume=lambda: "", grace_s=0.2, sleep_period=0.1).start()

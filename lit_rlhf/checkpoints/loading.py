@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import _load as lightning_load
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
 from lit_rlhf.checkpoints.files import atomic_torch_save, non_finite_tensors
@@ -71,7 +70,8 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
         if isinstance(source, io.BytesIO):
             checkpoint = torch.load(source, map_location=map_location, weights_only=True)
         else:
-            checkpoint = lightning_load(name, map_location=map_location, weights_only=True)
+            with get_filesystem(name).open(name, "rb") as file:  # a local path, or fsspec's (s3://, gs://, ...)
+                checkpoint = torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"GLOBAL (\S+)", str(err))  # the callable or class the pickle asks for
         if found is None:  # not a pickle a checkpoint writer makes: random bytes, another format

@@ -25,7 +25,7 @@ def test_the_launching_rank_is_given_time_then_stopped_with_the_lost_rank_line_a
     import subprocess
     import time
 
-    from lit_rlhf.distributed.lost_rank import LostRankObserver
+    from lit_rlhf.distributed.grace_launcher import LostRankObserver
     from lit_rlhf.errors import EXIT_USER_ERROR
 
     alive, dead = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sh", "-c", "kill -9 $$"])
@@ -45,7 +45,8 @@ def test_the_launching_rank_is_given_time_then_stopped_with_the_lost_rank_line_a
 def test_the_ddp_launcher_is_replaced_and_a_one_process_run_left_alone():
     from lightning.pytorch import Trainer
 
-    from lit_rlhf.distributed.lost_rank import GraceLauncher, report_lost_ranks
+    from lit_rlhf.distributed.grace_launcher import GraceLauncher
+    from lit_rlhf.distributed.lost_rank import report_lost_ranks
 
     trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
     report_lost_ranks(trainer, lambda: "")
@@ -53,3 +54,26 @@ def test_the_ddp_launcher_is_replaced_and_a_one_process_run_left_alone():
     single = Trainer(accelerator="cpu", devices=1, logger=False)
     report_lost_ranks(single, lambda: "")
     assert single.strategy.launcher is None
+
+
+def test_a_lightning_without_the_launcher_internals_keeps_its_own_launcher_and_says_so_once(monkeypatch):
+    """The observer subclasses a class private to Lightning: a Lightning release without it leaves train.py importable
+    and Lightning's own launcher in place, with a warning, instead of an ImportError for every run."""
+    import importlib
+    import sys
+
+    import lightning.fabric.strategies.launchers.subprocess_script as fabric_launchers
+    import pytest
+    from lightning.pytorch import Trainer
+
+    import lit_rlhf.distributed.lost_rank
+
+    monkeypatch.delattr(fabric_launchers, "_ChildProcessObserver")
+    monkeypatch.delitem(sys.modules, "lit_rlhf.distributed.grace_launcher", raising=False)
+    lost_rank = importlib.reload(lit_rlhf.distributed.lost_rank)  # as a fresh `import` of it under that Lightning
+    trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
+    launcher = trainer.strategy.launcher
+    with pytest.warns(UserWarning, match=r"a lost rank will not be named: .*_ChildProcessObserver.*the run itself is "
+                                         r"unaffected"):
+        lost_rank.report_lost_ranks(trainer, lambda: "")
+    assert trainer.strategy.launcher is launcher

@@ -113,6 +113,31 @@ def test_a_checkpoint_url_whose_server_never_answers_is_one_line_after_the_timeo
     assert "the server sent nothing for 2 s" in one_line_error(result)
 
 
+def test_a_checkpoint_on_an_fsspec_filesystem_round_trips_and_one_that_pickles_a_callable_there_is_refused():
+    """ckpt_path and the checkpoint directory may be any fsspec URL (s3://, gs://; memory:// here): written by
+    Lightning's fsspec writer, read back weights-only like a local file."""
+    import os
+    import uuid
+
+    import fsspec
+
+    from lit_rlhf.checkpoints.loading import SafeCheckpointIO
+    from lit_rlhf.errors import ConfigError
+
+    base, checkpoint_io = f"memory://{uuid.uuid4().hex}", SafeCheckpointIO()
+    try:
+        checkpoint_io.save_checkpoint({"state_dict": {"w": torch.arange(3.0)}, "rlhf_state": {"episode": 7}},
+                                      f"{base}/checkpoints/last.ckpt")
+        loaded = checkpoint_io.load_checkpoint(f"{base}/checkpoints/last.ckpt")
+        assert torch.equal(loaded["state_dict"]["w"], torch.arange(3.0)) and loaded["rlhf_state"] == {"episode": 7}
+        with fsspec.open(f"{base}/evil.ckpt", "wb") as file:
+            torch.save({"state_dict": {}, "hook": os.system}, file)
+        with pytest.raises(ConfigError, match=r"evil.ckpt' was refused: it references \S*system"):
+            checkpoint_io.load_checkpoint(f"{base}/evil.ckpt")
+    finally:
+        fsspec.filesystem("memory").rm(base, recursive=True)
+
+
 @pytest.mark.integration
 def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run, tmp_path):
     from lit_rlhf.checkpoints.loading import load_checkpoint_file
