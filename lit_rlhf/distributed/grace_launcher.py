@@ -1,6 +1,7 @@
 """How the launching rank of a one-node distributed run watches the ranks it started: Lightning's launcher and its
-observer thread, with a grace for the launching rank to say the lost rank itself (lost_rank.py). Built on Lightning's
-launcher internals, so imported only where they are as this was written against (lost_rank.report_lost_ranks)."""
+observer thread, with a grace for the launching rank to say the lost rank itself (lost_rank.py). Built on names
+private to Lightning, so lost_rank.report_lost_ranks imports it only for a run that starts ranks, and keeps
+Lightning's own launcher where a Lightning release lacks them."""
 
 from __future__ import annotations
 
