@@ -173,7 +173,7 @@ def outermost_op(e) -> str:
 def host_waits(e, on_device: bool) -> int:
     """The host waits an op makes (see WAITING_OPS): its copies to the host on a GPU, whether it is one on a CPU."""
     if on_device:
-        return sum("Memcpy DtoH" in k.name for k in e.kernels)
+        return sum("dtoh" in k.name.lower() for k in e.kernels)  # CUDA's "Memcpy DtoH (Device -> Pageable)"
     return int(e.name in WAITING_OPS)
 
 
