@@ -142,12 +142,13 @@ def table(data: dict) -> list[str]:
              + (f" in all, {data['joined_runs']} runs joined with --merge" if data.get("joined_runs") else "")
              + ").", "",
              f"| shape | algo | impl | new tokens | steps | episodes/s | vs floor | sampling tokens/s | its bound | "
-             f"of bound | {memory} MiB | peak in | teacher: time, weights | step s | measured |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
+             f"of bound | {memory} MiB | peak in | teacher: time, weights | step s | CUDA graphs recorded per step | "
+             f"measured |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|"]
     for row in data["runs"]:
         r, head = row["result"], f"| {row['shape']} | {row['algo']} | {row['impl']} | {row['new_tokens']} |"
         if "error" in r:
-            lines.append(f"{head} | failed: {r['error']} | | | | | | | | | | |")
+            lines.append(f"{head} | failed: {r['error']} | | | | | | | | | | | |")
             continue
         # the floor of the same day: an eager step is bound by the host's launches, and hosts differ between days
         floor = next((x["result"] for x in data["runs"] if x["impl"] == "floor" and "error" not in x["result"]
@@ -161,10 +162,12 @@ def table(data: dict) -> list[str]:
         teacher = (f"{r['teacher_s'] / r['step_s']:.0%} of the step, {r['teacher_weights_mib']:.0f} MiB "
                    f"({row['teacher']})" if "teacher_s" in r else "")
         memory_mib = r["peak_gpu_mib"] if data["device"] == "cuda" else r["peak_rss_mib"]
+        recorded = r.get("cuda_graph_recordings_per_step")  # lit_rlhf's rows (since it was counted)
         lines.append(f"{head} {r['steps']} | {r['eps']:.2f} | {ratio} | "
                      f"{'' if sampling is None else format(sampling, '.0f')} | "
                      f"{'' if bound is None else format(bound, '.0f')} | {of_bound} | {memory_mib:.0f} | "
-                     f"{r.get('peak_phase') or ''} | {teacher} | {r['step_s']:.3f} | {r.get('measured', '')} |")
+                     f"{r.get('peak_phase') or ''} | {teacher} | {r['step_s']:.3f} | "
+                     f"{'' if recorded is None else format(recorded, '.1f')} | {r.get('measured', '')} |")
     lines += ["", f"Correctness (`pytest tests/device` on the device): {data['correctness']['summary']}."]
     lines += [f"- {line}" for line in data["correctness"].get("failed", [])]
     return lines

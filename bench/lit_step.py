@@ -35,6 +35,36 @@ PHASES = {"rollout_engine.sample": "generation", "reference_logprobs": "referenc
           "clip_gradients": "optimizer"}
 
 
+class GraphRecordings:
+    """Counts the CUDA graphs torch.compile's CUDA graph trees record (reduce-overhead, the compiled default on
+    CUDA). A replayed step records none; a step that records one has paid a warm-up and a capture, which a new
+    address of a static input (a KV cache allocated anew) or a new shape causes. Reads torch's private manager:
+    count is None where torch has none by that name, and stays 0 on a CPU."""
+
+    count: int | None = 0
+
+    @classmethod
+    def install(cls) -> type[GraphRecordings]:
+        """Wraps the manager's recording once per process."""
+        try:
+            from torch._inductor.cudagraph_trees import CUDAGraphTreeManager
+        except ImportError:
+            cls.count = None
+            return cls
+        record = CUDAGraphTreeManager.record_function
+        if getattr(record, "counted", False):
+            return cls
+
+        @functools.wraps(record)
+        def counted(manager, *args, **kwargs):
+            cls.count += 1
+            return record(manager, *args, **kwargs)
+
+        counted.counted = True
+        CUDAGraphTreeManager.record_function = counted
+        return cls
+
+
 class StepTimer(L.Callback):
     """Times every RL step and the phases inside it; drops the warm-up steps."""
 
@@ -43,6 +73,7 @@ class StepTimer(L.Callback):
         self.step_times, self.cpu_times, self.phases, self.tokens = [], [], defaultdict(list), []
         self.timer, self.step_tokens = W.PhaseTimer(device), 0
         self.sync_times, self.first_step_s = [], None
+        self.recordings, self.measured_recordings = GraphRecordings.install(), 0
         self.teacher_times, self.teacher_seconds, self.teacher_start = [], 0.0, None
         for path, phase in PHASES.items():
             if phase == "teacher forward" and module.sampler.teacher is None:
@@ -94,12 +125,15 @@ class StepTimer(L.Callback):
         W.sync(self.device)
         self.timer, self.step_tokens, self.teacher_seconds = W.PhaseTimer(self.device), 0, 0.0
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
+        self.recordings_before = self.recordings.count
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         W.sync(self.device)
         if module.rl_step == 1:  # the first step: compilation, where the decoding step is compiled, and warm-up
             self.first_step_s = time.perf_counter() - self.start
         if module.rl_step > self.warmup:
+            if self.recordings.count is not None:
+                self.measured_recordings += self.recordings.count - self.recordings_before
             if "rollout/weight_sync_s" in module.last_stats:
                 self.sync_times.append(module.last_stats["rollout/weight_sync_s"])
             self.step_times.append(time.perf_counter() - self.start)
@@ -202,7 +236,9 @@ def main() -> None:
     report = W.report(impl, args.model, args.algo, timer.step_times, timer.cpu_times, timer.phases, timer.tokens,
                       device, memory_marks)
     report.update(rollout=args.rollout, beta=args.beta if args.algo == "grpo" else None, full=args.full,
-                  first_step_s=timer.first_step_s)
+                  first_step_s=timer.first_step_s,
+                  cuda_graph_recordings_per_step=None if timer.recordings.count is None
+                  else timer.measured_recordings / len(timer.step_times))
     if args.algo == "distill":
         report.update(teacher=args.teacher or args.model, divergence=args.divergence,
                       teacher_s=sum(timer.teacher_times) / len(timer.teacher_times),

@@ -176,3 +176,32 @@ def test_a_row_is_set_against_the_floor_measured_on_its_own_day():
     by_impl = {line.split(" | ")[2]: line.split(" | ") for line in lines if line.startswith("| s |")}
     assert by_impl["lit_rlhf"][6] == "3.00x" and by_impl["lit_rlhf"][-1] == "2026-01-02 |"
     assert by_impl["lit_rlhf eager"][6] == "" and by_impl["lit_rlhf eager"][-1] == "2026-01-01 |"
+
+
+def test_the_cuda_graphs_a_step_records_are_counted_and_tabled(monkeypatch):
+    """A compiled step that records a CUDA graph again (a static input at a new address, a new shape) pays a warm-up
+    and a capture; lit_step.py counts the recordings of torch's CUDA graph trees per measured step."""
+    from torch._inductor import cudagraph_trees
+
+    recorded = []
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "record_function",
+                        lambda manager, inputs, function_id: recorded.append(function_id) or "outputs")
+    spec = importlib.util.spec_from_file_location("bench_lit_step", ROOT / "bench" / "lit_step.py")
+    lit_step = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    spec.loader.exec_module(lit_step)
+    counter = lit_step.GraphRecordings.install()
+    assert lit_step.GraphRecordings.install() is counter  # wrapped once, however many timers install it
+    manager = object()
+    assert cudagraph_trees.CUDAGraphTreeManager.record_function(manager, [], 7) == "outputs"
+    cudagraph_trees.CUDAGraphTreeManager.record_function(manager, [], 8)
+    assert counter.count == 2 and recorded == [7, 8]
+
+    data = {"device": "cuda", "device_name": "GPU", "versions": {}, "dtype": "bfloat16", "bandwidth_gbs": 1.0,
+            "minutes": 1.0, "correctness": {"summary": "not run"}, "runs": [
+                {"shape": "s", "algo": "rloo", "impl": impl, "new_tokens": 32, "bound_tokens_per_s": None,
+                 "result": {"steps": 3, "eps": 1.0, "step_s": 1.0, "tokens_per_s": 1.0, "peak_gpu_mib": 1.0,
+                            "phases_s": {}, "measured": "2026-01-01", **extra}}
+                for impl, extra in [("floor", {}), ("lit_rlhf", {"cuda_graph_recordings_per_step": 2 / 3})]]}
+    rows = {line.split(" | ")[2]: line.split(" | ") for line in extended_module().table(data) if "| s |" in line}
+    assert rows["lit_rlhf"][-2] == "0.7" and rows["floor"][-2] == ""
