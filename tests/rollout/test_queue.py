@@ -38,7 +38,8 @@ def fit(module, rl_steps=3, callbacks=(), validate=False):
 
     L.seed_everything(0)
     record = Record()
-    samples = GenerationSamples(num_samples=4, every_n_steps=1, dirpath=tempfile.mkdtemp()) if validate else None
+    folder = tempfile.TemporaryDirectory() if validate else None  # the samples file, read back below
+    samples = GenerationSamples(num_samples=4, every_n_steps=1, dirpath=folder.name) if validate else None
     trainer = L.Trainer(max_steps=rl_steps * module.optimizer_steps_per_rl_step, logger=False,
                         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
                         enable_progress_bar=False, enable_model_summary=False,
@@ -46,7 +47,8 @@ def fit(module, rl_steps=3, callbacks=(), validate=False):
                         callbacks=[record, *callbacks, *([samples] if samples else [])])
     trainer.fit(module, make_datamodule())
     if samples is not None:
-        record.stats.append({"samples": [json.loads(line) for line in samples.path(trainer).open()]})
+        with folder, samples.path(trainer).open() as lines:
+            record.stats.append({"samples": [json.loads(line) for line in lines]})
     weights = {k: v.detach().clone() for k, v in module.state_dict().items() if k in module.trained_state_keys()}
     return weights, record.stats
 
