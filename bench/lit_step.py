@@ -49,9 +49,11 @@ class GraphRecordings:
         try:
             from torch._inductor.cudagraph_trees import CUDAGraphTreeManager
         except ImportError:
+            CUDAGraphTreeManager = None
+        record = getattr(CUDAGraphTreeManager, "record_function", None)
+        if record is None:
             cls.count = None
             return cls
-        record = CUDAGraphTreeManager.record_function
         if getattr(record, "counted", False):
             return cls
 
