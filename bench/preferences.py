@@ -1,6 +1,6 @@
 """Learned rewards and over-optimization, measured against a gold reward, on the embedded sentiment task.
 
-    python bench/preferences.py        # ~12 min on 2 CPU cores
+    python bench/preferences.py        # 15 to 30 min on 2 CPU cores (the first line of its results says)
 
 1. Pairs: bench/preference_pairs.py samples two completions per prompt from the embedded model, VADER (the gold)
    picks `chosen`, 10% of the labels are flipped; a tenth of the prompts is held out with exact gold labels.
@@ -56,13 +56,15 @@ def subset(rows_path: Path, count: int, out: Path, seed: int = 0) -> Path:
 
 
 def gold_accuracy(folder: Path, heldout: Path) -> float:
-    """Share of held-out pairs the proxy orders as the gold does."""
+    """Share of held-out pairs the proxy orders as the gold does. Each response is scored as the proxy trained on
+    it: ended with EOS (train_reward_model.py ends every response of a pair with it, as TRL's RewardTrainer does)."""
     from lit_rlhf.rewards import SequenceClassifierReward
 
     rows = [json.loads(line) for line in heldout.open()]
     proxy = SequenceClassifierReward(str(folder), batch_size=64, dtype="float32")
-    prompts = [r["prompt"] for r in rows]
-    chosen, rejected = proxy(prompts, [r["chosen"] for r in rows]), proxy(prompts, [r["rejected"] for r in rows])
+    prompts, ended = [r["prompt"] for r in rows], [True] * len(rows)
+    chosen = proxy(prompts, [r["chosen"] for r in rows], stopped=ended)
+    rejected = proxy(prompts, [r["rejected"] for r in rows], stopped=ended)
     return (chosen > rejected).float().mean().item()
 
 
