@@ -1,9 +1,11 @@
-"""bench/pair_defaults.py: DPO's policy is scored on gold-labelled pairs by its implicit reward, as a plain loop over
-each response token's log-probability under policy and reference orders them."""
+"""bench/pair_defaults.py and bench/preferences.py: a saved model is scored on gold-labelled pairs as its training
+scored them (DPO's policy by its implicit reward against a plain loop, a proxy reward model with EOS ending each
+response)."""
 
 import importlib.util
 import json
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -54,3 +56,30 @@ def test_dpo_pairs_are_ordered_by_the_implicit_reward(tmp_path, monkeypatch):
     expected = int((chosen > rejected).sum()) / len(chosen)
     assert 0 < expected < 1  # the perturbed policy orders some pairs each way: the count is tested, not a constant
     assert bench.dpo_gold_accuracy(tmp_path / "policy", pairs) == expected
+
+
+def test_a_proxy_is_scored_on_gold_pairs_as_its_training_scored_them(tmp_path, monkeypatch):
+    """bench/preferences.py's gold accuracy reads each response as train_reward_model.py's pairs end it (with EOS),
+    through the reward lit_rlhf trains against: the pairs it orders are those the training path orders."""
+    from transformers import AutoModelForSequenceClassification
+
+    bench = pair_defaults(monkeypatch)
+    from preferences import gold_accuracy
+
+    rows = [json.loads(line) for line in (ROOT / "lit_rlhf" / "data" / "sentiment" / "pairs.jsonl").open()][:24]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = PreferenceDataModule(tokenizer=str(bench.TINY), dataset=str(pairs), num_eval_pairs=0, batch_size=24)
+    data.setup("fit")  # the tokenizer as training sets it up (its pad token), saved beside the model as training does
+    torch.manual_seed(0)
+    proxy = AutoModelForSequenceClassification.from_pretrained(bench.TINY, num_labels=1)  # a random head
+    proxy.config.pad_token_id = data.tokenizer.pad_token_id  # the head reads the last token that is not padding
+    proxy.save_pretrained(tmp_path / "proxy")
+    data.tokenizer.save_pretrained(tmp_path / "proxy")
+    batch = next(iter(data.train_dataloader()))
+    with torch.no_grad():
+        chosen, rejected = proxy.eval()(input_ids=batch["input_ids"],
+                                        attention_mask=batch["attention_mask"]).logits[:, 0].chunk(2)
+    expected = int((chosen > rejected).sum()) / len(chosen)
+    assert 0 < expected < 1
+    assert gold_accuracy(tmp_path / "proxy", pairs) == pytest.approx(expected)
