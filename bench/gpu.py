@@ -22,7 +22,8 @@ AdamW, VADER reward), weights in --dtype (bfloat16), per shape and algorithm:
 eager settings, each with its sampling bound, into gpu_extended.{md,json}.
 "lit_rlhf" is the default (rollout.compile_mode=auto: the decoding step as CUDA graphs on CUDA), "lit_rlhf eager"
 plain generate() (rollout.compile_mode=null).
-Reported: episodes/s, generation tokens/s, peak allocated GPU memory and the phase holding it.
+Reported: episodes/s, generation tokens/s, peak allocated GPU memory and the phase holding it; in the extended suite,
+the CUDA graphs each measured lit_rlhf step records (none where the compiled step only replays).
 Correctness: `pytest tests/device` on the same device (bf16 autocast training, the loss contract, exact resume).
 """
 
