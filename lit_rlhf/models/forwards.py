@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from lit_rlhf.models.packing import packed_response_hidden
+from lit_rlhf.models.packing import keeps_packed_sequences_apart, packed_response_hidden
 from lit_rlhf.ops import logprobs_and_entropy
 from lit_rlhf.ops.logprobs import (
     chunked_logprobs_and_entropy,
@@ -56,10 +56,10 @@ def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, r
                                   logits_budget_mib: float | None = None,
                                   with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (N,R) and entropy (N,R, no gradient; None unless with_entropy) of the response tokens; zero after the
-    stop token. With chunk_size and a pad_token_id, from a padding-free forward (algos.packing); otherwise as
-    last_tokens_logprobs_and_entropy computes them."""
+    stop token. With chunk_size and a pad_token_id, from a padding-free forward (models.packing) where the model keeps
+    packed sequences apart; otherwise as last_tokens_logprobs_and_entropy computes them."""
     layer = plain_output_layer(model) if chunk_size else None
-    if layer is None or pad_token_id is None:
+    if layer is None or pad_token_id is None or not keeps_packed_sequences_apart(model):
         return last_tokens_logprobs_and_entropy(model, sequence_inputs(queries, query_mask, responses, response_mask),
                                                 responses, response_mask, temperature, chunk_size, logits_budget_mib,
                                                 with_entropy)
