@@ -31,6 +31,8 @@ from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.estimators import EstimatorInputs, group_relative
 from lit_rlhf.models.forwards import sequence_inputs
+from lit_rlhf.models.output_layer import logits_are_the_output_layers
+from lit_rlhf.models.probes import model_type
 from lit_rlhf.ops import masked_mean
 from lit_rlhf.ops.divergence import chunked_generalized_jsd
 from lit_rlhf.ops.losses import aggregate_loss
@@ -152,12 +154,14 @@ class DistillationModule(RLHFModule):
             out = model(**inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
             return out.hidden_states[-1][:, -(length + 1):-1][real]
 
+        check_output_layer(self.policy, "student")
         hidden = predicting_states(self.policy)  # T,H
         if rollout.teacher_top_ids is not None:  # a served teacher's most likely tokens, scored in the draw
             top_ids, top_logprobs = rollout.teacher_top_ids[idx][real], rollout.teacher_top_logprobs[idx][real]
             teacher_of = lambda where: (top_ids[where], top_logprobs[where])  # noqa: E731  T,K each
         else:
             teacher = self.sampler.teacher.model_on(queries.device)
+            check_output_layer(teacher, "teacher")
             with torch.no_grad():
                 teacher_hidden = predicting_states(teacher)  # T,H
             teacher_head = teacher.get_output_embeddings()
@@ -194,3 +198,12 @@ class DistillationModule(RLHFModule):
                 total = sum_over_ranks(self._trainer)(per_sequence[rows].sum(0))  # [KL sum, tokens]
                 stats[f"distill/{name}/reverse_kl"] = total[0] / total[1].clamp(min=1)
         return stats
+
+
+def check_output_layer(model: torch.nn.Module, role: str) -> None:
+    """The full-vocabulary divergence computes the logits through the output layer, chunk by chunk: a model that
+    changes them after it (a softcap, a scale) is refused in one line at its first update."""
+    if not logits_are_the_output_layers(model):
+        raise ConfigError(f"algo.divergence=generalized_jsd: the {role} ({model_type(model)}) changes its logits "
+                          f"after its output layer (e.g. a softcap or a scale), which the chunked full-vocabulary "
+                          f"divergence does not apply; use algo.divergence=sampled_token.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from lit_rlhf.models.output_layer import plain_output_layer
 from lit_rlhf.models.packing import keeps_packed_sequences_apart, packed_response_hidden
 from lit_rlhf.ops import logprobs_and_entropy
 from lit_rlhf.ops.logprobs import (
@@ -45,12 +46,6 @@ def response_logits(model: torch.nn.Module, queries, query_mask, responses, resp
     return response_forward(model, queries, query_mask, responses, response_mask)[0]
 
 
-def plain_output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
-    """The model's output projection when it is a plain Linear (not wrapped, e.g. by a LoRA adapter), else None."""
-    layer = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return layer if type(layer) is torch.nn.Linear else None
-
-
 def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, responses, response_mask,
                                   temperature: float, chunk_size: int | None, pad_token_id: int | None = None,
                                   logits_budget_mib: float | None = None,
@@ -80,8 +75,9 @@ def last_tokens_logprobs_and_entropy(model: torch.nn.Module, inputs: dict[str, t
     With chunk_size, from the last hidden states of the target tokens, chunk_size positions at a time
     (ops.chunked_logprobs_and_entropy): the (N,T,V) logits are never held. With gradients, the chunks' logits are
     kept for the backward pass when they fit logits_budget_mib (ops.kept_logits_mib), else recomputed there (None:
-    always recomputed). Without chunk_size, or when the output layer is not a plain Linear (e.g. it carries an
-    adapter), from the full logits."""
+    always recomputed). Without chunk_size, when the output layer is not a plain Linear (e.g. it carries an
+    adapter), or when the model changes its logits after it (output_layer.plain_output_layer), from the full
+    logits."""
     length = targets.shape[1]
     layer = plain_output_layer(model) if chunk_size else None
     if layer is None:

@@ -14,23 +14,18 @@ Shapes: N sequences, P prompt length, R response length, T real response tokens,
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from dataclasses import dataclass
 
 import torch
 
-from lit_rlhf.distributed.ranks import ranks_in_run
+from lit_rlhf.models.probes import measured_once, probe_ids, unchanged
 
-# keeps_packed_sequences_apart's verdict per model object, measured once
+# keeps_packed_sequences_apart's verdict per model object
 _VERDICTS: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
-# the probe: one sequence packed after two different ones (token ids below any vocabulary's size, taken modulo it)
+# the probe: one sequence packed after two different ones
 PROBE_FIRSTS = ((11, 12, 13, 14), (21, 22, 23, 24))
 PROBE_SECOND = (31, 32, 33, 34)
-# the largest change of the second sequence's hidden states, relative to their largest magnitude, that still counts
-# as apart: where a model keeps sequences apart they are bitwise equal; where it does not they move by 1e-3 (a
-# random BLOOM) to 1e-1 (a random OPT) of it, trained weights more. A false "not apart" costs only speed.
-PROBE_TOLERANCE = 1e-4
 
 
 @dataclass
@@ -104,35 +99,20 @@ def last_hidden(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: t
     return out.hidden_states[-1]
 
 
-@torch.no_grad()
 def keeps_packed_sequences_apart(model: torch.nn.Module) -> bool:
     """Whether the model's forward keeps the sequences packed into a row apart, judged by what it does: a sequence
-    packed after two different ones must get the same last hidden states (two forwards of 8 tokens, in eval mode,
-    on the model's device and dtype, once per model object). Transformers keeps them apart for the architectures
-    that build their mask from the position ids (GPT-NeoX, Llama, Qwen2, Gemma, GPT-2, ...), not for OPT or BLOOM.
-    Where it does not, warns once (rank zero): the caller then uses the padded layout. Every rank of a run calls it
-    at the same forward (a sharded model's forward gathers its weights), and the same numbers give every rank the
-    same verdict."""
-    verdict = _VERDICTS.get(model)
-    if verdict is not None:
-        return verdict
-    device = next(model.parameters()).device
-    vocabulary = model.get_input_embeddings().num_embeddings
-    position_ids = torch.arange(2 * len(PROBE_SECOND), device=device).remainder(len(PROBE_SECOND)).unsqueeze(0)
-    was_training = model.training
-    model.eval()  # no dropout: the two forwards must differ only where the first sequence reaches the second
-    try:
-        seconds = [last_hidden(model, torch.tensor([first + PROBE_SECOND], device=device) % vocabulary,
-                               position_ids)[0, len(first):].float() for first in PROBE_FIRSTS]  # 2 x (4,H)
-    finally:
-        model.train(was_training)
-    change = (seconds[0] - seconds[1]).abs().max().item()
-    verdict = change <= PROBE_TOLERANCE * seconds[0].abs().max().item()
-    _VERDICTS[model] = verdict
-    if not verdict and (ranks_in_run() == 1 or torch.distributed.get_rank() == 0):
-        name = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
-        warnings.warn(f"algo.padding_free: the {name} model lets a sequence packed into a row attend to the ones "
-                      f"before it (its attention mask is not built from the restarting position ids), so its "
-                      f"forwards use the padded layout; set algo.padding_free=false to skip this check.",
-                      stacklevel=3)
-    return verdict
+    packed after two different ones must get the same last hidden states (two forwards of 8 tokens, once per model;
+    probes.measured_once). Transformers keeps them apart for the architectures that build their mask from the
+    position ids (GPT-NeoX, Llama, Qwen2, Gemma, GPT-2, ...), not for OPT or BLOOM: each sequence would attend to
+    the ones before it in its row (a random OPT's hidden states move by a tenth of their size). Where it does not,
+    warns once: the caller then uses the padded layout."""
+    def measure() -> bool:
+        rows = [probe_ids(model, head + PROBE_SECOND) for head in PROBE_FIRSTS]  # 1,8 each
+        positions = torch.arange(8, device=rows[0].device).remainder(4).unsqueeze(0)  # 0..3 twice: two sequences
+        first, other = (last_hidden(model, row, positions)[0, 4:] for row in rows)  # 4,H each: the second's
+        return unchanged(first, other)
+
+    return measured_once(_VERDICTS, model, measure,
+                         "algo.padding_free: the {model} model lets a sequence packed into a row attend to the ones "
+                         "before it (its attention mask is not built from the restarting position ids), so its "
+                         "forwards use the padded layout; set algo.padding_free=false to skip this check.")
