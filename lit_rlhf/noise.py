@@ -20,6 +20,8 @@ LIGHTNING_EVAL_MODE = r"Found \d+ module\(s\) in eval mode at the start of train
 LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 # The Trainer's default epoch limit: an RLHF module stops after its RL steps (rl_steps), whatever the epochs.
 LIGHTNING_MAX_EPOCHS = r"`max_epochs` was not set\. Setting it to 1000 epochs"
+# peft's LoRA on GPT-2's Conv1D layers (target_modules="all-linear" takes them): peft sets fan_in_fan_out itself.
+PEFT_CONV1D = r"fan_in_fan_out is set to False but the target module is `Conv1D`"
 # The HTTP clients of reward=http and reward=llm_judge log every request (and retry) at INFO; a failure that
 # matters ends as the reward's one-line error.
 HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "openai")
@@ -42,6 +44,7 @@ def silence_known_noise() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)
     warnings.filterwarnings("ignore", message=LIGHTNING_MAX_EPOCHS)
+    warnings.filterwarnings("ignore", message=PEFT_CONV1D)
     if not sys.stderr.isatty():  # a log file: transformers' "Loading weights" and "Writing model shards" bars are
         from transformers.utils import logging as transformers_logging  # carriage-return noise there
 

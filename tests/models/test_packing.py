@@ -66,3 +66,4 @@ def test_the_probe_tells_the_architectures_that_keep_packed_sequences_apart_and_
         assert messages == [f"algo.padding_free: the {kind} model lets a sequence packed into a row attend to the ones "
                             f"before it (its attention mask is not built from the restarting position ids), so its "
                             f"forwards use the padded layout; set algo.padding_free=false to skip this check."]
+
