@@ -77,14 +77,18 @@ class RLHFConfig:
     logits_chunk_size: Optional[int] = setting(
         1024, "logprobs from the last hidden states, this many response tokens at a time, through the output layer "
               "(its float32 log-probabilities a block of rows at a time): the (sequences, response_length, vocab) "
-              "logits are never held; null: full logits (also used when the output layer carries an adapter)")
+              "logits are never held; null: full logits (also used when the output layer carries an adapter, and "
+              "for a model that changes its logits after it, such as Gemma 2's softcap or Granite's and Cohere's "
+              "scales: a probe before its first chunked forward finds it, with one warning)")
     logits_budget_mib: Optional[float] = setting(
         512.0, "with logits_chunk_size, in the update: the chunks' logits are kept for the backward pass while a "
                "micro-batch's response tokens x vocab x the output layer's bytes per value (4 in float32, 2 in "
                "bfloat16) fit this many MiB, and recomputed there beyond it; null: always recomputed")
     padding_free: bool = setting(
         True, "with logits_chunk_size: the policy and reference forwards run on packed sequences (the real tokens "
-              "of several sequences per row, positions restarting), computing no pad token")
+              "of several sequences per row, positions restarting), computing no pad token. A model whose attention "
+              "would let a packed sequence see the ones before it (OPT, BLOOM) is found by a probe before its first "
+              "such forward (one warning) and keeps the padded layout")
     generation_kwargs: Dict[str, Any] = setting(factory=dict, doc="extra `generate()` settings; ones that bias the "
                                                                   "sampled distribution are refused")
     allow_biased_sampling: bool = setting(False, "accept top_k / top_p / min_new_tokens / repetition_penalty ... "
