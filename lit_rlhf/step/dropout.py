@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from lit_rlhf.models.probes import probe_ids
+
 
 @torch.no_grad()
 def has_active_dropout(model: torch.nn.Module) -> bool:
@@ -17,8 +19,8 @@ def has_active_dropout(model: torch.nn.Module) -> bool:
         return True
     if any(hasattr(p, "ds_id") or p.is_meta for p in model.parameters()):
         return True
-    device = next(model.parameters()).device
-    ids = torch.arange(1, 17, device=device).unsqueeze(0) % model.get_input_embeddings().num_embeddings  # 1,16
+    ids = probe_ids(model, tuple(range(1, 17)))  # 1,16
+    device = ids.device
     was_training = model.training
     model.train()
     try:
