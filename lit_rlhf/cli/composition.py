@@ -13,9 +13,12 @@ from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
 from lit_rlhf.cli.trainer_arguments import trainer_argument_hint
 from lit_rlhf.errors import SYNONYMS, nearest
 
+# Hydra's words for a value of the wrong type
+CONVERSION = r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)"
 
-def composed_without(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig | None:
-    """The config composed without the offending overrides (None where that fails too)."""
+
+def composed(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig | BaseException:
+    """The config composed with these overrides, or the error composing it raised."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -23,10 +26,61 @@ def composed_without(config_dir: Path, config_name: str, overrides: list[str]) -
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(config_dir)):
             return compose(config_name, overrides=overrides)
-    except Exception:  # the suggestion is a courtesy: never fail while explaining a failure
-        return None
+    except Exception as err:  # the suggestion is a courtesy: never fail while explaining a failure
+        return err
     finally:
         GlobalHydra.instance().clear()
+
+
+def composed_without(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig | None:
+    """The config composed without the offending overrides (None where that fails too)."""
+    cfg = composed(config_dir, config_name, overrides)
+    return None if isinstance(cfg, BaseException) else cfg
+
+
+def error_text(err: BaseException) -> str:
+    return " ".join(str(e) for e in (err, err.__cause__, err.__context__) if e is not None)
+
+
+def error_key(err: BaseException) -> str | None:
+    """The key a composition error names."""
+    key = next((getattr(e, "full_key", None) for e in (err, err.__cause__) if getattr(e, "full_key", None)), None)
+    if key is None and (found := re.search(r"Could not override '([^']+)'", error_text(err))):
+        key = found.group(1)
+    return key
+
+
+def names_an_unknown_key(err: BaseException) -> bool:
+    text = error_text(err)
+    return ("not in struct" in text or "Could not override" in text or "not in '" in text) and not re.search(
+        CONVERSION, text)
+
+
+def without_key(overrides: list[str], key: str) -> list[str]:
+    """The overrides less those that set key or a key under it."""
+    typed = lambda override: override.lstrip("+~").partition("=")[0]  # noqa: E731
+    return [o for o in overrides if typed(o) != key and not typed(o).startswith(key + ".")]
+
+
+def composed_without_unknown_keys(config_dir: Path, config_name: str, overrides: list[str],
+                                  limit: int = 8) -> tuple[DictConfig | None, list[str]]:
+    """The config composed from the overrides less those that set keys it does not have, and those keys in the order
+    Hydra meets them (at most limit): all of them named in one line, each with its hint, where the user typed several.
+    An override with another error (a value of the wrong type) is left out unnamed: its own line comes once the keys
+    are right. (None, keys) where the composition fails on something no override names."""
+    unknown = []
+    for _ in range(limit):
+        cfg = composed(config_dir, config_name, overrides)
+        if not isinstance(cfg, BaseException):
+            return cfg, unknown
+        key = error_key(cfg)
+        rest = without_key(overrides, key) if key else overrides
+        if rest == overrides:
+            return None, unknown
+        if names_an_unknown_key(cfg):
+            unknown.append(key)
+        overrides = rest
+    return None, unknown
 
 
 def setting_paths(tree: dict, prefix: str = "") -> list[str]:
@@ -73,29 +127,43 @@ def setting_hint(key: str, cfg: DictConfig | None) -> str:
     return f" (valid keys: {listed})" if listed and len(listed) <= 100 else f" (no setting of that name {where})"
 
 
+def first_of_each_sweep(overrides: list[str]) -> list[str]:
+    """The overrides with each sweep (`-m algo.kl_coef=0.01,0.1`, range(...), choice(...)) at its first value, one
+    that cannot be listed (interval(...)) left out: compose(), which the hints call, takes no sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, plain = OverridesParser.create(), []
+    for line in overrides:
+        try:
+            (override,) = parser.parse_overrides([line])
+            if override.is_sweep_override():
+                line = f"{override.get_key_element()}={next(override.sweep_string_iterator())}"
+        except Exception:  # a line Hydra cannot parse or list: its own error is the one being explained
+            if "(" in line or "," in line:
+                continue
+        plain.append(line)
+    return plain
+
+
 def composition_error(err: BaseException, config_dir: Path, config_name: str, overrides: list[str]) -> str:
     """One line for a Hydra composition error."""
-    text = " ".join(str(e) for e in (err, err.__cause__, err.__context__) if e is not None)
-    key = next((getattr(e, "full_key", None) for e in (err, err.__cause__) if getattr(e, "full_key", None)), None)
-    if key is None:
-        found = re.search(r"Could not override '([^']+)'", text)
-        key = found.group(1) if found else None
+    overrides = first_of_each_sweep(overrides)
+    text, key = error_text(err), error_key(err)
     option = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if option:
         group, name = option.groups()
         options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
         return f"{group}={name} is not an option of {group}{nearest(name, options)}."
-    converted = re.search(r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)", text)
+    converted = re.search(CONVERSION, text)
     if converted and key:
         return f"{key}={converted.group(1)!r} must be of type {converted.group(2).lower()}."
-    if key and ("not in struct" in text or "Could not override" in text or "not in '" in text):
+    if key and names_an_unknown_key(err):
         if fsdp2_line := fsdp2_setting_without_fsdp2(key, overrides):
             return fsdp2_line
-        typed = lambda override: override.lstrip("+~").partition("=")[0]  # noqa: E731
-        remaining = [o for o in overrides if typed(o) != key and not typed(o).startswith(key + ".")]
-        hint = setting_hint(key, composed_without(config_dir, config_name, remaining))
+        cfg, others = composed_without_unknown_keys(config_dir, config_name, without_key(overrides, key))
+        named = "".join(f"; nor is {other}{setting_hint(other, cfg)}" for other in others)
         command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
-        return f"{key} is not a setting{hint}; see `python {command} --cfg job` for every key."
+        return f"{key} is not a setting{setting_hint(key, cfg)}{named}; see `python {command} --cfg job` for every key."
     if "Unexpected type for root: NoneType" in text and (line := key_under_null(config_dir, config_name, overrides)):
         return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -58,6 +58,17 @@ def test_a_2x2_grid_runs_every_combination_in_its_own_directory_and_writes_a_sum
 
 
 @pytest.mark.integration
+def test_unknown_keys_beside_a_sweep_are_each_named_with_a_hint(tmp_path):
+    """The hints compose the config without the sweep's values (compose() takes none): each sweep at its first one."""
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path}", "algo=ppo,rloo", "algo.lr=1e-3,1e-2",
+                     "algo.kl=0.1", cwd=ROOT)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: algo.kl is not a setting (did you mean 'kl_coef' or 'kl_estimator' or 'kl_controller'?); nor is "
+        "algo.lr (did you mean 'algo.optimizer.lr'?); see `python train.py --cfg job` for every key.")
+
+
+@pytest.mark.integration
 def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_and_each_trial_gets_its_own_wandb_run(tmp_path):
     result, rows = multirun(tmp_path, "trainer=default,ddp,default", "seed=3", "logger=wandb")
     assert [r["status"] for r in rows] == ["ok", "failed", "ok"]

@@ -1,10 +1,13 @@
 """An unknown key on the command line: the one line suggests the setting the user most likely meant, whether it is
 a near spelling beside it or the same name at another level (`lr` -> algo.optimizer.lr), and stays short."""
 
+from pathlib import Path
+
 from omegaconf import OmegaConf
 
 from lit_rlhf.cli.composition import setting_hint
 
+CONF = Path(__file__).resolve().parents[2] / "lit_rlhf" / "conf"
 CONFIG = OmegaConf.create({
     "seed": 0,
     "algo": {"kl_coef": 0.05, "kl_estimator": "k1", "lr_scheduler": None, "rloo_k": 4,
@@ -31,3 +34,36 @@ def test_a_prefix_lists_the_keys_it_begins_and_nothing_close_stays_short():
     assert setting_hint("dpo.label_smoothing", CONFIG) == " (valid keys: beta, model)"
     assert setting_hint("algo.xyz", CONFIG) == " (no setting of that name under algo)"
     assert setting_hint("algo.xyz", None) == ""
+
+
+def composition_line(*overrides: str) -> str:
+    """The one line train.py prints for these command-line overrides (Hydra's composition error, explained)."""
+    import pytest
+
+    from lit_rlhf.cli.composition import composed, composition_error
+    from lit_rlhf.cli.configs import register_configs
+
+    register_configs()
+    err = composed(CONF, "train", list(overrides))
+    if not isinstance(err, BaseException):
+        pytest.fail(f"{overrides} composed")
+    return composition_error(err, CONF, "train", list(overrides))
+
+
+def test_several_unknown_keys_are_named_in_one_line_each_with_its_hint():
+    """Each unknown key's hint comes from the config composed without all of them (with one left in, there was none
+    for the first), and the line names every one, so one run shows what to fix."""
+    assert composition_line("algo.lr=1e-5", "algo=ppo", "algo.kl=0.1", "seeed=1") == (
+        "algo.lr is not a setting (did you mean 'algo.optimizer.lr'?); nor is algo.kl (did you mean 'kl_coef' or "
+        "'kl_estimator' or 'kl_controller'?); nor is seeed (did you mean 'seed'?); see `python train.py --cfg job` for "
+        "every key.")
+    assert composition_line("trainer.gradient_clip_val=1", "trainer.accumulate_grad_batches=2") == (
+        "trainer.gradient_clip_val is not a setting (the RL modules do this in their own update: set "
+        "algo.max_grad_norm instead); nor is trainer.accumulate_grad_batches (the RL modules do this in their own "
+        "update: set algo.gradient_accumulation_steps instead); see `python train.py --cfg job` for every key.")
+
+
+def test_a_value_of_the_wrong_type_beside_an_unknown_key_leaves_its_hint():
+    assert composition_line("algo.kl_coeff=0.1", "data.batch_size=x") == (
+        "algo.kl_coeff is not a setting (did you mean 'kl_coef'?); see `python train.py --cfg job` for every key.")
+    assert composition_line("data.batch_size=x", "algo.kl_coeff=0.1") == "data.batch_size='x' must be of type integer."
