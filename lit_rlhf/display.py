@@ -5,17 +5,23 @@ RLStepsProgressBar: Lightning's rich progress bar counting RL steps, with the sc
 reverse KL). ModelSummaryTable: Lightning's rich model summary without the FLOPs it did not count: Lightning counts
 FLOPs only by running a module's `example_input_array`, which an RLHF module has none of (its inputs are rollouts),
 so its summary prints a FLOPs column of zeros and "Total FLOPs: 0"; with nothing counted, this summary leaves both
-out, and a module that does set `example_input_array` gets Lightning's table unchanged.
+out, and a module that does set `example_input_array` gets Lightning's table unchanged. The parameters' size is their
+own bytes: Lightning's estimate takes the width from the Trainer's precision, which says nothing of a model loaded in
+bfloat16 (model.dtype) and, for bf16-mixed (the GPU default), has none: it warned and took 32 bits.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 from lightning.pytorch.utilities.model_summary import get_formatted_model_size, get_human_readable_count
+from torch.nn.parameter import is_lazy
+
+LIGHTNING_SIZE_ESTIMATE = r"Precision .* is not supported by the model summary"
 
 
 class RLStepsProgressBar(RichProgressBar):
@@ -52,11 +58,25 @@ class RLStepsProgressBar(RichProgressBar):
         self.refresh()
 
 
+def parameter_megabytes(module: L.LightningModule) -> float:
+    """The bytes of the module's parameters, in MB as Lightning counts them (1e6 bytes)."""
+    return sum(p.numel() * p.element_size() for p in module.parameters() if not is_lazy(p)) / 1e6
+
+
 class ModelSummaryTable(RichModelSummary):
-    @staticmethod
-    def summarize(summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int,
+    model_megabytes: float | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.model_megabytes = parameter_megabytes(module)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=LIGHTNING_SIZE_ESTIMATE)
+            super().on_fit_start(trainer, module)
+
+    def summarize(self, summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int,
                   model_size: float, total_training_modes: dict[str, int], total_flops: int,
                   **summarize_kwargs: Any) -> None:
+        """Lightning's summary (a static method there, called on the callback), with the parameters' own size."""
+        model_size = model_size if self.model_megabytes is None else self.model_megabytes
         if total_flops:
             return RichModelSummary.summarize(summary_data, total_parameters, trainable_parameters, model_size,
                                               total_training_modes, total_flops, **summarize_kwargs)
@@ -78,7 +98,7 @@ class ModelSummaryTable(RichModelSummary):
         for label, value in (("Trainable params", get_human_readable_count(int(trainable_parameters))),
                              ("Non-trainable params", get_human_readable_count(int(frozen))),
                              ("Total params", get_human_readable_count(int(total_parameters))),
-                             ("Total estimated model params size (MB)", get_formatted_model_size(model_size)),
+                             ("Total params size (MB)", get_formatted_model_size(model_size)),
                              ("Modules in train mode", total_training_modes["train"]),
                              ("Modules in eval mode", total_training_modes["eval"])):
             grid.add_row(f"[bold]{label}[/]: {value}")
