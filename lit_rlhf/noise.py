@@ -13,8 +13,9 @@ import warnings
 LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging", "💡 Tip: For seamless cloud uploads")
 # The apps pass their own model summary (ModelSummaryTable); Lightning says it then skips its default one.
 LIGHTNING_OWN_SUMMARY = ("Trainer already configured with model summary callbacks",)
-# Lightning's check for modules left in eval mode: DPO's and the reward model's frozen base models stay in eval mode
-# on purpose (no dropout in the reference's or the backbone's forwards); silenced by those scripts only.
+# Lightning's check for modules left in eval mode: a full fine-tune's reference copy (model.lora=null), DPO's and the
+# reward model's frozen base models stay in eval mode on purpose (no dropout in their forwards); silenced by the apps
+# only (allow_frozen_modules_in_eval_mode): a user's own script keeps the check for its own modules.
 LIGHTNING_EVAL_MODE = r"Found \d+ module\(s\) in eval mode at the start of training"
 # Lightning's CombinedLoader builds a LeafSpec, which torch >= 2.10 deprecates; nothing to change on our side.
 LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
@@ -49,3 +50,8 @@ def silence_known_noise() -> None:
         from transformers.utils import logging as transformers_logging  # carriage-return noise there
 
         transformers_logging.disable_progress_bar()
+
+
+def allow_frozen_modules_in_eval_mode() -> None:
+    """The apps' frozen models are in eval mode on purpose (LIGHTNING_EVAL_MODE)."""
+    warnings.filterwarnings("ignore", message=LIGHTNING_EVAL_MODE)

@@ -6,7 +6,6 @@ model it started from (and `train.py model.name_or_path=<folder>` trains on)."""
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,14 @@ from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_epochs, typed_key
 from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
 from lit_rlhf.interrupts import TrainingInterrupted
-from lit_rlhf.noise import LIGHTNING_EVAL_MODE, silence_known_noise
+from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
 
 
 def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     """cfg.algo fitted on cfg.data for cfg.epochs epochs."""
     silence_known_noise()
-    warnings.filterwarnings("ignore", message=LIGHTNING_EVAL_MODE)  # frozen bases in eval mode: on purpose
+    allow_frozen_modules_in_eval_mode()
     check_epochs(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data)

@@ -25,7 +25,7 @@ from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_mul
 from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
-from lit_rlhf.noise import silence_known_noise
+from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords, without_passwords
 
 
@@ -51,6 +51,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError("trainer=ddp does not work inside a Hydra multirun (Lightning's ddp launcher re-runs the "
                           "script, Lightning PR #18175); use trainer=ddp_spawn for sweeps.")
     silence_known_noise()
+    allow_frozen_modules_in_eval_mode()  # model.lora=null: the reference's frozen copy
     check_run_settings(cfg)
     rank_zero_only(hide_passwords_in_saved_configs)()
     if cfg.get("export_dir"):  # checked now, not after training
