@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
 from lit_rlhf.rollout.scoring import call_checked
@@ -96,10 +97,14 @@ def test_an_interruption_arriving_inside_a_reward_is_not_reported_as_the_rewards
                                              ("train_reward_model.py", "SIGTERM")])
 def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_from_it(script, signame, tmp_path):
     """SFT, DPO and the reward model stopped by SIGTERM or Ctrl-C write checkpoints/interrupted.ckpt, say so in
-    their own steps, record the run as interrupted, and the checkpoint resumes to the end of the fit."""
+    their own steps, record the run as interrupted, and the checkpoint resumes to the end of the fit, in the middle of
+    its epoch, on the batches the uninterrupted fit trains on: both write the same model, and last.ckpt (replaced,
+    never versioned beside a stale one) holds the final step. The fits are cut to 4 optimizer steps (the embedded
+    reward model's 3 epochs took half a minute here)."""
     stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=2",
             f"+callbacks.stop.signal={signame}"]
-    stopped = run_app(script, "hydra.run.dir=run", *stop, cwd=tmp_path)
+    fit = "trainer.max_steps=4"
+    stopped = run_app(script, "hydra.run.dir=run", fit, *stop, cwd=tmp_path)
     assert stopped.returncode == {"SIGTERM": 143, "SIGINT": 130}[signame], stopped.stderr[-3000:]
     line = stopped.stderr.strip().splitlines()[-1]
     expected = ("stopped by SIGTERM after a complete training step" if signame == "SIGTERM" else
@@ -109,6 +114,14 @@ def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_
     assert torch.load(checkpoint, weights_only=True)["global_step"] == 2
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
     assert not (tmp_path / "run" / "policy").exists() and not (tmp_path / "run" / "reward_model").exists()
-    resumed = run_app(script, "hydra.run.dir=run", f"ckpt_path={checkpoint}", cwd=tmp_path)
+    resumed = run_app(script, "hydra.run.dir=run", fit, f"ckpt_path={checkpoint}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "ok"
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["interrupted.ckpt", "last.ckpt"]
+    whole = run_app(script, "hydra.run.dir=whole", fit, cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    saved = "reward_model" if script == "train_reward_model.py" else "policy"
+    resumed_weights = load_file(tmp_path / "run" / saved / "model.safetensors")
+    for name, tensor in load_file(tmp_path / "whole" / saved / "model.safetensors").items():
+        assert torch.equal(resumed_weights[name], tensor), name
