@@ -1,4 +1,5 @@
-"""LastCheckpoint: Lightning's ModelCheckpoint counting RL steps, whose last.ckpt always holds the final step."""
+"""LastCheckpoint: Lightning's ModelCheckpoint counting RL steps (optimizer steps for a module that has none: the
+offline fits), whose last.ckpt always holds the final step."""
 
 from __future__ import annotations
 
