@@ -10,10 +10,10 @@ Shapes: B rows per batch, L sequence length (prompt + completion, right-padded).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
@@ -25,7 +25,6 @@ from lit_rlhf.data.preferences import (
     tokenize_pair_side,
     with_eos,
 )
-from lit_rlhf.data.resumable import OfflineFitData
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
 
@@ -88,7 +87,7 @@ def tokenized_items(rows: list[dict[str, Any]], dataset: str, vocab_size: int,
     return items
 
 
-class CompletionDataModule(OfflineFitData):
+class CompletionDataModule(L.LightningDataModule):
     """(prompt, completion) rows of `dataset`; `num_eval_rows` of them (a seeded draw) held out for validation."""
 
     def __init__(self, tokenizer: str, dataset: str | None = None, prompt_column: str = "prompt",
@@ -131,12 +130,14 @@ class CompletionDataModule(OfflineFitData):
         self.eval_rows = [items[i] for i in order[:held]]
         self.train_rows = [items[i] for i in order[held:]]
 
-    def collate(self) -> Callable:
-        """Batches padded with the tokenizer's pad token (a partial: cheap to send to data workers)."""
-        return partial(collate_sequences, pad_token_id=self.tokenizer.pad_token_id)
+    def _loader(self, items: list, shuffle: bool) -> DataLoader:
+        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=shuffle,
+                          collate_fn=partial(collate_sequences, pad_token_id=self.tokenizer.pad_token_id),
+                          generator=torch.Generator().manual_seed(self.hparams.seed),
+                          num_workers=self.hparams.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self.training_batches(self.train_rows, self.collate())
+        return self._loader(self.train_rows, shuffle=True)
 
     def val_dataloader(self) -> DataLoader | list:
-        return self.loader(self.eval_rows, self.collate(), shuffle=False) if self.eval_rows else []
+        return self._loader(self.eval_rows, shuffle=False) if self.eval_rows else []

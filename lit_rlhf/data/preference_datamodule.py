@@ -5,21 +5,20 @@ Shapes: B pairs per batch, L sequence length (prompt + response, right-padded).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
 from lit_rlhf.data.preferences import collate_pairs, load_preference_pairs, tokenize_pair_side
-from lit_rlhf.data.resumable import OfflineFitData
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
 
 
-class PreferenceDataModule(OfflineFitData):
+class PreferenceDataModule(L.LightningDataModule):
     """(prompt, chosen, rejected[, margin]) rows of `dataset` (a .jsonl/.csv/.parquet file or a hub dataset);
     `num_eval_pairs` of them (a seeded draw) held out for validation."""
 
@@ -68,12 +67,14 @@ class PreferenceDataModule(OfflineFitData):
         self.eval_pairs = [items[i] for i in order[:held]]
         self.train_pairs = [items[i] for i in order[held:]]
 
-    def collate(self) -> Callable:
-        """Batches padded with the tokenizer's pad token (a partial: cheap to send to data workers)."""
-        return partial(collate_pairs, pad_token_id=self.tokenizer.pad_token_id)
+    def _loader(self, items: list, shuffle: bool) -> DataLoader:
+        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=shuffle,
+                          collate_fn=partial(collate_pairs, pad_token_id=self.tokenizer.pad_token_id),
+                          generator=torch.Generator().manual_seed(self.hparams.seed),
+                          num_workers=self.hparams.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self.training_batches(self.train_pairs, self.collate())
+        return self._loader(self.train_pairs, shuffle=True)
 
     def val_dataloader(self) -> DataLoader | list:
-        return self.loader(self.eval_pairs, self.collate(), shuffle=False) if self.eval_pairs else []
+        return self._loader(self.eval_pairs, shuffle=False) if self.eval_pairs else []
