@@ -55,14 +55,26 @@ class AppResult:
     stderr: str
 
 
-def run_process(script: str, *args: str, cwd, env: dict | None = None, timeout: int = 300, module: bool = False):
+def run_process(script: str, *args: str, cwd, env: dict | None = None, timeout: int = 300, module: bool = False,
+                new_session: bool = False):
     """`python <repo>/<script> args...` (or `python -m <script>` with module=True) in a fresh process from cwd, with
-    the package on PYTHONPATH: for what only a process shows."""
+    the package on PYTHONPATH: for what only a process shows. new_session: in a process group of its own (a signal
+    to the group reaches the app and the processes it starts, never the test)."""
     RUNS["apps"] += 1
     full_env = {**os.environ, **BASE_ENV, "PYTHONPATH": str(ROOT), **(env or {})}
     target = ["-m", script] if module else [str(ROOT / script)]
-    return subprocess.run([sys.executable, *target, *args], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    process = subprocess.Popen([sys.executable, *target, *args], cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=new_session)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if new_session:
+            os.killpg(process.pid, signal.SIGKILL)  # the processes it started too (other ranks)
+        else:
+            process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def run_app(script: str, *args: str, cwd, env: dict | None = None, module: bool = False) -> AppResult:

@@ -147,6 +147,26 @@ class SignalAt(L.Callback):
             os.kill(os.getpid(), getattr(signal, self.signal))
 
 
+class SigtermRanksAt(L.Callback):
+    """SIGTERM at the end of optimizer step `step` to `whom`: "group" (rank zero signals its process group, as
+    `kill -TERM -<pgid>` does: every rank, and rank one again through Lightning's launcher) or "rank one" (that
+    rank signals itself alone)."""
+
+    def __init__(self, step: int, whom: str):
+        self.step, self.whom = step, whom
+
+    def on_train_batch_end(self, trainer, module, *args):
+        import os
+        import signal
+
+        if trainer.global_step != self.step:
+            return
+        if self.whom == "group" and trainer.global_rank == 0:
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+        elif self.whom == "rank one" and trainer.global_rank == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def assert_readable_as_umask_allows(folder) -> None:
     """An exported model folder's files have the modes the user's umask gives new files."""
     import os

@@ -3,10 +3,16 @@
 Ctrl-C (SIGINT) no longer stops a step halfway through its updates: the first one finishes the
 current RL step, writes <checkpoints>/interrupted.ckpt and ends fit (summaries included, the end-of-run
 evaluation skipped; train.py then exits 130 with the run recorded as interrupted); a second one aborts at
-once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops after the current step on every
-rank; the checkpoint is written then, or at once when the main thread waits on a call that may never return (a
-reward, a tool, the async producer: `abandonable`), which is abandoned. After training has finished
-(the final checkpoint is written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
+once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops after the current step; the
+checkpoint is written then, or at once when the main thread waits on a call that may never return (a reward, a
+tool, the async producer: `abandonable`), which is abandoned. After training has finished (the final checkpoint
+is written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
+
+With several ranks, a signal is only noted where it arrives (SIGTERM forwarded once to the ranks this process
+launched), and the ranks agree at the end of every step whether any of them was signalled, so that they stop
+after the same step. Lightning's own SIGTERM handler is not called there: it broadcasts from inside the handler,
+which hangs the run when one rank is signalled twice (a SIGTERM to the process group, plus the launcher's
+forwarded copy) or while the others wait in another collective.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -34,7 +41,9 @@ class CheckpointOnInterrupt(Checkpoint):
         # how to resume from the checkpoint, printed with it: train.py sets its own command line + ckpt_path
         self.resume_hint: Callable[[Path], str] = library_resume_hint
         self.stopped_by: str | None = None  # SIGINT or SIGTERM, once it stopped training
-        self.requested = False
+        self.requested = False  # Ctrl-C on this rank: stop after this step
+        self.sigterm_noted = False  # SIGTERM on this rank of several: stop after this step
+        self._trainer: L.Trainer | None = None
         self.training_finished = False
         self.path: Path | None = None
         self._previous_handler = None
@@ -42,9 +51,10 @@ class CheckpointOnInterrupt(Checkpoint):
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
         self.requested, self.path, self.training_finished, self.stopped_by = False, None, False, None
+        self.sigterm_noted, self._trainer = False, trainer
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
-            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)  # after Lightning's
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)  # Lightning's calls it
 
     def on_train_end(self, trainer: L.Trainer, module) -> None:
         self.training_finished = True  # the final checkpoint is written: Ctrl-C now skips the reports
@@ -59,20 +69,48 @@ class CheckpointOnInterrupt(Checkpoint):
         rank_zero_info(f"Ctrl-C: finishing this {self.step_name}, then writing a checkpoint (Ctrl-C again to abort "
                        f"now).")
 
+    def on_sanity_check_start(self, trainer: L.Trainer, module) -> None:
+        self.take_sigterm_from_lightning(trainer)
+
+    def on_train_start(self, trainer: L.Trainer, module) -> None:
+        self.take_sigterm_from_lightning(trainer)
+
+    def take_sigterm_from_lightning(self, trainer: L.Trainer) -> None:
+        """With several ranks, this callback's SIGTERM handler replaces Lightning's, which fit registered after
+        on_fit_start (see the module doc); Lightning's teardown restores this one, this teardown the one before."""
+        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
     def _on_sigterm(self, signum, frame) -> None:
-        previous = self._previous_sigterm
-        if callable(previous):
-            previous(signum, frame)  # Lightning's: stop after this step on every rank
+        trainer = self._trainer
+        if trainer is not None and trainer.world_size > 1:  # noted; the ranks agree in on_train_batch_end
+            if not self.sigterm_noted and trainer.strategy.launcher is not None:
+                trainer.strategy.launcher.kill(signum)  # to the ranks this process started, once
+            self.sigterm_noted = True
+        # (with one rank, Lightning's handler ran before this one: it stops training after this step)
+        if callable(self._previous_sigterm):
+            self._previous_sigterm(signum, frame)  # the handler before fit's
         what = waiting_on()
         if what is not None and not self.training_finished:  # this step may never end: abandon the call
             rank_zero_info(f"SIGTERM while waiting on {what}: the call is abandoned.")
             raise CallAbandoned(what)
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
-        if trainer.strategy.reduce_boolean_decision(self.requested, all=False):  # any rank asked
+        sigint, sigterm = self.signalled_on_any_rank(trainer)
+        if sigterm:  # Lightning raises SIGTERMException at the end of this step on every rank; on_exception saves
+            trainer._signal_connector.received_sigterm = True  # what Lightning's own handler sets
+        elif sigint:
             self.stopped_by = "SIGINT"
             self.save(trainer)
             trainer.should_stop = True
+
+    def signalled_on_any_rank(self, trainer: L.Trainer) -> tuple[bool, bool]:
+        """(Ctrl-C, SIGTERM) noted on any rank: one all-reduce a step with several ranks."""
+        if trainer.world_size == 1:
+            return self.requested, False  # SIGTERM went through Lightning's handler
+        noted = torch.tensor([self.requested, self.sigterm_noted], dtype=torch.int32)
+        total = trainer.strategy.reduce(noted.to(trainer.strategy.root_device), reduce_op="sum")
+        return bool(total[0]), bool(total[1])
 
     def on_exception(self, trainer: L.Trainer, module, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException) and self.path is None:
@@ -85,7 +123,7 @@ class CheckpointOnInterrupt(Checkpoint):
                 signal.signal(signal.SIGINT, self._previous_handler)
             if self._previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._previous_handler = self._previous_sigterm = None
+        self._previous_handler = self._previous_sigterm = self._trainer = None
 
     def save(self, trainer: L.Trainer) -> None:
         checkpoint = trainer.checkpoint_callback

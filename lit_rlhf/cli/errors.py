@@ -159,6 +159,7 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
     by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message); on_failure(line) records any other failure
     (a user mistake's line, or an unexpected error's type and message) before the exit. step_name: what the app's
     messages call the unit it trains in ("RL step"; "training step" for the scripts that fit on a file)."""
+    from lightning.pytorch.utilities import rank_zero_only
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingAborted, TrainingInterrupted
@@ -186,7 +187,8 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
                              f"its final checkpoint is written (checkpoints/last.ckpt)."), err.exit_code
         if on_interrupt is not None:
             on_interrupt(message)
-        print(message, file=sys.stderr, flush=True)
+        if rank_zero_only.rank == 0:  # every rank stops alike: the line is said once
+            print(message, file=sys.stderr, flush=True)
         sys.exit(code)
     except Exception as err:
         message = user_error(err)

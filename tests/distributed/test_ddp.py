@@ -2,10 +2,12 @@
 (run_app), and Lightning's launcher starts rank one as a process of its own, `python train.py ...`. (DDP's replicas
 staying identical in synchronous mode: tests/distributed/test_fsdp2_train.py, beside the FSDP2 run it compares.)"""
 
+import json
+
 import pytest
 import torch
 
-from tests.apps import ROOT, run_app
+from tests.apps import ROOT, run_app, run_process
 
 pytestmark = [pytest.mark.multi_rank, pytest.mark.integration]  # each test starts 2 ranks
 
@@ -36,3 +38,20 @@ def test_ddp_in_async_mode_each_rank_draws_its_own_half_ahead_and_ranks_stay_ide
     header, *rows = [line.split(",") for line in (tmp_path / "csv" / "metrics.csv").read_text().splitlines()]
     staleness = [row[header.index("async/staleness")] for row in rows if row[header.index("async/staleness")]]
     assert [float(s) for s in staleness] == [0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("whom", ["group", "rank one"])
+def test_sigterm_to_every_rank_or_to_one_stops_both_after_the_same_step_with_a_checkpoint(whom, tmp_path):
+    """A SIGTERM to the run's process group (each rank signalled, rank one twice: Lightning's launcher forwards it)
+    or to rank one alone: both ranks stop after step 2 with interrupted.ckpt, exit 143, and the stop is said once.
+    Lightning's own handler broadcasts inside the signal handler, so either hung here until killed."""
+    stop = ["+callbacks.stop._target_=tests.helpers.SigtermRanksAt", "+callbacks.stop.step=2",
+            f"+callbacks.stop.whom={whom}"]
+    result = run_process("train.py", f"hydra.run.dir={tmp_path}", "steps=4", "algo.response_length=12",
+                         "data.batch_size=8", "callbacks.generation_samples=null", "trainer=ddp",
+                         "trainer.accelerator=cpu", "trainer.devices=2", *stop, cwd=ROOT, timeout=180, new_session=True)
+    assert result.returncode == 143, result.stderr[-4000:]
+    assert result.stderr.count("stopped by SIGTERM after a complete RL step") == 1, result.stderr[-4000:]
+    checkpoint = tmp_path / "checkpoints" / "interrupted.ckpt"
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == 2
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
