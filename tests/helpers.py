@@ -148,9 +148,9 @@ class SignalAt(L.Callback):
 
 
 class SigtermRanksAt(L.Callback):
-    """SIGTERM at the end of optimizer step `step` to `whom`: "group" (rank zero signals its process group, as
-    `kill -TERM -<pgid>` does: every rank, and rank one again through Lightning's launcher) or "rank one" (that
-    rank signals itself alone)."""
+    """SIGTERM after optimizer step `step` to `whom`: "group" (rank zero signals its process group at the step's end,
+    as `kill -TERM -<pgid>` does: every rank, and rank one again through Lightning's launcher) or "rank one" (that
+    rank signals itself alone, as the evaluation due after the step begins)."""
 
     def __init__(self, step: int, whom: str):
         self.step, self.whom = step, whom
@@ -159,11 +159,14 @@ class SigtermRanksAt(L.Callback):
         import os
         import signal
 
-        if trainer.global_step != self.step:
-            return
-        if self.whom == "group" and trainer.global_rank == 0:
+        if self.whom == "group" and trainer.global_step == self.step and trainer.global_rank == 0:
             os.killpg(os.getpgrp(), signal.SIGTERM)
-        elif self.whom == "rank one" and trainer.global_rank == 1:
+
+    def on_validation_batch_start(self, trainer, module, *args):
+        import os
+        import signal
+
+        if self.whom == "rank one" and trainer.global_step == self.step and trainer.global_rank == 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
 

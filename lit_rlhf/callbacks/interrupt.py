@@ -25,6 +25,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -103,6 +104,12 @@ class CheckpointOnInterrupt(Checkpoint):
             self.stopped_by = "SIGINT"
             self.save(trainer)
             trainer.should_stop = True
+
+    def on_validation_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        # an evaluation within fit stops at the next batch once a rank is signalled, as with one rank Lightning's check
+        # does (then the step's end saves): without this, the ranks would agree only after the next step
+        if trainer.world_size > 1 and trainer.state.fn == TrainerFn.FITTING and self.signalled_on_any_rank(trainer)[1]:
+            trainer._signal_connector.received_sigterm = True
 
     def signalled_on_any_rank(self, trainer: L.Trainer) -> tuple[bool, bool]:
         """(Ctrl-C, SIGTERM) noted on any rank: one all-reduce a step with several ranks."""
