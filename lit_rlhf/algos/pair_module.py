@@ -86,6 +86,15 @@ class PairModule(L.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self.step(batch, "val")
 
+    def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self.validated_at_step = self.global_step  # the held-out figures are those of this step
+
+    def held_out_figures_are_stale(self) -> bool:
+        """True when training went on after the last evaluation on the held-out rows (or none ran): a fit cut by
+        trainer.max_steps in the middle of an epoch, or validating every n epochs."""
+        return getattr(self, "validated_at_step", None) != self.global_step
+
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         stop_unless_finite(self, "gradient", [p.grad for group in optimizer.param_groups for p in group["params"]])
 

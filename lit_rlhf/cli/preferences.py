@@ -79,9 +79,13 @@ def train_sft(cfg: DictConfig) -> dict[str, float]:
 def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
                  heldout: Callable[[dict[str, float]], str]) -> dict[str, float]:
     """fit_on_pairs, then save(module, cfg.save_dir) on rank zero (it returns the lines to print) and the held-out
-    pairs' figures after the last epoch (`heldout` words them)."""
+    pairs' figures of the final weights (`heldout` words them; evaluated once more when the fit ended elsewhere than
+    at an evaluation)."""
     module, trainer = fit_on_pairs(cfg)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if module.held_out_figures_are_stale():  # the figures below are the final weights'
+        trainer.validate(module, datamodule=trainer.datamodule, verbose=False)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     if trainer.is_global_zero:
         report("\n" + save(module, Path(cfg.save_dir)))
         with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)

@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import (
     BUNDLED_PAIRS,
     as_text,
@@ -130,14 +131,16 @@ class CompletionDataModule(L.LightningDataModule):
         self.eval_rows = [items[i] for i in order[:held]]
         self.train_rows = [items[i] for i in order[held:]]
 
-    def _loader(self, items: list, shuffle: bool) -> DataLoader:
-        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=shuffle,
+    def heldout_loader(self, items: list) -> DataLoader:
+        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=False,
                           collate_fn=partial(collate_sequences, pad_token_id=self.tokenizer.pad_token_id),
                           generator=torch.Generator().manual_seed(self.hparams.seed),
                           num_workers=self.hparams.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_rows, shuffle=True)
+        hp = self.hparams
+        return training_loader(self.train_rows, partial(collate_sequences, pad_token_id=self.tokenizer.pad_token_id),
+                               hp.batch_size, hp.seed, hp.num_workers, trainer=lambda: self.trainer)
 
     def val_dataloader(self) -> DataLoader | list:
-        return self._loader(self.eval_rows, shuffle=False) if self.eval_rows else []
+        return self.heldout_loader(self.eval_rows) if self.eval_rows else []

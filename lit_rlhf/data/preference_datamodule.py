@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
+from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import collate_pairs, load_preference_pairs, tokenize_pair_side
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer
@@ -67,14 +68,16 @@ class PreferenceDataModule(L.LightningDataModule):
         self.eval_pairs = [items[i] for i in order[:held]]
         self.train_pairs = [items[i] for i in order[held:]]
 
-    def _loader(self, items: list, shuffle: bool) -> DataLoader:
-        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=shuffle,
+    def heldout_loader(self, items: list) -> DataLoader:
+        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=False,
                           collate_fn=partial(collate_pairs, pad_token_id=self.tokenizer.pad_token_id),
                           generator=torch.Generator().manual_seed(self.hparams.seed),
                           num_workers=self.hparams.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_pairs, shuffle=True)
+        hp = self.hparams
+        return training_loader(self.train_pairs, partial(collate_pairs, pad_token_id=self.tokenizer.pad_token_id),
+                               hp.batch_size, hp.seed, hp.num_workers, trainer=lambda: self.trainer)
 
     def val_dataloader(self) -> DataLoader | list:
-        return self._loader(self.eval_pairs, shuffle=False) if self.eval_pairs else []
+        return self.heldout_loader(self.eval_pairs) if self.eval_pairs else []

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
 from lit_rlhf.rollout.scoring import call_checked
@@ -96,8 +97,9 @@ def test_an_interruption_arriving_inside_a_reward_is_not_reported_as_the_rewards
                                              ("train_reward_model.py", "SIGTERM")])
 def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_from_it(script, signame, tmp_path):
     """SFT, DPO and the reward model stopped by SIGTERM or Ctrl-C write checkpoints/interrupted.ckpt, say so in
-    their own steps, record the run as interrupted, and the checkpoint resumes to the end of the fit, whose last.ckpt
-    (replaced, never versioned beside a stale one) holds the final step. The fits are cut to 4 optimizer steps (the
+    their own steps, record the run as interrupted, and the checkpoint resumes to the end of the fit in the middle of
+    its epoch, on the batches the uninterrupted fit trains on (both write the same model), whose last.ckpt (replaced,
+    never versioned beside a stale one) holds the final step. The fits are cut to 4 optimizer steps (the
     embedded reward model's 3 epochs took half a minute here)."""
     stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=2",
             f"+callbacks.stop.signal={signame}"]
@@ -114,6 +116,14 @@ def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_
     assert not (tmp_path / "run" / "policy").exists() and not (tmp_path / "run" / "reward_model").exists()
     resumed = run_app(script, "hydra.run.dir=run", fit, f"ckpt_path={checkpoint}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "ok"
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["status"] == "ok" and result["objective"] is not None  # the final weights evaluated, mid-epoch
+    assert "Held-out" in resumed.stdout and "was not logged" not in resumed.stderr, resumed.stderr[-3000:]
     assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["interrupted.ckpt", "last.ckpt"]
+    whole = run_app(script, "hydra.run.dir=whole", fit, cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    saved = "reward_model" if script == "train_reward_model.py" else "policy"
+    resumed_weights = load_file(tmp_path / "run" / saved / "model.safetensors")
+    for name, tensor in load_file(tmp_path / "whole" / saved / "model.safetensors").items():
+        assert torch.equal(resumed_weights[name], tensor), name  # trained on the same batches, in the same order
