@@ -1,10 +1,10 @@
 """EpochShuffle: the order of the offline fits' training rows (train_sft.py, train_dpo.py, train_reward_model.py),
 resumed exactly from a checkpoint written in the middle of an epoch or at its end.
 
-A plain shuffled DataLoader starts its epoch anew on resume: the resumed fit trained on the epoch's first batches
-twice and never on its last ones, and its later epochs shuffled as other epochs had. Here epoch e's order is the one
-a DataLoader shuffled by a generator seeded `seed` draws in its e-th epoch (a test holds them equal, so an
-uninterrupted fit trains on what it trained on before), and iteration starts after the batches the trainer has
+A plain shuffled DataLoader starts its epoch anew on resume: the resumed fit would train on the epoch's first batches
+twice and never on its last ones, and shuffle its later epochs otherwise. Here epoch e's order is the one a
+DataLoader shuffled by a generator seeded `seed` draws in its e-th epoch (a test holds them equal, so an
+uninterrupted fit trains on what such a loader gives), and iteration starts after the batches the trainer has
 trained on: their number is read from the trainer's restored progress whenever iteration begins, never kept here,
 so it does not matter which iterator Lightning takes after its restart. With several ranks Lightning's
 DistributedSampler shuffles instead (training_loader), whose resume starts the epoch anew.
