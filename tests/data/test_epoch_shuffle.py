@@ -61,7 +61,7 @@ class Rows(L.LightningDataModule):
 
 class StopAfter(L.Callback):
     """A checkpoint after optimizer step `step` (at the end of the batch, or of the epoch the step ends), then stop:
-    what CheckpointOnInterrupt, ModelCheckpoint and Lightning's SIGTERM path write."""
+    what CheckpointOnInterrupt on Ctrl-C and ModelCheckpoint write (SIGTERM's path: the test below)."""
 
     def __init__(self, step: int, path, at_epoch_end: bool = False):
         self.step, self.path, self.at_epoch_end = step, path, at_epoch_end
