@@ -6,8 +6,11 @@ twice and never on its last ones, and shuffle its later epochs otherwise. Here e
 DataLoader shuffled by a generator seeded `seed` draws in its e-th epoch (a test holds them equal, so an
 uninterrupted fit trains on what such a loader gives), and iteration starts after the batches the trainer has
 trained on: their number is read from the trainer's restored progress whenever iteration begins, never kept here,
-so it does not matter which iterator Lightning takes after its restart. With several ranks Lightning's
-DistributedSampler shuffles instead (training_loader), whose resume starts the epoch anew.
+so it does not matter which iterator Lightning takes after its restart.
+
+With several ranks RankEpochShuffle deals each rank its share of the epoch as Lightning's DistributedSampler would
+(shuffled by the seed and the epoch), and resumes the same way. It is a DistributedSampler, so Lightning keeps it
+instead of putting its own in its place (whose resume would start the epoch anew).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 # Lightning warns on every mid-epoch resume of a loader without state_dict/load_state_dict; this one needs none
 NOT_RESUMABLE_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
@@ -47,9 +50,30 @@ class EpochShuffle(Sampler[int]):
         return order.tolist()
 
     def __iter__(self) -> Iterator[int]:
-        done, per_epoch = self.batches_done()
-        epoch, batch = divmod(done, max(per_epoch, 1))
-        yield from self.epoch_order(epoch)[batch * self.batch_size:]
+        epoch, skipped = resume_point(self.batches_done, self.batch_size)
+        yield from self.epoch_order(epoch)[skipped:]
+
+
+class RankEpochShuffle(DistributedSampler):
+    def __init__(self, num_rows: int, batch_size: int, seed: int, num_replicas: int, rank: int,
+                 batches_done: Callable[[], tuple[int, int]] = lambda: (0, 1)):
+        """This rank's rows of each epoch: what DistributedSampler(shuffle=True, seed=seed) deals rank `rank` of
+        `num_replicas` after set_epoch(e) (every rank trains on as many batches); batches_done as EpochShuffle's,
+        counted in this rank's batches."""
+        super().__init__(range(num_rows), num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        self.batch_size, self.batches_done = batch_size, batches_done
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, skipped = resume_point(self.batches_done, self.batch_size)
+        self.set_epoch(epoch)  # the epoch Lightning sets too, read from the same progress
+        yield from list(super().__iter__())[skipped:]
+
+
+def resume_point(batches_done: Callable[[], tuple[int, int]], batch_size: int) -> tuple[int, int]:
+    """(the epoch iteration begins in, how many of its rows were trained on already)."""
+    done, per_epoch = batches_done()
+    epoch, batch = divmod(done, max(per_epoch, 1))
+    return epoch, batch * batch_size
 
 
 def batches_done(trainer: Any, num_rows: int, batch_size: int) -> tuple[int, int]:
@@ -71,11 +95,15 @@ def training_loader(items: list, collate: Callable, batch_size: int, seed: int, 
                     trainer: Callable[[], Any]) -> DataLoader:
     """The shuffled training batches of an offline fit (trainer: the data module's trainer, None before a fit)."""
     own = torch.Generator().manual_seed(seed)  # workers' base seeds drawn from it, never from the global generator
-    fitting = trainer()
-    if fitting is not None and fitting.world_size > 1:  # Lightning puts its DistributedSampler in its place
-        return DataLoader(items, batch_size=batch_size, shuffle=True, collate_fn=collate, generator=own,
-                          num_workers=num_workers)
     warnings.filterwarnings("ignore", message=NOT_RESUMABLE_WARNING, category=PossibleUserWarning)
-    sampler = EpochShuffle(len(items), batch_size, seed, lambda: batches_done(trainer(), len(items), batch_size))
+    fitting = trainer()
+    sampler: Sampler[int]
+    if fitting is not None and fitting.world_size > 1:
+        ranks = fitting.distributed_sampler_kwargs  # num_replicas and rank, as Lightning's own sampler takes them
+        sampler = RankEpochShuffle(len(items), batch_size, seed, ranks["num_replicas"], ranks["rank"])
+    else:
+        sampler = EpochShuffle(len(items), batch_size, seed)
+    rows = len(sampler)  # this rank's
+    sampler.batches_done = lambda: batches_done(trainer(), rows, batch_size)
     return DataLoader(items, batch_size=batch_size, sampler=sampler, collate_fn=collate, generator=own,
                       num_workers=num_workers)

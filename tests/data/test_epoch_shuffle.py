@@ -1,15 +1,19 @@
-"""The offline fits' training batches (EpochShuffle) resume exactly from a checkpoint written in the middle of an
-epoch, at its last batch, or at its end: the resumed fit sees the batches the uninterrupted one saw, in its order,
-later epochs included; and an uninterrupted fit draws what a plain shuffled DataLoader draws."""
+"""The offline fits' training batches (EpochShuffle, RankEpochShuffle with several ranks) resume exactly from a
+checkpoint written in the middle of an epoch, at its last batch, or at its end: the resumed fit sees the batches the
+uninterrupted one saw, in its order, later epochs included; and an uninterrupted fit draws what a plain shuffled
+DataLoader draws (with several ranks: what Lightning's DistributedSampler deals each rank)."""
+
+import os
 
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from lit_rlhf.callbacks import CheckpointOnInterrupt
-from lit_rlhf.data.epoch_shuffle import EpochShuffle, training_loader
+from lit_rlhf.data.epoch_shuffle import EpochShuffle, RankEpochShuffle, training_loader
+from tests.distributed.ranks import run_two_ranks
 from tests.helpers import SignalAt
 
 ITEMS = list(range(22))  # 6 batches of 4 per epoch, the last one of 2
@@ -30,6 +34,25 @@ def test_iteration_starts_after_the_batches_done_in_their_epoch():
     assert list(shuffle) == shuffle.epoch_order(1)[8:]
     done["value"] = (12, 6)  # the second epoch's end: the third from its start
     assert list(shuffle) == shuffle.epoch_order(2)
+
+
+def test_with_two_ranks_each_epoch_deals_each_rank_what_a_distributed_sampler_deals_it_and_resumes_alike():
+    for rank in (0, 1):
+        torchs = DistributedSampler(ITEMS, num_replicas=2, rank=rank, shuffle=True, seed=7)
+        epochs = []
+        for epoch in range(EPOCHS):
+            torchs.set_epoch(epoch)
+            epochs.append(list(torchs))
+        assert len({tuple(e) for e in epochs}) == EPOCHS and all(len(e) == 11 for e in epochs)
+        done = {"value": (0, 3)}  # 11 rows a rank: 3 batches of 4, the last one of 3
+        ours = RankEpochShuffle(len(ITEMS), batch_size=4, seed=7, num_replicas=2, rank=rank,
+                                batches_done=lambda done=done: done["value"])
+        assert len(ours) == 11
+        for epoch in range(EPOCHS):
+            done["value"] = (3 * epoch, 3)
+            assert list(ours) == epochs[epoch]
+        done["value"] = (3 + 2, 3)  # the second epoch, after its first two batches
+        assert list(ours) == epochs[1][8:]
 
 
 class RecordsBatches(L.LightningModule):
@@ -128,3 +151,42 @@ def test_with_fewer_batches_an_epoch_and_accumulation_the_resume_is_exact_too(tm
     stopped = fit(RecordsBatches(), Rows(), [StopAfter(3, tmp_path / "stop.ckpt")], **settings)
     assert stopped == whole[:6]
     assert fit(RecordsBatches(), Rows(), ckpt_path=tmp_path / "stop.ckpt", **settings) == whole[6:]
+
+
+RANK_ENVIRONMENT = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PL_GLOBAL_SEED")
+
+
+def two_rank_fits(rank: int, init_method: str, out: str) -> None:
+    """Lightning's DDP on this rank of a process group started outside it (as torchrun starts ranks): an
+    uninterrupted fit of each loader, one stopped mid-epoch and its resume."""
+    saved = {name: os.environ.get(name) for name in RANK_ENVIRONMENT}
+    os.environ.update(LOCAL_RANK=str(rank), NODE_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=init_method.rsplit(":", 1)[1], PL_GLOBAL_SEED="7")  # Lightning's sampler's seed
+    torch.distributed.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
+    ddp = {"strategy": "ddp", "devices": 2}
+    try:
+        seen = {"whole": fit(RecordsBatches(), Rows(), **ddp), "plain": fit(RecordsBatches(), Rows(plain=True), **ddp),
+                "stopped": fit(RecordsBatches(), Rows(), [StopAfter(3 + 2, f"{out}/stop.ckpt")], **ddp)}
+        seen["resumed"] = fit(RecordsBatches(), Rows(), ckpt_path=f"{out}/stop.ckpt", **ddp)
+        torch.save(seen, f"{out}/rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.mark.integration
+@pytest.mark.multi_rank  # starts a second rank
+def test_with_two_ranks_a_fit_resumed_mid_epoch_sees_on_each_rank_the_batches_the_uninterrupted_one_saw(tmp_path):
+    run_two_ranks(two_rank_fits, str(tmp_path))
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
+    for seen in ranks:
+        assert len(seen["whole"]) == 3 * EPOCHS and seen["whole"] == seen["plain"]  # Lightning's own sampler's
+        assert seen["stopped"] == seen["whole"][:5]
+        assert seen["resumed"] == seen["whole"][5:]
+    for epoch in range(EPOCHS):  # each rank its own half of every epoch (22 rows: 11 a rank)
+        halves = [{i for batch in seen["whole"][3 * epoch:3 * epoch + 3] for i in batch} for seen in ranks]
+        assert not halves[0] & halves[1] and halves[0] | halves[1] == set(ITEMS)
