@@ -69,6 +69,22 @@ def check_pairs_resume(module: L.LightningModule, checkpoint: dict) -> None:
                           f"file, or start a new run.")
 
 
+def keep_a_cut_epoch_unfinished(checkpoint: dict) -> None:
+    """A fit that stopped inside an epoch (trainer.max_steps, or any stop before the epoch's last batch): Lightning's
+    loop state counts that epoch as done, so a fit resumed from the checkpoint would start the next epoch where the cut
+    one stopped and train one epoch fewer (with the default epochs=1: nothing). Recorded as unfinished, as an
+    interruption's checkpoint records it, the resumed fit trains the epoch's remaining batches, then the epochs left:
+    what the uninterrupted fit trains."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+    if not epochs or not batches or batches["is_last_batch"] or not batches["current"]["processed"]:
+        return  # no epoch, one read to its end, or one stopped before its first batch
+    for count in (epochs["total"], epochs["current"]):
+        if count["started"] and count["processed"] == count["started"]:  # counted done
+            count["processed"] = count["completed"] = count["started"] - 1
+    checkpoint["epoch"] = epochs["current"]["completed"]  # Lightning's current_epoch
+
+
 class PairModule(L.LightningModule):
     """A subclass defines step(batch, stage) -> the loss (stage: train or val), logging its metrics."""
 
@@ -100,6 +116,7 @@ class PairModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         save_pairs_identity(self, checkpoint)
+        keep_a_cut_epoch_unfinished(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_pairs_resume(self, checkpoint)

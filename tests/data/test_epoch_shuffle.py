@@ -11,7 +11,8 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, DistributedSampler
 
-from lit_rlhf.callbacks import CheckpointOnInterrupt
+from lit_rlhf.algos.pair_module import PairModule
+from lit_rlhf.callbacks import CheckpointOnInterrupt, LastCheckpoint
 from lit_rlhf.data.epoch_shuffle import EpochShuffle, RankEpochShuffle, training_loader
 from tests.distributed.ranks import run_two_ranks
 from tests.helpers import SignalAt
@@ -55,7 +56,9 @@ def test_with_two_ranks_each_epoch_deals_each_rank_what_a_distributed_sampler_de
         assert list(ours) == epochs[1][8:]
 
 
-class RecordsBatches(L.LightningModule):
+class RecordsBatches(PairModule):
+    """The offline fits' module base (its checkpoint hooks), recording the rows of each batch."""
+
     def __init__(self):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
@@ -139,6 +142,17 @@ def test_a_fit_stopped_by_sigterm_resumes_on_the_batches_the_uninterrupted_one_s
             enable_checkpointing=True, default_root_dir=tmp_path)
     assert stopped.seen == whole[:step]
     assert fit(RecordsBatches(), Rows(), ckpt_path=tmp_path / "interrupted.ckpt") == whole[step:]
+
+
+@pytest.mark.integration
+@pytest.mark.floors
+def test_a_fit_cut_by_max_steps_mid_epoch_resumes_into_the_rest_of_that_epoch_then_the_epochs_left(tmp_path):
+    """The apps' last.ckpt of a fit that trainer.max_steps ended in its second epoch: Lightning counts that epoch
+    done, and the resume would train 4 batches fewer."""
+    whole = fit(RecordsBatches(), Rows())
+    last = LastCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)
+    assert fit(RecordsBatches(), Rows(), [last], enable_checkpointing=True, max_steps=6 + 2) == whole[:8]
+    assert fit(RecordsBatches(), Rows(), ckpt_path=tmp_path / "last.ckpt") == whole[8:]
 
 
 @pytest.mark.integration
