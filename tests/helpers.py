@@ -148,18 +148,18 @@ class SignalAt(L.Callback):
 
 
 class SigtermRanksAt(L.Callback):
-    """SIGTERM after optimizer step `step` to `whom`: "group" (rank zero signals its process group at the step's end,
-    as `kill -TERM -<pgid>` does: every rank, and rank one again through Lightning's launcher) or "rank one" (that
-    rank signals itself alone, as the evaluation due after the step begins)."""
+    """SIGTERM during optimizer step `step` to `whom`: "group" (rank zero signals its process group as the step
+    begins, as `kill -TERM -<pgid>` does: every rank, and rank one again through Lightning's launcher) or "rank one"
+    (that rank signals itself alone, after the step: as the evaluation due after it begins)."""
 
     def __init__(self, step: int, whom: str):
         self.step, self.whom = step, whom
 
-    def on_train_batch_end(self, trainer, module, *args):
+    def on_train_batch_start(self, trainer, module, *args):
         import os
         import signal
 
-        if self.whom == "group" and trainer.global_step == self.step and trainer.global_rank == 0:
+        if self.whom == "group" and trainer.global_step == self.step - 1 and trainer.global_rank == 0:
             os.killpg(os.getpgrp(), signal.SIGTERM)
 
     def on_validation_batch_start(self, trainer, module, *args):

@@ -147,6 +147,15 @@ def library_resume_hint(path: Path) -> str:
     return f"trainer.fit(module, datamodule, ckpt_path={str(path)!r}, weights_only=True)"
 
 
+def stop_requested(trainer: L.Trainer) -> bool:
+    """Ctrl-C or SIGTERM reached this run (any rank: a collective with several ranks, so every rank calls it at the
+    same point): work due at the step's end that may take long (held-out samples) skips itself, so that the
+    checkpoint comes first. Without CheckpointOnInterrupt, Lightning's SIGTERM flag alone."""
+    callback = next((c for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)), None)
+    noted = callback is not None and any(callback.signalled_on_any_rank(trainer))
+    return noted or trainer.received_sigterm
+
+
 def stopped_by_interrupt(trainer: L.Trainer) -> CheckpointOnInterrupt | None:
     """The trainer's CheckpointOnInterrupt when Ctrl-C or SIGTERM stopped its training, else None."""
     return next((c for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt) and c.stopped_by), None)

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from rich.table import Table
 
 from lit_rlhf.callbacks.heldout import heldout_batch
+from lit_rlhf.callbacks.interrupt import stop_requested
 from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.terminal import as_text, plain_console
 
@@ -47,12 +48,10 @@ class GenerationSamples(L.Callback):
         self.generate(trainer, module, "start")
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
-        if trainer.received_sigterm:  # stopping: the checkpoint comes first
-            return
         every = self.interval(trainer, module)
         last_step = module.rl_step >= (module.total_rl_steps() or float("inf"))  # on_fit_end samples it
-        if every and module.rl_step % every == 0 and not last_step:
-            self.generate(trainer, module, "train")
+        if every and module.rl_step % every == 0 and not last_step and not stop_requested(trainer):
+            self.generate(trainer, module, "train")  # (stopping: the checkpoint comes first)
 
     def on_fit_end(self, trainer: L.Trainer, module) -> None:
         self.generate(trainer, module, "end")

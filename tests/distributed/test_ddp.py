@@ -42,14 +42,16 @@ def test_ddp_in_async_mode_each_rank_draws_its_own_half_ahead_and_ranks_stay_ide
 
 @pytest.mark.parametrize("whom", ["group", "rank one"])
 def test_sigterm_to_every_rank_or_to_one_stops_both_after_the_same_step_with_a_checkpoint(whom, tmp_path):
-    """A SIGTERM to the run's process group at the end of step 2 (each rank signalled, rank one twice: Lightning's
-    launcher forwards it), or to rank one alone during the evaluation due after step 2: both ranks stop there with
+    """A SIGTERM to the run's process group during step 2 (each rank signalled, rank one twice: Lightning's launcher
+    forwards it), or to rank one alone during the evaluation due after step 2: both ranks stop there with
     interrupted.ckpt at step 2, exit 143, and the stop is said once. Lightning's own handler broadcasts inside the
-    signal handler, so either hung here until killed."""
+    signal handler, so either hung here until killed. The held-out samples due at step 2 are skipped when the signal
+    came during the step (the checkpoint comes first), drawn when it came after them."""
     stop = ["+callbacks.stop._target_=tests.helpers.SigtermRanksAt", "+callbacks.stop.step=2",
             f"+callbacks.stop.whom={whom}"]
     result = run_process("train.py", f"hydra.run.dir={tmp_path}", "steps=4", "algo.response_length=12",
-                         "data.batch_size=8", "callbacks.generation_samples=null", "trainer.val_check_interval=2",
+                         "data.batch_size=8", "callbacks.generation_samples.every_n_steps=2",
+                         "callbacks.generation_samples.num_samples=2", "trainer.val_check_interval=2",
                          "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", *stop, cwd=ROOT, timeout=180,
                          new_session=True)
     assert result.returncode == 143, result.stderr[-4000:]
@@ -57,3 +59,5 @@ def test_sigterm_to_every_rank_or_to_one_stops_both_after_the_same_step_with_a_c
     checkpoint = tmp_path / "checkpoints" / "interrupted.ckpt"
     assert torch.load(checkpoint, weights_only=True)["global_step"] == 2
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [row["stage"] for row in samples] == ["start"] * 2 + ["train"] * 2 * (whom == "rank one")
