@@ -12,9 +12,11 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.checkpoints.resume_checks import check_resume
 from lit_rlhf.checkpoints.run_identity import path_digest
+from lit_rlhf.data.epoch_shuffle import shards_rows
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops.finite import all_finite
@@ -45,7 +47,8 @@ def save_pairs_identity(module: L.LightningModule, checkpoint: dict) -> None:
     """A digest of the pairs file the run trains on, beside the settings Lightning saves, for the resume check."""
     datamodule = getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
     dataset = getattr(getattr(datamodule, "hparams", None), "dataset", None)
-    checkpoint["pairs_identity"] = {"data.dataset": path_digest(dataset), "module": type(module).__name__}
+    checkpoint["pairs_identity"] = {"data.dataset": path_digest(dataset), "module": type(module).__name__,
+                                    "ranks_dealt": ranks_dealt(module)}
 
 
 def check_pairs_resume(module: L.LightningModule, checkpoint: dict) -> None:
@@ -67,6 +70,33 @@ def check_pairs_resume(module: L.LightningModule, checkpoint: dict) -> None:
         raise ConfigError(f"resume changes data.dataset (its file differs from the checkpoint's run: "
                           f"{str(data.get('dataset'))[:200]!r}); an exact resume needs the same pairs: restore the "
                           f"file, or start a new run.")
+    warn_if_ranks_changed(module, checkpoint)
+
+
+def warn_if_ranks_changed(module: L.LightningModule, checkpoint: dict) -> None:
+    """Each rank's rows of an epoch are dealt for the fit's number of ranks: a fit stopped mid-epoch and resumed on
+    another number goes on with the rows dealt for the new one, so some of that epoch's rows are trained on twice and
+    some not at all (the epochs after it are whole)."""
+    saved = (checkpoint.get("pairs_identity") or {}).get("ranks_dealt")
+    ranks = ranks_dealt(module)
+    if (isinstance(saved, int) and not isinstance(saved, bool) and saved != ranks
+            and stopped_mid_epoch(checkpoint.get("loops", {}).get("fit_loop", {}))):
+        rank_zero_warn(f"ckpt_path was written by a fit on {saved} rank(s) and this one runs on {ranks}: the rest of "
+                       f"the epoch it stopped in is dealt for {ranks}, so some of that epoch's rows are trained on "
+                       f"twice and some not at all (later epochs are whole); resume on {saved} rank(s) to continue "
+                       f"exactly.")
+
+
+def ranks_dealt(module: L.LightningModule) -> int:
+    """Among how many ranks the fit deals each epoch's rows (1 when every rank reads them all)."""
+    trainer = module.trainer if module._trainer is not None else None
+    return trainer.world_size if trainer is not None and shards_rows(trainer) else 1
+
+
+def stopped_mid_epoch(fit_loop: dict) -> bool:
+    """Whether a checkpoint's fit-loop state stopped after an epoch's first batch and before its last was read."""
+    batches = fit_loop.get("epoch_loop.batch_progress")
+    return bool(batches) and not batches["is_last_batch"] and bool(batches["current"]["processed"])
 
 
 def keep_a_cut_epoch_unfinished(checkpoint: dict) -> None:
@@ -76,9 +106,9 @@ def keep_a_cut_epoch_unfinished(checkpoint: dict) -> None:
     interruption's checkpoint records it, the resumed fit trains the epoch's remaining batches, then the epochs left:
     what the uninterrupted fit trains."""
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
-    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
-    if not epochs or not batches or batches["is_last_batch"] or not batches["current"]["processed"]:
-        return  # no epoch, one read to its end, or one stopped before its first batch
+    epochs = loop.get("epoch_progress")
+    if not epochs or not stopped_mid_epoch(loop):
+        return
     for count in (epochs["total"], epochs["current"]):
         if count["started"] and count["processed"] == count["started"]:  # counted done
             count["processed"] = count["completed"] = count["started"] - 1

@@ -10,7 +10,8 @@ so it does not matter which iterator Lightning takes after its restart.
 
 With several ranks RankEpochShuffle deals each rank its share of the epoch as Lightning's DistributedSampler would
 (shuffled by the seed and the epoch), and resumes the same way. It is a DistributedSampler, so Lightning keeps it
-instead of putting its own in its place (whose resume would start the epoch anew).
+instead of putting its own in its place (whose resume would start the epoch anew). A Trainer told not to shard
+(use_distributed_sampler=False) gets EpochShuffle on every rank: each reads every row, as with a plain loader.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ def batches_done(trainer: Any, num_rows: int, batch_size: int) -> tuple[int, int
     return trainer.fit_loop.epoch_loop.batch_progress.total.processed, per_epoch
 
 
+def shards_rows(trainer: Any) -> bool:
+    """Whether the Trainer deals each rank its share of a loader's rows (its use_distributed_sampler, which Lightning
+    keeps on its accelerator connector only)."""
+    return getattr(getattr(trainer, "_accelerator_connector", None), "use_distributed_sampler", True)
+
+
 def training_loader(items: list, collate: Callable, batch_size: int, seed: int, num_workers: int,
                     trainer: Callable[[], Any]) -> DataLoader:
     """The shuffled training batches of an offline fit (trainer: the data module's trainer, None before a fit)."""
@@ -98,7 +105,7 @@ def training_loader(items: list, collate: Callable, batch_size: int, seed: int, 
     warnings.filterwarnings("ignore", message=NOT_RESUMABLE_WARNING, category=PossibleUserWarning)
     fitting = trainer()
     sampler: Sampler[int]
-    if fitting is not None and fitting.world_size > 1:
+    if fitting is not None and fitting.world_size > 1 and shards_rows(fitting):
         ranks = fitting.distributed_sampler_kwargs  # num_replicas and rank, as Lightning's own sampler takes them
         sampler = RankEpochShuffle(len(items), batch_size, seed, ranks["num_replicas"], ranks["rank"])
     else:

@@ -182,6 +182,7 @@ def two_rank_fits(rank: int, init_method: str, out: str) -> None:
         seen = {"whole": fit(RecordsBatches(), Rows(), **ddp), "plain": fit(RecordsBatches(), Rows(plain=True), **ddp),
                 "stopped": fit(RecordsBatches(), Rows(), [StopAfter(3 + 2, f"{out}/stop.ckpt")], **ddp)}
         seen["resumed"] = fit(RecordsBatches(), Rows(), ckpt_path=f"{out}/stop.ckpt", **ddp)
+        seen["unsharded"] = fit(RecordsBatches(), Rows(), **ddp, use_distributed_sampler=False)
         torch.save(seen, f"{out}/rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
@@ -204,3 +205,9 @@ def test_with_two_ranks_a_fit_resumed_mid_epoch_sees_on_each_rank_the_batches_th
     for epoch in range(EPOCHS):  # each rank its own half of every epoch (22 rows: 11 a rank)
         halves = [{i for batch in seen["whole"][3 * epoch:3 * epoch + 3] for i in batch} for seen in ranks]
         assert not halves[0] & halves[1] and halves[0] | halves[1] == set(ITEMS)
+    one_rank = fit(RecordsBatches(), Rows())
+    for seen in ranks:  # a Trainer told not to shard: every rank reads every row, as one process does
+        assert seen["unsharded"] == one_rank
+    # the 2-rank checkpoint resumed on one rank: not exact, and said
+    with pytest.warns(UserWarning, match=r"written by a fit on 2 rank\(s\) and this one runs on 1: .* resume on 2"):
+        fit(RecordsBatches(), Rows(), ckpt_path=tmp_path / "stop.ckpt")
