@@ -6,7 +6,13 @@ process without a result.json. During training, CheckpointOnInterrupt and Lightn
 A call that may never return (a reward, a tool, an environment, the async producer's next rollout) runs inside
 `abandonable(what)`: SIGTERM arriving there abandons it (CallAbandoned) instead of waiting for the end of a step
 that cannot come; a second Ctrl-C abandons anything. Threads left running such a call are named LIT_THREADS, so
-that the process can end without them (`hung_threads`)."""
+that the process can end without them (`hung_threads`).
+
+With several ranks stepping together (`ranks_in_step`), the ranks agree at the end of each such call whether any of
+them abandoned its own, and all stop if one did: a rank whose call returned would otherwise go on to the step's next
+collective and wait there for the abandoning rank for ever (a SIGTERM to every rank while one waits on a slow
+reward). A call that runs the ranks' collectives itself (a sharded reward model's or teacher's forward) is not
+abandoned then: its ranks would leave it at different collectives; it ends, as sampling does."""
 
 from __future__ import annotations
 
@@ -46,25 +52,66 @@ class CallAbandoned(SIGTERMException):
 
 
 LIT_THREADS = ("lit_rlhf-", "lit-rlhf-")  # name prefixes of the threads that run rewards, tools and rollouts
-_waiting_on: list[str] = []  # what the main thread waits on, innermost last
+_waiting_on: list[str | None] = []  # what the main thread waits on, innermost last (None: abandoned already)
+# while several ranks step together: agree(abandoned here) -> the ranks that abandoned a call, on every rank
+_rank_agreements: list[Callable[[bool], list[int]]] = []
 
 
 @contextmanager
-def abandonable(what: str) -> Iterator[None]:
-    """The main thread waits on `what` inside the block (a call that may never return): SIGTERM abandons it."""
-    if threading.current_thread() is not threading.main_thread():
+def ranks_in_step(agree: Callable[[bool], list[int]] | None) -> Iterator[None]:
+    """Within the block every rank makes the same abandonable calls in the same order (an RL step's rollout, a
+    held-out evaluation), and `agree` (None: one rank) is the collective that tells each rank which abandoned one."""
+    if agree is None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    _waiting_on.append(what)
+    _rank_agreements.append(agree)
     try:
         yield
     finally:
+        _rank_agreements.pop()
+
+
+@contextmanager
+def abandonable(what: str, runs_collectives: bool = False) -> Iterator[None]:
+    """The main thread waits on `what` inside the block (a call that may never return): SIGTERM abandons it.
+    runs_collectives: the call may run the ranks' collectives (a sharded model's forward), so that it is not
+    abandoned while several ranks step together."""
+    if threading.current_thread() is not threading.main_thread() or (runs_collectives and _rank_agreements):
+        yield
+        return
+    _waiting_on.append(what)
+    abandoned: CallAbandoned | None = None
+    try:
+        yield
+    except CallAbandoned as err:
+        if not _rank_agreements:
+            raise
+        abandoned = err
+    finally:
         _waiting_on.pop()
+    if _rank_agreements:
+        ranks = _rank_agreements[-1](abandoned is not None)
+        if abandoned is not None:
+            raise abandoned
+        if ranks:  # another rank abandoned its call: this one stops with it
+            raise CallAbandoned(f"{what} on rank {ranks[0]}" if len(ranks) == 1 else
+                                f"{what} on ranks {', '.join(map(str, ranks))}")
 
 
 def waiting_on() -> str | None:
     """What the main thread waits on now (set by `abandonable`), or None."""
     return _waiting_on[-1] if _waiting_on else None
+
+
+def abandon_waiting_call() -> str | None:
+    """What the main thread waits on, marked abandoned, for the SIGTERM handler to raise CallAbandoned with; None
+    when it waits on nothing or abandoned it already: a second SIGTERM (the launching rank forwards the one its
+    process group got) must not raise again while the first CallAbandoned is being handled, which would skip the
+    ranks' agreement."""
+    what = waiting_on()
+    if what is not None:
+        _waiting_on[-1] = None
+    return what
 
 
 def hung_threads(grace_s: float = 2.0) -> list[threading.Thread]:

@@ -170,6 +170,25 @@ class SigtermRanksAt(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+REWARD_CALLS = {"count": 0}
+
+
+def reward_that_rank_one_abandons(prompts, completions):
+    """0 for every completion. On rank one its fourth call (two batches of held-out prompts at the start, RL steps 1
+    and 2) waits a second, so that rank zero has gone on past its own, signals the run's process group (every rank, as
+    a scheduler's SIGTERM), and never returns."""
+    import os
+    import signal
+    import time
+
+    REWARD_CALLS["count"] += 1
+    if torch.distributed.get_rank() == 1 and REWARD_CALLS["count"] == 4:
+        time.sleep(1.0)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+        time.sleep(3600)
+    return torch.zeros(len(completions))
+
+
 def assert_readable_as_umask_allows(folder) -> None:
     """An exported model folder's files have the modes the user's umask gives new files."""
     import os

@@ -12,8 +12,10 @@ from contextlib import contextmanager
 
 import torch
 
+from lit_rlhf.distributed.ranks import ranks_that_flag
 from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import ranks_in_step
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
 from lit_rlhf.ops import importance_weights, off_policy_sequences
 from lit_rlhf.rollout.engine import Samples
@@ -70,12 +72,20 @@ class RolloutForwards:
                              "rollout(..., for_training=False)")
         k = samples_per_prompt or self.samples_per_prompt
         if for_training:
-            with self.sampling_weights(self.step_timings):
+            with self.sampling_weights(self.step_timings), self.ranks_stepping_together():
                 drawn = self.rollout_queue.next(batch, self.rl_step, self.step_timings, k)
                 return self.finish_rollout(drawn, for_training=True)  # waits for the reward, if it still runs
         with self.rollout_queue.paused(), self.sampling_weights():
             drawn = self.sampler.draw(batch, k, self.rl_step, from_reference, greedy)
             return self.finish_rollout(drawn, for_training=False)
+
+    def ranks_stepping_together(self):
+        """Around a rollout every rank draws (training, held-out evaluation; samples where every rank samples): a
+        call abandoned on SIGTERM on one rank stops every rank at the call's end (interrupts.ranks_in_step)."""
+        trainer = self._trainer
+        if trainer is None or trainer.world_size == 1:
+            return ranks_in_step(None)
+        return ranks_in_step(lambda abandoned: ranks_that_flag(abandoned, trainer.strategy.root_device))
 
     @contextmanager
     def sampling_weights(self, timings: dict[str, float] | None = None) -> Iterator[None]:

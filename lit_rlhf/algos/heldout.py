@@ -95,7 +95,9 @@ class HeldoutSampling:
         self.log("time/validation_s", took, sync_dist=self.trainer.world_size > 1)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        for name, (value, size) in heldout_metrics(self, batch, batch_idx).items():  # each weighted by its count
+        with self.ranks_stepping_together():  # every rank evaluates its share of the held-out prompts
+            metrics = heldout_metrics(self, batch, batch_idx)
+        for name, (value, size) in metrics.items():  # each weighted by its count
             self.log(name, value, batch_size=size, sync_dist=self.trainer.world_size > 1)
         self.last_validated_rl_step = self.rl_step
 

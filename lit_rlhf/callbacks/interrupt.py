@@ -29,7 +29,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingAborted, waiting_on
+from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingAborted, abandon_waiting_call
 
 
 class CheckpointOnInterrupt(Checkpoint):
@@ -91,8 +91,8 @@ class CheckpointOnInterrupt(Checkpoint):
         # (with one rank, Lightning's handler ran before this one: it stops training after this step)
         if callable(self._previous_sigterm):
             self._previous_sigterm(signum, frame)  # the handler before fit's
-        what = waiting_on()
-        if what is not None and not self.training_finished:  # this step may never end: abandon the call
+        what = None if self.training_finished else abandon_waiting_call()
+        if what is not None:  # this step may never end: abandon the call
             rank_zero_info(f"SIGTERM while waiting on {what}: the call is abandoned.")
             raise CallAbandoned(what)
 

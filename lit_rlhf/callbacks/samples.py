@@ -11,6 +11,7 @@ also as `turns`: [{role: model | env, text}]).
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,8 @@ class GenerationSamples(L.Callback):
             return []
         rows = []
         for mode in ("sample", "greedy") if self.greedy else ("sample",):
-            out = module.sample_heldout(batch, self.seed, greedy=mode == "greedy")
+            with module.ranks_stepping_together() if module.rollout_engine.lockstep else nullcontext():
+                out = module.sample_heldout(batch, self.seed, greedy=mode == "greedy")
             for i, (query, response) in enumerate(zip(out["prompts"], out["transcripts"], strict=True)):
                 rows.append({"step": module.rl_step, "stage": stage, "mode": mode, "query": query,
                              "response": response, "score": out["scores"][i], "kl": out["kl"][i]})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -11,6 +12,7 @@ from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.ops import identity_sum
 
 T = TypeVar("T")
+POLL_S = 0.005  # the longest a rank waiting for the others in ranks_that_flag sleeps before it looks again
 # the errors rank zero's work may end with that every rank raises again, by name, with rank zero's line
 SHARED_ERRORS = {cls.__name__: cls for cls in (ConfigError, UnavailableError)}
 
@@ -56,3 +58,20 @@ def on_rank_zero(action: Callable[[], T]) -> T:
         name, message = outcome[1]
         raise SHARED_ERRORS[name](message)
     return outcome[0]
+
+
+def ranks_that_flag(flag: bool, device: torch.device) -> list[int]:
+    """The ranks of the default process group that call this with flag=True, known to every rank (every rank must
+    call it). One all-reduce, waited on by polling: a blocking wait holds the main thread in the collective, where no
+    Python signal handler runs, so a SIGTERM reaching this rank while it waits for the others would not be noted, nor
+    forwarded to the ranks this process started, until they came."""
+    dist = torch.distributed
+    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=device)
+    flags[dist.get_rank()] = int(flag)
+    work = dist.all_reduce(flags, async_op=True)
+    pause = POLL_S / 64  # short at first: the ranks usually come together
+    while not work.is_completed():
+        time.sleep(pause)
+        pause = min(2 * pause, POLL_S)
+    work.wait()  # raises the collective's error (a lost rank)
+    return flags.nonzero().flatten().tolist()

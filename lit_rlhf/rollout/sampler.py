@@ -33,7 +33,7 @@ from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from lit_rlhf.rollout.engine import RolloutEngine, Samples
 from lit_rlhf.rollout.scoring import call_checked, column_needs, reward_counts, reward_waits, sequence_columns
 from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, ROLLOUT_COLUMNS, episode_columns, episode_conversation
-from lit_rlhf.teachers.causal_lm import check_teacher_vocabulary_size
+from lit_rlhf.teachers.causal_lm import check_teacher_vocabulary_size, loaded_teachers
 from lit_rlhf.teachers.protocol import Teacher, call_hook
 
 Scores = tuple[torch.Tensor, dict[str, torch.Tensor]]  # total scores (N), {each named reward: (N)}
@@ -184,7 +184,8 @@ class Sampler:
             return None, None
         arguments = (samples.queries, samples.query_mask, samples.responses, samples.forward_mask,
                      self.context.settings.temperature, columns)
-        with abandonable("the teacher"):  # a served teacher that never answers must not outlast SIGTERM
+        # a served teacher that never answers must not outlast SIGTERM; a loaded one's forward always ends
+        with abandonable("the teacher", runs_collectives=bool(loaded_teachers(self.teacher))):
             if getattr(self.teacher, "top_logprobs", None):
                 logprobs, top_ids, top_logprobs = self.teacher.scores(*arguments)  # N,R ; N,R,K ; N,R,K
             else:

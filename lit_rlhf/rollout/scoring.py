@@ -14,6 +14,7 @@ from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import abandonable
 from lit_rlhf.rewards import WeightedSum, call_reward, reward_name
 from lit_rlhf.rewards.protocol import missing_columns
+from lit_rlhf.rewards.weighted_sum import reward_models
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -58,7 +59,7 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
                           f"have (they have {sorted(columns or {}) or 'no column but the prompt'}); use data with that "
                           f"column (e.g. data=arithmetic) or another reward.")
     try:
-        with abandonable(f"the reward {name}"):
+        with abandonable(f"the reward {name}", runs_collectives=bool(reward_models(reward))):  # sharded under fsdp2
             returned = call_reward(reward, prompts, completions, columns)
     except (ConfigError, UnavailableError):  # already one line (a remote reward's, after its retries)
         raise

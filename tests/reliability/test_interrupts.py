@@ -13,7 +13,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingInterrupted
+from lit_rlhf.interrupts import (
+    CallAbandoned,
+    EndOfRunInterrupted,
+    TrainingInterrupted,
+    abandon_waiting_call,
+    abandonable,
+    ranks_in_step,
+    waiting_on,
+)
 from lit_rlhf.rollout.scoring import call_checked
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT
@@ -90,6 +98,56 @@ def test_an_interruption_arriving_inside_a_reward_is_not_reported_as_the_rewards
 
     with pytest.raises(type(interruption)):
         call_checked("vader", reward, ["a prompt"], ["a completion"], None)
+
+
+class Agreement:
+    """A stand-in for the ranks' all-reduce: records what this rank said, answers which ranks abandoned."""
+
+    def __init__(self, others_abandoned: list[int]):
+        self.others, self.said = others_abandoned, []
+
+    def __call__(self, abandoned: bool) -> list[int]:
+        self.said.append(abandoned)
+        return sorted([*self.others, 0] if abandoned else self.others)
+
+
+def test_with_ranks_in_step_a_call_that_returned_stops_when_another_rank_abandoned_its_own():
+    agree = Agreement(others_abandoned=[1])
+    with ranks_in_step(agree), pytest.raises(CallAbandoned) as stopped:
+        with abandonable("the reward vader"):
+            assert waiting_on() == "the reward vader"
+    assert agree.said == [False] and stopped.value.what == "the reward vader on rank 1"
+
+
+def test_with_ranks_in_step_an_abandoned_call_is_said_to_the_others_before_it_stops_this_rank():
+    agree = Agreement(others_abandoned=[])
+    with ranks_in_step(agree), pytest.raises(CallAbandoned) as stopped:
+        with abandonable("the reward vader"):
+            raise CallAbandoned("the reward vader")  # what the SIGTERM handler raises inside the call
+    assert agree.said == [True] and stopped.value.what == "the reward vader"
+    calm = Agreement(others_abandoned=[])
+    with ranks_in_step(calm), abandonable("the teacher"):  # no rank abandoned: the step goes on
+        pass
+    assert calm.said == [False]
+
+
+def test_a_second_sigterm_while_the_first_abandoned_call_unwinds_abandons_nothing_more():
+    """The launching rank forwards the SIGTERM its process group got: a rank may get it twice."""
+    with abandonable("the reward vader"):
+        assert abandon_waiting_call() == "the reward vader"  # the first SIGTERM: raised by the handler
+        assert abandon_waiting_call() is None  # the second, before the first reached the block's end
+    assert abandon_waiting_call() is None
+
+
+def test_a_call_that_runs_the_ranks_collectives_is_abandonable_only_without_other_ranks_in_step():
+    agree = Agreement(others_abandoned=[])
+    with ranks_in_step(agree), abandonable("the teacher", runs_collectives=True):
+        assert waiting_on() is None  # a SIGTERM here is noted, not raised: the forward ends on every rank
+    assert agree.said == []
+    with abandonable("the teacher", runs_collectives=True):  # one rank: abandoned as any call
+        assert waiting_on() == "the teacher"
+    with ranks_in_step(None), abandonable("the reward vader"):  # one rank under a Trainer: no agreement
+        assert waiting_on() == "the reward vader"
 
 
 @pytest.mark.integration
