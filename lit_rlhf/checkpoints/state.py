@@ -35,15 +35,15 @@ def rng_state() -> dict[str, Any]:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
-def every_ranks_rng_state() -> list[dict[str, Any]] | None:
-    """[rank 0's random states, rank 1's, ...] in a distributed run (gathered: every rank saves a checkpoint
-    together), None in one process."""
+def every_ranks_rng_state(own: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """[rank 0's random states, rank 1's, ...] (`own`: this rank's) in a distributed run (gathered: every rank saves
+    a checkpoint together), None in one process."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
     states: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(states, rng_state())
+    dist.all_gather_object(states, own)
     return states
 
 
@@ -77,7 +77,18 @@ class TrainedStateCheckpoints:
         trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
         return {name for name, p in self.named_parameters() if id(p) in trainable}
 
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._step_start = (self.rl_step, rng_state())
+
+    def checkpointed_rng_state(self) -> dict[str, Any]:
+        """The random states a checkpoint records: now, or, written before the RL step in progress ended (a call
+        abandoned on SIGTERM), those the step began with, so that the step, run again on resume, draws what it drew
+        the first time."""
+        started = getattr(self, "_step_start", None)
+        return started[1] if started is not None and started[0] == self.rl_step else rng_state()
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rng = self.checkpointed_rng_state()
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {
@@ -91,10 +102,10 @@ class TrainedStateCheckpoints:
             "identity": self.identity_of_run(),  # compared on resume (run_identity.py)
             # the CLI's reward and task_metrics configs, which evaluate.py ckpt_path=... uses (plain values)
             "run_config": self.run_config,
-            "rng": rng_state(),
+            "rng": rng,
             # every rank's own: ranks draw different amounts (their responses stop at different lengths), so rank
             # zero's states restored on every rank would sample something else than the uninterrupted run
-            "rng_per_rank": every_ranks_rng_state(),
+            "rng_per_rank": every_ranks_rng_state(rng),
         }
 
     def identity_of_run(self) -> dict[str, Any]:
@@ -168,6 +179,6 @@ class TrainedStateCheckpoints:
         if lr is not None:  # a changed lr on resume, over the one the restored optimizer state holds
             for group in self.optimizers().param_groups:
                 group["lr"] = lr
-        rng, self._rng_to_restore = getattr(self, "_rng_to_restore", None), None
+        rng, self._rng_to_restore, self._step_start = getattr(self, "_rng_to_restore", None), None, None
         if rng:
             set_rng_state(rng)

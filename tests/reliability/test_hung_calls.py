@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from tests.apps import run_app
 from tests.helpers import FAST, ROOT
 
 pytestmark = pytest.mark.integration  # runs a Trainer or an app
@@ -23,26 +24,32 @@ import torch
 
 
 def hang_on_third_call(prompts, completions):
-    """0 for every completion; the third call (the held-out prompts at step 0, RL step 1, RL step 2) never returns."""
+    """Each completion's length mod 7; the third call (the held-out prompts at step 0, RL step 1, RL step 2) never
+    returns, while a file `hang` is there."""
     calls = Path("calls")
     count = int(calls.read_text()) + 1 if calls.exists() else 1
     calls.write_text(str(count))
-    if count >= 3:
+    if count == 3 and Path("hang").exists():
         Path("hanging").write_text("")
         time.sleep(3600)
-    return torch.zeros(len(completions))
+    return torch.tensor([float(len(c) % 7) for c in completions])
 '''
 
 MODES = {"synchronous": [], "async": ["algo.max_staleness=1"]}
 
 
+def hanging_reward_run(mode: str) -> list[str]:
+    return [*[a for a in FAST if not a.startswith("steps=")], "steps=4", "hydra.run.dir=run", *MODES[mode],
+            "reward._target_=hanging_reward.hang_on_third_call", "callbacks.model_checkpoint.every_n_train_steps=1",
+            "algo.optimizer.lr=0.01"]
+
+
 def start_run_with_a_hanging_reward(tmp_path, mode):
     (tmp_path / "hanging_reward.py").write_text(HANGING_REWARD)
-    args = [*[a for a in FAST if not a.startswith("steps=")], "steps=4", "hydra.run.dir=run", *MODES[mode],
-            "reward._target_=hanging_reward.hang_on_third_call", "callbacks.model_checkpoint.every_n_train_steps=1"]
+    (tmp_path / "hang").write_text("")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}."}
-    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *hanging_reward_run(mode)], cwd=tmp_path,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     while not (tmp_path / "hanging").exists():
         assert process.poll() is None and time.time() < deadline, process.communicate()[1][-3000:]
@@ -76,6 +83,22 @@ def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(mo
     assert "Traceback" not in stderr
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "interrupted.ckpt", weights_only=True)
     assert checkpoint["rlhf_state"]["rl_step"] == 1  # RL step 2, the one waiting on the reward, runs again
+    if mode == "synchronous":  # from the random states it began with: the resumed run trains what one uninterrupted
+        # run trains, to the last bit (async mode redraws from newer weights: docs/async.md)
+        (tmp_path / "hang").unlink()
+        here = {"PYTHONPATH": f"{ROOT}{os.pathsep}."}
+        resumed = run_app("train.py", *hanging_reward_run(mode), "ckpt_path=run/checkpoints/interrupted.ckpt",
+                          cwd=tmp_path, env=here)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        whole = tmp_path / "whole"
+        whole.mkdir()
+        (whole / "hanging_reward.py").write_text(HANGING_REWARD)
+        assert run_app("train.py", *hanging_reward_run(mode), cwd=whole, env=here).returncode == 0
+        trained = [torch.load(d / "run" / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+                   for d in (tmp_path, whole)]
+        assert trained[0].keys() == trained[1].keys() and trained[0]
+        for name, tensor in trained[1].items():
+            assert torch.equal(trained[0][name], tensor), name
 
 
 def test_a_second_ctrl_c_ends_an_async_run_whose_reward_never_returns_at_once(tmp_path):
