@@ -62,7 +62,9 @@ def log_heldout_before_training(module) -> dict[str, float] | None:
     num_batches = limit if isinstance(limit, int) else math.ceil(limit * len(loader))
     totals, counts = defaultdict(float), defaultdict(int)
     for batch_idx, batch in zip(range(num_batches), loader, strict=False):
-        for name, (value, size) in heldout_metrics(module, batch_to(batch, module.device), batch_idx).items():
+        with module.ranks_stepping_together():  # every rank evaluates its share
+            metrics = heldout_metrics(module, batch_to(batch, module.device), batch_idx)
+        for name, (value, size) in metrics.items():
             totals[name] += float(value) * size
             counts[name] += size
     before = {}
