@@ -1,8 +1,11 @@
-"""A CSV logger that keeps the rows of the run it resumes.
+"""Lightning's loggers as the apps configure them (conf/logger).
 
-Lightning's CSVLogger deletes an existing metrics.csv when it starts. A run directory holds files only
-when a run resumes in it (see lit_rlhf/cli/run_dirs.py), so this one keeps the earlier rows: those before the
-first step the resumed run logs (later ones are logged again by the resumed run).
+ResumingCSVLogger keeps the rows of the run it resumes: Lightning's CSVLogger deletes an existing metrics.csv when it
+starts. A run directory holds files only when a run resumes in it (see lit_rlhf/cli/run_dirs.py), so this one keeps
+the earlier rows: those before the first step the resumed run logs (later ones are logged again by the resumed run).
+
+WandbLogger is Lightning's without the `anonymous` argument it passes wandb.init whether a user set it or not:
+wandb's releases that dropped anonymous mode warn about it on every run ("The anonymous setting has no effect").
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import csv
 
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 
@@ -43,3 +47,10 @@ class ResumingCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = ResumingExperimentWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+class WandbLogger(LightningWandbLogger):
+    def __init__(self, *args, anonymous: bool | None = None, **kwargs):
+        super().__init__(*args, anonymous=anonymous, **kwargs)
+        if self._wandb_init.get("anonymous") is None:  # not asked for: wandb.init gets no such argument
+            self._wandb_init.pop("anonymous", None)

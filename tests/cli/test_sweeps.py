@@ -80,7 +80,7 @@ def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_and_each_trial_gets_i
     assert "job 1 failed: trainer=ddp does not work inside a Hydra multirun" in result.stdout
 
 
-def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep(tmp_path, monkeypatch):
+def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep_and_no_unasked_setting(tmp_path, monkeypatch):
     register_resolvers()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose("train", overrides=["logger=wandb", f"paths.output_dir={tmp_path}",
@@ -91,11 +91,18 @@ def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep(tmp_path, mon
     monkeypatch.setattr(HydraConfig.instance(), "cfg", None, raising=False)  # the original comes back after the test
     HydraConfig.instance().set_config(cfg)
     assert sweep_group() == "train-2026-01-01_00-00-00"
+    import wandb
+
+    asked = []
+    init = wandb.init
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: asked.append(kwargs) or init(**kwargs))
     (logger,) = instantiate_group(cfg.logger, group=sweep_group())
     try:
         assert logger.experiment.group == "train-2026-01-01_00-00-00"
     finally:
         finish_wandb_run([logger])
+    # Lightning's own logger passes anonymous=None, on which wandb warns "The anonymous setting has no effect"
+    assert len(asked) == 1 and "anonymous" not in asked[0]
 
 
 @pytest.mark.integration
