@@ -58,17 +58,19 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
         raise ConfigError(f"the reward {name} needs the dataset column {missing[0]!r}, which the prompts' rows do not "
                           f"have (they have {sorted(columns or {}) or 'no column but the prompt'}); use data with that "
                           f"column (e.g. data=arithmetic) or another reward.")
-    try:
-        with abandonable(f"the reward {name}", runs_collectives=bool(reward_models(reward))):  # sharded under fsdp2
+    # the ranks' agreement at the block's end (several ranks) is not the reward's: outside the try
+    with abandonable(f"the reward {name}", runs_collectives=bool(reward_models(reward))):  # sharded under fsdp2
+        try:
             returned = call_reward(reward, prompts, completions, columns)
-    except (ConfigError, UnavailableError):  # already one line (a remote reward's, after its retries)
-        raise
-    except Exception as err:
-        prompt = failing_prompt(reward, prompts, completions, columns or {})
-        where = f" on prompt {prompt[:80]!r}" if prompt is not None else f" on a batch of {len(prompts)} completions"
-        message = (str(err).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"the reward {name} raised {type(err).__name__}: {message}{where}; fix the reward (the "
-                          f"traceback: HYDRA_FULL_ERROR=1).") from err
+        except (ConfigError, UnavailableError):  # already one line (a remote reward's, after its retries)
+            raise
+        except Exception as err:
+            prompt = failing_prompt(reward, prompts, completions, columns or {})
+            where = (f" on prompt {prompt[:80]!r}" if prompt is not None else
+                     f" on a batch of {len(prompts)} completions")
+            message = (str(err).strip().splitlines() or [""])[0][:200]
+            raise ConfigError(f"the reward {name} raised {type(err).__name__}: {message}{where}; fix the reward "
+                              f"(the traceback: HYDRA_FULL_ERROR=1).") from err
     return checked_scores(name, returned, prompts, completions)
 
 
