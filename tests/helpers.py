@@ -170,22 +170,38 @@ class SigtermRanksAt(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-REWARD_CALLS = {"count": 0}
+REWARD_CALLS = {"rank one": 0, "samples": 0}
 
 
-def reward_that_rank_one_abandons(prompts, completions):
-    """0 for every completion. On rank one its fourth call (two batches of held-out prompts at the start, RL steps 1
-    and 2) waits a second, so that rank zero has gone on past its own, signals the run's process group (every rank, as
-    a scheduler's SIGTERM), and never returns."""
+def signal_the_group_and_never_return() -> None:
+    """Inside a reward: waits a second, so that the other rank has gone on past its own call, signals the run's
+    process group (every rank, as a scheduler's SIGTERM), and never returns."""
     import os
     import signal
     import time
 
-    REWARD_CALLS["count"] += 1
-    if torch.distributed.get_rank() == 1 and REWARD_CALLS["count"] == 4:
-        time.sleep(1.0)
-        os.killpg(os.getpgrp(), signal.SIGTERM)
-        time.sleep(3600)
+    time.sleep(1.0)
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+    time.sleep(3600)
+
+
+def reward_that_rank_one_abandons(prompts, completions):
+    """0 for every completion; on rank one, its fourth call (two batches of held-out prompts at the start, RL steps 1
+    and 2) signals the group and never returns."""
+    REWARD_CALLS["rank one"] += 1
+    if torch.distributed.get_rank() == 1 and REWARD_CALLS["rank one"] == 4:
+        signal_the_group_and_never_return()
+    return torch.zeros(len(completions))
+
+
+def reward_that_rank_zero_abandons_in_the_samples(prompts, completions):
+    """0 for every completion; on rank zero, its second call on 2 completions (the held-out samples, which rank zero
+    draws alone under DDP, num_samples=2: the start's, then those after RL step 2) signals the group and never
+    returns."""
+    if torch.distributed.get_rank() == 0 and len(completions) == 2:
+        REWARD_CALLS["samples"] += 1
+        if REWARD_CALLS["samples"] == 2:
+            signal_the_group_and_never_return()
     return torch.zeros(len(completions))
 
 

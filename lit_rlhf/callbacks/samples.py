@@ -22,6 +22,7 @@ from rich.table import Table
 from lit_rlhf.callbacks.heldout import heldout_batch
 from lit_rlhf.callbacks.interrupt import stop_requested
 from lit_rlhf.callbacks.run_folder import run_folder
+from lit_rlhf.interrupts import CallAbandoned
 from lit_rlhf.terminal import as_text, plain_console
 
 COLUMNS = ["step", "stage", "mode", "query", "response", "score", "kl"]
@@ -63,6 +64,18 @@ class GenerationSamples(L.Callback):
         batch = heldout_batch(trainer, module, self.num_samples)
         if batch is None:
             return []
+        try:
+            rows = self.draw(module, batch, stage)
+        except CallAbandoned:
+            # SIGTERM while a reward (or teacher) of the samples waited: the samples are left out, and the run stops
+            # after this step as for any SIGTERM during it (with several ranks rank zero may draw them alone: the
+            # abandoned call's own stop would write the checkpoint while the other ranks wait elsewhere)
+            return []
+        if trainer.is_global_zero:
+            self.write(trainer, rows)
+        return rows
+
+    def draw(self, module, batch: dict[str, Any], stage: str) -> list[dict[str, Any]]:
         rows = []
         for mode in ("sample", "greedy") if self.greedy else ("sample",):
             with module.ranks_stepping_together() if module.rollout_engine.lockstep else nullcontext():
@@ -72,8 +85,6 @@ class GenerationSamples(L.Callback):
                              "response": response, "score": out["scores"][i], "kl": out["kl"][i]})
                 if out["conversations"]:  # multi-turn: the turns apart too
                     rows[-1]["turns"] = [{"role": role, "text": text} for role, text in out["conversations"][i]]
-        if trainer.is_global_zero:
-            self.write(trainer, rows)
         return rows
 
     def write(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
