@@ -18,6 +18,7 @@ signals, kill -9, two processes that meet, environment variables read at import 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -187,6 +188,9 @@ def isolated_process_state(cwd, env: dict, argv: list[str], first_path: Path):
     sys.argv = argv
     user_paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
     sys.path[:0] = [str(first_path), *user_paths, str(ROOT)]  # ROOT: the package, as run_process's PYTHONPATH
+    # a relative entry (PYTHONPATH=.) keeps the finder made for it in the first run's directory (Python binds it to
+    # that absolute path): a later run in another directory would not find its own modules there
+    importlib.invalidate_caches()
     validation._warned.clear()
     app_errors._task_started = False
     interrupts.EXIT_PAST_HUNG_THREADS = False  # never end the test's process: a run that hangs is a process test
