@@ -51,6 +51,21 @@ class CallAbandoned(SIGTERMException):
         self.what = what
 
 
+class StoppedBeforeTraining(SIGTERMException):
+    """SIGTERM or Ctrl-C (`signal_name`: SIGTERM or SIGINT) during the fit's set-up, before its first step began
+    (while the samples before training were drawn, or waiting on `what` there): nothing was trained, and no checkpoint
+    is written. A SIGTERMException whichever the signal, so that what stops on SIGTERM (the rollout producer, the
+    apps) stops alike."""
+
+    def __init__(self, signal_name: str, what: str | None = None):
+        super().__init__(f"{signal_name} before the first step" + (f" while waiting on {what}" if what else ""))
+        self.signal_name, self.what = signal_name, what
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.signal_name]
+
+
 LIT_THREADS = ("lit_rlhf-", "lit-rlhf-")  # name prefixes of the threads that run rewards, tools and rollouts
 _waiting_on: list[str | None] = []  # what the main thread waits on, innermost last (None: abandoned already)
 # while several ranks step together: agree(abandoned here) -> the ranks that abandoned a call, on every rank
@@ -171,21 +186,33 @@ class TrainingInterrupted(BaseException):
     exit_code = EXIT_CODES["SIGINT"]
 
 
+_sigterm_heard_early = [False]  # by end_of_run_interrupts' handler: see sigterm_heard_early
+
+
+def sigterm_heard_early() -> bool:
+    """Whether a SIGTERM reached the app's handler inside end_of_run_interrupts before training finished: in the
+    fit's first moments (Lightning's launch, the other callbacks' set-up) it comes before CheckpointOnInterrupt
+    listens, which reads this when it starts to."""
+    return _sigterm_heard_early[0]
+
+
 @contextmanager
 def end_of_run_interrupts(training_finished: Callable[[], bool]) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise EndOfRunInterrupted once training_finished() is true.
-    Before that they do what they did (Lightning chains its SIGTERM handler to this one and does nothing
-    here during training; CheckpointOnInterrupt replaces SIGINT's during fit)."""
+    Before that SIGINT does what it did (CheckpointOnInterrupt replaces this handler during fit), and SIGTERM is
+    noted (sigterm_heard_early; Lightning chains its SIGTERM handler to this one during training)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _sigterm_heard_early[0] = False
 
     def handler(signum, frame):
         if training_finished():
             raise EndOfRunInterrupted(signal.Signals(signum).name)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
+        _sigterm_heard_early[0] = True
 
     for sig in previous:
         signal.signal(sig, handler)

@@ -170,7 +170,18 @@ class SigtermRanksAt(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-REWARD_CALLS = {"rank one": 0, "samples": 0}
+class SigtermInSetup(L.Callback):
+    """This process signals itself with SIGTERM in the fit's set-up (this callback's `setup`: before Lightning's
+    handler and CheckpointOnInterrupt's listen; checkpoint callbacks are set up last)."""
+
+    def setup(self, trainer, module, stage):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+REWARD_CALLS = {"rank one": 0, "samples": 0, "first": 0}
 
 
 def signal_the_group_and_never_return() -> None:
@@ -185,13 +196,40 @@ def signal_the_group_and_never_return() -> None:
     time.sleep(3600)
 
 
-def reward_that_rank_one_abandons(prompts, completions):
-    """0 for every completion; on rank one, its fourth call (two batches of held-out prompts at the start, RL steps 1
-    and 2) signals the group and never returns."""
+def reward_that_signals_in_its_first_call(prompts, completions, signame: str = "SIGTERM", wait_s: float = 30.0):
+    """0 for every completion; its first call since REWARD_CALLS["first"] was set to 0 (the samples drawn before
+    training, with callbacks.training_summary on) signals this process with `signame` and then waits `wait_s` (30 s:
+    as a reward that does not return would)."""
+    import os
+    import signal
+    import time
+
+    REWARD_CALLS["first"] += 1
+    if REWARD_CALLS["first"] == 1:
+        os.kill(os.getpid(), getattr(signal, signame))
+        time.sleep(wait_s)
+    return torch.zeros(len(completions))
+
+
+def reward_that_interrupts_in_its_first_call(prompts, completions):
+    """As reward_that_signals_in_its_first_call, with SIGINT (Ctrl-C) and a call that returns after a second."""
+    return reward_that_signals_in_its_first_call(prompts, completions, "SIGINT", wait_s=1.0)
+
+
+def reward_that_rank_one_abandons(prompts, completions, hung_call: int = 4):
+    """0 for every completion; on rank one, its fourth call (the training summary's samples before training, the
+    held-out evaluation before training, RL steps 1 and 2), or its `hung_call`-th, signals the group and never
+    returns."""
     REWARD_CALLS["rank one"] += 1
-    if torch.distributed.get_rank() == 1 and REWARD_CALLS["rank one"] == 4:
+    if torch.distributed.get_rank() == 1 and REWARD_CALLS["rank one"] == hung_call:
         signal_the_group_and_never_return()
     return torch.zeros(len(completions))
+
+
+def reward_that_rank_one_abandons_before_training(prompts, completions):
+    """As reward_that_rank_one_abandons, in its first call: the training summary's samples, which every rank draws
+    in the fit's set-up."""
+    return reward_that_rank_one_abandons(prompts, completions, hung_call=1)
 
 
 def reward_that_rank_zero_abandons_in_the_samples(prompts, completions):

@@ -5,8 +5,11 @@ current RL step, writes <checkpoints>/interrupted.ckpt and ends fit (summaries i
 evaluation skipped; train.py then exits 130 with the run recorded as interrupted); a second one aborts at
 once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops after the current step; the
 checkpoint is written then, or at once when the main thread waits on a call that may never return (a reward, a
-tool, the async producer: `abandonable`), which is abandoned. After training has finished (the final checkpoint
-is written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
+tool, the async producer: `abandonable`), which is abandoned. A SIGTERM during the fit's set-up (the samples drawn
+before training included) stops the run before its first step, without a checkpoint: nothing was trained (a first
+Ctrl-C there lets the call in progress end, as in a step). After
+training has finished (the final checkpoint is written), Ctrl-C stops the end-of-run reports at once
+(EndOfRunInterrupted).
 
 With several ranks, a signal is only noted where it arrives (SIGTERM forwarded once to the ranks this process
 launched), and the ranks agree at the end of every step whether any of them was signalled, so that they stop
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -29,7 +33,14 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingAborted, abandon_waiting_call
+from lit_rlhf.interrupts import (
+    CallAbandoned,
+    EndOfRunInterrupted,
+    StoppedBeforeTraining,
+    TrainingAborted,
+    abandon_waiting_call,
+    sigterm_heard_early,
+)
 
 
 class CheckpointOnInterrupt(Checkpoint):
@@ -45,14 +56,19 @@ class CheckpointOnInterrupt(Checkpoint):
         self.requested = False  # Ctrl-C on this rank: stop after this step
         self.sigterm_noted = False  # SIGTERM on this rank of several: stop after this step
         self._trainer: L.Trainer | None = None
+        self.training_started = False  # on_train_start passed: Ctrl-C and SIGTERM now write a checkpoint
         self.training_finished = False
         self.path: Path | None = None
         self._previous_handler = None
         self._previous_sigterm = None
 
-    def on_fit_start(self, trainer: L.Trainer, module) -> None:
+    def setup(self, trainer: L.Trainer, module, stage: str) -> None:
+        # heard from here on: the fit's set-up and the samples drawn before training (minutes with a large model) come
+        # before Lightning's own SIGTERM handler, and a SIGTERM there was lost
+        if stage != TrainerFn.FITTING:
+            return
         self.requested, self.path, self.training_finished, self.stopped_by = False, None, False, None
-        self.sigterm_noted, self._trainer = False, trainer
+        self.sigterm_noted, self.training_started, self._trainer = sigterm_heard_early(), False, trainer
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)  # Lightning's calls it
@@ -67,6 +83,9 @@ class CheckpointOnInterrupt(Checkpoint):
             signal.signal(signal.SIGINT, self._previous_handler or signal.default_int_handler)
             raise TrainingAborted("a second Ctrl-C aborted training in the middle of a step")
         self.requested = True
+        if not self.training_started:
+            rank_zero_info(f"Ctrl-C: stopping before the first {self.step_name} (Ctrl-C again to abort now).")
+            return
         rank_zero_info(f"Ctrl-C: finishing this {self.step_name}, then writing a checkpoint (Ctrl-C again to abort "
                        f"now).")
 
@@ -74,6 +93,10 @@ class CheckpointOnInterrupt(Checkpoint):
         self.take_sigterm_from_lightning(trainer)
 
     def on_train_start(self, trainer: L.Trainer, module) -> None:
+        sigint, sigterm = self.signalled_on_any_rank(trainer)
+        if sigint or sigterm:  # during the set-up: nothing trained yet, nothing to save
+            raise StoppedBeforeTraining("SIGTERM" if sigterm else "SIGINT")
+        self.training_started = True
         self.take_sigterm_from_lightning(trainer)
 
     def take_sigterm_from_lightning(self, trainer: L.Trainer) -> None:
@@ -87,8 +110,9 @@ class CheckpointOnInterrupt(Checkpoint):
         if trainer is not None and trainer.world_size > 1:  # noted; the ranks agree in on_train_batch_end
             if not self.sigterm_noted and trainer.strategy.launcher is not None:
                 trainer.strategy.launcher.kill(signum)  # to the ranks this process started, once
-            self.sigterm_noted = True
-        # (with one rank, Lightning's handler ran before this one: it stops training after this step)
+        # (with one rank, Lightning's handler ran before this one once training started: it stops training after this
+        # step; before, on_train_start stops the run)
+        self.sigterm_noted = True
         if callable(self._previous_sigterm):
             self._previous_sigterm(signum, frame)  # the handler before fit's
         what = None if self.training_finished else abandon_waiting_call()
@@ -114,15 +138,16 @@ class CheckpointOnInterrupt(Checkpoint):
     def signalled_on_any_rank(self, trainer: L.Trainer) -> tuple[bool, bool]:
         """(Ctrl-C, SIGTERM) noted on any rank: one all-reduce a step with several ranks."""
         if trainer.world_size == 1:
-            return self.requested, False  # SIGTERM went through Lightning's handler
+            return self.requested, self.sigterm_noted
         noted = torch.tensor([self.requested, self.sigterm_noted], dtype=torch.int32)
         total = trainer.strategy.reduce(noted.to(trainer.strategy.root_device), reduce_op="sum")
         return bool(total[0]), bool(total[1])
 
     def on_exception(self, trainer: L.Trainer, module, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException) and self.path is None:
-            self.stopped_by = "SIGTERM"
-            self.save(trainer)
+            self.stopped_by = getattr(exception, "signal_name", "SIGTERM")
+            if self.training_started:  # before, the weights may not even be restored from ckpt_path yet
+                self.save(trainer)
 
     def teardown(self, trainer: L.Trainer, module, stage: str) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -154,6 +179,20 @@ def stop_requested(trainer: L.Trainer) -> bool:
     callback = next((c for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)), None)
     noted = callback is not None and any(callback.signalled_on_any_rank(trainer))
     return noted or trainer.received_sigterm
+
+
+@contextmanager
+def stops_before_training_said(trainer: L.Trainer) -> Iterator[None]:
+    """Around trainer.fit: a SIGTERM that stopped the run before its first step began (no checkpoint was written:
+    nothing had been trained; an abandoned call's CallAbandoned included) leaves as StoppedBeforeTraining, as a
+    Ctrl-C then does."""
+    try:
+        yield
+    except SIGTERMException as err:
+        stopped = stopped_by_interrupt(trainer)
+        if isinstance(err, StoppedBeforeTraining) or stopped is None or stopped.path is not None:
+            raise
+        raise StoppedBeforeTraining("SIGTERM", err.what if isinstance(err, CallAbandoned) else None) from None
 
 
 def stopped_by_interrupt(trainer: L.Trainer) -> CheckpointOnInterrupt | None:

@@ -35,3 +35,7 @@ class RLHFModuleView(Protocol):
     def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False,
                        samples_per_prompt: int = 1, from_reference: bool = False) -> dict[str, Any]:
         """Completions of held-out prompts under a fixed seed, scored, with their KL."""
+
+    def ranks_stepping_together(self) -> Any:
+        """A context manager around a sample_heldout that every rank calls: a call abandoned on SIGTERM on one rank
+        stops them all."""

@@ -47,7 +47,8 @@ class GenerationSamples(L.Callback):
         return max(1, total_rl_steps // max(self.num_sample_generations, 1)) if total_rl_steps else 0
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
-        self.generate(trainer, module, "start")
+        if not stop_requested(trainer):  # a SIGTERM during the set-up: the run stops before training
+            self.generate(trainer, module, "start")
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         every = self.interval(trainer, module)

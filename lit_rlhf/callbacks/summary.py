@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from rich.table import Table
 
 from lit_rlhf.callbacks.heldout import heldout_batch
+from lit_rlhf.callbacks.interrupt import stop_requested
 from lit_rlhf.terminal import as_text, plain_console
 
 TRACKED = ("objective/scores", "objective/kl", "objective/rlhf_reward", "objective/entropy")
@@ -29,10 +30,14 @@ class TrainingSummary(L.Callback):
 
     def sample(self, trainer: L.Trainer, module) -> dict[str, Any] | None:
         batch = heldout_batch(trainer, module)
-        return None if batch is None else module.sample_heldout(batch, self.seed)
+        if batch is None:
+            return None
+        with module.ranks_stepping_together():  # every rank samples
+            return module.sample_heldout(batch, self.seed)
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
-        self.before = self.sample(trainer, module)
+        if not stop_requested(trainer):  # a SIGTERM during the set-up: the run stops before training
+            self.before = self.sample(trainer, module)
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         stats = {k: v for k, v in module.last_stats.items() if k in TRACKED}

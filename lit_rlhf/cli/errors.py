@@ -162,7 +162,13 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
     from lightning.pytorch.utilities import rank_zero_only
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from lit_rlhf.interrupts import CallAbandoned, EndOfRunInterrupted, TrainingAborted, TrainingInterrupted
+    from lit_rlhf.interrupts import (
+        CallAbandoned,
+        EndOfRunInterrupted,
+        StoppedBeforeTraining,
+        TrainingAborted,
+        TrainingInterrupted,
+    )
 
     mark_task_started()
     try:
@@ -174,6 +180,12 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
             message = (f"stopped by a second Ctrl-C before the {step_name} in progress ended: nothing of it was "
                        f"saved; the checkpoints written before it stand (resume from checkpoints/last.ckpt, if one "
                        f"was written).")
+            code = err.exit_code
+        elif isinstance(err, StoppedBeforeTraining):
+            waiting = f" (while waiting on {err.what}, which was abandoned)" if err.what else ""
+            by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
+            message = (f"stopped by {by} before the first {step_name} began{waiting}: nothing was trained and no "
+                       f"checkpoint was written; run the same command again to start it (or resume it).")
             code = err.exit_code
         elif isinstance(err, CallAbandoned):
             message = (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was "

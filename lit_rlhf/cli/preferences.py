@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.callbacks import CheckpointOnInterrupt
-from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
+from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_epochs, typed_key
 from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
@@ -43,7 +43,8 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     ckpt_path = resume_path(cfg)
     if ckpt_path is not None:
         load_checkpoint_file(ckpt_path)  # a missing, corrupt or pickled file: one line, before Lightning reads it
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    with stops_before_training_said(trainer):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     stopped = stopped_by_interrupt(trainer)
     if stopped is not None and stopped.stopped_by == "SIGINT":  # nothing is saved but the checkpoint
         report(f"\nRun directory: {cfg.paths.output_dir}")

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
-from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
+from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.cli.checks import check_run_settings, typed_key
 from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
@@ -101,7 +101,8 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
     report_lost_ranks(trainer, lambda: resume_after_failure(trainer, module))
     with end_of_run_interrupts(lambda: module.training_finished):
         try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+            with stops_before_training_said(trainer):
+                trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
         except UnavailableError as err:  # e.g. a reward server gone after its retries: say where to resume
             if module.rl_step == 0:
                 raise

@@ -63,11 +63,16 @@ def test_sigterm_to_every_rank_or_to_one_stops_both_after_the_same_step_with_a_c
     assert [row["stage"] for row in samples] == ["start"] * 2 + ["train"] * 2 * (whom == "rank one")
 
 
-ABANDONED = {  # reward, the held-out samples' settings, the last line's start, the step interrupted.ckpt holds
+ABANDONED = {  # reward, the held-out samples' settings, the last line's start, the step interrupted.ckpt holds (None:
+    # no checkpoint)
     "rank one's reward in RL step 2": (
         "reward_that_rank_one_abandons", ["callbacks.generation_samples=null"],
         "stopped by SIGTERM while waiting on the reward reward_that_rank_one_abandons on rank 1, which did not "
         "return: the call was abandoned", 1),
+    "rank one's reward of the samples before training": (
+        "reward_that_rank_one_abandons_before_training", ["callbacks.generation_samples=null"],
+        "stopped by SIGTERM before the first RL step began (while waiting on the reward "
+        "reward_that_rank_one_abandons_before_training on rank 1, which was abandoned): nothing was trained", None),
     "rank zero's reward of the samples after RL step 2": (
         "reward_that_rank_zero_abandons_in_the_samples",
         ["callbacks.generation_samples.every_n_steps=2", "callbacks.generation_samples.num_samples=2"],
@@ -81,8 +86,10 @@ def test_sigterm_while_one_rank_waits_on_a_reward_and_the_other_went_on_stops_bo
     reward done, has gone on. In RL step 2 rank one abandons its call, and rank zero, waiting at the call's end to
     hear whether a rank abandoned one, stops with it: interrupted.ckpt holds step 1 (step 2 runs again). In the
     held-out samples, which rank zero draws alone after step 2, rank zero leaves the samples out and both ranks stop
-    after the step, as for any SIGTERM during it. Before, either run hung until killed: one rank saved the
-    checkpoint while the other waited in another collective."""
+    after the step, as for any SIGTERM during it. In the training summary's samples, which every rank draws before
+    training, both stop at the call's end without a checkpoint (nothing was trained). Before, each run hung until
+    killed: one rank saved the checkpoint (or, before training, waited on its call with the SIGTERM unheard) while
+    the other waited in another collective."""
     reward, samples, line_start, step = ABANDONED[case]
     result = run_process("train.py", f"hydra.run.dir={tmp_path}", "steps=4", "algo.response_length=12",
                          "data.batch_size=8", *samples, "trainer.val_check_interval=4",
@@ -92,5 +99,9 @@ def test_sigterm_while_one_rank_waits_on_a_reward_and_the_other_went_on_stops_bo
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(line_start), line
     assert "Traceback" not in result.stderr
-    assert torch.load(tmp_path / "checkpoints" / "interrupted.ckpt", weights_only=True)["global_step"] == step
+    interrupted = tmp_path / "checkpoints" / "interrupted.ckpt"
+    if step is None:
+        assert not interrupted.exists()
+    else:
+        assert torch.load(interrupted, weights_only=True)["global_step"] == step
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"

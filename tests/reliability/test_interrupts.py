@@ -52,6 +52,43 @@ def test_a_signal_during_the_end_of_run_evaluation_stops_it_and_records_the_run(
     assert torch.load(last, weights_only=True)["rlhf_state"]["rl_step"] == 1
 
 
+BEFORE_TRAINING = {  # how the signal comes; the exit code and what the last line says stopped the run
+    "SIGTERM in the set-up": (["+callbacks.stop._target_=tests.helpers.SigtermInSetup"], 143,
+                              "SIGTERM before the first RL step began"),
+    "SIGTERM in the reward of the samples before training": (
+        ["reward._target_=tests.helpers.reward_that_signals_in_its_first_call"], 143,
+        "SIGTERM before the first RL step began (while waiting on the reward reward_that_signals_in_its_first_call, "
+        "which was abandoned)"),
+    "Ctrl-C in the reward of the samples before training": (
+        ["reward._target_=tests.helpers.reward_that_interrupts_in_its_first_call"], 130,
+        "Ctrl-C before the first RL step began"),
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("when", BEFORE_TRAINING)
+def test_a_signal_before_training_stops_the_run_before_its_first_step_without_a_checkpoint(when, tmp_path):
+    """A SIGTERM in the fit's set-up (before Lightning's handler listens) or while the samples drawn before training
+    wait on a reward (a scheduler's preemption while a large model starts) reached only a handler that let the run go
+    on: it trained to its end. A Ctrl-C there ended it with Lightning's exit code 1 and no result.json. Now the
+    samples due before training are skipped or (SIGTERM) their call abandoned, and the run stops before its first RL
+    step: exit 143 or 130, recorded as interrupted, no checkpoint (nothing was trained)."""
+    from tests.helpers import REWARD_CALLS
+
+    REWARD_CALLS["first"] = 0
+    signal_at, code, stopped_by = BEFORE_TRAINING[when]
+    shown = [a for a in FAST if not a.startswith(("callbacks.training_summary", "callbacks.generation_samples"))]
+    result = run_app("train.py", "hydra.run.dir=run", *shown, "steps=2", *signal_at, cwd=tmp_path)
+    assert result.returncode == code, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"stopped by {stopped_by}: nothing was trained and no checkpoint was written; run the same command again to "
+        f"start it (or resume it).")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not (tmp_path / "run" / "samples.jsonl").exists()  # the samples before training: skipped, or abandoned
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
+
+
 @pytest.mark.integration
 def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_command_resumes_it(tmp_path):
     """A non-default run stopped by Ctrl-C: exit 130, result.json says interrupted, no end-of-run evaluation, and
