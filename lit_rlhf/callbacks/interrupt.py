@@ -7,9 +7,8 @@ once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops aft
 checkpoint is written then, or at once when the main thread waits on a call that may never return (a reward, a
 tool, the async producer: `abandonable`), which is abandoned. A SIGTERM during the fit's set-up (the samples drawn
 before training included) stops the run before its first step, without a checkpoint: nothing was trained (a first
-Ctrl-C there lets the call in progress end, as in a step). After
-training has finished (the final checkpoint is written), Ctrl-C stops the end-of-run reports at once
-(EndOfRunInterrupted).
+Ctrl-C there lets the call in progress end, as in a step). After training has finished (the final checkpoint is
+written), Ctrl-C stops the end-of-run reports at once (EndOfRunInterrupted).
 
 With several ranks, a signal is only noted where it arrives (SIGTERM forwarded once to the ranks this process
 launched), and the ranks agree at the end of every step whether any of them was signalled, so that they stop
