@@ -226,6 +226,12 @@ def reward_that_rank_one_abandons(prompts, completions, hung_call: int = 4):
     return torch.zeros(len(completions))
 
 
+def reward_that_rank_one_abandons_in_validation(prompts, completions):
+    """As reward_that_rank_one_abandons, in its fifth call: the held-out evaluation after RL step 2
+    (trainer.val_check_interval=2)."""
+    return reward_that_rank_one_abandons(prompts, completions, hung_call=5)
+
+
 def reward_that_rank_one_abandons_before_training(prompts, completions):
     """As reward_that_rank_one_abandons, in its first call: the training summary's samples, which every rank draws
     in the fit's set-up."""

@@ -63,19 +63,26 @@ def test_sigterm_to_every_rank_or_to_one_stops_both_after_the_same_step_with_a_c
     assert [row["stage"] for row in samples] == ["start"] * 2 + ["train"] * 2 * (whom == "rank one")
 
 
-ABANDONED = {  # reward, the held-out samples' settings, the last line's start, the step interrupted.ckpt holds (None:
-    # no checkpoint)
+ABANDONED = {  # reward, the held-out samples' and evaluations' settings, the last line's start, the step
+    # interrupted.ckpt holds (None: no checkpoint)
     "rank one's reward in RL step 2": (
-        "reward_that_rank_one_abandons", ["callbacks.generation_samples=null"],
+        "reward_that_rank_one_abandons", ["callbacks.generation_samples=null", "trainer.val_check_interval=4"],
         "stopped by SIGTERM while waiting on the reward reward_that_rank_one_abandons on rank 1, which did not "
         "return: the call was abandoned", 1),
+    "rank one's reward in the held-out evaluation after RL step 2": (
+        "reward_that_rank_one_abandons_in_validation",
+        ["callbacks.generation_samples=null", "trainer.val_check_interval=2"],
+        "stopped by SIGTERM while waiting on the reward reward_that_rank_one_abandons_in_validation on rank 1, which "
+        "did not return: the call was abandoned", 2),
     "rank one's reward of the samples before training": (
-        "reward_that_rank_one_abandons_before_training", ["callbacks.generation_samples=null"],
+        "reward_that_rank_one_abandons_before_training",
+        ["callbacks.generation_samples=null", "trainer.val_check_interval=4"],
         "stopped by SIGTERM before the first RL step began (while waiting on the reward "
         "reward_that_rank_one_abandons_before_training on rank 1, which was abandoned): nothing was trained", None),
     "rank zero's reward of the samples after RL step 2": (
         "reward_that_rank_zero_abandons_in_the_samples",
-        ["callbacks.generation_samples.every_n_steps=2", "callbacks.generation_samples.num_samples=2"],
+        ["callbacks.generation_samples.every_n_steps=2", "callbacks.generation_samples.num_samples=2",
+         "trainer.val_check_interval=4"],
         "stopped by SIGTERM after a complete RL step", 2),
 }
 
@@ -85,16 +92,16 @@ def test_sigterm_while_one_rank_waits_on_a_reward_and_the_other_went_on_stops_bo
     """A reward that never returns on one rank while the run's process group gets SIGTERM and the other rank, its own
     reward done, has gone on. In RL step 2 rank one abandons its call, and rank zero, waiting at the call's end to
     hear whether a rank abandoned one, stops with it: interrupted.ckpt holds step 1 (step 2 runs again). In the
-    held-out samples, which rank zero draws alone after step 2, rank zero leaves the samples out and both ranks stop
-    after the step, as for any SIGTERM during it. In the training summary's samples, which every rank draws before
+    held-out evaluation after step 2 they stop alike, with step 2's checkpoint. In the held-out samples, which rank
+    zero draws alone after step 2, rank zero leaves the samples out and both ranks stop after the step, as for any
+    SIGTERM during it. In the training summary's samples, which every rank draws before
     training, both stop at the call's end without a checkpoint (nothing was trained). Before, each run hung until
     killed: one rank saved the checkpoint (or, before training, waited on its call with the SIGTERM unheard) while
     the other waited in another collective."""
-    reward, samples, line_start, step = ABANDONED[case]
+    reward, settings, line_start, step = ABANDONED[case]
     result = run_process("train.py", f"hydra.run.dir={tmp_path}", "steps=4", "algo.response_length=12",
-                         "data.batch_size=8", *samples, "trainer.val_check_interval=4",
-                         f"reward._target_=tests.helpers.{reward}", "trainer=ddp", "trainer.accelerator=cpu",
-                         "trainer.devices=2", cwd=ROOT, timeout=150, new_session=True)
+                         "data.batch_size=8", *settings, f"reward._target_=tests.helpers.{reward}", "trainer=ddp",
+                         "trainer.accelerator=cpu", "trainer.devices=2", cwd=ROOT, timeout=150, new_session=True)
     assert result.returncode == 143, result.stderr[-4000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(line_start), line
