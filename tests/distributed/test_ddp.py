@@ -94,10 +94,10 @@ def test_sigterm_while_one_rank_waits_on_a_reward_and_the_other_went_on_stops_bo
     hear whether a rank abandoned one, stops with it: interrupted.ckpt holds step 1 (step 2 runs again). In the
     held-out evaluation after step 2 they stop alike, with step 2's checkpoint. In the held-out samples, which rank
     zero draws alone after step 2, rank zero leaves the samples out and both ranks stop after the step, as for any
-    SIGTERM during it. In the training summary's samples, which every rank draws before
-    training, both stop at the call's end without a checkpoint (nothing was trained). Before, each run hung until
-    killed: one rank saved the checkpoint (or, before training, waited on its call with the SIGTERM unheard) while
-    the other waited in another collective."""
+    SIGTERM during it. In the training summary's samples, which every rank draws before training, both stop at the
+    call's end without a checkpoint (nothing was trained). Before, each run hung until killed: one rank saved the
+    checkpoint (or, before training, waited on its call with the SIGTERM unheard) while the other waited in another
+    collective."""
     reward, settings, line_start, step = ABANDONED[case]
     result = run_process("train.py", f"hydra.run.dir={tmp_path}", "steps=4", "algo.response_length=12",
                          "data.batch_size=8", *settings, f"reward._target_=tests.helpers.{reward}", "trainer=ddp",
