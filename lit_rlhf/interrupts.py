@@ -44,11 +44,14 @@ class EndOfRunInterrupted(BaseException):
 
 class CallAbandoned(SIGTERMException):
     """SIGTERM while the main thread waited on `what` (a reward, a tool, the rollout producer): the call was
-    abandoned; Lightning's SIGTERM path writes the checkpoint (the interrupted step runs again on resume)."""
+    abandoned; Lightning's SIGTERM path writes the checkpoint (the interrupted step runs again on resume).
+    in_evaluation: it came in the held-out evaluation after a step (set by CheckpointOnInterrupt), whose checkpoint
+    holds that complete step (the evaluation runs again on resume)."""
 
     def __init__(self, what: str):
         super().__init__(f"SIGTERM while waiting on {what}")
         self.what = what
+        self.in_evaluation = False
 
 
 class StoppedBeforeTraining(SIGTERMException):
@@ -219,5 +222,6 @@ def end_of_run_interrupts(training_finished: Callable[[], bool]) -> Iterator[Non
     try:
         yield
     finally:
+        _sigterm_heard_early[0] = False  # this run's: the next fit in this process (a test's, a sweep's) starts clean
         for sig, old in previous.items():
             signal.signal(sig, old)

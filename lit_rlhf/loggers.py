@@ -2,7 +2,7 @@
 
 ResumingCSVLogger keeps the rows of the run it resumes: Lightning's CSVLogger deletes an existing metrics.csv when it
 starts. A run directory holds files only when a run resumes in it (see lit_rlhf/cli/run_dirs.py), so this one keeps
-the earlier rows: those before the first step the resumed run logs (later ones are logged again by the resumed run).
+the earlier rows that the resumed run does not log again (`rows_not_logged_again`).
 
 WandbLogger is Lightning's without the `anonymous` argument it passes wandb.init whether a user set it or not:
 wandb's releases that dropped anonymous mode warn about it on every run ("The anonymous setting has no effect").
@@ -28,14 +28,26 @@ class ResumingExperimentWriter(ExperimentWriter):
 
     def save(self) -> None:
         if self.previous_rows is not None and self.metrics:
-            first_new_step = min(int(m["step"]) for m in self.metrics)
-            kept = [row for row in self.previous_rows if int(row["step"]) < first_new_step]
+            kept = rows_not_logged_again(self.previous_rows, self.metrics[0])
             with self._fs.open(self.metrics_file_path, "w", newline="") as file:
                 writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
                 writer.writeheader()
                 writer.writerows(kept)
             self.previous_rows = None
         super().save()
+
+
+def rows_not_logged_again(previous_rows: list[dict[str, str]], first_new_row: dict) -> list[dict[str, str]]:
+    """The rows of the run a resume continues that come before the resumed run's first row: up to that row's own, when
+    the earlier run wrote it (a row at its step with one of its metrics), else those at its step or before (the
+    earlier run stopped while it was due). A checkpoint written in the held-out evaluation after a step resumes with
+    that evaluation, at the step of the training row already written, which stays."""
+    step = int(first_new_row["step"])
+    metrics = set(first_new_row) - {"step", "epoch"}
+    for i, row in enumerate(previous_rows):
+        if int(row["step"]) == step and any(row.get(key) for key in metrics):
+            return previous_rows[:i]
+    return [row for row in previous_rows if int(row["step"]) <= step]
 
 
 class ResumingCSVLogger(CSVLogger):

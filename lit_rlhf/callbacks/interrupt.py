@@ -147,6 +147,8 @@ class CheckpointOnInterrupt(Checkpoint):
             self.stopped_by = getattr(exception, "signal_name", "SIGTERM")
             if self.training_started:  # before, the weights may not even be restored from ckpt_path yet
                 self.save(trainer)
+            if isinstance(exception, CallAbandoned):  # after a complete step, or within one (it runs again)
+                exception.in_evaluation = trainer.validating
 
     def teardown(self, trainer: L.Trainer, module, stage: str) -> None:
         if threading.current_thread() is threading.main_thread():

@@ -67,6 +67,18 @@ def check_rng_state(rng: Any) -> None:
         set_rng_state(current)
 
 
+def log_the_step_in_progress_once(checkpoint: dict[str, Any]) -> None:
+    """A checkpoint written within an RL step (a call abandoned on SIGTERM) resumes by running that step again.
+    Lightning's restore counts one more stepped batch for any checkpoint not written at a batch's end or after its
+    evaluation (it writes no other), so the resumed run would log every step at the next one's index (metrics.csv:
+    the step run again missing, one more at the end). Recorded one lower, the count comes back right."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    batches = (loop.get("epoch_loop.batch_progress") or {}).get("total")
+    counters = loop.get("epoch_loop.state_dict") or {}
+    if batches and "_batches_that_stepped" in counters and batches["started"] > batches["processed"]:
+        counters["_batches_that_stepped"] -= 1
+
+
 class TrainedStateCheckpoints:
     """Lightning checkpoint hooks for RLHFModule: frozen weights (base model, reference copy) reload from
     name_or_path; everything a run changed, and where it was, goes into the checkpoint."""
@@ -89,6 +101,7 @@ class TrainedStateCheckpoints:
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = self.checkpointed_rng_state()
+        log_the_step_in_progress_once(checkpoint)
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {

@@ -188,8 +188,10 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
                        f"checkpoint was written; run the same command again to start it (or resume it).")
             code = err.exit_code
         elif isinstance(err, CallAbandoned):
+            runs_again = (f"it holds the last complete {step_name}; the interrupted held-out evaluation runs again "
+                          f"first" if err.in_evaluation else f"the interrupted {step_name} runs again")
             message = (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was "
-                       f"abandoned; resume from the checkpoint above (the interrupted {step_name} runs again).")
+                       f"abandoned; resume from the checkpoint above ({runs_again}).")
             code = EXIT_SIGTERM
         elif isinstance(err, SIGTERMException):
             message = f"stopped by SIGTERM after a complete {step_name}; resume from the checkpoint above."

@@ -2,6 +2,7 @@
 exit 143 and a checkpoint to resume from; a second Ctrl-C ends the process at once. Real processes: the signals
 and the exit are the subject."""
 
+import csv
 import os
 import signal
 import subprocess
@@ -23,32 +24,41 @@ from pathlib import Path
 import torch
 
 
-def hang_on_third_call(prompts, completions):
-    """Each completion's length mod 7; the third call (the held-out prompts at step 0, RL step 1, RL step 2) never
-    returns, while a file `hang` is there."""
+def hang_on_a_call(prompts, completions):
+    """Each completion's length mod 7; while a file `hang` is there, the call it names (counted from the first: the
+    held-out prompts at step 0, RL step 1, RL step 2, ...) never returns."""
     calls = Path("calls")
     count = int(calls.read_text()) + 1 if calls.exists() else 1
     calls.write_text(str(count))
-    if count == 3 and Path("hang").exists():
+    if Path("hang").exists() and count == int(Path("hang").read_text()):
         Path("hanging").write_text("")
         time.sleep(3600)
     return torch.tensor([float(len(c) % 7) for c in completions])
 '''
 
-MODES = {"synchronous": [], "async": ["algo.max_staleness=1"]}
+# where the reward hangs: the run's settings, the hung call, what the run waits on, the RL steps the checkpoint holds,
+# and what the error line says runs again on resume
+HUNG = {
+    "in RL step 2": ([], 3, "the reward", 1, "the interrupted RL step runs again"),
+    "in RL step 2, async": (["algo.max_staleness=1"], 3, "the rollout producer", 1,
+                            "the interrupted RL step runs again"),
+    "in the held-out evaluation after RL step 2": (
+        ["trainer.val_check_interval=2"], 4, "the reward", 2,
+        "it holds the last complete RL step; the interrupted held-out evaluation runs again first"),
+}
 
 
-def hanging_reward_run(mode: str) -> list[str]:
-    return [*[a for a in FAST if not a.startswith("steps=")], "steps=4", "hydra.run.dir=run", *MODES[mode],
-            "reward._target_=hanging_reward.hang_on_third_call", "callbacks.model_checkpoint.every_n_train_steps=1",
+def hanging_reward_run(settings: list[str]) -> list[str]:
+    return [*[a for a in FAST if not a.startswith("steps=")], "steps=4", "hydra.run.dir=run", *settings,
+            "reward._target_=hanging_reward.hang_on_a_call", "callbacks.model_checkpoint.every_n_train_steps=1",
             "algo.optimizer.lr=0.01"]
 
 
-def start_run_with_a_hanging_reward(tmp_path, mode):
+def start_run_with_a_hanging_reward(tmp_path, settings: list[str], hung_call: int):
     (tmp_path / "hanging_reward.py").write_text(HANGING_REWARD)
-    (tmp_path / "hang").write_text("")
+    (tmp_path / "hang").write_text(str(hung_call))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}."}
-    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *hanging_reward_run(mode)], cwd=tmp_path,
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *hanging_reward_run(settings)], cwd=tmp_path,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     while not (tmp_path / "hanging").exists():
@@ -68,41 +78,54 @@ def ended(process, timeout=120) -> tuple[str, str]:
         pytest.fail(f"the run did not end within {timeout} s of the signal")
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(mode, tmp_path):
-    process = start_run_with_a_hanging_reward(tmp_path, mode)
+def logged_rows(run_dir) -> list[tuple[str, list[str], str]]:
+    """metrics.csv's rows: the step, the metrics logged there (timings left out) and the held-out score."""
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return [(row["step"], sorted(k for k, v in row.items() if v and not k.startswith("time/")),
+                 row["eval/scores"]) for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("when", HUNG)
+def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(when, tmp_path):
+    """SIGTERM while a reward never returns: the call is abandoned, the run ends within seconds with one line, exit
+    143 and interrupted.ckpt, and (synchronous) the resume from it trains and logs what one uninterrupted run does.
+    In the held-out evaluation after a step, the checkpoint holds that step, and the resume evaluates again at that
+    step first: its metrics.csv lost that step's training row, and the line said the step runs again."""
+    settings, hung_call, waited_on, steps_saved, runs_again = HUNG[when]
+    process = start_run_with_a_hanging_reward(tmp_path, settings, hung_call)
     signalled = time.time()
     process.send_signal(signal.SIGTERM)
     _, stderr = ended(process)
     assert time.time() - signalled < 30  # not the producer's 120 s stop timeout, nor the reward's hour
     assert process.returncode == 143, stderr[-3000:]
     line = stderr.strip().splitlines()[-1]
-    waited_on = "the reward" if mode == "synchronous" else "the rollout producer"
     assert line.startswith(f"stopped by SIGTERM while waiting on {waited_on}"), line
-    assert "which did not return: the call was abandoned; resume from the checkpoint above" in line
+    assert line.endswith(f"which did not return: the call was abandoned; resume from the checkpoint above "
+                         f"({runs_again})."), line
     assert "Traceback" not in stderr
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "interrupted.ckpt", weights_only=True)
-    assert checkpoint["rlhf_state"]["rl_step"] == 1  # RL step 2, the one waiting on the reward, runs again
-    if mode == "synchronous":  # from the random states it began with: the resumed run trains what one uninterrupted
+    assert checkpoint["rlhf_state"]["rl_step"] == steps_saved
+    if "async" not in when:  # from the random states it began with: the resumed run trains what one uninterrupted
         # run trains, to the last bit (async mode redraws from newer weights: docs/async.md)
         (tmp_path / "hang").unlink()
         here = {"PYTHONPATH": f"{ROOT}{os.pathsep}."}
-        resumed = run_app("train.py", *hanging_reward_run(mode), "ckpt_path=run/checkpoints/interrupted.ckpt",
+        resumed = run_app("train.py", *hanging_reward_run(settings), "ckpt_path=run/checkpoints/interrupted.ckpt",
                           cwd=tmp_path, env=here)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         whole = tmp_path / "whole"
         whole.mkdir()
         (whole / "hanging_reward.py").write_text(HANGING_REWARD)
-        assert run_app("train.py", *hanging_reward_run(mode), cwd=whole, env=here).returncode == 0
+        assert run_app("train.py", *hanging_reward_run(settings), cwd=whole, env=here).returncode == 0
         trained = [torch.load(d / "run" / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
                    for d in (tmp_path, whole)]
         assert trained[0].keys() == trained[1].keys() and trained[0]
         for name, tensor in trained[1].items():
             assert torch.equal(trained[0][name], tensor), name
+        assert logged_rows(tmp_path / "run") == logged_rows(whole / "run")
 
 
 def test_a_second_ctrl_c_ends_an_async_run_whose_reward_never_returns_at_once(tmp_path):
-    process = start_run_with_a_hanging_reward(tmp_path, "async")
+    process = start_run_with_a_hanging_reward(tmp_path, ["algo.max_staleness=1"], 3)
     signalled = time.time()
     process.send_signal(signal.SIGINT)  # the first: finish the step (which cannot finish), then stop
     time.sleep(1.0)

@@ -19,7 +19,9 @@ from lit_rlhf.interrupts import (
     TrainingInterrupted,
     abandon_waiting_call,
     abandonable,
+    end_of_run_interrupts,
     ranks_in_step,
+    sigterm_heard_early,
     waiting_on,
 )
 from lit_rlhf.rollout.scoring import call_checked
@@ -174,6 +176,17 @@ def test_a_second_sigterm_while_the_first_abandoned_call_unwinds_abandons_nothin
         assert abandon_waiting_call() == "the reward vader"  # the first SIGTERM: raised by the handler
         assert abandon_waiting_call() is None  # the second, before the first reached the block's end
     assert abandon_waiting_call() is None
+
+
+def test_a_sigterm_heard_in_a_runs_first_moments_is_not_carried_into_the_next_run_in_the_process():
+    """It stopped the next fit in the same process (a test's, a notebook's) before its first step."""
+    with end_of_run_interrupts(training_finished=lambda: False):
+        os.kill(os.getpid(), signal.SIGTERM)  # noted for CheckpointOnInterrupt, which listens from its setup
+        deadline = time.monotonic() + 5
+        while not sigterm_heard_early() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the handler runs in the main thread between bytecodes
+        assert sigterm_heard_early()
+    assert not sigterm_heard_early()
 
 
 def test_a_call_that_runs_the_ranks_collectives_is_abandonable_only_without_other_ranks_in_step():

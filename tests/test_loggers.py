@@ -1,0 +1,49 @@
+"""ResumingCSVLogger: a resumed run's metrics.csv holds every row once, the earlier run's included."""
+
+import csv
+
+import pytest
+
+from lit_rlhf.loggers import ResumingCSVLogger
+
+TRAIN, EVAL = "loss", "eval/scores"  # a metric of an RL step's row; of a held-out evaluation's
+
+
+def resumed_rows(tmp_path, previous: list[tuple[int, str]], logged: list[tuple[int, str]]) -> list[tuple]:
+    """(step, "train" or "eval", run) of each row of metrics.csv after a run that wrote `previous` (step, metric) is
+    resumed in the same directory and logs `logged`; the metric's value says which run wrote the row (0: the first,
+    1: the resumed one)."""
+    with open(tmp_path / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["epoch", EVAL, TRAIN, "step"])
+        writer.writeheader()
+        writer.writerows({metric: 0, "epoch": 0, "step": step} for step, metric in previous)
+    logger = ResumingCSVLogger(str(tmp_path), name="", version="")
+    for step, metric in logged:
+        logger.log_metrics({metric: 1, "epoch": 0}, step=step)  # Lightning saves after each row it logs
+        logger.save()
+    with open(tmp_path / "metrics.csv") as f:
+        return [(int(row["step"]), "eval" if row[EVAL] else "train", int(float(row[EVAL] or row[TRAIN])))
+                for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("case", ["within a step", "in the evaluation after a step"])
+def test_a_resumed_run_keeps_the_rows_it_does_not_log_again(case, tmp_path):
+    if case == "within a step":  # the checkpoint holds step 1 (index 0); step 2 (index 1) runs again
+        previous = [(0, EVAL), (0, TRAIN)]
+        logged = [(1, TRAIN), (1, EVAL), (2, TRAIN)]
+        expected = [(0, "eval", 0), (0, "train", 0), (1, "train", 1), (1, "eval", 1), (2, "train", 1)]
+    else:  # the checkpoint holds step 2, written in the evaluation after it, which the resumed run runs again first:
+        # step 2's training row (index 1) stays (it was dropped: the resumed run's first row has its index)
+        previous = [(0, EVAL), (0, TRAIN), (1, TRAIN)]
+        logged = [(1, EVAL), (2, TRAIN)]
+        expected = [(0, "eval", 0), (0, "train", 0), (1, "train", 0), (1, "eval", 1), (2, "train", 1)]
+    assert resumed_rows(tmp_path, previous, logged) == expected
+
+
+def test_the_rows_a_resumed_run_logs_again_are_replaced(tmp_path):
+    # a checkpoint from before rows the first run still wrote (last.ckpt at step 1, then a crash after step 2's
+    # evaluation): the resumed run writes step 2's rows again, and they replace the first run's
+    previous = [(0, TRAIN), (1, TRAIN), (1, EVAL), (2, TRAIN)]
+    logged = [(1, TRAIN), (1, EVAL), (2, TRAIN)]
+    assert resumed_rows(tmp_path, previous, logged) == [(0, "train", 0), (1, "train", 1), (1, "eval", 1),
+                                                        (2, "train", 1)]
