@@ -67,16 +67,22 @@ def check_rng_state(rng: Any) -> None:
         set_rng_state(current)
 
 
-def log_the_step_in_progress_once(checkpoint: dict[str, Any]) -> None:
-    """A checkpoint written within an RL step (a call abandoned on SIGTERM) resumes by running that step again.
-    Lightning's restore counts one more stepped batch for any checkpoint not written at a batch's end or after its
-    evaluation (it writes no other), so the resumed run would log every step at the next one's index (metrics.csv:
-    the step run again missing, one more at the end). Recorded one lower, the count comes back right."""
+def as_if_written_as_the_step_in_progress_began(checkpoint: dict[str, Any]) -> None:
+    """A checkpoint written within an RL step (a call abandoned on SIGTERM) resumes by running that step again, from
+    the random states it began with. Lightning writes loop state only at a batch's end or in an evaluation, and read a
+    state written within a batch as one more batch stepped: the resumed run logged every step at the next one's index
+    and ran the held-out evaluations one step late. Its loop counters are written as Lightning writes them at the end
+    of the batch before (on_train_batch_end: that batch processed, its end not yet completed)."""
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
-    batches = (loop.get("epoch_loop.batch_progress") or {}).get("total")
+    progress = loop.get("epoch_loop.batch_progress") or {}
     counters = loop.get("epoch_loop.state_dict") or {}
-    if batches and "_batches_that_stepped" in counters and batches["started"] > batches["processed"]:
-        counters["_batches_that_stepped"] -= 1
+    total = progress.get("total")
+    if not total or total["started"] <= total["processed"] or "_batches_that_stepped" not in counters:
+        return  # not within a batch (its training_step returned)
+    for counts in (total, progress["current"]):
+        counts["ready"] = counts["started"] = counts["processed"] = counts["completed"]
+        counts["completed"] -= 1  # completed on restart
+    counters["_batches_that_stepped"] -= 1  # counted on restart
 
 
 class TrainedStateCheckpoints:
@@ -101,7 +107,7 @@ class TrainedStateCheckpoints:
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = self.checkpointed_rng_state()
-        log_the_step_in_progress_once(checkpoint)
+        as_if_written_as_the_step_in_progress_began(checkpoint)
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {

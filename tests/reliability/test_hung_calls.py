@@ -39,7 +39,9 @@ def hang_on_a_call(prompts, completions):
 # where the reward hangs: the run's settings, the hung call, what the run waits on, the RL steps the checkpoint holds,
 # and what the error line says runs again on resume
 HUNG = {
-    "in RL step 2": ([], 3, "the reward", 1, "the interrupted RL step runs again"),
+    "in RL step 2": (["trainer.val_check_interval=2"], 3, "the reward", 1, "the interrupted RL step runs again"),
+    "in RL step 1, held-out evaluations after every step": (
+        ["trainer.val_check_interval=1"], 2, "the reward", 0, "the interrupted RL step runs again"),
     "in RL step 2, async": (["algo.max_staleness=1"], 3, "the rollout producer", 1,
                             "the interrupted RL step runs again"),
     "in the held-out evaluation after RL step 2": (
@@ -88,9 +90,11 @@ def logged_rows(run_dir) -> list[tuple[str, list[str], str]]:
 @pytest.mark.parametrize("when", HUNG)
 def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(when, tmp_path):
     """SIGTERM while a reward never returns: the call is abandoned, the run ends within seconds with one line, exit
-    143 and interrupted.ckpt, and (synchronous) the resume from it trains and logs what one uninterrupted run does.
-    In the held-out evaluation after a step, the checkpoint holds that step, and the resume evaluates again at that
-    step first: its metrics.csv lost that step's training row, and the line said the step runs again."""
+    143 and interrupted.ckpt, and (synchronous) the resume from it trains and logs what one uninterrupted run does:
+    the same weights, and metrics.csv's rows at the same steps. Resumed within a step, Lightning counted one more
+    step (every row one step further on, the evaluations a step late); in the held-out evaluation after a step, the
+    checkpoint holds that step and the resume evaluates again first: metrics.csv lost that step's training row, and
+    the line said the step runs again."""
     settings, hung_call, waited_on, steps_saved, runs_again = HUNG[when]
     process = start_run_with_a_hanging_reward(tmp_path, settings, hung_call)
     signalled = time.time()
