@@ -2,7 +2,8 @@
 
 On the held-out prompts, with the same sampling seed before and after training (so the two columns
 differ only by the policy): mean score, mean KL to the reference, and a table of completions.
-It also reports the training metrics of the first and last RL steps.
+It also reports the training metrics of the first and last RL steps. Both "before" and the first step are the
+run's own when it resumes from a checkpoint (saved in it), not the checkpoint's policy.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 from rich.table import Table
 
@@ -18,6 +20,7 @@ from lit_rlhf.callbacks.interrupt import stop_requested
 from lit_rlhf.terminal import as_text, plain_console
 
 TRACKED = ("objective/scores", "objective/kl", "objective/rlhf_reward", "objective/entropy")
+SHOWN = ("prompts", "transcripts", "scores", "mean_score", "mean_kl")  # of a held-out sample, what print() shows
 
 
 class TrainingSummary(L.Callback):
@@ -35,9 +38,15 @@ class TrainingSummary(L.Callback):
         with module.ranks_stepping_together():  # every rank samples
             return module.sample_heldout(batch, self.seed)
 
+    def setup(self, trainer: L.Trainer, module, stage: str) -> None:
+        if stage == TrainerFn.FITTING:  # a resume restores them next
+            self.before, self.after, self.first_step, self.last_step = None, None, {}, {}
+
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
-        if not stop_requested(trainer):  # a SIGTERM during the set-up: the run stops before training
-            self.before = self.sample(trainer, module)
+        # a SIGTERM during the set-up: the run stops before training; a resumed run has the run's own
+        if self.before is None and not stop_requested(trainer):
+            before = self.sample(trainer, module)
+            self.before = None if before is None else {key: before[key] for key in SHOWN}
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         stats = {k: v for k, v in module.last_stats.items() if k in TRACKED}
@@ -50,10 +59,12 @@ class TrainingSummary(L.Callback):
         self.print()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"first_step": self.first_step}
+        return {"first_step": self.first_step, "before": self.before}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.first_step = state.get("first_step", {})
+        before = state.get("before")
+        self.before = before if shown_sample(before) else None  # else sampled again
 
     @rank_zero_only
     def print(self) -> None:
@@ -82,3 +93,16 @@ class TrainingSummary(L.Callback):
 
     def _cut(self, text: str) -> str:
         return text if len(text) <= self.max_chars else text[: self.max_chars] + "..."
+
+
+def shown_sample(sample: Any) -> bool:
+    """Whether a checkpoint's "before" sample holds what print() shows, in the types it shows them as (a checkpoint is
+    untrusted input: its text is printed through as_text)."""
+    if not isinstance(sample, dict) or not set(SHOWN) <= set(sample):
+        return False
+    prompts, transcripts, scores = sample["prompts"], sample["transcripts"], sample["scores"]
+    if not all(isinstance(values, list) for values in (prompts, transcripts, scores)):
+        return False
+    numbers = [*scores, sample["mean_score"], sample["mean_kl"]]
+    return (all(isinstance(text, str) for text in prompts + transcripts)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers))

@@ -1,0 +1,41 @@
+import lightning as L
+import pytest
+
+from lit_rlhf.callbacks import LastCheckpoint, TrainingSummary
+from lit_rlhf.callbacks.summary import shown_sample
+from tests.conftest import FAST_LEARNING, make_datamodule, make_rloo
+
+pytestmark = pytest.mark.integration  # runs a Trainer
+
+
+def fit(tmp_path, summary: TrainingSummary, rl_steps: int, ckpt_path=None) -> None:
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, limit_val_batches=0, accelerator="cpu",
+                        callbacks=[summary, LastCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=1)],
+                        default_root_dir=tmp_path)
+    trainer.fit(make_rloo(rl_steps=rl_steps, optimizer=FAST_LEARNING), make_datamodule(), ckpt_path=ckpt_path,
+                weights_only=True)
+
+
+def test_a_resumed_run_shows_the_run_before_training_not_the_checkpoint_it_resumed_from(tmp_path):
+    """The summary's "before" was sampled again from the checkpoint's policy: a resumed run compared its end with
+    the checkpoint, not with the policy before training, and spent minutes sampling it on a large model."""
+    L.seed_everything(0)
+    first = TrainingSummary()
+    fit(tmp_path, first, rl_steps=2)
+    assert first.before["transcripts"] != first.after["transcripts"]  # the two steps changed the policy
+    resumed = TrainingSummary()
+    fit(tmp_path, resumed, rl_steps=3, ckpt_path=tmp_path / "last.ckpt")
+    assert resumed.before == first.before and resumed.first_step == first.first_step  # what it prints
+
+
+GOOD = {"prompts": ["a"], "transcripts": ["b"], "scores": [1.0], "mean_score": 1.0, "mean_kl": 0.0}
+
+
+@pytest.mark.parametrize("before", [None, {"prompts": ["a"]}, {**GOOD, "prompts": "a"}, {**GOOD, "scores": ["1"]},
+                                    {**GOOD, "transcripts": [["b"]]}, {**GOOD, "mean_kl": True}])
+def test_a_checkpoints_sample_that_print_cannot_show_is_sampled_again(before):
+    summary = TrainingSummary()
+    summary.load_state_dict({"first_step": {}, "before": before})
+    assert summary.before is None
+    summary.load_state_dict({"first_step": {}, "before": GOOD})
+    assert summary.before == GOOD and shown_sample(GOOD)
