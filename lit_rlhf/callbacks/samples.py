@@ -1,7 +1,7 @@
 """GenerationSamples: what the policy writes on the held-out prompts, during the run.
 
-At the start of fit, every `every_n_steps` RL steps (default: num_sample_generations times over the
-run, like TRL) and at the end, on rank zero: one completion per held-out prompt with the training
+At the start of fit (not again when it resumes), every `every_n_steps` RL steps (default: num_sample_generations
+times over the run, like TRL) and at the end, on rank zero: one completion per held-out prompt with the training
 sampling settings (and greedy, if asked), scored, with its KL to the reference. Written to
 <run dir>/samples.jsonl always; printed as a rich table; logged as a wandb Table or TensorBoard text. A
 multi-turn episode shows as its conversation, the environment's turns marked `[env:...]` (and, in samples.jsonl,
@@ -47,7 +47,8 @@ class GenerationSamples(L.Callback):
         return max(1, total_rl_steps // max(self.num_sample_generations, 1)) if total_rl_steps else 0
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
-        if not stop_requested(trainer):  # a SIGTERM during the set-up: the run stops before training
+        # a SIGTERM during the set-up: the run stops before training; a resumed run wrote its start samples already
+        if module.rl_step == 0 and not stop_requested(trainer):
             self.generate(trainer, module, "start")
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:

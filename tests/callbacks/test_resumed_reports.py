@@ -1,16 +1,20 @@
+"""What the reports of a resumed run show: the run's own start, not the checkpoint's policy as a new start."""
+
+import json
+
 import lightning as L
 import pytest
 
-from lit_rlhf.callbacks import LastCheckpoint, TrainingSummary
+from lit_rlhf.callbacks import GenerationSamples, LastCheckpoint, TrainingSummary
 from lit_rlhf.callbacks.summary import shown_sample
 from tests.conftest import FAST_LEARNING, make_datamodule, make_rloo
 
 pytestmark = pytest.mark.integration  # runs a Trainer
 
 
-def fit(tmp_path, summary: TrainingSummary, rl_steps: int, ckpt_path=None) -> None:
+def fit(tmp_path, callback: L.Callback, rl_steps: int, ckpt_path=None) -> None:
     trainer = L.Trainer(logger=False, enable_progress_bar=False, limit_val_batches=0, accelerator="cpu",
-                        callbacks=[summary, LastCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=1)],
+                        callbacks=[callback, LastCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=1)],
                         default_root_dir=tmp_path)
     trainer.fit(make_rloo(rl_steps=rl_steps, optimizer=FAST_LEARNING), make_datamodule(), ckpt_path=ckpt_path,
                 weights_only=True)
@@ -39,3 +43,13 @@ def test_a_checkpoints_sample_that_print_cannot_show_is_sampled_again(before):
     assert summary.before is None
     summary.load_state_dict({"first_step": {}, "before": GOOD})
     assert summary.before == GOOD and shown_sample(GOOD)
+
+
+def test_a_resumed_run_does_not_draw_its_start_samples_again(tmp_path):
+    L.seed_everything(0)
+    for rl_steps, ckpt_path in ((2, None), (3, tmp_path / "last.ckpt")):
+        samples = GenerationSamples(num_samples=2, every_n_steps=1, dirpath=str(tmp_path), print_to_console=False)
+        fit(tmp_path, samples, rl_steps, ckpt_path)
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    # two held-out prompts a stage; a "start" at step 2 showed the checkpoint's policy as the start
+    assert [(row["stage"], row["step"]) for row in rows[::2]] == [("start", 0), ("train", 1), ("end", 2), ("end", 3)]
