@@ -67,22 +67,30 @@ def check_rng_state(rng: Any) -> None:
         set_rng_state(current)
 
 
-def as_if_written_as_the_step_in_progress_began(checkpoint: dict[str, Any]) -> None:
-    """A checkpoint written within an RL step (a call abandoned on SIGTERM) resumes by running that step again, from
-    the random states it began with. Lightning writes loop state only at a batch's end or in an evaluation, and read a
-    state written within a batch as one more batch stepped: the resumed run logged every step at the next one's index
-    and ran the held-out evaluations one step late. Its loop counters are written as Lightning writes them at the end
-    of the batch before (on_train_batch_end: that batch processed, its end not yet completed)."""
+def as_lightning_writes_at_a_batchs_end(checkpoint: dict[str, Any]) -> None:
+    """Lightning's restore reads its loop counters as written where Lightning writes checkpoints: at a batch's end
+    (on_train_batch_end) or in the evaluation after it. Two other moments this library writes at were read wrong:
+    within a batch (a call abandoned on SIGTERM; the step runs again on resume) and after the batch's evaluation
+    (Lightning's stop on SIGTERM at a step's end) when that batch was due an evaluation. The resumed run logged every
+    step at the next one's index, and, resumed within a batch, ran the held-out evaluations one step late. Both are
+    written as at the end of the last batch whose training step returned."""
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
     progress = loop.get("epoch_loop.batch_progress") or {}
     counters = loop.get("epoch_loop.state_dict") or {}
-    total = progress.get("total")
-    if not total or total["started"] <= total["processed"] or "_batches_that_stepped" not in counters:
-        return  # not within a batch (its training_step returned)
-    for counts in (total, progress["current"]):
-        counts["ready"] = counts["started"] = counts["processed"] = counts["completed"]
-        counts["completed"] -= 1  # completed on restart
-    counters["_batches_that_stepped"] -= 1  # counted on restart
+    total, current = progress.get("total"), progress.get("current")
+    if not total or not current or "_batches_that_stepped" not in counters:
+        return
+    # Lightning writes before counting the batch as stepped; counted, it was written after the batch's end
+    counted = counters["_batches_that_stepped"] == total["completed"] == total["processed"]
+    epochs = (loop.get("epoch_progress") or {}).get("total") or {}
+    within_a_batch = total["started"] > total["processed"]
+    after_a_batch = total["completed"] > 0 and epochs.get("processed", 0) < epochs.get("started", 0)  # epoch going on
+    if not counted or not (within_a_batch or after_a_batch):
+        return  # at a batch's end, in its evaluation, before training, or after its end (on_train_end)
+    for counts in (total, current):
+        counts["ready"] = counts["started"] = counts["processed"]
+        counts["completed"] = counts["processed"] - 1  # completed, and counted as stepped, on restart
+    counters["_batches_that_stepped"] = total["processed"] - 1
 
 
 class TrainedStateCheckpoints:
@@ -107,7 +115,7 @@ class TrainedStateCheckpoints:
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = self.checkpointed_rng_state()
-        as_if_written_as_the_step_in_progress_began(checkpoint)
+        as_lightning_writes_at_a_batchs_end(checkpoint)
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {

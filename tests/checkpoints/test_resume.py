@@ -7,6 +7,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.loggers import Logger
 
 from lit_rlhf.envs import EnvSpec
 from lit_rlhf.step import KLController, RewardNormalizer
@@ -50,13 +51,29 @@ def make(algo):
     return make_rloo(response_length=12, **components)
 
 
-def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None, accelerator="cpu"):
+class LoggedSteps(Logger):
+    """The (step, "train" or "eval") of each row a run logs: where loggers put each RL step and held-out evaluation."""
+
+    name, version = "steps", 0
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.rows.append((step, "eval" if any(name.startswith("eval/") for name in metrics) else "train"))
+
+
+def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None, accelerator="cpu", logger=False):
     L.seed_everything(0)
     module = make(algo)
     updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
-    trainer = L.Trainer(max_steps=rl_steps * updates, logger=False, enable_progress_bar=False,
+    trainer = L.Trainer(max_steps=rl_steps * updates, logger=logger, enable_progress_bar=False,
                         enable_model_summary=False, accelerator=accelerator, val_check_interval=3, limit_val_batches=1,
-                        num_sanity_val_steps=1, callbacks=callbacks,
+                        num_sanity_val_steps=1, log_every_n_steps=1, callbacks=callbacks,
                         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks))
     trainer.fit(module, make_datamodule(dataset=prompts, num_eval_prompts=8, batch_size=4), ckpt_path=ckpt_path)
     return module
@@ -116,20 +133,23 @@ def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, sma
 
     from lit_rlhf.callbacks import CheckpointOnInterrupt
 
-    full = Record()
-    fit("rloo", small_prompts, 5, [full])
-    first, guard = Record(), CheckpointOnInterrupt(dirpath=str(tmp_path))
-    callbacks = [SendSignal(3, getattr(signal, signame)), guard, first]
+    full, logged = Record(), LoggedSteps()
+    fit("rloo", small_prompts, 5, [full], logger=logged)
+    first, guard, logged_first = Record(), CheckpointOnInterrupt(dirpath=str(tmp_path)), LoggedSteps()
+    callbacks = [SendSignal(3, getattr(signal, signame)), guard, first]  # step 3: a held-out evaluation is due
     if signame == "SIGTERM":
         with pytest.raises(SIGTERMException):
-            fit("rloo", small_prompts, 5, callbacks)
+            fit("rloo", small_prompts, 5, callbacks, logger=logged_first)
     else:
-        fit("rloo", small_prompts, 5, callbacks)
+        fit("rloo", small_prompts, 5, callbacks, logger=logged_first)
         assert signal.getsignal(signal.SIGINT) is not guard._on_sigint  # handler restored
     assert sorted(first.stats) == [1, 2, 3] and guard.path == tmp_path / "interrupted.ckpt"
-    second = Record()
-    fit("rloo", small_prompts, 5, [second], ckpt_path=str(guard.path))
+    second, logged_second = Record(), LoggedSteps()
+    fit("rloo", small_prompts, 5, [second], ckpt_path=str(guard.path), logger=logged_second)
     assert {**first.stats, **second.stats} == full.stats
+    # the resumed run logs at the uninterrupted run's steps: SIGTERM's checkpoint (written after the step's
+    # evaluation) resumed one step further on
+    assert logged_first.rows + logged_second.rows == logged.rows
 
 
 @pytest.mark.timeout(150)  # an async run that waited on a rollout nobody draws held here for ever
