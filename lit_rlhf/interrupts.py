@@ -222,6 +222,6 @@ def end_of_run_interrupts(training_finished: Callable[[], bool]) -> Iterator[Non
     try:
         yield
     finally:
-        _sigterm_heard_early[0] = False  # this run's: the next fit in this process (a test's, a sweep's) starts clean
+        _sigterm_heard_early[0] = False  # the next fit in this process (a test's, a notebook's) starts clean
         for sig, old in previous.items():
             signal.signal(sig, old)
