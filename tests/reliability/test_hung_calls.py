@@ -36,13 +36,14 @@ def hang_on_a_call(prompts, completions):
     return torch.tensor([float(len(c) % 7) for c in completions])
 '''
 
+ASYNC = ["algo.max_staleness=1"]
 # where the reward hangs: the run's settings, the hung call, what the run waits on, the RL steps the checkpoint holds,
 # and what the error line says runs again on resume
 HUNG = {
     "in RL step 2": (["trainer.val_check_interval=2"], 3, "the reward", 1, "the interrupted RL step runs again"),
     "in RL step 1, held-out evaluations after every step": (
         ["trainer.val_check_interval=1"], 2, "the reward", 0, "the interrupted RL step runs again"),
-    "in RL step 2, async": (["algo.max_staleness=1"], 3, "the rollout producer", 1,
+    "in RL step 2, async": (ASYNC, 3, "the rollout producer", 1,
                             "the interrupted RL step runs again"),
     "in the held-out evaluation after RL step 2": (
         ["trainer.val_check_interval=2"], 4, "the reward", 2,
@@ -109,7 +110,7 @@ def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(wh
     assert "Traceback" not in stderr
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "interrupted.ckpt", weights_only=True)
     assert checkpoint["rlhf_state"]["rl_step"] == steps_saved
-    if "async" not in when:  # from the random states it began with: the resumed run trains what one uninterrupted
+    if settings != ASYNC:  # from the random states it began with: the resumed run trains what one uninterrupted
         # run trains, to the last bit (async mode redraws from newer weights: docs/async.md)
         (tmp_path / "hang").unlink()
         here = {"PYTHONPATH": f"{ROOT}{os.pathsep}."}
@@ -129,7 +130,7 @@ def test_sigterm_abandons_a_reward_that_never_returns_and_leaves_a_checkpoint(wh
 
 
 def test_a_second_ctrl_c_ends_an_async_run_whose_reward_never_returns_at_once(tmp_path):
-    process = start_run_with_a_hanging_reward(tmp_path, ["algo.max_staleness=1"], 3)
+    process = start_run_with_a_hanging_reward(tmp_path, ASYNC, 3)
     signalled = time.time()
     process.send_signal(signal.SIGINT)  # the first: finish the step (which cannot finish), then stop
     time.sleep(1.0)
