@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lit_rlhf.checkpoints.loop_state import loop_state_as_lightning_restores_it
 from lit_rlhf.checkpoints.resume_checks import check_resume
 from lit_rlhf.checkpoints.run_identity import path_digest
 from lit_rlhf.data.epoch_shuffle import shards_rows
@@ -147,6 +148,7 @@ class PairModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         save_pairs_identity(self, checkpoint)
         keep_a_cut_epoch_unfinished(checkpoint)
+        loop_state_as_lightning_restores_it(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_pairs_resume(self, checkpoint)

@@ -100,8 +100,9 @@ class RewardModelModule(PairModule):
         margin = batch.get("margin") if self.hparams.use_margin else None
         loss = bradley_terry_loss(chosen, rejected, margin, self.hparams.center_rewards_coefficient)
         metrics = {f"{stage}/{name}": value for name, value in pair_metrics(chosen.detach(), rejected.detach()).items()}
+        # training: per step (an epoch's mean after a resume covered only the batches since); held out: the means
         self.log_dict({f"{stage}/loss": loss.detach(), **metrics}, batch_size=len(chosen), prog_bar=stage == "val",
-                      on_step=stage == "train", on_epoch=True)
+                      on_step=stage == "train", on_epoch=stage == "val")
         if stage == "val":
             self.eval_rewards.append(torch.cat([chosen, rejected]).detach().cpu())
         return loss

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.checkpoints.files import tensors_digest
+from lit_rlhf.checkpoints.loop_state import loop_state_as_lightning_restores_it
 from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr
 from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity
 from lit_rlhf.distributed.sharding import is_sharded
@@ -67,32 +68,6 @@ def check_rng_state(rng: Any) -> None:
         set_rng_state(current)
 
 
-def as_lightning_writes_at_a_batchs_end(checkpoint: dict[str, Any]) -> None:
-    """Lightning's restore reads its loop counters as written where Lightning writes checkpoints: at a batch's end
-    (on_train_batch_end) or in the evaluation after it. Two other moments this library writes at were read wrong:
-    within a batch (a call abandoned on SIGTERM; the step runs again on resume) and after the batch's evaluation
-    (Lightning's stop on SIGTERM at a step's end) when that batch was due an evaluation. The resumed run logged every
-    step at the next one's index, and, resumed within a batch, ran the held-out evaluations one step late. Both are
-    written as at the end of the last batch whose training step returned."""
-    loop = checkpoint.get("loops", {}).get("fit_loop", {})
-    progress = loop.get("epoch_loop.batch_progress") or {}
-    counters = loop.get("epoch_loop.state_dict") or {}
-    total, current = progress.get("total"), progress.get("current")
-    if not total or not current or "_batches_that_stepped" not in counters:
-        return
-    # Lightning writes before counting the batch as stepped; counted, it was written after the batch's end
-    counted = counters["_batches_that_stepped"] == total["completed"] == total["processed"]
-    epochs = (loop.get("epoch_progress") or {}).get("total") or {}
-    within_a_batch = total["started"] > total["processed"]
-    after_a_batch = total["completed"] > 0 and epochs.get("processed", 0) < epochs.get("started", 0)  # epoch going on
-    if not counted or not (within_a_batch or after_a_batch):
-        return  # at a batch's end, in its evaluation, before training, or after its end (on_train_end)
-    for counts in (total, current):
-        counts["ready"] = counts["started"] = counts["processed"]
-        counts["completed"] = counts["processed"] - 1  # completed, and counted as stepped, on restart
-    counters["_batches_that_stepped"] = total["processed"] - 1
-
-
 class TrainedStateCheckpoints:
     """Lightning checkpoint hooks for RLHFModule: frozen weights (base model, reference copy) reload from
     name_or_path; everything a run changed, and where it was, goes into the checkpoint."""
@@ -115,7 +90,7 @@ class TrainedStateCheckpoints:
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = self.checkpointed_rng_state()
-        as_lightning_writes_at_a_batchs_end(checkpoint)
+        loop_state_as_lightning_restores_it(checkpoint)
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {

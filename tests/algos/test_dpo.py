@@ -69,6 +69,8 @@ def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy
     trainer.fit(module, data)
     assert float(trainer.callback_metrics["eval/rewards/accuracies"]) >= 0.9
     assert float(trainer.callback_metrics["eval/loss"]) < 0.3
+    assert {"loss", "rewards/chosen", "rewards/accuracies"} <= set(trainer.callback_metrics)  # TRL's names, per step
+    assert not any(name.endswith(("_step", "_epoch")) for name in trainer.callback_metrics)
     folder = module.save_policy(tmp_path / "policy")
     assert_readable_as_umask_allows(folder)  # the one exporter's (safetensors alone writes 0600)
     saved = AutoModelForCausalLM.from_pretrained(folder).eval()

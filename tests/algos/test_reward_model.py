@@ -68,6 +68,8 @@ def test_a_tiny_reward_model_learns_separable_pairs_and_its_folder_scores_the_sa
     trainer.fit(module, data)
     assert float(trainer.callback_metrics["val/accuracy"]) >= 0.9
     assert float(trainer.callback_metrics["val/loss"]) < loss_before / 2
+    assert {"train/loss", "train/accuracy", "train/margin"} <= set(trainer.callback_metrics)  # per step, no suffix
+    assert not any(name.endswith(("_step", "_epoch")) for name in trainer.callback_metrics)
     folder = module.save_reward_model(tmp_path / "rm")
     assert not any(p.name.startswith("adapter") for p in folder.iterdir())  # merged: a plain model folder
     assert_readable_as_umask_allows(folder)

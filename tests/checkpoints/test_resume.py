@@ -52,7 +52,7 @@ def make(algo):
 
 
 class LoggedSteps(Logger):
-    """The (step, "train" or "eval") of each row a run logs: where loggers put each RL step and held-out evaluation."""
+    """Where loggers put each RL step and held-out evaluation: (step, "train") or (step, "eval", its figures)."""
 
     name, version = "steps", 0
 
@@ -64,18 +64,21 @@ class LoggedSteps(Logger):
         pass
 
     def log_metrics(self, metrics, step=None) -> None:
-        self.rows.append((step, "eval" if any(name.startswith("eval/") for name in metrics) else "train"))
+        held_out = {name: value for name, value in metrics.items() if name.startswith("eval/")}
+        self.rows.append((step, "eval", held_out) if held_out else (step, "train"))
 
 
-def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None, accelerator="cpu", logger=False):
+def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None, accelerator="cpu", logger=False, eval_batches=1):
+    """`eval_batches`: the held-out evaluation's batches (its 8 prompts in one, or in batches of 4)."""
     L.seed_everything(0)
     module = make(algo)
     updates = module.hparams.num_ppo_epochs * module.hparams.num_mini_batches
     trainer = L.Trainer(max_steps=rl_steps * updates, logger=logger, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator=accelerator, val_check_interval=3, limit_val_batches=1,
-                        num_sanity_val_steps=1, log_every_n_steps=1, callbacks=callbacks,
-                        enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks))
-    trainer.fit(module, make_datamodule(dataset=prompts, num_eval_prompts=8, batch_size=4), ckpt_path=ckpt_path)
+                        enable_model_summary=False, accelerator=accelerator, val_check_interval=3,
+                        limit_val_batches=eval_batches, num_sanity_val_steps=1, log_every_n_steps=1,
+                        callbacks=callbacks, enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks))
+    data = make_datamodule(dataset=prompts, num_eval_prompts=8, batch_size=4, eval_batch_size=8 // eval_batches)
+    trainer.fit(module, data, ckpt_path=ckpt_path)
     return module
 
 
@@ -125,8 +128,9 @@ class SendSignal(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, small_prompts, tmp_path):
+@pytest.mark.parametrize("signame, eval_batches", [("SIGINT", 1), ("SIGTERM", 1), ("SIGTERM", 2)],
+                         ids=["SIGINT", "SIGTERM", "SIGTERM, the evaluation in two batches"])
+def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, eval_batches, small_prompts, tmp_path):
     import signal
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -134,21 +138,23 @@ def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, sma
     from lit_rlhf.callbacks import CheckpointOnInterrupt
 
     full, logged = Record(), LoggedSteps()
-    fit("rloo", small_prompts, 5, [full], logger=logged)
+    fit("rloo", small_prompts, 5, [full], logger=logged, eval_batches=eval_batches)
     first, guard, logged_first = Record(), CheckpointOnInterrupt(dirpath=str(tmp_path)), LoggedSteps()
     callbacks = [SendSignal(3, getattr(signal, signame)), guard, first]  # step 3: a held-out evaluation is due
     if signame == "SIGTERM":
         with pytest.raises(SIGTERMException):
-            fit("rloo", small_prompts, 5, callbacks, logger=logged_first)
+            fit("rloo", small_prompts, 5, callbacks, logger=logged_first, eval_batches=eval_batches)
     else:
-        fit("rloo", small_prompts, 5, callbacks, logger=logged_first)
+        fit("rloo", small_prompts, 5, callbacks, logger=logged_first, eval_batches=eval_batches)
         assert signal.getsignal(signal.SIGINT) is not guard._on_sigint  # handler restored
     assert sorted(first.stats) == [1, 2, 3] and guard.path == tmp_path / "interrupted.ckpt"
     second, logged_second = Record(), LoggedSteps()
-    fit("rloo", small_prompts, 5, [second], ckpt_path=str(guard.path), logger=logged_second)
+    fit("rloo", small_prompts, 5, [second], ckpt_path=str(guard.path), logger=logged_second,
+        eval_batches=eval_batches)
     assert {**first.stats, **second.stats} == full.stats
-    # the resumed run logs at the uninterrupted run's steps: SIGTERM's checkpoint (written after the step's
-    # evaluation) resumed one step further on
+    # the resumed run logs at the uninterrupted run's steps, the evaluation due at the stop included: SIGTERM's
+    # checkpoint (written after the step's evaluation) resumed one step further on, and one written in an evaluation
+    # cut short at its next batch resumed past it, never logged
     assert logged_first.rows + logged_second.rows == logged.rows
 
 

@@ -200,6 +200,12 @@ def test_a_call_that_runs_the_ranks_collectives_is_abandonable_only_without_othe
         assert waiting_on() == "the reward vader"
 
 
+def logged_rows(run_dir) -> list[dict[str, str]]:
+    """metrics.csv's rows, without the columns of time taken."""
+    with open(run_dir / "csv" / "metrics.csv") as file:
+        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(file)]
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("script, signame", [("train_sft.py", "SIGTERM"), ("train_dpo.py", "SIGINT"),
                                              ("train_reward_model.py", "SIGTERM")])
@@ -207,12 +213,13 @@ def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_
     """SFT, DPO and the reward model stopped by SIGTERM or Ctrl-C write checkpoints/interrupted.ckpt, say so in
     their own steps, record the run as interrupted, and the checkpoint resumes to the end of the fit in the middle of
     its epoch, on the batches the uninterrupted fit trains on (both write the same model), whose last.ckpt (replaced,
-    never versioned beside a stale one) holds the final step. The fits are cut to 4 optimizer steps (the
-    embedded reward model's 3 epochs took half a minute here)."""
+    never versioned beside a stale one) holds the final step, and metrics.csv holds the uninterrupted fit's rows: the
+    held-out evaluation due at the stopped step too. The fits are cut to 4 optimizer steps (the embedded reward
+    model's 3 epochs took half a minute here), evaluated every 2."""
     stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=2",
             f"+callbacks.stop.signal={signame}"]
-    fit = "trainer.max_steps=4"
-    stopped = run_app(script, "hydra.run.dir=run", fit, *stop, cwd=tmp_path)
+    fit = ["trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1"]
+    stopped = run_app(script, "hydra.run.dir=run", *fit, *stop, cwd=tmp_path)
     assert stopped.returncode == {"SIGTERM": 143, "SIGINT": 130}[signame], stopped.stderr[-3000:]
     line = stopped.stderr.strip().splitlines()[-1]
     expected = ("stopped by SIGTERM after a complete training step" if signame == "SIGTERM" else
@@ -222,16 +229,17 @@ def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_
     assert torch.load(checkpoint, weights_only=True)["global_step"] == 2
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
     assert not (tmp_path / "run" / "policy").exists() and not (tmp_path / "run" / "reward_model").exists()
-    resumed = run_app(script, "hydra.run.dir=run", fit, f"ckpt_path={checkpoint}", cwd=tmp_path)
+    resumed = run_app(script, "hydra.run.dir=run", *fit, f"ckpt_path={checkpoint}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["status"] == "ok" and result["objective"] is not None  # the final weights evaluated, mid-epoch
     assert "Held-out" in resumed.stdout and "was not logged" not in resumed.stderr, resumed.stderr[-3000:]
     assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["interrupted.ckpt", "last.ckpt"]
-    whole = run_app(script, "hydra.run.dir=whole", fit, cwd=tmp_path)
+    whole = run_app(script, "hydra.run.dir=whole", *fit, cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr[-3000:]
     saved = "reward_model" if script == "train_reward_model.py" else "policy"
     resumed_weights = load_file(tmp_path / "run" / saved / "model.safetensors")
     for name, tensor in load_file(tmp_path / "whole" / saved / "model.safetensors").items():
         assert torch.equal(resumed_weights[name], tensor), name  # trained on the same batches, in the same order
+    assert logged_rows(tmp_path / "run") == logged_rows(tmp_path / "whole")

@@ -1,0 +1,59 @@
+"""Lightning's loop state in a checkpoint, rewritten where Lightning's restore misreads it. Its restore assumes a
+checkpoint written at a training batch's end (on_train_batch_end) or in the evaluation after it, having run to its
+end; this library also writes within a batch (a call abandoned on SIGTERM), after a batch's end (Lightning's own stop
+on SIGTERM) and within an evaluation that SIGTERM cut short. These functions lean on Lightning's loop-state keys
+(`loops.fit_loop`), which Lightning may rename: each leaves a checkpoint without them untouched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def loop_state_as_lightning_restores_it(checkpoint: dict[str, Any]) -> None:
+    """Both rewrites below: a fit resumed from the checkpoint logs and evaluates at the uninterrupted fit's steps."""
+    as_lightning_writes_at_a_batchs_end(checkpoint)
+    an_evaluation_cut_short_runs_again_whole(checkpoint)
+
+
+def as_lightning_writes_at_a_batchs_end(checkpoint: dict[str, Any]) -> None:
+    """Lightning's restore reads its loop counters as written where Lightning writes checkpoints: at a batch's end
+    (on_train_batch_end) or in the evaluation after it. Two other moments this library writes at were read wrong:
+    within a batch (a call abandoned on SIGTERM; the step runs again on resume) and after the batch's evaluation
+    (Lightning's stop on SIGTERM at a step's end) when that batch was due an evaluation. The resumed run logged every
+    step at the next one's index, and, resumed within a batch, ran the held-out evaluations one step late. Both are
+    written as at the end of the last batch whose training step returned."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress = loop.get("epoch_loop.batch_progress") or {}
+    counters = loop.get("epoch_loop.state_dict") or {}
+    total, current = progress.get("total"), progress.get("current")
+    if not total or not current or "_batches_that_stepped" not in counters:
+        return
+    # Lightning writes before counting the batch as stepped; counted, it was written after the batch's end
+    counted = counters["_batches_that_stepped"] == total["completed"] == total["processed"]
+    epochs = (loop.get("epoch_progress") or {}).get("total") or {}
+    within_a_batch = total["started"] > total["processed"]
+    after_a_batch = total["completed"] > 0 and epochs.get("processed", 0) < epochs.get("started", 0)  # epoch going on
+    if not counted or not (within_a_batch or after_a_batch):
+        return  # at a batch's end, in its evaluation, before training, or after its end (on_train_end)
+    for counts in (total, current):
+        counts["ready"] = counts["started"] = counts["processed"]
+        counts["completed"] = counts["processed"] - 1  # completed, and counted as stepped, on restart
+    counters["_batches_that_stepped"] = total["processed"] - 1
+
+
+def an_evaluation_cut_short_runs_again_whole(checkpoint: dict[str, Any]) -> None:
+    """An evaluation within the fit stopped before its end (Lightning stops one at its next batch once SIGTERM has
+    arrived; a call abandoned in it): Lightning records the batches done as a finished evaluation and its restore
+    goes on training, so that evaluation was never logged. Recorded as an evaluation restarted at its first batch,
+    the resumed fit runs it whole first (from the batch reached, it would log figures of part of the held-out rows)."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress = loop.get("epoch_loop.val_loop.batch_progress") or {}
+    total, current = progress.get("total"), progress.get("current")
+    if not total or not current or not current["started"]:
+        return  # no evaluation in this epoch yet
+    if progress.get("is_last_batch") and current["completed"] == current["started"]:
+        return  # the last evaluation ran to its end
+    before = total["completed"] - current["completed"]  # batches of the evaluations before this one
+    total.update(ready=before + 1, started=before + 1, processed=before, completed=before)
+    current.update(ready=1, started=1, processed=0, completed=0)
+    progress["is_last_batch"] = False
