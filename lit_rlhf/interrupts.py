@@ -189,6 +189,27 @@ class TrainingInterrupted(BaseException):
     exit_code = EXIT_CODES["SIGINT"]
 
 
+@contextmanager
+def set_up_stops_on_signals() -> Iterator[None]:
+    """Around an app's set-up before the fit (the data, the model and rewards loaded, which takes minutes for a large
+    model): Ctrl-C or SIGTERM raises StoppedBeforeTraining, said in one line with the run recorded as interrupted.
+    SIGTERM ended the process there by its default action (no line, no result.json), Ctrl-C with a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        raise StoppedBeforeTraining("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise StoppedBeforeTraining("SIGINT") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 _sigterm_heard_early = [False]  # by end_of_run_interrupts' handler: see sigterm_heard_early
 
 

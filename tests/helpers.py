@@ -181,6 +181,19 @@ class SigtermInSetup(L.Callback):
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+class RewardThatSignalsWhileBuilt:
+    """A reward whose construction (as a large reward model's loading, in the app's set-up before the fit) signals
+    this process with `signame`, then takes `wait_s` more."""
+
+    def __init__(self, signame: str = "SIGTERM", wait_s: float = 30.0, **unused):
+        import os
+        import signal
+        import time
+
+        os.kill(os.getpid(), getattr(signal, signame))
+        time.sleep(wait_s)
+
+
 REWARD_CALLS = {"rank one": 0, "samples": 0, "first": 0}
 
 

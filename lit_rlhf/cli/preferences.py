@@ -19,7 +19,7 @@ from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_trai
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_epochs, typed_key
 from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
-from lit_rlhf.interrupts import TrainingInterrupted
+from lit_rlhf.interrupts import TrainingInterrupted, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
 
@@ -29,11 +29,12 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
     silence_known_noise()
     allow_frozen_modules_in_eval_mode()
     check_epochs(cfg)
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = instantiate(cfg.data)
-    datamodule.tokenizer_key = typed_key(cfg, "data.tokenizer")  # model.name_or_path, as the configs repeat it
-    module = instantiate(cfg.algo, _convert_="all")
-    loggers = instantiate_group(cfg.get("logger"))
+    with set_up_stops_on_signals():
+        L.seed_everything(cfg.seed, workers=True)
+        datamodule = instantiate(cfg.data)
+        datamodule.tokenizer_key = typed_key(cfg, "data.tokenizer")  # model.name_or_path, as the configs repeat it
+        module = instantiate(cfg.algo, _convert_="all")
+        loggers = instantiate_group(cfg.get("logger"))
     trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))

@@ -24,7 +24,7 @@ from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
 from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
 from lit_rlhf.errors import ConfigError, UnavailableError
-from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts
+from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords, without_passwords
 
@@ -58,19 +58,20 @@ def train(cfg: DictConfig) -> dict[str, float]:
         from lit_rlhf.models.export import check_export_dir
 
         check_export_dir(cfg.export_dir, "export_dir")
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = instantiate(cfg.data)
-    datamodule.tokenizer_key = typed_key(cfg, "data.tokenizer")  # model.name_or_path, as the configs repeat it
-    module = instantiate(cfg.algo, _convert_="all")
-    if module.environment is not None:  # a chat template shows the model its tools
-        datamodule.tools = module.environment.schemas
-    check_optimized_metric(cfg, [metric.name for metric in module.task_metrics])
-    # saved in checkpoints, so that evaluate.py ckpt_path=... scores with what the run trained on
-    # (a URL's password is masked: it never reaches a checkpoint, a log or a saved config)
-    module.record_run_config(config_without_passwords(
-        {group: OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
-         for group in ("reward", "gold", "task_metrics", "env")}))
-    loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
+    with set_up_stops_on_signals():
+        L.seed_everything(cfg.seed, workers=True)
+        datamodule = instantiate(cfg.data)
+        datamodule.tokenizer_key = typed_key(cfg, "data.tokenizer")  # model.name_or_path, as the configs repeat it
+        module = instantiate(cfg.algo, _convert_="all")
+        if module.environment is not None:  # a chat template shows the model its tools
+            datamodule.tools = module.environment.schemas
+        check_optimized_metric(cfg, [metric.name for metric in module.task_metrics])
+        # saved in checkpoints, so that evaluate.py ckpt_path=... scores with what the run trained on
+        # (a URL's password is masked: it never reaches a checkpoint, a log or a saved config)
+        module.record_run_config(config_without_passwords(
+            {group: OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
+             for group in ("reward", "gold", "task_metrics", "env")}))
+        loggers = instantiate_group(cfg.get("logger"), group=sweep_group())
     try:
         return fit(cfg, module, datamodule, loggers)
     finally:
