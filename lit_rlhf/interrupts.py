@@ -193,21 +193,21 @@ class TrainingInterrupted(BaseException):
 def set_up_stops_on_signals() -> Iterator[None]:
     """Around an app's set-up before the fit (the data, the model and rewards loaded, which takes minutes for a large
     model): Ctrl-C or SIGTERM raises StoppedBeforeTraining, said in one line with the run recorded as interrupted.
-    SIGTERM ended the process there by its default action (no line, no result.json), Ctrl-C with a traceback."""
+    SIGTERM ended the process there by its default action (no line, no result.json), Ctrl-C with a traceback. Both
+    handlers are this block's own, whatever the process had before (restored after)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def on_sigterm(signum, frame):
-        raise StoppedBeforeTraining("SIGTERM")
+    def on_signal(signum, frame):
+        raise StoppedBeforeTraining(signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
-    except KeyboardInterrupt:
-        raise StoppedBeforeTraining("SIGINT") from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 _sigterm_heard_early = [False]  # by end_of_run_interrupts' handler: see sigterm_heard_early

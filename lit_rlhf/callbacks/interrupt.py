@@ -19,11 +19,13 @@ forwarded copy) or while the others wait in another collective.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -60,6 +62,7 @@ class CheckpointOnInterrupt(Checkpoint):
         self.path: Path | None = None
         self._previous_handler = None
         self._previous_sigterm = None
+        self._handed_back: dict[int, Any] = {}  # the handlers before a fit that raised (see on_exception)
 
     def setup(self, trainer: L.Trainer, module, stage: str) -> None:
         # heard from here on: the fit's set-up and the samples drawn before training (minutes with a large model) come
@@ -68,6 +71,7 @@ class CheckpointOnInterrupt(Checkpoint):
             return
         self.requested, self.path, self.training_finished, self.stopped_by = False, None, False, None
         self.sigterm_noted, self.training_started, self._trainer = sigterm_heard_early(), False, trainer
+        self._handed_back = {}
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)  # Lightning's calls it
@@ -76,6 +80,8 @@ class CheckpointOnInterrupt(Checkpoint):
         self.training_finished = True  # the final checkpoint is written: Ctrl-C now skips the reports
 
     def _on_sigint(self, signum, frame) -> None:
+        if self._passed_back(signum, frame):
+            return
         if self.training_finished:
             raise EndOfRunInterrupted("SIGINT")
         if self.requested:  # second Ctrl-C: abort now
@@ -105,6 +111,8 @@ class CheckpointOnInterrupt(Checkpoint):
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum, frame) -> None:
+        if self._passed_back(signum, frame):
+            return
         trainer = self._trainer
         if trainer is not None and trainer.world_size > 1:  # noted; the ranks agree in on_train_batch_end
             if not self.sigterm_noted and trainer.strategy.launcher is not None:
@@ -143,14 +151,35 @@ class CheckpointOnInterrupt(Checkpoint):
         return bool(total[0]), bool(total[1])
 
     def on_exception(self, trainer: L.Trainer, module, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException) and self.path is None:
-            self.stopped_by = getattr(exception, "signal_name", "SIGTERM")
-            if self.training_started:  # before, the weights may not even be restored from ckpt_path yet
-                self.save(trainer)
-            if isinstance(exception, CallAbandoned):  # after a complete step, or within one (it runs again)
-                exception.in_evaluation = trainer.validating
+        try:
+            if isinstance(exception, SIGTERMException) and self.path is None:
+                self.stopped_by = getattr(exception, "signal_name", "SIGTERM")
+                if self.training_started:  # before, the weights may not even be restored from ckpt_path yet
+                    self.save(trainer)
+                if isinstance(exception, CallAbandoned):  # after a complete step, or within one (it runs again)
+                    exception.in_evaluation = trainer.validating
+        finally:
+            # Lightning calls no teardown when fit raises, and its own then puts these handlers back: once the fit is
+            # over they pass each signal on to the handler from before the fit
+            self._handed_back = {sig: handler for sig, handler in ((signal.SIGINT, self._previous_handler),
+                                                                   (signal.SIGTERM, self._previous_sigterm))
+                                 if handler is not None}
+            self.teardown(trainer, module, "fit")
+
+    def _passed_back(self, signum: int, frame) -> bool:
+        """After a fit that raised: the handler from before the fit is reinstated and handles this signal."""
+        handler = self._handed_back.get(signum)
+        if handler is None:
+            return False
+        signal.signal(signum, handler)
+        if callable(handler):
+            handler(signum, frame)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), signum)  # the default action, reinstated
+        return True
 
     def teardown(self, trainer: L.Trainer, module, stage: str) -> None:
+        """Gives Ctrl-C and SIGTERM back to the handlers they had before the fit."""
         if threading.current_thread() is threading.main_thread():
             if self._previous_handler is not None:
                 signal.signal(signal.SIGINT, self._previous_handler)

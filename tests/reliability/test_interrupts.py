@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import lightning as L
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -250,3 +251,49 @@ def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_
     for name, tensor in load_file(tmp_path / "whole" / saved / "model.safetensors").items():
         assert torch.equal(resumed_weights[name], tensor), name  # trained on the same batches, in the same order
     assert logged_rows(tmp_path / "run") == logged_rows(tmp_path / "whole")
+
+
+class RaisesInItsSecondStep(L.LightningModule):
+    """One weight; training step 2 raises (a reward's error, a lost rank: any exception that ends a fit)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 1:
+            raise ValueError("the reward failed")
+        return (self.weight - batch).pow(2).mean()
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.ones(4, 1), batch_size=1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.integration
+def test_a_fit_that_ended_in_an_exception_gives_ctrl_c_and_sigterm_back_to_the_process(tmp_path):
+    """Lightning calls no callback's teardown when fit raises: CheckpointOnInterrupt's handlers stayed, and in the same
+    process (a notebook, a script that goes on) Ctrl-C then only printed that the step would finish."""
+    from lit_rlhf.callbacks import CheckpointOnInterrupt
+
+    heard = []
+    before = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(
+        signal.SIGTERM, lambda signum, frame: heard.append(signum))  # the process's own SIGTERM handler
+    try:
+        trainer = L.Trainer(max_steps=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                            callbacks=[CheckpointOnInterrupt(dirpath=str(tmp_path))], default_root_dir=tmp_path)
+        with pytest.raises(ValueError, match="the reward failed"):
+            trainer.fit(RaisesInItsSecondStep())
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs in the main thread between bytecodes
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heard == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
