@@ -167,14 +167,17 @@ class CheckpointOnInterrupt(Checkpoint):
             self.teardown(trainer, module, "fit")
 
     def _passed_back(self, signum: int, frame) -> bool:
-        """After a fit that raised: the handler from before the fit is reinstated and handles this signal."""
+        """After a fit that raised: the handler from before the fit handles this signal, and is reinstated when this
+        one is still installed (not when a later fit's handler calls this one as the handler before it)."""
         handler = self._handed_back.get(signum)
         if handler is None:
             return False
-        signal.signal(signum, handler)
+        installed = signal.getsignal(signum) in (self._on_sigint, self._on_sigterm)
+        if installed:
+            signal.signal(signum, handler)
         if callable(handler):
             handler(signum, frame)
-        elif handler == signal.SIG_DFL:
+        elif handler == signal.SIG_DFL and installed:
             os.kill(os.getpid(), signum)  # the default action, reinstated
         return True
 
