@@ -170,15 +170,18 @@ class SigtermRanksAt(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-class SigtermInSetup(L.Callback):
-    """This process signals itself with SIGTERM in the fit's set-up (this callback's `setup`: before Lightning's
-    handler and CheckpointOnInterrupt's listen; checkpoint callbacks are set up last)."""
+class SignalInSetup(L.Callback):
+    """This process signals itself with `signal` (SIGTERM or SIGINT) in the fit's set-up (this callback's `setup`:
+    before Lightning's handler and CheckpointOnInterrupt's listen; checkpoint callbacks are set up last)."""
+
+    def __init__(self, signal: str = "SIGTERM"):
+        self.signal = signal
 
     def setup(self, trainer, module, stage):
         import os
         import signal
 
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), getattr(signal, self.signal))
 
 
 class RewardThatSignalsWhileBuilt:

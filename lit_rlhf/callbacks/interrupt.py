@@ -218,7 +218,16 @@ def stop_requested(trainer: L.Trainer) -> bool:
 def stops_before_training_said(trainer: L.Trainer) -> Iterator[None]:
     """Around trainer.fit: a SIGTERM that stopped the run before its first step began (no checkpoint was written:
     nothing had been trained; an abandoned call's CallAbandoned included) leaves as StoppedBeforeTraining, as a
-    Ctrl-C then does."""
+    Ctrl-C then does. So does a Ctrl-C in the fit's first moments, before CheckpointOnInterrupt listens (Lightning's
+    launch, the other callbacks' set-up), which Lightning's own handling ended with exit code 1 and no record."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def before_the_first_step(signum, frame):
+            if trainer.global_step == 0:
+                raise StoppedBeforeTraining("SIGINT")
+            raise KeyboardInterrupt  # without CheckpointOnInterrupt, after a step: as before
+
+        previous = signal.signal(signal.SIGINT, before_the_first_step)
     try:
         yield
     except SIGTERMException as err:
@@ -226,6 +235,9 @@ def stops_before_training_said(trainer: L.Trainer) -> Iterator[None]:
         if isinstance(err, StoppedBeforeTraining) or stopped is None or stopped.path is not None:
             raise
         raise StoppedBeforeTraining("SIGTERM", err.what if isinstance(err, CallAbandoned) else None) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def stopped_by_interrupt(trainer: L.Trainer) -> CheckpointOnInterrupt | None:

@@ -62,8 +62,10 @@ BEFORE_TRAINING = {  # how the signal comes; the exit code and what the last lin
     "Ctrl-C while the model and rewards load": (
         ["reward.rewards.vader._target_=tests.helpers.RewardThatSignalsWhileBuilt",
          "+reward.rewards.vader.signame=SIGINT"], 130, "Ctrl-C before the first RL step began"),
-    "SIGTERM in the set-up": (["+callbacks.stop._target_=tests.helpers.SigtermInSetup"], 143,
+    "SIGTERM in the set-up": (["+callbacks.stop._target_=tests.helpers.SignalInSetup"], 143,
                               "SIGTERM before the first RL step began"),
+    "Ctrl-C in the set-up": (["+callbacks.stop._target_=tests.helpers.SignalInSetup", "+callbacks.stop.signal=SIGINT"],
+                             130, "Ctrl-C before the first RL step began"),
     "SIGTERM in the reward of the samples before training": (
         ["reward._target_=tests.helpers.reward_that_signals_in_its_first_call"], 143,
         "SIGTERM before the first RL step began (while waiting on the reward reward_that_signals_in_its_first_call, "
@@ -79,10 +81,11 @@ BEFORE_TRAINING = {  # how the signal comes; the exit code and what the last lin
 def test_a_signal_before_training_stops_the_run_before_its_first_step_without_a_checkpoint(when, tmp_path):
     """A SIGTERM in the fit's set-up (before Lightning's handler listens) or while the samples drawn before training
     wait on a reward (a scheduler's preemption while a large model starts) reached only a handler that let the run go
-    on: it trained to its end. A Ctrl-C there ended it with Lightning's exit code 1 and no result.json; while the model
-    and rewards loaded, SIGTERM killed the process without a line or result.json, Ctrl-C printed a traceback. Now the
-    samples due before training are skipped or (SIGTERM) their call abandoned, and the run stops before its first RL
-    step: exit 143 or 130, recorded as interrupted, no checkpoint (nothing was trained)."""
+    on: it trained to its end. A Ctrl-C there (or in the fit's set-up) ended it with Lightning's exit code 1 and no
+    result.json; while the model and rewards loaded, SIGTERM killed the process without a line or result.json, Ctrl-C
+    printed a traceback. Now the samples due before training are skipped or (SIGTERM) their call abandoned, and the
+    run stops before its first RL step: exit 143 or 130, recorded as interrupted, no checkpoint (nothing was
+    trained)."""
     from tests.helpers import REWARD_CALLS
 
     REWARD_CALLS["first"] = 0
