@@ -184,6 +184,21 @@ class SignalInSetup(L.Callback):
         os.kill(os.getpid(), getattr(signal, self.signal))
 
 
+class SignalAfterTraining(L.Callback):
+    """This process signals itself with `signal` (SIGTERM or SIGINT) once the fit's training has ended (its last
+    checkpoint written): in the end-of-run work."""
+
+    def __init__(self, signal: str = "SIGTERM"):
+        self.signal = signal
+
+    def teardown(self, trainer, module, stage):
+        import os
+        import signal
+
+        if stage == "fit":
+            os.kill(os.getpid(), getattr(signal, self.signal))
+
+
 class RewardThatSignalsWhileBuilt:
     """A reward whose construction (as a large reward model's loading, in the app's set-up before the fit) signals
     this process with `signame`, then takes `wait_s` more."""

@@ -122,8 +122,16 @@ class PairModule(L.LightningModule):
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         raise NotImplementedError
 
+    training_finished = False  # set at the end of training (last.ckpt written), before the save and held-out figures
+
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()
+
+    def on_train_start(self) -> None:
+        self.training_finished = False
+
+    def on_train_end(self) -> None:
+        self.training_finished = True  # callbacks' on_train_end (the final checkpoint) ran before this hook
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self.step(batch, "train")

@@ -19,13 +19,14 @@ from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_trai
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_epochs, typed_key
 from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
-from lit_rlhf.interrupts import TrainingInterrupted, set_up_stops_on_signals
+from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
 
 
-def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
-    """cfg.algo fitted on cfg.data for cfg.epochs epochs."""
+def set_up_fit_on_pairs(cfg: DictConfig) -> tuple[Any, Any, L.Trainer, str | None]:
+    """The module, data module, trainer and checkpoint to resume from (or None) that fit cfg.algo on cfg.data for
+    cfg.epochs epochs."""
     silence_known_noise()
     allow_frozen_modules_in_eval_mode()
     check_epochs(cfg)
@@ -35,15 +36,19 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
         datamodule.tokenizer_key = typed_key(cfg, "data.tokenizer")  # model.name_or_path, as the configs repeat it
         module = instantiate(cfg.algo, _convert_="all")
         loggers = instantiate_group(cfg.get("logger"))
-    trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
-    for logger in loggers:
-        logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
-    for callback in trainer.callbacks:
-        if isinstance(callback, CheckpointOnInterrupt):
-            callback.resume_hint = resume_command
-    ckpt_path = resume_path(cfg)
-    if ckpt_path is not None:
-        load_checkpoint_file(ckpt_path)  # a missing, corrupt or pickled file: one line, before Lightning reads it
+        trainer = instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")), logger=loggers or False)
+        for logger in loggers:
+            logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
+        for callback in trainer.callbacks:
+            if isinstance(callback, CheckpointOnInterrupt):
+                callback.resume_hint = resume_command
+        ckpt_path = resume_path(cfg)
+        if ckpt_path is not None:
+            load_checkpoint_file(ckpt_path)  # a missing, corrupt or pickled file: one line, before Lightning reads it
+    return module, datamodule, trainer, ckpt_path
+
+
+def fit_on_pairs(cfg: DictConfig, module, datamodule, trainer: L.Trainer, ckpt_path: str | None) -> None:
     with stops_before_training_said(trainer):
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     stopped = stopped_by_interrupt(trainer)
@@ -51,7 +56,6 @@ def fit_on_pairs(cfg: DictConfig) -> tuple[Any, L.Trainer]:
         report(f"\nRun directory: {cfg.paths.output_dir}")
         raise TrainingInterrupted(f"stopped by Ctrl-C after training step {trainer.global_step}; resume with: "
                                   f"{resume_command(stopped.path)}")
-    return module, trainer
 
 
 def train_reward_model(cfg: DictConfig) -> dict[str, float]:
@@ -82,17 +86,20 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
                  heldout: Callable[[dict[str, float]], str]) -> dict[str, float]:
     """fit_on_pairs, then save(module, cfg.save_dir) on rank zero (it returns the lines to print) and the held-out
     pairs' figures of the final weights (`heldout` words them; evaluated once more when the fit ended elsewhere than
-    at an evaluation)."""
-    module, trainer = fit_on_pairs(cfg)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    if module.held_out_figures_are_stale():  # the figures below are the final weights'
-        trainer.validate(module, datamodule=trainer.datamodule, verbose=False)
-        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-    if trainer.is_global_zero:
-        report("\n" + save(module, Path(cfg.save_dir)))
-        with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)
-            held = getattr(trainer.datamodule, "eval_pairs", None) or getattr(trainer.datamodule, "eval_rows", [])
-            what = "pairs" if hasattr(trainer.datamodule, "eval_pairs") else "rows"
-            report(f"Held-out {what} ({len(held)}): {heldout(metrics)}")
+    at an evaluation). Ctrl-C or SIGTERM after training (its last.ckpt written) stops the save and evaluation in one
+    line: a model folder it created is removed, never left half-written."""
+    module, datamodule, trainer, ckpt_path = set_up_fit_on_pairs(cfg)
+    with end_of_run_interrupts(lambda: module.training_finished):
+        fit_on_pairs(cfg, module, datamodule, trainer, ckpt_path)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        if module.held_out_figures_are_stale():  # the figures below are the final weights'
+            trainer.validate(module, datamodule=trainer.datamodule, verbose=False)
+            metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        if trainer.is_global_zero:
+            report("\n" + save(module, Path(cfg.save_dir)))
+            with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)
+                held = getattr(trainer.datamodule, "eval_pairs", None) or getattr(trainer.datamodule, "eval_rows", [])
+                what = "pairs" if hasattr(trainer.datamodule, "eval_pairs") else "rows"
+                report(f"Held-out {what} ({len(held)}): {heldout(metrics)}")
     report(f"Run directory: {cfg.paths.output_dir}")
     return metrics

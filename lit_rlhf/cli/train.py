@@ -89,17 +89,18 @@ def finish_wandb_run(loggers: list[Any]) -> None:
 
 
 def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, float]:
-    callbacks = instantiate_group(cfg.get("callbacks"))
-    if cfg.get("gold"):  # gold=<a reward>: scored beside the trained reward, never trained on
-        callbacks.append(GoldReward(instantiate(cfg.gold)))
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    for logger in loggers:
-        logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
+    with set_up_stops_on_signals():
+        callbacks = instantiate_group(cfg.get("callbacks"))
+        if cfg.get("gold"):  # gold=<a reward>: scored beside the trained reward, never trained on
+            callbacks.append(GoldReward(instantiate(cfg.gold)))
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+        for logger in loggers:
+            logger.log_hyperparams(config_without_passwords(OmegaConf.to_container(cfg, resolve=True)))
+        for callback in trainer.callbacks:
+            if isinstance(callback, CheckpointOnInterrupt):
+                callback.resume_hint = resume_command
+        report_lost_ranks(trainer, lambda: resume_after_failure(trainer, module))
     # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
-    for callback in trainer.callbacks:
-        if isinstance(callback, CheckpointOnInterrupt):
-            callback.resume_hint = resume_command
-    report_lost_ranks(trainer, lambda: resume_after_failure(trainer, module))
     with end_of_run_interrupts(lambda: module.training_finished):
         try:
             with stops_before_training_said(trainer):
