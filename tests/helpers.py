@@ -185,18 +185,26 @@ class SignalInSetup(L.Callback):
 
 
 class SignalAfterTraining(L.Callback):
-    """This process signals itself with `signal` (SIGTERM or SIGINT) once the fit's training has ended (its last
-    checkpoint written): in the end-of-run work."""
+    """This process signals itself with `signal` (SIGTERM or SIGINT) once the fit's training has ended: `at` "teardown"
+    (the fit's end: its last checkpoint written) or "train end" (as the final checkpoints are written: callbacks'
+    on_train_end, which Lightning runs after the last step's stop check)."""
 
-    def __init__(self, signal: str = "SIGTERM"):
-        self.signal = signal
+    def __init__(self, signal: str = "SIGTERM", at: str = "teardown"):
+        self.signal, self.at = signal, at
 
-    def teardown(self, trainer, module, stage):
+    def send(self):
         import os
         import signal
 
-        if stage == "fit":
-            os.kill(os.getpid(), getattr(signal, self.signal))
+        os.kill(os.getpid(), getattr(signal, self.signal))
+
+    def on_train_end(self, trainer, module):
+        if self.at == "train end":
+            self.send()
+
+    def teardown(self, trainer, module, stage):
+        if self.at == "teardown" and stage == "fit":
+            self.send()
 
 
 class RewardThatSignalsWhileBuilt:

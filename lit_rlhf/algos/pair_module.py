@@ -20,6 +20,7 @@ from lit_rlhf.checkpoints.run_identity import path_digest
 from lit_rlhf.data.epoch_shuffle import shards_rows
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.interrupts import EndOfRunInterrupted
 from lit_rlhf.ops.finite import all_finite
 
 # which script trains which
@@ -132,6 +133,8 @@ class PairModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         self.training_finished = True  # callbacks' on_train_end (the final checkpoint) ran before this hook
+        if self.trainer.received_sigterm:  # in the last step or the final checkpoint's write: Lightning goes on
+            raise EndOfRunInterrupted("SIGTERM")
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self.step(batch, "train")

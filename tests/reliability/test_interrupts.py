@@ -303,13 +303,16 @@ def test_a_fit_that_ended_in_an_exception_gives_ctrl_c_and_sigterm_back_to_the_p
 
 
 @pytest.mark.integration
-def test_a_sigterm_after_an_offline_fit_stops_its_save_in_one_line_and_a_resume_saves(tmp_path):
+@pytest.mark.parametrize("at", ["teardown", "train end"])
+def test_a_sigterm_after_an_offline_fit_stops_its_save_in_one_line_and_a_resume_saves(at, tmp_path):
     """SIGTERM after the fit's training (last.ckpt written), in the save of the model folder and the held-out figures:
     it ended the process by the signal's default action (no line, no result.json, a folder it was writing left
-    half-written). Now: one line, exit 143, status interrupted, no model folder; the resume from last.ckpt trains
-    nothing and writes it."""
+    half-written); while the final checkpoint was written, it was not heard at all (the fit saved and said "ok").
+    Now: one line, exit 143, status interrupted, no model folder; the resume from last.ckpt trains nothing and writes
+    it."""
     fit = ["hydra.run.dir=run", "trainer.max_steps=2"]
-    stopped = run_app("train_sft.py", *fit, "+callbacks.stop._target_=tests.helpers.SignalAfterTraining", cwd=tmp_path)
+    stopped = run_app("train_sft.py", *fit, "+callbacks.stop._target_=tests.helpers.SignalAfterTraining",
+                      f"+callbacks.stop.at={at}", cwd=tmp_path)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert stopped.stderr.strip().splitlines()[-1].startswith("stopped by SIGTERM during the end-of-run reports")
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
