@@ -147,6 +147,21 @@ class SignalAt(L.Callback):
             os.kill(os.getpid(), getattr(signal, self.signal))
 
 
+class SignalAtBatch(L.Callback):
+    """`signal` (SIGINT or SIGTERM) to this process at the end of the fit's `batch`-th training batch (counted from 1;
+    with gradient accumulation, also a batch that did not step the optimizer)."""
+
+    def __init__(self, batch: int, signal: str):
+        self.batch, self.signal = batch, signal
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        import os
+        import signal
+
+        if trainer.fit_loop.total_batch_idx + 1 == self.batch:
+            os.kill(os.getpid(), getattr(signal, self.signal))
+
+
 class SigtermRanksAt(L.Callback):
     """SIGTERM during optimizer step `step` to `whom`: "group" (rank zero signals its process group as the step
     begins, as `kill -TERM -<pgid>` does: every rank, and rank one again through Lightning's launcher) or "rank one"

@@ -159,7 +159,8 @@ class PairModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         save_pairs_identity(self, checkpoint)
         keep_a_cut_epoch_unfinished(checkpoint)
-        loop_state_as_lightning_restores_it(checkpoint)
+        # automatic optimization, one optimizer: each optimizer step is one batch that stepped
+        loop_state_as_lightning_restores_it(checkpoint, batches_stepped=checkpoint.get("global_step"))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_pairs_resume(self, checkpoint)

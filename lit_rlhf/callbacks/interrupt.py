@@ -127,14 +127,27 @@ class CheckpointOnInterrupt(Checkpoint):
             rank_zero_info(f"SIGTERM while waiting on {what}: the call is abandoned.")
             raise CallAbandoned(what)
 
+    def on_train_batch_start(self, trainer: L.Trainer, module, *args) -> None:
+        self._optimizer_steps_before = trainer.global_step
+
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         sigint, sigterm = self.signalled_on_any_rank(trainer)
+        if (sigint or sigterm) and self.accumulating(trainer, module):
+            # a batch whose gradients wait for the next ones (accumulate_grad_batches): stopped here, the resumed fit
+            # would start a new sum without them; the stop comes at the optimizer step that ends the sum
+            trainer._signal_connector.received_sigterm = False
+            return
         if sigterm:  # Lightning raises SIGTERMException at the end of this step on every rank; on_exception saves
             trainer._signal_connector.received_sigterm = True  # what Lightning's own handler sets
         elif sigint:
             self.stopped_by = "SIGINT"
             self.save(trainer)
             trainer.should_stop = True
+
+    def accumulating(self, trainer: L.Trainer, module) -> bool:
+        """Whether this batch's gradients were summed without an optimizer step (automatic optimization)."""
+        return (module.automatic_optimization and trainer.accumulate_grad_batches > 1
+                and trainer.global_step == getattr(self, "_optimizer_steps_before", trainer.global_step - 1))
 
     def on_validation_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         # an evaluation within fit stops at the next batch once a rank is signalled, as with one rank Lightning's check

@@ -9,27 +9,30 @@ from __future__ import annotations
 from typing import Any
 
 
-def loop_state_as_lightning_restores_it(checkpoint: dict[str, Any]) -> None:
+def loop_state_as_lightning_restores_it(checkpoint: dict[str, Any], batches_stepped: int | None = None) -> None:
     """Both rewrites below: a fit resumed from the checkpoint logs and evaluates at the uninterrupted fit's steps."""
-    as_lightning_writes_at_a_batchs_end(checkpoint)
+    as_lightning_writes_at_a_batchs_end(checkpoint, batches_stepped)
     an_evaluation_cut_short_runs_again_whole(checkpoint)
 
 
-def as_lightning_writes_at_a_batchs_end(checkpoint: dict[str, Any]) -> None:
+def as_lightning_writes_at_a_batchs_end(checkpoint: dict[str, Any], batches_stepped: int | None = None) -> None:
     """Lightning's restore reads its loop counters as written where Lightning writes checkpoints: at a batch's end
     (on_train_batch_end) or in the evaluation after it. Two other moments this library writes at were read wrong:
     within a batch (a call abandoned on SIGTERM; the step runs again on resume) and after the batch's evaluation
     (Lightning's stop on SIGTERM at a step's end) when that batch was due an evaluation. The resumed run logged every
     step at the next one's index, and, resumed within a batch, ran the held-out evaluations one step late. Both are
-    written as at the end of the last batch whose training step returned."""
+    written as at the end of the last batch whose training step returned. `batches_stepped`: how many batches of the
+    fit stepped the optimizer up to that one (the fit's optimizer steps with gradient accumulation); every batch
+    (None) in the RL modules."""
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
     progress = loop.get("epoch_loop.batch_progress") or {}
     counters = loop.get("epoch_loop.state_dict") or {}
     total, current = progress.get("total"), progress.get("current")
     if not total or not current or "_batches_that_stepped" not in counters:
         return
+    stepped = total["processed"] if batches_stepped is None else batches_stepped
     # Lightning writes before counting the batch as stepped; counted, it was written after the batch's end
-    counted = counters["_batches_that_stepped"] == total["completed"] == total["processed"]
+    counted = counters["_batches_that_stepped"] == stepped and total["completed"] == total["processed"]
     epochs = (loop.get("epoch_progress") or {}).get("total") or {}
     within_a_batch = total["started"] > total["processed"]
     after_a_batch = total["completed"] > 0 and epochs.get("processed", 0) < epochs.get("started", 0)  # epoch going on
@@ -38,7 +41,7 @@ def as_lightning_writes_at_a_batchs_end(checkpoint: dict[str, Any]) -> None:
     for counts in (total, current):
         counts["ready"] = counts["started"] = counts["processed"]
         counts["completed"] = counts["processed"] - 1  # completed, and counted as stepped, on restart
-    counters["_batches_that_stepped"] = total["processed"] - 1
+    counters["_batches_that_stepped"] = stepped - 1
 
 
 def an_evaluation_cut_short_runs_again_whole(checkpoint: dict[str, Any]) -> None:

@@ -321,3 +321,28 @@ def test_a_sigterm_after_an_offline_fit_stops_its_save_in_one_line_and_a_resume_
                       cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (tmp_path / "run" / "policy" / "model.safetensors").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_with_gradient_accumulation_a_stop_waits_for_the_optimizer_step_that_ends_the_sum(signame, code, tmp_path):
+    """Stopped after a batch whose gradients waited for the next one (trainer.accumulate_grad_batches=2, the third
+    batch), the fit wrote its checkpoint there and the resumed fit summed the next batches without it: other weights
+    than the uninterrupted fit's. Now it stops after the fourth batch (optimizer step 2), and the resumed fit ends with
+    the uninterrupted fit's weights and metrics.csv rows (SIGTERM's checkpoint, written after optimizer step 2's
+    evaluation, resumed logging one step further on)."""
+    fit = ["trainer.max_steps=4", "+trainer.accumulate_grad_batches=2", "trainer.val_check_interval=4",
+           "+trainer.limit_val_batches=1", "trainer.log_every_n_steps=1"]  # an evaluation of one batch: it runs whole
+    stop = ["+callbacks.stop._target_=tests.helpers.SignalAtBatch", "+callbacks.stop.batch=3",
+            f"+callbacks.stop.signal={signame}"]
+    stopped = run_app("train_sft.py", "hydra.run.dir=run", *fit, *stop, cwd=tmp_path)
+    assert stopped.returncode == code, stopped.stderr[-3000:]
+    checkpoint = tmp_path / "run" / "checkpoints" / "interrupted.ckpt"
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == 2
+    resumed = run_app("train_sft.py", "hydra.run.dir=run", *fit, f"ckpt_path={checkpoint}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert run_app("train_sft.py", "hydra.run.dir=whole", *fit, cwd=tmp_path).returncode == 0
+    resumed_weights = load_file(tmp_path / "run" / "policy" / "model.safetensors")
+    for name, tensor in load_file(tmp_path / "whole" / "policy" / "model.safetensors").items():
+        assert torch.equal(resumed_weights[name], tensor), name
+    assert logged_rows(tmp_path / "run") == logged_rows(tmp_path / "whole")
