@@ -63,6 +63,7 @@ class CheckpointOnInterrupt(Checkpoint):
         self._previous_handler = None
         self._previous_sigterm = None
         self._handed_back: dict[int, Any] = {}  # the handlers before a fit that raised (see on_exception)
+        self._optimizer_steps_before: int | None = None  # trainer.global_step as the training batch began
 
     def setup(self, trainer: L.Trainer, module, stage: str) -> None:
         # heard from here on: the fit's set-up and the samples drawn before training (minutes with a large model) come
@@ -147,7 +148,7 @@ class CheckpointOnInterrupt(Checkpoint):
     def accumulating(self, trainer: L.Trainer, module) -> bool:
         """Whether this batch's gradients were summed without an optimizer step (automatic optimization)."""
         return (module.automatic_optimization and trainer.accumulate_grad_batches > 1
-                and trainer.global_step == getattr(self, "_optimizer_steps_before", trainer.global_step - 1))
+                and trainer.global_step == self._optimizer_steps_before)
 
     def on_validation_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         # an evaluation within fit stops at the next batch once a rank is signalled, as with one rank Lightning's check
