@@ -1,5 +1,7 @@
 """Callbacks that tests attach to train.py runs through Hydra overrides."""
 
+import os
+import signal
 from pathlib import Path
 
 import lightning as L
@@ -7,6 +9,11 @@ import torch
 
 from lit_rlhf.distributed.sharding import full_tensor, local_tensor
 from tests.apps import ROOT  # noqa: F401  (the tests import it from here)
+
+
+def signal_this_process(name: str) -> None:
+    """SIGINT, SIGTERM, ... (by name) to this process: its handler runs in the main thread between bytecodes."""
+    os.kill(os.getpid(), getattr(signal, name))
 
 
 class DumpTrainable(L.Callback):
@@ -126,9 +133,6 @@ class KillAt(L.Callback):
         self.rl_step = rl_step
 
     def on_train_batch_end(self, trainer, module, *args):
-        import os
-        import signal
-
         if module.rl_step == self.rl_step:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -140,11 +144,8 @@ class SignalAt(L.Callback):
         self.step, self.signal = step, signal
 
     def on_train_batch_end(self, trainer, module, *args):
-        import os
-        import signal
-
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), getattr(signal, self.signal))
+            signal_this_process(self.signal)
 
 
 class SignalAtBatch(L.Callback):
@@ -155,11 +156,8 @@ class SignalAtBatch(L.Callback):
         self.batch, self.signal = batch, signal
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        import os
-        import signal
-
         if trainer.fit_loop.total_batch_idx + 1 == self.batch:
-            os.kill(os.getpid(), getattr(signal, self.signal))
+            signal_this_process(self.signal)
 
 
 class SigtermRanksAt(L.Callback):
@@ -171,18 +169,12 @@ class SigtermRanksAt(L.Callback):
         self.step, self.whom = step, whom
 
     def on_train_batch_start(self, trainer, module, *args):
-        import os
-        import signal
-
         if self.whom == "group" and trainer.global_step == self.step - 1 and trainer.global_rank == 0:
             os.killpg(os.getpgrp(), signal.SIGTERM)
 
     def on_validation_batch_start(self, trainer, module, *args):
-        import os
-        import signal
-
         if self.whom == "rank one" and trainer.global_step == self.step and trainer.global_rank == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal_this_process("SIGTERM")
 
 
 class SignalInSetup(L.Callback):
@@ -193,10 +185,7 @@ class SignalInSetup(L.Callback):
         self.signal = signal
 
     def setup(self, trainer, module, stage):
-        import os
-        import signal
-
-        os.kill(os.getpid(), getattr(signal, self.signal))
+        signal_this_process(self.signal)
 
 
 class SignalAfterTraining(L.Callback):
@@ -208,10 +197,7 @@ class SignalAfterTraining(L.Callback):
         self.signal, self.at = signal, at
 
     def send(self):
-        import os
-        import signal
-
-        os.kill(os.getpid(), getattr(signal, self.signal))
+        signal_this_process(self.signal)
 
     def on_train_end(self, trainer, module):
         if self.at == "train end":
@@ -227,11 +213,9 @@ class RewardThatSignalsWhileBuilt:
     this process with `signame`, then takes `wait_s` more."""
 
     def __init__(self, signame: str = "SIGTERM", wait_s: float = 30.0, **unused):
-        import os
-        import signal
         import time
 
-        os.kill(os.getpid(), getattr(signal, signame))
+        signal_this_process(signame)
         time.sleep(wait_s)
 
 
@@ -241,8 +225,6 @@ REWARD_CALLS = {"rank one": 0, "samples": 0, "first": 0}
 def signal_the_group_and_never_return() -> None:
     """Inside a reward: waits a second, so that the other rank has gone on past its own call, signals the run's
     process group (every rank, as a scheduler's SIGTERM), and never returns."""
-    import os
-    import signal
     import time
 
     time.sleep(1.0)
@@ -254,13 +236,11 @@ def reward_that_signals_in_its_first_call(prompts, completions, signame: str = "
     """0 for every completion; its first call since REWARD_CALLS["first"] was set to 0 (the samples drawn before
     training, with callbacks.training_summary on) signals this process with `signame` and then waits `wait_s` (30 s:
     as a reward that does not return would)."""
-    import os
-    import signal
     import time
 
     REWARD_CALLS["first"] += 1
     if REWARD_CALLS["first"] == 1:
-        os.kill(os.getpid(), getattr(signal, signame))
+        signal_this_process(signame)
         time.sleep(wait_s)
     return torch.zeros(len(completions))
 
@@ -305,8 +285,6 @@ def reward_that_rank_zero_abandons_in_the_samples(prompts, completions):
 
 def assert_readable_as_umask_allows(folder) -> None:
     """An exported model folder's files have the modes the user's umask gives new files."""
-    import os
-
     umask = os.umask(0)
     os.umask(umask)
     modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir() if p.is_file()}
