@@ -64,6 +64,7 @@ class CheckpointOnInterrupt(Checkpoint):
         self._previous_sigterm = None
         self._handed_back: dict[int, Any] = {}  # the handlers before a fit that raised (see on_exception)
         self._optimizer_steps_before: int | None = None  # trainer.global_step as the training batch began
+        self._max_steps_before_stop: int | None = None  # the fit's step limit while a Ctrl-C ends the epoch
 
     def setup(self, trainer: L.Trainer, module, stage: str) -> None:
         # heard from here on: the fit's set-up and the samples drawn before training (minutes with a large model) come
@@ -143,7 +144,25 @@ class CheckpointOnInterrupt(Checkpoint):
         elif sigint:
             self.stopped_by = "SIGINT"
             self.save(trainer)
+            self.end_the_epoch_after_this_step(trainer)
+
+    def end_the_epoch_after_this_step(self, trainer: L.Trainer) -> None:
+        """Ends the fit after this step, which runs the held-out evaluation only where one is due. Lightning evaluates
+        whenever `should_stop` is set (for EarlyStopping): an evaluation the uninterrupted run does not have, and
+        minutes long on a large held-out set. A step limit at this step ends the epoch instead; on_train_epoch_end
+        puts the limit back and sets `should_stop`, which ends the fit (Lightning would say the limit was reached)."""
+        self._max_steps_before_stop = trainer.fit_loop.epoch_loop.max_steps
+        trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
+
+    def on_train_epoch_end(self, trainer: L.Trainer, module) -> None:
+        if self._max_steps_before_stop is not None:
+            self.put_the_step_limit_back(trainer)
             trainer.should_stop = True
+
+    def put_the_step_limit_back(self, trainer: L.Trainer) -> None:
+        if self._max_steps_before_stop is not None:
+            trainer.fit_loop.epoch_loop.max_steps = self._max_steps_before_stop
+            self._max_steps_before_stop = None
 
     def accumulating(self, trainer: L.Trainer, module) -> bool:
         """Whether this batch's gradients were summed without an optimizer step (automatic optimization)."""
@@ -173,6 +192,7 @@ class CheckpointOnInterrupt(Checkpoint):
                 if isinstance(exception, CallAbandoned):  # after a complete step, or within one (it runs again)
                     exception.in_evaluation = trainer.validating
         finally:
+            self.put_the_step_limit_back(trainer)
             # Lightning calls no teardown when fit raises, and its own then puts these handlers back: once the fit is
             # over they pass each signal on to the handler from before the fit
             self._handed_back = {sig: handler for sig, handler in ((signal.SIGINT, self._previous_handler),

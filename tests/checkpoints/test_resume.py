@@ -128,9 +128,12 @@ class SendSignal(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
-@pytest.mark.parametrize("signame, eval_batches", [("SIGINT", 1), ("SIGTERM", 1), ("SIGTERM", 2)],
-                         ids=["SIGINT", "SIGTERM", "SIGTERM, the evaluation in two batches"])
-def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, eval_batches, small_prompts, tmp_path):
+@pytest.mark.parametrize("signame, at_step, eval_batches", [
+    ("SIGINT", 3, 1), ("SIGINT", 2, 1), ("SIGTERM", 3, 1), ("SIGTERM", 2, 1), ("SIGTERM", 3, 2)],
+    ids=["SIGINT", "SIGINT at a step due no evaluation", "SIGTERM", "SIGTERM at a step due no evaluation",
+         "SIGTERM, the evaluation in two batches"])
+def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, at_step, eval_batches, small_prompts,
+                                                                     tmp_path):
     import signal
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -140,21 +143,21 @@ def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, eva
     full, logged = Record(), LoggedSteps()
     fit("rloo", small_prompts, 5, [full], logger=logged, eval_batches=eval_batches)
     first, guard, logged_first = Record(), CheckpointOnInterrupt(dirpath=str(tmp_path)), LoggedSteps()
-    callbacks = [SendSignal(3, getattr(signal, signame)), guard, first]  # step 3: a held-out evaluation is due
+    callbacks = [SendSignal(at_step, getattr(signal, signame)), guard, first]  # step 3: a held-out evaluation is due
     if signame == "SIGTERM":
         with pytest.raises(SIGTERMException):
             fit("rloo", small_prompts, 5, callbacks, logger=logged_first, eval_batches=eval_batches)
     else:
         fit("rloo", small_prompts, 5, callbacks, logger=logged_first, eval_batches=eval_batches)
         assert signal.getsignal(signal.SIGINT) is not guard._on_sigint  # handler restored
-    assert sorted(first.stats) == [1, 2, 3] and guard.path == tmp_path / "interrupted.ckpt"
+    assert sorted(first.stats) == list(range(1, at_step + 1)) and guard.path == tmp_path / "interrupted.ckpt"
     second, logged_second = Record(), LoggedSteps()
     fit("rloo", small_prompts, 5, [second], ckpt_path=str(guard.path), logger=logged_second,
         eval_batches=eval_batches)
     assert {**first.stats, **second.stats} == full.stats
     # the resumed run logs at the uninterrupted run's steps, the evaluation due at the stop included: SIGTERM's
     # checkpoint (written after the step's evaluation) resumed one step further on, and one written in an evaluation
-    # cut short at its next batch resumed past it, never logged
+    # cut short at its next batch resumed past it, never logged; a Ctrl-C at a step due no evaluation ran one more
     assert logged_first.rows + logged_second.rows == logged.rows
 
 

@@ -218,26 +218,27 @@ def logged_rows(run_dir) -> list[dict[str, str]]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("script, signame", [("train_sft.py", "SIGTERM"), ("train_dpo.py", "SIGINT"),
-                                             ("train_reward_model.py", "SIGTERM")])
-def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_from_it(script, signame, tmp_path):
+@pytest.mark.parametrize("script, signame, step", [("train_sft.py", "SIGTERM", 2), ("train_dpo.py", "SIGINT", 3),
+                                                   ("train_reward_model.py", "SIGTERM", 2)])
+def test_the_offline_fitting_scripts_write_a_checkpoint_when_stopped_and_resume_from_it(script, signame, step,
+                                                                                         tmp_path):
     """SFT, DPO and the reward model stopped by SIGTERM or Ctrl-C write checkpoints/interrupted.ckpt, say so in
     their own steps, record the run as interrupted, and the checkpoint resumes to the end of the fit in the middle of
     its epoch, on the batches the uninterrupted fit trains on (both write the same model), whose last.ckpt (replaced,
     never versioned beside a stale one) holds the final step, and metrics.csv holds the uninterrupted fit's rows: the
-    held-out evaluation due at the stopped step too. The fits are cut to 4 optimizer steps (the embedded reward
-    model's 3 epochs took half a minute here), evaluated every 2."""
-    stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=2",
+    held-out evaluation due at the stopped step too, and none more (Ctrl-C at step 3). The fits are cut to 4
+    optimizer steps (the embedded reward model's 3 epochs took half a minute here), evaluated every 2."""
+    stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", f"+callbacks.stop.step={step}",
             f"+callbacks.stop.signal={signame}"]
     fit = ["trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1"]
     stopped = run_app(script, "hydra.run.dir=run", *fit, *stop, cwd=tmp_path)
     assert stopped.returncode == {"SIGTERM": 143, "SIGINT": 130}[signame], stopped.stderr[-3000:]
     line = stopped.stderr.strip().splitlines()[-1]
     expected = ("stopped by SIGTERM after a complete training step" if signame == "SIGTERM" else
-                "stopped by Ctrl-C after training step 2; resume with: ")
+                f"stopped by Ctrl-C after training step {step}; resume with: ")
     assert line.startswith(expected) and "RL step" not in line, line
     checkpoint = tmp_path / "run" / "checkpoints" / "interrupted.ckpt"
-    assert torch.load(checkpoint, weights_only=True)["global_step"] == 2
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == step
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
     assert not (tmp_path / "run" / "policy").exists() and not (tmp_path / "run" / "reward_model").exists()
     resumed = run_app(script, "hydra.run.dir=run", *fit, f"ckpt_path={checkpoint}", cwd=tmp_path)
