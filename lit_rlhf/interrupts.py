@@ -36,6 +36,7 @@ class EndOfRunInterrupted(BaseException):
     def __init__(self, signal_name: str):
         super().__init__(f"{signal_name} after training finished: the end-of-run reports were skipped")
         self.signal_name = signal_name
+        self.rerun_command: str | None = None  # the command that runs the reports again (end_of_run_interrupts)
 
     @property
     def exit_code(self) -> int:
@@ -221,10 +222,12 @@ def sigterm_heard_early() -> bool:
 
 
 @contextmanager
-def end_of_run_interrupts(training_finished: Callable[[], bool]) -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise EndOfRunInterrupted once training_finished() is true.
-    Before that SIGINT does what it did (CheckpointOnInterrupt replaces this handler during fit), and SIGTERM is
-    noted (sigterm_heard_early; Lightning chains its SIGTERM handler to this one during training)."""
+def end_of_run_interrupts(training_finished: Callable[[], bool],
+                          rerun_command: Callable[[], str | None] = lambda: None) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise EndOfRunInterrupted once training_finished() is true, with
+    rerun_command(): how to run the reports again (None when there is no way). Before that SIGINT does what it did
+    (CheckpointOnInterrupt replaces this handler during fit), and SIGTERM is noted (sigterm_heard_early; Lightning
+    chains its SIGTERM handler to this one during training)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -242,6 +245,9 @@ def end_of_run_interrupts(training_finished: Callable[[], bool]) -> Iterator[Non
         signal.signal(sig, handler)
     try:
         yield
+    except EndOfRunInterrupted as err:
+        err.rerun_command = rerun_command()
+        raise
     finally:
         _sigterm_heard_early[0] = False  # the next fit in this process (a test's, a notebook's) starts clean
         for sig, old in previous.items():

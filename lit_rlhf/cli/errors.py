@@ -197,8 +197,10 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
             message = f"stopped by SIGTERM after a complete {step_name}; resume from the checkpoint above."
             code = EXIT_SIGTERM
         else:
-            message, code = (f"stopped by {err.signal_name} during the end-of-run reports; training had finished and "
-                             f"its final checkpoint is written (checkpoints/last.ckpt)."), err.exit_code
+            rerun = f"; run them again with: {err.rerun_command}" if err.rerun_command else "."
+            by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
+            message, code = (f"stopped by {by} during the end-of-run reports; training had finished and "
+                             f"its final checkpoint is written (checkpoints/last.ckpt){rerun}"), err.exit_code
         if on_interrupt is not None:
             on_interrupt(message)
         if rank_zero_only.rank == 0:  # every rank stops alike: the line is said once

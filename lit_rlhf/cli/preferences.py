@@ -18,7 +18,7 @@ from lit_rlhf.callbacks import CheckpointOnInterrupt
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_epochs, typed_key
-from lit_rlhf.cli.train import instantiate_group, report, resume_command, resume_path
+from lit_rlhf.cli.train import instantiate_group, report, rerun_command, resume_command, resume_path
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
@@ -89,7 +89,7 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
     at an evaluation). Ctrl-C or SIGTERM after training (its last.ckpt written) stops the save and evaluation in one
     line: a model folder it created is removed, never left half-written."""
     module, datamodule, trainer, ckpt_path = set_up_fit_on_pairs(cfg)
-    with end_of_run_interrupts(lambda: module.training_finished):
+    with end_of_run_interrupts(lambda: module.training_finished, lambda: rerun_command(trainer)):
         fit_on_pairs(cfg, module, datamodule, trainer, ckpt_path)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         if module.held_out_figures_are_stale():  # the figures below are the final weights'

@@ -101,7 +101,7 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
                 callback.resume_hint = resume_command
         report_lost_ranks(trainer, lambda: resume_after_failure(trainer, module))
     # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
-    with end_of_run_interrupts(lambda: module.training_finished):
+    with end_of_run_interrupts(lambda: module.training_finished, lambda: rerun_command(trainer)):
         try:
             with stops_before_training_said(trainer):
                 trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
@@ -133,11 +133,24 @@ def resume_command(checkpoint: Path) -> str:
     return without_passwords(shlex.join(["python", sys.argv[0], *kept, *run_dir, f"ckpt_path={checkpoint}"]))
 
 
-def resume_after_failure(trainer, module) -> str:
-    """Where a run that failed mid-training resumes: its last checkpoint (complete: writes are atomic)."""
+def last_checkpoint(trainer) -> Path | None:
+    """The run's last.ckpt, where one was written (complete: writes are atomic)."""
     checkpoint = trainer.checkpoint_callback
     last = Path(checkpoint.dirpath) / "last.ckpt" if checkpoint is not None and checkpoint.dirpath else None
-    if last is not None and last.exists():
+    return last if last is not None and last.exists() else None
+
+
+def rerun_command(trainer) -> str | None:
+    """After training finished: the command that resumes from its final checkpoint, which trains nothing and runs
+    the end-of-run reports (an offline fit's save) again."""
+    last = last_checkpoint(trainer)
+    return resume_command(last) if last is not None else None
+
+
+def resume_after_failure(trainer, module) -> str:
+    """Where a run that failed mid-training resumes: its last checkpoint."""
+    last = last_checkpoint(trainer)
+    if last is not None:
         return f"Stopped in RL step {module.rl_step + 1}; resume from the last checkpoint: {resume_command(last)}"
     return (f"Stopped in RL step {module.rl_step + 1}, before the first checkpoint (written every "
             f"callbacks.model_checkpoint.every_n_train_steps RL steps).")

@@ -4,6 +4,7 @@ interrupted in result.json, and leaves the final checkpoint complete."""
 import csv
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -47,7 +48,10 @@ def test_a_signal_during_the_end_of_run_evaluation_stops_it_and_records_the_run(
     process.send_signal(getattr(signal, signame))
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == code, stderr[-3000:]
-    assert f"stopped by {signame} during the end-of-run reports" in stderr.strip().splitlines()[-1]
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith(f"stopped by {signame.replace('SIGINT', 'Ctrl-C')} during the end-of-run reports"), line
+    assert line.endswith(f"; run them again with: python {ROOT / 'train.py'} {shlex.join(reports)} "
+                         f"callbacks.evaluation.samples_per_prompt=256 hydra.run.dir={run_dir} ckpt_path={last}"), line
     assert "Traceback" not in stderr
     assert not (run_dir / "evaluation" / "evaluation.json").exists()  # the reports were cut short
     result = json.loads((run_dir / "result.json").read_text())
@@ -310,18 +314,22 @@ def test_a_sigterm_after_an_offline_fit_stops_its_save_in_one_line_and_a_resume_
     it ended the process by the signal's default action (no line, no result.json, a folder it was writing left
     half-written); while the final checkpoint was written, it was not heard at all (the fit saved and said "ok").
     Now: one line, exit 143, status interrupted, no model folder; the resume from last.ckpt trains nothing and writes
-    it."""
-    fit = ["hydra.run.dir=run", "trainer.max_steps=2"]
-    stopped = run_app("train_sft.py", *fit, "+callbacks.stop._target_=tests.helpers.SignalAfterTraining",
-                      f"+callbacks.stop.at={at}", cwd=tmp_path)
-    assert stopped.returncode == 143, stopped.stderr[-3000:]
-    assert stopped.stderr.strip().splitlines()[-1].startswith("stopped by SIGTERM during the end-of-run reports")
-    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
-    assert not (tmp_path / "run" / "policy").exists()
-    resumed = run_app("train_sft.py", *fit, f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}",
+    it (the command the line prints)."""
+    stopped = run_app("train_sft.py", "trainer.max_steps=2",
+                      "+callbacks.stop._target_=tests.helpers.SignalAfterTraining", f"+callbacks.stop.at={at}",
                       cwd=tmp_path)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert line.startswith("stopped by SIGTERM during the end-of-run reports"), line
+    run_dir = next((tmp_path / "logs" / "train_sft" / "runs").iterdir())
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
+    assert not (run_dir / "policy").exists()
+    python, script, *args = shlex.split(line.split("; run them again with: ")[1])
+    assert (python, script) == ("python", str(ROOT / "train_sft.py"))
+    assert args[-1] == f"ckpt_path={run_dir}/checkpoints/last.ckpt"
+    resumed = run_app("train_sft.py", *[a for a in args if not a.startswith("+callbacks.stop")], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert (tmp_path / "run" / "policy" / "model.safetensors").exists()
+    assert (run_dir / "policy" / "model.safetensors").exists()
 
 
 @pytest.mark.integration
