@@ -7,7 +7,8 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -152,60 +153,81 @@ def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> 
     return True
 
 
-def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
-                       on_interrupt: Callable[[str], None] | None = None,
-                       on_failure: Callable[[str], None] | None = None, step_name: str = "RL step") -> T:
-    """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace; a run stopped
-    by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message); on_failure(line) records any other failure
-    (a user mistake's line, or an unexpected error's type and message) before the exit. step_name: what the app's
-    messages call the unit it trains in ("RL step"; "training step" for the scripts that fit on a file)."""
+@contextmanager
+def interruptions_end_the_process(on_interrupt: Callable[[str], None] | None = None, step_name: str = "RL step",
+                                  said_before: str | None = None) -> Iterator[None]:
+    """A run stopped by Ctrl-C or SIGTERM inside the block (before, during or after training) ends the process: its
+    line (interruption_line) goes to on_interrupt, then to stderr on rank zero (after `said_before`, a line of
+    context), and the exit code is 130 or 143."""
     from lightning.pytorch.utilities import rank_zero_only
+
+    try:
+        yield
+    except interruption_types() as err:
+        message, code = interruption_line(err, step_name)
+        if on_interrupt is not None:
+            on_interrupt(message)
+        if rank_zero_only.rank == 0:  # every rank stops alike: the line is said once
+            print(message if said_before is None else f"{said_before}\n{message}", file=sys.stderr, flush=True)
+        sys.exit(code)
+
+
+def interruption_types() -> tuple[type[BaseException], ...]:
+    """What a stop by Ctrl-C or SIGTERM raises (imported when a task runs: --help answers without Lightning)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingAborted, TrainingInterrupted
+
+    return SIGTERMException, EndOfRunInterrupted, TrainingInterrupted, TrainingAborted
+
+
+def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
+    """The line that says what a stop by Ctrl-C or SIGTERM did and how to go on, and the process's exit code."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lit_rlhf.interrupts import (
         CallAbandoned,
-        EndOfRunInterrupted,
         StoppedBeforeTraining,
         TrainingAborted,
         TrainingInterrupted,
     )
 
+    if isinstance(err, TrainingInterrupted):
+        return str(err), err.exit_code
+    if isinstance(err, TrainingAborted):
+        return (f"stopped by a second Ctrl-C before the {step_name} in progress ended: nothing of it was saved; the "
+                f"checkpoints written before it stand (resume from checkpoints/last.ckpt, if one was written)."
+                ), err.exit_code
+    if isinstance(err, StoppedBeforeTraining):
+        waiting = f" (while waiting on {err.what}, which was abandoned)" if err.what else ""
+        by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
+        return (f"stopped by {by} before the first {step_name} began{waiting}: nothing was trained and no checkpoint "
+                f"was written; run the same command again to start it (or resume it)."), err.exit_code
+    if isinstance(err, CallAbandoned):
+        runs_again = (f"it holds the last complete {step_name}; the interrupted held-out evaluation runs again first"
+                      if err.in_evaluation else f"the interrupted {step_name} runs again")
+        return (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was abandoned; "
+                f"resume from the checkpoint above ({runs_again})."), EXIT_SIGTERM
+    if isinstance(err, SIGTERMException):
+        return f"stopped by SIGTERM after a complete {step_name}; resume from the checkpoint above.", EXIT_SIGTERM
+    by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name  # EndOfRunInterrupted
+    rerun = f"; run them again with: {err.rerun_command}" if err.rerun_command else "."
+    return (f"stopped by {by} during the end-of-run reports; training had finished and its final checkpoint is "
+            f"written (checkpoints/last.ckpt){rerun}"), err.exit_code
+
+
+def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
+                       on_interrupt: Callable[[str], None] | None = None,
+                       on_failure: Callable[[str], None] | None = None, step_name: str = "RL step") -> T:
+    """fn(cfg) with user mistakes reported as one line (exit code 2) instead of a stack trace; a run stopped
+    by SIGTERM or Ctrl-C exits 143 or 130 after on_interrupt(message) (interruptions_end_the_process); on_failure(line)
+    records any other failure (a user mistake's line, or an unexpected error's type and message) before the exit.
+    step_name: what the app's messages call the unit it trains in ("RL step"; "training step" for the scripts that
+    fit on a file)."""
     mark_task_started()
     try:
-        return fn(cfg)
-    except (SIGTERMException, EndOfRunInterrupted, TrainingInterrupted, TrainingAborted) as err:
-        if isinstance(err, TrainingInterrupted):
-            message, code = str(err), err.exit_code
-        elif isinstance(err, TrainingAborted):
-            message = (f"stopped by a second Ctrl-C before the {step_name} in progress ended: nothing of it was "
-                       f"saved; the checkpoints written before it stand (resume from checkpoints/last.ckpt, if one "
-                       f"was written).")
-            code = err.exit_code
-        elif isinstance(err, StoppedBeforeTraining):
-            waiting = f" (while waiting on {err.what}, which was abandoned)" if err.what else ""
-            by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
-            message = (f"stopped by {by} before the first {step_name} began{waiting}: nothing was trained and no "
-                       f"checkpoint was written; run the same command again to start it (or resume it).")
-            code = err.exit_code
-        elif isinstance(err, CallAbandoned):
-            runs_again = (f"it holds the last complete {step_name}; the interrupted held-out evaluation runs again "
-                          f"first" if err.in_evaluation else f"the interrupted {step_name} runs again")
-            message = (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was "
-                       f"abandoned; resume from the checkpoint above ({runs_again}).")
-            code = EXIT_SIGTERM
-        elif isinstance(err, SIGTERMException):
-            message = f"stopped by SIGTERM after a complete {step_name}; resume from the checkpoint above."
-            code = EXIT_SIGTERM
-        else:
-            rerun = f"; run them again with: {err.rerun_command}" if err.rerun_command else "."
-            by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
-            message, code = (f"stopped by {by} during the end-of-run reports; training had finished and "
-                             f"its final checkpoint is written (checkpoints/last.ckpt){rerun}"), err.exit_code
-        if on_interrupt is not None:
-            on_interrupt(message)
-        if rank_zero_only.rank == 0:  # every rank stops alike: the line is said once
-            print(message, file=sys.stderr, flush=True)
-        sys.exit(code)
+        with interruptions_end_the_process(on_interrupt, step_name):
+            return fn(cfg)
     except Exception as err:
         message = user_error(err)
         if message is None:

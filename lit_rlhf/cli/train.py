@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.cli.checks import check_run_settings, typed_key
-from lit_rlhf.cli.errors import mark_task_started, report_user_errors, user_error
+from lit_rlhf.cli.errors import interruptions_end_the_process, mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
 from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
@@ -213,12 +213,15 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
 
     A single run reports user mistakes in one line (exit code 2). In a multirun, a failing trial is
     recorded in its result.json with a one-line error and returns None, so the sweep goes on (Optuna
-    marks the trial failed)."""
+    marks the trial failed). Ctrl-C or SIGTERM stops a single run and a sweep alike: the run (the sweep's job in
+    progress) is recorded as interrupted, with the line that says how to resume it, and the process exits 130 or
+    143 (a sweep's later jobs do not run)."""
     mark_task_started()
-    if not in_multirun():
-        def record_interruption(message: str) -> None:
-            rank_zero_only(write_result)(cfg.paths.output_dir, "interrupted", None, {}, message)
 
+    def record_interruption(message: str) -> None:
+        rank_zero_only(write_result)(cfg.paths.output_dir, "interrupted", None, {}, message)
+
+    if not in_multirun():
         def record_failure(message: str) -> None:  # where the run directory stays (a failure before it held
             if Path(cfg.paths.output_dir).is_dir():  # anything of a run removes it)
                 rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message)
@@ -232,8 +235,11 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
             objective = None
         rank_zero_only(write_result)(cfg.paths.output_dir, "ok", objective, metrics)
         return objective
+    job = HydraConfig.get().job.num
     try:
-        metrics = task(cfg)
+        with interruptions_end_the_process(record_interruption, step_name, said_before=(
+                f"The sweep stopped in its job {job}, whose line follows; the jobs after it did not run.")):
+            metrics = task(cfg)
         objective = config_objective(metrics, cfg)
     except Exception as err:
         print(without_passwords(traceback.format_exc()), file=sys.stderr, flush=True)
