@@ -14,9 +14,10 @@ def main(cfg: DictConfig) -> float:
     from lit_rlhf.cli.checks import check_before_imports, check_evaluation
 
     check_before_imports(cfg, check_evaluation, records_results=False)  # a bad setting answers before the imports
-    from lit_rlhf.cli.evaluate import evaluate  # once composed: a mistyped setting answers without Lightning's seconds
+    # once composed: a mistyped setting answers without Lightning's seconds
+    from lit_rlhf.cli.evaluate import evaluate_until_stopped
 
-    evaluation = report_user_errors(evaluate, cfg)
+    evaluation = report_user_errors(evaluate_until_stopped, cfg)
     return evaluation.summary["score_difference"]["mean"]
 
 

@@ -70,6 +70,19 @@ class StoppedBeforeTraining(SIGTERMException):
         return EXIT_CODES[self.signal_name]
 
 
+class StoppedBySignal(BaseException):
+    """Ctrl-C or SIGTERM (`signal_name`: SIGINT or SIGTERM) stopped an app that trains nothing (evaluate.py) before
+    it wrote its results: nothing was written. A BaseException, as KeyboardInterrupt is (see EndOfRunInterrupted)."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(f"{signal_name} before the results were written")
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.signal_name]
+
+
 LIT_THREADS = ("lit_rlhf-", "lit-rlhf-")  # name prefixes of the threads that run rewards, tools and rollouts
 _waiting_on: list[str | None] = []  # what the main thread waits on, innermost last (None: abandoned already)
 # while several ranks step together: agree(abandoned here) -> the ranks that abandoned a call, on every rank
@@ -191,17 +204,18 @@ class TrainingInterrupted(BaseException):
 
 
 @contextmanager
-def set_up_stops_on_signals() -> Iterator[None]:
+def set_up_stops_on_signals(stopped: Callable[[str], BaseException] = StoppedBeforeTraining) -> Iterator[None]:
     """Around an app's set-up before the fit (the data, the model and rewards loaded, which takes minutes for a large
-    model): Ctrl-C or SIGTERM raises StoppedBeforeTraining, said in one line with the run recorded as interrupted.
-    SIGTERM ended the process there by its default action (no line, no result.json), Ctrl-C with a traceback. Both
-    handlers are this block's own, whatever the process had before (restored after)."""
+    model): Ctrl-C or SIGTERM raises StoppedBeforeTraining, said in one line with the run recorded as interrupted
+    (`stopped(signal name)`: another exception, e.g. StoppedBySignal around evaluate.py's work). SIGTERM ended the
+    process there by its default action (no line, no result.json), Ctrl-C with a traceback. Both handlers are this
+    block's own, whatever the process had before (restored after)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def on_signal(signum, frame):
-        raise StoppedBeforeTraining(signal.Signals(signum).name)
+        raise stopped(signal.Signals(signum).name)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -176,9 +176,9 @@ def interruption_types() -> tuple[type[BaseException], ...]:
     """What a stop by Ctrl-C or SIGTERM raises (imported when a task runs: --help answers without Lightning)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from lit_rlhf.interrupts import EndOfRunInterrupted, TrainingAborted, TrainingInterrupted
+    from lit_rlhf.interrupts import EndOfRunInterrupted, StoppedBySignal, TrainingAborted, TrainingInterrupted
 
-    return SIGTERMException, EndOfRunInterrupted, TrainingInterrupted, TrainingAborted
+    return SIGTERMException, EndOfRunInterrupted, TrainingInterrupted, TrainingAborted, StoppedBySignal
 
 
 def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
@@ -188,10 +188,14 @@ def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
     from lit_rlhf.interrupts import (
         CallAbandoned,
         StoppedBeforeTraining,
+        StoppedBySignal,
         TrainingAborted,
         TrainingInterrupted,
     )
 
+    if isinstance(err, StoppedBySignal):
+        by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
+        return f"stopped by {by} before the results were written: nothing was written.", err.exit_code
     if isinstance(err, TrainingInterrupted):
         return str(err), err.exit_code
     if isinstance(err, TrainingAborted):

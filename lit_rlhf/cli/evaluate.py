@@ -11,12 +11,14 @@ from transformers import AutoConfig
 
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_evaluation
+from lit_rlhf.cli.run_dirs import discard_unused_run_dir
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
 from lit_rlhf.data import PromptDataModule
 from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
 from lit_rlhf.export import load_from_checkpoint, require_rl_checkpoint
+from lit_rlhf.interrupts import StoppedBySignal, set_up_stops_on_signals
 from lit_rlhf.models.loading import from_pretrained
 from lit_rlhf.noise import silence_known_noise
 from lit_rlhf.rewards import load_reward
@@ -65,7 +67,34 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
+def evaluate_until_stopped(cfg: DictConfig) -> Evaluation:
+    """evaluate.py's task: evaluate(cfg), whose loading, sampling and scoring (minutes) Ctrl-C or SIGTERM stops in one
+    line (StoppedBySignal; Ctrl-C printed a traceback, SIGTERM ended the process by its default action), its run
+    directory removed (it holds nothing yet)."""
+    try:
+        with set_up_stops_on_signals(StoppedBySignal):
+            evaluation = compare_as_configured(cfg)
+    except StoppedBySignal:
+        discard_unused_run_dir(cfg)
+        raise
+    report_evaluation(evaluation, cfg)
+    return evaluation
+
+
 def evaluate(cfg: DictConfig) -> Evaluation:
+    """The trained policy compared with its reference as cfg says, printed and written to the run directory."""
+    evaluation = compare_as_configured(cfg)
+    report_evaluation(evaluation, cfg)
+    return evaluation
+
+
+def report_evaluation(evaluation: Evaluation, cfg: DictConfig) -> None:
+    print_report(evaluation)
+    out = write_report(evaluation, cfg.paths.output_dir)
+    print(f"\nWrote {out}/evaluation.json, generations.jsonl, scores.png")
+
+
+def compare_as_configured(cfg: DictConfig) -> Evaluation:
     silence_known_noise()
     check_evaluation(cfg)  # evaluate.py checked them before its imports; a caller from Python has not
     device = resolve_device(cfg.device)
@@ -81,9 +110,5 @@ def evaluate(cfg: DictConfig) -> Evaluation:
     else:
         datamodule = instantiate(cfg.data, tokenizer=policy_tokenizer)
     datamodule.setup("validate")
-    evaluation = compare_with_reference(module, datamodule.val_dataloader(), cfg.samples_per_prompt, cfg.seed,
-                                        instantiate(cfg.judge), cfg.confidence, cfg.num_bootstraps)
-    print_report(evaluation)
-    out = write_report(evaluation, cfg.paths.output_dir)
-    print(f"\nWrote {out}/evaluation.json, generations.jsonl, scores.png")
-    return evaluation
+    return compare_with_reference(module, datamodule.val_dataloader(), cfg.samples_per_prompt, cfg.seed,
+                                  instantiate(cfg.judge), cfg.confidence, cfg.num_bootstraps)

@@ -82,6 +82,22 @@ def test_evaluate_py_on_the_checkpoint_reproduces_the_end_of_training_report(tra
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("signame, code, by", [("SIGTERM", 143, "SIGTERM"), ("SIGINT", 130, "Ctrl-C")])
+def test_ctrl_c_or_sigterm_stops_evaluate_py_in_one_line_and_leaves_no_run_directory(signame, code, by, trained_run,
+                                                                                     tmp_path):
+    """Stopped while it loads and samples (the judge's construction signals): Ctrl-C printed a traceback, SIGTERM
+    ended the process by its default action, and each left an empty run directory."""
+    out = tmp_path / "evaluation_run"
+    result = run_in("evaluate.py", f"ckpt_path={trained_run}/checkpoints/last.ckpt",
+                    "judge._target_=tests.helpers.RewardThatSignalsWhileBuilt", f"+judge.signame={signame}", out=out)
+    assert result.returncode == code, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (f"stopped by {by} before the results were written: nothing "
+                                                      f"was written.")
+    assert not out.exists()
+
+
+@pytest.mark.integration
 def test_an_exported_model_directory_evaluates_against_the_base_model(trained_run, tmp_path):
     export = run_app("lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"), str(tmp_path / "hf"),
                      cwd=ROOT, module=True)
