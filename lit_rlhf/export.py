@@ -17,6 +17,7 @@ from pathlib import Path
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.checkpoints.targets import rlhf_module_class
 from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error, os_error_message
+from lit_rlhf.interrupts import StoppedBySignal, set_up_stops_on_signals
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.model_card import model_card
 
@@ -107,10 +108,14 @@ def main() -> None:
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let the model run its own Python code (a checkpoint's settings never enable it)")
     args = parser.parse_args()
-    try:
-        module = load_from_checkpoint(args.ckpt_path, trust_remote_code=args.trust_remote_code,
-                                      remote_code_flag="--trust-remote-code")
-        out = export_policy(module, args.out_dir, args.adapter_only)
+    try:  # Ctrl-C or SIGTERM: one line, and no half-written folder (SIGTERM's default action left one)
+        with set_up_stops_on_signals(StoppedBySignal):
+            module = load_from_checkpoint(args.ckpt_path, trust_remote_code=args.trust_remote_code,
+                                          remote_code_flag="--trust-remote-code")
+            out = export_policy(module, args.out_dir, args.adapter_only)
+    except StoppedBySignal as err:
+        print(err.line, file=sys.stderr, flush=True)
+        sys.exit(err.exit_code)
     except (ConfigError, UnavailableError) as err:
         exit_with_user_error(err)
     except OSError as err:

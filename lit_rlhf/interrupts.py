@@ -71,8 +71,9 @@ class StoppedBeforeTraining(SIGTERMException):
 
 
 class StoppedBySignal(BaseException):
-    """Ctrl-C or SIGTERM (`signal_name`: SIGINT or SIGTERM) stopped an app that trains nothing (evaluate.py) before
-    it wrote its results: nothing was written. A BaseException, as KeyboardInterrupt is (see EndOfRunInterrupted)."""
+    """Ctrl-C or SIGTERM (`signal_name`: SIGINT or SIGTERM) stopped an app that trains nothing (evaluate.py, the
+    export) before it wrote its results: nothing was written. A BaseException, as KeyboardInterrupt is (see
+    EndOfRunInterrupted)."""
 
     def __init__(self, signal_name: str):
         super().__init__(f"{signal_name} before the results were written")
@@ -81,6 +82,12 @@ class StoppedBySignal(BaseException):
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.signal_name]
+
+    @property
+    def line(self) -> str:
+        """What the app says as it stops."""
+        by = "Ctrl-C" if self.signal_name == "SIGINT" else self.signal_name
+        return f"stopped by {by} before the results were written: nothing was written."
 
 
 LIT_THREADS = ("lit_rlhf-", "lit-rlhf-")  # name prefixes of the threads that run rewards, tools and rollouts

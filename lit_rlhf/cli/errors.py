@@ -194,8 +194,7 @@ def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
     )
 
     if isinstance(err, StoppedBySignal):
-        by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
-        return f"stopped by {by} before the results were written: nothing was written.", err.exit_code
+        return err.line, err.exit_code
     if isinstance(err, TrainingInterrupted):
         return str(err), err.exit_code
     if isinstance(err, TrainingAborted):

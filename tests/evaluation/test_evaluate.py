@@ -9,7 +9,7 @@ from lit_rlhf.cli.evaluate import evaluate
 from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.rewards import VaderSentiment
 from tests.apps import ROOT, run_app
-from tests.helpers import matches
+from tests.helpers import matches, signal_this_process
 
 pytestmark = pytest.mark.xdist_group("trained_run")  # one worker trains the module's run, once
 
@@ -112,6 +112,28 @@ def test_an_exported_model_directory_evaluates_against_the_base_model(trained_ru
     assert from_export["win_rate"]["mean"] == pytest.approx(from_ckpt["win_rate"]["mean"], abs=0.05)
     assert from_export["gold"]["reference_score"] == from_ckpt["gold"]["reference_score"]  # gold= on the command line
     assert from_export["gold"]["policy_score"] == pytest.approx(from_ckpt["gold"]["policy_score"], abs=0.03)
+
+
+@pytest.mark.integration
+def test_sigterm_while_the_export_writes_stops_it_in_one_line_without_a_half_written_folder(trained_run, tmp_path,
+                                                                                           monkeypatch):
+    """SIGTERM as the merged model is written (the folder made): it ended the process by the default action and left
+    the folder half-written."""
+    from lit_rlhf.models import export
+
+    def merged_then_signalled(model, on_a_copy):
+        model = merged(model, on_a_copy)
+        signal_this_process("SIGTERM")
+        return model
+
+    merged = export.merged
+    monkeypatch.setattr(export, "merged", merged_then_signalled)
+    result = run_app("lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"), str(tmp_path / "hf"),
+                     cwd=ROOT, module=True)
+    assert result.returncode == 143, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == ("stopped by SIGTERM before the results were written: nothing "
+                                                      "was written.")
+    assert not (tmp_path / "hf").exists()
 
 
 def test_the_reference_against_itself_has_zero_kl_zero_difference_and_only_ties(tmp_path):
