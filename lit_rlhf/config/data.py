@@ -1,10 +1,23 @@
 """DataConfig: where the prompts come from and how they are batched (PromptDataModule)."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from lit_rlhf.config.settings import setting
 from lit_rlhf.errors import ConfigError
+
+# the local files data.dataset reads, by suffix, with the `datasets` builder that reads each
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def check_dataset_file(dataset: str) -> None:
+    """A data.dataset with a data file's suffix names a local file, which must exist: checked with the settings,
+    before the model loads (minutes for a large one), and again where the file is read."""
+    path = Path(dataset)
+    if path.suffix.lower() in FILE_BUILDERS and not path.is_file() and not path.is_dir():
+        raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "
+                          f"train.py is started in); give an existing file.")
 
 
 @dataclass
@@ -30,3 +43,5 @@ class DataConfig:
                 raise ConfigError(f"data.{name}={value!r} must be a whole number >= 1.")
         if self.tokenizer in (None, "???", ""):
             raise ConfigError("data.tokenizer is required: the policy's tokenizer (hub name or directory).")
+        if isinstance(self.dataset, str):
+            check_dataset_file(self.dataset)

@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lit_rlhf.config.data import FILE_BUILDERS, check_dataset_file
 from lit_rlhf.errors import ConfigError, UnavailableError
 
 BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl",
            "arithmetic": Path(__file__).parent / "arithmetic" / "prompts.jsonl",
            "calculator": Path(__file__).parent / "calculator" / "prompts.jsonl",
            "two_task": Path(__file__).parent / "two_task" / "prompts.jsonl"}
-FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 UNSUPPORTED_SUFFIXES = (".txt", ".tsv", ".md", ".yaml", ".yml", ".xlsx", ".xls", ".gz", ".zip", ".arrow")
 FORMATS = "a .jsonl, .json, .csv or .parquet file, a hub dataset name, or 'sentiment' (bundled)"
 
@@ -143,9 +143,7 @@ def load_prompt_rows(dataset: str | None, prompt_column: str = "prompt", split: 
     elif path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r} is a directory; give {FORMATS}.")
     elif path.suffix.lower() in FILE_BUILDERS:
-        if not path.is_file():
-            raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "
-                              f"train.py is started in); give an existing file.")
+        check_dataset_file(dataset)
         rows = load_file(path, dataset, prompt_column)
     elif path.exists() or path.suffix.lower() in UNSUPPORTED_SUFFIXES:
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'this'} files are not read; give {FORMATS}.")

@@ -414,16 +414,26 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
 
 
 @pytest.mark.integration
-def test_a_mistyped_ckpt_path_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+@pytest.mark.parametrize("args, expected", [
+    (["ckpt_path=checkpoints/lats.ckpt"], "error: ckpt_path='checkpoints/lats.ckpt' is not a file; give a .ckpt "
+                                          "written by lit_rlhf (e.g. <run dir>/checkpoints/last.ckpt)."),
+    (["data.dataset=promts.jsonl"], "error: data.dataset='promts.jsonl': no such file (a relative path "
+                                                   "is read from the directory train.py is started in); give an "
+                                                   "existing file."),
+], ids=["a mistyped ckpt_path", "a mistyped data file"])
+def test_a_mistyped_path_is_refused_before_the_model_loads_and_leaves_no_run_directory(args, expected, tmp_path,
+                                                                                       monkeypatch):
+    """A missing data file was found in the fit's set-up, after the imports (about ten seconds), and its run directory
+    stayed (the logger's hparams.yaml, a result.json); now with the settings, before the imports."""
     from transformers import AutoModelForCausalLM
 
     def refuse_loading(*args, **kwargs):
-        raise AssertionError("the model was loaded for a run whose checkpoint does not exist")
+        raise AssertionError("the model was loaded for a run whose input does not exist")
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse_loading)
-    result = run_app("train.py", *FAST, "ckpt_path=checkpoints/lats.ckpt", cwd=tmp_path)
-    assert one_line_error(result) == ("error: ckpt_path='checkpoints/lats.ckpt' is not a file; give a .ckpt written by "
-                                      "lit_rlhf (e.g. <run dir>/checkpoints/last.ckpt).")
+    result = run_app("train.py", *FAST, *args, cwd=tmp_path)
+    assert one_line_error(result) == expected
+    assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
 
 
 @pytest.mark.integration
