@@ -167,10 +167,15 @@ def check_epochs(cfg: DictConfig) -> None:
 
 
 def check_fitting_on_a_file(cfg: DictConfig) -> None:
-    """train_sft.py's, train_dpo.py's and train_reward_model.py's checks: the epochs and the model's settings."""
+    """train_sft.py's, train_dpo.py's and train_reward_model.py's checks: the epochs, a local data file's existence and
+    the model's settings."""
     from lit_rlhf.config import ModelConfig
+    from lit_rlhf.config.data import check_dataset_file
 
     check_epochs(cfg)
+    dataset = OmegaConf.select(cfg, "data.dataset", default=None, throw_on_resolution_failure=False)
+    if isinstance(dataset, str):
+        check_dataset_file(dataset)
     check_settings(ModelConfig, cfg.get("model"), "model")
     check_model_locations(cfg)
 

@@ -13,11 +13,11 @@ FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "
 
 def check_dataset_file(dataset: str) -> None:
     """A data.dataset with a data file's suffix names a local file, which must exist: checked with the settings,
-    before the model loads (minutes for a large one), and again where the file is read."""
+    before the imports (the apps), and again where the file is read (prompts, completions or pairs)."""
     path = Path(dataset)
     if path.suffix.lower() in FILE_BUILDERS and not path.is_file() and not path.is_dir():
-        raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "
-                          f"train.py is started in); give an existing file.")
+        raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory the "
+                          f"script is started in); give an existing .jsonl, .json, .csv or .parquet file.")
 
 
 @dataclass

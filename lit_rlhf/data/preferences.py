@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.config.data import check_dataset_file
 from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS, UNSUPPORTED_SUFFIXES, load_file, load_hub, read_jsonl
 from lit_rlhf.errors import ConfigError
 
@@ -72,10 +73,7 @@ def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None,
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'suffix-less'} files are not read; give a "
                           f".jsonl, .json, .csv or .parquet file of {what}.")
     if path.suffix.lower() in FILE_BUILDERS:
-        if not path.is_file():
-            raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory "
-                              f"the script is started in); give an existing .jsonl, .json, .csv or .parquet file "
-                              f"of {what}.")
+        check_dataset_file(dataset)
         if path.suffix.lower() == ".jsonl":
             return read_jsonl(path, dataset)
         return load_file(path, dataset, prompt_column)

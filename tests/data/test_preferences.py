@@ -145,5 +145,4 @@ def test_a_missing_pairs_file_is_one_line_that_reads_right(tmp_path, tokenizer):
     with pytest.raises(ConfigError) as raised:
         load_preference_pairs(str(tmp_path / "pairs.jsonl"), tokenizer)
     assert str(raised.value).endswith("no such file (a relative path is read from the directory the script is "
-                                      "started in); give an existing .jsonl, .json, .csv or .parquet file of "
-                                      "preference pairs.")
+                                      "started in); give an existing .jsonl, .json, .csv or .parquet file.")

@@ -413,16 +413,21 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
         not (run / "checkpoints").exists() for run in (inputs / "logs" / "train" / "runs").iterdir())
 
 
+MISSING_DATA_FILE = ("error: data.dataset='promts.jsonl': no such file (a relative path is read from the directory the "
+                     "script is started in); give an existing .jsonl, .json, .csv or .parquet file.")
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("args, expected", [
-    (["ckpt_path=checkpoints/lats.ckpt"], "error: ckpt_path='checkpoints/lats.ckpt' is not a file; give a .ckpt "
-                                          "written by lit_rlhf (e.g. <run dir>/checkpoints/last.ckpt)."),
-    (["data.dataset=promts.jsonl"], "error: data.dataset='promts.jsonl': no such file (a relative path "
-                                                   "is read from the directory train.py is started in); give an "
-                                                   "existing file."),
-], ids=["a mistyped ckpt_path", "a mistyped data file"])
-def test_a_mistyped_path_is_refused_before_the_model_loads_and_leaves_no_run_directory(args, expected, tmp_path,
-                                                                                       monkeypatch):
+@pytest.mark.parametrize("script, args, expected", [
+    ("train.py", [*FAST, "ckpt_path=checkpoints/lats.ckpt"], "error: ckpt_path='checkpoints/lats.ckpt' is not a "
+     "file; give a .ckpt written by lit_rlhf (e.g. <run dir>/checkpoints/last.ckpt)."),
+    ("train.py", [*FAST, "data.dataset=promts.jsonl"], MISSING_DATA_FILE),
+    ("train_sft.py", ["data.dataset=promts.jsonl"], MISSING_DATA_FILE),
+    ("train_dpo.py", ["data.dataset=promts.jsonl"], MISSING_DATA_FILE),
+], ids=["a mistyped ckpt_path", "a mistyped data file", "train_sft.py, a mistyped data file",
+        "train_dpo.py, a mistyped data file"])
+def test_a_mistyped_path_is_refused_before_the_model_loads_and_leaves_no_run_directory(script, args, expected,
+                                                                                       tmp_path, monkeypatch):
     """A missing data file was found in the fit's set-up, after the imports (about ten seconds), and its run directory
     stayed (the logger's hparams.yaml, a result.json); now with the settings, before the imports."""
     from transformers import AutoModelForCausalLM
@@ -431,9 +436,9 @@ def test_a_mistyped_path_is_refused_before_the_model_loads_and_leaves_no_run_dir
         raise AssertionError("the model was loaded for a run whose input does not exist")
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse_loading)
-    result = run_app("train.py", *FAST, *args, cwd=tmp_path)
+    result = run_app(script, *args, cwd=tmp_path)
     assert one_line_error(result) == expected
-    assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
+    assert not list((tmp_path / "logs" / script.removesuffix(".py") / "runs").iterdir())
 
 
 @pytest.mark.integration
