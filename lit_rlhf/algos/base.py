@@ -25,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lit_rlhf.algos.default_callbacks import display_callbacks
 from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, off_policy_mask, require_grads
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
-from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, held_past_every_stop_line, rl_steps_of_fit
+from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
 from lit_rlhf.algos.step_stats import StepStatistics, step_distributions
 from lit_rlhf.checkpoints.state import TrainedStateCheckpoints
 from lit_rlhf.config import ModelConfig, RLHFConfig, build, model_config
@@ -35,7 +35,6 @@ from lit_rlhf.config.validation import check_optimizer, warn_once
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
-from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.ops import LossShare, clipped_policy_loss, masked_mean
 from lit_rlhf.ops.batching import divide
@@ -382,8 +381,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         super().on_train_end()
 
     def setup(self, stage: str) -> None:
-        if stage == "fit" and (line := held_past_every_stop_line(self.trainer)):
-            raise ConfigError(line)
         destroy_process_group_at_exit()
         self.sharding.setup(self._trainer)
 

@@ -37,19 +37,6 @@ def endless_fit_line(trainer: L.Trainer, total_rl_steps: int | None) -> str | No
             "rl_steps=N (RL steps), or the Trainer max_steps=N x num_ppo_epochs x num_mini_batches (optimizer steps).")
 
 
-def held_past_every_stop_line(trainer: L.Trainer) -> str | None:
-    """The error for a Trainer min_steps or min_epochs in an RL fit: Lightning honours a stop (the module's rl_steps,
-    Ctrl-C, EarlyStopping) only once they are met, and min_steps asks for a whole epoch too (Lightning sets
-    min_epochs=1 with it); an epoch of the endless prompt stream never ends, so the fit trained for ever."""
-    name = "min_steps" if trainer.min_steps else "min_epochs" if trainer.min_epochs else None
-    if name is None:
-        return None
-    return (f"Trainer {name}={getattr(trainer, name)} (trainer.{name} on the command line) would hold this RL fit past "
-            f"every stop: Lightning stops it (after rl_steps, on Ctrl-C, by EarlyStopping) only after a whole epoch, "
-            f"and an epoch of the endless prompt stream never ends; drop {name} (the fit's length is the module's "
-            f"rl_steps, steps= on the command line).")
-
-
 def finished_fit_line(rl_step: int, rl_steps: int | None) -> str | None:
     """The notice for a resume from the end of a finished run (rl_steps RL steps already done): nothing is trained."""
     if rl_steps is None or rl_step < rl_steps:

@@ -78,6 +78,19 @@ class PromptRow(NamedTuple):
     columns: dict[str, Any]  # the other fields of its dataset row (e.g. a reference answer)
 
 
+def held_past_every_stop_line(trainer: L.Trainer) -> str | None:
+    """The error for a Trainer min_steps or min_epochs in a fit on the prompt stream: Lightning honours a stop (the
+    module's rl_steps, Ctrl-C, EarlyStopping) only once they are met, and min_steps asks for a whole epoch too
+    (Lightning sets min_epochs=1 with it); an epoch of the endless stream never ends, so the fit trained for ever."""
+    name = "min_steps" if trainer.min_steps else "min_epochs" if trainer.min_epochs else None
+    if name is None:
+        return None
+    return (f"Trainer {name}={getattr(trainer, name)} (trainer.{name} on the command line) would hold this RL fit past "
+            f"every stop: Lightning stops it (after rl_steps, on Ctrl-C, by EarlyStopping) only after a whole epoch, "
+            f"and an epoch of the endless prompt stream never ends; drop {name} (the fit's length is the module's "
+            f"rl_steps, steps= on the command line).")
+
+
 class PromptDataModule(L.LightningDataModule):
     """Prompts for RLHF from the bundled set ("sentiment"), local files, or a hub dataset.
 
@@ -105,6 +118,8 @@ class PromptDataModule(L.LightningDataModule):
         return local_size(self.hparams.batch_size, world_size, "data.batch_size")
 
     def setup(self, stage: str | None = None) -> None:
+        if stage == "fit" and self.trainer is not None and (line := held_past_every_stop_line(self.trainer)):
+            raise ConfigError(line)
         if self.tokenizer is not None:
             return
         hp = self.hparams
