@@ -38,6 +38,20 @@ class LostRankObserver(_ChildProcessObserver):
         self.rank, self.world_size, self.where_to_resume = rank, world_size, where_to_resume
         self.grace_s, self.exit = grace_s, exit
 
+    def _run(self) -> bool:
+        """One poll of the ranks, as Lightning's, without its line "Child process ... terminated ... Forcefully
+        terminating all other processes" (logged at once, while nothing is terminated during the grace): it came
+        after the launching rank's own line, as the last line the user saw."""
+        for proc in self._child_processes:
+            proc.poll()
+        codes = [proc.returncode for proc in self._child_processes]
+        if all(code == 0 for code in codes):
+            return True
+        if any(codes):
+            self._terminate_all()
+            return True
+        return False
+
     def _terminate_all(self) -> None:
         time.sleep(self.grace_s)
         lost = [(rank, proc.returncode) for rank, proc in enumerate(self._child_processes, start=self.rank + 1)

@@ -18,10 +18,12 @@ def test_other_errors_are_left_alone():
     assert lost_rank_line(RuntimeError(GLOO), rank=0, world_size=1) is None
 
 
-def test_the_launching_rank_is_given_time_then_stopped_with_the_lost_rank_line_and_where_to_resume(capsys):
+def test_the_launching_rank_is_given_time_then_stopped_with_the_lost_rank_line_and_where_to_resume(capsys, caplog):
     """Rank 2 of a 3-rank run dies (SIGKILL) while the launching rank is busy between collectives: after the grace
     the observer says which rank was lost and where to resume, stops the ranks still running (rank 1 here) and
-    exits with the user-error code, instead of Lightning's silent SIGKILL within 5 s."""
+    exits with the user-error code, instead of Lightning's silent SIGKILL within 5 s. Lightning's own line ("...
+    Forcefully terminating all other processes"), logged at once, came after the launching rank's line."""
+    import logging
     import subprocess
     import time
 
@@ -34,8 +36,10 @@ def test_the_launching_rank_is_given_time_then_stopped_with_the_lost_rank_line_a
     observer = LostRankObserver([alive, dead], rank=0, world_size=3, where_to_resume=lambda: "resume with: X",
                                 grace_s=0.3, sleep_period=0.01, exit=exits.append)
     started = time.monotonic()
-    observer.run()
+    with caplog.at_level(logging.INFO):
+        observer.run()
     assert time.monotonic() - started >= 0.3  # the grace was given
+    assert not [record for record in caplog.records if "Child process" in record.getMessage()]
     assert exits == [EXIT_USER_ERROR]
     assert alive.wait(timeout=5) == -9
     assert capsys.readouterr().err == ("error: rank 0 lost rank 2 (exit code -9, SIGKILL) of this 3-rank run (it was "
