@@ -28,6 +28,11 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
+def said(signal_name: str) -> str:
+    """How the apps' lines name a signal: Ctrl-C for SIGINT."""
+    return "Ctrl-C" if signal_name == "SIGINT" else signal_name
+
+
 class EndOfRunInterrupted(BaseException):
     """Ctrl-C or SIGTERM after training finished; `signal_name` is SIGINT or SIGTERM. A BaseException, as
     KeyboardInterrupt is: it may arrive inside a reward, a tool or a callback, whose `except Exception` guards
@@ -86,8 +91,7 @@ class StoppedBySignal(BaseException):
     @property
     def line(self) -> str:
         """What the app says as it stops."""
-        by = "Ctrl-C" if self.signal_name == "SIGINT" else self.signal_name
-        return f"stopped by {by} before the results were written: nothing was written."
+        return f"stopped by {said(self.signal_name)} before the results were written: nothing was written."
 
 
 LIT_THREADS = ("lit_rlhf-", "lit-rlhf-")  # name prefixes of the threads that run rewards, tools and rollouts

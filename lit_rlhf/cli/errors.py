@@ -191,6 +191,7 @@ def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
         StoppedBySignal,
         TrainingAborted,
         TrainingInterrupted,
+        said,
     )
 
     if isinstance(err, StoppedBySignal):
@@ -203,9 +204,8 @@ def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
                 ), err.exit_code
     if isinstance(err, StoppedBeforeTraining):
         waiting = f" (while waiting on {err.what}, which was abandoned)" if err.what else ""
-        by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name
-        return (f"stopped by {by} before the first {step_name} began{waiting}: nothing was trained and no checkpoint "
-                f"was written; run the same command again to start it (or resume it)."), err.exit_code
+        return (f"stopped by {said(err.signal_name)} before the first {step_name} began{waiting}: nothing was trained "
+                f"and no checkpoint was written; run the same command again to start it (or resume it)."), err.exit_code
     if isinstance(err, CallAbandoned):
         runs_again = (f"it holds the last complete {step_name}; the interrupted held-out evaluation runs again first"
                       if err.in_evaluation else f"the interrupted {step_name} runs again")
@@ -213,10 +213,9 @@ def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
                 f"resume from the checkpoint above ({runs_again})."), EXIT_SIGTERM
     if isinstance(err, SIGTERMException):
         return f"stopped by SIGTERM after a complete {step_name}; resume from the checkpoint above.", EXIT_SIGTERM
-    by = "Ctrl-C" if err.signal_name == "SIGINT" else err.signal_name  # EndOfRunInterrupted
-    rerun = f"; run them again with: {err.rerun_command}" if err.rerun_command else "."
-    return (f"stopped by {by} during the end-of-run reports; training had finished and its final checkpoint is "
-            f"written (checkpoints/last.ckpt){rerun}"), err.exit_code
+    rerun = f"; run them again with: {err.rerun_command}" if err.rerun_command else "."  # EndOfRunInterrupted
+    return (f"stopped by {said(err.signal_name)} during the end-of-run reports; training had finished and its final "
+            f"checkpoint is written (checkpoints/last.ckpt){rerun}"), err.exit_code
 
 
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
