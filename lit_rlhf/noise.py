@@ -13,6 +13,12 @@ import warnings
 LIGHTNING_TIPS = ("💡 Tip: For seamless cloud logging", "💡 Tip: For seamless cloud uploads")
 # The apps pass their own model summary (ModelSummaryTable); Lightning says it then skips its default one.
 LIGHTNING_OWN_SUMMARY = ("Trainer already configured with model summary callbacks",)
+# Lightning names the default bar and summary an RLHF module replaces (lit_rlhf/algos/default_callbacks.py) as callbacks
+# "passed to Trainer", which a user of a plain Trainer never passed; said only of these two classes.
+LIGHTNING_REPLACED_DISPLAY = tuple(
+    f"The following callbacks returned in `LightningModule.configure_callbacks` will override existing callbacks "
+    f"passed to Trainer: {names}"
+    for names in ("RichModelSummary", "RichModelSummary, RichProgressBar", "RichProgressBar"))
 # Lightning's check for modules left in eval mode: a full fine-tune's reference copy (model.lora=null), DPO's and the
 # reward model's frozen base models stay in eval mode on purpose (no dropout in their forwards); silenced by the apps
 # only (allow_frozen_modules_in_eval_mode): a user's own script keeps the check for its own modules.
@@ -29,18 +35,22 @@ HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "openai")
 
 
 class DropMessages(logging.Filter):
-    def __init__(self, prefixes: tuple[str, ...]):
+    """Drops the records whose message starts with one of `prefixes` or is one of `messages`."""
+
+    def __init__(self, prefixes: tuple[str, ...], messages: tuple[str, ...] = ()):
         super().__init__()
         self.prefixes = prefixes
+        self.messages = messages
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefixes)
+        message = str(record.msg)
+        return not (message.startswith(self.prefixes) or message in self.messages)
 
 
 def silence_known_noise() -> None:
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, DropMessages) for f in logger.filters):
-        logger.addFilter(DropMessages(LIGHTNING_TIPS + LIGHTNING_OWN_SUMMARY))
+        logger.addFilter(DropMessages(LIGHTNING_TIPS + LIGHTNING_OWN_SUMMARY, LIGHTNING_REPLACED_DISPLAY))
     for name in HTTP_CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)

@@ -60,8 +60,10 @@ def test_logs_get_a_plain_progress_line_every_few_rl_steps(tmp_path):
 
 @pytest.mark.integration
 def test_a_plain_trainer_gets_the_rl_step_bar_and_summary_in_place_of_lightnings_defaults():
-    """Lightning's default bar counts batches of an endless stream; one the user chose (or none) stays."""
-    from lightning.pytorch.callbacks import TQDMProgressBar
+    """Lightning's default bar counts batches of an endless stream; a RichProgressBar or RichModelSummary passed with
+    settings of the user's is replaced with those settings kept; a bar of another class (or none) stays."""
+    from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar, TQDMProgressBar
+    from lightning.pytorch.callbacks.progress.rich_progress import RichProgressBarTheme
 
     from lit_rlhf.callbacks import ModelSummaryTable
 
@@ -69,9 +71,18 @@ def test_a_plain_trainer_gets_the_rl_step_bar_and_summary_in_place_of_lightnings
         trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, limit_val_batches=0,
                             accelerator="cpu", **trainer_options)
         trainer.fit(make_ppo(response_length=4), make_datamodule())
-        return {type(c) for c in trainer.callbacks}
+        return {type(c): c for c in trainer.callbacks}
 
     defaults = callbacks_of()
     assert RLStepsProgressBar in defaults and ModelSummaryTable in defaults
+    assert defaults[RLStepsProgressBar].refresh_rate == RichProgressBar().refresh_rate
+    theme = RichProgressBarTheme(description="red")
+    passed = callbacks_of(callbacks=[RichProgressBar(refresh_rate=3, leave=True, theme=theme,
+                                                     console_kwargs={"width": 90}),
+                                     RichModelSummary(max_depth=2, header_style="bold red")])
+    bar, summary = passed[RLStepsProgressBar], passed[ModelSummaryTable]
+    assert RichProgressBar not in passed and RichModelSummary not in passed
+    assert (bar.refresh_rate, bar._leave, bar.theme, bar._console_kwargs) == (3, True, theme, {"width": 90})
+    assert (summary._max_depth, summary._summarize_kwargs) == (2, {"header_style": "bold red"})
     chosen = callbacks_of(callbacks=[TQDMProgressBar()], enable_model_summary=False)
     assert TQDMProgressBar in chosen and RLStepsProgressBar not in chosen and ModelSummaryTable not in chosen
