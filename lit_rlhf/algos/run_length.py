@@ -5,6 +5,7 @@ stops it, since the prompt stream is endless."""
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping, Timer
@@ -37,9 +38,30 @@ def endless_fit_line(trainer: L.Trainer, total_rl_steps: int | None) -> str | No
             "rl_steps=N (RL steps), or the Trainer max_steps=N x num_ppo_epochs x num_mini_batches (optimizer steps).")
 
 
+def time_limit(trainer: L.Trainer) -> Timer | None:
+    """The Timer that the Trainer's max_time (or one passed as a callback) stops the fit with; None without one."""
+    return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
+
+
+def as_duration(seconds: float) -> str:
+    return str(timedelta(seconds=round(seconds)))
+
+
 def finished_fit_line(rl_step: int, rl_steps: int | None) -> str | None:
     """The notice for a resume from the end of a finished run (rl_steps RL steps already done): nothing is trained."""
     if rl_steps is None or rl_step < rl_steps:
         return None
     return (f"The checkpoint is at RL step {rl_step} of {rl_steps}: nothing is left to train (raise steps= to train on "
             f"from it).")
+
+
+def time_limit_stop_line(trainer: L.Trainer, rl_step: int, total_rl_steps: int | None) -> str | None:
+    """After a fit: the line saying that the Trainer's max_time stopped it before its last RL step, or None. Lightning's
+    Timer saves the time trained in checkpoints and counts it across resumes: a resume with the same max_time stops
+    before its first step, with this line again."""
+    timer = time_limit(trainer)
+    if timer is None or timer.time_remaining() > 0 or (total_rl_steps is not None and rl_step >= total_rl_steps):
+        return None
+    limit = as_duration(timer.time_elapsed() + timer.time_remaining())
+    return (f"The Trainer's max_time ({limit}) stopped the run after RL step {rl_step} of {total_rl_steps or '?'}; "
+            f"the time trained counts against max_time on a resume (Lightning's Timer)")

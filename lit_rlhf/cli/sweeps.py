@@ -81,6 +81,15 @@ def sweep_group() -> str | None:
     return f"{hydra.job.name}-{Path(hydra.sweep.dir).name}"
 
 
+class FinalMetrics(dict):
+    """A task's final metrics, with the status its result.json records: "ok", or "time_limit" (the Trainer's max_time
+    stopped the fit before its last RL step; the metrics are those of the policy it stopped with)."""
+
+    def __init__(self, metrics: dict[str, float], status: str = "ok"):
+        super().__init__(metrics)
+        self.status = status
+
+
 def write_result(output_dir: str | Path, status: str, objective: float | None, metrics: dict[str, float],
                  error: str | None = None) -> None:
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []

@@ -16,12 +16,20 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.algos.run_length import time_limit_stop_line
 from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.cli.checks import check_run_settings, typed_key
 from lit_rlhf.cli.errors import interruptions_end_the_process, mark_task_started, report_user_errors, user_error
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
-from lit_rlhf.cli.sweeps import check_optimized_metric, config_objective, in_multirun, sweep_group, write_result
+from lit_rlhf.cli.sweeps import (
+    FinalMetrics,
+    check_optimized_metric,
+    config_objective,
+    in_multirun,
+    sweep_group,
+    write_result,
+)
 from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
@@ -119,7 +127,13 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
             report(f"\nRun directory: {cfg.paths.output_dir}")
             raise TrainingInterrupted(f"stopped by Ctrl-C after RL step {module.rl_step} of "
                                       f"{module.total_rl_steps() or '?'}; resume with: {resume_command(stopped.path)}")
-        return end_of_run(cfg, trainer, module, datamodule, loggers)
+        metrics = end_of_run(cfg, trainer, module, datamodule, loggers)
+        if line := time_limit_stop_line(trainer, module.rl_step, module.total_rl_steps()):
+            last = last_checkpoint(trainer)
+            report(f"\n{line}" + (f"; to train on, resume with a larger trainer.max_time: {resume_command(last)}"
+                                  if last is not None else "."))
+            return FinalMetrics(metrics, status="time_limit")
+        return metrics
 
 
 def resume_command(checkpoint: Path) -> str:
@@ -233,7 +247,7 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
         except ConfigError as err:
             report(f"warning: {err}")
             objective = None
-        rank_zero_only(write_result)(cfg.paths.output_dir, "ok", objective, metrics)
+        rank_zero_only(write_result)(cfg.paths.output_dir, getattr(metrics, "status", "ok"), objective, metrics)
         return objective
     job = HydraConfig.get().job.num
     try:
@@ -246,5 +260,5 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
         message = user_error(err) or f"{type(err).__name__}: {err}"
         rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message.strip().splitlines()[0])
         return None
-    rank_zero_only(write_result)(cfg.paths.output_dir, "ok", objective, metrics)
+    rank_zero_only(write_result)(cfg.paths.output_dir, getattr(metrics, "status", "ok"), objective, metrics)
     return objective

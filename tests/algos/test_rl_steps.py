@@ -9,7 +9,13 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import EarlyStopping
 
-from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
+from lit_rlhf.algos.run_length import (
+    endless_fit_line,
+    finished_fit_line,
+    rl_steps_of_fit,
+    time_limit,
+    time_limit_stop_line,
+)
 from lit_rlhf.callbacks import LastCheckpoint
 from tests.conftest import make_datamodule, make_ppo, make_rloo
 
@@ -40,6 +46,17 @@ def test_a_fit_is_endless_only_without_any_limit():
     assert endless_fit_line(trainer(callbacks=[EarlyStopping(monitor="eval/score")]), None) is None
     assert finished_fit_line(2, None) is None and finished_fit_line(1, 2) is None
     assert "RL step 2 of 2" in finished_fit_line(2, 2)
+
+
+def test_a_spent_max_time_before_the_last_step_is_named():
+    limited = trainer(max_time="00:00:00:05")
+    time_limit(limited).load_state_dict({"time_elapsed": {"train": 6.0}})  # as a checkpoint restores it
+    line = time_limit_stop_line(limited, 3, 10)
+    assert line.startswith("The Trainer's max_time (0:00:05) stopped the run after RL step 3 of 10;"), line
+    assert time_limit_stop_line(limited, 10, 10) is None  # the run's steps were all done
+    time_limit(limited).load_state_dict({"time_elapsed": {"train": 4.0}})
+    assert time_limit_stop_line(limited, 3, 10) is None  # time left: something else stopped it
+    assert time_limit(trainer()) is None and time_limit_stop_line(trainer(), 3, 10) is None
 
 
 class StopAfterOneStep(L.Callback):

@@ -178,3 +178,37 @@ def test_resuming_a_finished_run_trains_nothing_and_exits(mode, tmp_path, caplog
     with open(tmp_path / "run" / "csv" / "metrics.csv") as file:
         trained = [row for row in csv.DictReader(file) if row["time/step_s"]]
     assert len(trained) == 1  # the run's one RL step; the resume trained none (its end-of-run reports run again)
+
+
+@pytest.mark.integration
+def test_a_run_stopped_by_max_time_says_so_and_resumes_only_with_a_larger_one(tmp_path):
+    """Lightning's max_time counts the time trained across resumes: the run says it stopped short, result.json records
+    time_limit, a resume with the same max_time trains nothing, and one with a larger max_time goes on."""
+    import json
+
+    from tests.apps import run_app
+    from tests.helpers import FAST
+
+    def trained_steps():
+        with open(tmp_path / "run" / "csv" / "metrics.csv") as file:
+            return [row["step"] for row in csv.DictReader(file) if row["time/step_s"]]
+
+    args = [*FAST[1:], "hydra.run.dir=run", "callbacks.model_checkpoint.every_n_train_steps=1"]
+    stopped = run_app("train.py", *args, "steps=1000", "+trainer.max_time=00:00:00:01", cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    done = len(trained_steps())
+    line = stopped.stdout.strip().splitlines()[-1]
+    assert line.startswith(f"The Trainer's max_time (0:00:01) stopped the run after RL step {done} of 1000;"), line
+    assert "resume with a larger trainer.max_time: python " in line and "ckpt_path=" in line
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "time_limit"
+
+    again = run_app("train.py", *args, "steps=1000", "+trainer.max_time=00:00:00:01", "ckpt_path=last", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"stopped the run after RL step {done} of 1000;" in again.stdout.strip().splitlines()[-1]
+    assert len(trained_steps()) == done  # the time trained already spent the limit: no step
+
+    longer = run_app("train.py", *args, f"steps={done + 1}", "+trainer.max_time=00:00:10:00", "ckpt_path=last",
+                     cwd=tmp_path)
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert len(trained_steps()) == done + 1 and "The Trainer's max_time" not in longer.stdout
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "ok"
