@@ -25,6 +25,10 @@ LIGHTNING_REPLACED_DISPLAY = tuple(
 LIGHTNING_EVAL_MODE = r"Found \d+ module\(s\) in eval mode at the start of training"
 # Lightning's CombinedLoader builds a LeafSpec, which torch >= 2.10 deprecates; nothing to change on our side.
 LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+# Lightning's ModelCheckpoint(every_n_train_steps=N) on a manually optimized module: it says that it saves the state
+# after the optimizer step and asks for copies of the weights from before it, while the state after the RL step is
+# the one an RL checkpoint must hold (lit_rlhf's LastCheckpoint saves it without the warning).
+LIGHTNING_MANUAL_CHECKPOINT = r"Using ModelCheckpoint with manual optimization and every_n_train_steps"
 # The Trainer's default epoch limit: an RLHF module stops after its RL steps (rl_steps), whatever the epochs.
 LIGHTNING_MAX_EPOCHS = r"`max_epochs` was not set\. Setting it to 1000 epochs"
 # peft's LoRA on GPT-2's Conv1D layers (target_modules="all-linear" takes them): peft sets fan_in_fan_out itself.
@@ -55,6 +59,7 @@ def silence_known_noise() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)
     warnings.filterwarnings("ignore", message=LIGHTNING_MAX_EPOCHS)
+    warnings.filterwarnings("ignore", message=LIGHTNING_MANUAL_CHECKPOINT)
     warnings.filterwarnings("ignore", message=PEFT_CONV1D)
     if not sys.stderr.isatty():  # a log file: transformers' "Loading weights" and "Writing model shards" bars are
         from transformers.utils import logging as transformers_logging  # carriage-return noise there

@@ -2,6 +2,8 @@
 
 import warnings
 
+import lightning as L
+import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -19,3 +21,21 @@ def test_lora_on_gpt2s_conv1d_layers_warns_nothing_a_user_could_act_on():
         warnings.simplefilter("always", append=True)  # after the silenced messages: every other warning is seen
         get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
     assert [str(w.message) for w in caught if "fan_in_fan_out" in str(w.message)] == []
+
+
+@pytest.mark.integration
+def test_lightnings_model_checkpoint_in_a_plain_script_asks_for_no_pre_optimization_copies(tmp_path):
+    """Lightning's ModelCheckpoint(every_n_train_steps=N) warns, on a manually optimized module, that it saves the
+    state after the optimizer step, with twelve lines of example code: the state an RL checkpoint must hold."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.conftest import make_datamodule, make_rloo
+
+    module = make_rloo(rl_steps=1, response_length=4)  # importing lit_rlhf's modules installs the filters
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", append=True)  # after the silenced messages: every other warning is seen
+        trainer.fit(module, make_datamodule())
+    assert [str(w.message)[:60] for w in caught if "pre-optimization" in str(w.message)] == []
+    assert [p.name for p in tmp_path.glob("*.ckpt")] == ["epoch=0-step=1.ckpt"]
