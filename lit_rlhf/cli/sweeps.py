@@ -143,15 +143,20 @@ def print_summary(rows: list[dict[str, Any]], path: Path) -> None:
         table.add_row(str(row["job"]), as_text(swept), row["status"], *values)
     plain_console(width=160).print(table)
     for row in rows:
-        if row["error"]:
+        if row["status"] == "failed":  # an interrupted run's stop line is the process's last line
             print(f"job {row['job']} failed: {printable(row['error'], one_line=True)}")
+
+
+def summarize_sweep(sweep_dir: Path) -> None:
+    """<sweep dir>/summary.csv and the printed table, of the runs that have a result.json: at the end of a multirun, or
+    when Ctrl-C or SIGTERM stops it (the run in progress recorded as interrupted)."""
+    if sweep_dir.is_dir():
+        path, rows = write_summary(sweep_dir)
+        print_summary(rows, path)
 
 
 class SweepSummary(Callback):
     """Hydra callback: <sweep dir>/summary.csv and a printed table at the end of a multirun."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        if sweep_dir.is_dir():
-            path, rows = write_summary(sweep_dir)
-            print_summary(rows, path)
+        summarize_sweep(Path(config.hydra.sweep.dir))

@@ -27,6 +27,7 @@ from lit_rlhf.cli.sweeps import (
     check_optimized_metric,
     config_objective,
     in_multirun,
+    summarize_sweep,
     sweep_group,
     write_result,
 )
@@ -250,8 +251,13 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
         rank_zero_only(write_result)(cfg.paths.output_dir, getattr(metrics, "status", "ok"), objective, metrics)
         return objective
     job = HydraConfig.get().job.num
+
+    def record_interruption_and_summarize(message: str) -> None:  # the runs done so far, in summary.csv
+        record_interruption(message)
+        rank_zero_only(summarize_sweep)(Path(HydraConfig.get().sweep.dir))
+
     try:
-        with interruptions_end_the_process(record_interruption, step_name, said_before=(
+        with interruptions_end_the_process(record_interruption_and_summarize, step_name, said_before=(
                 f"The sweep stopped in its job {job}, whose line follows; the jobs after it did not run.")):
             metrics = task(cfg)
         objective = config_objective(metrics, cfg)

@@ -87,21 +87,23 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_records_its_job_as_interrupted_and_sa
                                                                                                      tmp_path):
     """A sweep's job stopped by SIGTERM ended the sweep with exit code 0 and no line or result.json (a preempted
     sweep read as a finished one); by Ctrl-C, with a traceback and exit code 1. Now the job's checkpoint, its
-    result.json (status interrupted, with the line), one line saying the sweep stopped, and the job's own stop
-    line (Ctrl-C: its resume command); the later jobs do not run."""
-    stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=1",
+    result.json (status interrupted, with the line), the summary of the runs so far, one line saying the sweep
+    stopped, and the job's own stop line (Ctrl-C: its resume command); the later jobs do not run."""
+    stop = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=9,1,1",  # in job 1's RL step 1
             f"+callbacks.stop.signal={signame}"]
-    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path}", *SHORT, "algo.kl_coef=0.01,0.1", *stop,
-                     cwd=ROOT)
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path}", *SHORT, *stop, cwd=ROOT)
     assert result.returncode == code, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     said, line = result.stderr.strip().splitlines()[-2:]
-    assert said == "The sweep stopped in its job 0, whose line follows; the jobs after it did not run."
+    assert said == "The sweep stopped in its job 1, whose line follows; the jobs after it did not run."
     assert line.startswith("stopped by SIGTERM after a complete RL step" if signame == "SIGTERM" else
                            "stopped by Ctrl-C after RL step 1 of 2; resume with: "), line
-    assert (tmp_path / "0" / "checkpoints" / "interrupted.ckpt").exists() and not (tmp_path / "1").exists()
-    recorded = json.loads((tmp_path / "0" / "result.json").read_text())
-    assert (recorded["status"], recorded["job"], recorded["error"]) == ("interrupted", 0, line)
+    assert (tmp_path / "1" / "checkpoints" / "interrupted.ckpt").exists() and not (tmp_path / "2").exists()
+    recorded = json.loads((tmp_path / "1" / "result.json").read_text())
+    assert (recorded["status"], recorded["job"], recorded["error"]) == ("interrupted", 1, line)
+    with open(tmp_path / "summary.csv") as f:  # the runs so far, as a finished sweep's summary has them
+        assert [(row["job"], row["status"]) for row in csv.DictReader(f)] == [("0", "ok"), ("1", "interrupted")]
+    assert "Sweep summary (2 runs)" in result.stdout and "failed" not in result.stdout
 
 
 def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep_and_no_unasked_setting(tmp_path, monkeypatch):
