@@ -31,7 +31,8 @@ def test_lightnings_model_checkpoint_in_a_plain_script_asks_for_no_pre_optimizat
 
     from tests.conftest import make_datamodule, make_rloo
 
-    module = make_rloo(rl_steps=1, response_length=4)  # importing lit_rlhf's modules installs the filters
+    module = make_rloo(rl_steps=1, response_length=4)
+    silence_known_noise()  # as importing lit_rlhf.algos does (pytest restores the warning filters after each test)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1)])
     with warnings.catch_warnings(record=True) as caught:
