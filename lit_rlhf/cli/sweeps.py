@@ -92,13 +92,31 @@ class FinalMetrics(dict):
 
 def write_result(output_dir: str | Path, status: str, objective: float | None, metrics: dict[str, float],
                  error: str | None = None) -> None:
+    """<output_dir>/result.json. A sweep's job resumed on its own (its stop line's command: a single run in the job's
+    directory) keeps the job number and the sweep's overrides, and its sweep's summary.csv and table are written
+    again with its new row."""
+    output_dir = Path(output_dir)
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     job = HydraConfig.get().job.get("num") if in_multirun() else None
+    resumed_job = resumed_sweep_job(output_dir) if job is None else None
+    if resumed_job:
+        job, overrides = resumed_job["job"], resumed_job["overrides"]
     result = {"job": job, "status": status, "overrides": overrides, "objective": objective,
               "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "run_dir": str(output_dir),
               "error": error}
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / RESULT_FILE).write_text(json.dumps(config_without_passwords(result), indent=2) + "\n")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / RESULT_FILE).write_text(json.dumps(config_without_passwords(result), indent=2) + "\n")
+    if resumed_job:
+        summarize_sweep(output_dir.parent)
+
+
+def resumed_sweep_job(output_dir: Path) -> dict[str, Any] | None:
+    """The result.json a sweep wrote in output_dir (one with a job number), where a single run goes on in it."""
+    try:
+        earlier = json.loads((output_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return earlier if isinstance(earlier, dict) and isinstance(earlier.get("job"), int) else None
 
 
 def summary_rows(sweep_dir: Path) -> list[dict[str, Any]]:

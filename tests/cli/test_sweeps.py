@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,20 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_records_its_job_as_interrupted_and_sa
     with open(tmp_path / "summary.csv") as f:  # the runs so far, as a finished sweep's summary has them
         assert [(row["job"], row["status"]) for row in csv.DictReader(f)] == [("0", "ok"), ("1", "interrupted")]
     assert "Sweep summary (2 runs)" in result.stdout and "failed" not in result.stdout
+    if signame == "SIGTERM":
+        return
+    # the resume command (a single run in the job's directory) records the job under its number and sweep overrides
+    # (it recorded "job": null and the resume's own overrides), and writes the sweep's summary with its row again
+    argv = shlex.split(line.split("resume with: ", 1)[1])
+    resumed = run_app("train.py", *argv[2:], cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    finished = json.loads((tmp_path / "1" / "result.json").read_text())
+    assert (finished["status"], finished["job"], finished["overrides"]) == ("ok", 1, recorded["overrides"])
+    with open(tmp_path / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["job"], row["status"]) for row in rows] == [("0", "ok"), ("1", "ok")]
+    assert float(rows[1]["objective"]) == pytest.approx(finished["objective"])
+    assert "Sweep summary (2 runs)" in resumed.stdout
 
 
 def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep_and_no_unasked_setting(tmp_path, monkeypatch):
