@@ -55,13 +55,15 @@ def finished_fit_line(rl_step: int, rl_steps: int | None) -> str | None:
             f"from it).")
 
 
-def time_limit_stop_line(trainer: L.Trainer, rl_step: int, total_rl_steps: int | None) -> str | None:
-    """After a fit: the line saying that the Trainer's max_time stopped it before its last RL step, or None. Lightning's
-    Timer saves the time trained in checkpoints and counts it across resumes: a resume with the same max_time stops
-    before its first step, with this line again."""
+def time_limit_stop_line(trainer: L.Trainer, rl_step: int, total_rl_steps: int | None,
+                         step_name: str = "RL step") -> str | None:
+    """After a fit: the line saying that the Trainer's max_time stopped it before its last RL step (step_name: the
+    unit the fit counts, e.g. an offline fit's "training step"), or None. Lightning's Timer saves the time trained in
+    checkpoints and counts it across resumes: a resume with the same max_time stops before its first step, with this
+    line again."""
     timer = time_limit(trainer)
     if timer is None or timer.time_remaining() > 0 or (total_rl_steps is not None and rl_step >= total_rl_steps):
         return None
     limit = as_duration(timer.time_elapsed() + timer.time_remaining())
-    return (f"The Trainer's max_time ({limit}) stopped the run after RL step {rl_step} of {total_rl_steps or '?'}; "
+    return (f"The Trainer's max_time ({limit}) stopped the run after {step_name} {rl_step} of {total_rl_steps or '?'}; "
             f"the time trained counts against max_time on a resume (Lightning's Timer)")

@@ -6,6 +6,7 @@ model it started from (and `train.py model.name_or_path=<folder>` trains on)."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,20 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.algos.run_length import time_limit_stop_line
 from lit_rlhf.callbacks import CheckpointOnInterrupt
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_epochs, typed_key
-from lit_rlhf.cli.train import instantiate_group, report, rerun_command, resume_command, resume_path
+from lit_rlhf.cli.sweeps import FinalMetrics
+from lit_rlhf.cli.train import (
+    instantiate_group,
+    last_checkpoint,
+    report,
+    rerun_command,
+    resume_command,
+    resume_path,
+)
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
@@ -102,4 +112,11 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
                 what = "pairs" if hasattr(trainer.datamodule, "eval_pairs") else "rows"
                 report(f"Held-out {what} ({len(held)}): {heldout(metrics)}")
     report(f"Run directory: {cfg.paths.output_dir}")
+    total_steps = trainer.estimated_stepping_batches  # optimizer steps, as global_step counts them
+    if line := time_limit_stop_line(trainer, trainer.global_step, int(total_steps) if math.isfinite(total_steps)
+                                    else None, step_name="training step"):  # the model saved is the one it stopped with
+        last = last_checkpoint(trainer)
+        report(f"\n{line}" + (f"; to train on, resume with a larger trainer.max_time: {resume_command(last)}"
+                              if last is not None else "."))
+        return FinalMetrics(metrics, status="time_limit")
     return metrics

@@ -212,3 +212,25 @@ def test_a_run_stopped_by_max_time_says_so_and_resumes_only_with_a_larger_one(tm
     assert longer.returncode == 0, longer.stderr[-3000:]
     assert len(trained_steps()) == done + 1 and "The Trainer's max_time" not in longer.stdout
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "ok"
+
+
+@pytest.mark.integration
+def test_an_offline_fit_stopped_by_max_time_says_so_in_its_training_steps_and_records_time_limit(tmp_path):
+    """train_sft.py (train_dpo.py and train_reward_model.py share its ending) stopped by max_time recorded status ok
+    with Lightning's INFO line only, as though the fit were done; now its last line says where it stopped and how to
+    train on, and result.json records time_limit. The model folder holds the weights it stopped with."""
+    import json
+
+    import torch
+
+    from tests.apps import run_app
+
+    stopped = run_app("train_sft.py", "hydra.run.dir=run", "epochs=50", "+trainer.max_time=00:00:00:01", cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    done = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    line = stopped.stdout.strip().splitlines()[-1]
+    assert line.startswith(f"The Trainer's max_time (0:00:01) stopped the run after training step {done} of "), line
+    assert int(line.split(" of ", 1)[1].split(";")[0]) > done
+    assert "resume with a larger trainer.max_time: python " in line and "ckpt_path=" in line
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "time_limit"
+    assert (tmp_path / "run" / "policy" / "config.json").exists()
