@@ -136,9 +136,21 @@ def check_run_settings(cfg: DictConfig) -> None:
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
+    check_trains_something(cfg)
     if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
         check_checkpoint_path(str(cfg.ckpt_path))
     check_model_locations(cfg)
+
+
+def check_trains_something(cfg: DictConfig) -> None:
+    """A Trainer limit of 0 (Lightning's way to skip training) would train no RL step and report the untrained policy's
+    evaluation as the run's result."""
+    for key in ("limit_train_batches", "max_epochs", "max_steps"):
+        value = OmegaConf.select(cfg, f"trainer.{key}", default=None, throw_on_resolution_failure=False)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+            raise ConfigError(f"trainer.{key}={value!r} trains no RL step; remove it (steps=N sets the run's length), "
+                              f"or compare a trained policy with its reference without training: python evaluate.py "
+                              f"ckpt_path=<a checkpoint>.")
 
 
 def check_evaluation(cfg: DictConfig) -> None:

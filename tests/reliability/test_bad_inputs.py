@@ -196,6 +196,8 @@ CASES = [
     ("LoRA rank 0", ["model.lora.r=0"], "model.lora.r=0 must be a whole number >= 1"),
     ("seed not a number", ["seed=abc"], "seed='abc' must be a whole number"),
     ("steps not a number", ["steps=ten"], "steps='ten' must be a whole number"),
+    ("a Trainer limit that trains nothing", ["+trainer.limit_train_batches=0"],
+     "trainer.limit_train_batches=0 trains no RL step; remove it (steps=N sets the run's length)"),
     ("missing_eos_penalty not a number", ["algo.missing_eos_penalty=abc"],
      "algo.missing_eos_penalty='abc' must be of type float"),
     ("negative cliprange", ["algo.cliprange=-1"], "algo.cliprange=-1.0 must be > 0"),
