@@ -156,6 +156,11 @@ def check_trains_something(cfg: DictConfig) -> None:
 def check_evaluation(cfg: DictConfig) -> None:
     """evaluate.py's checks of the command line, before it loads anything: the reward group and its own keys (what it
     compares, a checkpoint or an exported policy; its samples; the bootstrap)."""
+    if "teacher" in (cfg.get("algo") or {}):  # algo=distill: its teacher is needed to train only, never loaded here
+        raise ConfigError("algo=distill is for training (evaluate.py never loads its teacher); remove it: evaluate a "
+                          "distillation run with ckpt_path=<its checkpoint> (its settings are the run's), or its "
+                          "export with policy_path=<folder> (the sampling settings: algo.response_length, "
+                          "algo.temperature).")
     check_reward_group(cfg)
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")

@@ -1,4 +1,4 @@
-"""OmegaConf resolvers used by conf/: ${asset:tiny-pythia}, ${new_run_dir:...}."""
+"""OmegaConf resolvers used by conf/: ${asset:tiny-pythia}, ${new_run_dir:...}, ${app_groups:...}."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from lit_rlhf.assets import asset_path
+from lit_rlhf.cli.app_help import app_groups
 from lit_rlhf.cli.configs import register_configs
 from lit_rlhf.cli.run_dirs import new_run_dir
 
@@ -24,7 +25,7 @@ def wandb_offline() -> bool:
 def register_resolvers() -> None:
     """The resolvers conf/ uses, and the typed settings (lit_rlhf.cli.configs) it composes on."""
     register_configs()
-    resolvers = {"asset": asset_path, "wandb_offline": wandb_offline}
+    resolvers = {"asset": asset_path, "wandb_offline": wandb_offline, "app_groups": app_groups}
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

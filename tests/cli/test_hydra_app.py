@@ -79,26 +79,3 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
         assert line.endswith("or point model.name_or_path at a local directory."), line
 
 
-@pytest.mark.integration
-def test_help_lists_every_group_option_and_no_internal_group(tmp_path):
-    result = run_app("train.py", "--help", cwd=tmp_path)
-    assert result.returncode == 0
-    help_text = result.stdout[: result.stdout.index("task_name:")]
-    assert "algo/common" not in help_text and "powered by Hydra" not in help_text
-    lines = help_text.splitlines()
-    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir()):
-        start = next((i for i, ln in enumerate(lines) if ln.strip().startswith(group.name + " ")), None)
-        assert start is not None, group.name
-        line = lines[start]
-        indent = len(line) - len(line.lstrip())
-        for more in lines[start + 1:]:  # continuation lines are indented deeper, to the options column
-            if not more.strip() or len(more) - len(more.lstrip()) <= indent:
-                break
-            line += " " + more.strip()
-        options = [p.stem for p in group.glob("*.yaml")]
-        if group.name == "callbacks":
-            options = ["default"]  # the others are entries of `default`
-        if group.name == "model":
-            options = [o for o in options if not o.startswith("pythia-") or o in ("pythia-14m", "pythia-12b")]
-        missing = [o for o in options if o not in line]
-        assert not missing, (group.name, missing)

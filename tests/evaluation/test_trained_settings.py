@@ -82,6 +82,7 @@ def test_a_checkpoint_names_only_an_rlhf_module_as_its_algorithm(algo, arithmeti
     ("confidence=0", "confidence=0 must be a number between 0 and 1"),
     ("device=gpu", "device='gpu' is not a device"),
     ("trust_checkpoint_io=yes", "trust_checkpoint_io='yes' must be true or false"),
+    ("algo=distill", "algo=distill is for training (evaluate.py never loads its teacher); remove it"),
 ])
 def test_bad_evaluation_settings_are_one_line(setting, expected, tmp_path):
     assert one_line_error(run_app("evaluate.py", setting, cwd=tmp_path)).startswith(f"error: {expected}")
