@@ -102,10 +102,7 @@ class DPOModule(PairModule):
                    "rewards/accuracies": (chosen > rejected).float().mean(),
                    "rewards/margins": (chosen - rejected).mean(), "logps/chosen": policy_chosen.detach().mean(),
                    "logps/rejected": policy_rejected.detach().mean()}
-        # training: per step, under TRL's names (a `_step`/`_epoch` pair renamed them, and an epoch's mean after a
-        # resume covered only the batches since); held out: their means over the held-out pairs
-        self.log_dict({prefix + k: v for k, v in metrics.items()}, batch_size=len(chosen),
-                      on_step=stage == "train", on_epoch=stage != "train", prog_bar=stage != "train")
+        self.log_metrics({prefix + k: v for k, v in metrics.items()}, len(chosen), stage)  # TRL's names
         return loss
 
     def configure_optimizers(self):

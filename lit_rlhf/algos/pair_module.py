@@ -144,6 +144,15 @@ class PairModule(L.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self.step(batch, "val")
 
+    def log_metrics(self, metrics: dict[str, torch.Tensor], batch_size: int, stage: str) -> None:
+        """Training: per step (an epoch's mean after a resume would cover only the batches since), the mean of the
+        ranks' figures (each rank's batch is as large), as TRL gathers them. Held out: the means over every rank's
+        held-out rows (Lightning adds the ranks' batch-size-weighted sums and counts before it divides). Without
+        sync_dist either would be rank zero's share alone."""
+        training = stage == "train"
+        self.log_dict(metrics, batch_size=batch_size, on_step=training, on_epoch=not training, prog_bar=not training,
+                      sync_dist=True)
+
     def on_validation_epoch_end(self) -> None:
         if not self.trainer.sanity_checking:
             self.validated_at_step = self.global_step  # the held-out figures are those of this step

@@ -100,15 +100,19 @@ class RewardModelModule(PairModule):
         margin = batch.get("margin") if self.hparams.use_margin else None
         loss = bradley_terry_loss(chosen, rejected, margin, self.hparams.center_rewards_coefficient)
         metrics = {f"{stage}/{name}": value for name, value in pair_metrics(chosen.detach(), rejected.detach()).items()}
-        # training: per step (an epoch's mean after a resume covered only the batches since); held out: the means
-        self.log_dict({f"{stage}/loss": loss.detach(), **metrics}, batch_size=len(chosen), prog_bar=stage == "val",
-                      on_step=stage == "train", on_epoch=stage == "val")
+        self.log_metrics({f"{stage}/loss": loss.detach(), **metrics}, len(chosen), stage)
         if stage == "val":
-            self.eval_rewards.append(torch.cat([chosen, rejected]).detach().cpu())
+            self.eval_rewards.append(torch.cat([chosen, rejected]).detach())
         return loss
 
     def on_validation_epoch_start(self) -> None:
         self.eval_rewards = []
+
+    def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
+        if self.eval_rewards and self.trainer.world_size > 1:  # every rank's share (as many on each: the sampler's)
+            self.eval_rewards = [self.all_gather(torch.cat(self.eval_rewards)).flatten()]
+        self.eval_rewards = [rewards.cpu() for rewards in self.eval_rewards]
 
     def configure_optimizers(self):
         return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])

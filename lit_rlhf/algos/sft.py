@@ -72,9 +72,7 @@ class SFTModule(PairModule):
         loss = -logprobs.sum() / tokens.clamp(min=1)
         prefix = "" if stage == "train" else "eval/"
         metrics = {"loss": loss.detach(), "entropy": (entropy.sum() / tokens.clamp(min=1)).detach()}
-        # training: loss and entropy per step (TRL's names); held out: their means over the validation rows
-        self.log_dict({prefix + k: v for k, v in metrics.items()}, batch_size=len(batch["input_ids"]),
-                      on_step=stage == "train", on_epoch=stage != "train", prog_bar=stage != "train")
+        self.log_metrics({prefix + k: v for k, v in metrics.items()}, len(batch["input_ids"]), stage)  # TRL's names
         if stage == "train":
             self.num_tokens += int(self.trainer.strategy.reduce(tokens.detach().float(), reduce_op="sum"))
             self.log("num_tokens", float(self.num_tokens), on_step=True, on_epoch=False)

@@ -2,11 +2,17 @@
 `python train.py reward=reward_model reward.name_or_path=<folder> reward.normalize=true` trains against, and bad
 preference data is one line (exit code 2)."""
 
+import csv
 import json
 import re
 
 import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
 
+from lit_rlhf.algos.reward_model import bradley_terry_loss, pair_metrics
+from lit_rlhf.data.epoch_shuffle import RankEpochShuffle
+from lit_rlhf.data.preference_datamodule import PreferenceDataModule
 from tests.algos.test_reward_model import separable_pairs
 from tests.apps import run_app
 from tests.helpers import FAST, one_line_error
@@ -161,3 +167,56 @@ def test_without_a_dataset_the_scripts_train_on_the_bundled_pairs_and_print_the_
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(heldout, result.stdout), result.stdout[-2000:]
 
+
+
+def rewards_of(model, batches) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reward model's scores of the chosen and of the rejected responses of the batches of pairs."""
+    chosen, rejected = [], []
+    with torch.no_grad():
+        for batch in batches:
+            scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, 0]
+            chosen.append(scores.chunk(2)[0])
+            rejected.append(scores.chunk(2)[1])
+    return torch.cat(chosen), torch.cat(rejected)
+
+
+def expected_figures(stage: str, chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, float]:
+    figures = {"loss": bradley_terry_loss(chosen, rejected), **pair_metrics(chosen, rejected)}
+    return {f"{stage}/{name}": float(value) for name, value in figures.items() if name != "reward_std"}
+
+
+@pytest.mark.multi_rank
+def test_under_ddp_the_logged_figures_and_reward_stats_are_of_every_ranks_pairs(tmp_path):
+    """train_reward_model.py trainer=ddp on 2 CPU ranks, one step at a learning rate too small to move the weights:
+    the logged figures are of both ranks' pairs, as the saved model scores them in one process: the training step's
+    of both ranks' batches (as TRL gathers them), the held-out ones and reward_stats.json of all 64 held-out pairs,
+    each rank having evaluated half (they were rank zero's share alone). DPO and SFT log through the same
+    PairModule.log_metrics."""
+    result = run_app("train_reward_model.py", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                     "epochs=1", "+trainer.limit_train_batches=1", "algo.optimizer.lr=1e-12", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path / re.search(r"Reward model: (\S+)", result.stdout).group(1)
+    run_dir = tmp_path / re.search(r"Run directory: (\S+)", result.stdout).group(1)
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+
+    datamodule = PreferenceDataModule(tokenizer=str(folder), dataset="sentiment_pairs", batch_size=32)
+    datamodule.setup("fit")
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    collate = datamodule.heldout_loader([]).collate_fn
+    first_batches = [collate([datamodule.train_pairs[i] for i in list(RankEpochShuffle(
+        len(datamodule.train_pairs), 32, seed=0, num_replicas=2, rank=rank))[:32]]) for rank in (0, 1)]
+    trained = [expected_figures("train", *rewards_of(model, [batch])) for batch in first_batches]
+    logged = next(row for row in rows if row.get("train/loss"))
+    for name in trained[0]:
+        assert float(logged[name]) == pytest.approx((trained[0][name] + trained[1][name]) / 2, abs=1e-5), name
+
+    chosen, rejected = rewards_of(model, datamodule.val_dataloader())  # 64, 64
+    logged = [row for row in rows if row.get("val/loss")][-1]
+    for name, value in expected_figures("val", chosen, rejected).items():
+        assert float(logged[name]) == pytest.approx(value, abs=1e-5), name
+    stats = json.loads((folder / "reward_stats.json").read_text())
+    both = torch.cat([chosen, rejected])
+    assert stats["count"] == 128
+    assert stats["mean"] == pytest.approx(float(both.mean()), abs=1e-5)
+    assert stats["std"] == pytest.approx(float(both.std(unbiased=False)), abs=1e-5)
