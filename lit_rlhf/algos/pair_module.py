@@ -12,6 +12,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.checkpoints.loop_state import loop_state_as_lightning_restores_it
@@ -127,6 +128,11 @@ class PairModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()
+        if isinstance(self.trainer.strategy, ModelParallelStrategy):  # trainer=fsdp2
+            # its configure_model loads whole models and shards none: every rank would train a copy of its own, its
+            # gradients never shared, and rank zero's would be saved
+            raise ConfigError(f"trainer=fsdp2 shards the models of train.py's RL modules only, not "
+                              f"{type(self).__name__}'s; train on several ranks with trainer=ddp (data parallel).")
 
     def on_train_start(self) -> None:
         self.training_finished = False

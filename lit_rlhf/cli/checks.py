@@ -190,6 +190,9 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     from lit_rlhf.config.data import check_dataset_file
 
     check_epochs(cfg)
+    if OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET:  # PairModule's check, early
+        raise ConfigError(f"trainer=fsdp2 shards the models of train.py's RL modules only, not {cfg.task_name}.py's; "
+                          f"train on several ranks with trainer=ddp (data parallel).")
     dataset = OmegaConf.select(cfg, "data.dataset", default=None, throw_on_resolution_failure=False)
     if isinstance(dataset, str):
         check_dataset_file(dataset)
