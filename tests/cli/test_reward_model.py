@@ -168,15 +168,15 @@ def test_without_a_dataset_the_scripts_train_on_the_bundled_pairs_and_print_the_
     assert re.search(heldout, result.stdout), result.stdout[-2000:]
 
 
-
 def rewards_of(model, batches) -> tuple[torch.Tensor, torch.Tensor]:
     """The reward model's scores of the chosen and of the rejected responses of the batches of pairs."""
     chosen, rejected = [], []
     with torch.no_grad():
         for batch in batches:
-            scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, 0]
-            chosen.append(scores.chunk(2)[0])
-            rejected.append(scores.chunk(2)[1])
+            scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, 0]  # 2B
+            chosen_scores, rejected_scores = scores.chunk(2)  # B, B
+            chosen.append(chosen_scores)
+            rejected.append(rejected_scores)
     return torch.cat(chosen), torch.cat(rejected)
 
 
