@@ -9,41 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.checkpoints.paths import check_checkpoint_path
+from lit_rlhf.cli.own_components import REWARD_MODEL_TARGET, your_own_class, your_own_classes, your_own_reward
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.lazy_exports import current_path
 
-REWARD_MODEL_TARGET = "lit_rlhf.rewards.SequenceClassifierReward"
-NAMED_REWARDS = "lit_rlhf.rewards.WeightedSum"  # what the reward group's files build
-GROUP_KEYS = ("_target_", "rewards", "weights", "concurrent")
 PROMPT_DATA_TARGET = "lit_rlhf.data.PromptDataModule"
-
-
-def your_own_reward(cfg: DictConfig) -> None:
-    """`reward._target_=mymodule.my_reward` on the command line makes that callable the reward, alone: a function
-    is used as it is, a class is built (with the reward's other keys as arguments). Without this the target would
-    replace the group's WeightedSum and be called with its `rewards` and `weights`."""
-    reward = cfg.get("reward")
-    target = reward.get("_target_") if reward is not None else None
-    if target is None or current_path(str(target)) in (NAMED_REWARDS, REWARD_MODEL_TARGET) or "rewards" not in reward:
-        return
-    from hydra.utils import get_object
-
-    try:
-        found = get_object(target)
-    except Exception as err:
-        raise ConfigError(f"reward._target_={target!r} cannot be imported; check its spelling and that its module is "
-                          f"importable (on PYTHONPATH, e.g. PYTHONPATH=. python train.py ...).") from err
-    if not callable(found):
-        raise ConfigError(f"reward._target_={target!r} is not callable; name a function (prompts, completions, "
-                          f"**columns) -> scores, or a class whose instances are.")
-    name = target.rsplit(".", 1)[-1]
-    arguments = {k: v for k, v in OmegaConf.to_container(reward).items() if k not in GROUP_KEYS}
-    own = {"_target_": target, **({"_partial_": True} if not isinstance(found, type) else arguments)}
-    with open_dict(cfg):
-        cfg.reward = {"_target_": NAMED_REWARDS, "rewards": {name: own}, "weights": {name: 1.0}, "concurrent": False}
 
 
 def check_reward_group(cfg: DictConfig) -> None:
@@ -125,6 +98,7 @@ def reward_parts(config: Any) -> list[str]:
 def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
     check_reward_group(cfg)
+    your_own_classes(cfg)
     check_accelerator(cfg)
     check_fsdp2_settings(cfg)
     if cfg.get("gold") and reward_parts(cfg.gold) == reward_parts(cfg.reward):
@@ -162,6 +136,7 @@ def check_evaluation(cfg: DictConfig) -> None:
                           "export with policy_path=<folder> (the sampling settings: algo.response_length, "
                           "algo.temperature).")
     check_reward_group(cfg)
+    your_own_class(cfg, "rollout")
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")
     for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):

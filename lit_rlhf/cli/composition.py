@@ -160,6 +160,8 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if key and names_an_unknown_key(err):
         if fsdp2_line := fsdp2_setting_without_fsdp2(key, overrides):
             return fsdp2_line
+        if own_line := argument_of_own_class(key, overrides):
+            return own_line
         cfg, others = composed_without_unknown_keys(config_dir, config_name, without_key(overrides, key))
         named = "".join(f"; nor is {other}{setting_hint(other, cfg)}" for other in others)
         command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
@@ -168,6 +170,18 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"{first} (check the command line's overrides)"
+
+
+def argument_of_own_class(key: str, overrides: list[str]) -> str | None:
+    """The line for `reward.scale=0.5` typed without its + beside `reward._target_=mymodule.Name`: Hydra adds a key
+    its config does not have only with a +, and the group's file, written for the library's class, has no `scale`."""
+    parent, _, name = key.rpartition(".")
+    typed = {o.partition("=")[0]: o.partition("=")[2] for o in overrides}
+    target = typed.get(f"{parent}._target_")
+    if not parent or target is None or key not in typed:
+        return None
+    return (f"{key} is not a setting of the {parent} group's file; an argument of your own {target} is added with a "
+            f"+: +{key}={typed[key]}")
 
 
 def key_under_null(config_dir: Path, config_name: str, overrides: list[str]) -> str | None:

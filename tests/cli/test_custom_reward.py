@@ -56,3 +56,9 @@ def test_a_class_reward_with_arguments_from_the_command_line(tmp_path):
 def test_a_misspelled_reward_target_is_one_line(tmp_path):
     result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.sum_corect")
     assert one_line_error(result).startswith("error: reward._target_='myrewards.sum_corect' cannot be imported")
+
+
+def test_an_argument_typed_without_its_plus_is_one_line_that_shows_it(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.Length", "reward.scale=0.5")
+    assert one_line_error(result) == ("error: reward.scale is not a setting of the reward group's file; an argument of "
+                                      "your own myrewards.Length is added with a +: +reward.scale=0.5")
