@@ -12,7 +12,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.checkpoints.paths import check_checkpoint_path
-from lit_rlhf.cli.own_components import REWARD_MODEL_TARGET, your_own_class, your_own_classes, your_own_reward
+from lit_rlhf.cli.own_components import (
+    REWARD_MODEL_TARGET,
+    evaluation_judge,
+    your_own_class,
+    your_own_classes,
+    your_own_reward,
+)
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.lazy_exports import current_path
 
@@ -137,6 +143,7 @@ def check_evaluation(cfg: DictConfig) -> None:
                           "algo.temperature).")
     check_reward_group(cfg)
     your_own_class(cfg, "rollout")
+    your_own_class(cfg, "judge", evaluation_judge())
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")
     for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):

@@ -1,6 +1,6 @@
-"""A component of the user's own named on the command line with `<group>._target_=mymodule.Name` (a reward, a
-teacher, a rollout engine): it replaces the group's own class, so the group file's settings, written for that class,
-must not all reach it."""
+"""A component of the user's own named on the command line with `<key>._target_=mymodule.Name` (a reward, a
+teacher, a rollout engine, evaluate.py's judge): it replaces the library's class, so the settings the config files
+wrote for that class must not all reach it."""
 
 from __future__ import annotations
 
@@ -55,33 +55,54 @@ def group_files(group: str) -> list[dict[str, Any]]:
     return [OmegaConf.to_container(OmegaConf.load(path)) or {} for path in sorted((CONFIG_DIR / group).glob("*.yaml"))]
 
 
-def your_own_class(cfg: DictConfig, group: str) -> None:
-    """`teacher._target_=my_teachers.MyTeacher` (or `rollout._target_=...`) on the command line: the class is built
-    with the settings its constructor takes. Of the group's settings it does not take, those of the group's own files
-    (the causal_lm teacher's name_or_path, the hf engine's compile_mode, ...) are left out, and one typed on the command
-    line for it (+teacher.url=...) is a one-line error; a constructor with **kwargs takes them all."""
-    node = cfg.get(group)
+def evaluation_judge() -> list[dict[str, Any]]:
+    """evaluate.py's judge setting as its config file writes it (the RewardJudge's)."""
+    return [OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "evaluate.yaml").judge)]
+
+
+def your_own_class(cfg: DictConfig, key: str, written_for: list[dict[str, Any]] | None = None) -> None:
+    """`teacher._target_=my_teachers.MyTeacher` (or `rollout._target_=...`, evaluate.py's `judge._target_=...`) on the
+    command line: the class is built with the settings its constructor names. Of the others, those the config files
+    wrote for the library's classes (`written_for`: by default the group's option files; the causal_lm teacher's
+    name_or_path, the hf engine's compile_mode, ...) are left out, and one typed on the command line for it
+    (+teacher.scale=2) reaches a constructor with **kwargs and is a one-line error for any other."""
+    node = cfg.get(key)
     target = node.get("_target_") if isinstance(node, DictConfig) else None
-    files = group_files(group)
-    if target is None or current_path(str(target)) in {current_path(str(f.get("_target_"))) for f in files}:
+    written_for = group_files(key) if written_for is None else written_for
+    if target is None or current_path(str(target)) in {current_path(str(c.get("_target_"))) for c in written_for}:
         return
-    found = imported_target(f"{group}._target_", target)
+    found = imported_target(f"{key}._target_", target)
     if not isinstance(found, type):
-        raise ConfigError(f"{group}._target_={target!r} is not a class; name the class whose instances are the "
-                          f"{group} (docs/extending.md).")
-    parameters = inspect.signature(found).parameters.values()
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    group_keys = {key for f in files for key in f}
+        raise ConfigError(f"{key}._target_={target!r} is not a class; name the class whose instances are the "
+                          f"{key} (docs/extending.md).")
+    names, takes_any = constructor_arguments(found)
+    written = {name for c in written_for for name in c}
     settings = OmegaConf.to_container(node, resolve=False)  # interpolations (${algo.x}) stay as they are
-    for key in settings:
-        if not key.startswith("_") and key not in group_keys and key not in names and not takes_any:
+    for name in settings:
+        if not name.startswith("_") and name not in written and name not in names and not takes_any:
             taken = f"it takes {', '.join(names)}" if names else "it takes no arguments"
-            raise ConfigError(f"{group}.{key} is not an argument of {target} ({taken}); remove it, or add it to "
+            raise ConfigError(f"{key}.{name} is not an argument of {target} ({taken}); remove it, or add it to "
                               f"its constructor.")
-    own = {key: value for key, value in settings.items() if key.startswith("_") or key in names or takes_any}
+    own = {name: value for name, value in settings.items()
+           if name.startswith("_") or name in names or (takes_any and name not in written)}
     with open_dict(cfg):
-        cfg[group] = own
+        cfg[key] = own
+
+
+def constructor_arguments(cls: type) -> tuple[list[str], bool]:
+    """The argument names cls's constructor takes, and whether it takes any other (**kwargs). A constructor with
+    **kwargs may pass them to its base classes' (an HFEngine subclass): their argument names count as its own."""
+    names, takes_any = [], False
+    for base in cls.__mro__:
+        if "__init__" not in vars(base) or base is object:
+            continue
+        parameters = list(inspect.signature(base.__init__).parameters.values())[1:]  # less self
+        named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        names += [name for name in named if name not in names]
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return names, takes_any
+        takes_any = True
+    return names, takes_any
 
 
 def your_own_classes(cfg: DictConfig) -> None:

@@ -83,6 +83,12 @@ class SubclassOfHF(HFEngine):
     pass
 
 
+class PassesOnToHF(HFEngine):
+    def __init__(self, length: int = 1, **settings):
+        super().__init__(**settings)
+        self.length = length
+
+
 def own_rollout(target: str, **typed):
     """The hf rollout group's file with `rollout._target_=<target>` and the typed keys, after the check."""
     rollout = {**OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "rollout" / "hf.yaml")), "_target_": target,
@@ -98,8 +104,10 @@ def test_an_own_class_gets_the_group_settings_its_constructor_names_and_its_type
     assert own_rollout(f"{here}.TakesTwo", length=4) == {"_target_": f"{here}.TakesTwo", "compile_mode": "auto",
                                                          "length": 4}
     hf_settings = own_rollout("lit_rlhf.rollout.HFEngine")
-    assert own_rollout(f"{here}.TakesAll") == {**hf_settings, "_target_": f"{here}.TakesAll"}
+    assert own_rollout(f"{here}.TakesAll", length=4) == {"_target_": f"{here}.TakesAll", "length": 4}
     assert own_rollout(f"{here}.SubclassOfHF") == {**hf_settings, "_target_": f"{here}.SubclassOfHF"}
+    assert own_rollout(f"{here}.PassesOnToHF", length=4) == {**hf_settings, "_target_": f"{here}.PassesOnToHF",
+                                                             "length": 4}
     assert hf_settings["_target_"] == "lit_rlhf.rollout.HFEngine" and "token_sampler" in hf_settings  # untouched
 
 

@@ -146,7 +146,7 @@ def test_the_reference_against_itself_has_zero_kl_zero_difference_and_only_ties(
 @pytest.mark.integration
 def test_a_user_defined_judge_plugs_in_through_the_config(trained_run, tmp_path):
     evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt",
-                               "judge._target_=tests.helpers.ShorterWins", "~judge.tie_margin", out=tmp_path)
+                               "judge._target_=tests.helpers.ShorterWins", out=tmp_path)
     assert evaluation.summary["judge"] == "ShorterWins"
     expected = [1.0 if len(r["policy"]) < len(r["reference"]) else 0.0 if len(r["policy"]) > len(r["reference"])
                 else 0.5 for r in evaluation.records]
@@ -160,8 +160,8 @@ def test_an_llm_judge_at_an_endpoint_decides_the_pairs(trained_run, tmp_path):
 
     with FakeRewardServer(longer_wins_judge) as endpoint:
         evaluation = evaluate_with(f"ckpt_path={trained_run}/checkpoints/last.ckpt",
-                                   "judge._target_=lit_rlhf.rewards.LLMPairwiseJudge", "~judge.tie_margin",
-                                   "+judge.model=judge-1", f"+judge.base_url={endpoint.url}/v1", out=tmp_path)
+                                   "judge._target_=lit_rlhf.rewards.LLMPairwiseJudge", "+judge.model=judge-1",
+                                   f"+judge.base_url={endpoint.url}/v1", out=tmp_path)
     assert evaluation.summary["judge"] == "LLMPairwiseJudge"
     expected = [1.0 if len(r["policy"]) > len(r["reference"]) else 0.0 if len(r["policy"]) < len(r["reference"])
                 else 0.5 for r in evaluation.records]
