@@ -47,3 +47,28 @@ def test_the_rows_a_resumed_run_logs_again_are_replaced(tmp_path):
     logged = [(1, TRAIN), (1, EVAL), (2, TRAIN)]
     assert resumed_rows(tmp_path, previous, logged) == [(0, "train", 0), (1, "train", 1), (1, "eval", 1),
                                                         (2, "train", 1)]
+
+
+@pytest.mark.parametrize(("earlier_run", "mode", "expected_id"), [
+    ("run-20261203_044341-abc123", "online", "abc123"),  # the same W&B run goes on
+    ("offline-run-20261203_044341-abc123", "online", None),  # wandb resumes no offline run
+    ("run-20261203_044341-abc123", "offline", None),  # offline runs sharing an id replace one another when synced
+    (None, "online", None),  # a new run directory: a new W&B run
+])
+def test_logger_wandb_resuming_in_its_run_directory_continues_the_online_run_it_started(earlier_run, mode, expected_id,
+                                                                                         tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lit_rlhf.cli.resolvers import register_resolvers
+    from tests.helpers import ROOT
+
+    monkeypatch.setenv("WANDB_MODE", mode)
+    if earlier_run is not None:  # as wandb leaves a run directory
+        (tmp_path / "wandb" / earlier_run).mkdir(parents=True)
+        (tmp_path / "wandb" / "latest-run").symlink_to(earlier_run)
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["logger=wandb", f"paths.output_dir={tmp_path}"])
+    logger = instantiate(cfg.logger.wandb)  # wandb.init runs at the first log: nothing is sent here
+    assert logger._wandb_init["id"] == expected_id and logger._wandb_init["resume"] == "allow"
