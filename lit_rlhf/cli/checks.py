@@ -264,6 +264,18 @@ def check_train(cfg: DictConfig) -> None:
     check_component_settings(cfg)
 
 
+def check_working_directory() -> None:
+    """hydra.job.chdir=true starts the task in its run directory, where every relative path the command line gives
+    (data.dataset, model.name_or_path, ckpt_path, a reward model's folder, PYTHONPATH=.) would be looked for."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized() and HydraConfig.get().job.chdir:
+        raise ConfigError("hydra.job.chdir=true would run the task in its run directory, and the relative paths of the "
+                          "command line (data.dataset, model.name_or_path, ckpt_path, ...) would be looked for there; "
+                          "remove it: the apps run where they are started and write the run to its run directory "
+                          "(hydra.run.dir), printed at the end.")
+
+
 def check_before_imports(cfg: DictConfig, checks: Callable[[DictConfig], None] = check_train,
                          records_results: bool = True) -> None:
     """An app's checks of the composed config (train.py's by default), run before it imports torch and Lightning
@@ -275,6 +287,11 @@ def check_before_imports(cfg: DictConfig, checks: Callable[[DictConfig], None] =
     from lit_rlhf.cli.sweeps import in_multirun, write_result
     from lit_rlhf.errors import exit_with_user_error
 
+    try:
+        check_working_directory()
+    except ConfigError as err:  # a sweep's first trial says it once
+        discard_unused_run_dir(cfg)
+        exit_with_user_error(err)
     if in_multirun():
         return
     try:

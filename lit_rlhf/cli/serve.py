@@ -7,7 +7,7 @@ import math
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from lit_rlhf.cli.checks import check_reward_group
+from lit_rlhf.cli.checks import check_reward_group, check_working_directory
 from lit_rlhf.cli.errors import mark_task_started
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.noise import silence_known_noise
@@ -34,6 +34,7 @@ def is_loopback(host: str) -> bool:
 
 def check_serve_settings(cfg: DictConfig) -> None:
     """The address, batch settings and authentication, before the reward is built (one line each)."""
+    check_working_directory()
     port, host = cfg.get("port"), cfg.get("host")
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ConfigError(f"port={port!r} is not a TCP port; give a whole number from 1 to 65535 (or 0 for a free "

@@ -324,6 +324,9 @@ CASES = [
     ("refill rounds without the zero-std filter", ["algo=grpo", "algo.max_refill_rounds=2"],
      "algo.max_refill_rounds=2 refills groups that filter_zero_std_groups leaves out"),
     ("env.max_turns below 1", ["env=calculator", "env.max_turns=0"], "env.max_turns=0 must be a whole number >= 1"),
+    ("hydra.job.chdir=true", ["hydra.job.chdir=true"],
+     "hydra.job.chdir=true would run the task in its run directory, and the relative paths of the command line "
+     "(data.dataset, model.name_or_path, ckpt_path, ...) would be looked for there; remove it:"),
     ("an environment that does not import", ["env=calculator", "env.factory._target_=no_such.Env"],
      "env.factory._target_='no_such.Env' cannot be imported"),
     ("an environment that is not callable",
