@@ -227,7 +227,7 @@ def check_settings(cls: type, node: Any, prefix: str) -> None:
 def check_model_locations(node: Any, prefix: str = "") -> None:
     """Every model folder or Hub name the config sets itself (not one it repeats from another key by interpolation,
     which is checked where it is set): one line naming the key, before anything loads."""
-    from lit_rlhf.config.locations import MODEL_LOCATION_KEYS, check_model_location
+    from lit_rlhf.config.locations import MODEL_LOCATION_KEYS, WHOLE_MODEL_KEYS, check_model_location
 
     for key in node.keys() if isinstance(node, DictConfig) else range(len(node)):  # a mapping or a list
         name = f"{prefix}[{key}]" if isinstance(key, int) else f"{prefix}.{key}".lstrip(".")
@@ -237,7 +237,7 @@ def check_model_locations(node: Any, prefix: str = "") -> None:
         if OmegaConf.is_config(value):
             check_model_locations(value, name)
         elif key in MODEL_LOCATION_KEYS and isinstance(value, str):
-            check_model_location(name, value)
+            check_model_location(name, value, whole_model=key in WHOLE_MODEL_KEYS)
 
 
 def typed_key(cfg: DictConfig, key: str) -> str:

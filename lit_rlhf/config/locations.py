@@ -4,6 +4,7 @@ the apps check their command line with it before they import torch."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lit_rlhf.errors import ConfigError
@@ -11,6 +12,10 @@ from lit_rlhf.errors import ConfigError
 # the settings that hold a model's (or its tokenizer's, adapter's) folder or Hub name
 MODEL_LOCATION_KEYS = ("name_or_path", "tokenizer_name_or_path", "reference_name_or_path", "adapter_path",
                        "policy_path", "tokenizer")
+# those of them that must hold a whole model (weights and config.json), not a peft adapter on one
+WHOLE_MODEL_KEYS = ("name_or_path", "reference_name_or_path")
+# the settings whose model takes an adapter of its own: <prefix>.adapter_path
+TAKES_AN_ADAPTER = ("model.", "teacher.")
 
 
 def hub_name(name: str) -> bool:
@@ -33,8 +38,33 @@ def local_folder_note(name: str) -> str:
     return f" (If you meant a path: the folder {owner!r} is here, but holds no {rest!r}.)"
 
 
-def check_model_location(key: str, name_or_path: str) -> None:
-    """One line, naming `key`, for a name that is no folder here and that the Hub could not serve either."""
+def check_model_location(key: str, name_or_path: str, whole_model: bool = False) -> None:
+    """One line, naming `key`, for a name that is no folder here and that the Hub could not serve either, and, where
+    a whole model is needed (whole_model), for a folder that holds a peft adapter only."""
     if not Path(name_or_path).exists() and not hub_name(name_or_path):
         raise ConfigError(f"{key}={name_or_path!r} is no folder here, and not a Hugging Face Hub name (owner/name) "
                           f"either; give the path of a folder that save_pretrained wrote, or a Hub name.")
+    if whole_model:
+        check_not_an_adapter(key, name_or_path)
+
+
+def check_not_an_adapter(key: str, name_or_path: str) -> None:
+    """A folder of a peft adapter alone (adapter_config.json, no config.json) given as a model: transformers would load
+    the adapter onto its base by itself, and LoRA training would add its own adapter beside it unnoticed (and a
+    reference "with adapters off" would have neither)."""
+    folder = Path(name_or_path)
+    if not (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
+        return
+    try:
+        base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    base = base if isinstance(base, str) and base else "<its base model>"
+    prefix = key.rpartition(".")[0]
+    if key.endswith(".name_or_path") and key.startswith(TAKES_AN_ADAPTER):
+        fix = f"load it onto its base with {prefix}.adapter_path={name_or_path} {key}={base}"
+    else:
+        fix = (f"merge it into its base ({base}) and save that (peft's merge_and_unload, then save_pretrained), or "
+               f"export a run's checkpoint whole (python -m lit_rlhf.export CKPT OUT_DIR), and give that folder")
+    raise ConfigError(f"{key}={name_or_path!r} holds a peft adapter (adapter_config.json, no config.json), not a "
+                      f"whole model; {fix}.")

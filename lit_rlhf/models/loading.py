@@ -78,7 +78,8 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         for index in WEIGHT_INDEXES:
             if (Path(name_or_path) / index).is_file():
                 weight_map(Path(name_or_path) / index, str(name_or_path), key)
-    check_model_location(key, str(name_or_path))
+    whole_model = weights and not key.endswith(("adapter_path", "policy_path"))  # those hold adapters by design
+    check_model_location(key, str(name_or_path), whole_model)
     remote = not Path(str(name_or_path)).exists() and not hub_offline()
     if remote and cache_first:
         try:

@@ -1,5 +1,7 @@
 """A model's location: a folder here, or a name that can name a Hugging Face Hub repository."""
 
+import json
+
 import pytest
 
 from lit_rlhf.config.locations import check_model_location, hub_name, local_folder_note
@@ -28,3 +30,44 @@ def test_a_hub_shaped_name_whose_owner_is_a_folder_here_is_noted_as_a_path_that_
     assert local_folder_note("runs/rloo") == " (If you meant a path: the folder 'runs' is here, but holds no 'rloo'.)"
     assert local_folder_note("runs/rloo-policy") == ""  # there: a path, nothing to note
     assert local_folder_note("EleutherAI/pythia-14m") == "" and local_folder_note("gpt2") == ""  # no such folder here
+
+
+def adapter_folder(folder, base: str = "EleutherAI/pythia-14m"):
+    """A folder of a peft adapter alone, as save_pretrained writes it for a PeftModel."""
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": base}))
+    (folder / "adapter_model.safetensors").write_bytes(b"")
+    return str(folder)
+
+
+@pytest.mark.parametrize(("key", "fix"), [
+    ("model.name_or_path", "load it onto its base with model.adapter_path={path} model.name_or_path="
+                           "EleutherAI/pythia-14m."),
+    ("teacher.name_or_path", "load it onto its base with teacher.adapter_path={path} teacher.name_or_path="
+                             "EleutherAI/pythia-14m."),
+    ("reward.name_or_path", "merge it into its base (EleutherAI/pythia-14m) and save that"),
+    ("model.reference_name_or_path", "merge it into its base (EleutherAI/pythia-14m) and save that"),
+])
+def test_a_folder_holding_an_adapter_alone_is_refused_where_a_whole_model_is_loaded(key, fix, tmp_path):
+    path = adapter_folder(tmp_path / "adapter")
+    with pytest.raises(ConfigError) as err:
+        check_model_location(key, path, whole_model=True)
+    assert str(err.value).startswith(f"{key}={path!r} holds a peft adapter (adapter_config.json, no config.json), not "
+                                     f"a whole model; {fix.format(path=path)}")
+    check_model_location(key.replace("name_or_path", "adapter_path"), path)  # where an adapter belongs it passes
+
+
+def test_a_model_folder_with_an_adapter_config_beside_its_weights_passes(tmp_path):
+    path = adapter_folder(tmp_path / "model")
+    (tmp_path / "model" / "config.json").write_text("{}")
+    check_model_location("model.name_or_path", path, whole_model=True)
+
+
+def test_loading_an_adapter_folder_as_a_model_from_python_is_refused_before_transformers_reads_it(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lit_rlhf.models.loading import from_pretrained
+
+    path = adapter_folder(tmp_path / "adapter")
+    with pytest.raises(ConfigError, match="holds a peft adapter"):
+        from_pretrained(AutoModelForCausalLM.from_pretrained, path, key="teacher.name_or_path")

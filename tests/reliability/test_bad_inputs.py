@@ -205,6 +205,14 @@ CASES = [
     ("misspelled generation_kwargs key", ["+algo.generation_kwargs.top_kk=3"], "algo.generation_kwargs.top_kk is not"),
     ("chat template the tokenizer lacks", ["data.apply_chat_template=true"], "data.apply_chat_template=true, but"),
     ("missing adapter_path", ["model.adapter_path=no_such_adapter"], "adapter 'no_such_adapter' is not available"),
+    ("an adapter folder as the model", ["model=causal_lm", "model.name_or_path=pickled_adapter"],
+     f"model.name_or_path='pickled_adapter' holds a peft adapter (adapter_config.json, no config.json), not a whole "
+     f"model; load it onto its base with model.adapter_path=pickled_adapter model.name_or_path={TINY}."),
+    ("an adapter folder as a routed teacher",
+     ["experiment=two_task_distill", "teacher.teachers.calculator.name_or_path=pickled_adapter"],
+     "teacher.teachers.calculator.name_or_path='pickled_adapter' holds a peft adapter (adapter_config.json, no "
+     "config.json), not a whole model; load it onto its base with teacher.teachers.calculator.adapter_path="
+     "pickled_adapter teacher.teachers.calculator.name_or_path="),
     ("a model path in a folder here that lacks it", ["model.name_or_path=a_run/policy"],  # a Hub-shaped name
      "tokenizer 'a_run/policy' is not available here ... or point model.name_or_path at a local directory. (If you "
      "meant a path: the folder 'a_run' is here, but holds no 'policy'.)"),
