@@ -25,12 +25,15 @@ class DataConfig:
     tokenizer: str = setting("???", "the policy's tokenizer (the CLI sets model.tokenizer_name_or_path)")
     dataset: Optional[str] = setting("sentiment", "`sentiment` (bundled), a .jsonl/.json/.csv/.parquet path, or a "
                                                   "hub dataset name")
-    prompt_column: str = setting("prompt", "the column holding the prompts")
+    prompt_column: str = setting("prompt", "the column holding the prompts: text, or chat messages (TRL's "
+                                           "conversational format, [{role, content}, ...]) that the tokenizer's chat "
+                                           "template renders with its generation prompt")
     split: str = setting("train", "for hub datasets")
     subset: Optional[str] = setting(None, "hub dataset configuration name")
     batch_size: int = setting(8, "prompts per RL step over all ranks (B x world size); N = batch_size x K")
     max_prompt_length: int = setting(64, "longer prompts lose their beginning (counted, warned once)")
-    apply_chat_template: bool = setting(False, "wrap each prompt as a user turn with the tokenizer's chat template")
+    apply_chat_template: bool = setting(False, "wrap each plain-text prompt as a user turn with the tokenizer's chat "
+                                               "template (prompts given as chat messages always are rendered with it)")
     num_eval_prompts: int = setting(16, "fixed held-out prompts for validation and samples")
     eval_batch_size: int = setting(16, "held-out prompts per validation batch")
     seed: int = setting(0, "the order of the prompts and the held-out split")

@@ -144,18 +144,23 @@ class PromptDataModule(L.LightningDataModule):
         self.train_prompts = [rows[i] for i in sorted(order[hp.num_eval_prompts :])]
         _ = self.local_batch_size  # fails early on a batch size that does not divide
 
-    def _tokenize(self, texts: list[str]) -> list[list[int]]:
+    def _tokenize(self, texts: list[str | list[dict[str, str]]]) -> list[list[int]]:
         """Every prompt's token ids, in one call of the tokenizer (a fast tokenizer encodes the batch in Rust);
-        prompts longer than max_prompt_length keep their end."""
+        prompts longer than max_prompt_length keep their end. Chat messages are rendered by the chat template, as
+        plain text is with apply_chat_template (a user turn)."""
         add_special_tokens = True
-        if self.hparams.apply_chat_template:
+        conversation = next((i for i, text in enumerate(texts, start=1) if not isinstance(text, str)), None)
+        if self.hparams.apply_chat_template or conversation is not None:
             if not self.tokenizer.chat_template:
-                raise ConfigError(f"data.apply_chat_template=true, but the tokenizer {self.hparams.tokenizer!r} has "
-                                  f"no chat template; set data.apply_chat_template=false.")
+                cause = (f"data.dataset={self.hparams.dataset!r} holds chat messages (row {conversation})"
+                         if conversation is not None else "data.apply_chat_template=true")
+                fix = ("give plain-text prompts, or a tokenizer with a chat template (data.tokenizer)"
+                       if conversation is not None else "set data.apply_chat_template=false")
+                raise ConfigError(f"{cause}, but the tokenizer {self.hparams.tokenizer!r} has no chat template; {fix}.")
             # tools: the environment's tool schemas, which the template shows the model (e.g. Qwen2.5's system turn)
-            texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                        add_generation_prompt=True, tools=self.tools or None)
-                     for text in texts]
+            texts = [self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}] if isinstance(text, str) else text, tokenize=False,
+                add_generation_prompt=True, tools=self.tools or None) for text in texts]
             add_special_tokens = False  # the template already holds them
         encoded = self.tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"] if texts else []
         limit = self.hparams.max_prompt_length

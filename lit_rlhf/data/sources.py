@@ -2,7 +2,8 @@
 
 JSON Lines files (the bundled set included) are read here, line by line, so a bad line is named by its
 number and `datasets` (~90 MB of imports) is not needed; csv, parquet and hub datasets go through
-`datasets`. Every prompt must be a non-empty string: a null or a number is refused, not trained as "None".
+`datasets`. Every prompt must be a string or chat messages (a list of {"role", "content"}): a null or a number is
+refused, not trained as "None".
 """
 
 from __future__ import annotations
@@ -115,12 +116,21 @@ def dataset_column(data, prompt_column: str, dataset: str) -> list[dict[str, Any
     return data.to_list()
 
 
-def checked_prompts(values: list[Any], dataset: str, prompt_column: str) -> list[str]:
+def chat_messages(value: Any) -> bool:
+    """Whether a prompt is a conversation (TRL's conversational format): a non-empty list of {"role", "content"}
+    messages with text, which the tokenizer's chat template renders."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+
+
+def checked_prompts(values: list[Any], dataset: str, prompt_column: str) -> list[str | list[dict[str, str]]]:
+    """The prompts: each a string, or chat messages."""
     for number, value in enumerate(values, start=1):
-        if not isinstance(value, str):
-            raise ConfigError(f"data.dataset={dataset!r}, row {number}: {prompt_column!r} is {value!r}, not a string; "
-                              f"remove the row or fix its value.")
-    if not any(value.strip() for value in values):
+        if not isinstance(value, str) and not chat_messages(value):
+            raise ConfigError(f"data.dataset={dataset!r}, row {number}: {prompt_column!r} is {value!r}, not a string "
+                              f"or a list of chat messages ({{\"role\": ..., \"content\": ...}}); remove the row or "
+                              f"fix its value.")
+    if not any(chat_messages(value) or value.strip() for value in values):
         raise ConfigError(f"data.dataset={dataset!r}: every {prompt_column!r} is empty; give prompts with text.")
     return values
 
@@ -132,7 +142,7 @@ def load_prompt_texts(dataset: str | None, prompt_column: str = "prompt", split:
 
 
 def load_prompt_rows(dataset: str | None, prompt_column: str = "prompt", split: str = "train",
-                     subset: str | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+                     subset: str | None = None) -> tuple[list[str | list[dict[str, str]]], list[dict[str, Any]]]:
     """The prompts of `dataset` (a bundled name, a local file, or a hub dataset name) and, for each, the other
     columns of its row (e.g. a reference `answer`), which the reward receives."""
     if dataset is None:

@@ -82,6 +82,65 @@ def test_chat_template_wraps_prompts(tiny_path, tmp_path):
     assert text.startswith("User: ") and text.endswith("Review:")
 
 
+TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}Review:{% endif %}")
+
+
+def conversations_file(tmp_path, rows: int = 12):
+    """Prompts in TRL's conversational format, a system turn in every other one."""
+    path = tmp_path / "chat.jsonl"
+    with path.open("w") as f:
+        for i in range(rows):
+            system = [{"role": "system", "content": "Be kind."}] if i % 2 else []
+            f.write(json.dumps({"prompt": [*system, {"role": "user", "content": f"Film {i}?"}], "answer": i}) + "\n")
+    return str(path)
+
+
+def tokenizer_with_template(tiny_path, tmp_path):
+    from lit_rlhf.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_path)
+    tokenizer.chat_template = TEMPLATE
+    tokenizer.save_pretrained(tmp_path / "tok")
+    return tokenizer, str(tmp_path / "tok")
+
+
+def test_chat_message_prompts_are_rendered_by_the_template_with_the_generation_prompt(tiny_path, tmp_path):
+    tokenizer, folder = tokenizer_with_template(tiny_path, tmp_path)
+    dm = make_datamodule(tokenizer=folder, dataset=conversations_file(tmp_path), num_eval_prompts=4)
+    dm.setup()  # apply_chat_template is false: a conversation needs the template whatever it says
+    by_answer = {row.columns["answer"]: tokenizer.decode(row.ids) for row in dm.rows}
+    assert by_answer[0] == "user: Film 0?\nReview:"
+    assert by_answer[1] == "system: Be kind.\nuser: Film 1?\nReview:"
+    assert len(by_answer) == 12
+
+
+def test_chat_message_prompts_without_a_chat_template_are_one_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        make_datamodule(dataset=conversations_file(tmp_path), num_eval_prompts=4).setup()
+    assert str(err.value).startswith(f"data.dataset={str(tmp_path / 'chat.jsonl')!r} holds chat messages (row 1), but "
+                                     f"the tokenizer ") and str(err.value).endswith(
+        "has no chat template; give plain-text prompts, or a tokenizer with a chat template (data.tokenizer).")
+
+
+def test_a_list_that_is_not_chat_messages_is_refused_by_row(tmp_path):
+    path = tmp_path / "lists.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(5)) + '{"prompt": ["a", "b"]}\n')
+    with pytest.raises(ConfigError, match=r"row 6: 'prompt' is \['a', 'b'\], not a string or a list of chat messages"):
+        make_datamodule(dataset=str(path), num_eval_prompts=2).setup()
+
+
+@pytest.mark.integration
+def test_train_py_trains_on_chat_message_prompts(tiny_path, tmp_path):
+    from tests.apps import run_app
+    from tests.helpers import FAST
+
+    _, folder = tokenizer_with_template(tiny_path, tmp_path)
+    result = run_app("train.py", *FAST, "data=files", f"data.dataset={conversations_file(tmp_path)}",
+                     f"data.tokenizer={folder}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_unavailable_hub_dataset_is_one_clear_line():
     with pytest.raises(UnavailableError) as err:
         make_datamodule(dataset="someone/not-a-dataset").setup()
