@@ -2,7 +2,8 @@
 split. The rows come from the sources preference pairs come from (a .jsonl/.csv/.parquet file, a hub dataset, or the
 bundled `sentiment_pairs`, read with each pair's `chosen` side as the completion); texts are plain strings or chat
 messages rendered with the tokenizer's chat template, and a plain-text completion ends with the tokenizer's EOS, as
-in preference pairs. Rows may instead be token ids (TRL's pre-tokenized form: `input_ids`, and `completion_mask`
+in preference pairs. Rows may instead be conversations (a `messages` column, trained on their assistant turns:
+lit_rlhf/data/conversations.py) or token ids (TRL's pre-tokenized form: `input_ids`, and `completion_mask`
 1 on the tokens trained on), e.g. multi-turn episodes whose tool results are context, not targets.
 
 Shapes: B rows per batch, L sequence length (prompt + completion, right-padded).
@@ -17,6 +18,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from lit_rlhf.data.conversations import MESSAGES_COLUMN, conversation_item
 from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import (
     BUNDLED_PAIRS,
@@ -36,7 +38,7 @@ def read_completion_rows(dataset: str | None, prompt_column: str = "prompt", spl
     if dataset is None:
         raise ConfigError("data.dataset is not set; give a .jsonl, .csv or .parquet file (or a hub dataset) with "
                           "prompt and completion columns, or 'sentiment_pairs' (bundled).")
-    rows = read_rows(dataset, prompt_column, split, subset, what="prompts and completions")
+    rows = read_rows(dataset, None, split, subset, what="prompts and completions")  # each row's columns: below
     if dataset in BUNDLED_PAIRS:  # the bundled pairs as completions: each pair's chosen (the more positive) side
         rows = [{"completion": row["chosen"], **row} for row in rows]
     if not rows:
@@ -119,6 +121,9 @@ class CompletionDataModule(L.LightningDataModule):
         rows = read_completion_rows(hp.dataset, hp.prompt_column, hp.split, hp.subset)
         if "input_ids" in rows[0]:  # token ids already
             items = tokenized_items(rows, hp.dataset, len(self.tokenizer), hp.max_length)
+        elif MESSAGES_COLUMN in rows[0] and hp.prompt_column not in rows[0]:  # conversations: their assistant turns
+            items = [conversation_item(self.tokenizer, row.get(MESSAGES_COLUMN), f"data.dataset={hp.dataset!r}, row "
+                                       f"{number}", hp.max_length) for number, row in enumerate(rows, start=1)]
         else:
             texts = load_completions(hp.dataset, self.tokenizer, hp.prompt_column, hp.completion_column, rows=rows)
             items = [tokenize_pair_side(self.tokenizer, prompt, completion, hp.max_length, hp.max_prompt_length)

@@ -57,9 +57,10 @@ def with_eos(text: str, value: Any, tokenizer: Any) -> str:
     return text + eos
 
 
-def read_rows(dataset: str, prompt_column: str, split: str, subset: str | None,
+def read_rows(dataset: str, prompt_column: str | None, split: str, subset: str | None,
               what: str = "preference pairs") -> list[dict[str, Any]]:
-    """The rows of a file, a bundled pairs file or a hub dataset; `what` names the rows in the errors."""
+    """The rows of a file, a bundled pairs file or a hub dataset; `what` names the rows in the errors. A file or
+    hub dataset must have `prompt_column` (None: the caller checks the columns of each row)."""
     path = Path(dataset)
     if dataset in BUNDLED_PAIRS:
         return read_jsonl(BUNDLED_PAIRS[dataset], dataset)

@@ -47,10 +47,12 @@ def read_jsonl(path: Path, dataset: str) -> list[dict[str, Any]]:
     return rows
 
 
-def column_of(rows: list[dict[str, Any]], prompt_column: str, dataset: str) -> list[dict[str, Any]]:
-    """The rows, checked to hold the prompt column."""
+def column_of(rows: list[dict[str, Any]], prompt_column: str | None, dataset: str) -> list[dict[str, Any]]:
+    """The rows, checked to hold the prompt column (None: the caller checks its columns)."""
     if not rows:
         raise ConfigError(f"data.dataset={dataset!r} holds no rows; give a file with prompts.")
+    if prompt_column is None:
+        return rows
     missing = next((i for i, row in enumerate(rows, start=1) if prompt_column not in row), None)
     if missing is not None:
         raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r} (row {missing} has "
@@ -77,7 +79,7 @@ def check_csv(path: Path, dataset: str) -> None:
                               f"that line.") from err
 
 
-def load_file(path: Path, dataset: str, prompt_column: str) -> list[dict[str, Any]]:
+def load_file(path: Path, dataset: str, prompt_column: str | None) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return column_of(read_jsonl(path, dataset), prompt_column, dataset)
@@ -94,7 +96,7 @@ def load_file(path: Path, dataset: str, prompt_column: str) -> list[dict[str, An
     return dataset_column(data, prompt_column, dataset)
 
 
-def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -> list[dict[str, Any]]:
+def load_hub(dataset: str, prompt_column: str | None, split: str, subset: str | None) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
     try:
@@ -108,9 +110,10 @@ def load_hub(dataset: str, prompt_column: str, split: str, subset: str | None) -
     return dataset_column(data, prompt_column, dataset)
 
 
-def dataset_column(data, prompt_column: str, dataset: str) -> list[dict[str, Any]]:
-    """The rows of a `datasets.Dataset`, or one line naming the columns it has when the prompt column is missing."""
-    if prompt_column not in data.column_names:
+def dataset_column(data, prompt_column: str | None, dataset: str) -> list[dict[str, Any]]:
+    """The rows of a `datasets.Dataset`, or one line naming the columns it has when the prompt column is missing
+    (None: the caller checks its columns)."""
+    if prompt_column is not None and prompt_column not in data.column_names:
         raise ConfigError(f"data.prompt_column={prompt_column!r} is not a column of {dataset!r}; its columns are "
                           f"{data.column_names}.")
     return data.to_list()
