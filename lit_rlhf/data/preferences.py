@@ -1,7 +1,8 @@
 """Preference pairs (prompt, chosen, rejected[, margin]) for reward-model training and DPO.
 
 Rows come from the same sources as prompts (a .jsonl/.csv/.parquet file or a hub dataset). Texts are plain strings,
-or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template; a plain-text chosen
+or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template (a row without a
+prompt whose sides are conversations has TRL's implicit prompt: the messages both sides begin with); a plain-text chosen
 or rejected response gets the tokenizer's EOS appended (unless it ends with it), as TRL builds pairs. A pair is
 tokenized as the prompt's ids then the response's, truncated so that the boundary stays: the prompt keeps its last
 `max_prompt_length` tokens, the response its first `max_length - prompt` tokens.
@@ -19,7 +20,15 @@ from typing import Any
 import torch
 
 from lit_rlhf.config.data import check_dataset_file
-from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS, UNSUPPORTED_SUFFIXES, load_file, load_hub, read_jsonl
+from lit_rlhf.data.sources import (
+    BUNDLED,
+    FILE_BUILDERS,
+    UNSUPPORTED_SUFFIXES,
+    chat_messages,
+    load_file,
+    load_hub,
+    read_jsonl,
+)
 from lit_rlhf.errors import ConfigError
 
 
@@ -89,9 +98,10 @@ def load_preference_pairs(dataset: str | None, tokenizer: Any, prompt_column: st
     if dataset is None:
         raise ConfigError("data.dataset is not set; give a .jsonl, .csv or .parquet file (or a hub dataset) with "
                           "prompt, chosen and rejected columns, or 'sentiment_pairs' (bundled).")
-    rows = read_rows(dataset, prompt_column, split, subset)
+    rows = read_rows(dataset, None, split, subset)  # each row's columns: below
     if not rows:
         raise ConfigError(f"data.dataset={dataset!r} holds no rows; give preference pairs.")
+    rows = [with_implicit_prompt(row, prompt_column, chosen_column, rejected_column) for row in rows]
     needed = [prompt_column, chosen_column, rejected_column, *([margin_column] if margin_column else [])]
     for number, row in enumerate(rows, start=1):
         missing = [column for column in needed if column not in row]
@@ -121,6 +131,21 @@ def load_preference_pairs(dataset: str | None, tokenizer: Any, prompt_column: st
                           f"so there is no preference to learn; check the {chosen_column!r} and {rejected_column!r} "
                           f"columns.")
     return pairs, identical
+
+
+def with_implicit_prompt(row: dict[str, Any], prompt_column: str, chosen_column: str,
+                         rejected_column: str) -> dict[str, Any]:
+    """A row without a prompt whose chosen and rejected sides are conversations (TRL's implicit prompt): the messages
+    both begin with are the prompt, the rest of each its response."""
+    chosen, rejected = row.get(chosen_column), row.get(rejected_column)
+    if prompt_column in row or not chat_messages(chosen) or not chat_messages(rejected):
+        return row
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared == 0:  # nothing in common: no prompt to find (the missing column's line says so)
+        return row
+    return {**row, prompt_column: chosen[:shared], chosen_column: chosen[shared:], rejected_column: rejected[shared:]}
 
 
 def row_margin(value: Any, where: str) -> float:

@@ -85,6 +85,33 @@ def test_chat_messages_are_rendered_with_the_chat_template(tmp_path, tokenizer):
         load_preference_pairs(str(tmp_path / "p.jsonl"), tokenizer)
 
 
+def test_conversations_without_a_prompt_have_the_messages_both_sides_begin_with_as_their_prompt(tmp_path, tokenizer):
+    """TRL's implicit prompt: the pairs are those of the same rows with the shared messages as an explicit prompt."""
+    def user(text):
+        return {"role": "user", "content": text}
+
+    def assistant(text):
+        return {"role": "assistant", "content": text}
+
+    shared = [[user("hi")], [user("hi"), assistant("hello"), user("and the film?")]]
+    explicit = [{"prompt": turns, "chosen": [assistant("good")], "rejected": [assistant("bad"), user("?")]}
+                for turns in shared]
+    implicit = [{"chosen": row["prompt"] + row["chosen"], "rejected": row["prompt"] + row["rejected"]}
+                for row in explicit]
+    tokenizer.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}" \
+                              "{% if add_generation_prompt %}<assistant>{% endif %}"
+    try:
+        found, _ = load_preference_pairs(write_jsonl(tmp_path / "implicit.jsonl", implicit), tokenizer)
+        expected, _ = load_preference_pairs(write_jsonl(tmp_path / "explicit.jsonl", explicit), tokenizer)
+        assert found == expected
+        assert found[1].prompt == "<user>hi<assistant>hello<user>and the film?<assistant>"
+        nothing_shared = [{"chosen": [user("a"), assistant("b")], "rejected": [user("c"), assistant("d")]}]
+        with pytest.raises(ConfigError, match="row 1: no 'prompt' column"):
+            load_preference_pairs(write_jsonl(tmp_path / "none.jsonl", nothing_shared), tokenizer)
+    finally:
+        tokenizer.chat_template = None
+
+
 def test_truncation_keeps_the_end_of_the_prompt_and_the_start_of_the_response(tokenizer):
     prompt = "one two three four five six seven eight nine ten"
     response = " alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
