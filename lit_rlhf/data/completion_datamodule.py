@@ -2,9 +2,10 @@
 split. The rows come from the sources preference pairs come from (a .jsonl/.csv/.parquet file, a hub dataset, or the
 bundled `sentiment_pairs`, read with each pair's `chosen` side as the completion); texts are plain strings or chat
 messages rendered with the tokenizer's chat template, and a plain-text completion ends with the tokenizer's EOS, as
-in preference pairs. Rows may instead be conversations (a `messages` column, trained on their assistant turns:
-lit_rlhf/data/conversations.py) or token ids (TRL's pre-tokenized form: `input_ids`, and `completion_mask`
-1 on the tokens trained on), e.g. multi-turn episodes whose tool results are context, not targets.
+in preference pairs. Rows may instead be plain texts (a `text` column, every token trained on), conversations (a
+`messages` column, trained on their assistant turns: lit_rlhf/data/conversations.py), or token ids (TRL's
+pre-tokenized form: `input_ids`, and `completion_mask` 1 on the tokens trained on), e.g. multi-turn episodes whose
+tool results are context, not targets.
 
 Shapes: B rows per batch, L sequence length (prompt + completion, right-padded).
 """
@@ -18,7 +19,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_rlhf.data.conversations import MESSAGES_COLUMN, conversation_item
+from lit_rlhf.data.conversations import MESSAGES_COLUMN, TEXT_COLUMN, conversation_item, text_item
 from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import (
     BUNDLED_PAIRS,
@@ -121,9 +122,12 @@ class CompletionDataModule(L.LightningDataModule):
         rows = read_completion_rows(hp.dataset, hp.prompt_column, hp.split, hp.subset)
         if "input_ids" in rows[0]:  # token ids already
             items = tokenized_items(rows, hp.dataset, len(self.tokenizer), hp.max_length)
-        elif MESSAGES_COLUMN in rows[0] and hp.prompt_column not in rows[0]:  # conversations: their assistant turns
-            items = [conversation_item(self.tokenizer, row.get(MESSAGES_COLUMN), f"data.dataset={hp.dataset!r}, row "
-                                       f"{number}", hp.max_length) for number, row in enumerate(rows, start=1)]
+        elif hp.prompt_column not in rows[0] and (MESSAGES_COLUMN in rows[0] or TEXT_COLUMN in rows[0]):
+            # conversations (trained on their assistant turns) or plain texts (on every token)
+            column, item = ((MESSAGES_COLUMN, conversation_item) if MESSAGES_COLUMN in rows[0] else
+                            (TEXT_COLUMN, text_item))
+            items = [item(self.tokenizer, row.get(column), f"data.dataset={hp.dataset!r}, row {number}",
+                          hp.max_length) for number, row in enumerate(rows, start=1)]
         else:
             texts = load_completions(hp.dataset, self.tokenizer, hp.prompt_column, hp.completion_column, rows=rows)
             items = [tokenize_pair_side(self.tokenizer, prompt, completion, hp.max_length, hp.max_prompt_length)

@@ -1,4 +1,7 @@
-"""Conversations for supervised fine-tuning: a row's `messages` (TRL's conversational language-modeling format,
+"""Rows of supervised fine-tuning without a prompt column: plain text (a `text` column, TRL's language-modeling
+format: every token trained on, the tokenizer's EOS appended) and conversations.
+
+Conversations: a row's `messages` (TRL's conversational language-modeling format,
 [{"role": ..., "content": ...}, ...]) rendered once by the tokenizer's chat template, and trained on its assistant
 turns only (each turn's text and the end-of-turn tokens the template writes after it); the system and user turns,
 and each assistant turn's header, are context.
@@ -15,6 +18,19 @@ from lit_rlhf.data.sources import chat_messages
 from lit_rlhf.errors import ConfigError
 
 MESSAGES_COLUMN = "messages"
+TEXT_COLUMN = "text"
+
+
+def text_item(tokenizer: Any, text: Any, where: str, max_length: int) -> tuple[list[int], list[int]]:
+    """(ids, mask) of a plain text, every token trained on: its first max_length tokens, the tokenizer's EOS appended
+    (as to a plain-text completion) unless the text ends with it."""
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"{where}: {TEXT_COLUMN!r} is {text!r}, not a non-empty text; fix or remove the row.")
+    eos = getattr(tokenizer, "eos_token", None)
+    ids = tokenizer(text + (eos if eos and not text.endswith(eos) else ""))["input_ids"][:max_length]
+    if len(ids) < 2:  # the first token has no token before it to be predicted from
+        raise ConfigError(f"{where}: {TEXT_COLUMN!r} encodes to {len(ids)} token, nothing to train on; remove the row.")
+    return ids, [1] * len(ids)
 
 
 def rendered(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool) -> str:

@@ -1,5 +1,6 @@
-"""SFT on conversations (a `messages` column, TRL's conversational format): trained on the assistant turns only,
-their headers and the other turns as context; train_sft.py as typed on such a file."""
+"""SFT rows without a prompt column: conversations (a `messages` column, TRL's conversational format), trained on
+the assistant turns only, their headers and the other turns as context; plain texts (a `text` column), trained on
+every token; train_sft.py as typed on such files."""
 
 import csv
 import itertools
@@ -9,7 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from lit_rlhf.data.completion_datamodule import CompletionDataModule
-from lit_rlhf.data.conversations import conversation_item
+from lit_rlhf.data.conversations import conversation_item, text_item
 from lit_rlhf.errors import ConfigError
 from tests.apps import run_app
 from tests.conftest import TINY_PYTHIA
@@ -82,3 +83,29 @@ def test_train_sft_py_trains_on_a_messages_file_as_typed(tmp_path):
     with open(tmp_path / "sft" / "csv" / "metrics.csv") as file:
         counts = [float(row["num_tokens"]) for row in csv.DictReader(file) if row.get("num_tokens")]
     assert counts[-1] == 8 * per_row  # the 8 training rows, each its assistant turn
+
+
+def test_a_text_row_is_trained_on_every_token_and_ends_with_one_eos():
+    tokenizer = AutoTokenizer.from_pretrained(TINY_PYTHIA)
+    eos = tokenizer.eos_token
+    ids, mask = text_item(tokenizer, "A quiet film.", "row 1", max_length=64)
+    assert ids == tokenizer("A quiet film." + eos)["input_ids"] and mask == [1] * len(ids)
+    assert text_item(tokenizer, "A quiet film." + eos, "row 1", max_length=64) == (ids, mask)  # not a second EOS
+    assert text_item(tokenizer, "A quiet film.", "row 1", max_length=3) == (ids[:3], [1] * 3)
+    with pytest.raises(ConfigError, match=r"^row 1: 'text' is '  ', not a non-empty text"):
+        text_item(tokenizer, "  ", "row 1", max_length=64)
+
+
+@pytest.mark.integration
+def test_train_sft_py_trains_on_a_text_file_as_typed(tmp_path):
+    with open(tmp_path / "texts.jsonl", "w") as f:
+        for i in range(12):
+            f.write(json.dumps({"text": f"Film {i} was a quiet delight."}) + "\n")
+    result = run_app("train_sft.py", "data.dataset=texts.jsonl", "data.num_eval_rows=4", "data.batch_size=4",
+                     "hydra.run.dir=sft", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = CompletionDataModule(tokenizer=TINY_PYTHIA, dataset=str(tmp_path / "texts.jsonl"), num_eval_rows=4)
+    data.setup("fit")  # the app's draw of the 8 training rows
+    with open(tmp_path / "sft" / "csv" / "metrics.csv") as file:
+        counts = [float(row["num_tokens"]) for row in csv.DictReader(file) if row.get("num_tokens")]
+    assert counts[-1] == sum(len(ids) - 1 for ids, _ in data.train_rows)  # every token but the first is a target
