@@ -139,8 +139,8 @@ def checked_prompts(values: list[Any], dataset: str, prompt_column: str) -> list
 
 
 def load_prompt_texts(dataset: str | None, prompt_column: str = "prompt", split: str = "train",
-                      subset: str | None = None) -> list[str]:
-    """The prompt column of `dataset`: a bundled name, a local file, or a hub dataset name."""
+                      subset: str | None = None) -> list[str | list[dict[str, str]]]:
+    """The prompt column of `dataset`: a bundled name, a local file, or a hub dataset name (texts, or chat messages)."""
     return load_prompt_rows(dataset, prompt_column, split, subset)[0]
 
 
