@@ -104,6 +104,7 @@ def reward_parts(config: Any) -> list[str]:
 def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
     check_reward_group(cfg)
+    your_own_reward(cfg, "gold")
     your_own_classes(cfg)
     check_accelerator(cfg)
     check_fsdp2_settings(cfg)
@@ -142,6 +143,7 @@ def check_evaluation(cfg: DictConfig) -> None:
                           "export with policy_path=<folder> (the sampling settings: algo.response_length, "
                           "algo.temperature).")
     check_reward_group(cfg)
+    your_own_reward(cfg, "gold")
     your_own_class(cfg, "rollout")
     your_own_class(cfg, "judge", evaluation_judge())
     if cfg.get("ckpt_path") and cfg.get("policy_path"):

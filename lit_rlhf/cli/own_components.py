@@ -31,23 +31,26 @@ def imported_target(key: str, target: str) -> Any:
                           f"importable (on PYTHONPATH, e.g. PYTHONPATH=. python train.py ...).") from err
 
 
-def your_own_reward(cfg: DictConfig) -> None:
-    """`reward._target_=mymodule.my_reward` on the command line makes that callable the reward, alone: a function
-    is used as it is, a class is built (with the reward's other keys as arguments). Without this the target would
-    replace the group's WeightedSum and be called with its `rewards` and `weights`."""
-    reward = cfg.get("reward")
-    target = reward.get("_target_") if reward is not None else None
-    if target is None or current_path(str(target)) in (NAMED_REWARDS, REWARD_MODEL_TARGET) or "rewards" not in reward:
+def your_own_reward(cfg: DictConfig, key: str = "reward") -> None:
+    """`reward._target_=mymodule.my_reward` (or `gold._target_=...`) on the command line makes that callable the
+    reward, alone: a function is used as it is, a class is built (with the reward's other keys as arguments). Without
+    this the target would replace the group's WeightedSum and be called with its `rewards` and `weights` (or, from
+    gold=none, called with nothing)."""
+    reward = cfg.get(key)
+    target = reward.get("_target_") if isinstance(reward, DictConfig) else None
+    if target is None or current_path(str(target)) in (NAMED_REWARDS, REWARD_MODEL_TARGET):
         return
-    found = imported_target("reward._target_", target)
+    if "rewards" not in reward and str(target).startswith("lit_rlhf."):  # a reward file of its own (http, llm_judge)
+        return
+    found = imported_target(f"{key}._target_", target)
     if not callable(found):
-        raise ConfigError(f"reward._target_={target!r} is not callable; name a function (prompts, completions, "
+        raise ConfigError(f"{key}._target_={target!r} is not callable; name a function (prompts, completions, "
                           f"**columns) -> scores, or a class whose instances are.")
     name = target.rsplit(".", 1)[-1]
     arguments = {k: v for k, v in OmegaConf.to_container(reward).items() if k not in GROUP_KEYS}
     own = {"_target_": target, **({"_partial_": True} if not isinstance(found, type) else arguments)}
     with open_dict(cfg):
-        cfg.reward = {"_target_": NAMED_REWARDS, "rewards": {name: own}, "weights": {name: 1.0}, "concurrent": False}
+        cfg[key] = {"_target_": NAMED_REWARDS, "rewards": {name: own}, "weights": {name: 1.0}, "concurrent": False}
 
 
 def group_files(group: str) -> list[dict[str, Any]]:

@@ -62,3 +62,16 @@ def test_an_argument_typed_without_its_plus_is_one_line_that_shows_it(tmp_path):
     result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.Length", "reward.scale=0.5")
     assert one_line_error(result) == ("error: reward.scale is not a setting of the reward group's file; an argument of "
                                       "your own myrewards.Length is added with a +: +reward.scale=0.5")
+
+
+def test_a_gold_reward_class_of_your_own_over_a_gold_file_is_built_with_its_arguments(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "gold=vader", "gold._target_=myrewards.Length", "+gold.scale=0.0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert logged(tmp_path, "gold/score") == [0.0]  # Length(scale=0), not VADER's score
+
+
+def test_a_gold_reward_function_of_your_own_over_gold_none_is_called_with_the_texts(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "experiment=arithmetic_grpo", "+gold._target_=myrewards.sum_correct",
+                              "algo.response_length=10")
+    assert result.returncode == 0, result.stderr[-3000:]  # it was called with nothing, a TypeError
+    assert len(logged(tmp_path, "gold/score")) == 1
