@@ -36,6 +36,18 @@ def test_a_prefix_lists_the_keys_it_begins_and_nothing_close_stays_short():
     assert setting_hint("algo.xyz", None) == ""
 
 
+def test_a_trl_name_points_to_the_key_that_sets_it_here():
+    assert setting_hint("algo.learning_rate", CONFIG) == " (TRL's learning_rate is algo.optimizer.lr here)"
+    assert setting_hint("algo.per_device_train_batch_size", CONFIG) == (
+        " (TRL's per_device_train_batch_size is data.batch_size here: the prompts (or rows) of a step over all ranks)")
+    assert setting_hint("use_vllm", CONFIG) == " (TRL's use_vllm is rollout=vllm here)"
+    assert setting_hint("num_train_epochs", OmegaConf.create({"steps": 10})) == (
+        " (TRL's num_train_epochs is steps here: RL steps)")
+    in_sft = OmegaConf.create({"epochs": 1})
+    assert setting_hint("num_train_epochs", in_sft) == " (TRL's num_train_epochs is epochs here)"
+    assert setting_hint("algo.epsilon", CONFIG) == " (no setting of that name under algo)"  # no cliprange in this one
+
+
 def composition_line(*overrides: str) -> str:
     """The one line train.py prints for these command-line overrides (Hydra's composition error, explained)."""
     import pytest
