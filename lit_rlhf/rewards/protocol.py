@@ -2,7 +2,9 @@
 
 Any callable with that signature works, e.g. a plain Python function. `columns` are the other fields of each
 completion's dataset row (e.g. `answer`); a reward receives those its signature names (all with **kwargs), so a
-reward of (prompts, completions) only works unchanged; an `async def` reward is awaited.
+reward of (prompts, completions) only works unchanged; an `async def` reward is awaited. A reward whose signature
+names `completions` is called by keyword, as TRL calls its reward functions: `def reward(completions, **kwargs)`
+works as written for TRL.
 """
 
 from __future__ import annotations
@@ -20,14 +22,29 @@ class Reward(Protocol):
     def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> torch.Tensor: ...
 
 
-def missing_columns(reward: Callable, columns: dict[str, list] | None) -> list[str]:
-    """The columns reward's signature requires (parameters after prompts and completions, without a default)
-    that the dataset rows do not have."""
+def signature_of(reward: Callable) -> dict[str, inspect.Parameter] | None:
     try:
-        parameters = list(inspect.signature(reward).parameters.values())[2:]
-    except (TypeError, ValueError):
+        return dict(inspect.signature(reward).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature: prompts and completions only
+        return None
+
+
+def by_name(parameters: dict[str, inspect.Parameter] | None) -> bool:
+    """Whether a reward takes `completions` by name, as TRL calls its reward functions (`def reward(completions,
+    **kwargs)`, with or without `prompts`): it is called with keywords, not (prompts, completions) in that order."""
+    return parameters is not None and "completions" in parameters and \
+        parameters["completions"].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def missing_columns(reward: Callable, columns: dict[str, list] | None) -> list[str]:
+    """The columns reward's signature requires (parameters besides prompts and completions, without a default)
+    that the dataset rows do not have."""
+    parameters = signature_of(reward)
+    if parameters is None:
         return []
-    return [p.name for p in parameters if p.default is inspect.Parameter.empty
+    others = ([p for name, p in parameters.items() if name not in ("prompts", "completions")] if by_name(parameters)
+              else list(parameters.values())[2:])
+    return [p.name for p in others if p.default is inspect.Parameter.empty
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in (columns or {})]
 
 
@@ -39,15 +56,15 @@ def call_reward(reward: Callable, prompts: Sequence[str], completions: Sequence[
 
 def call_reward_with_columns(reward: Callable, prompts: Sequence[str], completions: Sequence[str],
                              columns: dict[str, list] | None) -> Any:
-    if not columns:
+    parameters = signature_of(reward)
+    if parameters is None:
         return reward(prompts, completions)
-    try:
-        parameters = inspect.signature(reward).parameters
-    except (TypeError, ValueError):  # a builtin without a signature: prompts and completions only
-        return reward(prompts, completions)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return reward(prompts, completions, **columns)
-    return reward(prompts, completions, **{k: v for k, v in columns.items() if k in parameters})
+    any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    passed = {k: v for k, v in (columns or {}).items() if any_keyword or k in parameters}
+    if by_name(parameters):
+        texts = {"completions": completions, **({"prompts": prompts} if any_keyword or "prompts" in parameters else {})}
+        return reward(**texts, **passed)
+    return reward(prompts, completions, **passed)
 
 
 def load_reward(reward) -> None:

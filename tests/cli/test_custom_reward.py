@@ -21,6 +21,11 @@ def sum_correct(prompts, completions, answer):
     return torch.tensor([float(str(a) in c) for c, a in zip(completions, answer)])
 
 
+def reward_len(completions, **kwargs):
+    """TRL's GRPO quickstart reward, as written for TRL."""
+    return [-abs(20 - len(completion)) for completion in completions]
+
+
 class Length:
     def __init__(self, scale: float = 1.0):
         self.scale = scale
@@ -75,3 +80,9 @@ def test_a_gold_reward_function_of_your_own_over_gold_none_is_called_with_the_te
                               "algo.response_length=10")
     assert result.returncode == 0, result.stderr[-3000:]  # it was called with nothing, a TypeError
     assert len(logged(tmp_path, "gold/score")) == 1
+
+
+def test_a_reward_written_for_trl_runs_as_written(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "algo=grpo", "reward._target_=myrewards.reward_len")
+    assert result.returncode == 0, result.stderr[-3000:]  # it was called (prompts, completions): a TypeError
+    assert logged(tmp_path, "rewards/reward_len/mean")[0] <= 0

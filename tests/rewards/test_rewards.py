@@ -95,3 +95,32 @@ def test_a_broken_or_code_bearing_reward_folder_is_one_line(how, expected, tmp_p
     with pytest.raises(ConfigError, match=expected):
         SequenceClassifierReward(str(folder)).load()
     assert not (folder / "PWNED").exists()
+
+
+def trl_length(completions, **kwargs):
+    """TRL's GRPO quickstart reward, as written for TRL: completions by name, the rest in kwargs."""
+    return [-abs(20 - len(completion)) for completion in completions]
+
+
+def trl_answer(completions, answer, prompts=None):
+    return [float(a in c) for c, a in zip(completions, answer, strict=True)]
+
+
+def plain(prompts, completions, answer):
+    return [float(a in c) + 0.5 * (p == "q") for p, c, a in zip(prompts, completions, answer, strict=True)]
+
+
+def own_names(texts, outputs):  # positional: (prompts, completions) whatever their names
+    return [float(len(o) > len(t)) for t, o in zip(texts, outputs, strict=True)]
+
+
+def test_a_reward_naming_completions_is_called_by_keyword_as_trl_calls_it_and_others_by_position():
+    from lit_rlhf.rewards.protocol import call_reward, missing_columns
+
+    prompts, completions, columns = ["q", "qq"], ["a 4", "b"], {"answer": ["4", "5"], "level": [1, 2]}
+    assert call_reward(trl_length, prompts, completions, columns) == [-17, -19]
+    assert call_reward(trl_answer, prompts, completions, columns) == [1.0, 0.0]
+    assert call_reward(plain, prompts, completions, columns) == [1.5, 0.0]
+    assert call_reward(own_names, prompts, completions, columns) == [1.0, 0.0]
+    assert missing_columns(trl_answer, {"level": [1, 2]}) == ["answer"]  # after completions, by name
+    assert missing_columns(trl_length, {}) == [] and missing_columns(plain, {}) == ["answer"]
