@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from lit_rlhf.cli.overrides import command_line_keys
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.lazy_exports import current_path
 
@@ -63,12 +64,14 @@ def evaluation_judge() -> list[dict[str, Any]]:
     return [OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "evaluate.yaml").judge)]
 
 
-def your_own_class(cfg: DictConfig, key: str, written_for: list[dict[str, Any]] | None = None) -> None:
+def your_own_class(cfg: DictConfig, key: str, written_for: list[dict[str, Any]] | None = None,
+                   typed: list[str] | None = None) -> None:
     """`teacher._target_=my_teachers.MyTeacher` (or `rollout._target_=...`, evaluate.py's `judge._target_=...`) on the
     command line: the class is built with the settings its constructor names. Of the others, those the config files
     wrote for the library's classes (`written_for`: by default the group's option files; the causal_lm teacher's
-    name_or_path, the hf engine's compile_mode, ...) are left out, and one typed on the command line for it
-    (+teacher.scale=2) reaches a constructor with **kwargs and is a one-line error for any other."""
+    name_or_path, the hf engine's compile_mode, ...) are left out unless typed (`typed`: the command line's keys), and
+    one typed (+teacher.scale=2, rollout.compile_mode=default) reaches a constructor with **kwargs and is a one-line
+    error for any other: a setting the user typed is never dropped without a word."""
     node = cfg.get(key)
     target = node.get("_target_") if isinstance(node, DictConfig) else None
     written_for = group_files(key) if written_for is None else written_for
@@ -79,7 +82,9 @@ def your_own_class(cfg: DictConfig, key: str, written_for: list[dict[str, Any]] 
         raise ConfigError(f"{key}._target_={target!r} is not a class; name the class whose instances are the "
                           f"{key} (docs/extending.md).")
     names, takes_any = constructor_arguments(found)
-    written = {name for c in written_for for name in c}
+    typed_names = {k.split(".")[1] for k in (command_line_keys() if typed is None else typed)
+                   if k.split(".")[0] == key and "." in k}
+    written = {name for c in written_for for name in c} - typed_names  # the file's, not the user's
     settings = OmegaConf.to_container(node, resolve=False)  # interpolations (${algo.x}) stay as they are
     for name in settings:
         if not name.startswith("_") and name not in written and name not in names and not takes_any:

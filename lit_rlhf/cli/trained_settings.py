@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.checkpoints.targets import only_registered_targets, public_names
+from lit_rlhf.cli.overrides import command_line_keys
 from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.terminal import printable
@@ -33,13 +33,6 @@ class TrainedSettings:
     data: dict[str, Any] | None  # PromptDataModule settings, or None: the command line's cfg.data
     algo_overrides: dict[str, Any]
     gold: Any = None  # the gold reward (a config; empty or None: none)
-
-
-def command_line_keys() -> list[str]:
-    """The keys the user's overrides set (`reward`, `reward.weights.vader`, `algo.temperature`, ...)."""
-    if not HydraConfig.initialized():
-        return []
-    return [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
 
 
 def trained_settings(cfg: DictConfig, checkpoint: dict[str, Any]) -> TrainedSettings:

@@ -90,11 +90,12 @@ class PassesOnToHF(HFEngine):
 
 
 def own_rollout(target: str, **typed):
-    """The hf rollout group's file with `rollout._target_=<target>` and the typed keys, after the check."""
+    """The hf rollout group's file with `rollout._target_=<target>` and the keys typed on the command line (each
+    replacing the file's value or added), after the check."""
     rollout = {**OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "rollout" / "hf.yaml")), "_target_": target,
                **typed}
     cfg = OmegaConf.create({"rollout": rollout})
-    your_own_class(cfg, "rollout")
+    your_own_class(cfg, "rollout", typed=["rollout._target_", *(f"rollout.{name}" for name in typed)])
     return OmegaConf.to_container(cfg.rollout)
 
 
@@ -109,6 +110,16 @@ def test_an_own_class_gets_the_group_settings_its_constructor_names_and_its_type
     assert own_rollout(f"{here}.PassesOnToHF", length=4) == {**hf_settings, "_target_": f"{here}.PassesOnToHF",
                                                              "length": 4}
     assert hf_settings["_target_"] == "lit_rlhf.rollout.HFEngine" and "token_sampler" in hf_settings  # untouched
+
+
+def test_a_file_setting_typed_for_an_own_class_reaches_it_or_is_refused_never_dropped():
+    here = __name__
+    assert own_rollout(f"{here}.TakesAll", compile_mode="default") == {"_target_": f"{here}.TakesAll",
+                                                                       "compile_mode": "default"}
+    assert own_rollout(f"{here}.TakesTwo", compile_mode="default")["compile_mode"] == "default"
+    with pytest.raises(ConfigError) as err:
+        own_rollout(f"{here}.TakesNothing", compile_mode="default")
+    assert str(err.value).startswith(f"rollout.compile_mode is not an argument of {here}.TakesNothing")
 
 
 @pytest.mark.parametrize(("target", "typed", "line"), [
