@@ -180,7 +180,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     dataset = OmegaConf.select(cfg, "data.dataset", default=None, throw_on_resolution_failure=False)
     if isinstance(dataset, str):
         check_dataset_file(dataset)
-    check_settings(ModelConfig, cfg.get("model"), "model")
+    check_settings(ModelConfig, cfg.get("model"), "model", cfg)
     check_model_locations(cfg)
 
 
@@ -199,23 +199,26 @@ def settings_in(node: DictConfig, cls: type) -> dict[str, Any]:
 def check_component_settings(cfg: DictConfig) -> None:
     """The settings dataclasses of the prompt data, the algorithm and the model, built from the config as the
     components will build them (in their order), so that a bad value is refused with the components' own line."""
+    from lit_rlhf.cli.configs import MODULE_ARGUMENTS
     from lit_rlhf.config import DataConfig, ModelConfig
     from lit_rlhf.config.registry import ALGORITHMS
 
     algo, data = cfg.get("algo"), cfg.get("data")
     algorithm = next((a for a in ALGORITHMS.values() if algo is not None and a.target == algo.get("_target_")), None)
     if data is not None and data.get("_target_") == PROMPT_DATA_TARGET:
-        check_settings(DataConfig, data, "data")
+        check_settings(DataConfig, data, "data", cfg)
     if algorithm is not None:
-        check_settings(algorithm.settings, algo, "algo")
-    check_settings(ModelConfig, cfg.get("model"), "model")
+        check_settings(algorithm.settings, algo, "algo", cfg, MODULE_ARGUMENTS + algorithm.arguments)
+    check_settings(ModelConfig, cfg.get("model"), "model", cfg)
 
 
-def check_settings(cls: type, node: Any, prefix: str) -> None:
+def check_settings(cls: type, node: Any, prefix: str, cfg: DictConfig, arguments: tuple[str, ...] = ()) -> None:
     """The settings dataclass cls built from node's keys (a config group) as its component will build it, so that a
-    bad value is refused with the component's own line; a node that is not a group, or a value that does not resolve,
-    is left to the component."""
-    from lit_rlhf.config.settings import build
+    bad value is refused with the component's own line, and a key added with a + that is neither a setting nor one of
+    the component's other `arguments` with the command line's hint (+algo.learning_rate: algo.optimizer.lr); a node
+    that is not a group, or a value that does not resolve, is left to the component."""
+    from lit_rlhf.config.settings import build, field_names
+    from lit_rlhf.config.trl_names import command_line_hint
 
     if not isinstance(node, DictConfig):
         return
@@ -223,7 +226,8 @@ def check_settings(cls: type, node: Any, prefix: str) -> None:
         values = settings_in(node, cls)
     except Exception:  # noqa: BLE001 (a value that does not resolve: the component's own path says so)
         return
-    build(cls, values, prefix)
+    unknown = {str(k): None for k in node if k not in (*field_names(cls), "_target_", *arguments)}
+    build(cls, {**values, **unknown}, prefix, hint=lambda name: command_line_hint(name, cfg))
 
 
 def check_model_locations(node: Any, prefix: str = "") -> None:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
 from lit_rlhf.cli.trainer_arguments import trainer_argument_hint
+from lit_rlhf.config.trl_names import command_line_hint
 from lit_rlhf.errors import SYNONYMS, nearest
 
 # Hydra's words for a value of the wrong type
@@ -94,30 +95,6 @@ def setting_paths(tree: dict, prefix: str = "") -> list[str]:
     return paths
 
 
-# TRL's names (TrainingArguments, GRPOConfig, ...) for what lit_rlhf sets elsewhere: the keys that take the value
-# (the first one this app's config has), or what to type where it is a choice rather than a key
-TRL_NAMES = {
-    "learning_rate": ("algo.optimizer.lr",), "max_completion_length": ("algo.response_length",),
-    "max_prompt_length": ("data.max_prompt_length",), "per_device_train_batch_size": ("data.batch_size",),
-    "num_train_epochs": ("epochs", "steps"), "max_steps": ("steps",), "epsilon": ("algo.cliprange",),
-    "epsilon_low": ("algo.cliprange_low",), "epsilon_high": ("algo.cliprange_high",),
-    "logging_steps": ("trainer.log_every_n_steps",), "gradient_checkpointing": ("model.gradient_checkpointing",),
-    "output_dir": "hydra.run.dir=<folder>", "report_to": "logger=wandb (or tensorboard, csv, many)",
-    "use_vllm": "rollout=vllm", "bf16": "model.dtype=bfloat16", "lr_scheduler_type": "algo.lr_scheduler={...}",
-    "warmup_steps": "algo.lr_scheduler={...}", "warmup_ratio": "algo.lr_scheduler={...}",
-}
-NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps"}
-
-
-def trl_name_hint(name: str, cfg: DictConfig) -> str:
-    """' (TRL's <name> is <key> here)' for a TRL setting this app sets under another key or as a choice."""
-    where = TRL_NAMES[name]
-    if isinstance(where, str):
-        return f" (TRL's {name} is {where} here)"
-    found = next((key for key in where if OmegaConf.select(cfg, key, default="absent") != "absent"), None)
-    return f" (TRL's {name} is {found} here{NOTES.get(found, '')})" if found else ""
-
-
 def setting_hint(key: str, cfg: DictConfig | None) -> str:
     """' (did you mean ...?)' for an unknown key: the nearest key beside it, else keys beside it that it begins, else
     the setting of that name (or nearly) anywhere in the config (`lr` -> algo.optimizer.lr), else the keys beside it
@@ -130,11 +107,11 @@ def setting_hint(key: str, cfg: DictConfig | None) -> str:
         return f" ({parent} is null, with no keys to set; give it whole: {parent}={{{name}: ...}})"
     if parent == "trainer" and (hint := trainer_argument_hint(name, cfg)):
         return hint
+    if hint := command_line_hint(name, cfg):  # an exact TRL name before a near spelling (max_steps: max_staleness)
+        return hint
     siblings = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
     if difflib.get_close_matches(name, siblings, n=1) or any(s in siblings for s in SYNONYMS.get(name, ())):
         return nearest(name, siblings)
-    if name in TRL_NAMES and (hint := trl_name_hint(name, cfg)):
-        return hint
     paths = setting_paths(OmegaConf.to_container(cfg, resolve=False))
     # the same name elsewhere, nearest to where it was typed first (under its parent, then the shortest path)
     named = sorted((p for p in paths if p.rpartition(".")[2] == name),

@@ -3,6 +3,7 @@ a near spelling beside it or the same name at another level (`lr` -> algo.optimi
 
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from lit_rlhf.cli.composition import setting_hint
@@ -48,9 +49,54 @@ def test_a_trl_name_points_to_the_key_that_sets_it_here():
     assert setting_hint("algo.epsilon", CONFIG) == " (no setting of that name under algo)"  # no cliprange in this one
 
 
+def test_a_trl_name_comes_before_a_near_spelling_it_does_not_mean():
+    near = OmegaConf.create({"steps": 10, "algo": {"max_staleness": None}, "data": {"batch_size": 8,
+                                                                                     "eval_batch_size": 16}})
+    assert setting_hint("algo.max_steps", near) == " (TRL's max_steps is steps here: RL steps)"  # not max_staleness
+    assert setting_hint("data.per_device_train_batch_size", near).startswith(
+        " (TRL's per_device_train_batch_size is data.batch_size here")  # not eval_batch_size
+
+
+def test_a_trl_name_given_in_python_names_the_argument_that_takes_it():
+    from lit_rlhf.config import DataConfig, RLOOConfig
+    from lit_rlhf.config.settings import build
+    from lit_rlhf.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        build(RLOOConfig, {"learning_rate": 1e-5}, "algo")
+    assert str(err.value) == ("algo.learning_rate is not a setting of RLOOConfig (TRL's learning_rate is "
+                              "optimizer=functools.partial(torch.optim.AdamW, lr=...) here).")
+    with pytest.raises(ConfigError) as err:
+        build(DataConfig, {"per_device_train_batch_size": 8}, "data")
+    assert str(err.value) == ("data.per_device_train_batch_size is not a setting of DataConfig (TRL's "
+                              "per_device_train_batch_size is PromptDataModule(batch_size=...) here: the prompts of a "
+                              "step over all ranks).")
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("+algo.learning_rate=1e-5", "algo.learning_rate is not a setting of RLOOConfig (TRL's learning_rate is "
+                                 "algo.optimizer.lr here)."),
+    ("+data.max_completion_length=8", "data.max_completion_length is not a setting of DataConfig (TRL's "
+                                      "max_completion_length is algo.response_length here)."),
+    ("+algo.kl_coeff=0.1", "algo.kl_coeff is not a setting of RLOOConfig (did you mean 'kl_coef'?)."),
+])
+def test_a_key_added_with_a_plus_gets_the_command_line_hint_before_anything_is_built(override, line):
+    from lit_rlhf.cli.checks import check_component_settings
+    from lit_rlhf.cli.composition import composed
+    from lit_rlhf.cli.configs import register_configs
+    from lit_rlhf.cli.resolvers import register_resolvers
+    from lit_rlhf.errors import ConfigError
+
+    register_configs()
+    register_resolvers()  # ${asset:...}, as in the app
+    cfg = composed(CONF, "train", [override])
+    with pytest.raises(ConfigError) as err:
+        check_component_settings(cfg)
+    assert str(err.value) == line
+
+
 def composition_line(*overrides: str) -> str:
     """The one line train.py prints for these command-line overrides (Hydra's composition error, explained)."""
-    import pytest
 
     from lit_rlhf.cli.composition import composed, composition_error
     from lit_rlhf.cli.configs import register_configs

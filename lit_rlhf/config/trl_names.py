@@ -1,0 +1,53 @@
+"""TRL's setting names (TrainingArguments, GRPOConfig, RLOOConfig, ...) for what lit_rlhf sets under another name or
+elsewhere: where each is set on the command line and in Python, for the one-line error of an unknown key."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+# On the command line: the keys that take the value (the first one the app's config has), or what to type where it
+# is a choice rather than a key.
+ON_THE_COMMAND_LINE = {
+    "learning_rate": ("algo.optimizer.lr",), "max_completion_length": ("algo.response_length",),
+    "max_prompt_length": ("data.max_prompt_length",), "per_device_train_batch_size": ("data.batch_size",),
+    "num_train_epochs": ("epochs", "steps"), "max_steps": ("steps",), "epsilon": ("algo.cliprange",),
+    "epsilon_low": ("algo.cliprange_low",), "epsilon_high": ("algo.cliprange_high",),
+    "logging_steps": ("trainer.log_every_n_steps",), "gradient_checkpointing": ("model.gradient_checkpointing",),
+    "output_dir": "hydra.run.dir=<folder>", "report_to": "logger=wandb (or tensorboard, csv, many)",
+    "use_vllm": "rollout=vllm", "bf16": "model.dtype=bfloat16", "lr_scheduler_type": "algo.lr_scheduler={...}",
+    "warmup_steps": "algo.lr_scheduler={...}", "warmup_ratio": "algo.lr_scheduler={...}",
+}
+NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps"}
+
+# In Python: the argument of an RL module (RLOOModule(...), ...), of PromptDataModule or of Lightning's Trainer.
+SCHEDULER = "lr_scheduler=<a function: optimizer -> LR scheduler>, e.g. functools.partial(LinearLR, ...)"
+IN_PYTHON = {
+    "learning_rate": "optimizer=functools.partial(torch.optim.AdamW, lr=...)",
+    "max_completion_length": "response_length=...", "max_prompt_length": "PromptDataModule(max_prompt_length=...)",
+    "per_device_train_batch_size": "PromptDataModule(batch_size=...)", "num_train_epochs": "rl_steps=...",
+    "max_steps": "rl_steps=...",
+    "epsilon": "cliprange=...", "epsilon_low": "cliprange_low=...", "epsilon_high": "cliprange_high=...",
+    "logging_steps": "Trainer(log_every_n_steps=...)",
+    "gradient_checkpointing": "model={..., 'gradient_checkpointing': True}",
+    "output_dir": "Trainer(default_root_dir=...)", "report_to": "Trainer(logger=WandbLogger(...))",
+    "use_vllm": "rollout_engine=VLLMEngine(...)", "bf16": "model={..., 'dtype': 'bfloat16'}",
+    "lr_scheduler_type": SCHEDULER, "warmup_steps": SCHEDULER, "warmup_ratio": SCHEDULER,
+}
+PYTHON_NOTES = {"per_device_train_batch_size": ": the prompts of a step over all ranks",
+                "num_train_epochs": ": RL steps", "max_steps": ": RL steps"}
+
+
+def command_line_hint(name: str, cfg: DictConfig | None) -> str:
+    """' (TRL's <name> is <key> here)' for a TRL setting this app sets under another key or as a choice, else ''."""
+    where = ON_THE_COMMAND_LINE.get(name)
+    if where is None or cfg is None:
+        return ""
+    if isinstance(where, str):
+        return f" (TRL's {name} is {where} here)"
+    found = next((key for key in where if OmegaConf.select(cfg, key, default="absent") != "absent"), None)
+    return f" (TRL's {name} is {found} here{NOTES.get(found, '')})" if found else ""
+
+
+def python_hint(name: str) -> str:
+    """' (TRL's <name> is <argument> here)' for a TRL setting given to a module's or PromptDataModule's constructor."""
+    return f" (TRL's {name} is {IN_PYTHON[name]} here{PYTHON_NOTES.get(name, '')})" if name in IN_PYTHON else ""
