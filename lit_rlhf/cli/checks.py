@@ -59,9 +59,15 @@ def check_accelerator(cfg: DictConfig) -> None:
 
 
 def cuda_available() -> bool:
-    import torch  # only asked for trainer=gpu: the other checks run before torch is imported
+    import torch  # only asked for trainer=gpu or device=cuda: the other checks run before torch is imported
 
     return torch.cuda.is_available()
+
+
+def check_evaluation_device(device: str) -> None:
+    """evaluate.py's device=cuda (or cuda:N) on a machine without CUDA: refused before the model loads."""
+    if device.partition(":")[0] == "cuda" and not cuda_available():
+        raise ConfigError(f"device={device!r}, but this machine has no CUDA device; use device=auto or device=cpu.")
 
 
 FSDP2_TARGET = "lit_rlhf.distributed.strategy.FSDP2Strategy"
@@ -142,6 +148,7 @@ def check_evaluation(cfg: DictConfig) -> None:
                           "distillation run with ckpt_path=<its checkpoint> (its settings are the run's), or its "
                           "export with policy_path=<folder> (the sampling settings: algo.response_length, "
                           "algo.temperature).")
+    check_evaluation_device(str(cfg.get("device", "auto")))
     check_reward_group(cfg)
     your_own_reward(cfg, "gold")
     your_own_class(cfg, "rollout")

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig
 
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
-from lit_rlhf.cli.checks import check_evaluation
+from lit_rlhf.cli.checks import check_evaluation, check_evaluation_device
 from lit_rlhf.cli.run_dirs import discard_unused_run_dir
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
 from lit_rlhf.data import PromptDataModule
@@ -62,8 +62,7 @@ def resolve_device(device: str) -> torch.device:
         resolved = torch.device(str(device))
     except RuntimeError as err:
         raise ConfigError(f"device={device!r} is not a device; use auto, cpu or cuda.") from err
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r}, but this machine has no CUDA device; use device=auto or device=cpu.")
+    check_evaluation_device(str(device))
     return resolved
 
 

@@ -94,6 +94,21 @@ def test_device_cuda_without_cuda_is_one_line(tmp_path):
     assert line.startswith("error: device='cuda', but this machine has no CUDA device")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_device_cuda_without_cuda_is_refused_by_the_checks_before_the_imports(device):
+    from hydra import compose, initialize_config_dir
+
+    from lit_rlhf.cli.checks import check_evaluation
+    from lit_rlhf.errors import ConfigError
+    from tests.helpers import ROOT
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("evaluate", overrides=[f"device={device}"])
+    with pytest.raises(ConfigError, match=f"device='{device}', but this machine has no CUDA device"):
+        check_evaluation(cfg)
+
+
 class RecordingServer:
     """An HTTP server in a thread that records the requests it gets (path and Authorization header) and answers 500."""
 
