@@ -33,6 +33,13 @@ def finite_weight(name: str, value: Any) -> float:
     return weight
 
 
+def as_scores(returned: Any) -> torch.Tensor:
+    """A reward's scores as float32, its Nones (does not apply) as NaN."""
+    if isinstance(returned, (list, tuple)):
+        returned = [math.nan if value is None else value for value in returned]
+    return torch.as_tensor(returned).float()
+
+
 class WeightedSum:
     """sum_name weight[name] * rewards[name](prompts, completions, **columns).
 
@@ -77,8 +84,11 @@ class WeightedSum:
                        for name, r in self.rewards.items()}
             return {name: future.result() for name, future in futures.items()}
 
-    def combine(self, components: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return sum(self.weights[name] * torch.as_tensor(value).float() for name, value in components.items())
+    def combine(self, components: Mapping[str, Any]) -> torch.Tensor:
+        """sum_name weight[name] * score[name] over the rewards that scored each completion: a reward's None (TRL's
+        "does not apply to this completion") is left out, as TRL's nansum leaves it; one none scored sums to 0."""
+        scores = [self.weights[name] * as_scores(value) for name, value in components.items()]
+        return torch.stack(scores).nansum(dim=0)
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> torch.Tensor:
         return self.combine(self.components(prompts, completions, columns))

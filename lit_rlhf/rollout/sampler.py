@@ -15,6 +15,7 @@ Shapes: B prompts, K samples per prompt, N = B*K sequences.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.envs import EnvSpec
 from lit_rlhf.errors import ConfigError
@@ -84,6 +86,7 @@ class Sampler:
         self.gold: Reward | None = None
         self.teacher: Teacher | None = None  # on-policy distillation: scores every token the policy samples
         self.context = SamplingContext(settings, environment)
+        self.warned_of_unscored = False
 
     def attach(self, policy: torch.nn.Module, reference: Any, tokenizer: Any, stop_token_id: int,
                device: torch.device, rank: int = 0, local_rank: int = 0) -> None:
@@ -231,6 +234,15 @@ class Sampler:
 
         return wait
 
+    def warn_of_unscored(self, unscored: torch.Tensor, prompts: list[str]) -> None:
+        """Once per run: completions to which no reward applied (each returned None) score 0, as TRL scores them."""
+        if unscored.any() and not self.warned_of_unscored:
+            self.warned_of_unscored = True
+            first = prompts[int(unscored.nonzero()[0])]
+            rank_zero_warn(f"{int(unscored.sum())} of {len(unscored)} completions were scored by no reward (every "
+                           f"reward returned None for them, e.g. on prompt {first[:60]!r}) and score 0; give every "
+                           f"prompt a reward that applies to it. Said once per run.")
+
     def score(self, prompts: list[str], completions: list[str], columns: dict[str, list] | None = None) -> torch.Tensor:
         """The reward's total scores. -> (N)"""
         return self.score_components(prompts, completions, columns)[0]
@@ -238,12 +250,14 @@ class Sampler:
     def score_components(self, prompts: list[str], completions: list[str],
                          columns: dict[str, list] | None = None) -> Scores:
         """The reward's total scores (N) and each named reward's (N): a WeightedSum's parts, or the one reward."""
+        call = functools.partial(call_checked, allow_none=True)
         if isinstance(self.reward, WeightedSum):
-            parts = self.reward.components(prompts, completions, columns, call=call_checked)
+            parts = self.reward.components(prompts, completions, columns, call=call)
             total = self.reward.combine(parts)
         else:
             name = reward_name(self.reward)
-            parts = {name: call_checked(name, self.reward, prompts, completions, columns)}
-            total = parts[name]
+            parts = {name: call(name, self.reward, prompts, completions, columns)}
+            total = parts[name].nan_to_num(nan=0.0)
+        self.warn_of_unscored(torch.stack(list(parts.values())).isnan().all(0), prompts)
         device = self.context.device
         return total.to(device), {name: part.to(device) for name, part in parts.items()}

@@ -6,6 +6,7 @@ Shapes: N sequences.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -33,8 +34,14 @@ def failing_prompt(reward, prompts: list[str], completions: list[str], columns: 
     return None
 
 
-def checked_scores(name: str, returned: Any, prompts: list[str], completions: list[str]) -> torch.Tensor:
-    """What a reward returned as finite float32 scores of shape (N,), or a one-line error naming the reward."""
+def checked_scores(name: str, returned: Any, prompts: list[str], completions: list[str],
+                   allow_none: bool = False) -> torch.Tensor:
+    """What a reward returned as finite float32 scores of shape (N,), or a one-line error naming the reward. With
+    allow_none, a None in a returned list (TRL's "this reward does not apply to this completion") is NaN."""
+    not_applicable = torch.tensor([value is None for value in returned]) if allow_none and isinstance(
+        returned, (list, tuple)) else None
+    if not_applicable is not None and not_applicable.any():
+        returned = [math.nan if value is None else value for value in returned]
     try:
         scores = torch.as_tensor(returned).to(torch.float32)
     except (TypeError, ValueError, RuntimeError) as err:
@@ -43,7 +50,8 @@ def checked_scores(name: str, returned: Any, prompts: list[str], completions: li
     if scores.shape != (len(completions),):
         raise ConfigError(f"the reward {name} returned shape {tuple(scores.shape)}; it must return one score per "
                           f"completion, shape ({len(completions)},).")
-    bad = (~torch.isfinite(scores)).nonzero().flatten().tolist()
+    finite_or_none = torch.isfinite(scores) | (not_applicable if not_applicable is not None else False)
+    bad = (~finite_or_none).nonzero().flatten().tolist()
     if bad:
         raise ConfigError(f"the reward {name} returned {scores[bad[0]].item()} for {len(bad)} of {len(scores)} "
                           f"completions (e.g. prompt {prompts[bad[0]][:60]!r}); it must return finite scores.")
@@ -51,8 +59,9 @@ def checked_scores(name: str, returned: Any, prompts: list[str], completions: li
 
 
 def call_checked(name: str, reward, prompts: list[str], completions: list[str],
-                 columns: dict[str, list] | None) -> torch.Tensor:
-    """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on."""
+                 columns: dict[str, list] | None, allow_none: bool = False) -> torch.Tensor:
+    """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on.
+    allow_none: see checked_scores."""
     missing = missing_columns(reward, columns)
     if missing:
         raise ConfigError(f"the reward {name} needs the dataset column {missing[0]!r}, which the prompts' rows do not "
@@ -71,7 +80,7 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
             message = (str(err).strip().splitlines() or [""])[0][:200]
             raise ConfigError(f"the reward {name} raised {type(err).__name__}: {message}{where}; fix the reward "
                               f"(the traceback: HYDRA_FULL_ERROR=1).") from err
-    return checked_scores(name, returned, prompts, completions)
+    return checked_scores(name, returned, prompts, completions, allow_none)
 
 
 def reward_waits(reward) -> bool:

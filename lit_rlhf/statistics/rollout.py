@@ -5,6 +5,8 @@ Shapes: N sequences, R response length.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lit_rlhf.ops import group_all_equal
@@ -22,11 +24,14 @@ def completion_stats(response_mask: torch.Tensor, contains_stop: torch.Tensor,
 
 
 def reward_stats(components: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """rewards/<name>/mean and rewards/<name>/std of each named reward's scores (before weights)."""
+    """rewards/<name>/mean and rewards/<name>/std of each named reward's scores (before weights) over the completions
+    it scored (a NaN: it returned None, does not apply), as TRL's nanmean and nanstd; NaN where it scored none."""
     stats = {}
     for name, scores in components.items():
-        stats[f"rewards/{name}/mean"] = scores.float().mean()
-        stats[f"rewards/{name}/std"] = scores.float().std() if len(scores) > 1 else torch.tensor(0.0)
+        scored = scores.float()[~scores.isnan()]
+        stats[f"rewards/{name}/mean"] = scored.mean() if len(scored) else torch.tensor(math.nan)
+        spread = scored.std() if len(scored) > 1 else torch.tensor(0.0 if len(scored) else math.nan)
+        stats[f"rewards/{name}/std"] = spread
     return stats
 
 

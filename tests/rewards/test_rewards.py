@@ -20,6 +20,31 @@ def test_weighted_sum_and_plain_functions():
         WeightedSum([length], [1.0, 2.0])
 
 
+def test_a_reward_that_returns_none_for_a_completion_is_left_out_of_its_sum_as_trl_leaves_it():
+    """TRL's multi-task convention: a reward function returns None for a completion it does not apply to; the total
+    is the weighted sum of the rewards that did apply (TRL's nansum), 0 where none did."""
+    def math_only(completions, **kwargs):
+        return [1.0, None, None, 3.0]
+
+    def code_only(completions, **kwargs):
+        return [None, 2.0, None, 4.0]
+
+    total = WeightedSum({"math": math_only, "code": code_only}, {"math": 2.0, "code": 0.5})(["p"] * 4, ["c"] * 4)
+    assert total.tolist() == [2.0 * 1.0, 0.5 * 2.0, 0.0, 2.0 * 3.0 + 0.5 * 4.0]
+
+
+def test_a_none_score_is_nan_where_the_caller_allows_it_and_a_one_line_error_elsewhere():
+    from lit_rlhf.errors import ConfigError
+    from lit_rlhf.rollout.scoring import checked_scores
+
+    scores = checked_scores("r", [0.5, None], ["p", "q"], ["a", "b"], allow_none=True)
+    assert scores[0] == 0.5 and scores[1].isnan()
+    with pytest.raises(ConfigError, match="the reward r returned list that is not numbers"):
+        checked_scores("r", [0.5, None], ["p", "q"], ["a", "b"])  # the gold reward, a reward server's
+    with pytest.raises(ConfigError, match="the reward r returned nan for 1 of 2 completions"):
+        checked_scores("r", [float("nan"), None], ["p", "q"], ["a", "b"], allow_none=True)  # NaN is no None
+
+
 def test_sequence_classifier_reward_loads_lazily_and_scores_prompt_plus_completion(tmp_path, tiny_path):
     from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForSequenceClassification
 

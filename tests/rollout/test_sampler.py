@@ -95,3 +95,16 @@ def test_the_sampler_checks_the_rows_for_its_reward_s_columns_before_training():
         sampler.check_rows(datamodule.rows, "prompts")
     sampler.reward = CountingReward()
     sampler.check_rows(datamodule.rows, "prompts")  # nothing it needs is missing
+
+
+def test_a_completion_no_reward_applies_to_scores_0_and_is_said_once(recwarn):
+    def odd_only(completions, **kwargs):
+        return [None if i % 2 == 0 else 1.0 for i in range(len(completions))]
+
+    module = make_rloo(rollout_engine=Recording(), reward=odd_only)
+    module.configure_model()
+    total, parts = module.sampler.score_components(["p", "q", "r", "s"], ["a", "b", "c", "d"])
+    assert total.tolist() == [0.0, 1.0, 0.0, 1.0] and parts["odd_only"][0].isnan()
+    module.sampler.score_components(["p", "q"], ["a", "b"])
+    said = [str(w.message) for w in recwarn if "scored by no reward" in str(w.message)]
+    assert len(said) == 1 and said[0].startswith("2 of 4 completions were scored by no reward")
