@@ -3,8 +3,9 @@
 Any callable with that signature works, e.g. a plain Python function. `columns` are the other fields of each
 completion's dataset row (e.g. `answer`); a reward receives those its signature names (all with **kwargs), so a
 reward of (prompts, completions) only works unchanged; an `async def` reward is awaited. A reward whose signature
-names `completions` is called by keyword, as TRL calls its reward functions: `def reward(completions, **kwargs)`
-works as written for TRL.
+names `completions` (or `completion_ids`) is called by keyword, as TRL calls its reward functions: `def
+reward(completions, **kwargs)` works as written for TRL, and one that names `completion_ids` gets each completion's
+token ids.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ def signature_of(reward: Callable) -> dict[str, inspect.Parameter] | None:
         return None
 
 
+KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
 def by_name(parameters: dict[str, inspect.Parameter] | None) -> bool:
-    """Whether a reward takes `completions` by name, as TRL calls its reward functions (`def reward(completions,
-    **kwargs)`, with or without `prompts`): it is called with keywords, not (prompts, completions) in that order."""
-    return parameters is not None and "completions" in parameters and \
-        parameters["completions"].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    """Whether a reward takes `completions` (or `completion_ids`) by name, as TRL calls its reward functions (`def
+    reward(completions, **kwargs)`, with or without `prompts`): it is called with keywords, not (prompts, completions)
+    in that order."""
+    return parameters is not None and any(
+        name in parameters and parameters[name].kind in KEYWORD_KINDS for name in ("completions", "completion_ids"))
 
 
 def missing_columns(reward: Callable, columns: dict[str, list] | None) -> list[str]:
@@ -62,7 +67,8 @@ def call_reward_with_columns(reward: Callable, prompts: Sequence[str], completio
     any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     passed = {k: v for k, v in (columns or {}).items() if any_keyword or k in parameters}
     if by_name(parameters):
-        texts = {"completions": completions, **({"prompts": prompts} if any_keyword or "prompts" in parameters else {})}
+        texts = {name: value for name, value in (("prompts", prompts), ("completions", completions))
+                 if any_keyword or name in parameters}
         return reward(**texts, **passed)
     return reward(prompts, completions, **passed)
 

@@ -33,8 +33,22 @@ from lit_rlhf.rewards import WeightedSum, reward_name
 from lit_rlhf.rewards.protocol import Reward
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from lit_rlhf.rollout.engine import RolloutEngine, Samples
-from lit_rlhf.rollout.scoring import call_checked, column_needs, reward_counts, reward_waits, sequence_columns
-from lit_rlhf.rollout.trajectory import EPISODE_COLUMNS, ROLLOUT_COLUMNS, episode_columns, episode_conversation
+from lit_rlhf.rollout.scoring import (
+    call_checked,
+    check_not_trainer_state,
+    column_needs,
+    reads_column,
+    reward_counts,
+    reward_waits,
+    sequence_columns,
+)
+from lit_rlhf.rollout.trajectory import (
+    EPISODE_COLUMNS,
+    ROLLOUT_COLUMNS,
+    completion_ids,
+    episode_columns,
+    episode_conversation,
+)
 from lit_rlhf.teachers.causal_lm import check_teacher_vocabulary_size, loaded_teachers
 from lit_rlhf.teachers.protocol import Teacher, call_hook
 
@@ -126,6 +140,7 @@ class Sampler:
         for who, column in column_needs(self.reward, task_metrics) if self.reward is not None else []:
             if column in ROLLOUT_COLUMNS:
                 continue
+            check_not_trainer_state(who, column)
             if column in EPISODE_COLUMNS:  # made by each episode, not read from the rows
                 if environment is None:
                     raise ConfigError(f"{who} reads {column!r}, a column the episodes of an environment add; set "
@@ -171,8 +186,12 @@ class Sampler:
             conversations = [episode_conversation(e, tokenizer) for e in samples.episodes]
             final_turns = [turns[-1][1] for turns in conversations]
             columns.update(episode_columns(self.environment, samples.episodes, final_turns))
-        scored = self.start_scoring(prompts, completions, columns, timings)  # a waiting reward overlaps
-        gold = None if self.gold is None else call_checked("gold", self.gold, prompts, completions, columns)  # N
+        scoring_columns = columns  # and the completions' token ids, made for the rewards that may read them
+        if any(reward is not None and reads_column(reward, "completion_ids") for reward in (self.reward, self.gold)):
+            scoring_columns = {**columns, "completion_ids": completion_ids(samples.responses, samples.forward_mask)}
+        scored = self.start_scoring(prompts, completions, scoring_columns, timings)  # a waiting reward overlaps
+        gold = None if self.gold is None else call_checked("gold", self.gold, prompts, completions,
+                                                           scoring_columns)  # N
         teacher_logprobs, teacher_top = self.teacher_logprobs(samples, columns)
         return Drawn(samples, prompts, completions, columns, conversations, has_stop, scored, gold=gold,
                      teacher_logprobs=teacher_logprobs, teacher_top=teacher_top)

@@ -6,6 +6,7 @@ Shapes: N sequences.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -16,6 +17,7 @@ from lit_rlhf.interrupts import abandonable
 from lit_rlhf.rewards import WeightedSum, call_reward, reward_name
 from lit_rlhf.rewards.protocol import missing_columns
 from lit_rlhf.rewards.weighted_sum import reward_models
+from lit_rlhf.rollout.trajectory import ROLLOUT_COLUMNS
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -58,15 +60,24 @@ def checked_scores(name: str, returned: Any, prompts: list[str], completions: li
     return scores
 
 
+def check_not_trainer_state(who: str, column: str) -> None:
+    """trainer_state, which TRL passes its reward functions beside the columns, is not a column to look for."""
+    if column == "trainer_state":
+        raise ConfigError(f"{who} reads trainer_state, TRL's TrainerState, which is not passed here; give it a default "
+                          f"(trainer_state=None) or remove it.")
+
+
 def call_checked(name: str, reward, prompts: list[str], completions: list[str],
                  columns: dict[str, list] | None, allow_none: bool = False) -> torch.Tensor:
     """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on.
     allow_none: see checked_scores."""
     missing = missing_columns(reward, columns)
     if missing:
+        check_not_trainer_state(f"the reward {name}", missing[0])
+        have = sorted(set(columns or {}) - set(ROLLOUT_COLUMNS))
         raise ConfigError(f"the reward {name} needs the dataset column {missing[0]!r}, which the prompts' rows do not "
-                          f"have (they have {sorted(columns or {}) or 'no column but the prompt'}); use data with that "
-                          f"column (e.g. data=arithmetic) or another reward.")
+                          f"have (they have {have or 'no column but the prompt'}); use data with that column (e.g. "
+                          f"data=arithmetic) or another reward.")
     # the ranks' agreement at the block's end (several ranks) is not the reward's: outside the try
     with abandonable(f"the reward {name}", runs_collectives=bool(reward_models(reward))):  # sharded under fsdp2
         try:
@@ -81,6 +92,19 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
             raise ConfigError(f"the reward {name} raised {type(err).__name__}: {message}{where}; fix the reward "
                               f"(the traceback: HYDRA_FULL_ERROR=1).") from err
     return checked_scores(name, returned, prompts, completions, allow_none)
+
+
+def reads_column(reward, column: str) -> bool:
+    """Whether a reward (or one of a WeightedSum's) may read `column`: it names it, or takes **kwargs."""
+    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
+    for part in parts:
+        try:
+            parameters = inspect.signature(part).parameters
+        except (TypeError, ValueError):
+            continue
+        if column in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return True
+    return False
 
 
 def reward_waits(reward) -> bool:

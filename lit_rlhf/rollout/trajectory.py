@@ -188,8 +188,15 @@ def transcript(conversation: list[tuple[str, str]]) -> str:
 
 
 EPISODE_COLUMNS = ("env_reward", "turns", "tool_calls", "tool_errors", "truncated", "final_response")
-# made by every rollout for the rewards that read it: whether each completion ended with the stop token
-ROLLOUT_COLUMNS = ("stopped",)
+# made by every rollout for the rewards that read it: whether each completion ended with the stop token, and (as TRL
+# passes them) the token ids of each completion, its stop token included
+ROLLOUT_COLUMNS = ("stopped", "completion_ids")
+
+
+def completion_ids(responses: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Each completion's token ids without padding (an episode's: every token after the prompt). (N,R), (N,R) ->
+    N lists"""
+    return [row[keep].tolist() for row, keep in zip(responses.cpu(), mask.bool().cpu(), strict=True)]
 
 
 def episode_columns(spec: EnvSpec, episodes: list[Episode], final_responses: list[str]) -> dict[str, list]:

@@ -149,3 +149,27 @@ def test_a_reward_naming_completions_is_called_by_keyword_as_trl_calls_it_and_ot
     assert call_reward(own_names, prompts, completions, columns) == [1.0, 0.0]
     assert missing_columns(trl_answer, {"level": [1, 2]}) == ["answer"]  # after completions, by name
     assert missing_columns(trl_length, {}) == [] and missing_columns(plain, {}) == ["answer"]
+
+
+def trl_token_length(completion_ids, **kwargs):
+    """A TRL reward on token ids alone: no `completions` in its signature."""
+    return [-abs(3 - len(ids)) for ids in completion_ids]
+
+
+def trl_with_state(completions, trainer_state, **kwargs):
+    return [1.0] * len(completions)
+
+
+def test_a_reward_naming_completion_ids_is_called_by_keyword_with_them_and_trainer_state_is_one_line():
+    from lit_rlhf.errors import ConfigError
+    from lit_rlhf.rewards.protocol import call_reward
+    from lit_rlhf.rollout.scoring import call_checked, reads_column
+
+    columns = {"completion_ids": [[5, 6, 0], [7]], "stopped": [True, False]}
+    assert call_reward(trl_token_length, ["q", "r"], ["a b", "c"], columns) == [0, -2]
+    assert reads_column(trl_token_length, "completion_ids") and reads_column(trl_length, "completion_ids")
+    assert not reads_column(plain, "completion_ids") and not reads_column(VaderSentiment(), "completion_ids")
+    with pytest.raises(ConfigError) as err:
+        call_checked("trl_with_state", trl_with_state, ["q"], ["a"], {})
+    assert str(err.value) == ("the reward trl_with_state reads trainer_state, TRL's TrainerState, which is not passed "
+                              "here; give it a default (trainer_state=None) or remove it.")

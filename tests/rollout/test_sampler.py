@@ -108,3 +108,18 @@ def test_a_completion_no_reward_applies_to_scores_0_and_is_said_once(recwarn):
     module.sampler.score_components(["p", "q"], ["a", "b"])
     said = [str(w.message) for w in recwarn if "scored by no reward" in str(w.message)]
     assert len(said) == 1 and said[0].startswith("2 of 4 completions were scored by no reward")
+
+
+def test_a_reward_that_reads_completion_ids_gets_each_completions_tokens_with_its_stop_token():
+    seen = []
+
+    def token_count(completion_ids, **kwargs):
+        seen.append(completion_ids)
+        return [float(len(ids)) for ids in completion_ids]
+
+    module = make_rloo(rollout_engine=Recording(), reward=token_count, response_length=6)
+    module.configure_model()
+    drawn = module.sampler.draw(prompt_batch(), 2, version=0)
+    answer = module.tokenizer(" good", add_special_tokens=False)["input_ids"] + [module.sampler.context.stop_token_id]
+    assert seen == [[answer] * 4] and drawn.scored()[0].tolist() == [float(len(answer))] * 4
+    assert "completion_ids" not in drawn.columns  # made for the rewards, not kept with the rollout
