@@ -31,8 +31,10 @@ def local_size(global_size: int, world_size: int, name: str) -> int:
 
 def collate_left_padded(rows: list, pad_token_id: int) -> dict[str, Any]:
     """Left-padded input_ids and attention_mask (B,P) of rows: token ids, or PromptRows, whose dataset columns are
-    collated as batch["columns"] = {name: B values}."""
+    collated as batch["columns"] = {name: B values}, and their prompts' chat messages as batch["prompt_messages"] (B
+    lists) where every prompt is chat messages."""
     columns = [row.columns for row in rows if isinstance(row, PromptRow)]
+    messages = [row.messages for row in rows if isinstance(row, PromptRow)]
     rows = [row.ids if isinstance(row, PromptRow) else row for row in rows]
     width = max(map(len, rows))
     input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)  # B,P
@@ -45,6 +47,8 @@ def collate_left_padded(rows: list, pad_token_id: int) -> dict[str, Any]:
     names = sorted({name for row in columns for name in row})
     if names:
         batch["columns"] = {name: [row.get(name) for row in columns] for name in names}
+    if messages and all(m is not None for m in messages) and len(messages) == len(rows):
+        batch["prompt_messages"] = messages
     return batch
 
 
@@ -53,6 +57,8 @@ def batch_to(batch: dict[str, Any], device: torch.device, num_prompts: int | Non
     moved = {k: v[:num_prompts].to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
     if "columns" in batch:
         moved["columns"] = {name: values[:num_prompts] for name, values in batch["columns"].items()}
+    if "prompt_messages" in batch:
+        moved["prompt_messages"] = batch["prompt_messages"][:num_prompts]
     return moved
 
 
@@ -76,6 +82,7 @@ def missing_in_rows(rows: list[PromptRow], column: str) -> int | None:
 class PromptRow(NamedTuple):
     ids: list[int]  # the tokenized prompt
     columns: dict[str, Any]  # the other fields of its dataset row (e.g. a reference answer)
+    messages: list[dict[str, Any]] | None = None  # the prompt as the dataset gave it, where it is chat messages
 
 
 def held_past_every_stop_line(trainer: L.Trainer) -> str | None:
@@ -129,7 +136,8 @@ class PromptDataModule(L.LightningDataModule):
             raise ConfigError(f"data.dataset={hp.dataset!r} has {len(texts)} prompts, not more than "
                               f"data.num_eval_prompts={hp.num_eval_prompts}; lower num_eval_prompts.")
         check_column_names(columns, hp.dataset)
-        rows = [PromptRow(ids, row_columns) for ids, row_columns in zip(self._tokenize(texts), columns, strict=True)]
+        rows = [PromptRow(ids, row_columns, None if isinstance(text, str) else text)
+                for ids, row_columns, text in zip(self._tokenize(texts), columns, texts, strict=True)]
         empty = [i for i, row in enumerate(rows, start=1) if not row.ids]
         if empty:
             raise ConfigError(f"data.dataset={hp.dataset!r}: {len(empty)} prompts encode to no tokens (e.g. row "

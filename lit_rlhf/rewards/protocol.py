@@ -53,20 +53,35 @@ def missing_columns(reward: Callable, columns: dict[str, list] | None) -> list[s
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in (columns or {})]
 
 
+def of_this_library(reward: Callable) -> bool:
+    """Whether a reward is one of lit_rlhf's own (they read texts), a partial of one included."""
+    function = getattr(reward, "func", reward)
+    module = getattr(function, "__module__", None) or type(function).__module__
+    if not isinstance(function, type) and not inspect.isfunction(function):
+        module = type(function).__module__  # an instance: its class's
+    return module.split(".")[0] == "lit_rlhf"
+
+
 def call_reward(reward: Callable, prompts: Sequence[str], completions: Sequence[str],
-                columns: dict[str, list] | None = None) -> Any:
-    """reward(prompts, completions, **the columns its signature accepts); an `async def` reward is awaited."""
-    return awaited(call_reward_with_columns(reward, prompts, completions, columns))
+                columns: dict[str, list] | None = None, prompt_messages: Sequence[list] | None = None) -> Any:
+    """reward(prompts, completions, **the columns its signature accepts); an `async def` reward is awaited.
+    prompt_messages: the prompts as chat messages, where the dataset gave them so; a reward of the user's with TRL's
+    signature (it names `completions` and takes **kwargs) then gets them as `prompts`, and each completion as TRL
+    passes it, [{"role": "assistant", "content": ...}]; the library's rewards, and any other, get the texts."""
+    return awaited(call_reward_with_columns(reward, prompts, completions, columns, prompt_messages))
 
 
 def call_reward_with_columns(reward: Callable, prompts: Sequence[str], completions: Sequence[str],
-                             columns: dict[str, list] | None) -> Any:
+                             columns: dict[str, list] | None, prompt_messages: Sequence[list] | None = None) -> Any:
     parameters = signature_of(reward)
     if parameters is None:
         return reward(prompts, completions)
     any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     passed = {k: v for k, v in (columns or {}).items() if any_keyword or k in parameters}
     if by_name(parameters):
+        if prompt_messages is not None and any_keyword and not of_this_library(reward):  # TRL's reward signature
+            prompts = list(prompt_messages)
+            completions = [[{"role": "assistant", "content": completion}] for completion in completions]
         texts = {name: value for name, value in (("prompts", prompts), ("completions", completions))
                  if any_keyword or name in parameters}
         return reward(**texts, **passed)

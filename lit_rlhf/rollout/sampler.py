@@ -41,6 +41,7 @@ from lit_rlhf.rollout.scoring import (
     reward_counts,
     reward_waits,
     sequence_columns,
+    sequence_prompt_messages,
 )
 from lit_rlhf.rollout.trajectory import (
     EPISODE_COLUMNS,
@@ -189,9 +190,11 @@ class Sampler:
         scoring_columns = columns  # and the completions' token ids, made for the rewards that may read them
         if any(reward is not None and reads_column(reward, "completion_ids") for reward in (self.reward, self.gold)):
             scoring_columns = {**columns, "completion_ids": completion_ids(samples.responses, samples.forward_mask)}
-        scored = self.start_scoring(prompts, completions, scoring_columns, timings)  # a waiting reward overlaps
-        gold = None if self.gold is None else call_checked("gold", self.gold, prompts, completions,
-                                                           scoring_columns)  # N
+        # a conversational dataset's prompts, for the rewards called as TRL calls them (an episode's turns are not)
+        messages = sequence_prompt_messages(batch, samples.prompt_index) if samples.episodes is None else None
+        scored = self.start_scoring(prompts, completions, scoring_columns, timings, messages)  # a waiting one overlaps
+        gold = None if self.gold is None else call_checked("gold", self.gold, prompts, completions, scoring_columns,
+                                                           prompt_messages=messages)  # N
         teacher_logprobs, teacher_top = self.teacher_logprobs(samples, columns)
         return Drawn(samples, prompts, completions, columns, conversations, has_stop, scored, gold=gold,
                      teacher_logprobs=teacher_logprobs, teacher_top=teacher_top)
@@ -221,14 +224,16 @@ class Sampler:
 
     # ---- scoring ------------------------------------------------------------------------------
     def start_scoring(self, prompts: list[str], completions: list[str], columns: dict[str, list],
-                      timings: dict[str, float] | None = None) -> Callable[[], Scores]:
+                      timings: dict[str, float] | None = None,
+                      prompt_messages: list[list] | None = None) -> Callable[[], Scores]:
         """Starts the reward on the sequences; the function returned waits for (scores (N), {name: (N)}). A reward
         that waits on something (`waits = True`: a reward server, a judge endpoint) runs in a thread while the
         step's reference and old-logprob forwards go on. timings (if given) adds time/reward_s (the reward call),
         time/reward_wait_s (how long the step waited for it) and the rewards' counts."""
         def timed() -> tuple[Scores, float]:
             start = time.perf_counter()
-            return self.score_components(prompts, completions, columns), time.perf_counter() - start
+            scores = self.score_components(prompts, completions, columns, prompt_messages)
+            return scores, time.perf_counter() - start
 
         def record(took: float, waited: float) -> None:
             counts = reward_counts(self.reward)  # read (and reset) even when not recorded
@@ -266,10 +271,11 @@ class Sampler:
         """The reward's total scores. -> (N)"""
         return self.score_components(prompts, completions, columns)[0]
 
-    def score_components(self, prompts: list[str], completions: list[str],
-                         columns: dict[str, list] | None = None) -> Scores:
-        """The reward's total scores (N) and each named reward's (N): a WeightedSum's parts, or the one reward."""
-        call = functools.partial(call_checked, allow_none=True)
+    def score_components(self, prompts: list[str], completions: list[str], columns: dict[str, list] | None = None,
+                         prompt_messages: list[list] | None = None) -> Scores:
+        """The reward's total scores (N) and each named reward's (N): a WeightedSum's parts, or the one reward.
+        prompt_messages: the prompts as chat messages (a conversational dataset), for the rewards called by keyword."""
+        call = functools.partial(call_checked, allow_none=True, prompt_messages=prompt_messages)
         if isinstance(self.reward, WeightedSum):
             parts = self.reward.components(prompts, completions, columns, call=call)
             total = self.reward.combine(parts)

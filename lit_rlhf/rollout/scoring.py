@@ -26,11 +26,19 @@ def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[
     return {name: [values[i] for i in index] for name, values in (batch.get("columns") or {}).items()}
 
 
-def failing_prompt(reward, prompts: list[str], completions: list[str], columns: dict[str, list]) -> str | None:
+def sequence_prompt_messages(batch: dict[str, Any], prompt_index: torch.Tensor) -> list[list] | None:
+    """Each sequence's prompt as chat messages, where the dataset gave every prompt of the batch so. -> N lists"""
+    messages = batch.get("prompt_messages")
+    return None if messages is None else [messages[i] for i in prompt_index.tolist()]
+
+
+def failing_prompt(reward, prompts: list[str], completions: list[str], columns: dict[str, list],
+                   prompt_messages: list[list] | None = None) -> str | None:
     """The first prompt on which the reward raises when called on that completion alone."""
     for i, prompt in enumerate(prompts):
         try:
-            call_reward(reward, [prompt], [completions[i]], {k: [v[i]] for k, v in columns.items()})
+            call_reward(reward, [prompt], [completions[i]], {k: [v[i]] for k, v in columns.items()},
+                        None if prompt_messages is None else [prompt_messages[i]])
         except Exception:
             return prompt
     return None
@@ -68,9 +76,10 @@ def check_not_trainer_state(who: str, column: str) -> None:
 
 
 def call_checked(name: str, reward, prompts: list[str], completions: list[str],
-                 columns: dict[str, list] | None, allow_none: bool = False) -> torch.Tensor:
+                 columns: dict[str, list] | None, allow_none: bool = False,
+                 prompt_messages: list[list] | None = None) -> torch.Tensor:
     """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on.
-    allow_none: see checked_scores."""
+    allow_none: see checked_scores; prompt_messages: see call_reward."""
     missing = missing_columns(reward, columns)
     if missing:
         check_not_trainer_state(f"the reward {name}", missing[0])
@@ -81,11 +90,11 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
     # the ranks' agreement at the block's end (several ranks) is not the reward's: outside the try
     with abandonable(f"the reward {name}", runs_collectives=bool(reward_models(reward))):  # sharded under fsdp2
         try:
-            returned = call_reward(reward, prompts, completions, columns)
+            returned = call_reward(reward, prompts, completions, columns, prompt_messages)
         except (ConfigError, UnavailableError):  # already one line (a remote reward's, after its retries)
             raise
         except Exception as err:
-            prompt = failing_prompt(reward, prompts, completions, columns or {})
+            prompt = failing_prompt(reward, prompts, completions, columns or {}, prompt_messages)
             where = (f" on prompt {prompt[:80]!r}" if prompt is not None else
                      f" on a batch of {len(prompts)} completions")
             message = (str(err).strip().splitlines() or [""])[0][:200]

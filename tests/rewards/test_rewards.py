@@ -173,3 +173,29 @@ def test_a_reward_naming_completion_ids_is_called_by_keyword_with_them_and_train
         call_checked("trl_with_state", trl_with_state, ["q"], ["a"], {})
     assert str(err.value) == ("the reward trl_with_state reads trainer_state, TRL's TrainerState, which is not passed "
                               "here; give it a default (trainer_state=None) or remove it.")
+
+
+def test_on_chat_message_prompts_a_reward_with_trls_signature_gets_trls_format_and_others_the_texts():
+    import functools
+
+    from lit_rlhf.rewards.protocol import call_reward
+
+    messages = [[{"role": "user", "content": "2+2?"}]]
+    seen = {}
+
+    def trl_style(prompts, completions, **kwargs):
+        seen["trl"] = prompts, completions
+        return [1.0]
+
+    def texts_only(prompts, completions, answer):
+        seen["texts"] = prompts, completions
+        return [1.0]
+
+    columns = {"answer": ["4"]}
+    for reward in (trl_style, functools.partial(trl_style), texts_only):
+        call_reward(reward, ["user: 2+2?\n"], [" 4"], columns, prompt_messages=messages)
+    assert seen["trl"] == (messages, [[{"role": "assistant", "content": " 4"}]])
+    assert seen["texts"] == (["user: 2+2?\n"], [" 4"])
+    seen.clear()  # the library's rewards (a WeightedSum, which takes **columns) read texts
+    call_reward(WeightedSum({"texts": texts_only}), ["user: 2+2?\n"], [" 4"], columns, prompt_messages=messages)
+    assert seen == {"texts": (["user: 2+2?\n"], [" 4"])}

@@ -123,3 +123,39 @@ def test_a_reward_that_reads_completion_ids_gets_each_completions_tokens_with_it
     answer = module.tokenizer(" good", add_special_tokens=False)["input_ids"] + [module.sampler.context.stop_token_id]
     assert seen == [[answer] * 4] and drawn.scored()[0].tolist() == [float(len(answer))] * 4
     assert "completion_ids" not in drawn.columns  # made for the rewards, not kept with the rollout
+
+
+def test_a_conversational_datasets_prompts_reach_a_reward_called_as_trl_calls_it_as_messages(tiny_path, tmp_path):
+    """TRL passes a conversational dataset's reward functions (which take **kwargs, as TRL requires) the prompts as
+    messages and each completion as [{"role": "assistant", "content": ...}]; a reward without **kwargs, and the
+    library's own, get the texts."""
+    from lit_rlhf.rewards import VaderSentiment, WeightedSum
+    from tests.data.test_datamodule import conversations_file, tokenizer_with_template
+
+    _, folder = tokenizer_with_template(tiny_path, tmp_path)
+    datamodule = make_datamodule(tokenizer=folder, dataset=conversations_file(tmp_path), num_eval_prompts=4,
+                                 batch_size=2)
+    datamodule.setup()
+    batch = next(iter(datamodule.train_dataloader()))
+    seen = {}
+
+    def trl_style(prompts, completions, answer, **kwargs):  # as TRL's docs write one for conversational data
+        seen["trl"] = prompts, completions, answer
+        return [float(completion[0]["content"] == " good") for completion in completions]
+
+    def texts(prompts, completions, answer):
+        seen["texts"] = prompts, completions
+        return [0.0] * len(completions)
+
+    reward = WeightedSum({"trl": trl_style, "texts": texts, "vader": VaderSentiment()})
+    module = make_rloo(rollout_engine=Recording(), reward=reward)
+    module.configure_model()
+    drawn = module.sampler.draw(batch, 2, version=0)
+    rows = {row.columns["answer"]: row.messages for row in datamodule.rows}
+    prompts, completions, answers = seen["trl"]
+    assert prompts == [rows[answer] for answer in answers] and len(prompts) == 4
+    assert completions == [[{"role": "assistant", "content": " good"}]] * 4
+    assert drawn.scored()[1]["trl"].tolist() == [1.0] * 4
+    prompt_texts, completion_texts = seen["texts"]
+    assert completion_texts == [" good"] * 4 and prompt_texts[0].endswith("Review:")
+    assert drawn.scored()[1]["vader"].tolist() == VaderSentiment()(prompt_texts, completion_texts).tolist()
