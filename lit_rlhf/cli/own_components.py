@@ -8,7 +8,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from lit_rlhf.cli.overrides import command_line_keys
 from lit_rlhf.errors import ConfigError
@@ -23,13 +23,20 @@ OWN_CLASS_GROUPS = ("teacher", "rollout")  # groups whose files build one object
 
 def imported_target(key: str, target: str) -> Any:
     """The object `<key>=<target>` names, or the one-line error for one that cannot be imported."""
+    import logging
+
     from hydra.utils import get_object
 
+    hydra_log = logging.getLogger("hydra.utils")  # it logs the failure in lines of its own: ours is the one line
+    level = hydra_log.level
+    hydra_log.setLevel(logging.CRITICAL)
     try:
         return get_object(target)
     except Exception as err:
         raise ConfigError(f"{key}={target!r} cannot be imported; check its spelling and that its module is "
                           f"importable (on PYTHONPATH, e.g. PYTHONPATH=. python train.py ...).") from err
+    finally:
+        hydra_log.setLevel(level)
 
 
 def your_own_reward(cfg: DictConfig, key: str = "reward") -> None:
@@ -39,6 +46,8 @@ def your_own_reward(cfg: DictConfig, key: str = "reward") -> None:
     gold=none, called with nothing)."""
     reward = cfg.get(key)
     target = reward.get("_target_") if isinstance(reward, DictConfig) else None
+    if isinstance(target, ListConfig):
+        return your_own_rewards(cfg, key, [str(t) for t in target])
     if target is None or current_path(str(target)) in (NAMED_REWARDS, REWARD_MODEL_TARGET):
         return
     if "rewards" not in reward and str(target).startswith("lit_rlhf."):  # a reward file of its own (http, llm_judge)
@@ -52,6 +61,37 @@ def your_own_reward(cfg: DictConfig, key: str = "reward") -> None:
     own = {"_target_": target, **({"_partial_": True} if not isinstance(found, type) else arguments)}
     with open_dict(cfg):
         cfg[key] = {"_target_": NAMED_REWARDS, "rewards": {name: own}, "weights": {name: 1.0}, "concurrent": False}
+
+
+def your_own_rewards(cfg: DictConfig, key: str, targets: list[str]) -> None:
+    """`reward._target_=[myrewards.format,myrewards.accuracy]` (TRL's reward_funcs): the weighted sum of these rewards,
+    each named after its function or class (built without arguments), weighted 1 unless typed
+    (`+reward.weights.format=0.5`, TRL's reward_weights); the group file's rewards and weights are left out."""
+    reward = cfg[key]
+    names = [target.rsplit(".", 1)[-1] for target in targets]
+    if not targets or len(set(names)) < len(names):
+        raise ConfigError(f"{key}._target_={targets} must name one or more rewards, each once (they are logged by "
+                          f"name, as rewards/<name>/mean).")
+    arguments = [k for k in reward if k not in GROUP_KEYS]
+    if arguments:
+        raise ConfigError(f"{key}.{arguments[0]} is an argument, and {key}._target_ names several rewards; give each "
+                          f"its arguments in a class's defaults, or name one reward.")
+    rewards = {}
+    for name, target in zip(names, targets, strict=True):
+        found = imported_target(f"{key}._target_", target)
+        if not callable(found):
+            raise ConfigError(f"{key}._target_ names {target!r}, which is not callable; name functions (prompts, "
+                              f"completions, **columns) -> scores, or classes whose instances are.")
+        rewards[name] = {"_target_": target, **({} if isinstance(found, type) else {"_partial_": True})}
+    typed = {k.split(".")[2] for k in command_line_keys() if k.startswith(f"{key}.weights.") and k.count(".") == 2}
+    unknown = sorted(typed - set(names))
+    if unknown:
+        raise ConfigError(f"{key}.weights.{unknown[0]} weighs no reward of {key}._target_ (its rewards: "
+                          f"{', '.join(names)}); weigh one of those.")
+    weights = {name: reward.weights[name] if name in typed else 1.0 for name in names}
+    with open_dict(cfg):
+        cfg[key] = {"_target_": NAMED_REWARDS, "rewards": rewards, "weights": weights,
+                    "concurrent": reward.get("concurrent", False)}
 
 
 def group_files(group: str) -> list[dict[str, Any]]:

@@ -63,6 +63,26 @@ def test_a_misspelled_reward_target_is_one_line(tmp_path):
     assert one_line_error(result).startswith("error: reward._target_='myrewards.sum_corect' cannot be imported")
 
 
+def test_several_rewards_of_your_own_with_weights_as_trls_reward_funcs_and_reward_weights(tmp_path):
+    result = run_in_fresh_dir(tmp_path, "reward._target_=[myrewards.reward_len,myrewards.Length]",
+                              "+reward.weights.Length=0.0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert logged(tmp_path, "rewards/Length/mean")[0] > 0 and logged(tmp_path, "rewards/vader/mean") == []
+    assert logged(tmp_path, "objective/scores") == logged(tmp_path, "rewards/reward_len/mean")  # Length weighs 0
+
+
+@pytest.mark.parametrize(("overrides", "line"), [
+    (["reward._target_=[myrewards.reward_len,myrewards.Length]", "+reward.weights.length=2"],
+     "reward.weights.length weighs no reward of reward._target_ (its rewards: reward_len, Length);"),
+    (["reward._target_=[myrewards.reward_len,myrewards.reward_len]"],
+     "reward._target_=['myrewards.reward_len', 'myrewards.reward_len'] must name one or more rewards, each once"),
+    (["reward._target_=[myrewards.reward_len,myrewards.Length]", "+reward.scale=2"],
+     "reward.scale is an argument, and reward._target_ names several rewards"),
+])
+def test_a_bad_list_of_rewards_is_one_line(overrides, line, tmp_path):
+    assert one_line_error(run_in_fresh_dir(tmp_path, *overrides)).startswith(f"error: {line}")
+
+
 def test_an_argument_typed_without_its_plus_is_one_line_that_shows_it(tmp_path):
     result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.Length", "reward.scale=0.5")
     assert one_line_error(result) == ("error: reward.scale is not a setting of the reward group's file; an argument of "

@@ -134,3 +134,11 @@ def test_a_bad_own_class_is_one_line(target, typed, line):
     with pytest.raises(ConfigError) as err:
         own_rollout(target, **typed)
     assert str(err.value).startswith(line.format(here=here))
+
+
+def test_a_target_that_cannot_be_imported_is_our_one_line_without_hydras_log_lines(caplog):
+    from lit_rlhf.cli.own_components import imported_target
+
+    with pytest.raises(ConfigError, match="reward._target_='no_such_module.thing' cannot be imported"):
+        imported_target("reward._target_", "no_such_module.thing")
+    assert [record for record in caplog.records if record.name == "hydra.utils"] == []  # its 3-line ERROR
