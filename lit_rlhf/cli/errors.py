@@ -69,10 +69,11 @@ def user_error(err: BaseException) -> str | None:
         if (message := os_error_message(err)) is not None:
             return message
         if isinstance(err, InstantiationException) and "Error locating target" in str(err):
-            target = re.search(r"target '([^']*)'", str(err))
-            return (f"{config_key(err)}_target_={target.group(1) if target else '?'!r} cannot be "
-                    f"imported; check its spelling (e.g. torch.optim.AdamW) and that its module is importable (on "
-                    f"PYTHONPATH).")
+            target, key = re.search(r"target '([^']*)'", str(err)), config_key(err)
+            example = " (e.g. torch.optim.AdamW)" if key.endswith("optimizer.") else ""
+            return (f"{key}_target_={target.group(1) if target else '?'!r} cannot be imported; check its "
+                    f"spelling{example} and that its module is importable (on PYTHONPATH, e.g. PYTHONPATH=. python "
+                    f"train.py ...).")
         if isinstance(err, InstantiationException) and "Expected a callable target" in str(err):
             target = re.search(r"got '([^']*)'", str(err))
             return (f"{config_key(err)}_target_ names {target.group(1) if target else 'a value'!r}, which is not "

@@ -336,7 +336,7 @@ CASES = [
      "hydra.job.chdir=true would run the task in its run directory, and the relative paths of the command line "
      "(data.dataset, model.name_or_path, ckpt_path, ...) would be looked for there; remove it:"),
     ("an environment that does not import", ["env=calculator", "env.factory._target_=no_such.Env"],
-     "env.factory._target_='no_such.Env' cannot be imported"),
+     "env.factory._target_='no_such.Env' cannot be imported; check its spelling and that its module is importable"),
     ("an environment that is not callable",
      ["env=calculator", "env.factory._target_=lit_rlhf.tasks.calculator.MAX_DIGITS"],
      "env.factory._target_ names '30', which is not callable; name a class or function"),
