@@ -50,11 +50,15 @@ def group_stats(scores: torch.Tensor, prompt_index: torch.Tensor) -> dict[str, t
 
 
 def mean_over_ranks(stats: dict[str, torch.Tensor], strategy, device: torch.device) -> dict[str, torch.Tensor]:
-    """Every statistic's mean over the ranks, in one collective (the keys are the same on every rank)."""
+    """Every statistic's mean over the ranks, in one collective (the keys are the same on every rank), over the ranks
+    where it is not NaN (a reward that scored none of a rank's completions: TRL's nanmean over the gathered scores)."""
     names = sorted(stats)
     local = torch.stack([stats[k].detach().to(device, torch.float64).reshape(()) for k in names])
-    reduced = strategy.reduce(local, reduce_op="mean")
-    return {k: reduced[i] for i, k in enumerate(names)}
+    counted = ~local.isnan()
+    totals = strategy.reduce(torch.cat([local.nan_to_num(0.0), counted.double()]), reduce_op="sum")
+    sums, counts = totals[:len(names)], totals[len(names):]
+    means = torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, math.nan))
+    return {k: means[i] for i, k in enumerate(names)}
 
 
 def host_values(stats: dict[str, torch.Tensor], device: torch.device) -> dict[str, float]:
