@@ -24,6 +24,7 @@ from lit_rlhf.errors import (
     ConfigError,
     UnavailableError,
     exit_with_user_error,
+    nearest,
     os_error_message,
 )
 
@@ -74,6 +75,8 @@ def user_error(err: BaseException) -> str | None:
             return (f"{key}_target_={target.group(1) if target else '?'!r} cannot be imported; check its "
                     f"spelling{example} and that its module is importable (on PYTHONPATH, e.g. PYTHONPATH=. python "
                     f"train.py ...).")
+        if isinstance(err, InstantiationException) and (line := unexpected_argument_line(err)):
+            return line
         if isinstance(err, InstantiationException) and "Expected a callable target" in str(err):
             target = re.search(r"got '([^']*)'", str(err))
             return (f"{config_key(err)}_target_ names {target.group(1) if target else 'a value'!r}, which is not "
@@ -87,6 +90,31 @@ def user_error(err: BaseException) -> str | None:
                     f"{REQUIRED_KEY_HINTS.get(key, '')}")
         err = err.__cause__
     return None
+
+
+def unexpected_argument_line(err: InstantiationException) -> str | None:
+    """`+algo.loss_type=ipo` where the class Hydra builds takes no such argument (Python's TypeError, as Hydra wraps
+    it): one line naming the key and the arguments it takes. A TypeError raised inside the constructor is not it."""
+    from hydra.utils import get_object
+
+    from lit_rlhf.cli.own_components import constructor_arguments
+
+    found = re.search(r"Error in call to target '([^']+)':\nTypeError\(\"([\w.<>]+)\(\) got an unexpected keyword "
+                      r"argument '(\w+)'", str(err))
+    if found is None:
+        return None
+    target, called, argument = found.groups()
+    try:
+        cls = get_object(target)
+    except Exception:  # noqa: BLE001 (it was imported to be called; if not, Hydra's own line is the one)
+        return None
+    if not isinstance(cls, type) or called != f"{cls.__qualname__}.__init__":  # raised by a call inside it
+        return None
+    names, takes_any = constructor_arguments(cls)
+    if argument in names or takes_any:
+        return None
+    return (f"{config_key(err)}{argument} is not an argument of {target.rsplit('.', 1)[-1]}"
+            f"{nearest(argument, [n for n in names if n != 'model'])}; remove it.")
 
 
 _task_started = False
