@@ -16,6 +16,9 @@ ON_THE_COMMAND_LINE = {
     "output_dir": "hydra.run.dir=<folder>", "report_to": "logger=wandb (or tensorboard, csv, many)",
     "use_vllm": "rollout=vllm", "bf16": "model.dtype=bfloat16", "lr_scheduler_type": "algo.lr_scheduler={...}",
     "warmup_steps": "algo.lr_scheduler={...}", "warmup_ratio": "algo.lr_scheduler={...}",
+    # SFT (train_sft.py): how its rows are trained on
+    "max_seq_length": ("data.max_length",), "completion_only_loss": "always on",
+    "assistant_only_loss": "always on", "dataset_text_field": "fixed to text",
 }
 NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps"}
 

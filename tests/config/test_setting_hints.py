@@ -49,6 +49,13 @@ def test_a_trl_name_points_to_the_key_that_sets_it_here():
     assert setting_hint("algo.epsilon", CONFIG) == " (no setting of that name under algo)"  # no cliprange in this one
 
 
+def test_trls_sft_names_say_how_train_sft_trains():
+    sft = OmegaConf.create({"data": {"max_length": 256, "max_prompt_length": 128}, "algo": {"optimizer": None}})
+    assert setting_hint("data.max_seq_length", sft) == " (TRL's max_seq_length is data.max_length here)"
+    assert setting_hint("algo.assistant_only_loss", sft) == " (TRL's assistant_only_loss is always on here)"
+    assert setting_hint("data.dataset_text_field", sft) == " (TRL's dataset_text_field is fixed to text here)"
+
+
 def test_a_trl_name_comes_before_a_near_spelling_it_does_not_mean():
     near = OmegaConf.create({"steps": 10, "algo": {"max_staleness": None}, "data": {"batch_size": 8,
                                                                                      "eval_batch_size": 16}})
