@@ -16,6 +16,8 @@ ON_THE_COMMAND_LINE = {
     "output_dir": "hydra.run.dir=<folder>", "report_to": "logger=wandb (or tensorboard, csv, many)",
     "use_vllm": "rollout=vllm", "bf16": "model.dtype=bfloat16", "lr_scheduler_type": "algo.lr_scheduler={...}",
     "warmup_steps": "algo.lr_scheduler={...}", "warmup_ratio": "algo.lr_scheduler={...}",
+    "reward_funcs": "reward._target_=[module.function,...] (or reward=reward_model reward.name_or_path=<folder>)",
+    "reward_weights": "+reward.weights.<name>=<weight>",
     # SFT (train_sft.py): how its rows are trained on
     "max_seq_length": ("data.max_length",), "completion_only_loss": "always on",
     "assistant_only_loss": "always on", "dataset_text_field": "fixed to text",

@@ -42,6 +42,7 @@ def test_a_trl_name_points_to_the_key_that_sets_it_here():
     assert setting_hint("algo.per_device_train_batch_size", CONFIG) == (
         " (TRL's per_device_train_batch_size is data.batch_size here: the prompts (or rows) of a step over all ranks)")
     assert setting_hint("use_vllm", CONFIG) == " (TRL's use_vllm is rollout=vllm here)"
+    assert setting_hint("reward_weights", CONFIG) == " (TRL's reward_weights is +reward.weights.<name>=<weight> here)"
     assert setting_hint("num_train_epochs", OmegaConf.create({"steps": 10})) == (
         " (TRL's num_train_epochs is steps here: RL steps)")
     in_sft = OmegaConf.create({"epochs": 1})
