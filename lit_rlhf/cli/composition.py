@@ -180,6 +180,10 @@ def argument_of_own_class(key: str, overrides: list[str]) -> str | None:
     its config does not have only with a +, and the group's file, written for the library's class, has no `scale`."""
     parent, _, name = key.rpartition(".")
     typed = {o.partition("=")[0]: o.partition("=")[2] for o in overrides}
+    group = parent.removesuffix(".weights")
+    if group != parent and f"{group}._target_" in typed:  # reward.weights.format=0.2 beside reward._target_=[...]
+        return (f"{key} is not a setting of the {group} group's file; the weight of your own reward {name} is added "
+                f"with a +: +{key}={typed.get(key, '<weight>')}")
     target = typed.get(f"{parent}._target_")
     if not parent or target is None or key not in typed:
         return None

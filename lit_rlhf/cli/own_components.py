@@ -83,7 +83,10 @@ def your_own_rewards(cfg: DictConfig, key: str, targets: list[str]) -> None:
             raise ConfigError(f"{key}._target_ names {target!r}, which is not callable; name functions (prompts, "
                               f"completions, **columns) -> scores, or classes whose instances are.")
         rewards[name] = {"_target_": target, **({} if isinstance(found, type) else {"_partial_": True})}
-    typed = {k.split(".")[2] for k in command_line_keys() if k.startswith(f"{key}.weights.") and k.count(".") == 2}
+    keys = command_line_keys()
+    typed = {k.split(".")[2] for k in keys if k.startswith(f"{key}.weights.") and k.count(".") == 2}
+    if f"{key}.weights" in keys:  # reward.weights={format: 0.2, accuracy: 1}: all of them typed
+        typed |= {str(name) for name in reward.weights}
     unknown = sorted(typed - set(names))
     if unknown:
         raise ConfigError(f"{key}.weights.{unknown[0]} weighs no reward of {key}._target_ (its rewards: "

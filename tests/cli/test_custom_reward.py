@@ -76,6 +76,9 @@ def test_several_rewards_of_your_own_with_weights_as_trls_reward_funcs_and_rewar
      "reward.weights.length weighs no reward of reward._target_ (its rewards: reward_len, Length);"),
     (["reward._target_=[myrewards.reward_len,myrewards.reward_len]"],
      "reward._target_=['myrewards.reward_len', 'myrewards.reward_len'] must name one or more rewards, each once"),
+    (["reward._target_=[myrewards.reward_len,myrewards.Length]", "reward.weights.Length=2"],
+     "reward.weights.Length is not a setting of the reward group's file; the weight of your own reward Length is added "
+     "with a +: +reward.weights.Length=2"),
     (["reward._target_=[myrewards.reward_len,myrewards.Length]", "+reward.scale=2"],
      "reward.scale is an argument, and reward._target_ names several rewards"),
 ])
