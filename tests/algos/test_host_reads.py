@@ -29,6 +29,7 @@ RLOO_READS = {
     "check": 1,  # the sampler's finiteness flag, once after generate()
     "episode_rows": 1, "sequence_columns": 1,  # the prompt index, to give each sequence its dataset row
     "checked_scores": 1,  # the reward's scores, made on the host (not a device read on a GPU)
+    "warn_of_unscored": 1,  # whether a completion no reward scored (each returned None): the same host-made scores
     "pack": 2,  # the masks, to plan each padding-free forward (the policy's and the reference's)
     "leave_one_out_baseline": 2, "group_all_equal": 1, "group_stats": 1,  # the number of prompts, a group check
     "all_finite": 1,  # whether the optimizer step's loss and gradients are finite
