@@ -16,13 +16,20 @@ ON_THE_COMMAND_LINE = {
     "output_dir": "hydra.run.dir=<folder>", "report_to": "logger=wandb (or tensorboard, csv, many)",
     "use_vllm": "rollout=vllm", "bf16": "model.dtype=bfloat16", "lr_scheduler_type": "algo.lr_scheduler={...}",
     "warmup_steps": "algo.lr_scheduler={...}", "warmup_ratio": "algo.lr_scheduler={...}",
+    "eval_steps": ("trainer.val_check_interval",), "save_steps": ("callbacks.model_checkpoint.every_n_train_steps",),
+    "per_device_eval_batch_size": ("data.eval_batch_size",), "num_iterations": ("algo.num_iterations",
+                                                                                 "algo.num_ppo_epochs"),
+    "optim": "algo.optimizer._target_=torch.optim.<class>", "adam_beta1": "+algo.optimizer.betas=[<beta1>,<beta2>]",
+    "adam_beta2": "+algo.optimizer.betas=[<beta1>,<beta2>]", "adam_epsilon": "+algo.optimizer.eps=<epsilon>",
     "reward_funcs": "reward._target_=[module.function,...] (or reward=reward_model reward.name_or_path=<folder>)",
     "reward_weights": "+reward.weights.<name>=<weight>",
     # SFT (train_sft.py): how its rows are trained on
     "max_seq_length": ("data.max_length",), "completion_only_loss": "always on",
     "assistant_only_loss": "always on", "dataset_text_field": "fixed to text",
 }
-NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps"}
+NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps",
+         "trainer.val_check_interval": ": RL steps between held-out evaluations",
+         "callbacks.model_checkpoint.every_n_train_steps": ": RL steps between checkpoints"}
 
 # In Python: the argument of an RL module (RLOOModule(...), ...), of PromptDataModule or of Lightning's Trainer.
 SCHEDULER = "lr_scheduler=<a function: optimizer -> LR scheduler>, e.g. functools.partial(LinearLR, ...)"

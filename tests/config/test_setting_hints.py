@@ -50,6 +50,16 @@ def test_a_trl_name_points_to_the_key_that_sets_it_here():
     assert setting_hint("algo.epsilon", CONFIG) == " (no setting of that name under algo)"  # no cliprange in this one
 
 
+def test_trls_trainer_names_a_near_spelling_would_misread():
+    cfg = OmegaConf.create({"steps": 10, "trainer": {"val_check_interval": 10}, "algo": {"num_ppo_epochs": 1}})
+    assert setting_hint("eval_steps", cfg) == (  # not 'steps'
+        " (TRL's eval_steps is trainer.val_check_interval here: RL steps between held-out evaluations)")
+    assert setting_hint("num_iterations", cfg) == " (TRL's num_iterations is algo.num_ppo_epochs here)"
+    grpo = OmegaConf.create({"algo": {"num_iterations": None, "num_ppo_epochs": 1}})
+    assert setting_hint("num_iterations", grpo) == " (TRL's num_iterations is algo.num_iterations here)"
+    assert setting_hint("optim", cfg) == " (TRL's optim is algo.optimizer._target_=torch.optim.<class> here)"
+
+
 def test_trls_sft_names_say_how_train_sft_trains():
     sft = OmegaConf.create({"data": {"max_length": 256, "max_prompt_length": 128}, "algo": {"optimizer": None}})
     assert setting_hint("data.max_seq_length", sft) == " (TRL's max_seq_length is data.max_length here)"
