@@ -55,11 +55,10 @@ def missing_columns(reward: Callable, columns: dict[str, list] | None) -> list[s
 
 def of_this_library(reward: Callable) -> bool:
     """Whether a reward is one of lit_rlhf's own (they read texts), a partial of one included."""
-    function = getattr(reward, "func", reward)
-    module = getattr(function, "__module__", None) or type(function).__module__
-    if not isinstance(function, type) and not inspect.isfunction(function):
-        module = type(function).__module__  # an instance: its class's
-    return module.split(".")[0] == "lit_rlhf"
+    function = getattr(reward, "func", reward)  # a functools.partial's function
+    function = getattr(function, "__func__", function)  # a bound method's
+    owner = function if isinstance(function, type) or inspect.isfunction(function) else type(function)  # an instance
+    return str(owner.__module__).split(".")[0] == "lit_rlhf"
 
 
 def call_reward(reward: Callable, prompts: Sequence[str], completions: Sequence[str],
