@@ -65,6 +65,11 @@ def location_identity(name_or_path: Any) -> Any:
     return {"digest": digest} if digest is not None else name_or_path
 
 
+def dataset_identity(dataset: Any) -> dict[str, str | None]:
+    """A local prompts file or dataset folder by the digest of its files; a hub or bundled name by none."""
+    return {"digest": path_digest(dataset) if dataset and Path(str(dataset)).exists() else None}
+
+
 def teacher_identity(teacher: Any, key: str = "teacher") -> dict[str, Any]:
     """{'teacher': its kind, 'teacher.<setting>': what it scores with}: a loaded teacher's weights and adapter, a
     served teacher's address (its password masked) and model, routed teachers' column and each one's identity."""
@@ -95,7 +100,7 @@ def run_identity(module, dataset: Any = None) -> dict[str, Any]:
         "algo.kl_controller.kind": module.kl_controller.kind,
         "algo.lr_scheduler": qualified_name(module.lr_scheduler_factory) if module.lr_scheduler_factory else None,
         "model.name_or_path": {"digest": path_digest(module.hparams.model["name_or_path"])},
-        "data.dataset": {"digest": path_digest(dataset) if dataset and Path(str(dataset)).is_file() else None},
+        "data.dataset": dataset_identity(dataset),
         **(teacher_identity(teacher) if (teacher := module.sampler.teacher) is not None else {}),
     }
 

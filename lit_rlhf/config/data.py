@@ -12,23 +12,30 @@ FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "
 
 
 def check_dataset_file(dataset: str) -> None:
-    """A data.dataset with a data file's suffix names a local file, which must exist: checked with the settings,
-    before the imports (the apps), and again where the file is read (prompts, completions or pairs)."""
+    """A data.dataset with a data file's suffix names a local file, and one that no hub dataset can be named (absolute,
+    starting with `.` or `~`, or with more than one `/`) a local file or folder; either must exist: checked with the
+    settings, before the imports (the apps), and again where the file is read (prompts, completions or pairs)."""
     path = Path(dataset)
     if path.suffix.lower() in FILE_BUILDERS and not path.is_file() and not path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory the "
                           f"script is started in); give an existing .jsonl, .json, .csv or .parquet file.")
+    if (dataset.startswith(("/", ".", "~")) or dataset.count("/") > 1) and not path.exists():
+        why = {"/": "", "~": " (~ is not expanded: give the full path)"}.get(
+            dataset[0], " (a relative path is read from the directory the script is started in)")
+        raise ConfigError(f"data.dataset={dataset!r}: no such file or folder{why}; give an existing file or dataset "
+                          f"folder.")
 
 
 @dataclass
 class DataConfig:
     tokenizer: str = setting("???", "the policy's tokenizer (the CLI sets model.tokenizer_name_or_path)")
-    dataset: Optional[str] = setting("sentiment", "`sentiment` (bundled), a .jsonl/.json/.csv/.parquet path, or a "
-                                                  "hub dataset name")
+    dataset: Optional[str] = setting("sentiment", "`sentiment` (bundled), a .jsonl/.json/.csv/.parquet path, a "
+                                                  "dataset folder (save_to_disk's, or a downloaded hub dataset's "
+                                                  "files), or a hub dataset name")
     prompt_column: str = setting("prompt", "the column holding the prompts: text, or chat messages (TRL's "
                                            "conversational format, [{role, content}, ...]) that the tokenizer's chat "
                                            "template renders with its generation prompt")
-    split: str = setting("train", "for hub datasets")
+    split: str = setting("train", "for hub datasets and dataset folders")
     subset: Optional[str] = setting(None, "hub dataset configuration name")
     batch_size: int = setting(8, "prompts per RL step over all ranks (B x world size); N = batch_size x K")
     max_prompt_length: int = setting(64, "longer prompts lose their beginning (counted, warned once)")

@@ -1,11 +1,11 @@
 """Preference pairs (prompt, chosen, rejected[, margin]) for reward-model training and DPO.
 
-Rows come from the same sources as prompts (a .jsonl/.csv/.parquet file or a hub dataset). Texts are plain strings,
-or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template (a row without a
-prompt whose sides are conversations has TRL's implicit prompt: the messages both sides begin with); a plain-text chosen
-or rejected response gets the tokenizer's EOS appended (unless it ends with it), as TRL builds pairs. A pair is
-tokenized as the prompt's ids then the response's, truncated so that the boundary stays: the prompt keeps its last
-`max_prompt_length` tokens, the response its first `max_length - prompt` tokens.
+Rows come from the same sources as prompts (a .jsonl/.csv/.parquet file, a dataset folder or a hub dataset). Texts are
+plain strings, or chat messages ([{"role": ..., "content": ...}]) rendered with the tokenizer's chat template (a row
+without a prompt whose sides are conversations has TRL's implicit prompt: the messages both sides begin with); a
+plain-text chosen or rejected response gets the tokenizer's EOS appended (unless it ends with it), as TRL builds
+pairs. A pair is tokenized as the prompt's ids then the response's, truncated so that the boundary stays: the prompt
+keeps its last `max_prompt_length` tokens, the response its first `max_length - prompt` tokens.
 
 Shapes: B pairs, L sequence length.
 """
@@ -25,6 +25,7 @@ from lit_rlhf.data.sources import (
     FILE_BUILDERS,
     UNSUPPORTED_SUFFIXES,
     chat_messages,
+    load_directory,
     load_file,
     load_hub,
     read_jsonl,
@@ -77,8 +78,7 @@ def read_rows(dataset: str, prompt_column: str | None, split: str, subset: str |
         raise ConfigError(f"data.dataset={dataset!r} is a bundled prompt set, not {what}; give a file of {what}, "
                           f"or 'sentiment_pairs' (bundled).")
     if path.is_dir():
-        raise ConfigError(f"data.dataset={dataset!r} is a directory; give a .jsonl, .json, .csv or .parquet file of "
-                          f"{what} (or a hub dataset name).")
+        return load_directory(path, dataset, prompt_column, split, subset)
     if path.suffix.lower() not in FILE_BUILDERS and (path.exists() or path.suffix.lower() in UNSUPPORTED_SUFFIXES):
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'suffix-less'} files are not read; give a "
                           f".jsonl, .json, .csv or .parquet file of {what}.")

@@ -1,4 +1,5 @@
-"""Where prompts come from: the bundled set, local jsonl/csv/parquet files, or a Hugging Face dataset.
+"""Where prompts come from: the bundled set, local jsonl/csv/parquet files, a local dataset folder, or a Hugging Face
+dataset.
 
 JSON Lines files (the bundled set included) are read here, line by line, so a bad line is named by its
 number and `datasets` (~90 MB of imports) is not needed; csv, parquet and hub datasets go through
@@ -21,7 +22,7 @@ BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl",
            "calculator": Path(__file__).parent / "calculator" / "prompts.jsonl",
            "two_task": Path(__file__).parent / "two_task" / "prompts.jsonl"}
 UNSUPPORTED_SUFFIXES = (".txt", ".tsv", ".md", ".yaml", ".yml", ".xlsx", ".xls", ".gz", ".zip", ".arrow")
-FORMATS = "a .jsonl, .json, .csv or .parquet file, a hub dataset name, or 'sentiment' (bundled)"
+FORMATS = "a .jsonl, .json, .csv or .parquet file, a dataset folder, a hub dataset name, or 'sentiment' (bundled)"
 
 
 def read_jsonl(path: Path, dataset: str) -> list[dict[str, Any]]:
@@ -90,9 +91,8 @@ def load_file(path: Path, dataset: str, prompt_column: str | None) -> list[dict[
     try:
         data = load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train")
     except Exception as err:  # datasets raises many types for a malformed file; all mean the same to the user
-        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
         raise ConfigError(f"data.dataset={dataset!r} cannot be read as {path.suffix} ({type(err).__name__}: "
-                          f"{first}); check the file.") from err
+                          f"{first_line(err)}); check the file.") from err
     return dataset_column(data, prompt_column, dataset)
 
 
@@ -108,6 +108,44 @@ def load_hub(dataset: str, prompt_column: str | None, split: str, subset: str | 
             f"{FORMATS}."
         ) from err
     return dataset_column(data, prompt_column, dataset)
+
+
+def load_directory(path: Path, dataset: str, prompt_column: str | None, split: str,
+                   subset: str | None) -> list[dict[str, Any]]:
+    """The rows of a local dataset folder: one that `datasets` wrote (`save_to_disk`: a Dataset, or a DatasetDict whose
+    `split` is read), or a folder of data files such as a hub dataset downloaded with `hf download --repo-type dataset
+    NAME --local-dir DIR`, read as `load_dataset(DIR, subset, split=split)` reads it. A loading script in the folder is
+    refused, never run: a dataset is data, not code."""
+    import datasets
+
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        try:
+            data = datasets.load_from_disk(str(path))
+        except Exception as err:  # a folder save_to_disk wrote in part, or by another release: one line, not a trace
+            raise ConfigError(f"data.dataset={dataset!r} cannot be read as a saved dataset ({type(err).__name__}: "
+                              f"{first_line(err)}); save it again with save_to_disk.") from err
+        if isinstance(data, datasets.DatasetDict):
+            if split not in data:
+                raise ConfigError(f"data.split={split!r} is not a split of {dataset!r}; its splits are {sorted(data)} "
+                                  f"(set data.split).")
+            data = data[split]
+        return dataset_column(data, prompt_column, dataset)
+    scripts = sorted(script.name for script in path.glob("*.py"))
+    if scripts:
+        raise ConfigError(f"data.dataset={dataset!r} holds a loading script ({scripts[0]}), which is never run; give "
+                          f"the folder of its data files (.jsonl, .csv or .parquet), or one of the files.")
+    try:
+        data = datasets.load_dataset(str(path), subset, split=split)
+    except Exception as err:  # no data files, an unknown split or configuration: datasets says which
+        raise ConfigError(f"data.dataset={dataset!r} cannot be read as a dataset folder ({type(err).__name__}: "
+                          f"{first_line(err)}); give a folder of .jsonl, .csv or .parquet files, or one file.") from err
+    return dataset_column(data, prompt_column, dataset)
+
+
+def first_line(err: Exception) -> str:
+    """The first line of an error from `datasets`, at most 160 characters."""
+    text = str(err).strip()
+    return text.splitlines()[0][:160] if text else ""
 
 
 def dataset_column(data, prompt_column: str | None, dataset: str) -> list[dict[str, Any]]:
@@ -154,7 +192,7 @@ def load_prompt_rows(dataset: str | None, prompt_column: str = "prompt", split: 
     if dataset in BUNDLED:
         rows = column_of(read_jsonl(BUNDLED[dataset], dataset), prompt_column, dataset)
     elif path.is_dir():
-        raise ConfigError(f"data.dataset={dataset!r} is a directory; give {FORMATS}.")
+        rows = load_directory(path, dataset, prompt_column, split, subset)
     elif path.suffix.lower() in FILE_BUILDERS:
         check_dataset_file(dataset)
         rows = load_file(path, dataset, prompt_column)

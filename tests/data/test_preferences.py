@@ -146,10 +146,10 @@ def test_the_held_out_split_is_seeded_and_disjoint(tmp_path):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("a_dir", "is a directory; give a .jsonl, .json, .csv or .parquet file of preference pairs"),
+    ("a_dir", "cannot be read as a dataset folder (EmptyDatasetError"),
     ("pairs", "suffix-less files are not read"),
     ("pairs.txt", ".txt files are not read"),
-], ids=["directory", "suffix-less", "txt"])
+], ids=["folder without data files", "suffix-less", "txt"])
 def test_a_path_that_is_not_a_pairs_file_is_one_line_as_on_the_prompts_side(name, expected, tmp_path, tokenizer):
     (tmp_path / "a_dir").mkdir()
     for file in ("pairs", "pairs.txt"):

@@ -1,0 +1,114 @@
+"""data.dataset as a local folder: one `datasets` saved (save_to_disk), or a hub dataset's files downloaded into a
+folder; and a path no hub dataset can have, refused before anything loads when it does not exist."""
+
+import pytest
+
+from lit_rlhf.checkpoints.run_identity import dataset_identity
+from lit_rlhf.config.data import check_dataset_file
+from lit_rlhf.data.completion_datamodule import load_completions
+from lit_rlhf.data.preferences import load_preference_pairs
+from lit_rlhf.data.sources import load_prompt_texts
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.tokenizer import load_tokenizer
+from tests.conftest import TINY_PYTHIA, make_datamodule
+
+TRAIN = [f"train prompt {i}" for i in range(12)]
+TEST = [f"test prompt {i}" for i in range(5)]
+
+
+def splits():
+    from datasets import Dataset, DatasetDict
+
+    return DatasetDict(train=Dataset.from_dict({"prompt": TRAIN, "answer": list(range(12))}),
+                       test=Dataset.from_dict({"prompt": TEST, "answer": list(range(5))}))
+
+
+def test_a_saved_dataset_and_each_split_of_a_saved_dataset_dict_are_read(tmp_path):
+    data = splits()
+    data["train"].save_to_disk(str(tmp_path / "one"))
+    data.save_to_disk(str(tmp_path / "both"))
+    assert load_prompt_texts(str(tmp_path / "one")) == TRAIN
+    assert load_prompt_texts(str(tmp_path / "one"), split="test") == TRAIN  # one split saved: it is the data
+    assert load_prompt_texts(str(tmp_path / "both")) == TRAIN
+    assert load_prompt_texts(str(tmp_path / "both"), split="test") == TEST
+    with pytest.raises(ConfigError, match=r"^data.split='validation' is not a split of '.*both'; its splits are "
+                                          r"\['test', 'train'\] \(set data.split\).$"):
+        load_prompt_texts(str(tmp_path / "both"), split="validation")
+
+
+def test_a_downloaded_hub_dataset_folder_is_read_by_split_and_trains_with_its_other_columns(tmp_path):
+    """The layout `hf download --repo-type dataset NAME --local-dir DIR` leaves: data files named by split."""
+    data = splits()
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    for split in ("train", "test"):
+        data[split].to_parquet(str(tmp_path / "repo" / "data" / f"{split}-00000-of-00001.parquet"))
+    assert load_prompt_texts(str(tmp_path / "repo"), split="test") == TEST
+    module = make_datamodule(dataset=str(tmp_path / "repo"), num_eval_prompts=4)
+    module.setup()
+    tokenizer = load_tokenizer(TINY_PYTHIA)
+    read = {tokenizer.decode(row.ids): row.columns["answer"] for row in module.train_prompts + module.eval_prompts}
+    assert read == {text: answer for answer, text in enumerate(TRAIN)}
+
+
+def test_a_folder_with_a_loading_script_is_refused_and_the_script_never_runs(tmp_path):
+    folder = tmp_path / "scripted"
+    folder.mkdir()
+    (folder / "scripted.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\n")
+    splits()["train"].to_json(str(folder / "train.jsonl"))
+    with pytest.raises(ConfigError, match=r"^data.dataset='.*scripted' holds a loading script \(scripted.py\), which "
+                                          r"is never run; give the folder of its data files"):
+        load_prompt_texts(str(folder))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_folder_without_data_files_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"^data.dataset='.*empty' cannot be read as a dataset folder "
+                                          r"\(EmptyDatasetError: .*\); give a folder of .jsonl, .csv or .parquet"):
+        load_prompt_texts(str(tmp_path / "empty"))
+
+
+def test_pairs_and_completions_are_read_from_a_saved_folder(tmp_path):
+    from datasets import Dataset
+
+    rows = {"prompt": ["Q1:", "Q2:"], "chosen": [" yes", " sure"], "rejected": [" no", " never"]}
+    Dataset.from_dict(rows).save_to_disk(str(tmp_path / "pairs"))
+    tokenizer = load_tokenizer(TINY_PYTHIA)
+    pairs, identical = load_preference_pairs(str(tmp_path / "pairs"), tokenizer)
+    eos = tokenizer.eos_token
+    assert [(p.prompt, p.chosen, p.rejected) for p in pairs] == [("Q1:", " yes" + eos, " no" + eos),
+                                                                 ("Q2:", " sure" + eos, " never" + eos)]
+    assert identical == 0
+    texts = load_completions(str(tmp_path / "pairs"), tokenizer, completion_column="chosen")
+    assert texts == [("Q1:", " yes" + eos), ("Q2:", " sure" + eos)]
+
+
+@pytest.mark.parametrize("dataset, why", [
+    ("./prompts", " (a relative path is read from the directory the script is started in)"),
+    ("data/train/prompts", " (a relative path is read from the directory the script is started in)"),
+    ("/no/such/folder", ""),
+    ("~/prompts", " (~ is not expanded: give the full path)"),
+], ids=["dot", "two slashes", "absolute", "tilde"])
+def test_a_missing_path_that_no_hub_dataset_can_have_is_refused_with_the_settings(dataset, why):
+    with pytest.raises(ConfigError) as raised:
+        check_dataset_file(dataset)
+    assert str(raised.value) == (f"data.dataset={dataset!r}: no such file or folder{why}; give an existing file or "
+                                 f"dataset folder.")
+
+
+def test_a_hub_name_is_left_to_the_hub_and_an_existing_folder_passes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check_dataset_file("openai/gsm8k")
+    check_dataset_file("imdb")
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    check_dataset_file("./data")
+    check_dataset_file("data/train/")
+
+
+def test_a_resume_knows_a_dataset_folder_by_its_files(tmp_path):
+    splits().save_to_disk(str(tmp_path / "folder"))
+    before = dataset_identity(str(tmp_path / "folder"))
+    assert before["digest"] is not None and before == dataset_identity(str(tmp_path / "folder"))
+    splits()["train"].select(range(3)).save_to_disk(str(tmp_path / "folder" / "train"))
+    assert dataset_identity(str(tmp_path / "folder")) != before
+    assert dataset_identity("openai/gsm8k") == {"digest": None}
