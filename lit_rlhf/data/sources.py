@@ -102,12 +102,25 @@ def load_hub(dataset: str, prompt_column: str | None, split: str, subset: str | 
     try:
         data = load_dataset(dataset, subset, split=split)
     except (ConnectionError, OSError, FileNotFoundError, ValueError) as err:
+        if (folder := downloaded_snapshot(dataset)) is not None:  # offline, `datasets` reads only its own cache
+            return load_directory(folder, dataset, prompt_column, split, subset)
         raise UnavailableError(
             f"dataset {dataset!r} (split {split!r}) is not available here ({type(err).__name__}). Download it "
-            f"on a machine with internet (`hf download --repo-type dataset {dataset}`), or set data.dataset to "
-            f"{FORMATS}."
+            f"with internet (`hf download --repo-type dataset {dataset}` into the Hub cache this machine reads, "
+            f"HF_HOME; or with --local-dir DIR and data.dataset=DIR), or set data.dataset to {FORMATS}."
         ) from err
     return dataset_column(data, prompt_column, dataset)
+
+
+def downloaded_snapshot(dataset: str) -> Path | None:
+    """The folder of a hub dataset that `hf download --repo-type dataset NAME` put in the Hub's cache, or None."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(dataset, repo_type="dataset", local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError):
+        return None
 
 
 def load_directory(path: Path, dataset: str, prompt_column: str | None, split: str,

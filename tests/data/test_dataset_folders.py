@@ -8,7 +8,7 @@ from lit_rlhf.config.data import check_dataset_file
 from lit_rlhf.data.completion_datamodule import load_completions
 from lit_rlhf.data.preferences import load_preference_pairs
 from lit_rlhf.data.sources import load_prompt_texts
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.models.tokenizer import load_tokenizer
 from tests.conftest import TINY_PYTHIA, make_datamodule
 
@@ -112,3 +112,22 @@ def test_a_resume_knows_a_dataset_folder_by_its_files(tmp_path):
     splits()["train"].select(range(3)).save_to_disk(str(tmp_path / "folder" / "train"))
     assert dataset_identity(str(tmp_path / "folder")) != before
     assert dataset_identity("openai/gsm8k") == {"digest": None}
+
+
+def test_offline_a_hub_dataset_in_the_hub_cache_is_read_from_there(tmp_path, monkeypatch):
+    """`hf download --repo-type dataset NAME` fills the Hub's cache, which `datasets` does not read offline (it reads
+    only its own): its snapshot folder is read as a dataset folder."""
+    import huggingface_hub.constants
+
+    repo = tmp_path / "hub" / "datasets--someone--prompts"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit / "data").mkdir(parents=True)
+    for split, data in splits().items():
+        data.to_parquet(str(repo / "snapshots" / commit / "data" / f"{split}-00000-of-00001.parquet"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert load_prompt_texts("someone/prompts", split="test") == TEST
+    with pytest.raises(UnavailableError, match=r"^dataset 'someone/other' \(split 'train'\) is not available here "
+                                               r"\(ConnectionError\). Download it with internet"):
+        load_prompt_texts("someone/other")
