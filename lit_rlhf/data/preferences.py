@@ -45,7 +45,7 @@ def as_text(value: Any, tokenizer: Any, what: str, generation_prompt: bool = Fal
     """A plain string, or chat messages rendered by the tokenizer's chat template."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+    if chat_messages(value):
         if getattr(tokenizer, "chat_template", None) is None:
             raise ConfigError(f"{what} holds chat messages and the tokenizer has no chat template; give plain text, "
                               f"or a tokenizer with a chat template (model.tokenizer_name_or_path).")

@@ -47,6 +47,9 @@ def test_pairs_load_from_jsonl_csv_and_parquet_with_a_margin_column(tmp_path, to
     ([{"prompt": "Q", "chosen": " a", "rejected": " b"}, {"prompt": "Q", "chosen": "  ", "rejected": " b"}],
      "row 2: 'chosen' is empty"),
     ([{"prompt": "Q", "chosen": 3, "rejected": " b"}], "row 1 'chosen' is int, not text or chat messages"),
+    ([{"prompt": "Q", "chosen": [], "rejected": " b"}], "row 1 'chosen' is list, not text or chat messages"),
+    ([{"prompt": [{"role": "user", "content": None}], "chosen": " a", "rejected": " b"}],
+     "row 1 'prompt' is list, not text or chat messages"),
 ])
 def test_bad_rows_are_one_line_errors_naming_the_row(tmp_path, tokenizer, rows, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)) as err:
