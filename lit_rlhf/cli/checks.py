@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lit_rlhf.checkpoints.paths import check_checkpoint_path
 from lit_rlhf.cli.own_components import (
@@ -107,9 +107,31 @@ def reward_parts(config: Any) -> list[str]:
     return sorted(json.dumps(part, sort_keys=True, default=str) for part in parts.values())
 
 
+OPTIMIZER_FACTORIES = {"algo.optimizer": ("the optimizer", "the model's parameters"),
+                       "algo.lr_scheduler": ("the lr scheduler", "the optimizer")}
+
+
+def built_by_the_module(cfg: DictConfig) -> None:
+    """algo.optimizer and algo.lr_scheduler are functions the module calls with its parameters and its optimizer:
+    one typed without `_partial_` (`'algo.lr_scheduler={_target_: ..., T_max: 10}'`, or `+` keys on the null
+    scheduler) is made partial, where Hydra would call the class at once without them; `_partial_=false` is one line."""
+    for key, (what, argument) in OPTIMIZER_FACTORIES.items():
+        node = OmegaConf.select(cfg, key, default=None)
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            continue
+        partial = node.get("_partial_")
+        if partial is None:
+            with open_dict(node):
+                node._partial_ = True
+        elif partial is not True:
+            raise ConfigError(f"{key}._partial_={partial!r}: the module builds {what} itself, with {argument}; "
+                              f"remove {key}._partial_ (it is true).")
+
+
 def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
     check_reward_group(cfg)
+    built_by_the_module(cfg)
     your_own_reward(cfg, "gold")
     your_own_classes(cfg)
     check_accelerator(cfg)
@@ -181,6 +203,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     from lit_rlhf.config.data import check_dataset_file
 
     check_epochs(cfg)
+    built_by_the_module(cfg)
     if OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET:  # PairModule's check, early
         raise ConfigError(f"trainer=fsdp2 shards the models of train.py's RL modules only, not {cfg.task_name}.py's; "
                           f"train on several ranks with trainer=ddp (data parallel).")

@@ -79,3 +79,31 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
         assert line.endswith("or point model.name_or_path at a local directory."), line
 
 
+
+
+@pytest.mark.parametrize("overrides", [
+    ["+algo.lr_scheduler._target_=torch.optim.lr_scheduler.CosineAnnealingLR", "+algo.lr_scheduler.T_max=10"],
+    ["algo.lr_scheduler={_target_: torch.optim.lr_scheduler.CosineAnnealingLR, T_max: 10}"],
+], ids=["plus keys", "a whole scheduler"])
+def test_a_scheduler_typed_without_partial_is_the_function_the_module_calls(overrides, tmp_path):
+    import torch
+
+    from lit_rlhf.cli.checks import built_by_the_module
+
+    cfg = compose_train(*overrides, tmp_path=tmp_path)
+    built_by_the_module(cfg)
+    module = instantiate(cfg.algo, _convert_="all")  # without the check: CosineAnnealingLR() misses its optimizer
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = module.lr_scheduler_factory(optimizer)
+    assert isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR) and scheduler.T_max == 10
+
+
+def test_a_factory_typed_as_not_partial_is_one_line(tmp_path):
+    from lit_rlhf.cli.checks import built_by_the_module
+    from lit_rlhf.errors import ConfigError
+
+    cfg = compose_train("algo.optimizer._partial_=false", tmp_path=tmp_path)
+    with pytest.raises(ConfigError, match=r"^algo.optimizer._partial_=False: the module builds the optimizer itself, "
+                                          r"with the model's parameters; remove algo.optimizer._partial_ \(it is "
+                                          r"true\).$"):
+        built_by_the_module(cfg)
