@@ -128,10 +128,25 @@ def built_by_the_module(cfg: DictConfig) -> None:
                               f"remove {key}._partial_ (it is true).")
 
 
+def check_trainer_arguments(cfg: DictConfig) -> None:
+    """`+trainer.<TRL name>` (+trainer.save_total_limit=3) is not a Trainer argument: one line with the key that sets
+    it here, before anything is built (another unknown argument is named by Lightning's TypeError, with the nearest)."""
+    from lit_rlhf.cli.trainer_arguments import TRAINER_ARGUMENTS
+    from lit_rlhf.config.trl_names import command_line_hint
+
+    trainer = cfg.get("trainer")
+    if not isinstance(trainer, DictConfig) or trainer.get("_target_") != "lightning.Trainer":
+        return
+    for name in trainer:
+        if name not in TRAINER_ARGUMENTS and name != "_target_" and (hint := command_line_hint(str(name), cfg)):
+            raise ConfigError(f"trainer.{name} is not an argument of Trainer{hint}; remove it.")
+
+
 def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
     check_reward_group(cfg)
     built_by_the_module(cfg)
+    check_trainer_arguments(cfg)
     your_own_reward(cfg, "gold")
     your_own_classes(cfg)
     check_accelerator(cfg)
@@ -204,6 +219,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
 
     check_epochs(cfg)
     built_by_the_module(cfg)
+    check_trainer_arguments(cfg)
     if OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET:  # PairModule's check, early
         raise ConfigError(f"trainer=fsdp2 shards the models of train.py's RL modules only, not {cfg.task_name}.py's; "
                           f"train on several ranks with trainer=ddp (data parallel).")

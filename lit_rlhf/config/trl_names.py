@@ -17,6 +17,8 @@ ON_THE_COMMAND_LINE = {
     "use_vllm": "rollout=vllm", "bf16": "model.dtype=bfloat16", "lr_scheduler_type": "algo.lr_scheduler={...}",
     "warmup_steps": "algo.lr_scheduler={...}", "warmup_ratio": "algo.lr_scheduler={...}",
     "eval_steps": ("trainer.val_check_interval",), "save_steps": ("callbacks.model_checkpoint.every_n_train_steps",),
+    "save_total_limit": "callbacks.model_checkpoint.save_top_k=<N> +callbacks.model_checkpoint.monitor=step "
+                        "+callbacks.model_checkpoint.mode=max (the newest N)",
     "per_device_eval_batch_size": ("data.eval_batch_size",), "num_iterations": ("algo.num_iterations",
                                                                                  "algo.num_ppo_epochs"),
     "optim": "algo.optimizer._target_=torch.optim.<class>", "adam_beta1": "+algo.optimizer.betas=[<beta1>,<beta2>]",
@@ -44,6 +46,8 @@ IN_PYTHON = {
     "output_dir": "Trainer(default_root_dir=...)", "report_to": "Trainer(logger=WandbLogger(...))",
     "use_vllm": "rollout_engine=VLLMEngine(...)", "bf16": "model={..., 'dtype': 'bfloat16'}",
     "lr_scheduler_type": SCHEDULER, "warmup_steps": SCHEDULER, "warmup_ratio": SCHEDULER,
+    "save_total_limit": "Trainer(callbacks=[ModelCheckpoint(save_top_k=N, monitor='step', mode='max', ...)]) (the "
+                        "newest N)",
 }
 PYTHON_NOTES = {"per_device_train_batch_size": ": the prompts of a step over all ranks",
                 "num_train_epochs": ": RL steps", "max_steps": ": RL steps"}

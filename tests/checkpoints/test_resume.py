@@ -234,3 +234,25 @@ def test_an_offline_fit_stopped_by_max_time_says_so_in_its_training_steps_and_re
     assert "resume with a larger trainer.max_time: python " in line and "ckpt_path=" in line
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "time_limit"
     assert (tmp_path / "run" / "policy" / "config.json").exists()
+
+
+@pytest.mark.integration
+def test_trls_save_total_limit_is_answered_with_keys_that_keep_the_newest_checkpoints(tmp_path):
+    """`save_total_limit=2` (TRL's) names the keys that set it here; typed as the line gives them, the run keeps the
+    checkpoints of its last two steps beside last.ckpt."""
+    import re
+
+    from tests.apps import run_app
+    from tests.helpers import FAST, one_line_error
+
+    hint = r"\(TRL's save_total_limit is (.*) \(the newest N\) here\)"
+    keys = {re.search(hint, one_line_error(run_app("train.py", *FAST, typed, cwd=tmp_path))).group(1)
+            for typed in ("save_total_limit=2", "+trainer.save_total_limit=2")}
+    assert len(keys) == 1
+    keys = keys.pop()
+    every_step = "callbacks.model_checkpoint.every_n_train_steps=1"
+    result = run_app("train.py", *FAST[1:], "steps=4", "hydra.run.dir=run", every_step,
+                     *keys.replace("<N>", "2").split(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["last.ckpt", "step3.ckpt",
+                                                                                    "step4.ckpt"]

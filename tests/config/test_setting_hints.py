@@ -143,3 +143,19 @@ def test_a_value_of_the_wrong_type_beside_an_unknown_key_leaves_its_hint():
     assert composition_line("algo.kl_coeff=0.1", "data.batch_size=x") == (
         "algo.kl_coeff is not a setting (did you mean 'kl_coef'?); see `python train.py --cfg job` for every key.")
     assert composition_line("data.batch_size=x", "algo.kl_coeff=0.1") == "data.batch_size='x' must be of type integer."
+
+
+def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anything_is_built():
+    from lit_rlhf.cli.checks import check_trainer_arguments
+    from lit_rlhf.errors import ConfigError
+
+    cfg = OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "val_check_interval": 10, "eval_steps": 5},
+                            "algo": {"optimizer": {"lr": 1e-3}}})
+    with pytest.raises(ConfigError, match=r"^trainer.eval_steps is not an argument of Trainer \(TRL's eval_steps is "
+                                          r"trainer.val_check_interval here: RL steps between held-out evaluations\); "
+                                          r"remove it.$"):
+        check_trainer_arguments(cfg)
+    cfg.trainer.pop("eval_steps")
+    cfg.trainer.deterministic = True  # a Lightning argument the group does not list
+    cfg.trainer.foo = 1  # not TRL's: Lightning's TypeError names it, with the nearest argument
+    check_trainer_arguments(cfg)
