@@ -16,6 +16,9 @@ APPLIED_ON_RESUME = ("max_grad_norm", "cliprange", "cliprange_low", "cliprange_h
 FREE_ON_RESUME = ("rl_steps",)
 # Datamodule settings that do not change which prompts a step sees.
 DATA_FREE_ON_RESUME = ("tokenizer", "eval_batch_size")
+# Nested settings added after checkpoints were written, each with the value that trains as those checkpoints' runs
+# did: a checkpoint without the key resumes when the key has that value (a new top-level setting never counts).
+ADDED_LATER = {"model.lora.use_rslora": False, "model.lora.use_dora": False}
 
 
 def same(old: Any, new: Any) -> bool:
@@ -44,8 +47,9 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any], free: tuple
     ones. A key only one side knows counts as changed when the other side's parent is set (e.g. lora -> null)."""
     both = saved.keys() & current.keys()  # a setting newer than the checkpoint is not a change
     flat_saved, flat_current = flatten(saved), flatten(current)
+    added_later = {k for k, value in ADDED_LATER.items() if k not in flat_saved and flat_current.get(k) == value}
     return {k: (flat_saved.get(k), flat_current.get(k)) for k in flat_saved.keys() | flat_current.keys()
-            if k.partition(".")[0] in both and k.partition(".")[0] not in free
+            if k.partition(".")[0] in both and k.partition(".")[0] not in free and k not in added_later
             and not same(flat_saved.get(k), flat_current.get(k))}
 
 

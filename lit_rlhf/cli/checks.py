@@ -90,6 +90,8 @@ def fsdp2_setting_without_fsdp2(key: str, overrides: list[str]) -> str | None:
 
 
 def check_fsdp2_settings(cfg: DictConfig) -> None:
+    from lit_rlhf.config.model import DORA_UNDER_SHARDED_LOADING
+
     strategy = cfg.get("trainer", {}).get("strategy")
     if not isinstance(strategy, DictConfig):
         return
@@ -97,6 +99,8 @@ def check_fsdp2_settings(cfg: DictConfig) -> None:
         for name in FSDP2_SETTINGS:
             if name in strategy:
                 raise ConfigError(fsdp2_only(name, strategy[name]))
+    elif strategy.get("sharded_loading", True) and OmegaConf.select(cfg, "model.lora.use_dora", default=False):
+        raise ConfigError(DORA_UNDER_SHARDED_LOADING)
 
 
 def reward_parts(config: Any) -> list[str]:

@@ -7,6 +7,9 @@ from lit_rlhf.config.settings import build, setting
 from lit_rlhf.errors import ConfigError
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+DORA_UNDER_SHARDED_LOADING = (
+    "model.lora.use_dora=true: DoRA's magnitudes are computed from the weights when its adapter is added, and "
+    "sharded loading reads the weights only later; set trainer.strategy.sharded_loading=false, or train plain LoRA.")
 
 
 @dataclass
@@ -17,6 +20,11 @@ class LoraSettings:
         0.0, "dropout on the LoRA input; > 0 makes the ratio differ from 1 before any update, and with bfloat16 "
              "weights holds a float32 copy of each LoRA layer's input for the backward pass (0: its input as it is)")
     target_modules: Any = setting("all-linear", "modules that get adapters: all-linear, or a list of names")
+    use_rslora: bool = setting(False, "rank-stabilized LoRA (peft's use_rslora): the update is scaled by lora_alpha / "
+                                      "sqrt(r)")
+    use_dora: bool = setting(False, "DoRA (peft's use_dora): a trained magnitude per output row rescales W + B A; "
+                                    "its layers run peft's own forward, slower than plain LoRA's, and are never "
+                                    "merged for sampling")
 
     def __post_init__(self):
         if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 1:
@@ -24,6 +32,9 @@ class LoraSettings:
                               f"fine-tuning).")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError(f"model.lora.lora_dropout={self.lora_dropout!r} must be in [0, 1).")
+        for name in ("use_rslora", "use_dora"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.lora.{name}={getattr(self, name)!r} must be true or false.")
 
 
 @dataclass

@@ -21,6 +21,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
+from lit_rlhf.config.model import DORA_UNDER_SHARDED_LOADING
 from lit_rlhf.distributed.meta_loading import empty_model, is_empty
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
@@ -78,6 +79,8 @@ def linear_module_names(model: torch.nn.Module) -> list[str]:
 def with_lora(model: torch.nn.Module, lora: dict[str, Any], task_type: str, name_or_path: str) -> torch.nn.Module:
     """model wrapped with LoRA adapters (peft), their layers holding their inputs in the weights' dtype
     (models/lora_inputs.py); target modules that match nothing are one line naming some that do."""
+    if lora.get("use_dora") and is_empty(model):
+        raise ConfigError(DORA_UNDER_SHARDED_LOADING)
     with peft_reads_deprecated_alias():
         try:
             adapted = get_peft_model(model, LoraConfig(task_type=task_type, **lora))

@@ -242,6 +242,9 @@ class VLLMServerEngine(RolloutEngine):
         if not isinstance(policy, PeftModel):
             raise ConfigError("rollout.weight_sync=adapter sends a LoRA adapter, and this policy has none "
                               "(model.lora=null): use rollout.weight_sync=merged, or train with model.lora.")
+        if any(getattr(config, "use_dora", False) for config in policy.peft_config.values()):
+            raise ConfigError("rollout.weight_sync=adapter sends the LoRA adapter, and vLLM does not serve DoRA "
+                              "adapters (model.lora.use_dora=true): use rollout.weight_sync=merged.")
         if outside := trained_outside_lora(policy):
             raise ConfigError(f"rollout.weight_sync=adapter sends the LoRA adapter only, and this policy also trains "
                               f"{shown(outside[:3])}: use rollout.weight_sync=merged.")

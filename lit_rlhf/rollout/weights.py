@@ -37,6 +37,8 @@ def merged_lora_weight(layer: LoraLayer) -> torch.Tensor:
         a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight  # r,in ; out,r
         if plain_linear_adapter(layer, adapter) and a.dtype == b.dtype == merged.dtype:
             merged = torch.addmm(merged, b, a, alpha=layer.scaling[adapter])  # W + scale * B A in one pass
+        elif adapter in getattr(layer, "lora_variant", {}):  # DoRA's magnitude rescales W + B A: peft's own merge
+            merged = layer.lora_variant[adapter].merge_safe(layer, adapter, merged.clone()).to(weight.dtype)
         else:
             merged = merged + layer.get_delta_weight(adapter).to(merged.dtype)
     return weight.clone() if merged is weight else merged

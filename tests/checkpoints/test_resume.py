@@ -11,7 +11,7 @@ from lightning.pytorch.loggers import Logger
 
 from lit_rlhf.envs import EnvSpec
 from lit_rlhf.step import KLController, RewardNormalizer
-from tests.conftest import make_datamodule, make_ppo, make_rloo
+from tests.conftest import LORA, TINY_PYTHIA, make_datamodule, make_ppo, make_rloo
 from tests.envs.scripted import CountingEnvironment
 
 pytestmark = pytest.mark.integration  # runs a Trainer or an app
@@ -48,6 +48,9 @@ def make(algo):
     if algo == "rloo_episodes":  # multi-turn: an environment answers every turn that ends with the stop token
         return make_rloo(response_length=12, environment=EnvSpec(CountingEnvironment, max_turns=3, max_tokens=40),
                          **components)
+    if algo == "rloo_dora":  # DoRA's trained magnitudes resume with its adapters
+        return make_rloo(response_length=12, model={"name_or_path": TINY_PYTHIA, "lora": {**LORA, "use_dora": True}},
+                         **components)
     return make_rloo(response_length=12, **components)
 
 
@@ -82,7 +85,7 @@ def fit(algo, prompts, rl_steps, callbacks, ckpt_path=None, accelerator="cpu", l
     return module
 
 
-@pytest.mark.parametrize("algo", ["rloo", "ppo", "rloo_episodes"])
+@pytest.mark.parametrize("algo", ["rloo", "ppo", "rloo_episodes", "rloo_dora"])
 def test_resumed_run_matches_the_uninterrupted_run(algo, small_prompts, tmp_path):
     """Resumed from the run's checkpoints in the middle of a data epoch (RL step 2) and at its end (step 4: 16
     training prompts, batches of 4), each resumed run logs the uninterrupted run's steps after it."""
@@ -104,6 +107,9 @@ def test_resumed_run_matches_the_uninterrupted_run(algo, small_prompts, tmp_path
         assert resumed.episode == reference.episode == STEPS * 16
     if algo == "rloo_episodes":  # the episodes had turns after the first
         assert max(stats["rollout/turns_mean"] for stats in full.stats.values()) > 1
+    if algo == "rloo_dora":  # the magnitudes trained, and the reference (adapters off) stayed the base model
+        assert any("lora_magnitude_vector" in name for name, _ in reference.state_dict().items())
+        assert full.stats[1]["objective/kl"] == 0.0
 
 
 def test_checkpoints_hold_trained_tensors_only(small_prompts, tmp_path):

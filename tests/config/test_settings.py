@@ -210,3 +210,22 @@ def test_a_static_cache_length_under_auto_on_a_cpu_is_said_once(monkeypatch):
     with pytest.warns(UserWarning, match=r"rollout.static_cache_length=128 does nothing here: rollout.compile_mode="
                                          r"auto decodes with plain generate\(\) on cpu"):
         assert engine.compiled_mode(torch.device("cpu")) is None
+
+
+def test_peft_s_rslora_and_dora_are_lora_settings_on_the_command_line_and_in_python():
+    cfg = compose_train("model.lora.use_dora=true", "model.lora.use_rslora=true")
+    module = instantiate(cfg.algo, _convert_="all")
+    assert module.hparams.model["lora"] == {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0,
+                                            "target_modules": "all-linear", "use_rslora": True, "use_dora": True}
+    with pytest.raises(ConfigError, match=r"^model.lora.use_dora='yes' must be true or false.$"):
+        RLOOModule(model={"name_or_path": "m", "lora": {"use_dora": "yes"}}, reward=None)
+
+
+def test_dora_with_fsdp2_s_sharded_loading_is_refused_with_the_settings():
+    from lit_rlhf.cli.checks import check_fsdp2_settings
+
+    with pytest.raises(ConfigError, match=r"^model.lora.use_dora=true: .* set trainer.strategy.sharded_loading=false"):
+        check_fsdp2_settings(compose_train("trainer=fsdp2", "model.lora.use_dora=true"))
+    check_fsdp2_settings(compose_train("trainer=fsdp2", "model.lora.use_dora=true",
+                                       "trainer.strategy.sharded_loading=false"))
+    check_fsdp2_settings(compose_train("trainer=fsdp2"))

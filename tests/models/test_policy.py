@@ -24,12 +24,15 @@ def perturb_lora(model, seed=0):
         for name, p in model.named_parameters():
             if "lora_B" in name and p.requires_grad:
                 p.add_(torch.randn_like(p) * 0.5)
+            if "lora_magnitude_vector" in name and p.requires_grad:  # DoRA's
+                p.mul_(1.5)
 
 
-def test_lora_reference_is_the_policy_with_adapters_disabled_and_no_second_copy(tiny_path, ids):
+@pytest.mark.parametrize("variant", [{}, {"use_rslora": True}, {"use_dora": True}], ids=["lora", "rslora", "dora"])
+def test_lora_reference_is_the_policy_with_adapters_disabled_and_no_second_copy(variant, tiny_path, ids):
     tokenizer = load_tokenizer(tiny_path)
     base = AutoModelForCausalLM.from_pretrained(tiny_path)
-    policy, reference = load_policy(tiny_path, tokenizer, lora=LORA)
+    policy, reference = load_policy(tiny_path, tokenizer, lora={**LORA, **variant})
     assert reference.kind == "adapters_disabled" and reference.frozen_copy is None
     perturb_lora(policy)
     with reference.active() as ref:
@@ -125,3 +128,15 @@ def test_reference_name_or_path_loads_the_frozen_reference_from_another_model(ti
     assert not any(p.requires_grad for p in reference.frozen_copy.parameters())
     with pytest.raises(ConfigError, match="model.reference_name_or_path=.* needs model.lora=null"):
         load_policy(tiny_path, tokenizer, lora={"r": 4}, reference_name_or_path=tiny_path)
+
+
+def test_peft_s_lora_variants_reach_its_layers_and_dora_is_refused_before_sharded_loading(tiny_path):
+    tokenizer = load_tokenizer(tiny_path)
+    rslora, _ = load_policy(tiny_path, tokenizer, lora={**LORA, "use_rslora": True})
+    layer = rslora.get_base_model().gpt_neox.layers[0].attention.query_key_value
+    assert layer.scaling["default"] == pytest.approx(LORA["lora_alpha"] / LORA["r"] ** 0.5)
+    dora, _ = load_policy(tiny_path, tokenizer, lora={**LORA, "use_dora": True})
+    assert "default" in dora.get_base_model().gpt_neox.layers[0].attention.query_key_value.lora_magnitude_vector
+    with pytest.raises(ConfigError, match=r"^model.lora.use_dora=true: DoRA's magnitudes are computed from the "
+                                          r"weights .* set trainer.strategy.sharded_loading=false"):
+        load_policy(tiny_path, tokenizer, lora={**LORA, "use_dora": True}, empty=True)

@@ -26,6 +26,11 @@ def test_changes_that_break_exactness_are_refused_and_steering_ones_applied():
         check_resume(saved, {**saved, "model": {"name_or_path": "a", "lora": None}}, None, None)
     with pytest.raises(ConfigError, match=r"resume changes data.batch_size \(8 -> 16\)"):
         check_resume(saved, saved, {"batch_size": 8}, {"batch_size": 16})
+    # a LoRA setting added since the checkpoint was written: its old behaviour resumes, another value does not
+    now = {**saved, "model": {"name_or_path": "a", "lora": {"r": 8, "use_rslora": False, "use_dora": False}}}
+    assert check_resume(saved, now, None, None) == []
+    with pytest.raises(ConfigError, match=r"resume changes model.lora.use_dora \(None -> True\)"):
+        check_resume(saved, {**saved, "model": {"name_or_path": "a", "lora": {"r": 8, "use_dora": True}}}, None, None)
     state = [{"param_groups": [{"lr": 1e-3, "initial_lr": 1e-3}]}]
     assert check_resumed_lr(state, 1e-3, has_scheduler=False) is None
     assert check_resumed_lr(state, 5e-4, has_scheduler=False) == "algo.optimizer.lr 0.001 -> 0.0005"

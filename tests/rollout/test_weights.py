@@ -3,6 +3,7 @@ merged, equal to peft's own merge; the policy itself untouched."""
 
 import copy
 
+import pytest
 import torch
 
 from lit_rlhf.models import load_policy, load_tokenizer
@@ -15,10 +16,13 @@ def randomize_lora(policy):
         for name, param in policy.named_parameters():
             if "lora_B" in name:
                 param.normal_()
+            if "lora_magnitude_vector" in name:  # DoRA's magnitudes, away from the norms they start at
+                param.mul_(1.5)
 
 
-def test_lora_weights_equal_peft_merge_and_unload(tiny_path):
-    policy, _ = load_policy(tiny_path, load_tokenizer(tiny_path), lora=LORA)
+@pytest.mark.parametrize("variant", [{}, {"use_rslora": True}, {"use_dora": True}], ids=["lora", "rslora", "dora"])
+def test_lora_weights_equal_peft_merge_and_unload(variant, tiny_path):
+    policy, _ = load_policy(tiny_path, load_tokenizer(tiny_path), lora={**LORA, **variant})
     randomize_lora(policy)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     weights = trained_weights(policy)
@@ -49,9 +53,8 @@ def test_checkpoint_names_drop_peft_wrappers():
 
 def test_adapter_only_sync_refuses_what_an_adapter_file_cannot_carry(tiny_path, tmp_path):
     """rollout.weight_sync=adapter: a policy without LoRA, or one that also trains weights outside its adapters
-    (peft's bias="all"), is refused in one line naming the setting that works, before anything is sent."""
-    import pytest
-
+    (peft's bias="all"), or DoRA adapters, are refused in one line naming the setting that works, before anything is
+    sent."""
     from lit_rlhf.errors import ConfigError
     from lit_rlhf.rollout.context import SamplingContext
     from lit_rlhf.rollout.vllm_server import VLLMServerEngine
@@ -71,4 +74,8 @@ def test_adapter_only_sync_refuses_what_an_adapter_file_cannot_carry(tiny_path, 
     assert all(name.endswith(".bias") for name in trained_outside_lora(with_biases))
     with pytest.raises(ConfigError, match=r"also trains .*input_layernorm\.bias.*: use rollout.weight_sync="):
         engine.sync(SamplingContext(settings=None, tokenizer=tokenizer, policy=with_biases))
+    dora, _ = load_policy(tiny_path, tokenizer, lora={**LORA, "use_dora": True})
+    with pytest.raises(ConfigError, match=r"vLLM does not serve DoRA adapters \(model.lora.use_dora=true\): use "
+                                          r"rollout.weight_sync=merged.$"):
+        engine.sync(SamplingContext(settings=None, tokenizer=tokenizer, policy=dora))
     assert not list(tmp_path.iterdir())  # nothing written
