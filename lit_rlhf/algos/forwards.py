@@ -144,15 +144,16 @@ class RolloutForwards:
                                            self)
         if hp.missing_eos_penalty is not None:
             scores = scores - hp.missing_eos_penalty * (~drawn.has_stop).to(scores.dtype)
-        in_loss = None  # N  the sequences the loss trains on (None: all)
+        in_loss = loss_masked = None  # N  the sequences the loss trains on (None: all); those it masks (None: none)
         if for_training:
             scores, in_loss = self.training_scores(scores, samples)
+            loss_masked = ~drawn.has_stop if self.masks_truncated_completions else None
         return Rollout(queries=samples.queries, query_mask=samples.query_mask, responses=samples.responses,
                        response_mask=samples.response_mask, prompt_index=samples.prompt_index, logprobs=logprobs,
                        ref_logprobs=ref_logprobs, scores=scores, raw_scores=raw_scores, contains_stop=drawn.has_stop,
                        values=values, prompts=drawn.prompts, completions=drawn.completions,
                        policy_outputs=policy_outputs, sampler_logprobs=samples.sampler_logprobs, is_weights=is_weights,
-                       in_loss=in_loss,
+                       in_loss=in_loss, loss_masked=loss_masked,
                        reward_components=components, columns=drawn.columns, context_mask=samples.context_mask,
                        conversations=drawn.conversations, policy_version=drawn.version,
                        trainer_logprobs=trainer_logprobs, gold_scores=drawn.gold,
@@ -165,6 +166,12 @@ class RolloutForwards:
         penalty), and the sequences its loss trains on (N bool, None: all). GRPO: DAPO's overlong penalty and the
         zero-std filter."""
         return scores, None
+
+    @property
+    def masks_truncated_completions(self) -> bool:
+        """Whether the loss leaves out the tokens of responses without the stop token, still counting them as
+        sequences (GRPO's mask_truncated_completions, TRL's)."""
+        return False
 
     @property
     def score_context(self) -> ScoreContext:

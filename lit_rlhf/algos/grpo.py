@@ -41,6 +41,10 @@ class GRPOModule(RLHFModule):
     def kl_in_loss(self) -> bool:
         return self.hparams.kl_in == "loss" and self.kl_controller.uses_reference
 
+    @property
+    def masks_truncated_completions(self) -> bool:
+        return self.hparams.mask_truncated_completions
+
     _refill_stats: dict[str, torch.Tensor] = {}
 
     def overlong_penalty(self, response_mask: torch.Tensor) -> torch.Tensor:

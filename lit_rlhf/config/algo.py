@@ -252,6 +252,10 @@ class GRPOConfig(RLHFConfig):
     max_refill_rounds: int = setting(0, "with filter_zero_std_groups: DAPO's dynamic sampling, up to this many extra "
                                         "rollouts of B prompts per RL step until B groups are informative (0: off; "
                                         "at most 100)")
+    mask_truncated_completions: bool = setting(False, "TRL's (DAPO's overlong filtering): completions cut at "
+                                                      "response_length without the stop token are left out of the "
+                                                      "loss and of its token counts; their rewards still count in "
+                                                      "their group's mean and std")
     overlong_buffer: Optional[int] = setting(None, "DAPO's soft overlong penalty: responses longer than "
                                                    "response_length - overlong_buffer lose up to "
                                                    "overlong_penalty_factor, linearly (null: off)")

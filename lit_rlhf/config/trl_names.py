@@ -23,6 +23,10 @@ ON_THE_COMMAND_LINE = {
                                                                                  "algo.num_ppo_epochs"),
     "optim": "algo.optimizer._target_=torch.optim.<class>", "adam_beta1": "+algo.optimizer.betas=[<beta1>,<beta2>]",
     "adam_beta2": "+algo.optimizer.betas=[<beta1>,<beta2>]", "adam_epsilon": "+algo.optimizer.eps=<epsilon>",
+    "steps_per_generation": "algo.num_mini_batches x algo.gradient_accumulation_steps (the parts each rollout is "
+                            "trained in)",
+    "generation_batch_size": "data.batch_size x the samples per prompt (the sequences of each rollout)",
+    "log_completions": "callbacks.generation_samples (on: samples.jsonl and the held-out table)",
     "reward_funcs": "reward._target_=[module.function,...] (or reward=reward_model reward.name_or_path=<folder>)",
     "reward_weights": "+reward.weights.<name>=<weight>",
     # SFT (train_sft.py): how its rows are trained on

@@ -35,6 +35,9 @@ class Rollout:
     sampler_logprobs: torch.Tensor | None = None  # N,R  the rollout engine's logprobs, when it reports them
     is_weights: torch.Tensor | None = None  # N,R  min(pi_old / pi_sampler, rollout_is_cap), with sampler logprobs
     in_loss: torch.Tensor | None = None  # N  bool: sequences the loss trains on (None: all)
+    # N bool: sequences whose tokens the loss leaves out while still counting them among its sequences (TRL's
+    # mask_truncated_completions: the responses without the stop token); None: none
+    loss_masked: torch.Tensor | None = None
     reward_components: dict[str, torch.Tensor] = field(default_factory=dict)  # {name: N} each named reward's scores
     columns: dict[str, list] = field(default_factory=dict)  # {name: N values} the dataset columns of each prompt
     # multi-turn: every token after the prompt (model turns and observations); response_mask then holds the model's
@@ -79,4 +82,6 @@ class Rollout:
     def loss_mask(self, idx: torch.Tensor | slice = slice(None)) -> torch.Tensor:
         """The response tokens of sequences idx that the loss trains on. -> (M,R)"""
         mask = self.response_mask[idx]  # M,R
+        if self.loss_masked is not None:
+            mask = mask & ~self.loss_masked[idx].unsqueeze(1)
         return mask if self.in_loss is None else mask & self.in_loss[idx].unsqueeze(1)

@@ -16,10 +16,11 @@ PROMPTS, K, P, R = 4, 4, 5, 8
 
 
 def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: bool = False,
-                  equal_value: float = 0.5, sampler_noise: float = 0.0) -> Rollout:
+                  equal_value: float = 0.5, sampler_noise: float = 0.0, empty_truncated: bool = False) -> Rollout:
     """This rank's share of a global rollout of PROMPTS x K sequences; old logprobs are the policy's own.
     equal_first_group: prompt 0's K scores are all equal_value; drop_first_group: prompt 0's sequences are left
-    out."""
+    out; empty_truncated: the responses of R tokens (none ends with the stop token) have no tokens, their scores
+    kept."""
     gen = torch.Generator().manual_seed(1234)
     n = PROMPTS * K
     vocab = module.policy.config.vocab_size
@@ -29,6 +30,8 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
     responses = torch.randint(3, vocab, (n, R), generator=gen)
     lengths = torch.randint(1, R + 1, (n,), generator=gen)  # mixed response lengths
     response_mask = torch.arange(R).unsqueeze(0) < lengths.unsqueeze(1)
+    if empty_truncated:
+        response_mask[lengths == R] = False
     scores = torch.randn(n, generator=gen)
     ref_noise = 0.1 * torch.randn(n, R, generator=gen)
     values = torch.randn(n, R, generator=gen)
@@ -61,6 +64,7 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
                    responses=responses, response_mask=response_mask,
                    prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=logprobs + ref_noise[mine],
                    scores=trained_scores, raw_scores=scores[mine], contains_stop=lengths[mine] < R, in_loss=in_loss,
+                   loss_masked=lengths[mine] == R if module.masks_truncated_completions else None,
                    values=values[mine] if isinstance(module, PPOModule) else None)
 
 

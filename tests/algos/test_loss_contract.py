@@ -46,6 +46,16 @@ def test_filtered_zero_std_groups_leave_the_loss_and_its_token_count(loss_type, 
     assert differs(one_step_delta("grpo", loss_type=loss_type, rollout_options=equal), without)
 
 
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dr_grpo", "dapo"])
+def test_masked_truncated_completions_leave_the_tokens_of_the_loss_but_not_its_sequence_count(loss_type):
+    """TRL's mask_truncated_completions zeroes a truncated response's tokens in the loss's mask: the step is the one
+    of a rollout whose truncated responses hold no token (out of every token count; still sequences of grpo's and
+    dr_grpo's means, and still in their group's advantages)."""
+    without_tokens = one_step_delta("grpo", loss_type=loss_type, rollout_options={"empty_truncated": True})
+    assert_same(one_step_delta("grpo", loss_type=loss_type, mask_truncated_completions=True), without_tokens)
+    assert differs(one_step_delta("grpo", loss_type=loss_type), without_tokens)
+
+
 def test_the_bias_corrected_kl_changes_the_step():
     assert differs(one_step_delta("grpo", use_bias_correction_kl=True), one_step_delta("grpo",
                                                                                       use_bias_correction_kl=False))
