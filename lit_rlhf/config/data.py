@@ -19,7 +19,8 @@ def check_dataset_file(dataset: str) -> None:
     if path.suffix.lower() in FILE_BUILDERS and not path.is_file() and not path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory the "
                           f"script is started in); give an existing .jsonl, .json, .csv or .parquet file.")
-    if (dataset.startswith(("/", ".", "~")) or dataset.count("/") > 1) and not path.exists():
+    remote = "://" in dataset or dataset.startswith("buckets/")  # what `datasets` reads from elsewhere
+    if (dataset.startswith(("/", ".", "~")) or dataset.count("/") > 1) and not remote and not path.exists():
         why = {"/": "", "~": " (~ is not expanded: give the full path)"}.get(
             dataset[0], " (a relative path is read from the directory the script is started in)")
         raise ConfigError(f"data.dataset={dataset!r}: no such file or folder{why}; give an existing file or dataset "

@@ -100,6 +100,7 @@ def test_a_hub_name_is_left_to_the_hub_and_an_existing_folder_passes(tmp_path, m
     monkeypatch.chdir(tmp_path)
     check_dataset_file("openai/gsm8k")
     check_dataset_file("imdb")
+    check_dataset_file("buckets/someone/storage/prompts")  # a Hub storage bucket's folder, read by `datasets`
     (tmp_path / "data" / "train").mkdir(parents=True)
     check_dataset_file("./data")
     check_dataset_file("data/train/")
