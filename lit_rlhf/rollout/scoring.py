@@ -15,7 +15,7 @@ import torch
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import abandonable
 from lit_rlhf.rewards import WeightedSum, call_reward, reward_name
-from lit_rlhf.rewards.protocol import missing_columns
+from lit_rlhf.rewards.protocol import missing_columns, signature_of
 from lit_rlhf.rewards.weighted_sum import reward_models
 from lit_rlhf.rollout.trajectory import ROLLOUT_COLUMNS
 
@@ -107,10 +107,7 @@ def reads_column(reward, column: str) -> bool:
     """Whether a reward (or one of a WeightedSum's) may read `column`: it names it, or takes **kwargs."""
     parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
     for part in parts:
-        try:
-            parameters = inspect.signature(part).parameters
-        except (TypeError, ValueError):
-            continue
+        parameters = signature_of(part) or {}  # a builtin without a signature reads no column
         if column in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
             return True
     return False
