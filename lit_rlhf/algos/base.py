@@ -345,7 +345,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         is_weights, off_policy_stats = off_policy_mask(new_logprobs, rollout, advantages, idx, is_weights,
                                                        hp.off_policy_mask_threshold)
         loss = PolicyLoss(hp.policy_loss, hp.importance_sampling_level, hp.cispo_cap, hp.sapo_temperature_pos,
-                          hp.sapo_temperature_neg)
+                          hp.sapo_temperature_neg, hp.delta)
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
                                                 low, high, share, is_weights, loss)
         self._ratios.append(torch.exp(new_logprobs - rollout.logprobs[idx]).detach()[mask])

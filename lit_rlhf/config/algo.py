@@ -50,6 +50,10 @@ class RLHFConfig:
     cliprange_low: Optional[float] = setting(None, "lower clip, 1 - cliprange_low (null: cliprange)")
     cliprange_high: Optional[float] = setting(None, "upper clip, 1 + cliprange_high (null: cliprange); DAPO's "
                                                     "clip-higher is 0.28 with 0.2 below")
+    delta: Optional[float] = setting(
+        None, "two-sided clipping (INTELLECT-2; TRL's delta): the unclipped ratio is capped at delta, so a token "
+              "with a negative advantage whose ratio is above delta adds -A x delta, no gradient (null: off; > 1, "
+              "INTELLECT-2 uses 4; policy_loss=clip)")
     policy_loss: str = setting(
         "clip", "the per-token policy loss: `clip` (PPO's clipped surrogate), `cispo` (-sg(min(ratio, cispo_cap)) A "
                 "log pi: no token's gradient dropped), `sapo` (a soft sigmoid gate instead of the hard clip)")
@@ -150,6 +154,11 @@ class RLHFConfig:
             if getattr(self, name) >= 1:
                 raise ConfigError(f"algo.{name}={getattr(self, name)} must be below 1: GSPO clips the sequence ratio "
                                   f"to [1 - low, 1 + high] with small ranges (its paper: 3e-4 and 4e-4).")
+        check_number("delta", self.delta, optional=True)
+        if self.delta is not None and self.delta <= 1:
+            raise ConfigError(f"algo.delta={self.delta} caps the unclipped ratio, and at or below 1 it takes the "
+                              f"gradient of every token with a negative advantage; set it above 1 + cliprange_high "
+                              f"(INTELLECT-2: 4) or null.")
         check_number("cispo_cap", self.cispo_cap, minimum=0, strictly=True)
         check_number("sapo_temperature_pos", self.sapo_temperature_pos, minimum=0, strictly=True)
         check_number("sapo_temperature_neg", self.sapo_temperature_neg, minimum=0, strictly=True)

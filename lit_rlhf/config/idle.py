@@ -60,7 +60,7 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
     kind = getattr(config, "policy_loss", "clip")
     if kind != "clip":
         bound = "cispo_cap" if kind == "cispo" else "sapo_temperature_pos/neg"
-        for name in ("cliprange", "cliprange_low", "cliprange_high"):
+        for name in ("cliprange", "cliprange_low", "cliprange_high", "delta"):
             if hasattr(config, name) and changed(config, name):
                 said.append(f"algo.{name}={getattr(config, name)} is not used with policy_loss={kind}, which bounds "
                             f"its update with {bound}; drop it.")

@@ -62,13 +62,15 @@ def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: 
 class PolicyLoss:
     """Which per-token policy loss (ops/policy_losses.py) and its settings. kind: clip | cispo | sapo;
     level: token | sequence (GSPO's ratio); cispo_cap: CISPO's bound on the importance weight; tau_pos,
-    tau_neg: SAPO's gate temperatures for positive and negative advantages."""
+    tau_neg: SAPO's gate temperatures for positive and negative advantages; delta: the two-sided clip's cap on
+    the unclipped ratio (kind clip; None: off)."""
 
     kind: str = "clip"
     level: str = "token"
     cispo_cap: float = 5.0
     tau_pos: float = 1.0
     tau_neg: float = 1.05
+    delta: float | None = None
 
 
 def sequence_share(per_token: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -107,7 +109,7 @@ def clipped_policy_loss(
     elif loss.kind == "sapo":
         pg_loss_max = sapo_loss(ratio, advantages, loss.tau_pos, loss.tau_neg)  # M,R
     else:
-        pg_loss_max = clip_loss(ratio, advantages, cliprange_low, cliprange_high)  # M,R
+        pg_loss_max = clip_loss(ratio, advantages, cliprange_low, cliprange_high, loss.delta)  # M,R
     if is_weights is not None:
         pg_loss_max = pg_loss_max * is_weights  # M,R
     pg_loss = aggregate_loss(pg_loss_max, response_mask, share)
@@ -118,11 +120,15 @@ def clipped_policy_loss(
         else:  # CISPO counts, as TRL's cispo_clip_ratio, the capped weights of positive advantages
             clipped_low = torch.zeros_like(ratio, dtype=torch.bool)  # M,R
             clipped_high = (ratio > loss.cispo_cap) & (advantages > 0) if loss.kind == "cispo" else clipped_low
+        # the two-sided clip also removes the gradient of A < 0 tokens above delta: clipfrac counts them, clip_ratio/*
+        # stays TRL's (the clip range's)
+        capped = (ratio > loss.delta) & (advantages < 0) if loss.kind == "clip" and loss.delta is not None \
+            else torch.zeros_like(ratio, dtype=torch.bool)  # M,R
         # clip_ratio/*: a share of tokens, or with a sequence ratio (GSPO) a share of sequences, as TRL counts them
         share_of = sequence_share if loss.level == "sequence" else masked_mean
         stats = {
             "approxkl": 0.5 * masked_mean(logprobs_diff**2, response_mask),
-            "clipfrac": masked_mean((clipped_low | clipped_high).float(), response_mask),
+            "clipfrac": masked_mean((clipped_low | clipped_high | capped).float(), response_mask),
             "ratio": masked_mean(ratio, response_mask),
             "ratio_var": masked_var(ratio, response_mask),
             "clip_low": share_of(clipped_low.float(), response_mask),

@@ -1,6 +1,7 @@
 """Per-token policy losses beside PPO's clipped surrogate, chosen by name, and the sequence-level importance ratio.
 
-- `clip` (PPO, Schulman et al. 2017): max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)).
+- `clip` (PPO, Schulman et al. 2017): max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)); with delta (INTELLECT-2's
+  two-sided clip, TRL's delta) the first r is min(r, delta), bounding the loss of a negative advantage.
 - `cispo` (MiniMax-M1, 2025): -sg(min(r, cap)) A log pi. The clipped importance weight carries no gradient,
   so no token's gradient is dropped (the clip only bounds its weight); the REINFORCE term log pi carries it.
 - `sapo` (Soft Adaptive Policy Optimization, Wu et al. 2025): -g(r) A with the soft gate
@@ -27,9 +28,12 @@ def sequence_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask:
     return mean.unsqueeze(1).expand_as(logprobs)  # M,R
 
 
-def clip_loss(ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """PPO's clipped surrogate per token. (M,R) x2 -> (M,R)"""
-    return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high))
+def clip_loss(ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float,
+              delta: float | None = None) -> torch.Tensor:
+    """PPO's clipped surrogate per token; with delta, INTELLECT-2's two-sided clip: the unclipped ratio capped at
+    delta, so a token with A < 0 and r > delta adds -A delta (no gradient). (M,R) x2 -> (M,R)"""
+    unclipped = ratio if delta is None else ratio.clamp(max=delta)
+    return torch.max(-advantages * unclipped, -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high))
 
 
 def cispo_loss(ratio: torch.Tensor, advantages: torch.Tensor, logprobs: torch.Tensor, cap: float) -> torch.Tensor:

@@ -10,7 +10,7 @@ from lit_rlhf import GRPOModule, ReinforcePPModule
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.config import GRPOConfig, build
 from lit_rlhf.rewards import VaderSentiment
-from tests.algos.fixed_rollout import differs, one_step_delta
+from tests.algos.fixed_rollout import assert_same, differs, one_step_delta
 from tests.conftest import FAST_LEARNING, LORA, assert_learns_positivity, make_datamodule
 
 
@@ -107,3 +107,12 @@ def test_rloo_and_grpo_sample_with_the_same_generate_call(monkeypatch):
     rloo, grpo = calls
     assert rloo == grpo
     assert rloo["input_ids"][1][0] == 16 and rloo["processors"] == ["InverseCDFSampler"]
+
+
+@pytest.mark.integration
+def test_delta_bounds_the_second_epochs_update_and_a_delta_no_ratio_reaches_changes_nothing():
+    """With one update per rollout every ratio is 1 and delta (> 1) cannot bind; in a second epoch (SGD at lr 1)
+    the ratios have moved, and a delta of 1.01 removes some negative-advantage tokens' gradient."""
+    unbounded = one_step_delta("grpo", num_ppo_epochs=2, cliprange=10.0)
+    assert differs(one_step_delta("grpo", num_ppo_epochs=2, cliprange=10.0, delta=1.01), unbounded)
+    assert_same(one_step_delta("grpo", num_ppo_epochs=2, cliprange=10.0, delta=1e6), unbounded)

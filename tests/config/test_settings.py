@@ -98,6 +98,7 @@ def test_nan_and_inf_optimizer_settings_are_refused(keywords, expected):
     ({"importance_sampling_level": "sequence", "cliprange_high": 0.28},
      "algo.cliprange_high=0.28 is not used with importance_sampling_level=sequence"),
     ({"policy_loss": "cispo", "cliprange": 0.3}, "algo.cliprange=0.3 is not used with policy_loss=cispo"),
+    ({"policy_loss": "sapo", "delta": 4.0}, "algo.delta=4.0 is not used with policy_loss=sapo"),
     ({"async_draws": 2}, r"algo.async_draws=2: at most algo.max_staleness \+ 1 .* set algo.max_staleness or drop it"),
     ({"async_draws": 3, "max_staleness": 1}, r"max_staleness=1; only 2 draw"),
     ({"max_staleness": 1, "async_correction": "behaviour", "rollout_is_cap": 3.0},

@@ -98,3 +98,43 @@ def test_clip_ratios_count_sequences_under_gspo_and_positive_advantages_under_ci
     full = torch.ones(3, 4, dtype=torch.bool)
     _, stats = clipped_policy_loss(new, old, advantages, full, 0.2, 0.2, loss=PolicyLoss(kind="cispo", cispo_cap=5.0))
     assert stats["clip_high"].item() == pytest.approx(1 / 3)
+
+
+def test_delta_caps_the_unclipped_ratio_of_negative_advantages_by_hand():
+    """INTELLECT-2's two-sided clip (TRL's delta): -min(min(r, delta) A, clip(r) A), here at eps 0.2, delta 2."""
+    # log-ratios giving r = e^1 = 2.718 (above delta), e^0.5 = 1.649 (between 1 + eps and delta), e^0 = 1
+    log_ratio = torch.tensor([[1.0, 0.5, 0.0], [1.0, 0.5, 0.0]], requires_grad=True)
+    advantages = torch.tensor([[-1.5] * 3, [2.0] * 3])
+    per_token = clip_loss(log_ratio.exp(), advantages, 0.2, 0.2, delta=2.0)
+    per_token.sum().backward()
+    e1, e05 = math.exp(1.0), math.exp(0.5)
+    # A < 0: without delta the loss would be -A r = 1.5 e (growing with r); with it 1.5 x 2, and no gradient
+    assert per_token[0].tolist() == pytest.approx([3.0, 1.5 * e05, 1.5])
+    assert log_ratio.grad[0].tolist() == pytest.approx([0.0, 1.5 * e05, 1.5])  # d(-A r)/d log r = -A r
+    # A > 0: delta changes nothing (the clip at 1 + eps binds first)
+    assert per_token[1].tolist() == pytest.approx([-2.0 * 1.2, -2.0 * 1.2, -2.0])
+    assert log_ratio.grad[1].tolist() == pytest.approx([0.0, 0.0, -2.0])
+    unbounded = clip_loss(log_ratio.exp(), advantages, 0.2, 0.2)
+    assert unbounded[0, 0].item() == pytest.approx(1.5 * e1)
+
+
+def test_delta_through_the_aggregated_loss_is_trls_formula_and_clipfrac_counts_the_capped_tokens():
+    gen = torch.Generator().manual_seed(1)
+    old = -torch.rand(4, 6, generator=gen)
+    logprobs = (old + torch.randn(4, 6, generator=gen)).requires_grad_()  # ratios well beyond delta
+    advantages = torch.tensor([[-1.0], [0.5], [-2.0], [1.0]]).expand(4, 6)
+    mask = torch.arange(6).unsqueeze(0) < torch.tensor([[6], [4], [5], [2]])
+    loss, stats = clipped_policy_loss(logprobs, old, advantages, mask, 0.2, 0.28, LossShare("dapo", step_tokens=17.0),
+                                      loss=PolicyLoss(delta=1.5))
+    # TRL's GRPO loss, written as its trainer does: coef_2 from the unclamped ratio, then coef_1 clamped at delta
+    coef_1 = torch.exp(logprobs - old)
+    coef_2 = torch.clamp(coef_1, 1 - 0.2, 1 + 0.28)
+    coef_1 = torch.clamp(coef_1, max=1.5)
+    trl = -torch.min(coef_1 * advantages, coef_2 * advantages)
+    torch.testing.assert_close(loss, (trl * mask).sum() / 17.0)
+    ratio = (logprobs - old).exp().detach()
+    capped = (ratio > 1.5) & (advantages < 0)
+    clipped = ((ratio < 0.8) & (advantages < 0)) | ((ratio > 1.28) & (advantages > 0))
+    assert capped[mask].any()
+    assert stats["clipfrac"].item() == pytest.approx((clipped | capped)[mask].float().mean().item())
+    assert stats["clip_region"].item() == pytest.approx(clipped[mask].float().mean().item())  # TRL's

@@ -246,6 +246,8 @@ CASES = [
      "algo.num_generations=1: a group-relative advantage needs at least 2 samples per prompt"),
     ("REINFORCE++-baseline with one sample per prompt", ["algo=reinforce_pp", "algo.samples_per_prompt=1"],
      "algo.samples_per_prompt=1 with algo.baseline=group: a group baseline needs at least 2"),
+    ("delta at or below 1", ["algo=grpo", "algo.delta=1"],
+     "algo.delta=1.0 caps the unclipped ratio, and at or below 1 it takes the gradient"),
     ("cliprange_low above cliprange_high", ["algo=grpo", "algo.cliprange_low=0.3", "algo.cliprange_high=0.2"],
      "algo.cliprange_low=0.3 is above algo.cliprange_high=0.2"),
     ("unknown loss_type", ["algo=grpo", "algo.loss_type=dapoo"],
