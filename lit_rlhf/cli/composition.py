@@ -95,7 +95,7 @@ def setting_paths(tree: dict, prefix: str = "") -> list[str]:
     return paths
 
 
-def setting_hint(key: str, cfg: DictConfig | None) -> str:
+def setting_hint(key: str, cfg: DictConfig | None, config_dir: Path | None = None) -> str:
     """' (did you mean ...?)' for an unknown key: the nearest key beside it, else keys beside it that it begins, else
     the setting of that name (or nearly) anywhere in the config (`lr` -> algo.optimizer.lr), else the keys beside it
     where they are few. The line stays short: never dozens of keys."""
@@ -105,6 +105,10 @@ def setting_hint(key: str, cfg: DictConfig | None) -> str:
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if parent and node is None and OmegaConf.select(cfg, parent, default="absent") is None:  # a null setting
         return f" ({parent} is null, with no keys to set; give it whole: {parent}={{{name}: ...}})"
+    if hint := group_left_none(key, cfg, config_dir):
+        return hint
+    if parent.endswith("_kwargs") and isinstance(node, DictConfig):  # generation_kwargs, engine_kwargs: open mappings
+        return f" ({parent} takes keys it does not have yet with a +: +{key}=<value>)"
     if parent == "trainer" and (hint := trainer_argument_hint(name, cfg)):
         return hint
     if hint := command_line_hint(name, cfg):  # an exact TRL name before a near spelling (max_steps: max_staleness)
@@ -128,6 +132,22 @@ def setting_hint(key: str, cfg: DictConfig | None) -> str:
     listed = ", ".join(siblings)
     where = f"under {parent}" if parent else "at the top level"
     return f" (valid keys: {listed})" if listed and len(listed) <= 100 else f" (no setting of that name {where})"
+
+
+def group_left_none(key: str, cfg: DictConfig, config_dir: Path | None) -> str:
+    """' (env is none in this run; ...)' for a key under a config group whose option is none (env, teacher, gold,
+    ...: an empty node), which has no keys until an option is chosen; else ''."""
+    group = key.partition(".")[0]
+    node = OmegaConf.select(cfg, group, default=None)
+    if config_dir is None or "." not in key or not isinstance(node, DictConfig) or len(node):
+        return ""
+    options = sorted(p.stem for p in (config_dir / group).glob("*.yaml") if p.stem != "none")
+    if not options:
+        return ""
+    if group == "teacher":  # algo=distill's; the other algorithms have none
+        return f" (a teacher is algo=distill's, and this run has none: algo=distill {key}=...)"
+    return (f" ({group} is none in this run, with no keys to set; choose one first: {group}={'|'.join(options)}, "
+            f"then {key}=...)")
 
 
 def first_of_each_sweep(overrides: list[str]) -> list[str]:
@@ -166,9 +186,10 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         if own_line := argument_of_own_class(key, overrides):
             return own_line
         cfg, others = composed_without_unknown_keys(config_dir, config_name, without_key(overrides, key))
-        named = "".join(f"; nor is {other}{setting_hint(other, cfg)}" for other in others)
+        named = "".join(f"; nor is {other}{setting_hint(other, cfg, config_dir)}" for other in others)
         command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
-        return f"{key} is not a setting{setting_hint(key, cfg)}{named}; see `python {command} --cfg job` for every key."
+        hint = setting_hint(key, cfg, config_dir)
+        return f"{key} is not a setting{hint}{named}; see `python {command} --cfg job` for every key."
     if "Unexpected type for root: NoneType" in text and (line := key_under_null(config_dir, config_name, overrides)):
         return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -32,6 +32,62 @@ ON_THE_COMMAND_LINE = {
     # SFT (train_sft.py): how its rows are trained on
     "max_seq_length": ("data.max_length",), "completion_only_loss": "always on",
     "assistant_only_loss": "always on", "dataset_text_field": "fixed to text",
+    # GRPOConfig's generation and vLLM settings
+    **{name: f"+algo.generation_kwargs.{name}=<value> algo.allow_biased_sampling=true"
+       for name in ("top_p", "top_k", "min_p", "repetition_penalty")},
+    "vllm_mode": "rollout=vllm (colocate: in the trainer's process) or rollout=vllm_server (server: vllm serve on "
+                 "machines of its own)",
+    "vllm_gpu_memory_utilization": "rollout=vllm rollout.gpu_memory_utilization=<fraction>",
+    "vllm_max_model_length": "rollout=vllm rollout.max_model_len=<tokens>",
+    "vllm_enable_sleep_mode": "rollout=vllm rollout.sleep=true",
+    "vllm_model_impl": "rollout=vllm +rollout.engine_kwargs.model_impl=<impl>",
+    **{name: "rollout=vllm_server rollout.urls=[http://<host>:<port>,...]"
+       for name in ("vllm_server_base_url", "vllm_server_host", "vllm_server_port")},
+    "vllm_server_timeout": "rollout=vllm_server rollout.retries and rollout.backoff_s (a server not up yet is "
+                           "waited for backoff_s x (2^retries - 1) s)",
+    "vllm_tensor_parallel_size": "a flag of the servers rollout=vllm_server samples on (vllm serve "
+                                 "--tensor-parallel-size <n>)",
+    "vllm_importance_sampling_correction": "algo.rollout_is_cap (null: off)",
+    "vllm_importance_sampling_mode": ("algo.rollout_is_mode",),
+    "vllm_importance_sampling_cap": ("algo.rollout_is_cap",),
+    "vllm_importance_sampling_clip_max": ("algo.rollout_is_cap",),
+    "vllm_importance_sampling_clip_min": ("algo.rollout_is_min",),
+    # GRPOConfig's data, evaluation and logging settings
+    "num_generations_eval": "one sample per held-out prompt (data.num_eval_prompts of them)",
+    "max_tool_calling_iterations": "env.max_turns (model turns per episode, with env=calculator or an environment "
+                                   "of your own)",
+    "shuffle_dataset": "always on (each epoch's order drawn from data.seed; a resume continues it)",
+    "remove_unused_columns": "always off (a row's other columns reach the reward functions by name)",
+    "model_init_kwargs": "model.dtype, model.trust_remote_code and the other model.* settings",
+    "cache_implementation": "rollout.compile_mode and rollout.static_cache_length (rollout=hf decodes with a "
+                            "static cache)",
+    **{name: "rollout=hf (the default: transformers' generate(), compiled) or rollout=vllm" for name in (
+        "use_transformers_paged", "use_transformers_continuous_batching", "transformers_continuous_batching_config")},
+    **{name: "callbacks.generation_samples (samples.jsonl and the held-out table)"
+       for name in ("num_completions_to_print", "log_unique_prompts")},
+    "entropy_coef": ("algo.entropy_coef",),
+}
+# TRL settings with no equivalent here, and why (said where a key above would be).
+NOT_HERE = {
+    **{name: "the reference is the policy with its LoRA adapters off (or a frozen copy of it), fixed for the run"
+       for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
+    **{name: "algo=ppo has algo.entropy_coef; the other algorithms add no entropy term" for name in (
+        "entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
+        "entropy_target")},
+    "top_entropy_quantile": "every response token is in the policy loss",
+    "multi_objective_aggregation": "the rewards' weighted sum is normalized (TRL's sum_then_normalize); "
+                                   "normalize_then_sum is not available",
+    **{name: "VESPO is not one of algo.policy_loss's (clip, cispo, sapo)"
+       for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+    "vllm_group_port": "rollout=vllm_server sends the weights through the servers' HTTP API (shared memory or "
+                       "rollout.weights_dir), with no NCCL group or port",
+    "vllm_structured_outputs_regex": "rollouts are not constrained (a constraint would bias the sampled distribution)",
+    "disable_dropout": "sampling and the old logprobs run without dropout, the update with the model's own",
+    "pad_to_multiple_of": "the forwards pack sequences without padding (algo.padding_free)",
+    "chat_template_kwargs": "data.apply_chat_template=true applies the tokenizer's template with its defaults",
+    "router_aux_loss_coef": "a mixture-of-experts router's loss is not added",
+    "log_completions_hub_repo": "completions are written to the run directory (samples.jsonl), never pushed",
+    "log_multimodal": "text models only",
 }
 NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps",
          "trainer.val_check_interval": ": RL steps between held-out evaluations",
@@ -52,6 +108,16 @@ IN_PYTHON = {
     "lr_scheduler_type": SCHEDULER, "warmup_steps": SCHEDULER, "warmup_ratio": SCHEDULER,
     "save_total_limit": "Trainer(callbacks=[ModelCheckpoint(save_top_k=N, monitor='step', mode='max', ...)]) (the "
                         "newest N)",
+    **{name: f"generation_kwargs={{'{name}': ...}} with allow_biased_sampling=True" for name in (
+        "top_p", "top_k", "min_p", "repetition_penalty")},
+    "vllm_gpu_memory_utilization": "rollout_engine=VLLMEngine(gpu_memory_utilization=...)",
+    "vllm_max_model_length": "rollout_engine=VLLMEngine(max_model_len=...)",
+    "vllm_enable_sleep_mode": "rollout_engine=VLLMEngine(sleep=True)",
+    "vllm_server_base_url": "rollout_engine=VLLMServerEngine(urls=[...])",
+    "vllm_importance_sampling_correction": "rollout_is_cap=... (None: off)",
+    "vllm_importance_sampling_mode": "rollout_is_mode=...", "vllm_importance_sampling_cap": "rollout_is_cap=...",
+    "vllm_importance_sampling_clip_max": "rollout_is_cap=...",
+    "vllm_importance_sampling_clip_min": "rollout_is_min=...",
 }
 PYTHON_NOTES = {"per_device_train_batch_size": ": the prompts of a step over all ranks",
                 "num_train_epochs": ": RL steps", "max_steps": ": RL steps"}
@@ -60,14 +126,19 @@ PYTHON_NOTES = {"per_device_train_batch_size": ": the prompts of a step over all
 def command_line_hint(name: str, cfg: DictConfig | None) -> str:
     """' (TRL's <name> is <key> here)' for a TRL setting this app sets under another key or as a choice, else ''."""
     where = ON_THE_COMMAND_LINE.get(name)
-    if where is None or cfg is None:
+    if cfg is None or (where is None and name not in NOT_HERE):
         return ""
     if isinstance(where, str):
         return f" (TRL's {name} is {where} here)"
-    found = next((key for key in where if OmegaConf.select(cfg, key, default="absent") != "absent"), None)
-    return f" (TRL's {name} is {found} here{NOTES.get(found, '')})" if found else ""
+    found = next((key for key in where or () if OmegaConf.select(cfg, key, default="absent") != "absent"), None)
+    return f" (TRL's {name} is {found} here{NOTES.get(found, '')})" if found else not_here(name)
+
+
+def not_here(name: str) -> str:
+    return f" (TRL's {name} has no equivalent here: {NOT_HERE[name]})" if name in NOT_HERE else ""
 
 
 def python_hint(name: str) -> str:
     """' (TRL's <name> is <argument> here)' for a TRL setting given to a module's or PromptDataModule's constructor."""
-    return f" (TRL's {name} is {IN_PYTHON[name]} here{PYTHON_NOTES.get(name, '')})" if name in IN_PYTHON else ""
+    return f" (TRL's {name} is {IN_PYTHON[name]} here{PYTHON_NOTES.get(name, '')})" if name in IN_PYTHON \
+        else not_here(name)

@@ -159,3 +159,49 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
     cfg.trainer.deterministic = True  # a Lightning argument the group does not list
     cfg.trainer.foo = 1  # not TRL's: Lightning's TypeError names it, with the nearest argument
     check_trainer_arguments(cfg)
+
+
+@pytest.mark.parametrize(("overrides", "hint"), [
+    (["algo=grpo", "algo.top_p=0.9"],
+     "(TRL's top_p is +algo.generation_kwargs.top_p=<value> algo.allow_biased_sampling=true here)"),
+    (["algo=grpo", "algo.vllm_importance_sampling_mode=token_mask"],
+     "(TRL's vllm_importance_sampling_mode is algo.rollout_is_mode here)"),
+    (["algo=grpo", "algo.vllm_gpu_memory_utilization=0.5"],
+     "(TRL's vllm_gpu_memory_utilization is rollout=vllm rollout.gpu_memory_utilization=<fraction> here)"),
+    (["algo=grpo", "algo.sync_ref_model=true"], "(TRL's sync_ref_model has no equivalent here: the reference is the "
+                                                "policy with its LoRA adapters off (or a frozen copy of it)"),
+    # PPO has the key; under GRPO the same name says where it is
+    (["algo=grpo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=ppo has "
+                                              "algo.entropy_coef; the other algorithms add no entropy term)"),
+])
+def test_grpoconfigs_other_names_say_where_they_are_set_or_that_they_have_no_equivalent(overrides, hint):
+    line = composition_line(*overrides)
+    assert line.startswith(f"{overrides[-1].partition('=')[0]} is not a setting {hint}"), line
+
+
+def test_trls_sampling_and_reference_names_in_python():
+    from lit_rlhf.config import GRPOConfig
+    from lit_rlhf.config.settings import build
+    from lit_rlhf.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"TRL's top_p is generation_kwargs=\{'top_p': ...\} with "
+                                          r"allow_biased_sampling=True here"):
+        build(GRPOConfig, {"top_p": 0.9}, "algo")
+    with pytest.raises(ConfigError, match="TRL's ref_model_sync_steps has no equivalent here"):
+        build(GRPOConfig, {"ref_model_sync_steps": 64}, "algo")
+
+
+def test_a_key_under_a_group_left_none_says_to_choose_an_option_first():
+    assert composition_line("env.max_turns=3") == (
+        "env.max_turns is not a setting (env is none in this run, with no keys to set; choose one first: "
+        "env=calculator|calculator_no_tool, then env.max_turns=...); see `python train.py --cfg job` for every key.")
+    # not 'did you mean model.name_or_path': the teacher is distillation's
+    assert composition_line("teacher.name_or_path=/models/big") == (
+        "teacher.name_or_path is not a setting (a teacher is algo=distill's, and this run has none: algo=distill "
+        "teacher.name_or_path=...); see `python train.py --cfg job` for every key.")
+
+
+def test_a_key_new_to_an_open_mapping_is_told_its_plus():
+    assert composition_line("algo.generation_kwargs.top_p=0.9").startswith(
+        "algo.generation_kwargs.top_p is not a setting (algo.generation_kwargs takes keys it does not have yet with a "
+        "+: +algo.generation_kwargs.top_p=<value>)")

@@ -246,6 +246,11 @@ CASES = [
      "algo.num_generations=1: a group-relative advantage needs at least 2 samples per prompt"),
     ("REINFORCE++-baseline with one sample per prompt", ["algo=reinforce_pp", "algo.samples_per_prompt=1"],
      "algo.samples_per_prompt=1 with algo.baseline=group: a group baseline needs at least 2"),
+    ("a key under a group left at none", ["env.max_turns=3"],
+     "env.max_turns is not a setting (env is none in this run, with no keys to set; choose one first"),
+    ("a key new to an open mapping, without its +", ["algo.generation_kwargs.top_p=0.9"],
+     "algo.generation_kwargs.top_p is not a setting (algo.generation_kwargs takes keys it does not have yet with a "
+     "+: +algo.generation_kwargs.top_p=<value>)"),
     ("delta at or below 1", ["algo=grpo", "algo.delta=1"],
      "algo.delta=1.0 caps the unclipped ratio, and at or below 1 it takes the gradient"),
     ("cliprange_low above cliprange_high", ["algo=grpo", "algo.cliprange_low=0.3", "algo.cliprange_high=0.2"],
