@@ -66,6 +66,9 @@ ON_THE_COMMAND_LINE = {
     **{name: "callbacks.generation_samples (samples.jsonl and the held-out table)"
        for name in ("num_completions_to_print", "log_unique_prompts")},
     "entropy_coef": ("algo.entropy_coef",),
+    # RLOOConfig's and GKD's / DistillationConfig's
+    "normalize_advantages": ("algo.normalize_advantage",),
+    "teacher_model_name_or_path": ("teacher.name_or_path",), "max_new_tokens": ("algo.response_length",),
 }
 # TRL settings with no equivalent here, and why (said where a key above would be).
 NOT_HERE = {
@@ -88,6 +91,12 @@ NOT_HERE = {
     "router_aux_loss_coef": "a mixture-of-experts router's loss is not added",
     "log_completions_hub_repo": "completions are written to the run directory (samples.jsonl), never pushed",
     "log_multimodal": "text models only",
+    "reward_clip_range": "scores are not clipped as they are (score_transforms=reward_normalizer's "
+                         "reward_clip_range=c clips the normalized scores to [-c, c])",
+    "mask_truncated_completions": "algo=grpo has it; the other algorithms train on every response's tokens",
+    "lmbda": "algo=distill samples every sequence from the student (GKD's lmbda = 1)",
+    "seq_kd": "algo=distill never trains on the teacher's own samples",
+    "teacher_model_name_or_path": "in this run: a teacher is algo=distill's (algo=distill teacher.name_or_path=...)",
 }
 NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps",
          "trainer.val_check_interval": ": RL steps between held-out evaluations",
@@ -130,8 +139,15 @@ def command_line_hint(name: str, cfg: DictConfig | None) -> str:
         return ""
     if isinstance(where, str):
         return f" (TRL's {name} is {where} here)"
-    found = next((key for key in where or () if OmegaConf.select(cfg, key, default="absent") != "absent"), None)
+    found = next((key for key in where or () if has_key(cfg, key)), None)
     return f" (TRL's {name} is {found} here{NOTES.get(found, '')})" if found else not_here(name)
+
+
+def has_key(cfg: DictConfig, key: str) -> bool:
+    """Whether the config has this dotted key, a required value (???) included."""
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    return isinstance(node, DictConfig) and name in node.keys()  # `in node` is False for a ??? value
 
 
 def not_here(name: str) -> str:

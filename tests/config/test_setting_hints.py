@@ -173,6 +173,17 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
     # PPO has the key; under GRPO the same name says where it is
     (["algo=grpo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=ppo has "
                                               "algo.entropy_coef; the other algorithms add no entropy term)"),
+    # RLOOConfig's and the distillation trainers'
+    (["algo=rloo", "algo.mask_truncated_completions=true"],
+     "(TRL's mask_truncated_completions has no equivalent here: algo=grpo has it;"),
+    (["algo=rloo", "algo.reward_clip_range=[-5,5]"], "(TRL's reward_clip_range has no equivalent here: scores are "
+                                                     "not clipped as they are"),  # not 'did you mean cliprange'
+    (["algo=distill", "algo.teacher_model_name_or_path=/t"],
+     "(TRL's teacher_model_name_or_path is teacher.name_or_path here)"),  # a required (???) key is found
+    (["algo.teacher_model_name_or_path=/t"], "(TRL's teacher_model_name_or_path has no equivalent here: in this run: "
+                                             "a teacher is algo=distill's"),
+    (["algo=distill", "algo.lmbda=0.5"], "(TRL's lmbda has no equivalent here: algo=distill samples every sequence "
+                                         "from the student (GKD's lmbda = 1))"),
 ])
 def test_grpoconfigs_other_names_say_where_they_are_set_or_that_they_have_no_equivalent(overrides, hint):
     line = composition_line(*overrides)
