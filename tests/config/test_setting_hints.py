@@ -170,7 +170,7 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
      "(TRL's vllm_gpu_memory_utilization is rollout=vllm rollout.gpu_memory_utilization=<fraction> here)"),
     (["algo=grpo", "algo.sync_ref_model=true"], "(TRL's sync_ref_model has no equivalent here: the reference is the "
                                                 "policy with its LoRA adapters off (or a frozen copy of it)"),
-    # PPO has the key; under GRPO the same name says where it is
+    # algo=ppo has the key; under GRPO the line says so rather than "no setting of that name"
     (["algo=grpo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=ppo has "
                                               "algo.entropy_coef; the other algorithms add no entropy term)"),
     # RLOOConfig's and the distillation trainers'
