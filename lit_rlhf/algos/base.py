@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rlhf.algos.default_callbacks import display_callbacks
-from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, off_policy_mask, require_grads
+from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, policy_loss_weights, require_grads
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
 from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
 from lit_rlhf.algos.step_stats import StepStatistics, step_distributions
@@ -341,9 +341,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         high = hp.cliprange if hp.cliprange_high is None else hp.cliprange_high
         if hp.importance_sampling_level == "sequence":  # GSPO's own, much smaller, clip range
             low, high = hp.sequence_cliprange_low, hp.sequence_cliprange_high
-        is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
-        is_weights, off_policy_stats = off_policy_mask(new_logprobs, rollout, advantages, idx, is_weights,
-                                                       hp.off_policy_mask_threshold)
+        is_weights, off_policy_stats = policy_loss_weights(new_logprobs, entropy, rollout, advantages, idx, hp,
+                                                           self.micro_batch_values_over_ranks)  # M,R
         loss = PolicyLoss(hp.policy_loss, hp.importance_sampling_level, hp.cispo_cap, hp.sapo_temperature_pos,
                           hp.sapo_temperature_neg, hp.delta)
         pg_loss, pg_stats = clipped_policy_loss(new_logprobs, rollout.logprobs[idx], advantages[idx], mask,
@@ -391,6 +390,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
         self.rollout_queue.check(datamodule, self.sharding.sharded)
+        self.check_entropy_quantile_ranks()
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
             check_token_budget(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),

@@ -17,7 +17,7 @@ from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import ranks_in_step
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
-from lit_rlhf.ops import importance_weights, off_policy_sequences
+from lit_rlhf.ops import high_entropy_mask, importance_weights, off_policy_sequences
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.rollout.sampler import Drawn
 from lit_rlhf.step.rollout import Rollout
@@ -37,6 +37,20 @@ def off_policy_mask(new_logprobs: torch.Tensor, rollout: Rollout, advantages: to
     keep = (~drop).unsqueeze(1).to(new_logprobs.dtype).expand_as(new_logprobs)  # M,R
     weights = keep if is_weights is None else is_weights * keep  # M,R
     return weights, {"rollout/off_policy_masked_frac": drop.float().mean()}
+
+
+def policy_loss_weights(new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout, advantages: torch.Tensor,
+                        idx: torch.Tensor, hp, pool) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    """The weights of the micro-batch's per-token policy loss (M,R; None: every token's 1): the rollout engine's
+    importance weights, times the off-policy sequence mask (algo.off_policy_mask_threshold), times the high-entropy
+    token mask (algo.top_entropy_quantile, its quantile over every rank's tokens of this micro-batch through pool).
+    Neither mask changes the loss's denominator or the KL term, as in TRL. -> weights, stats"""
+    is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
+    weights, stats = off_policy_mask(new_logprobs, rollout, advantages, idx, is_weights, hp.off_policy_mask_threshold)
+    if hp.top_entropy_quantile < 1:
+        keep = high_entropy_mask(entropy, rollout.loss_mask(idx), hp.top_entropy_quantile, pool)  # M,R
+        weights = keep.to(new_logprobs.dtype) if weights is None else weights * keep
+    return weights, stats
 
 
 def check_token_budget(budget: int | None, longest_prompt: int, trajectory_length: int) -> None:
@@ -181,6 +195,26 @@ class RolloutForwards:
     def gather_over_ranks(self, values: torch.Tensor) -> torch.Tensor:
         """Every rank's values (N each), flattened."""
         return self.all_gather(values).flatten() if self.trainer.world_size > 1 else values
+
+    def check_entropy_quantile_ranks(self) -> None:
+        """algo.top_entropy_quantile takes each micro-batch's quantile over every rank: the ranks must run the same
+        number of micro-batches, which token-count micro-batches do not promise."""
+        hp, ranks = self.hparams, self.trainer.world_size
+        if hp.top_entropy_quantile < 1 and hp.max_tokens_per_micro_batch is not None and ranks > 1:
+            raise ConfigError(f"algo.top_entropy_quantile={hp.top_entropy_quantile} takes each micro-batch's "
+                              f"quantile over all {ranks} ranks, and algo.max_tokens_per_micro_batch="
+                              f"{hp.max_tokens_per_micro_batch} gives ranks different numbers of micro-batches; use "
+                              f"algo.gradient_accumulation_steps instead (max_tokens_per_micro_batch=null).")
+
+    def micro_batch_values_over_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        """Every rank's values (M,R each, NaN where none), flattened: ranks whose micro-batches differ in shape pad
+        theirs with NaN (their sizes read once per micro-batch, with more than one rank only)."""
+        if self._trainer is None or self.trainer.world_size == 1:
+            return values.flatten()
+        rows, cols = self.all_gather(torch.tensor(values.shape, device=values.device)).amax(0).tolist()
+        padded = torch.nn.functional.pad(values, (0, cols - values.shape[1], 0, rows - values.shape[0]),
+                                         value=float("nan"))  # rows,cols
+        return self.all_gather(padded).flatten()
 
     def reference_logprobs(self, queries, query_mask, responses, response_mask) -> torch.Tensor:
         """No-grad logprobs of the responses under the reference. -> (N,R)"""

@@ -114,6 +114,10 @@ class RLHFConfig:
         None, "DeepSeek-V3.2's off-policy sequence masking, as TRL: in every micro-batch, sequences with a negative "
               "advantage whose mean log(pi_sampler / pi_theta) exceeds this leave the policy loss (pi_theta: the "
               "policy being updated; pi_sampler: the engine's logprobs, or pi_old with rollout=hf; null: off)")
+    top_entropy_quantile: float = setting(
+        1.0, "TRL's (Beyond the 80/20 Rule): only the tokens whose entropy is in the top this fraction of the "
+             "micro-batch's response tokens (over all ranks) are in the policy loss; the KL term and the loss's "
+             "denominator keep every token (1: every token; 0: the highest-entropy one; the paper uses 0.2)")
     reuse_rollout_forward: bool = setting(
         True, "with 1 epoch x 1 minibatch x 1 micro-batch and no dropout (a Dropout module, or train-mode forwards "
               "that differ), the update's forward runs in the rollout and replaces the old-logprob forward; false "
@@ -159,6 +163,7 @@ class RLHFConfig:
             raise ConfigError(f"algo.delta={self.delta} caps the unclipped ratio, and at or below 1 it takes the "
                               f"gradient of every token with a negative advantage; set it above 1 + cliprange_high "
                               f"(INTELLECT-2: 4) or null.")
+        check_setting_number("algo.top_entropy_quantile", self.top_entropy_quantile, minimum=0, maximum=1)
         check_number("cispo_cap", self.cispo_cap, minimum=0, strictly=True)
         check_number("sapo_temperature_pos", self.sapo_temperature_pos, minimum=0, strictly=True)
         check_number("sapo_temperature_neg", self.sapo_temperature_neg, minimum=0, strictly=True)

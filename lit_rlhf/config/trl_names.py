@@ -77,7 +77,6 @@ NOT_HERE = {
     **{name: "algo=ppo has algo.entropy_coef; the other algorithms add no entropy term" for name in (
         "entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
         "entropy_target")},
-    "top_entropy_quantile": "every response token is in the policy loss",
     "multi_objective_aggregation": "the rewards' weighted sum is normalized (TRL's sum_then_normalize); "
                                    "normalize_then_sum is not available",
     **{name: "VESPO is not one of algo.policy_loss's (clip, cispo, sapo)"

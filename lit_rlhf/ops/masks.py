@@ -5,6 +5,8 @@ Shapes: N sequences, R response length.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -73,3 +75,15 @@ def gather_tokens(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
 def scatter_tokens(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """The inverse of gather_tokens: values (N,R) back at their positions. -> (N,R)"""
     return torch.zeros_like(values).scatter(1, order, values)
+
+
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, keep: float,
+                      pool: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """TRL's top_entropy_quantile ("Beyond the 80/20 Rule", Wang et al. 2025): the tokens of mask (M,R) whose entropy
+    (M,R) is at or above the (1 - keep) quantile of the entropies of the tokens the quantile is taken over: mask's own,
+    or every rank's when pool gathers them (each rank's tensor, NaN outside its mask -> one flat tensor). keep = 1
+    keeps every token, 0 the highest-entropy one. No token in mask anywhere: none kept. -> (M,R) bool"""
+    values = entropy.detach().float().masked_fill(~mask, float("nan"))  # M,R
+    pooled = values.flatten() if pool is None else pool(values)
+    threshold = torch.nanquantile(pooled, 1.0 - keep)  # NaN when every value is: no token is kept
+    return (values >= threshold) & mask  # M,R

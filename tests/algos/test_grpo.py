@@ -116,3 +116,62 @@ def test_delta_bounds_the_second_epochs_update_and_a_delta_no_ratio_reaches_chan
     unbounded = one_step_delta("grpo", num_ppo_epochs=2, cliprange=10.0)
     assert differs(one_step_delta("grpo", num_ppo_epochs=2, cliprange=10.0, delta=1.01), unbounded)
     assert_same(one_step_delta("grpo", num_ppo_epochs=2, cliprange=10.0, delta=1e6), unbounded)
+
+
+def test_top_entropy_quantile_leaves_low_entropy_tokens_out_of_the_policy_term_as_trls_formula():
+    """TRL's GRPO loss with top_entropy_quantile: the per-token surrogate times the mask of tokens at or above the
+    (1 - rho) entropy quantile of the micro-batch's response tokens, plus beta x k3 on every token, each row's token
+    mean over all its response tokens; loss and gradient by hand."""
+    from lit_rlhf.ops import LossShare
+    from lit_rlhf.step.rollout import Rollout
+
+    gen = torch.Generator().manual_seed(0)
+    m, r, rho, beta = 4, 6, 0.25, 0.1
+    module = GRPOModule(model={"name_or_path": "m"}, reward=None, top_entropy_quantile=rho, kl_coef=beta,
+                        loss_type="grpo", use_bias_correction_kl=False)
+    module._ratios = []
+    mask = torch.arange(r) < torch.tensor([[6], [3], [5], [1]])  # M,R
+    old, ref = -torch.rand(m, r, generator=gen) * 3, -torch.rand(m, r, generator=gen) * 3
+    new = (old + 0.3 * torch.randn(m, r, generator=gen)).requires_grad_()
+    entropy = torch.rand(m, r, generator=gen) * 4
+    advantages = torch.randn(m, 1, generator=gen).expand(m, r)
+    zeros = torch.zeros(m)
+    rollout = Rollout(queries=torch.zeros(m, 2, dtype=torch.long), query_mask=torch.ones(m, 2, dtype=torch.long),
+                      responses=torch.zeros(m, r, dtype=torch.long), response_mask=mask, prompt_index=zeros.long(),
+                      logprobs=old, ref_logprobs=ref, scores=zeros, raw_scores=zeros, contains_stop=zeros.bool())
+    loss, _ = module.policy_loss(new, entropy, rollout, advantages, torch.arange(m),
+                                 LossShare(loss_type="grpo", step_sequences=m))
+    loss.backward()
+    ours = new.grad.clone()
+
+    new.grad = None
+    threshold = torch.quantile(entropy[mask], 1 - rho)
+    high = (entropy >= threshold) & mask
+    assert 0 < high.sum() < mask.sum()
+    ratio = torch.exp(new - old)
+    surrogate = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 0.8, 1.2)) * high
+    kl = torch.exp(ref - new) - (ref - new) - 1
+    per_token = (surrogate + beta * kl) * mask
+    expected = (per_token.sum(1) / mask.sum(1)).mean()
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(ours, new.grad)
+    low = mask & ~high  # only their KL's gradient is left
+    torch.testing.assert_close(ours[low], (beta * (1 - torch.exp(ref - new)) / mask.sum(1, keepdim=True))[low] / m)
+
+
+def test_top_entropy_quantile_with_token_count_micro_batches_is_refused_on_more_than_one_rank(monkeypatch):
+    """The quantile is taken over every rank's micro-batch at once: ranks must run as many micro-batches."""
+    from types import SimpleNamespace
+
+    from lit_rlhf.errors import ConfigError
+
+    module = GRPOModule(model={"name_or_path": "m"}, reward=None, top_entropy_quantile=0.2,
+                        max_tokens_per_micro_batch=256)
+    monkeypatch.setattr(GRPOModule, "trainer", property(lambda self: SimpleNamespace(world_size=self.ranks)))
+    module.ranks = 1
+    module.check_entropy_quantile_ranks()  # one rank: its own micro-batches
+    module.ranks = 2
+    with pytest.raises(ConfigError, match=r"^algo.top_entropy_quantile=0.2 takes each micro-batch's quantile over all "
+                                          r"2 ranks, and algo.max_tokens_per_micro_batch=256 gives ranks different"):
+        module.check_entropy_quantile_ranks()

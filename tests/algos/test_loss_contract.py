@@ -61,10 +61,10 @@ def test_the_bias_corrected_kl_changes_the_step():
                                                                                       use_bias_correction_kl=False))
 
 
-def run_worker(devices, algo, out, *loss_types):
-    """The worker script on DEVICES ranks, one update per loss type: rank zero in this process, Lightning's launcher
-    starts the others (once for all loss types)."""
-    result = run_app("tests/algos/loss_contract_worker.py", str(devices), algo, str(out), *loss_types, cwd=ROOT,
+def run_worker(devices, algo, out, *cases):
+    """The worker script on DEVICES ranks, one update per case (loss_contract_worker.py): rank zero in this process,
+    Lightning's launcher starts the others (once for all cases)."""
+    result = run_app("tests/algos/loss_contract_worker.py", str(devices), algo, str(out), *cases, cwd=ROOT,
                      env={"PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-4000:]
     return torch.load(out, weights_only=True)
@@ -73,10 +73,15 @@ def run_worker(devices, algo, out, *loss_types):
 @pytest.mark.multi_rank
 def test_the_global_token_mean_on_two_ddp_ranks_matches_one_process(tmp_path):
     """Ranks hold different numbers of tokens: dapo divides by the tokens of both, and DDP's average of the
-    ranks' gradients is accounted for, so 2 ranks (gloo) give the 1-process gradient; bnpo does not."""
-    two = run_worker(2, "grpo", tmp_path / "two.pt", "dapo", "bnpo")
+    ranks' gradients is accounted for, so 2 ranks (gloo) give the 1-process gradient; bnpo does not. The
+    top_entropy_quantile of a micro-batch is taken over both ranks' tokens, as one process takes it over its own."""
+    high_entropy = "dapo,top_entropy_quantile=0.3"
+    two = run_worker(2, "grpo", tmp_path / "two.pt", "dapo", "bnpo", high_entropy)
     assert_same(two["dapo"], one_step_delta("grpo", devices=1, loss_type="dapo"))
     assert differs(two["bnpo"], one_step_delta("grpo", loss_type="bnpo"))
+    one = one_step_delta("grpo", loss_type="dapo", top_entropy_quantile=0.3)
+    assert_same(two[high_entropy], one)
+    assert differs(one, two["dapo"])  # the mask left tokens out
 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])

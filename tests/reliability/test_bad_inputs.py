@@ -253,6 +253,8 @@ CASES = [
      "+: +algo.generation_kwargs.top_p=<value>)"),
     ("delta at or below 1", ["algo=grpo", "algo.delta=1"],
      "algo.delta=1.0 caps the unclipped ratio, and at or below 1 it takes the gradient"),
+    ("a top_entropy_quantile above 1", ["algo=grpo", "algo.top_entropy_quantile=1.5"],
+     "algo.top_entropy_quantile=1.5 must be a finite number >= 0 and <= 1."),
     ("cliprange_low above cliprange_high", ["algo=grpo", "algo.cliprange_low=0.3", "algo.cliprange_high=0.2"],
      "algo.cliprange_low=0.3 is above algo.cliprange_high=0.2"),
     ("unknown loss_type", ["algo=grpo", "algo.loss_type=dapoo"],
