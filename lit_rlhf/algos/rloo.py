@@ -31,6 +31,19 @@ class RLOOModule(RLHFModule):
     def samples_per_prompt(self) -> int:
         return self.hparams.rloo_k
 
+    @property
+    def masks_truncated_completions(self) -> bool:
+        return self.hparams.mask_truncated_completions
+
+    def kl_penalty(self, rollout: Rollout) -> KLPenalty:
+        """The controller's penalty; with mask_truncated_completions, none on the truncated responses, whose KL TRL's
+        RLOO sums over a mask it zeroed (objective/kl and the adaptive controller count them at 0)."""
+        penalty = super().kl_penalty(rollout)
+        if rollout.loss_masked is None or penalty.kl is None:
+            return penalty
+        kept = (~rollout.loss_masked).unsqueeze(1)  # N,1
+        return KLPenalty(penalty.kl * kept, penalty.non_score_reward * kept)
+
     def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         estimate = self.estimate(rollout, penalty.non_score_reward)
         return estimate.advantages, objective_stats(rollout, penalty.kl, penalty.non_score_reward, estimate.rlhf_reward)

@@ -197,6 +197,9 @@ class RLOOConfig(RLHFConfig):
         "sequence", "`sequence`: one advantage per response. `token`: per-token rewards -beta * KL_t plus the score "
                     "on the last token; token t's advantage is its reward-to-go minus the siblings' mean return")
     normalize_advantage: bool = setting(False, "whiten advantages over the batch")
+    mask_truncated_completions: bool = setting(False, "TRL's: completions cut at response_length without the stop "
+                                                      "token leave the loss and their KL leaves their reward; their "
+                                                      "scores still count in their siblings' baselines")
 
     def __post_init__(self):
         super().__post_init__()

@@ -92,7 +92,8 @@ NOT_HERE = {
     "log_multimodal": "text models only",
     "reward_clip_range": "scores are not clipped as they are (score_transforms=reward_normalizer's "
                          "reward_clip_range=c clips the normalized scores to [-c, c])",
-    "mask_truncated_completions": "algo=grpo has it; the other algorithms train on every response's tokens",
+    "mask_truncated_completions": "algo=grpo and algo=rloo have it; the other algorithms train on every "
+                                  "response's tokens",
     "lmbda": "algo=distill samples every sequence from the student (GKD's lmbda = 1)",
     "seq_kd": "algo=distill never trains on the teacher's own samples",
     "teacher_model_name_or_path": "in this run: a teacher is algo=distill's (algo=distill teacher.name_or_path=...)",

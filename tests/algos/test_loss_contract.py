@@ -56,6 +56,17 @@ def test_masked_truncated_completions_leave_the_tokens_of_the_loss_but_not_its_s
     assert differs(one_step_delta("grpo", loss_type=loss_type), without_tokens)
 
 
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo"])
+def test_rloo_s_masked_truncated_completions_leave_the_loss_and_their_kl_leaves_their_reward(loss_type):
+    """TRL's RLOO zeroes a truncated response's completion mask: its tokens leave the loss and its summed KL is 0,
+    its score still in its siblings' leave-one-out baselines. The step is the one of a rollout whose truncated
+    responses hold no token (whose KL is 0 for want of tokens)."""
+    settings = {"loss_type": loss_type, "kl_coef": 0.5}
+    without_tokens = one_step_delta("rloo", **settings, rollout_options={"empty_truncated": True})
+    assert_same(one_step_delta("rloo", **settings, mask_truncated_completions=True), without_tokens)
+    assert differs(one_step_delta("rloo", **settings), without_tokens)
+
+
 def test_the_bias_corrected_kl_changes_the_step():
     assert differs(one_step_delta("grpo", use_bias_correction_kl=True), one_step_delta("grpo",
                                                                                       use_bias_correction_kl=False))

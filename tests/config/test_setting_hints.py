@@ -174,8 +174,8 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
     (["algo=grpo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=ppo has "
                                               "algo.entropy_coef; the other algorithms add no entropy term)"),
     # RLOOConfig's and the distillation trainers'
-    (["algo=rloo", "algo.mask_truncated_completions=true"],
-     "(TRL's mask_truncated_completions has no equivalent here: algo=grpo has it;"),
+    (["algo=ppo", "algo.mask_truncated_completions=true"],
+     "(TRL's mask_truncated_completions has no equivalent here: algo=grpo and algo=rloo have it;"),
     (["algo=rloo", "algo.reward_clip_range=[-5,5]"], "(TRL's reward_clip_range has no equivalent here: scores are "
                                                      "not clipped as they are"),  # not 'did you mean cliprange'
     (["algo=distill", "algo.teacher_model_name_or_path=/t"],
