@@ -69,6 +69,8 @@ ON_THE_COMMAND_LINE = {
     # RLOOConfig's and GKD's / DistillationConfig's
     "normalize_advantages": ("algo.normalize_advantage",),
     "teacher_model_name_or_path": ("teacher.name_or_path",), "max_new_tokens": ("algo.response_length",),
+    "teacher_model_init_kwargs": "teacher.dtype, teacher.trust_remote_code and teacher.adapter_path",
+    "log_completions_steps": "callbacks.generation_samples.every_n_steps=<steps>",
 }
 # TRL settings with no equivalent here, and why (said where a key above would be).
 NOT_HERE = {
@@ -95,6 +97,10 @@ NOT_HERE = {
     "mask_truncated_completions": "algo=grpo and algo=rloo have it; the other algorithms train on every "
                                   "response's tokens",
     "lmbda": "algo=distill samples every sequence from the student (GKD's lmbda = 1)",
+    "teacher_model_revision": "a Hub name is read at the revision the local cache holds (download the revision "
+                              "you want, or give teacher.name_or_path a local folder)",
+    "vllm_sync_frequency": "the trained weights reach the rollout engine after every RL step (algo.max_staleness "
+                           "bounds how old the weights a rollout samples with may be)",
     "seq_kd": "algo=distill never trains on the teacher's own samples",
     "teacher_model_name_or_path": "in this run: a teacher is algo=distill's (algo=distill teacher.name_or_path=...)",
 }

@@ -178,6 +178,10 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
      "(TRL's mask_truncated_completions has no equivalent here: algo=grpo and algo=rloo have it;"),
     (["algo=rloo", "algo.reward_clip_range=[-5,5]"], "(TRL's reward_clip_range has no equivalent here: scores are "
                                                      "not clipped as they are"),  # not 'did you mean cliprange'
+    (["algo=distill", "algo.log_completions_steps=10"],
+     "(TRL's log_completions_steps is callbacks.generation_samples.every_n_steps=<steps> here)"),
+    (["algo=distill", "algo.teacher_model_revision=main"], "(TRL's teacher_model_revision has no equivalent here: a "
+                                                           "Hub name is read at the revision the local cache holds"),
     (["algo=distill", "algo.teacher_model_name_or_path=/t"],
      "(TRL's teacher_model_name_or_path is teacher.name_or_path here)"),  # a required (???) key is found
     (["algo.teacher_model_name_or_path=/t"], "(TRL's teacher_model_name_or_path has no equivalent here: in this run: "
