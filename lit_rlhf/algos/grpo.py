@@ -7,6 +7,8 @@ Shapes: B prompts per rank, K = num_generations, N = B*K sequences, R response l
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -15,7 +17,18 @@ from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import GRPOConfig
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.distributed.ranks import sum_over_ranks
-from lit_rlhf.ops import LossShare, aggregate_loss, bias_corrected_kl, kl_per_token, masked_mean, overlong_penalty
+from lit_rlhf.models.forwards import response_logits
+from lit_rlhf.ops import (
+    LossShare,
+    aggregate_loss,
+    bias_corrected_kl,
+    entropy_from_logits,
+    high_entropy_mask,
+    kl_per_token,
+    logprobs_from_logits,
+    masked_mean,
+    overlong_penalty,
+)
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.statistics.rollout import zero_std_groups
 from lit_rlhf.step.kl_controller import KLPenalty
@@ -116,6 +129,29 @@ class GRPOModule(RLHFModule):
         estimate = self.estimate(rollout, non_score_reward)
         stats.update(objective_stats(rollout, kl, non_score_reward, estimate.rlhf_reward))
         return estimate.advantages, stats
+
+    @property
+    def supports_single_update(self) -> bool:  # the entropy bonus runs its own forward in the update
+        return not self.hparams.entropy_coef
+
+    def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
+        """With entropy_coef, TRL's entropy bonus: the policy loss minus entropy_coef x the mean entropy (with its
+        gradient) of the response tokens the policy loss trains (those of top_entropy_quantile's mask, if set), as TRL
+        normalizes it: each micro-batch's token mean over the step's micro-batches, or with loss_type=dapo the token
+        sum over the step's tokens. Its gradient needs the full (M,R,V) logits, computed here instead of in chunks."""
+        hp = self.hparams
+        if not hp.entropy_coef:
+            return super().minibatch_loss(rollout, advantages, idx, share)
+        mask = rollout.loss_mask(idx)  # M,R
+        logits = response_logits(self.policy, *rollout.sequences(idx))  # M,R,V
+        responses = rollout.responses[idx]  # M,R
+        new_logprobs = rollout.on_model_tokens(logprobs_from_logits(logits, responses, hp.temperature), idx)  # M,R
+        entropy = rollout.on_model_tokens(entropy_from_logits(logits, hp.temperature), idx)  # M,R, with its gradient
+        loss, stats = self.policy_loss(new_logprobs, entropy.detach(), rollout, advantages, idx, share)
+        if hp.top_entropy_quantile < 1:
+            mask = high_entropy_mask(entropy, mask, hp.top_entropy_quantile, self.micro_batch_values_over_ranks)
+        bonus_share = share if share.loss_type == "dapo" else replace(share, loss_type="bnpo")
+        return loss - hp.entropy_coef * aggregate_loss(entropy, mask, bonus_share), stats
 
     def policy_loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout,
                     advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):

@@ -197,9 +197,8 @@ class RLOOConfig(RLHFConfig):
         "sequence", "`sequence`: one advantage per response. `token`: per-token rewards -beta * KL_t plus the score "
                     "on the last token; token t's advantage is its reward-to-go minus the siblings' mean return")
     normalize_advantage: bool = setting(False, "whiten advantages over the batch")
-    mask_truncated_completions: bool = setting(False, "TRL's: completions cut at response_length without the stop "
-                                                      "token leave the loss and their KL leaves their reward; their "
-                                                      "scores still count in their siblings' baselines")
+    mask_truncated_completions: bool = setting(False, "TRL's: responses cut at response_length without the stop token "
+                                                      "leave the loss, their KL their reward; their scores stay")
 
     def __post_init__(self):
         super().__post_init__()
@@ -258,6 +257,8 @@ class GRPOConfig(RLHFConfig):
     kl_estimator: str = setting("k3", "k3 in the loss (GRPO's); use k1 with kl_in=reward")
     kl_coef: float = setting(0.2, "the KL coefficient (GRPO's beta); 0 skips the reference forward")
     beta: Optional[float] = setting(None, "TRL's name for kl_coef: set, it replaces it")
+    entropy_coef: float = setting(0.0, "TRL's entropy bonus: loss - entropy_coef x the mean entropy of the response "
+                                       "tokens (their full logits are then computed in the update; 0: off)")
     use_bias_correction_kl: bool = setting(
         True, "with kl_in=loss, weight each token's KL term by the ratio pi / pi_old (with its gradient), as TRL: "
               "the unbiased gradient of the reverse KL for responses sampled from pi_old (false: plain k3, whose "
@@ -282,6 +283,7 @@ class GRPOConfig(RLHFConfig):
         warn_about_alias("kl_coef", self.kl_coef, "beta", self.beta, default_of(GRPOConfig, "kl_coef"))
         warn_about_alias("num_ppo_epochs", self.num_ppo_epochs, "num_iterations", self.num_iterations,
                          default_of(GRPOConfig, "num_ppo_epochs"))
+        check_number("entropy_coef", self.entropy_coef)
         if self.beta is not None:
             check_number("beta", self.beta, minimum=0)
             self.kl_coef = self.beta

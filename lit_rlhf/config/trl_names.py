@@ -76,9 +76,10 @@ ON_THE_COMMAND_LINE = {
 NOT_HERE = {
     **{name: "the reference is the policy with its LoRA adapters off (or a frozen copy of it), fixed for the run"
        for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
-    **{name: "algo=ppo has algo.entropy_coef; the other algorithms add no entropy term" for name in (
-        "entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
-        "entropy_target")},
+    "entropy_coef": "algo=grpo and algo=ppo have algo.entropy_coef; the other algorithms add no entropy term",
+    **{name: "algo.entropy_coef (algo=grpo) stays as set for the whole run: there is no adaptive entropy controller"
+       for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
+                    "entropy_target")},
     "multi_objective_aggregation": "the rewards' weighted sum is normalized (TRL's sum_then_normalize); "
                                    "normalize_then_sum is not available",
     **{name: "VESPO is not one of algo.policy_loss's (clip, cispo, sapo)"

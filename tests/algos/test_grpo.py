@@ -175,3 +175,63 @@ def test_top_entropy_quantile_with_token_count_micro_batches_is_refused_on_more_
     with pytest.raises(ConfigError, match=r"^algo.top_entropy_quantile=0.2 takes each micro-batch's quantile over all "
                                           r"2 ranks, and algo.max_tokens_per_micro_batch=256 gives ranks different"):
         module.check_entropy_quantile_ranks()
+
+
+@pytest.mark.parametrize("loss_type, rho", [("dapo", 1.0), ("grpo", 1.0), ("dapo", 0.5)])
+def test_the_entropy_bonus_is_trls_mean_entropy_with_its_gradient(loss_type, rho):
+    """entropy_coef = c subtracts c x TRL's bonus from the loss: the entropy of softmax(logits / T) at each response
+    token (a slow per-token loop here, from the model's own forward), summed over the tokens the loss trains (those
+    of the top_entropy_quantile mask when set) and divided by the step's tokens (dapo) or averaged per micro-batch
+    (the other loss types). Loss and gradient against the same micro-batch without the bonus."""
+    from lit_rlhf.ops import LossShare
+    from lit_rlhf.step.rollout import Rollout
+
+    gen = torch.Generator().manual_seed(0)
+    module = GRPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(),
+                        loss_type=loss_type, top_entropy_quantile=rho, kl_coef=0.0, temperature=0.7)
+    module.configure_model()
+    module._ratios = []
+    m, p, r, vocab = 4, 3, 5, module.policy.config.vocab_size
+    queries, responses = torch.randint(3, vocab, (m, p), generator=gen), torch.randint(3, vocab, (m, r), generator=gen)
+    mask = torch.arange(r) < torch.tensor([[5], [2], [4], [1]])  # M,R
+    with torch.no_grad():
+        from lit_rlhf.models.forwards import response_logits
+
+        old = torch.log_softmax(response_logits(module.policy, queries, torch.ones_like(queries), responses, mask)
+                                / 0.7, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    zeros = torch.zeros(m)
+    rollout = Rollout(queries=queries, query_mask=torch.ones_like(queries), responses=responses, response_mask=mask,
+                      prompt_index=torch.arange(m) // 2, logprobs=old, ref_logprobs=old, scores=zeros,
+                      raw_scores=zeros, contains_stop=zeros.bool())
+    advantages = torch.randn(m, 1, generator=gen).expand(m, r)
+    share = LossShare(loss_type=loss_type, micro_batches=2, step_tokens=13.0, step_sequences=m)
+    trained = [p for p in module.policy.parameters() if p.requires_grad]
+
+    def loss_and_grads(coef):
+        module.hparams.entropy_coef = coef
+        loss = module.minibatch_loss(rollout, advantages, torch.arange(m), share)[0]
+        return loss.detach(), torch.autograd.grad(loss, trained)
+
+    without, without_grads = loss_and_grads(0.0)
+    coef = 0.3
+    with_bonus, with_grads = loss_and_grads(coef)
+
+    inputs = torch.cat([queries, responses], 1)
+    logits = module.policy(input_ids=inputs, attention_mask=torch.cat([torch.ones_like(queries), mask.long()], 1)
+                           ).logits  # M,P+R,V
+    entropy = torch.zeros(m, r)
+    for i in range(m):
+        for t in range(r):
+            probs = torch.softmax(logits[i, p - 1 + t] / 0.7, -1)
+            entropy[i, t] = -(probs * torch.log(probs)).sum()
+    kept = mask
+    if rho < 1:
+        threshold = torch.quantile(entropy.detach()[mask], 1 - rho)
+        kept = mask & (entropy.detach() >= threshold)
+        assert 0 < kept.sum() < mask.sum()
+    total = (entropy * kept).sum()
+    bonus = total / 13.0 if loss_type == "dapo" else total / kept.sum() / 2
+    bonus_grads = torch.autograd.grad(bonus, trained)
+    torch.testing.assert_close(with_bonus - without, -coef * bonus.detach(), atol=1e-5, rtol=1e-4)
+    for got, base, expected in zip(with_grads, without_grads, bonus_grads, strict=True):
+        torch.testing.assert_close(got - base, -coef * expected, atol=1e-5, rtol=1e-3)

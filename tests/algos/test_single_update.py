@@ -52,6 +52,14 @@ def test_single_update_trains_the_same_weights_as_the_full_path_with_one_forward
     assert fast.last_stats["val/ratio"] == 1.0 and fast.last_stats["policy/clipfrac_avg"] == 0.0
 
 
+def make_grpo(**settings):
+    from lit_rlhf import GRPOModule
+    from lit_rlhf.assets import TINY_PYTHIA
+    from lit_rlhf.rewards import VaderSentiment
+
+    return GRPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, reward=VaderSentiment(), **settings)
+
+
 @pytest.mark.parametrize("make, overrides", [
     (make_rloo, {"reuse_rollout_forward": False}),
     (make_rloo, {"num_ppo_epochs": 2}),
@@ -59,6 +67,7 @@ def test_single_update_trains_the_same_weights_as_the_full_path_with_one_forward
     (make_rloo, {"gradient_accumulation_steps": 2}),
     (make_rloo, {"model": {"name_or_path": None, "lora": {**LORA, "lora_dropout": 0.1}}}),
     (make_ppo, {"num_ppo_epochs": 1}),
+    (make_grpo, {"entropy_coef": 0.01}),  # the bonus runs its own forward
 ])
 def test_settings_that_need_the_old_logprob_forward_keep_it(make, overrides, tiny_path):
     if "model" in overrides:

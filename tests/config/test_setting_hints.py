@@ -170,9 +170,11 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
      "(TRL's vllm_gpu_memory_utilization is rollout=vllm rollout.gpu_memory_utilization=<fraction> here)"),
     (["algo=grpo", "algo.sync_ref_model=true"], "(TRL's sync_ref_model has no equivalent here: the reference is the "
                                                 "policy with its LoRA adapters off (or a frozen copy of it)"),
-    # algo=ppo has the key; under GRPO the line says so rather than "no setting of that name"
-    (["algo=grpo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=ppo has "
-                                              "algo.entropy_coef; the other algorithms add no entropy term)"),
+    # algo=grpo and algo=ppo have the key; under RLOO the line says so rather than "no setting of that name"
+    (["algo=rloo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=grpo and algo=ppo "
+                                              "have algo.entropy_coef; the other algorithms add no entropy term)"),
+    (["algo=grpo", "algo.use_adaptive_entropy=true"], "(TRL's use_adaptive_entropy has no equivalent here: "
+                                                      "algo.entropy_coef (algo=grpo) stays as set for the whole run"),
     # RLOOConfig's and the distillation trainers'
     (["algo=ppo", "algo.mask_truncated_completions=true"],
      "(TRL's mask_truncated_completions has no equivalent here: algo=grpo and algo=rloo have it;"),
