@@ -1,11 +1,11 @@
 """Advantage estimators: the seam between a scored rollout and the loss.
 
 An estimator is a function (EstimatorInputs, settings) -> Estimate, registered by name in ESTIMATORS;
-a module picks one by name (RLOOModule: `loo`, PPOModule: `gae`, GRPOModule: `group`, ReinforcePPModule:
-`reinforce_pp`), so a new estimator is one function
+a module picks one by name (RLOOModule: `loo`, PPOModule: `gae`, GRPOModule: `group`, or `group_decoupled` with
+multi_objective_aggregation=normalize_then_sum, ReinforcePPModule: `reinforce_pp`), so a new estimator is one function
 plus the setting that names it. Pure tensor maths on top of lit_rlhf.ops: no Lightning, no models.
 
-Shapes: N sequences, R response length.
+Shapes: N sequences, R response length, C rewards.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from lit_rlhf.ops import (
     global_masked_whiten,
     group_all_equal,
     group_mean,
+    group_normalized_sum,
     group_std,
     identity_sum,
     leave_one_out_baseline,
@@ -38,6 +39,9 @@ class EstimatorInputs:
     values: torch.Tensor | None = None  # N,R  the critic's values at rollout time
     # sums a tensor over every rank (the strategy's all-reduce): statistics "over the batch" are global
     all_reduce_sum: Callable[[torch.Tensor], torch.Tensor] = identity_sum
+    # N,C  each reward's scores (NaN: it did not apply) and C their weights, for an estimator that normalizes each
+    reward_scores: torch.Tensor | None = None
+    reward_weights: torch.Tensor | None = None
 
 
 def global_mean_std(values: torch.Tensor, all_reduce_sum) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,6 +51,16 @@ def global_mean_std(values: torch.Tensor, all_reduce_sum) -> tuple[torch.Tensor,
     mean = sums[0] / sums[1]
     var = all_reduce_sum(((values - mean) ** 2).sum()) / (sums[1] - 1).clamp(min=1)
     return mean, var.sqrt()
+
+
+def global_nan_mean_std(values: torch.Tensor, all_reduce_sum) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and unbiased standard deviation of the values (N) that are not NaN, over every rank (TRL's nanmean and
+    nanstd of the gathered batch; a std of 0 when one value or none)."""
+    present = ~values.isnan()  # N
+    sums = all_reduce_sum(torch.stack([values.nan_to_num(0.0).sum(), present.sum().to(values.dtype)]))
+    mean = sums[0] / sums[1].clamp(min=1)
+    squares = all_reduce_sum(((values - mean) ** 2).nan_to_num(0.0).sum())
+    return mean, (squares / (sums[1] - 1).clamp(min=1)).sqrt()
 
 
 @dataclass
@@ -107,6 +121,16 @@ def group_relative(inputs: EstimatorInputs, settings: Any) -> Estimate:
     return Estimate(advantages.unsqueeze(1) * mask, rewards)
 
 
+def decoupled_group_relative(inputs: EstimatorInputs, settings: Any) -> Estimate:
+    """GDPO (Liu et al. 2026; TRL's multi_objective_aggregation=normalize_then_sum): each reward normalized in its
+    group, their weighted sum (ops.group_normalized_sum) s, then advantage = (s - mean) / (std + 1e-4) over the batch
+    of every rank, on every token; 0 for a sequence no reward scored (left out of the batch's mean and std)."""
+    summed = group_normalized_sum(inputs.reward_scores, inputs.reward_weights, inputs.prompt_index)  # N
+    mean, std = global_nan_mean_std(summed, inputs.all_reduce_sum)
+    advantages = ((summed - mean) / (std + 1e-4)).nan_to_num(0.0)  # N
+    return Estimate(advantages.unsqueeze(1) * inputs.response_mask, inputs.scores + inputs.non_score_reward.sum(1))
+
+
 def reinforce_plus_plus(inputs: EstimatorInputs, settings: Any) -> Estimate:
     """REINFORCE++ (Hu et al. 2025): per-token rewards (-kl_coef * KL_t, plus the score on the last token), their
     reward-to-go, whitened over the whole batch of every rank. settings.baseline=`group` (REINFORCE++-baseline)
@@ -126,5 +150,6 @@ ESTIMATORS: dict[str, Callable[[EstimatorInputs, Any], Estimate]] = {
     "loo": leave_one_out,
     "gae": generalized_advantage,
     "group": group_relative,
+    "group_decoupled": decoupled_group_relative,
     "reinforce_pp": reinforce_plus_plus,
 }

@@ -17,6 +17,7 @@ from lit_rlhf.algos.step_stats import objective_stats
 from lit_rlhf.config import GRPOConfig
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.distributed.ranks import sum_over_ranks
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import response_logits
 from lit_rlhf.ops import (
     LossShare,
@@ -31,6 +32,7 @@ from lit_rlhf.ops import (
 )
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.statistics.rollout import zero_std_groups
+from lit_rlhf.step.episodes import estimate_advantages
 from lit_rlhf.step.kl_controller import KLPenalty
 from lit_rlhf.step.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
 from lit_rlhf.step.rollout import Rollout
@@ -117,6 +119,36 @@ class GRPOModule(RLHFModule):
         idx = refill_prompt_indices(len(rows), count, datamodule.hparams.seed, self.rl_step, round_,
                                     self.global_rank)
         return batch_to(datamodule._collate()([rows[i] for i in idx]), self.device)
+
+    def on_fit_start(self) -> None:
+        if self.score_transforms and self.hparams.multi_objective_aggregation == "normalize_then_sum":
+            names = ", ".join(type(transform).__name__ for transform in self.score_transforms)
+            raise ConfigError(f"score transforms ({names}) change the rewards' weighted sum, which algo."
+                              f"multi_objective_aggregation=normalize_then_sum does not train on (it normalizes each "
+                              f"reward's own scores); drop them (score_transforms=none) or set "
+                              f"multi_objective_aggregation=sum_then_normalize.")
+        super().on_fit_start()
+
+    def estimate(self, rollout: Rollout, non_score_reward: torch.Tensor):
+        """multi_objective_aggregation=normalize_then_sum: GDPO's estimator (`group_decoupled`) on each reward."""
+        if self.hparams.multi_objective_aggregation == "sum_then_normalize":
+            return super().estimate(rollout, non_score_reward)
+        return estimate_advantages(rollout, non_score_reward, "group_decoupled", self.hparams,
+                                   sum_over_ranks(self._trainer), self.reward_scores(rollout))
+
+    def reward_scores(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each named reward's scores (N,C; NaN where it returned None) and weight (C: a WeightedSum's, else 1), with
+        the score terms the settings add, missing_eos_penalty and the overlong penalty, as rewards of weight 1 (TRL's
+        overlong penalty is a reward function)."""
+        hp, weights = self.hparams, getattr(self.reward, "weights", {})
+        scores = dict(rollout.reward_components)  # {name: N}
+        if hp.missing_eos_penalty is not None:
+            scores["missing_eos_penalty"] = -hp.missing_eos_penalty * (~rollout.contains_stop).float()  # N
+        if hp.overlong_buffer is not None:
+            scores["overlong_penalty"] = self.overlong_penalty(rollout.response_mask)  # N
+        weight = [float(weights.get(name, 1.0)) for name in scores]
+        return (torch.stack(list(scores.values()), 1).float(),
+                torch.tensor(weight, device=rollout.scores.device))
 
     def compute_advantages(self, rollout: Rollout, penalty: KLPenalty) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp = self.hparams

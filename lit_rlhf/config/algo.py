@@ -1,5 +1,5 @@
-"""The algorithms' settings: RLHFConfig (every algorithm), RLOOConfig, PPOConfig, GRPOConfig, ReinforcePPConfig,
-DistillationConfig.
+"""The algorithms' settings: RLHFConfig (every algorithm), RLOOConfig, PPOConfig, GRPOConfig, ReinforcePPConfig
+(DistillationConfig is config/distillation.py's).
 Names follow TRL's configs where TRL has one; defaults are ours, the same for Python and the CLI."""
 
 from dataclasses import dataclass, fields
@@ -11,6 +11,7 @@ from lit_rlhf.config.sampling_checks import check_unbiased
 from lit_rlhf.config.settings import setting
 from lit_rlhf.config.validation import (
     check_choice,
+    check_decoupled_normalization,
     check_number,
     check_setting_number,
     check_shared_settings,
@@ -28,6 +29,7 @@ def default_of(cls: type, name: str) -> Any:
 
 CRITIC_KINDS = ("shared", "adapter", "reward_model")
 SCALE_REWARDS = ("group", "batch", "none")
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # of several rewards, TRL's multi_objective_aggregation
 KL_PLACES = ("loss", "reward")
 BASELINES = ("group", "none")
 ASYNC_CORRECTIONS = ("decoupled", "behaviour")
@@ -250,6 +252,11 @@ class GRPOConfig(RLHFConfig):
     num_generations: int = setting(4, "samples per prompt, the group (K >= 2)")
     scale_rewards: str = setting("group", "advantage = (r - group mean) / scale: `group` (the group's std), `batch` "
                                           "(the batch's std), `none` (Dr. GRPO)")
+    multi_objective_aggregation: str = setting(
+        "sum_then_normalize", "TRL's, for several rewards: `sum_then_normalize`, the advantage of their weighted sum; "
+                              "`normalize_then_sum` (GDPO), each reward's scores (and missing_eos_penalty's, the "
+                              "overlong penalty's) normalized in its group ((r - mean) / (std + 1e-4)), their "
+                              "weighted sum then over the batch of every rank")
     loss_type: str = setting("dapo", "as for every algorithm; `dapo` (TRL's default) is the token mean over the "
                                      "whole step, however it is split")
     kl_in: str = setting("loss", "`loss`: + kl_coef x KL_t in the loss (GRPO's); `reward`: - kl_coef x sum_t KL_t "
@@ -293,6 +300,9 @@ class GRPOConfig(RLHFConfig):
         check_choice("kl_in", self.kl_in, KL_PLACES)
         super().__post_init__()
         check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        check_choice("multi_objective_aggregation", self.multi_objective_aggregation, AGGREGATIONS)
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            check_decoupled_normalization(self.scale_rewards, self.kl_in_reward and self.kl_coef > 0)
         check_number("num_generations", self.num_generations, integer=True)
         if self.num_generations < 2:
             raise ConfigError(f"algo.num_generations={self.num_generations}: a group-relative advantage needs at "
@@ -342,59 +352,3 @@ class ReinforcePPConfig(RLHFConfig):
             raise ConfigError(f"algo.samples_per_prompt={self.samples_per_prompt} with algo.baseline=group: a group "
                               f"baseline needs at least 2 samples per prompt; set samples_per_prompt >= 2 or "
                               f"baseline=none.")
-
-
-MAX_TASK_REWARD_COEF = 1000.0
-
-
-DIVERGENCES = ("sampled_token", "generalized_jsd")
-
-
-@algorithm("distill", target="lit_rlhf.algos.DistillationModule", arguments=("teacher",))
-@dataclass
-class DistillationConfig(RLHFConfig):
-    samples_per_prompt: int = setting(4, "sequences the student samples per prompt (task_reward_coef > 0: >= 2, the "
-                                         "group of the task reward's advantage)")
-    task_reward_coef: float = setting(
-        0.0, "the task reward's group-relative advantage ((r - group mean) / (group std + 1e-4), GRPO's) times this, "
-             "added to every token's distillation advantage; 0: distillation alone (the reward is still logged)")
-    kl_coef: float = setting(0.0, "a per-token KL penalty to the reference (the starting policy) in the advantage; "
-                                  "0 (the default): none and no reference forward, the teacher is the anchor")
-    loss_type: str = setting("dapo", "as for every algorithm; `dapo`, the token mean over the whole step however it "
-                                     "is split, is what TRL's distillation trainers compute")
-    divergence: str = setting(
-        "sampled_token", "`sampled_token`: each sampled token's advantage log p_teacher - log p_student through the "
-                         "policy loss (Thinking Machines' on-policy distillation); `generalized_jsd`: TRL GKDTrainer's "
-                         "generalized_jsd_loss over the whole vocabulary at every sampled position, with algo.beta "
-                         "(a loaded teacher)")
-    iw_opd_gamma: float = setting(
-        0.0, "divergence=sampled_token: TRL IW-OPD's position weights, each token's advantage times 1 + gamma (1 - "
-             "the share of its sequence's total |advantage| before it); 0: unweighted (TRL IW-OPD at gamma 0)")
-    beta: float = setting(0.5, "divergence=generalized_jsd: TRL GKDConfig's beta; 0 forward KL(teacher || student), "
-                               "1 reverse KL(student || teacher), between: the generalized JSD")
-    exopd_lambda: float = setting(
-        1.0, "divergence=sampled_token: G-OPD's reward scale (Yang et al. 2026, arXiv 2602.12125), each token's "
-             "advantage lambda (log p_teacher - log p_ref) - (log p_student - log p_ref) with the student's starting "
-             "policy as reference (a reference forward per step); 1: standard on-policy distillation; > 1: ExOPD's "
-             "reward extrapolation, which can carry a student past a teacher RL-trained from it")
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
-        check_number("task_reward_coef", self.task_reward_coef, minimum=0)
-        check_choice("divergence", self.divergence, DIVERGENCES)
-        check_setting_number("algo.beta", self.beta, minimum=0, maximum=1)
-        check_number("iw_opd_gamma", self.iw_opd_gamma, minimum=0)
-        check_number("exopd_lambda", self.exopd_lambda, minimum=0)
-        if self.exopd_lambda != 1.0 and self.divergence != "sampled_token":
-            raise ConfigError(f"algo.exopd_lambda={self.exopd_lambda:g} scales the sampled-token advantage; with "
-                              f"algo.divergence={self.divergence} set exopd_lambda=1 or divergence=sampled_token.")
-        if self.task_reward_coef > MAX_TASK_REWARD_COEF:
-            raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef:g} must be <= {MAX_TASK_REWARD_COEF:g}: "
-                              f"the task reward's advantage is unit-scale and the teacher's 0.01-1 nats per token, so "
-                              f"past that the teacher's signal vanishes (and the loss overflows); for the task reward "
-                              f"alone train with algo=grpo.")
-        if self.task_reward_coef > 0 and self.samples_per_prompt < 2:
-            raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef} with algo.samples_per_prompt="
-                              f"{self.samples_per_prompt}: the task reward's advantage is relative to the prompt's "
-                              f"group; set samples_per_prompt >= 2 or task_reward_coef=0.")

@@ -128,3 +128,17 @@ def warn_about_reward_kl(kl_estimator: str, kl_in_reward: bool = True) -> None:
         from lightning.pytorch.utilities import rank_zero_warn
 
         rank_zero_warn(REWARD_KL_WARNING.format(kl_estimator))
+
+
+def check_decoupled_normalization(scale_rewards: str, kl_in_reward: bool) -> None:
+    """GRPO's multi_objective_aggregation=normalize_then_sum normalizes each reward itself, as TRL's: a scale_rewards
+    other than `group` would be ignored, and a KL charged in the reward would be left out."""
+    if scale_rewards != "group":
+        raise ConfigError(f"algo.scale_rewards={scale_rewards} has no effect with algo.multi_objective_aggregation="
+                          f"normalize_then_sum, which divides each reward by its group's std and their weighted sum "
+                          f"by the batch's (TRL's); drop scale_rewards or set multi_objective_aggregation="
+                          f"sum_then_normalize.")
+    if kl_in_reward:
+        raise ConfigError("algo.kl_in=reward charges the KL in the reward, which algo.multi_objective_aggregation="
+                          "normalize_then_sum leaves out (it normalizes each reward's own scores); set algo.kl_in=loss "
+                          "(GRPO's) or multi_objective_aggregation=sum_then_normalize.")

@@ -52,6 +52,29 @@ def group_std(values: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
     return (group_ss / (group_size - 1).clamp(min=1)).sqrt()[prompt_index]  # N
 
 
+def group_normalized_sum(scores: torch.Tensor, weights: torch.Tensor, prompt_index: torch.Tensor,
+                         rtol: float = 1e-6) -> torch.Tensor:
+    """GDPO's reward (TRL's normalize_then_sum): each column of scores (one reward's, NaN where it did not apply)
+    normalized in each sequence's group over the scores it gave there, (r - mean) / (unbiased std + 1e-4), then the
+    weighted sum of the columns, NaN ones left out (TRL's nansum). A column whose group's scores are all equal adds
+    exactly 0 there, not its rounding error over a ~1e-8 std (as group_all_equal), nor does one with a single score
+    in the group (TRL's nanstd is NaN). NaN for a sequence no column scored. (N,C), (C,), (N,) -> (N,)"""
+    num_prompts = int(prompt_index.max()) + 1
+    scored = ~scores.isnan()  # N,C
+    zeros = torch.zeros(num_prompts, scores.shape[1], dtype=scores.dtype, device=scores.device)  # B,C
+    count = zeros.index_add(0, prompt_index, scored.to(scores.dtype))  # B,C
+    mean = zeros.index_add(0, prompt_index, scores.nan_to_num(0.0)) / count  # B,C  NaN where none scored
+    deviation = scores - mean[prompt_index]  # N,C  NaN where not scored
+    squares = zeros.index_add(0, prompt_index, deviation.nan_to_num(0.0) ** 2)  # B,C
+    std = (squares / (count - 1).clamp(min=1)).sqrt()  # B,C
+    groups = prompt_index.unsqueeze(1).expand_as(scores)  # N,C
+    lowest = torch.full_like(zeros, torch.inf).scatter_reduce(0, groups, scores.nan_to_num(torch.inf), "amin")
+    highest = torch.full_like(zeros, -torch.inf).scatter_reduce(0, groups, scores.nan_to_num(-torch.inf), "amax")
+    equal = (highest - lowest) <= rtol * highest.abs().clamp(min=1.0)  # B,C
+    normalized = (deviation / (std[prompt_index] + 1e-4)).masked_fill(equal[prompt_index] & scored, 0.0)  # N,C
+    return (normalized * weights).nansum(1).masked_fill(~scored.any(1), torch.nan)  # N
+
+
 def identity_sum(total: torch.Tensor) -> torch.Tensor:
     """The all-reduce of a single process: each rank passes its strategy's sum over ranks instead."""
     return total

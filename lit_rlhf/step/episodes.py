@@ -18,8 +18,10 @@ from lit_rlhf.step.rollout import Rollout
 
 
 def estimate_advantages(rollout: Rollout, non_score_reward: torch.Tensor, estimator: str, hparams: Any,
-             all_reduce_sum: Callable[[torch.Tensor], torch.Tensor]) -> Estimate:
-    """The advantages of ESTIMATORS[estimator] with the algorithm's settings (hparams).
+                        all_reduce_sum: Callable[[torch.Tensor], torch.Tensor],
+                        rewards: tuple[torch.Tensor, torch.Tensor] | None = None) -> Estimate:
+    """The advantages of ESTIMATORS[estimator] with the algorithm's settings (hparams); rewards: each reward's scores
+    (N,C) and weights (C), for an estimator that normalizes each one (`group_decoupled`).
 
     On a trajectory the estimator sees the model's tokens side by side (observation tokens taken out), so
     reward-to-go and GAE chain across tool turns with gamma and lambda as if the turns were one response, the
@@ -29,7 +31,7 @@ def estimate_advantages(rollout: Rollout, non_score_reward: torch.Tensor, estima
     if order is not None:
         per_token = [None if t is None else gather_tokens(t, order) for t in per_token]
     inputs = EstimatorInputs(rollout.scores, per_token[0], per_token[1], rollout.prompt_index, per_token[2],
-                             all_reduce_sum)
+                             all_reduce_sum, *(rewards or ()))
     result = ESTIMATORS[estimator](inputs, hparams)
     if order is None:
         return result

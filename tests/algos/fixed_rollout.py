@@ -17,7 +17,8 @@ PROMPTS, K, P, R = 4, 4, 5, 8
 
 def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: bool = False,
                   equal_value: float = 0.5, sampler_noise: float = 0.0, empty_truncated: bool = False) -> Rollout:
-    """This rank's share of a global rollout of PROMPTS x K sequences; old logprobs are the policy's own.
+    """This rank's share of a global rollout of PROMPTS x K sequences; old logprobs are the policy's own; the scores are
+    the sum of two named rewards', the second None (NaN) on every fifth sequence.
     equal_first_group: prompt 0's K scores are all equal_value; drop_first_group: prompt 0's sequences are left
     out; empty_truncated: the responses of R tokens (none ends with the stop token) have no tokens, their scores
     kept."""
@@ -38,6 +39,9 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
     prompt_index = torch.arange(PROMPTS).repeat_interleave(K)
     if equal_first_group:
         scores[:K] = equal_value
+    second = torch.randn(n, generator=torch.Generator().manual_seed(4321))  # drawn apart: the draws above stay
+    second[::5] = float("nan")
+    components = {"first": scores - second.nan_to_num(0.0), "second": second}
     world, rank = (module.trainer.world_size, module.trainer.global_rank)
     mine = torch.arange(n)[(prompt_index % world == rank) & ((prompt_index > 0) | (not drop_first_group))]
     prompt_index = prompt_index[mine] // world
@@ -65,6 +69,7 @@ def fixed_rollout(module, equal_first_group: bool = False, drop_first_group: boo
                    prompt_index=prompt_index, logprobs=logprobs, ref_logprobs=logprobs + ref_noise[mine],
                    scores=trained_scores, raw_scores=scores[mine], contains_stop=lengths[mine] < R, in_loss=in_loss,
                    loss_masked=lengths[mine] == R if module.masks_truncated_completions else None,
+                   reward_components={name: part[mine].to(device) for name, part in components.items()},
                    values=values[mine] if isinstance(module, PPOModule) else None)
 
 

@@ -235,3 +235,54 @@ def test_the_entropy_bonus_is_trls_mean_entropy_with_its_gradient(loss_type, rho
     torch.testing.assert_close(with_bonus - without, -coef * bonus.detach(), atol=1e-5, rtol=1e-4)
     for got, base, expected in zip(with_grads, without_grads, bonus_grads, strict=True):
         torch.testing.assert_close(got - base, -coef * expected, atol=1e-5, rtol=1e-3)
+
+
+def test_normalize_then_sum_normalizes_each_named_reward_and_each_score_penalty_with_its_weight():
+    """GDPO's estimator sees each named reward of a WeightedSum (its None as NaN) with its weight, and the score terms
+    the settings add (missing_eos_penalty, the overlong penalty) as rewards of weight 1, as TRL sees reward functions;
+    sum_then_normalize keeps the one total."""
+    from lit_rlhf.estimators import ESTIMATORS, EstimatorInputs
+    from lit_rlhf.rewards import WeightedSum
+    from lit_rlhf.step.rollout import Rollout
+
+    reward = WeightedSum({"correct": VaderSentiment(), "format": VaderSentiment()}, weights={"format": 0.5})
+    module = GRPOModule(model={"name_or_path": "m"}, reward=reward, multi_objective_aggregation="normalize_then_sum",
+                        missing_eos_penalty=2.0, overlong_buffer=2, response_length=4)
+    n, nan = 8, float("nan")
+    lengths = torch.tensor([1, 4, 2, 3, 4, 4, 1, 2])
+    mask = torch.arange(4) < lengths.unsqueeze(1)  # N,R
+    correct = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    format_ = torch.tensor([1.0, nan, 0.0, 1.0, 1.0, 1.0, nan, 0.0])
+    stops = torch.tensor([True, False, True, True, False, True, True, True])
+    zeros = torch.zeros(n)
+    rollout = Rollout(queries=torch.ones(n, 2, dtype=torch.long), query_mask=torch.ones(n, 2, dtype=torch.long),
+                      responses=torch.ones(n, 4, dtype=torch.long), response_mask=mask,
+                      prompt_index=torch.arange(2).repeat_interleave(4), logprobs=zeros, ref_logprobs=zeros,
+                      scores=torch.randn(n), raw_scores=zeros, contains_stop=stops,
+                      reward_components={"correct": correct, "format": format_})
+    scores, weights = module.reward_scores(rollout)
+    overlong = torch.tensor([0.0, -1.0, 0.0, -0.5, -1.0, -1.0, 0.0, 0.0])  # past response_length - 2 = 2 tokens
+    torch.testing.assert_close(scores, torch.stack([correct, format_, -2.0 * (~stops).float(), overlong], 1),
+                               equal_nan=True)
+    assert weights.tolist() == [1.0, 0.5, 1.0, 1.0]
+    estimate = module.estimate(rollout, torch.zeros(n, 4))
+    expected = ESTIMATORS["group_decoupled"](EstimatorInputs(rollout.scores, torch.zeros(n, 4), mask,
+                                                             rollout.prompt_index, reward_scores=scores,
+                                                             reward_weights=weights), None)
+    torch.testing.assert_close(estimate.advantages, expected.advantages)
+    module.hparams.multi_objective_aggregation = "sum_then_normalize"
+    assert not torch.allclose(module.estimate(rollout, torch.zeros(n, 4)).advantages, estimate.advantages)
+
+
+@pytest.mark.parametrize("settings, error", [
+    ({"scale_rewards": "batch"}, "algo.scale_rewards=batch has no effect with algo.multi_objective_aggregation="
+                                 "normalize_then_sum, which divides each reward by its group's std"),
+    ({"kl_in": "reward", "kl_estimator": "k1"}, "algo.kl_in=reward charges the KL in the reward, which algo."
+                                                "multi_objective_aggregation=normalize_then_sum leaves out")])
+def test_normalize_then_sum_refuses_the_settings_it_would_ignore(settings, error):
+    from lit_rlhf.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="^" + error.replace(".", r"\.")):
+        build(GRPOConfig, {"multi_objective_aggregation": "normalize_then_sum", **settings}, "algo")
+    build(GRPOConfig, {"multi_objective_aggregation": "normalize_then_sum", **settings, "kl_coef": 0,
+                       "scale_rewards": "group"}, "algo")  # no KL charged, the group's std: accepted

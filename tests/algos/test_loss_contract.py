@@ -85,14 +85,18 @@ def run_worker(devices, algo, out, *cases):
 def test_the_global_token_mean_on_two_ddp_ranks_matches_one_process(tmp_path):
     """Ranks hold different numbers of tokens: dapo divides by the tokens of both, and DDP's average of the
     ranks' gradients is accounted for, so 2 ranks (gloo) give the 1-process gradient; bnpo does not. The
-    top_entropy_quantile of a micro-batch is taken over both ranks' tokens, as one process takes it over its own."""
-    high_entropy = "dapo,top_entropy_quantile=0.3"
-    two = run_worker(2, "grpo", tmp_path / "two.pt", "dapo", "bnpo", high_entropy)
+    top_entropy_quantile of a micro-batch is taken over both ranks' tokens, as one process takes it over its own, and
+    normalize_then_sum's batch statistics over both ranks' sequences."""
+    high_entropy, decoupled = "dapo,top_entropy_quantile=0.3", "dapo,multi_objective_aggregation=normalize_then_sum"
+    two = run_worker(2, "grpo", tmp_path / "two.pt", "dapo", "bnpo", high_entropy, decoupled)
     assert_same(two["dapo"], one_step_delta("grpo", devices=1, loss_type="dapo"))
     assert differs(two["bnpo"], one_step_delta("grpo", loss_type="bnpo"))
     one = one_step_delta("grpo", loss_type="dapo", top_entropy_quantile=0.3)
     assert_same(two[high_entropy], one)
     assert differs(one, two["dapo"])  # the mask left tokens out
+    one = one_step_delta("grpo", loss_type="dapo", multi_objective_aggregation="normalize_then_sum")
+    assert_same(two[decoupled], one)
+    assert differs(one, two["dapo"])  # each reward normalized apart
 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])

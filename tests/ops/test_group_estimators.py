@@ -13,6 +13,7 @@ from lit_rlhf.ops import (
     clipped_policy_loss,
     global_masked_whiten,
     group_mean,
+    group_normalized_sum,
     group_std,
     masked_whiten,
     overlong_penalty,
@@ -208,3 +209,58 @@ def test_split_by_tokens_by_hand():
     groups = split_by_tokens(torch.tensor([0, 1, 2, 3, 4, 5]), tokens, budget=10)
     assert [g.tolist() for g in groups] == [[0, 1], [2, 3], [4, 5]]
     assert [g.tolist() for g in split_by_tokens(torch.tensor([4, 2]), tokens, budget=5)] == [[4], [2]]  # too long
+
+
+def slow_normalize_then_sum(scores, weights, prompt_index):
+    """TRL's normalize_then_sum, one group and one reward at a time: nanmean, Bessel-corrected nanstd (NaN with one
+    score), nansum of the weighted normalized scores; NaN for a row no reward scored; then the batch's nanmean and
+    nanstd; NaN advantages are 0."""
+    n, c = len(scores), len(weights)
+    normalized = [[math.nan] * c for _ in range(n)]
+    for group in set(prompt_index):
+        rows = [i for i in range(n) if prompt_index[i] == group]
+        for k in range(c):
+            scored = [scores[i][k] for i in rows if not math.isnan(scores[i][k])]
+            if not scored:
+                continue
+            mean = sum(scored) / len(scored)
+            std = math.sqrt(sum((s - mean) ** 2 for s in scored) / (len(scored) - 1)) if len(scored) > 1 else math.nan
+            for i in rows:
+                normalized[i][k] = (scores[i][k] - mean) / (std + 1e-4)
+    summed = [math.nan if all(math.isnan(s) for s in scores[i]) else
+              sum(w * v for w, v in zip(weights, normalized[i], strict=True) if not math.isnan(w * v)) for i in range(n)]
+    present = [s for s in summed if not math.isnan(s)]
+    mean = sum(present) / len(present)
+    std = math.sqrt(sum((s - mean) ** 2 for s in present) / (len(present) - 1))
+    return [0.0 if math.isnan(s) else (s - mean) / (std + 1e-4) for s in summed]
+
+
+def test_decoupled_group_advantages_are_trls_normalize_then_sum_in_any_layout():
+    """Three rewards with weights 1, 0.5, -2: the second scores one sequence only of prompt 1 (it leaves that group),
+    the third applies to prompt 2's sequences alone, and no reward scores one sequence (advantage 0, out of the
+    batch's statistics); prompts interleaved."""
+    nan = math.nan
+    prompt_index = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]
+    scores = [[1.0, 0.0, nan], [0.0, nan, nan], [1.0, 1.0, 0.3], [0.0, 1.0, nan], [1.0, 2.0, nan], [nan, nan, nan],
+              [1.0, 0.5, nan], [1.0, nan, nan], [0.0, 0.0, 0.9], [0.0, 0.0, nan], [0.0, nan, nan], [0.0, 1.0, 0.1]]
+    weights = [1.0, 0.5, -2.0]
+    mask = torch.tensor([[1, 1, 0]] * 12, dtype=torch.bool)
+    inputs = EstimatorInputs(torch.zeros(12), torch.zeros(12, 3), mask, torch.tensor(prompt_index),
+                             reward_scores=torch.tensor(scores), reward_weights=torch.tensor(weights))
+    estimate = ESTIMATORS["group_decoupled"](inputs, SimpleNamespace())
+    expected = slow_normalize_then_sum(scores, weights, prompt_index)
+    torch.testing.assert_close(estimate.advantages[:, 0], torch.tensor(expected), atol=1e-5, rtol=0)
+    assert estimate.advantages[5].abs().max() == 0 and estimate.advantages[:, 2].abs().max() == 0
+    # by hand: prompt 1's first reward is [0, 1, 1, 0] (std sqrt(1/3)), its second scores one sequence only
+    assert float(group_normalized_sum(torch.tensor(scores), torch.tensor(weights), torch.tensor(prompt_index))[1]) \
+        == pytest.approx(-0.5 / (math.sqrt(1 / 3) + 1e-4), abs=1e-5)
+
+
+def test_a_reward_equal_across_its_group_adds_exactly_nothing():
+    """Eight 0.7s have a float32 std of ~6e-8, not 0: over std + 1e-4 their rounding error would be ~1e-3 per reward,
+    which the batch's division by its own small std would blow up."""
+    scores = torch.tensor([[0.7, 1.0]] * 8 + [[0.7, float(i % 2)] for i in range(8)])
+    prompt_index = torch.arange(2).repeat_interleave(8)
+    summed = group_normalized_sum(scores, torch.tensor([1.0, 1.0]), prompt_index)
+    assert summed[:8].tolist() == [0.0] * 8
+    torch.testing.assert_close(summed[8:], torch.tensor([-0.5, 0.5] * 4) / (math.sqrt(8 / 28) + 1e-4))
