@@ -228,7 +228,8 @@ def slow_normalize_then_sum(scores, weights, prompt_index):
             for i in rows:
                 normalized[i][k] = (scores[i][k] - mean) / (std + 1e-4)
     summed = [math.nan if all(math.isnan(s) for s in scores[i]) else
-              sum(w * v for w, v in zip(weights, normalized[i], strict=True) if not math.isnan(w * v)) for i in range(n)]
+              sum(w * v for w, v in zip(weights, normalized[i], strict=True) if not math.isnan(w * v))
+              for i in range(n)]
     present = [s for s in summed if not math.isnan(s)]
     mean = sum(present) / len(present)
     std = math.sqrt(sum((s - mean) ** 2 for s in present) / (len(present) - 1))
