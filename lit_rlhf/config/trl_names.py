@@ -80,8 +80,8 @@ NOT_HERE = {
     **{name: "algo.entropy_coef (algo=grpo) stays as set for the whole run: there is no adaptive entropy controller"
        for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
                     "entropy_target")},
-    "multi_objective_aggregation": "the rewards' weighted sum is normalized (TRL's sum_then_normalize); "
-                                   "normalize_then_sum is not available",
+    "multi_objective_aggregation": "algo=grpo has it; the other algorithms train on the rewards' weighted sum "
+                                   "(TRL's sum_then_normalize)",
     **{name: "VESPO is not one of algo.policy_loss's (clip, cispo, sapo)"
        for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
     "vllm_group_port": "rollout=vllm_server sends the weights through the servers' HTTP API (shared memory or "

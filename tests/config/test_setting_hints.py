@@ -176,6 +176,8 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
     (["algo=grpo", "algo.use_adaptive_entropy=true"], "(TRL's use_adaptive_entropy has no equivalent here: "
                                                       "algo.entropy_coef (algo=grpo) stays as set for the whole run"),
     # RLOOConfig's and the distillation trainers'
+    (["algo=rloo", "algo.multi_objective_aggregation=normalize_then_sum"],
+     "(TRL's multi_objective_aggregation has no equivalent here: algo=grpo has it; the other algorithms train on"),
     (["algo=ppo", "algo.mask_truncated_completions=true"],
      "(TRL's mask_truncated_completions has no equivalent here: algo=grpo and algo=rloo have it;"),
     (["algo=rloo", "algo.reward_clip_range=[-5,5]"], "(TRL's reward_clip_range has no equivalent here: scores are "

@@ -333,6 +333,13 @@ CASES = [
      "algo.max_refill_rounds=-1 must be >= 0"),
     ("too many refill rounds", ["algo=grpo", "algo.filter_zero_std_groups=true", "algo.max_refill_rounds=100000"],
      "algo.max_refill_rounds=100000 is more than 100"),
+    ("normalize_then_sum with a score transform", ["algo=grpo", "algo.multi_objective_aggregation=normalize_then_sum",
+                                                   "score_transforms=reward_normalizer"],
+     "score transforms (RewardNormalizer) change the rewards' weighted sum, which algo.multi_objective_aggregation="
+     "normalize_then_sum does not train on"),
+    ("normalize_then_sum with scale_rewards=none", ["algo=grpo", "algo.multi_objective_aggregation=normalize_then_sum",
+                                                    "algo.scale_rewards=none"],
+     "algo.scale_rewards=none has no effect with algo.multi_objective_aggregation=normalize_then_sum"),
     ("NaN or inf for a range-checked setting", ["algo=grpo", "algo.cispo_cap=nan"],
      "algo.cispo_cap=nan must be a finite number"),
     ("a lower correction bound at or above the cap", ["algo.rollout_is_min=3"],
