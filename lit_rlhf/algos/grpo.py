@@ -7,7 +7,9 @@ Shapes: B prompts per rank, K = num_generations, N = B*K sequences, R response l
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
+from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -32,6 +34,7 @@ from lit_rlhf.ops import (
 )
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.statistics.rollout import zero_std_groups
+from lit_rlhf.step.entropy_controller import EntropyController
 from lit_rlhf.step.episodes import estimate_advantages
 from lit_rlhf.step.kl_controller import KLPenalty
 from lit_rlhf.step.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
@@ -164,15 +167,45 @@ class GRPOModule(RLHFModule):
 
     @property
     def supports_single_update(self) -> bool:  # the entropy bonus runs its own forward in the update
-        return not self.hparams.entropy_coef
+        return not (self.hparams.entropy_coef or self.hparams.use_adaptive_entropy)
+
+    @functools.cached_property
+    def entropy_control(self) -> EntropyController:
+        """The entropy bonus's coefficient, fixed or adaptive (use_adaptive_entropy), saved in checkpoints."""
+        hp = self.hparams
+        return EntropyController(hp.entropy_coef, hp.use_adaptive_entropy, hp.entropy_target, hp.entropy_coef_delta,
+                                 hp.entropy_coef_min, hp.entropy_coef_max)
+
+    def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The optimizer steps; with the entropy bonus, `entropy_coef` (TRL's metric) logs the coefficient after
+        them, the one the next step starts with."""
+        stats = super().update(rollout, advantages)
+        if self.entropy_control.enabled:
+            stats["entropy_coef"] = torch.tensor(self.entropy_control.coef)
+        return stats
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Lightning calls it once per optimizer step, after its micro-batches: the adaptive coefficient's update."""
+        self.entropy_control.step(sum_over_ranks(self._trainer))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["rlhf_state"]["entropy_controller"] = self.entropy_control.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        state = checkpoint.get("rlhf_state", {})
+        if "entropy_controller" in state:
+            self.entropy_control.load_state_dict(state["entropy_controller"])
 
     def minibatch_loss(self, rollout: Rollout, advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):
-        """With entropy_coef, TRL's entropy bonus: the policy loss minus entropy_coef x the mean entropy (with its
-        gradient) of the response tokens the policy loss trains (those of top_entropy_quantile's mask, if set), as TRL
-        normalizes it: each micro-batch's token mean over the step's micro-batches, or with loss_type=dapo the token
-        sum over the step's tokens. Its gradient needs the full (M,R,V) logits, computed here instead of in chunks."""
-        hp = self.hparams
-        if not hp.entropy_coef:
+        """With entropy_coef (or use_adaptive_entropy), TRL's entropy bonus: the policy loss minus the coefficient x
+        the mean entropy (with its gradient) of the response tokens the policy loss trains (those of
+        top_entropy_quantile's mask, if set), as TRL normalizes it: each micro-batch's token mean over the step's
+        micro-batches, or with loss_type=dapo the token sum over the step's tokens. Its gradient needs the full
+        (M,R,V) logits, computed here instead of in chunks."""
+        hp, control = self.hparams, self.entropy_control
+        if not control.enabled:
             return super().minibatch_loss(rollout, advantages, idx, share)
         mask = rollout.loss_mask(idx)  # M,R
         logits = response_logits(self.policy, *rollout.sequences(idx))  # M,R,V
@@ -182,8 +215,9 @@ class GRPOModule(RLHFModule):
         loss, stats = self.policy_loss(new_logprobs, entropy.detach(), rollout, advantages, idx, share)
         if hp.top_entropy_quantile < 1:
             mask = high_entropy_mask(entropy, mask, hp.top_entropy_quantile, self.micro_batch_values_over_ranks)
+        control.observe(entropy, mask)
         bonus_share = share if share.loss_type == "dapo" else replace(share, loss_type="bnpo")
-        return loss - hp.entropy_coef * aggregate_loss(entropy, mask, bonus_share), stats
+        return loss - control.applied() * aggregate_loss(entropy, mask, bonus_share), stats
 
     def policy_loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout,
                     advantages: torch.Tensor, idx: torch.Tensor, share: LossShare):

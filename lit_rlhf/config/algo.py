@@ -10,6 +10,7 @@ from lit_rlhf.config.registry import algorithm
 from lit_rlhf.config.sampling_checks import check_unbiased
 from lit_rlhf.config.settings import setting
 from lit_rlhf.config.validation import (
+    check_adaptive_entropy,
     check_choice,
     check_decoupled_normalization,
     check_number,
@@ -265,7 +266,16 @@ class GRPOConfig(RLHFConfig):
     kl_coef: float = setting(0.2, "the KL coefficient (GRPO's beta); 0 skips the reference forward")
     beta: Optional[float] = setting(None, "TRL's name for kl_coef: set, it replaces it")
     entropy_coef: float = setting(0.0, "TRL's entropy bonus: loss - entropy_coef x the mean entropy of the response "
-                                       "tokens (their full logits are then computed in the update; 0: off)")
+                                       "tokens (their full logits are then computed in the update; 0: off); with "
+                                       "use_adaptive_entropy, its starting value")
+    use_adaptive_entropy: bool = setting(
+        False, "TRL's (Skywork-OR1's adaptive entropy control): after each optimizer step entropy_coef moves by "
+               "entropy_coef_delta, up while the mean entropy of the bonus's tokens is at or below entropy_target, "
+               "down otherwise, within [entropy_coef_min, entropy_coef_max]; the bonus applies only while it is")
+    entropy_coef_min: float = setting(0.0, "use_adaptive_entropy: the coefficient's lower bound")
+    entropy_coef_max: float = setting(1.0, "use_adaptive_entropy: the coefficient's upper bound")
+    entropy_coef_delta: float = setting(0.005, "use_adaptive_entropy: the coefficient's change per optimizer step")
+    entropy_target: float = setting(0.2, "use_adaptive_entropy: the mean entropy per token (nats) it steers to")
     use_bias_correction_kl: bool = setting(
         True, "with kl_in=loss, weight each token's KL term by the ratio pi / pi_old (with its gradient), as TRL: "
               "the unbiased gradient of the reverse KL for responses sampled from pi_old (false: plain k3, whose "
@@ -291,6 +301,8 @@ class GRPOConfig(RLHFConfig):
         warn_about_alias("num_ppo_epochs", self.num_ppo_epochs, "num_iterations", self.num_iterations,
                          default_of(GRPOConfig, "num_ppo_epochs"))
         check_number("entropy_coef", self.entropy_coef)
+        check_adaptive_entropy(self.entropy_coef_min, self.entropy_coef_max, self.entropy_coef_delta,
+                               self.entropy_target)
         if self.beta is not None:
             check_number("beta", self.beta, minimum=0)
             self.kl_coef = self.beta

@@ -71,4 +71,9 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
         said.append(f"algo.beta={config.beta} chooses the full-vocabulary divergence of algo.divergence="
                     f"generalized_jsd, and divergence=sampled_token: it does nothing; set algo.divergence="
                     f"generalized_jsd or drop it.")
+    if hasattr(config, "use_adaptive_entropy") and not config.use_adaptive_entropy:
+        said += [f"algo.{name}={getattr(config, name)} steers the adaptive entropy coefficient, and algo."
+                 f"use_adaptive_entropy is off: it does nothing; set algo.use_adaptive_entropy=true or drop it."
+                 for name in ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")
+                 if changed(config, name)]
     return said

@@ -77,9 +77,9 @@ NOT_HERE = {
     **{name: "the reference is the policy with its LoRA adapters off (or a frozen copy of it), fixed for the run"
        for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
     "entropy_coef": "algo=grpo and algo=ppo have algo.entropy_coef; the other algorithms add no entropy term",
-    **{name: "algo.entropy_coef (algo=grpo) stays as set for the whole run: there is no adaptive entropy controller"
-       for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
-                    "entropy_target")},
+    **{name: "algo=grpo has it (adaptive entropy control); the other algorithms' entropy_coef (algo=ppo's) stays as "
+             "set" for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",
+                                "entropy_target")},
     "multi_objective_aggregation": "algo=grpo has it; the other algorithms train on the rewards' weighted sum "
                                    "(TRL's sum_then_normalize)",
     **{name: "VESPO is not one of algo.policy_loss's (clip, cispo, sapo)"

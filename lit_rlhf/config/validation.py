@@ -142,3 +142,14 @@ def check_decoupled_normalization(scale_rewards: str, kl_in_reward: bool) -> Non
         raise ConfigError("algo.kl_in=reward charges the KL in the reward, which algo.multi_objective_aggregation="
                           "normalize_then_sum leaves out (it normalizes each reward's own scores); set algo.kl_in=loss "
                           "(GRPO's) or multi_objective_aggregation=sum_then_normalize.")
+
+
+def check_adaptive_entropy(coef_min: Any, coef_max: Any, delta: Any, target: Any) -> None:
+    """GRPO's adaptive entropy control: finite bounds in order, a step and a target entropy of at least 0."""
+    check_number("entropy_coef_min", coef_min)
+    check_number("entropy_coef_max", coef_max)
+    check_number("entropy_coef_delta", delta, minimum=0)
+    check_number("entropy_target", target, minimum=0)
+    if coef_min > coef_max:
+        raise ConfigError(f"algo.entropy_coef_min={coef_min} is above algo.entropy_coef_max={coef_max}; the adaptive "
+                          f"entropy coefficient moves between them: set min <= max.")

@@ -3,6 +3,7 @@
 - Rollout (rollout.py): the step's record of N episodes, built once from the Sampler's draw.
 - ScoreTransform, ScoreContext, RewardNormalizer (score_transforms.py): what turns rewards into the scores trained on.
 - KLController, KLPenalty (kl_controller.py): the per-token KL penalty, its coefficient and how it is steered.
+- EntropyController (entropy_controller.py): GRPO's entropy-bonus coefficient, fixed or adaptive.
 - estimate_advantages (episodes.py): advantages per episode, for multi-turn rollouts.
 - NonfiniteGuard (nonfinite.py): a step whose loss or gradients are not finite is skipped, counted and reported.
 - ModelSharding (model_sharding.py): how a module meets Lightning's strategy (FSDP2 sharding of its models, sampling

@@ -208,7 +208,7 @@ def test_the_entropy_bonus_is_trls_mean_entropy_with_its_gradient(loss_type, rho
     trained = [p for p in module.policy.parameters() if p.requires_grad]
 
     def loss_and_grads(coef):
-        module.hparams.entropy_coef = coef
+        module.entropy_control.coef = coef
         loss = module.minibatch_loss(rollout, advantages, torch.arange(m), share)[0]
         return loss.detach(), torch.autograd.grad(loss, trained)
 
@@ -286,3 +286,40 @@ def test_normalize_then_sum_refuses_the_settings_it_would_ignore(settings, error
         build(GRPOConfig, {"multi_objective_aggregation": "normalize_then_sum", **settings}, "algo")
     build(GRPOConfig, {"multi_objective_aggregation": "normalize_then_sum", **settings, "kl_coef": 0,
                        "scale_rewards": "group"}, "algo")  # no KL charged, the group's std: accepted
+
+
+@pytest.mark.integration
+def test_adaptive_entropy_applies_no_bonus_before_its_first_measurement_then_steers_and_resumes(tmp_path):
+    """TRL's use_adaptive_entropy: the first optimizer step has no measured entropy, so no bonus (the step equals
+    the step without one, which a fixed coefficient's does not); each step then moves the coefficient by delta (up:
+    the entropy is below a target of 100 nats) and logs it as entropy_coef; a checkpoint carries the controller's
+    state into the resumed run."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    adaptive = {"use_adaptive_entropy": True, "entropy_coef": 0.3, "entropy_target": 100.0}
+    no_bonus = one_step_delta("grpo")
+    assert_same(one_step_delta("grpo", **adaptive), no_bonus)
+    assert differs(one_step_delta("grpo", entropy_coef=0.3), no_bonus)
+
+    def run(steps, callbacks=(), ckpt_path=None):
+        L.seed_everything(0)
+        module = make(**adaptive, entropy_coef_delta=0.01)
+        trainer = L.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                            limit_val_batches=0, accelerator="cpu", callbacks=list(callbacks), default_root_dir=tmp_path)
+        trainer.fit(module, make_datamodule(), ckpt_path=ckpt_path)
+        return module
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
+    module = run(2, [checkpoint])
+    assert module.last_stats["entropy_coef"] == pytest.approx(0.32)
+    saved = torch.load(tmp_path / "step=1.ckpt", weights_only=True)["rlhf_state"]["entropy_controller"]
+    assert saved["coef"] == pytest.approx(0.31) and 0 < saved["last_entropy"] < 100
+
+    class Seen(L.Callback):
+        def on_train_start(self, trainer, module):
+            self.state = module.entropy_control.state_dict()
+
+    seen = Seen()
+    resumed = run(2, [seen], ckpt_path=str(tmp_path / "step=1.ckpt"))
+    assert seen.state == saved and resumed.entropy_control.coef == pytest.approx(0.32)
+    assert resumed.entropy_control.last_entropy == pytest.approx(module.entropy_control.last_entropy, abs=1e-4)

@@ -173,8 +173,8 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
     # algo=grpo and algo=ppo have the key; under RLOO the line says so rather than "no setting of that name"
     (["algo=rloo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=grpo and algo=ppo "
                                               "have algo.entropy_coef; the other algorithms add no entropy term)"),
-    (["algo=grpo", "algo.use_adaptive_entropy=true"], "(TRL's use_adaptive_entropy has no equivalent here: "
-                                                      "algo.entropy_coef (algo=grpo) stays as set for the whole run"),
+    (["algo=ppo", "algo.use_adaptive_entropy=true"], "(TRL's use_adaptive_entropy has no equivalent here: "
+                                                     "algo=grpo has it (adaptive entropy control)"),
     # RLOOConfig's and the distillation trainers'
     (["algo=rloo", "algo.multi_objective_aggregation=normalize_then_sum"],
      "(TRL's multi_objective_aggregation has no equivalent here: algo=grpo has it; the other algorithms train on"),

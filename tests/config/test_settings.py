@@ -104,6 +104,8 @@ def test_nan_and_inf_optimizer_settings_are_refused(keywords, expected):
     ({"max_staleness": 1, "async_correction": "behaviour", "rollout_is_cap": 3.0},
      r"algo.rollout_is_cap=3.0 weights the behaviour ratio of async_correction=decoupled"),
     ({"max_staleness": 5, "rl_steps": 3}, r"algo.max_staleness=5 is not below the run's 3 RL steps"),
+    ({"entropy_coef": 0.01, "entropy_target": 0.5}, r"algo.entropy_target=0.5 steers the adaptive entropy "
+                                                    r"coefficient, and algo.use_adaptive_entropy is off"),
 ])
 def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
     from lit_rlhf import GRPOModule
@@ -140,6 +142,8 @@ def test_settings_that_act_are_not_said():
         warnings.simplefilter("error")
         GRPOModule(model={"name_or_path": "m"}, reward=None, off_policy_mask_threshold=0.5, num_iterations=2,
                    importance_sampling_level="sequence", policy_loss="cispo", cispo_cap=4.0)
+        GRPOModule(model={"name_or_path": "m"}, reward=None, use_adaptive_entropy=True, entropy_target=0.5,
+                   entropy_coef_max=0.1)
         # switched off: with rollout=hf there is nothing to correct, and that is what the user asked for
         GRPOModule(model={"name_or_path": "m"}, reward=None, rollout_is_cap=None)
         GRPOModule(model={"name_or_path": "m"}, reward=None, max_staleness=1, async_correction="behaviour",
