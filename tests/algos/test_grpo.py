@@ -305,7 +305,8 @@ def test_adaptive_entropy_applies_no_bonus_before_its_first_measurement_then_ste
         L.seed_everything(0)
         module = make(**adaptive, entropy_coef_delta=0.01)
         trainer = L.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                            limit_val_batches=0, accelerator="cpu", callbacks=list(callbacks), default_root_dir=tmp_path)
+                            limit_val_batches=0, accelerator="cpu", callbacks=list(callbacks),
+                            default_root_dir=tmp_path)
         trainer.fit(module, make_datamodule(), ckpt_path=ckpt_path)
         return module
 
