@@ -122,9 +122,10 @@ def group_relative(inputs: EstimatorInputs, settings: Any) -> Estimate:
 
 
 def decoupled_group_relative(inputs: EstimatorInputs, settings: Any) -> Estimate:
-    """GDPO (Liu et al. 2026; TRL's multi_objective_aggregation=normalize_then_sum): each reward normalized in its
-    group, their weighted sum (ops.group_normalized_sum) s, then advantage = (s - mean) / (std + 1e-4) over the batch
-    of every rank, on every token; 0 for a sequence no reward scored (left out of the batch's mean and std)."""
+    """GDPO (group reward-decoupled normalization, arXiv 2601.05242; TRL's multi_objective_aggregation=
+    normalize_then_sum): each reward normalized in its group, their weighted sum (ops.group_normalized_sum) s, then
+    advantage = (s - mean) / (std + 1e-4) over the batch of every rank, on every token; 0 for a sequence no reward
+    scored (left out of the batch's mean and std)."""
     summed = group_normalized_sum(inputs.reward_scores, inputs.reward_weights, inputs.prompt_index)  # N
     mean, std = global_nan_mean_std(summed, inputs.all_reduce_sum)
     advantages = ((summed - mean) / (std + 1e-4)).nan_to_num(0.0)  # N
