@@ -2,7 +2,7 @@
 checks `algo.loss_type=...` and the like before it imports torch (lit_rlhf.ops imports them from here)."""
 
 LOSS_TYPES = ("bnpo", "grpo", "dr_grpo", "dapo")  # how a loss is averaged over tokens (ops/losses.py)
-POLICY_LOSSES = ("clip", "cispo", "sapo")  # ops/policy_losses.py
+POLICY_LOSSES = ("clip", "cispo", "sapo", "vespo")  # ops/policy_losses.py
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")  # the ratio per token, or GSPO's per sequence
 KL_ESTIMATORS = ("k1", "k2", "k3")  # ops/kl.py
 # TRL's vllm_importance_sampling_mode names compute TRL's numbers; sequence_geo_* is this library's variant

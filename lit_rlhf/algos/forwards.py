@@ -17,7 +17,7 @@ from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import ranks_in_step
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
-from lit_rlhf.ops import high_entropy_mask, importance_weights, off_policy_sequences
+from lit_rlhf.ops import high_entropy_mask, importance_weights, off_policy_sequences, vespo_weights
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.rollout.sampler import Drawn
 from lit_rlhf.step.rollout import Rollout
@@ -42,11 +42,19 @@ def off_policy_mask(new_logprobs: torch.Tensor, rollout: Rollout, advantages: to
 def policy_loss_weights(new_logprobs: torch.Tensor, entropy: torch.Tensor, rollout: Rollout, advantages: torch.Tensor,
                         idx: torch.Tensor, hp, pool) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
     """The weights of the micro-batch's per-token policy loss (M,R; None: every token's 1): the rollout engine's
-    importance weights, times the off-policy sequence mask (algo.off_policy_mask_threshold), times the high-entropy
-    token mask (algo.top_entropy_quantile, its quantile over every rank's tokens of this micro-batch through pool).
-    Neither mask changes the loss's denominator or the KL term, as in TRL. -> weights, stats"""
+    importance weights (policy_loss=vespo: VESPO's weight phi, into which they fold, as TRL), times the off-policy
+    sequence mask (algo.off_policy_mask_threshold), times the high-entropy token mask (algo.top_entropy_quantile, its
+    quantile over every rank's tokens of this micro-batch through pool). Neither mask changes the loss's denominator
+    or the KL term, as in TRL. -> weights, stats"""
     is_weights = None if rollout.is_weights is None else rollout.is_weights[idx]  # M,R
+    vespo = {}
+    if hp.policy_loss == "vespo":
+        is_weights = vespo_weights(new_logprobs, rollout.logprobs[idx], rollout.loss_mask(idx), advantages[idx],
+                                   is_weights, hp.vespo_k_pos, hp.vespo_lambda_pos, hp.vespo_k_neg,
+                                   hp.vespo_lambda_neg)  # M,R
+        vespo = {"vespo/phi_seq_mean": is_weights[:, 0].mean()}  # TRL's: the mean over sequences
     weights, stats = off_policy_mask(new_logprobs, rollout, advantages, idx, is_weights, hp.off_policy_mask_threshold)
+    stats = {**stats, **vespo}
     if hp.top_entropy_quantile < 1:
         keep = high_entropy_mask(entropy, rollout.loss_mask(idx), hp.top_entropy_quantile, pool)  # M,R
         weights = keep.to(new_logprobs.dtype) if weights is None else weights * keep

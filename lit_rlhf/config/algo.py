@@ -13,9 +13,11 @@ from lit_rlhf.config.validation import (
     check_adaptive_entropy,
     check_choice,
     check_decoupled_normalization,
+    check_loss_type,
     check_number,
     check_setting_number,
     check_shared_settings,
+    check_vespo,
     warn_about_alias,
     warn_about_reward_kl,
 )
@@ -59,7 +61,8 @@ class RLHFConfig:
               "INTELLECT-2 uses 4; policy_loss=clip)")
     policy_loss: str = setting(
         "clip", "the per-token policy loss: `clip` (PPO's clipped surrogate), `cispo` (-sg(min(ratio, cispo_cap)) A "
-                "log pi: no token's gradient dropped), `sapo` (a soft sigmoid gate instead of the hard clip)")
+                "log pi: no token's gradient dropped), `sapo` (a soft sigmoid gate instead of the hard clip), `vespo` "
+                "(-sg(phi(w)) A log pi, phi a Gamma-shaped weight of the sequence ratio w: vespo_k_*, vespo_lambda_*)")
     importance_sampling_level: str = setting(
         "token", "the ratio pi / pi_old per `token`, or per `sequence` (GSPO: exp of the mean token log-ratio, "
                  "clipped per sequence with sequence_cliprange_low/high)")
@@ -69,6 +72,10 @@ class RLHFConfig:
     sapo_temperature_pos: float = setting(1.0, "policy_loss=sapo: the gate's temperature for positive advantages")
     sapo_temperature_neg: float = setting(1.05, "policy_loss=sapo: the gate's temperature for negative advantages "
                                                 "(higher: negative updates fade faster)")
+    vespo_k_pos: float = setting(2.0, "policy_loss=vespo: phi(w) = exp(lambda) w^k exp(-lambda w)'s k for A >= 0")
+    vespo_lambda_pos: float = setting(3.0, "policy_loss=vespo: its lambda for A >= 0")
+    vespo_k_neg: float = setting(3.0, "policy_loss=vespo: its k for A < 0")
+    vespo_lambda_neg: float = setting(2.0, "policy_loss=vespo: its lambda for A < 0")
     loss_type: str = setting(
         "bnpo", "how per-token losses become one optimizer step's loss: `bnpo` (token mean of each micro-batch), "
                 "`grpo` (mean of each sequence's token mean), `dr_grpo` (token sum / (sequences x "
@@ -143,7 +150,7 @@ class RLHFConfig:
            "rollout's tool and reward waits overlap the next one's sampling; rollout=hf only")
 
     def __post_init__(self):
-        check_choice("loss_type", self.loss_type, LOSS_TYPES)
+        check_loss_type(self.loss_type, LOSS_TYPES)
         check_choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         check_choice("rollout_is_mode", self.rollout_is_mode, IS_MODES)
         check_number("off_policy_mask_threshold", self.off_policy_mask_threshold, minimum=0, optional=True)
@@ -170,6 +177,11 @@ class RLHFConfig:
         check_number("cispo_cap", self.cispo_cap, minimum=0, strictly=True)
         check_number("sapo_temperature_pos", self.sapo_temperature_pos, minimum=0, strictly=True)
         check_number("sapo_temperature_neg", self.sapo_temperature_neg, minimum=0, strictly=True)
+        check_vespo(self.vespo_k_pos, self.vespo_lambda_pos, self.vespo_k_neg, self.vespo_lambda_neg)
+        if self.policy_loss == "vespo" and self.rollout_is_cap is not None and self.rollout_is_mode.startswith("seq"):
+            raise ConfigError(f"algo.rollout_is_mode={self.rollout_is_mode} with policy_loss=vespo: VESPO folds the "
+                              f"engine's per-token ratios into its own sequence weight (as TRL, which refuses it too); "
+                              f"use rollout_is_mode=token_truncate or token_mask.")
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         check_shared_settings(self)
         check_unbiased(dict(self.generation_kwargs or {}), self.allow_biased_sampling)  # at build, not sampling

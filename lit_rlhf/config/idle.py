@@ -59,11 +59,15 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
                             f"sequence, which clips with sequence_cliprange_low/high (GSPO's range); drop it.")
     kind = getattr(config, "policy_loss", "clip")
     if kind != "clip":
-        bound = "cispo_cap" if kind == "cispo" else "sapo_temperature_pos/neg"
+        bound = {"cispo": "cispo_cap", "sapo": "sapo_temperature_pos/neg", "vespo": "its sequence weight (vespo_k_*, "
+                 "vespo_lambda_*)"}[kind]
         for name in ("cliprange", "cliprange_low", "cliprange_high", "delta"):
             if hasattr(config, name) and changed(config, name):
                 said.append(f"algo.{name}={getattr(config, name)} is not used with policy_loss={kind}, which bounds "
                             f"its update with {bound}; drop it.")
+    if kind == "vespo" and getattr(config, "importance_sampling_level", "token") == "sequence":
+        said.append("algo.importance_sampling_level=sequence is not used with policy_loss=vespo, which weighs each "
+                    "sequence by its own summed log-ratio; drop it.")
     if getattr(config, "divergence", None) == "generalized_jsd" and changed(config, "iw_opd_gamma"):
         said.append(f"algo.iw_opd_gamma={config.iw_opd_gamma} weights the sampled-token advantages, and algo."
                     f"divergence=generalized_jsd has none: it does nothing; drop it or use divergence=sampled_token.")

@@ -153,3 +153,24 @@ def check_adaptive_entropy(coef_min: Any, coef_max: Any, delta: Any, target: Any
     if coef_min > coef_max:
         raise ConfigError(f"algo.entropy_coef_min={coef_min} is above algo.entropy_coef_max={coef_max}; the adaptive "
                           f"entropy coefficient moves between them: set min <= max.")
+
+
+def check_vespo(k_pos: Any, lambda_pos: Any, k_neg: Any, lambda_neg: Any) -> None:
+    """VESPO's Gamma weight exp(lambda) w^k exp(-lambda w): finite k >= 0 and lambda > 0 (TRL floors lambda at 1e-4)."""
+    for name, value in (("vespo_k_pos", k_pos), ("vespo_k_neg", k_neg)):
+        check_number(name, value, minimum=0)
+    for name, value in (("vespo_lambda_pos", lambda_pos), ("vespo_lambda_neg", lambda_neg)):
+        check_number(name, value, minimum=0, strictly=True)
+
+
+# TRL's loss_type names for a policy loss, and the loss type (normalization) TRL gives it
+TRL_POLICY_LOSS_TYPES = {"cispo": "dapo", "sapo": "grpo", "vespo": "dapo"}
+
+
+def check_loss_type(loss_type: Any, choices: tuple[str, ...]) -> None:
+    """algo.loss_type must be one of choices; TRL's loss_type=cispo|sapo|vespo names its two settings here."""
+    if loss_type in TRL_POLICY_LOSS_TYPES:
+        raise ConfigError(f"algo.loss_type={loss_type}: TRL's loss_type={loss_type} is algo.policy_loss={loss_type} "
+                          f"algo.loss_type={TRL_POLICY_LOSS_TYPES[loss_type]} here (the per-token loss and how it is "
+                          f"averaged are two settings).")
+    check_choice("loss_type", loss_type, choices)

@@ -37,6 +37,7 @@ from lit_rlhf.ops.masks import (
     scatter_tokens,
     truncate_after_stop,
 )
+from lit_rlhf.ops.policy_losses import vespo_weights
 from lit_rlhf.ops.shaping import overlong_penalty
 
 __all__ = [
@@ -48,5 +49,5 @@ __all__ = [
     "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten",
     "model_tokens_first", "off_policy_sequences", "overlong_penalty", "place_score_on_last_token",
     "response_mask_from_stop", "reward_to_go", "rloo_advantages", "sampler_mismatch_stats", "scatter_tokens",
-    "truncate_after_stop", "truncated_is_weights",
+    "truncate_after_stop", "truncated_is_weights", "vespo_weights",
 ]

@@ -12,7 +12,7 @@ import torch
 
 from lit_rlhf.choices import LOSS_TYPES
 from lit_rlhf.ops.masks import masked_mean, masked_var
-from lit_rlhf.ops.policy_losses import cispo_loss, clip_loss, sapo_loss, sequence_log_ratio
+from lit_rlhf.ops.policy_losses import cispo_loss, clip_loss, sapo_loss, sequence_log_ratio, vespo_loss
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: 
 
 @dataclass(frozen=True)
 class PolicyLoss:
-    """Which per-token policy loss (ops/policy_losses.py) and its settings. kind: clip | cispo | sapo;
+    """Which per-token policy loss (ops/policy_losses.py) and its settings. kind: clip | cispo | sapo | vespo;
     level: token | sequence (GSPO's ratio); cispo_cap: CISPO's bound on the importance weight; tau_pos,
     tau_neg: SAPO's gate temperatures for positive and negative advantages; delta: the two-sided clip's cap on
     the unclipped ratio (kind clip; None: off)."""
@@ -98,7 +98,7 @@ def clipped_policy_loss(
     sampler/trainer correction), the micro-batch's share of the step loss (aggregate_loss), and its statistics.
     eps_high defaults to eps_low; eps_high > eps_low is DAPO's clip-higher. clip_ratio/*: the share of tokens
     whose gradient the clip removed, below (A < 0) and above (A > 0) the range, as TRL's GRPO trainer logs them
-    (CISPO: the tokens whose weight was capped; SAPO clips nothing)."""
+    (CISPO: the tokens whose weight was capped; SAPO and VESPO clip nothing)."""
     cliprange_high = cliprange_low if cliprange_high is None else cliprange_high
     logprobs_diff = logprobs - old_logprobs  # M,R
     log_ratio = sequence_log_ratio(logprobs, old_logprobs, response_mask) if loss.level == "sequence" \
@@ -108,6 +108,8 @@ def clipped_policy_loss(
         pg_loss_max = cispo_loss(ratio, advantages, logprobs, loss.cispo_cap)  # M,R
     elif loss.kind == "sapo":
         pg_loss_max = sapo_loss(ratio, advantages, loss.tau_pos, loss.tau_neg)  # M,R
+    elif loss.kind == "vespo":  # its weight phi comes in is_weights (algos/forwards.py: policy_loss_weights)
+        pg_loss_max = vespo_loss(advantages, logprobs)  # M,R
     else:
         pg_loss_max = clip_loss(ratio, advantages, cliprange_low, cliprange_high, loss.delta)  # M,R
     if is_weights is not None:

@@ -101,10 +101,11 @@ def test_the_global_token_mean_on_two_ddp_ranks_matches_one_process(tmp_path):
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])
 @pytest.mark.parametrize("setting", [{"policy_loss": "cispo", "cispo_cap": 1.05}, {"policy_loss": "sapo"},
-                                     {"importance_sampling_level": "sequence"}])
+                                     {"importance_sampling_level": "sequence"}, {"policy_loss": "vespo"}])
 def test_the_policy_losses_are_used_by_grpo_and_rloo(algo, setting):
-    """On-policy (ratio 1) every policy loss has the surrogate's gradient; the second epoch's ratios differ from 1,
-    where CISPO, SAPO and GSPO's sequence ratio each take another step than the clipped surrogate."""
+    """On-policy (ratio 1) every policy loss has the surrogate's gradient (VESPO's weight is 1 at ratio 1); the second
+    epoch's ratios differ from 1, where CISPO, SAPO, GSPO's sequence ratio and VESPO each take another step than the
+    clipped surrogate."""
     # the policy loss alone: GRPO's bias-corrected KL under GSPO is weighted by the sequence ratio (as TRL), whose
     # gradient differs from the token ratio's even on-policy
     plain = {"use_bias_correction_kl": False} if algo == "grpo" else {}

@@ -104,6 +104,10 @@ def test_nan_and_inf_optimizer_settings_are_refused(keywords, expected):
     ({"max_staleness": 1, "async_correction": "behaviour", "rollout_is_cap": 3.0},
      r"algo.rollout_is_cap=3.0 weights the behaviour ratio of async_correction=decoupled"),
     ({"max_staleness": 5, "rl_steps": 3}, r"algo.max_staleness=5 is not below the run's 3 RL steps"),
+    ({"policy_loss": "vespo", "cliprange": 0.3}, r"algo.cliprange=0.3 is not used with policy_loss=vespo, which "
+                                                 r"bounds its update with its sequence weight"),
+    ({"policy_loss": "vespo", "importance_sampling_level": "sequence"},
+     r"algo.importance_sampling_level=sequence is not used with policy_loss=vespo"),
     ({"entropy_coef": 0.01, "entropy_target": 0.5}, r"algo.entropy_target=0.5 steers the adaptive entropy "
                                                     r"coefficient, and algo.use_adaptive_entropy is off"),
 ])
@@ -114,6 +118,26 @@ def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
     _warned.clear()
     with pytest.warns(UserWarning, match=said):
         GRPOModule(model={"name_or_path": "m"}, reward=None, **settings)
+
+
+@pytest.mark.parametrize("trl_name, ours", [("cispo", "algo.policy_loss=cispo algo.loss_type=dapo"),
+                                             ("sapo", "algo.policy_loss=sapo algo.loss_type=grpo"),
+                                             ("vespo", "algo.policy_loss=vespo algo.loss_type=dapo")])
+def test_trls_policy_loss_types_name_the_two_settings_they_are_here(trl_name, ours):
+    from lit_rlhf.config import GRPOConfig, build
+
+    with pytest.raises(ConfigError, match=rf"^algo.loss_type={trl_name}: TRL's loss_type={trl_name} is {ours} here"):
+        build(GRPOConfig, {"loss_type": trl_name}, "algo")
+
+
+def test_vespo_refuses_a_sequence_level_engine_correction_it_cannot_fold():
+    from lit_rlhf.config import GRPOConfig, build
+
+    with pytest.raises(ConfigError, match=r"^algo.rollout_is_mode=sequence_truncate with policy_loss=vespo: VESPO "
+                                          r"folds the engine's per-token ratios"):
+        build(GRPOConfig, {"policy_loss": "vespo", "rollout_is_mode": "sequence_truncate"}, "algo")
+    build(GRPOConfig, {"policy_loss": "vespo", "rollout_is_mode": "sequence_truncate", "rollout_is_cap": None},
+          "algo")  # no correction, nothing to fold
 
 
 @pytest.mark.parametrize("settings, said", [

@@ -138,3 +138,45 @@ def test_delta_through_the_aggregated_loss_is_trls_formula_and_clipfrac_counts_t
     assert capped[mask].any()
     assert stats["clipfrac"].item() == pytest.approx((clipped | capped)[mask].float().mean().item())
     assert stats["clip_region"].item() == pytest.approx(clipped[mask].float().mean().item())  # TRL's
+
+
+def test_vespo_weights_are_trls_gamma_weights_by_hand():
+    """phi(w) = exp(lambda + k log w - lambda w), w = exp of the sequence's summed token log-ratios (masked), times
+    the engine's per-token weights folded in; (k, lambda) by the advantage's sign; 1 at w = 1."""
+    from lit_rlhf.ops.policy_losses import vespo_weights
+
+    old = torch.zeros(3, 3)
+    logprobs = torch.tensor([[0.1, 0.2, 9.0], [-0.3, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, False], [True, True, True], [True, False, False]])
+    advantages = torch.tensor([[1.0] * 3, [-0.5] * 3, [0.0] * 3])
+    engine = torch.tensor([[1.0, 1.0, 0.0], [math.exp(0.1), 1.0, 1.0], [1.0, 0.0, 0.0]])  # 0 off the response
+
+    def phi(log_w, k, lam):
+        return math.exp(lam + k * log_w - lam * math.exp(log_w))
+
+    weights = vespo_weights(logprobs, old, mask, advantages, engine, 2.0, 3.0, 3.0, 2.0)
+    expected = [phi(0.3, 2.0, 3.0), phi(-0.2, 3.0, 2.0), 1.0]  # row 1: -0.3 + 0.1 from the engine; row 2: w = 1
+    for row, value in enumerate(expected):
+        assert weights[row].tolist() == pytest.approx([value] * 3, rel=1e-5)
+    # a sequence whose ratio overflows: log w clamped to 20, phi = exp(3 + 40 - 3 e^20) = 0, not NaN
+    huge = vespo_weights(torch.full((1, 2), 30.0), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool),
+                         torch.ones(1, 2), None, 2.0, 3.0, 3.0, 2.0)
+    assert huge.tolist() == [[0.0, 0.0]]
+
+
+def test_vespo_through_the_aggregated_loss_weighs_each_token_log_prob_gradient_by_phi():
+    """-sg(phi) A log pi summed over the step's tokens (dapo): the gradient is -phi A / tokens on each token."""
+    from lit_rlhf.ops.policy_losses import vespo_weights
+
+    gen = torch.Generator().manual_seed(1)
+    old = -torch.rand(3, 4, generator=gen)
+    logprobs = (old + 0.2 * torch.randn(3, 4, generator=gen)).requires_grad_()
+    advantages = torch.tensor([[1.5], [-1.0], [0.5]]).expand(3, 4)
+    mask = torch.arange(4).unsqueeze(0) < torch.tensor([[4], [2], [3]])
+    phi = vespo_weights(logprobs, old, mask, advantages, None, 2.0, 3.0, 3.0, 2.0)
+    assert not phi.requires_grad and (phi != 1).all()
+    loss, stats = clipped_policy_loss(logprobs, old, advantages, mask, 0.2, 0.2, LossShare("dapo", step_tokens=9.0),
+                                      is_weights=phi, loss=PolicyLoss("vespo"))
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, -phi * advantages * mask / 9.0)
+    assert stats["clip_low"] == 0 and stats["clip_high"] == 0

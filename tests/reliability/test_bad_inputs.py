@@ -340,6 +340,8 @@ CASES = [
     ("normalize_then_sum with scale_rewards=none", ["algo=grpo", "algo.multi_objective_aggregation=normalize_then_sum",
                                                     "algo.scale_rewards=none"],
      "algo.scale_rewards=none has no effect with algo.multi_objective_aggregation=normalize_then_sum"),
+    ("TRL's loss_type=vespo", ["algo=grpo", "algo.loss_type=vespo"],
+     "algo.loss_type=vespo: TRL's loss_type=vespo is algo.policy_loss=vespo algo.loss_type=dapo here"),
     ("adaptive entropy bounds out of order", ["algo=grpo", "algo.use_adaptive_entropy=true",
                                               "algo.entropy_coef_min=0.5", "algo.entropy_coef_max=0.1"],
      "algo.entropy_coef_min=0.5 is above algo.entropy_coef_max=0.1"),
