@@ -45,9 +45,8 @@ __all__ = [
     "clipped_policy_loss", "clipped_value_loss", "contains_stop", "discounted_reverse_cumsum", "entropy_from_logits",
     "first_stop_index", "gae_advantages", "gather_tokens", "global_masked_whiten", "group_all_equal", "group_mean",
     "group_normalized_sum", "group_std", "high_entropy_mask", "identity_sum", "importance_weights", "kl_per_token",
-    "leave_one_out_baseline",
-    "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var", "masked_whiten",
-    "model_tokens_first", "off_policy_sequences", "overlong_penalty", "place_score_on_last_token",
+    "leave_one_out_baseline", "logprobs_and_entropy", "logprobs_from_logits", "masked_mean", "masked_var",
+    "masked_whiten", "model_tokens_first", "off_policy_sequences", "overlong_penalty", "place_score_on_last_token",
     "response_mask_from_stop", "reward_to_go", "rloo_advantages", "sampler_mismatch_stats", "scatter_tokens",
     "truncate_after_stop", "truncated_is_weights", "vespo_weights",
 ]
