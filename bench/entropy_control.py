@@ -49,7 +49,8 @@ def main() -> None:
              "after | wall |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         coef = "-" if r["coef_last"] is None else f"{r['coef_last']:.3f}"
-        lines.append(f"| {r['label']} (`{' '.join(r['overrides'])}`) | {r['seed']} | "
+        settings = f" (`{' '.join(r['overrides'])}`)" if r["overrides"] else ""
+        lines.append(f"| {r['label']}{settings} | {r['seed']} | "
                      f"{cell(r['task']['policy']['accuracy'])} | {r['entropy_first']:.3f} | {r['entropy_last']:.3f} | "
                      f"{coef} | {r['kl_after']:.2f} | {r['wall_s']:.0f} s |")
     publish("entropy_control", {"runs": results}, lines, ["docs/algorithms.md"])
