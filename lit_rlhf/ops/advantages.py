@@ -31,14 +31,16 @@ def group_mean(values: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor
 
 
 def group_all_equal(values: torch.Tensor, prompt_index: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
-    """True for every sequence whose group's values are all equal (max - min <= rtol x max(1, |max|)). A computed
-    std is not the test: in float32 the std of eight 0.7s is ~6e-8, not 0. (N,), (N,) -> (N,) bool"""
+    """True for every sequence whose group's values are all equal (max - min <= rtol x max(1, |max|)), NaNs left
+    out; values (N,C) are C columns, each judged on its own. A computed std is not the test: in float32 the std of
+    eight 0.7s is ~6e-8, not 0. (N,) or (N,C), (N,) -> the same shape, bool"""
     num_prompts = int(prompt_index.max()) + 1
-    fill = torch.full((num_prompts,), float("inf"), dtype=values.dtype, device=values.device)
-    lowest = fill.scatter_reduce(0, prompt_index, values, reduce="amin")  # B
-    highest = (-fill).scatter_reduce(0, prompt_index, values, reduce="amax")  # B
-    equal = (highest - lowest) <= rtol * highest.abs().clamp(min=1.0)  # B
-    return equal[prompt_index]  # N
+    groups = prompt_index.view(-1, *[1] * (values.dim() - 1)).expand_as(values)  # N(,C)
+    fill = values.new_full((num_prompts, *values.shape[1:]), torch.inf)  # B(,C)
+    lowest = fill.scatter_reduce(0, groups, values.nan_to_num(torch.inf), reduce="amin")  # B(,C)
+    highest = (-fill).scatter_reduce(0, groups, values.nan_to_num(-torch.inf), reduce="amax")  # B(,C)
+    equal = (highest - lowest) <= rtol * highest.abs().clamp(min=1.0)  # B(,C)
+    return equal[prompt_index]  # N(,C)
 
 
 def group_std(values: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
@@ -67,11 +69,8 @@ def group_normalized_sum(scores: torch.Tensor, weights: torch.Tensor, prompt_ind
     deviation = scores - mean[prompt_index]  # N,C  NaN where not scored
     squares = zeros.index_add(0, prompt_index, deviation.nan_to_num(0.0) ** 2)  # B,C
     std = (squares / (count - 1).clamp(min=1)).sqrt()  # B,C
-    groups = prompt_index.unsqueeze(1).expand_as(scores)  # N,C
-    lowest = torch.full_like(zeros, torch.inf).scatter_reduce(0, groups, scores.nan_to_num(torch.inf), "amin")
-    highest = torch.full_like(zeros, -torch.inf).scatter_reduce(0, groups, scores.nan_to_num(-torch.inf), "amax")
-    equal = (highest - lowest) <= rtol * highest.abs().clamp(min=1.0)  # B,C
-    normalized = (deviation / (std[prompt_index] + 1e-4)).masked_fill(equal[prompt_index] & scored, 0.0)  # N,C
+    equal = group_all_equal(scores, prompt_index, rtol)  # N,C
+    normalized = (deviation / (std[prompt_index] + 1e-4)).masked_fill(equal & scored, 0.0)  # N,C
     return (normalized * weights).nansum(1).masked_fill(~scored.any(1), torch.nan)  # N
 
 

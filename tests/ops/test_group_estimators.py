@@ -12,6 +12,7 @@ from lit_rlhf.ops import (
     aggregate_loss,
     clipped_policy_loss,
     global_masked_whiten,
+    group_all_equal,
     group_mean,
     group_normalized_sum,
     group_std,
@@ -264,4 +265,7 @@ def test_a_reward_equal_across_its_group_adds_exactly_nothing():
     prompt_index = torch.arange(2).repeat_interleave(8)
     summed = group_normalized_sum(scores, torch.tensor([1.0, 1.0]), prompt_index)
     assert summed[:8].tolist() == [0.0] * 8
+    # each column judged on its own, a reward's None (NaN) left out: [0.7, -, 0.7] is equal, [1, 2, 1] is not
+    three = torch.tensor([[0.7, 1.0], [float("nan"), 2.0], [0.7, 1.0]])
+    assert group_all_equal(three, torch.zeros(3, dtype=torch.long)).tolist() == [[True, False]] * 3
     torch.testing.assert_close(summed[8:], torch.tensor([-0.5, 0.5] * 4) / (math.sqrt(8 / 28) + 1e-4))
