@@ -82,7 +82,7 @@ NOT_HERE = {
                                 "entropy_target")},
     "multi_objective_aggregation": "algo=grpo has it; the other algorithms train on the rewards' weighted sum "
                                    "(TRL's sum_then_normalize)",
-    **{name: "VESPO is not one of algo.policy_loss's (clip, cispo, sapo)"
+    **{name: "train.py's algorithms have it (algo.policy_loss=vespo)"
        for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
     "vllm_group_port": "rollout=vllm_server sends the weights through the servers' HTTP API (shared memory or "
                        "rollout.weights_dir), with no NCCL group or port",
@@ -140,8 +140,9 @@ PYTHON_NOTES = {"per_device_train_batch_size": ": the prompts of a step over all
 
 
 def command_line_hint(name: str, cfg: DictConfig | None) -> str:
-    """' (TRL's <name> is <key> here)' for a TRL setting this app sets under another key or as a choice, else ''."""
-    where = ON_THE_COMMAND_LINE.get(name)
+    """' (TRL's <name> is <key> here)' for a TRL setting this app sets under another key or as a choice, else ''.
+    A name some algorithms have (NOT_HERE says which) is pointed to as algo.<name> where the composed algo has it."""
+    where = ON_THE_COMMAND_LINE.get(name) or ((f"algo.{name}",) if name in NOT_HERE else None)
     if cfg is None or (where is None and name not in NOT_HERE):
         return ""
     if isinstance(where, str):

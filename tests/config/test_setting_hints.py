@@ -175,6 +175,11 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
                                               "have algo.entropy_coef; the other algorithms add no entropy term)"),
     (["algo=ppo", "algo.use_adaptive_entropy=true"], "(TRL's use_adaptive_entropy has no equivalent here: "
                                                      "algo=grpo has it (adaptive entropy control)"),
+    # typed without algo.: the algorithm that has it is pointed to its key, one that does not says so
+    (["algo=grpo", "use_adaptive_entropy=true"], "(TRL's use_adaptive_entropy is algo.use_adaptive_entropy here)"),
+    (["algo=rloo", "vespo_k_pos=2"], "(TRL's vespo_k_pos is algo.vespo_k_pos here)"),
+    (["algo=ppo", "multi_objective_aggregation=normalize_then_sum"],
+     "(TRL's multi_objective_aggregation has no equivalent here: algo=grpo has it;"),
     # RLOOConfig's and the distillation trainers'
     (["algo=rloo", "algo.multi_objective_aggregation=normalize_then_sum"],
      "(TRL's multi_objective_aggregation has no equivalent here: algo=grpo has it; the other algorithms train on"),
