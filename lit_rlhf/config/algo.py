@@ -79,7 +79,8 @@ class RLHFConfig:
     loss_type: str = setting(
         "bnpo", "how per-token losses become one optimizer step's loss: `bnpo` (token mean of each micro-batch), "
                 "`grpo` (mean of each sequence's token mean), `dr_grpo` (token sum / (sequences x "
-                "response_length)), `dapo` (token sum / the step's tokens over all ranks); docs/algorithms.md")
+                "response_length)), `dapo` (token sum / the step's tokens over all ranks), `luspo` (token sum / "
+                "sequences: GSPO's loss scaled by length); docs/algorithms.md")
     num_ppo_epochs: int = setting(1, "passes over each rollout")
     num_mini_batches: int = setting(1, "optimizer steps per pass")
     gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step")

@@ -103,6 +103,10 @@ def check_shared_settings(hp: Any) -> None:
     if hp.max_tokens_per_micro_batch is not None and hp.gradient_accumulation_steps != 1:
         warn_once(f"algo.max_tokens_per_micro_batch={hp.max_tokens_per_micro_batch} replaces "
                   f"algo.gradient_accumulation_steps={hp.gradient_accumulation_steps}, which is ignored; drop one.")
+    if hp.loss_type == "luspo" and hp.importance_sampling_level == "token":  # TRL warns the same
+        warn_once("algo.loss_type=luspo scales GSPO's sequence loss by the sequence's length; with algo."
+                  "importance_sampling_level=token the ratio is each token's, not LUSPO's setup: set "
+                  "algo.importance_sampling_level=sequence.")
 
 
 def warn_about_alias(name: str, value: Any, alias: str, alias_value: Any, default: Any) -> None:

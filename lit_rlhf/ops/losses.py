@@ -24,8 +24,11 @@ class LossShare:
                   grpo     mean over the step's sequences of each sequence's token mean
                   dr_grpo  token sum / (the step's sequences x max_length)
                   dapo     token sum / response tokens of the whole step, over all ranks
+                  luspo    token sum / the step's sequences: each sequence's loss (its token mean) times its
+                           length, averaged over sequences (LUSPO, arXiv 2602.05261)
     micro_batches   micro-batches of the step on each rank (bnpo)
-    step_sequences  sequences of the step on each rank (grpo, dr_grpo; None: micro_batches equal micro-batches)
+    step_sequences  sequences of the step on each rank (grpo, dr_grpo, luspo; None: micro_batches equal
+                    micro-batches)
     max_length      dr_grpo's constant: the configured response_length, never a batch's padded length
     step_tokens     dapo: response tokens of the step over all ranks, divided by the number of ranks (a number, or
                     a tensor on the loss's device)
@@ -40,8 +43,8 @@ class LossShare:
 
 def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: LossShare) -> torch.Tensor:
     """The micro-batch's share of the step loss from per-token losses (M,R). bnpo's step loss is the same
-    however the step is split only when the micro-batches hold the same number of tokens; grpo's, dr_grpo's
-    and dapo's always (micro-batches of any sizes, e.g. by token budget)."""
+    however the step is split only when the micro-batches hold the same number of tokens; the other types' always
+    (micro-batches of any sizes, e.g. by token budget)."""
     mask = response_mask.to(per_token.dtype)  # M,R
     sequences = share.step_sequences or per_token.shape[0] * share.micro_batches
     if share.loss_type == "bnpo":
@@ -50,6 +53,8 @@ def aggregate_loss(per_token: torch.Tensor, response_mask: torch.Tensor, share: 
         return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum() / sequences
     if share.loss_type == "dr_grpo":
         return (per_token * mask).sum() / (sequences * share.max_length)
+    if share.loss_type == "luspo":
+        return (per_token * mask).sum() / sequences
     if share.loss_type == "dapo":
         tokens = share.step_tokens
         if isinstance(tokens, torch.Tensor):  # on the device: no host read inside the update

@@ -12,9 +12,12 @@ pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
 
 @pytest.mark.parametrize("algo, loss_type", [("grpo", "dapo"), ("grpo", "grpo"), ("grpo", "dr_grpo"),
-                                             ("rloo", "dapo"), ("ppo", "dapo"), ("reinforce_pp", "dapo")])
+                                             ("grpo", "luspo"), ("rloo", "dapo"), ("ppo", "dapo"),
+                                             ("reinforce_pp", "dapo")])
 def test_four_micro_batches_give_the_gradient_of_one(algo, loss_type):
     num_epochs = {"ppo": {"num_ppo_epochs": 1}}.get(algo, {})
+    if loss_type == "luspo":  # LUSPO's setup: GSPO's sequence ratio
+        num_epochs["importance_sampling_level"] = "sequence"
     whole = one_step_delta(algo, loss_type=loss_type, **num_epochs)
     assert_same(one_step_delta(algo, loss_type=loss_type, gradient_accumulation_steps=4, **num_epochs), whole)
 

@@ -120,6 +120,22 @@ def test_a_setting_the_combination_leaves_idle_is_said_once(settings, said):
         GRPOModule(model={"name_or_path": "m"}, reward=None, **settings)
 
 
+def test_luspo_with_a_token_level_ratio_is_said_once_as_trl_warns():
+    import warnings
+
+    from lit_rlhf import GRPOModule
+    from lit_rlhf.config.validation import _warned
+
+    _warned.clear()
+    with pytest.warns(UserWarning, match=r"^algo.loss_type=luspo scales GSPO's sequence loss by the sequence's "
+                                         r"length; .* set algo.importance_sampling_level=sequence.$"):
+        GRPOModule(model={"name_or_path": "m"}, reward=None, loss_type="luspo")
+    _warned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GRPOModule(model={"name_or_path": "m"}, reward=None, loss_type="luspo", importance_sampling_level="sequence")
+
+
 @pytest.mark.parametrize("trl_name, ours", [("cispo", "algo.policy_loss=cispo algo.loss_type=dapo"),
                                              ("sapo", "algo.policy_loss=sapo algo.loss_type=grpo"),
                                              ("vespo", "algo.policy_loss=vespo algo.loss_type=dapo")])

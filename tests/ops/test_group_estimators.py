@@ -145,6 +145,8 @@ def test_loss_types_by_hand():
     assert aggregate_loss(loss, mask, LossShare("grpo", micro_batches=2)) == ((1 + 3) / 2 + 2 / 1) / 2 / 2
     assert aggregate_loss(loss, mask, LossShare("grpo", step_sequences=5)) == ((1 + 3) / 2 + 2 / 1) / 5
     assert aggregate_loss(loss, mask, LossShare("dr_grpo", max_length=4, step_sequences=5)) == (1 + 3 + 2) / (5 * 4)
+    assert aggregate_loss(loss, mask, LossShare("luspo")) == (1 + 3 + 2) / 2  # (2 x (1 + 3) / 2 + 1 x 2) / 2
+    assert aggregate_loss(loss, mask, LossShare("luspo", step_sequences=5)) == (1 + 3 + 2) / 5
 
 
 def step_gradient(per_token, mask, loss_type, micro_batches, sizes=None):
@@ -157,7 +159,7 @@ def step_gradient(per_token, mask, loss_type, micro_batches, sizes=None):
     return torch.autograd.grad(total, per_token)[0]
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "luspo"])
 def test_the_step_gradient_does_not_depend_on_the_micro_batching(loss_type):
     torch.manual_seed(3)
     per_token = torch.randn(8, 6, requires_grad=True)

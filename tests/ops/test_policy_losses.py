@@ -1,4 +1,4 @@
-"""GSPO's sequence ratio, CISPO and SAPO against hand-computed values."""
+"""GSPO's sequence ratio, LUSPO, CISPO, SAPO and VESPO against hand-computed values and TRL's formulas."""
 
 import math
 
@@ -22,6 +22,31 @@ def test_gspo_clips_a_sequence_as_a_whole():
     (per_token * mask).sum().backward()
     # sequence 1: ratio 1, loss -A s on each of its 2 tokens = 2 x 2 s, s = exp(mean of 2 log ratios): each token 2
     torch.testing.assert_close(logprobs.grad, torch.tensor([[0.0, 0.0, 0.0], [2.0, 2.0, 0.0]]))
+
+
+def test_luspo_is_trls_length_scaled_gspo_loss():
+    """TRL's loss_type="luspo" with importance_sampling_level="sequence", written as its trainer computes it: the
+    (B,1) sequence loss times the sequence's length, averaged over sequences; here the same number and gradient
+    from the per-token loss and loss_type=luspo."""
+    gen = torch.Generator().manual_seed(4)
+    old = -torch.rand(4, 6, generator=gen)
+    logprobs = (old + 0.3 * torch.randn(4, 6, generator=gen)).requires_grad_()
+    advantages = torch.tensor([[1.0], [-0.5], [2.0], [-1.0]])
+    mask = torch.arange(6).unsqueeze(0) < torch.tensor([[6], [2], [5], [1]])
+    loss, _ = clipped_policy_loss(logprobs, old, advantages.expand(4, 6), mask, 0.2, share=LossShare("luspo"),
+                                  loss=PolicyLoss(level="sequence"))
+    log_weights = ((logprobs - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # TRL's from here
+    coef_1 = torch.exp(log_weights.unsqueeze(-1))  # B,1
+    coef_2 = torch.clamp(coef_1, 1 - 0.2, 1 + 0.2)
+    per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)  # B,1
+    trl = (per_token_loss * mask.sum(1, keepdim=True)).mean()
+    torch.testing.assert_close(loss, trl)
+    grad, trl_grad = (torch.autograd.grad(value, logprobs)[0] for value in (loss, trl))
+    torch.testing.assert_close(grad, trl_grad)
+    assert (grad[mask] != 0).any()
+    grpo, _ = clipped_policy_loss(logprobs, old, advantages.expand(4, 6), mask, 0.2, share=LossShare("grpo"),
+                                  loss=PolicyLoss(level="sequence"))
+    assert not torch.allclose(grpo, loss)  # GSPO's own mean over sequences weighs them alike
 
 
 def test_cispo_keeps_the_gradient_of_a_token_the_clip_would_drop():

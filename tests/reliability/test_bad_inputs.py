@@ -258,7 +258,7 @@ CASES = [
     ("cliprange_low above cliprange_high", ["algo=grpo", "algo.cliprange_low=0.3", "algo.cliprange_high=0.2"],
      "algo.cliprange_low=0.3 is above algo.cliprange_high=0.2"),
     ("unknown loss_type", ["algo=grpo", "algo.loss_type=dapoo"],
-     "algo.loss_type='dapoo' is not one of bnpo, grpo, dr_grpo, dapo (did you mean 'dapo'?)"),
+     "algo.loss_type='dapoo' is not one of bnpo, grpo, dr_grpo, dapo, luspo (did you mean 'dapo'?)"),
     ("unknown scale_rewards", ["algo=grpo", "algo.scale_rewards=std"],
      "algo.scale_rewards='std' is not one of group, batch, none"),
     ("negative beta", ["algo=grpo", "algo.beta=-0.1"], "algo.beta=-0.1 must be >= 0"),
