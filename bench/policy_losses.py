@@ -1,8 +1,8 @@
-"""GSPO, CISPO, SAPO and VESPO against DAPO on the arithmetic task, and DAPO's policy loss on the high-entropy tokens
+"""GSPO, LUSPO, CISPO, SAPO and VESPO against DAPO on the arithmetic task, and DAPO's policy loss on the high-entropy tokens
 only (algo.top_entropy_quantile), at equal episodes, as a user runs them:
 `python train.py experiment=arithmetic_grpo algo.num_iterations=2 <the loss's settings>`.
 
-    python bench/policy_losses.py          # 6 runs of 400 RL steps x 16 prompts x 4 samples; ~13 min on 2 cores
+    python bench/policy_losses.py          # 7 runs of 400 RL steps x 16 prompts x 4 samples; ~15 min on 2 cores
 
 Two updates per rollout (num_iterations=2): with one, every loss has the clipped surrogate's gradient (the
 ratio is 1), so they would not differ. Reports the end-of-run evaluation on the 200 held-out questions (4
@@ -21,6 +21,8 @@ LOSSES = {  # label: (run directory, settings)
     "DAPO (clip-higher 0.28, zero-std groups filtered)": ("dapo", ("algo.cliprange_high=0.28",
                                                                    "algo.filter_zero_std_groups=true")),
     "GSPO (sequence-level ratio, clip 3e-4 / 4e-4)": ("gspo", ("algo.importance_sampling_level=sequence",)),
+    "LUSPO (GSPO's ratio and clip, each sequence's loss times its length)": (
+        "luspo", ("algo.importance_sampling_level=sequence", "algo.loss_type=luspo")),
     "CISPO (cap 5)": ("cispo", ("algo.policy_loss=cispo",)),
     "SAPO (tau 1.0 / 1.05)": ("sapo", ("algo.policy_loss=sapo",)),
     "VESPO (k, lambda 2, 3 / 3, 2)": ("vespo", ("algo.policy_loss=vespo",)),
