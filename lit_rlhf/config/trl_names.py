@@ -29,6 +29,15 @@ ON_THE_COMMAND_LINE = {
     "log_completions": "callbacks.generation_samples (on: samples.jsonl and the held-out table)",
     "reward_funcs": "reward._target_=[module.function,...] (or reward=reward_model reward.name_or_path=<folder>)",
     "reward_weights": "+reward.weights.<name>=<weight>",
+    "trust_remote_code": "model.trust_remote_code=true (and data.trust_remote_code=true for the tokenizer's code)",
+    "ds3_gather_for_generation": "trainer=fsdp2 trainer.strategy.sharded_sampling (gathered weights for sampling: "
+                                 "false, the default; sampling on the sharded model: true)",
+    # PPOConfig's
+    "sft_model_path": ("model.name_or_path",), "reward_model_path": "reward=reward_model reward.name_or_path=<folder>",
+    "total_episodes": "steps (RL steps of data.batch_size prompts each)",
+    "local_rollout_forward_batch_size": ("algo.forward_batch_size",),
+    "stop_token_id": "algo.stop_token=<the token as the tokenizer spells it> (or eos)",
+    "num_sample_generations": "callbacks.generation_samples (samples.jsonl and the held-out table)",
     # SFT (train_sft.py): how its rows are trained on
     "max_seq_length": ("data.max_length",), "completion_only_loss": "always on",
     "assistant_only_loss": "always on", "dataset_text_field": "fixed to text",

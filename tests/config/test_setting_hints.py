@@ -180,6 +180,12 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
     (["algo=rloo", "vespo_k_pos=2"], "(TRL's vespo_k_pos is algo.vespo_k_pos here)"),
     (["algo=ppo", "multi_objective_aggregation=normalize_then_sum"],
      "(TRL's multi_objective_aggregation has no equivalent here: algo=grpo has it;"),
+    # PPOConfig's and TrainingArguments' model and reward names
+    (["algo=ppo", "algo.sft_model_path=/m"], "(TRL's sft_model_path is model.name_or_path here)"),
+    (["algo=ppo", "algo.local_rollout_forward_batch_size=8"],
+     "(TRL's local_rollout_forward_batch_size is algo.forward_batch_size here)"),
+    (["algo=grpo", "algo.trust_remote_code=true"], "(TRL's trust_remote_code is model.trust_remote_code=true (and "
+                                                   "data.trust_remote_code=true"),  # not 'did you mean data.'
     # RLOOConfig's and the distillation trainers'
     (["algo=rloo", "algo.multi_objective_aggregation=normalize_then_sum"],
      "(TRL's multi_objective_aggregation has no equivalent here: algo=grpo has it; the other algorithms train on"),
