@@ -1,5 +1,5 @@
-"""GSPO, LUSPO, CISPO, SAPO and VESPO against DAPO on the arithmetic task, and DAPO's policy loss on the high-entropy tokens
-only (algo.top_entropy_quantile), at equal episodes, as a user runs them:
+"""GSPO, LUSPO, CISPO, SAPO and VESPO against DAPO on the arithmetic task, and DAPO's policy loss on the high-entropy
+tokens only (algo.top_entropy_quantile), at equal episodes, as a user runs them:
 `python train.py experiment=arithmetic_grpo algo.num_iterations=2 <the loss's settings>`.
 
     python bench/policy_losses.py          # 7 runs of 400 RL steps x 16 prompts x 4 samples; ~15 min on 2 cores

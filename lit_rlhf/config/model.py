@@ -50,6 +50,8 @@ class ModelConfig:
     gradient_checkpointing: bool = setting(False, "activation checkpointing (non-reentrant, works with LoRA)")
     reference_name_or_path: Optional[str] = setting(None, "with lora: null, load the frozen reference from here "
                                                           "instead of copying the model")
+    cast_lm_head_to_fp32: bool = setting(False, "the output layer's weights and logits in float32 whatever "
+                                                "model.dtype (TRL's name; ScaleRL), for the policy and its reference")
 
     def __post_init__(self):
         if self.name_or_path in (None, "???", ""):

@@ -26,6 +26,8 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
 from lit_rlhf.distributed.host_memory import release_freed_host_memory
 from lit_rlhf.distributed.host_reduce_scatter import use_piecewise_reduce_scatter
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.output_layer import FLOAT32_HEAD_UNDER_FSDP2, Float32OutputLayer
 
 # the modules inside a gathered_weights block now (the block is re-entrant: an inner one does nothing)
 GATHERED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
@@ -46,6 +48,9 @@ def shard(model: torch.nn.Module, mesh, cpu_offload: bool = False) -> None:
     unit to run a forward as the root, so the root must be the outermost module that every forward enters.
     cpu_offload: the shards, their gradients and (so) the optimizer state in CPU memory (FSDP2's CPUOffloadPolicy)."""
     root = model.get_base_model() if isinstance(model, PeftModel) else model
+    if isinstance(root.get_output_embeddings() if hasattr(root, "get_output_embeddings") else None,
+                  Float32OutputLayer):
+        raise ConfigError(FLOAT32_HEAD_UNDER_FSDP2)
     # pinned host memory speeds the copies to a GPU; on a CPU-only run there is no device to pin for
     policy = {"offload_policy": CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")} if cpu_offload else {}
     blocks = block_classes(root)

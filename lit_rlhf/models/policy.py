@@ -26,6 +26,11 @@ from lit_rlhf.distributed.meta_loading import empty_model, is_empty
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
+from lit_rlhf.models.output_layer import (
+    FLOAT32_HEAD_UNDER_FSDP2,
+    cast_output_layer_to_float32,
+    check_float32_output_layer,
+)
 
 TRAINABLE_ADAPTER, REFERENCE_ADAPTER = "default", "reference"
 
@@ -104,14 +109,20 @@ def load_policy(
     gradient_checkpointing: bool = False,
     reference_name_or_path: str | None = None,
     empty: bool = False,
+    cast_lm_head_to_fp32: bool = False,
 ) -> tuple[torch.nn.Module, Reference]:
     """Loads the causal LM and wraps it for training; returns (policy, reference). empty: built on the meta device,
-    its weights read after sharding (lit_rlhf/distributed/meta_loading.py); adapters are real from the start."""
+    its weights read after sharding (lit_rlhf/distributed/meta_loading.py); adapters are real from the start.
+    cast_lm_head_to_fp32: the policy's and the reference's output layer in float32 (Float32OutputLayer)."""
     if reference_name_or_path is not None and (lora is not None or adapter_path is not None):
         raise ConfigError(f"model.reference_name_or_path={reference_name_or_path!r} needs model.lora=null: with LoRA "
                           f"the reference is the policy with adapters disabled.")
+    if cast_lm_head_to_fp32 and empty:
+        raise ConfigError(FLOAT32_HEAD_UNDER_FSDP2)
     model = load_causal_lm(name_or_path, "model.name_or_path", dtype, trust_remote_code, empty)
     fit_embeddings(model, tokenizer, "model.name_or_path")
+    if cast_lm_head_to_fp32:  # before the copy a full fine-tune's reference is made of
+        cast_output_layer_to_float32(model, "model.name_or_path")
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing and hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -130,9 +141,11 @@ def load_policy(
             policy.load_adapter(adapter_path, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
         policy.set_adapter(TRAINABLE_ADAPTER)
         hold_lora_inputs_in_their_dtype(policy)
+        check_float32_output_layer(policy)
         return policy, Reference(policy)
     if lora is not None:
         policy = with_lora(model, lora, "CAUSAL_LM", name_or_path)
+        check_float32_output_layer(policy)
         return policy, Reference(policy)
     if reference_name_or_path is None and not empty:
         frozen = copy.deepcopy(model)
@@ -144,6 +157,8 @@ def load_policy(
         frozen = load_causal_lm(reference_name_or_path, "model.reference_name_or_path", dtype, trust_remote_code,
                                 empty)
         fit_embeddings(frozen, tokenizer, "model.reference_name_or_path")
+        if cast_lm_head_to_fp32:
+            cast_output_layer_to_float32(frozen, "model.reference_name_or_path")
     frozen.requires_grad_(False).eval()
     return model, Reference(model, frozen_copy=frozen)
 

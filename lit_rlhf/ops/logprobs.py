@@ -6,6 +6,8 @@ in every logprob computation, so that logprobs are those of the distribution act
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 # On a CPU the float32 maths over the vocabulary (the entropy's exp, the chunked log-softmax) runs over blocks of this
@@ -119,7 +121,10 @@ class _OutputLayerLogprobs(torch.autograd.Function):
 
 
 def output_layer_dtype(hidden: torch.Tensor, output_layer: torch.nn.Linear) -> torch.dtype:
-    """The dtype the output layer computes its logits in: autocast's where autocast is on, else its inputs'."""
+    """The dtype the output layer computes its logits in: float32 for a layer that says it does (a
+    models.output_layer.Float32OutputLayer), else autocast's where autocast is on, else its inputs'."""
+    if getattr(output_layer, "computes_in_float32", False):
+        return torch.float32
     if torch.is_autocast_enabled(hidden.device.type):
         return torch.get_autocast_dtype(hidden.device.type)
     return torch.promote_types(hidden.dtype, output_layer.weight.dtype)
@@ -141,13 +146,17 @@ def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Li
     in memory: see kept_logits_mib).
     (T,H), (T,) -> (T,), (T,) (entropy without gradient; None unless with_entropy)"""
     weight, bias = output_layer.weight, output_layer.bias
+    in_float32 = getattr(output_layer, "computes_in_float32", False)
+    if in_float32:  # as the layer's own forward: float32 inputs, autocast off
+        hidden = hidden.to(torch.float32)
     logprobs, entropies = [], []
-    for start in range(0, hidden.shape[0], chunk_size):
-        token_logprobs, entropy = _OutputLayerLogprobs.apply(hidden[start:start + chunk_size], weight, bias,
-                                                             tokens[start:start + chunk_size], temperature,
-                                                             not recompute, with_entropy)
-        logprobs.append(token_logprobs)
-        entropies.append(entropy)
+    with torch.autocast(hidden.device.type, enabled=False) if in_float32 else contextlib.nullcontext():
+        for start in range(0, hidden.shape[0], chunk_size):
+            token_logprobs, entropy = _OutputLayerLogprobs.apply(hidden[start:start + chunk_size], weight, bias,
+                                                                 tokens[start:start + chunk_size], temperature,
+                                                                 not recompute, with_entropy)
+            logprobs.append(token_logprobs)
+            entropies.append(entropy)
     if not logprobs:
         empty = hidden.new_zeros(0, dtype=torch.float32)
         return empty, empty if with_entropy else None

@@ -139,6 +139,13 @@ CASES = [
      "rollout.static_cache_length=100.5 must be a whole number >= 1 (or null)"),
     ("trainer.strategy.cpu_offload that is not true or false", [*FSDP2_ONE_RANK, "trainer.strategy.cpu_offload=abc"],
      "trainer.strategy.cpu_offload='abc' must be true or false"),
+    ("a float32 output layer with a LoRA adapter on it",
+     ["model.cast_lm_head_to_fp32=true", "model.lora.target_modules=[query_key_value,lm_head]"],
+     "model.cast_lm_head_to_fp32=true with a LoRA adapter on the output layer (model.lora.target_modules names it): "
+     "remove it from target_modules, or set model.cast_lm_head_to_fp32=false."),
+    ("a float32 output layer under trainer=fsdp2", [*FSDP2_ONE_RANK, "model.cast_lm_head_to_fp32=true"],
+     "model.cast_lm_head_to_fp32=true is not supported with trainer=fsdp2 (a sharded unit holds one dtype, and the "
+     "output layer shares one with the final norm); use trainer=ddp or set model.cast_lm_head_to_fp32=false."),
     ("the trained reward, scaled, as gold", ["gold=vader", "reward.weights.vader=0.5"],
      "gold= names the trained reward (scaled: only the weights differ)"),
     ("mistyped ckpt_path", ["ckpt_path=no_such.ckpt"], "ckpt_path='no_such.ckpt' is not a file"),
