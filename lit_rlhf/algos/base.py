@@ -50,6 +50,7 @@ from lit_rlhf.step.episodes import estimate_advantages
 from lit_rlhf.step.kl_controller import KLController, KLPenalty
 from lit_rlhf.step.model_sharding import ModelSharding
 from lit_rlhf.step.nonfinite import NonfiniteGuard
+from lit_rlhf.step.reference_sync import ReferenceSync
 from lit_rlhf.step.rollout import Rollout
 from lit_rlhf.step.score_transforms import ScoreTransform
 from lit_rlhf.tasks.metrics import TaskMetric
@@ -143,6 +144,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         self.run_config: dict[str, Any] | None = None
         self.training_finished = False  # set at the end of training, before the end-of-run reports
         self.nonfinite = NonfiniteGuard()  # skips an optimizer step with a non-finite loss or gradient
+        self.reference_sync = ReferenceSync.of(config)  # algo.sync_ref_model: the reference moves toward the policy
 
     # what draws is the Sampler's
     rollout_engine = sampler_attribute("engine", "How responses are sampled (RolloutEngine).")
@@ -218,11 +220,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer=optimizer),
                                                          "interval": "step"}}
 
-    def record_run_config(self, groups: dict[str, Any]) -> None:
-        """The app's reward, gold, task_metrics and env configs (passwords masked): saved in checkpoints, so that
-        evaluate.py ckpt_path=... scores with what the run trained on."""
-        self.run_config = groups
-
     def use_run_task(self, task_metrics: Sequence[TaskMetric], environment: EnvSpec | None) -> None:
         """A module loaded from a checkpoint takes the task metrics and environment of the run that trained it
         (evaluate.py: they are configs of the run, not settings of the module)."""
@@ -244,6 +241,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         self.last_distributions = step_distributions(rollout, advantages, penalty.kl, self._ratios)
         # 6. after the statistics logged the coefficient this step used; the same mean KL on every rank
         self.kl_controller.steer(penalty, self.last_step_episodes, self.rank_mean)
+        self.reference_sync.after_step(self, self.trainer.global_step)  # 7. for the next rollout's reference
         self.rl_step += 1
         if self.hparams.rl_steps is not None and self.rl_step >= self.hparams.rl_steps:
             self.trainer.should_stop = True  # RL steps are the unit: no optimizer-step arithmetic for max_steps
@@ -391,6 +389,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         datamodule = getattr(self.trainer, "datamodule", None)
         self.rollout_queue.check(datamodule, self.sharding.sharded)
         self.check_entropy_quantile_ranks()
+        self.reference_sync.check(self)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
             check_token_budget(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),

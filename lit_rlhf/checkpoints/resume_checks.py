@@ -19,7 +19,7 @@ FREE_ON_RESUME = ("rl_steps",)
 DATA_FREE_ON_RESUME = ("tokenizer", "eval_batch_size")
 # Nested settings added after checkpoints were written, each with the value that trains as those checkpoints' runs
 # did: a checkpoint without the key resumes when the key has that value (a new top-level setting never counts).
-ADDED_LATER = {"model.lora.use_rslora": False, "model.lora.use_dora": False}
+ADDED_LATER = {"model.lora.use_rslora": False, "model.lora.use_dora": False, "model.cast_lm_head_to_fp32": False}
 
 
 def same(old: Any, new: Any) -> bool:

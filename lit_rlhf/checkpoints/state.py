@@ -73,10 +73,17 @@ class TrainedStateCheckpoints:
     name_or_path; everything a run changed, and where it was, goes into the checkpoint."""
 
     def trained_state_keys(self) -> set[str]:
-        """state_dict keys of the trained tensors (LoRA adapters, value head, or all of a full fine-tune).
-        Frozen weights (base model, reference copy) reload from name_or_path instead."""
+        """state_dict keys of the trained tensors (LoRA adapters, value head, or all of a full fine-tune), and the
+        reference copy's when algo.sync_ref_model moves it. Frozen weights (base model, a fixed reference copy)
+        reload from name_or_path instead."""
         trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
-        return {name for name, p in self.named_parameters() if id(p) in trainable}
+        moved = "frozen_reference." if self.hparams.get("sync_ref_model") else None
+        return {name for name, p in self.named_parameters() if id(p) in trainable or (moved and name.startswith(moved))}
+
+    def record_run_config(self, groups: dict[str, Any]) -> None:
+        """The app's reward, gold, task_metrics and env configs (passwords masked): saved in checkpoints, so that
+        evaluate.py ckpt_path=... scores with what the run trained on."""
+        self.run_config = groups
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self._step_start = (self.rl_step, rng_state())

@@ -15,6 +15,7 @@ from lit_rlhf.config.validation import (
     check_decoupled_normalization,
     check_loss_type,
     check_number,
+    check_reference_sync,
     check_setting_number,
     check_shared_settings,
     check_vespo,
@@ -145,6 +146,13 @@ class RLHFConfig:
         "decoupled", "async mode's off-policy correction: `decoupled` (pi_old recomputed by the trainer, the clip "
                      "around it, the behaviour ratio pi_old / pi_sampler weighted by rollout_is_*), `behaviour` "
                      "(pi_old = the sampler's logprobs: the clip around the stale policy, no rollout_is_* weight)")
+    sync_ref_model: bool = setting(
+        False, "TR-DPO's reference update (TRL's name): every ref_model_sync_steps optimizer steps, reference <- "
+               "ref_model_mixup_alpha x policy + (1 - alpha) x reference; needs model.lora=null (a frozen copy)")
+    ref_model_mixup_alpha: float = setting(0.6, "sync_ref_model: the policy's share of the updated reference (1: a "
+                                                "copy of the policy)")
+    ref_model_sync_steps: int = setting(512, "sync_ref_model: optimizer steps between updates, a multiple of an RL "
+                                             "step's (num_ppo_epochs x num_mini_batches)")
     async_draws: int = setting(
         1, "async mode: rollouts the producer draws at once (at most max_staleness + 1 can), each sampling with its "
            "own copy of the trained weights (LoRA: the adapters; full fine-tuning: a whole copy each), so one "
@@ -185,6 +193,7 @@ class RLHFConfig:
                               f"use rollout_is_mode=token_truncate or token_mask.")
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         check_shared_settings(self)
+        check_reference_sync(self)
         check_unbiased(dict(self.generation_kwargs or {}), self.allow_biased_sampling)  # at build, not sampling
         if self.clip_low > self.clip_high:
             raise ConfigError(f"algo.cliprange_low={self.clip_low} is above algo.cliprange_high={self.clip_high}; "

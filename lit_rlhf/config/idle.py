@@ -75,6 +75,10 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
         said.append(f"algo.beta={config.beta} chooses the full-vocabulary divergence of algo.divergence="
                     f"generalized_jsd, and divergence=sampled_token: it does nothing; set algo.divergence="
                     f"generalized_jsd or drop it.")
+    if not getattr(config, "sync_ref_model", True):
+        said += [f"algo.{name}={getattr(config, name)} times the reference's updates, and algo.sync_ref_model is off: "
+                 f"it does nothing; set algo.sync_ref_model=true or drop it."
+                 for name in ("ref_model_mixup_alpha", "ref_model_sync_steps") if changed(config, name)]
     if hasattr(config, "use_adaptive_entropy") and not config.use_adaptive_entropy:
         said += [f"algo.{name}={getattr(config, name)} steers the adaptive entropy coefficient, and algo."
                  f"use_adaptive_entropy is off: it does nothing; set algo.use_adaptive_entropy=true or drop it."

@@ -178,3 +178,26 @@ def check_loss_type(loss_type: Any, choices: tuple[str, ...]) -> None:
                           f"algo.loss_type={TRL_POLICY_LOSS_TYPES[loss_type]} here (the per-token loss and how it is "
                           f"averaged are two settings).")
     check_choice("loss_type", loss_type, choices)
+
+
+def check_reference_sync(hp: Any) -> None:
+    """algo.sync_ref_model (TRL's): its two numbers, a reference in use, and updates where an RL step ends."""
+    check_number("ref_model_sync_steps", hp.ref_model_sync_steps, minimum=1, integer=True)
+    check_number("ref_model_mixup_alpha", hp.ref_model_mixup_alpha, minimum=0, strictly=True)
+    if hp.ref_model_mixup_alpha > 1:
+        raise ConfigError(f"algo.ref_model_mixup_alpha={hp.ref_model_mixup_alpha} must be in (0, 1]: the policy's "
+                          f"share of the updated reference (1: a copy).")
+    if not hp.sync_ref_model:
+        return
+    if hp.kl_coef == 0:  # as TRL's
+        raise ConfigError("algo.sync_ref_model=true with algo.kl_coef=0 (beta): no KL term reads the reference, so "
+                          "there is nothing to move; set algo.kl_coef > 0 or algo.sync_ref_model=false.")
+    if hp.max_staleness:
+        raise ConfigError(f"algo.sync_ref_model=true with algo.max_staleness={hp.max_staleness}: rollouts drawn ahead "
+                          f"score the reference while it moves; set algo.max_staleness=null or "
+                          f"algo.sync_ref_model=false.")
+    per_rl_step = hp.num_ppo_epochs * hp.num_mini_batches
+    if hp.ref_model_sync_steps % per_rl_step:
+        raise ConfigError(f"algo.ref_model_sync_steps={hp.ref_model_sync_steps} is not a multiple of the {per_rl_step} "
+                          f"optimizer steps of an RL step (num_ppo_epochs x num_mini_batches): the reference moves "
+                          f"between RL steps; set it to a multiple of {per_rl_step}.")

@@ -168,8 +168,9 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
      "(TRL's vllm_importance_sampling_mode is algo.rollout_is_mode here)"),
     (["algo=grpo", "algo.vllm_gpu_memory_utilization=0.5"],
      "(TRL's vllm_gpu_memory_utilization is rollout=vllm rollout.gpu_memory_utilization=<fraction> here)"),
-    (["algo=grpo", "algo.sync_ref_model=true"], "(TRL's sync_ref_model has no equivalent here: the reference is the "
-                                                "policy with its LoRA adapters off (or a frozen copy of it)"),
+    (["algo=grpo", "algo.disable_dropout=true"], "(TRL's disable_dropout has no equivalent here: sampling and the "
+                                                 "old logprobs run without dropout"),
+    (["algo=grpo", "sync_ref_model=true"], "(TRL's sync_ref_model is algo.sync_ref_model here)"),
     # algo=grpo and algo=ppo have the key; under RLOO the line says so rather than "no setting of that name"
     (["algo=rloo", "algo.entropy_coef=0.01"], "(TRL's entropy_coef has no equivalent here: algo=grpo and algo=ppo "
                                               "have algo.entropy_coef; the other algorithms add no entropy term)"),
@@ -217,8 +218,8 @@ def test_trls_sampling_and_reference_names_in_python():
     with pytest.raises(ConfigError, match=r"TRL's top_p is generation_kwargs=\{'top_p': ...\} with "
                                           r"allow_biased_sampling=True here"):
         build(GRPOConfig, {"top_p": 0.9}, "algo")
-    with pytest.raises(ConfigError, match="TRL's ref_model_sync_steps has no equivalent here"):
-        build(GRPOConfig, {"ref_model_sync_steps": 64}, "algo")
+    with pytest.raises(ConfigError, match="TRL's disable_dropout has no equivalent here"):
+        build(GRPOConfig, {"disable_dropout": True}, "algo")
 
 
 def test_a_key_under_a_group_left_none_says_to_choose_an_option_first():

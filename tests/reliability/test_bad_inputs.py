@@ -139,6 +139,13 @@ CASES = [
      "rollout.static_cache_length=100.5 must be a whole number >= 1 (or null)"),
     ("trainer.strategy.cpu_offload that is not true or false", [*FSDP2_ONE_RANK, "trainer.strategy.cpu_offload=abc"],
      "trainer.strategy.cpu_offload='abc' must be true or false"),
+    ("a reference that follows a LoRA policy", ["algo=grpo", "algo.sync_ref_model=true"],
+     "algo.sync_ref_model=true moves the reference toward the policy, and with LoRA the reference is the policy with "
+     "its adapters off"),
+    ("a reference that follows the policy with no KL term", ["algo=grpo", "model.lora=null", "algo.sync_ref_model=true",
+                                                             "algo.beta=0"],
+     "algo.sync_ref_model=true with algo.kl_coef=0 (beta): no KL term reads the reference, so there is nothing to "
+     "move; set algo.kl_coef > 0 or algo.sync_ref_model=false."),
     ("a float32 output layer with a LoRA adapter on it",
      ["model.cast_lm_head_to_fp32=true", "model.lora.target_modules=[query_key_value,lm_head]"],
      "model.cast_lm_head_to_fp32=true with a LoRA adapter on the output layer (model.lora.target_modules names it): "

@@ -27,8 +27,11 @@ def test_changes_that_break_exactness_are_refused_and_steering_ones_applied():
     with pytest.raises(ConfigError, match=r"resume changes data.batch_size \(8 -> 16\)"):
         check_resume(saved, saved, {"batch_size": 8}, {"batch_size": 16})
     # a LoRA setting added since the checkpoint was written: its old behaviour resumes, another value does not
-    now = {**saved, "model": {"name_or_path": "a", "lora": {"r": 8, "use_rslora": False, "use_dora": False}}}
+    now = {**saved, "model": {"name_or_path": "a", "lora": {"r": 8, "use_rslora": False, "use_dora": False},
+                              "cast_lm_head_to_fp32": False}}
     assert check_resume(saved, now, None, None) == []
+    with pytest.raises(ConfigError, match=r"resume changes model.cast_lm_head_to_fp32 \(None -> True\)"):
+        check_resume(saved, {**saved, "model": {**now["model"], "cast_lm_head_to_fp32": True}}, None, None)
     with pytest.raises(ConfigError, match=r"resume changes model.lora.use_dora \(None -> True\)"):
         check_resume(saved, {**saved, "model": {"name_or_path": "a", "lora": {"r": 8, "use_dora": True}}}, None, None)
     state = [{"param_groups": [{"lr": 1e-3, "initial_lr": 1e-3}]}]

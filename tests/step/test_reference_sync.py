@@ -1,0 +1,137 @@
+"""algo.sync_ref_model (TRL's, TR-DPO): the frozen reference moves toward the policy every ref_model_sync_steps
+optimizer steps, by TRL's formula; it is checkpointed, and what cannot move it is refused in one line."""
+
+import functools
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+
+from lit_rlhf import GRPOModule
+from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.config import GRPOConfig, build
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.rewards import VaderSentiment
+from lit_rlhf.step.reference_sync import LORA_REFERENCE, ReferenceSync, mix
+from tests.conftest import LORA, make_datamodule
+
+
+def test_the_reference_becomes_alpha_policy_plus_one_minus_alpha_reference_as_trl_computes_it():
+    torch.manual_seed(0)
+    policy, reference = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    pairs = list(zip(reference.parameters(), policy.parameters(), strict=True))
+    expected = [r.detach() * (1 - 0.6) + p.detach() * 0.6 for r, p in pairs]
+    trl = [r.detach().clone().mul_(1 - 0.6).add_(p.detach(), alpha=0.6)  # SyncRefModelCallback._sync_target_model
+           for r, p in zip(reference.parameters(), policy.parameters(), strict=True)]
+    mix(policy, reference, 0.6)
+    for got, by_hand, by_trl in zip(reference.parameters(), expected, trl, strict=True):
+        torch.testing.assert_close(got.detach(), by_hand)
+        assert torch.equal(got.detach(), by_trl)
+    mix(policy, reference, 1.0)
+    assert all(torch.equal(r, p) for r, p in zip(reference.parameters(), policy.parameters(), strict=True))
+
+
+def test_it_moves_at_multiples_of_the_sync_steps_only(monkeypatch):
+    import lit_rlhf.step.reference_sync as reference_sync
+
+    moved = []
+    monkeypatch.setattr(reference_sync, "mix", lambda policy, reference, alpha: moved.append(alpha))
+    module = SimpleNamespace(policy=None, reference=SimpleNamespace(frozen_copy=None))
+    results = [ReferenceSync(True, 0.5, 4).after_step(module, steps) for steps in (0, 2, 4, 6, 8, 12)]
+    assert results == [False, False, True, False, True, True] and moved == [0.5, 0.5, 0.5]
+    assert not any(ReferenceSync(False, 0.5, 4).after_step(module, steps) for steps in (4, 8))
+
+
+@pytest.mark.parametrize("settings, line", [
+    ({"sync_ref_model": True, "beta": 0.0}, r"^algo.sync_ref_model=true with algo.kl_coef=0 \(beta\): no KL term "
+                                            r"reads the reference"),
+    ({"sync_ref_model": True, "max_staleness": 1}, r"^algo.sync_ref_model=true with algo.max_staleness=1: rollouts "
+                                                   r"drawn ahead score the reference while it moves"),
+    ({"sync_ref_model": True, "ref_model_sync_steps": 3, "num_iterations": 2},
+     r"^algo.ref_model_sync_steps=3 is not a multiple of the 2 optimizer steps of an RL step .* set it to a multiple "
+     r"of 2.$"),
+    ({"ref_model_mixup_alpha": 1.5}, r"^algo.ref_model_mixup_alpha=1.5 must be in \(0, 1\]"),
+    ({"ref_model_mixup_alpha": 0.0}, r"^algo.ref_model_mixup_alpha=0.0 must be > 0"),
+])
+def test_settings_that_cannot_move_the_reference_as_trl_does_are_refused(settings, line):
+    with pytest.raises(ConfigError, match=line):
+        build(GRPOConfig, settings, "algo")
+
+
+def test_its_knobs_without_it_are_said_once():
+    from lit_rlhf.config.validation import _warned
+
+    _warned.clear()
+    with pytest.warns(UserWarning, match=r"algo.ref_model_sync_steps=8 times the reference's updates, and "
+                                         r"algo.sync_ref_model is off: it does nothing"):
+        make(lora=None, ref_model_sync_steps=8)
+
+
+def make(lora=None, **settings):
+    return GRPOModule(model={"name_or_path": TINY_PYTHIA, "lora": lora}, reward=VaderSentiment(),
+                      optimizer=functools.partial(torch.optim.AdamW, lr=1e-2), response_length=8, **settings)
+
+
+def fit(module, steps, ckpt_path=None):
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")
+    trainer.fit(module, make_datamodule(), ckpt_path=ckpt_path)
+    return trainer
+
+
+def parameters(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.integration
+def test_a_full_fine_tune_s_reference_follows_the_policy_and_its_kl_restarts_from_zero():
+    """alpha=1 every optimizer step: after each RL step the reference is the policy, so the next rollout's KL to it is
+    0 (and not without the setting); alpha=0.6: the reference after one step is TRL's mix of the two."""
+    L.seed_everything(0)
+    copied = make(sync_ref_model=True, ref_model_mixup_alpha=1.0, ref_model_sync_steps=1)
+    trainer = fit(copied, 2)
+    assert all(torch.equal(r, p) for r, p in zip(copied.frozen_reference.parameters(), copied.policy.parameters(),
+                                                  strict=True))
+    assert float(trainer.callback_metrics["objective/kl"]) == 0.0  # step 2 sampled from the reference itself
+    L.seed_everything(0)
+    fixed = make()
+    assert float(fit(fixed, 2).callback_metrics["objective/kl"]) > 0
+    L.seed_everything(0)
+    mixed = make(sync_ref_model=True, ref_model_mixup_alpha=0.6, ref_model_sync_steps=1)
+    mixed.configure_model()
+    start = parameters(mixed.frozen_reference)
+    fit(mixed, 1)
+    for reference, policy, initial in zip(mixed.frozen_reference.parameters(), mixed.policy.parameters(), start,
+                                          strict=True):
+        assert torch.equal(reference.detach(), initial.mul(0.4).add_(policy.detach(), alpha=0.6))
+
+
+@pytest.mark.integration
+def test_the_moved_reference_is_checkpointed_and_restored_on_resume(tmp_path):
+    L.seed_everything(0)
+    module = make(sync_ref_model=True, ref_model_sync_steps=1)
+    trainer = fit(module, 1)
+    path = tmp_path / "step1.ckpt"
+    trainer.save_checkpoint(path)
+    saved = torch.load(path, weights_only=True)["state_dict"]
+    assert any(key.startswith("frozen_reference.") for key in saved)
+    resumed = make(sync_ref_model=True, ref_model_sync_steps=1)
+    fit(resumed, 1, ckpt_path=path)  # the run is finished: it restores and trains nothing
+    initial = make()
+    initial.configure_model()
+    assert any(not torch.equal(a, b) for a, b in zip(module.frozen_reference.parameters(),
+                                                      initial.frozen_reference.parameters(), strict=True))
+    for got, expected in zip(resumed.frozen_reference.parameters(), module.frozen_reference.parameters(), strict=True):
+        assert torch.equal(got.detach(), expected.detach())
+    trainer = fit(make(), 1)
+    path_fixed = tmp_path / "fixed.ckpt"
+    trainer.save_checkpoint(path_fixed)  # a fixed reference reloads from the model's files, as before
+    fixed_keys = torch.load(path_fixed, weights_only=True)["state_dict"]
+    assert not any(key.startswith("frozen_reference.") for key in fixed_keys)
+
+
+@pytest.mark.integration
+def test_a_lora_reference_is_refused_at_fit_start_in_one_line():
+    with pytest.raises(ConfigError, match=rf"^{LORA_REFERENCE.replace('(', '[(]').replace(')', '[)]')}$"):
+        fit(make(lora=LORA, sync_ref_model=True), 1)
