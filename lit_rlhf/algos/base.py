@@ -179,7 +179,8 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         spec = dict(self.hparams.model)
         self.tokenizer = load_model_tokenizer(spec)
         spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
-        self.policy, self.reference = load_policy(tokenizer=self.tokenizer, empty=self.sharding.loads_sharded, **spec)
+        self.policy, self.reference = self.reference_sync.own_reference(
+            *load_policy(tokenizer=self.tokenizer, empty=self.sharding.loads_sharded, **spec))
         # trainer=fsdp2: the reward's and teacher's models shard with the policy (else the Sampler loads the
         # teacher), registered so that they follow the rank's device
         for name, models in (("reward_models", self.sharding.load_reward_models()),

@@ -17,6 +17,7 @@ from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity
 from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
+from lit_rlhf.models.policy import REFERENCE_ADAPTER
 
 
 def numpy_rng_state() -> dict[str, Any]:
@@ -77,8 +78,9 @@ class TrainedStateCheckpoints:
         reference copy's when algo.sync_ref_model moves it. Frozen weights (base model, a fixed reference copy)
         reload from name_or_path instead."""
         trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
-        moved = "frozen_reference." if self.hparams.get("sync_ref_model") else None
-        return {name for name, p in self.named_parameters() if id(p) in trainable or (moved and name.startswith(moved))}
+        moves = bool(self.hparams.get("sync_ref_model"))  # the frozen copy, or LoRA's reference adapter
+        return {name for name, p in self.named_parameters() if id(p) in trainable
+                or (moves and (name.startswith("frozen_reference.") or f".{REFERENCE_ADAPTER}." in name))}
 
     def record_run_config(self, groups: dict[str, Any]) -> None:
         """The app's reward, gold, task_metrics and env configs (passwords masked): saved in checkpoints, so that

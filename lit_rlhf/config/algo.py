@@ -148,7 +148,7 @@ class RLHFConfig:
                      "(pi_old = the sampler's logprobs: the clip around the stale policy, no rollout_is_* weight)")
     sync_ref_model: bool = setting(
         False, "TR-DPO's reference update (TRL's name): every ref_model_sync_steps optimizer steps, reference <- "
-               "ref_model_mixup_alpha x policy + (1 - alpha) x reference; needs model.lora=null (a frozen copy)")
+               "ref_model_mixup_alpha x policy + (1 - alpha) x reference (with LoRA: alpha 1, a reset)")
     ref_model_mixup_alpha: float = setting(0.6, "sync_ref_model: the policy's share of the updated reference (1: a "
                                                 "copy of the policy)")
     ref_model_sync_steps: int = setting(512, "sync_ref_model: optimizer steps between updates, a multiple of an RL "

@@ -84,8 +84,8 @@ ON_THE_COMMAND_LINE = {
 }
 # TRL settings with no equivalent here, and why (said where a key above would be).
 NOT_HERE = {
-    **{name: "train.py's algorithms have it (algo.sync_ref_model=true with model.lora=null); this app's reference "
-             "stays fixed for the run" for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
+    **{name: "train.py's algorithms have it (algo.sync_ref_model); this app's reference stays fixed for the run"
+       for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
     "entropy_coef": "algo=grpo and algo=ppo have algo.entropy_coef; the other algorithms add no entropy term",
     **{name: "algo=grpo has it (adaptive entropy control); the other algorithms' entropy_coef (algo=ppo's) stays as "
              "set" for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",

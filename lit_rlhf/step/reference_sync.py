@@ -3,8 +3,9 @@
 After every `ref_model_sync_steps` optimizer steps, each parameter of the frozen reference copy becomes
 alpha x the policy's + (1 - alpha) x its own (`ref_model_mixup_alpha`; 1 copies the policy), computed as TRL's
 SyncRefModelCallback computes it. The KL term then holds the policy near a recent policy rather than the starting
-one. It needs a reference of its own: with LoRA the reference is the policy with its adapters off, which cannot move
-without the policy (TRL refuses PEFT models too).
+one. With LoRA (which TRL refuses) the reference becomes an adapter of its own beside the trained one, equal to the
+base model at the start, and alpha must be 1: the trained adapter is copied into it (a reference reset); a mix of two
+adapters' products B A is no adapter of the same rank.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 import torch
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.policy import REFERENCE_ADAPTER, TRAINABLE_ADAPTER, Reference
 
-LORA_REFERENCE = ("algo.sync_ref_model=true moves the reference toward the policy, and with LoRA the reference is the "
-                  "policy with its adapters off (it cannot move apart from the policy; TRL refuses it too); set "
-                  "model.lora=null (full fine-tuning, a frozen copy as the reference) or algo.sync_ref_model=false.")
+LORA_MIX = ("algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha={alpha}: a LoRA reference can only be "
+            "reset to the policy (a mix of two adapters is no adapter of their rank); set "
+            "algo.ref_model_mixup_alpha=1, or model.lora=null for TRL's mix of whole weights.")
 UNDER_FSDP2 = ("algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp or set "
                "algo.sync_ref_model=false.")
 
@@ -34,14 +36,27 @@ class ReferenceSync:
     def of(cls, hp: Any) -> ReferenceSync:
         return cls(hp.sync_ref_model, hp.ref_model_mixup_alpha, hp.ref_model_sync_steps)
 
+    def own_reference(self, policy: torch.nn.Module, reference: Reference) -> tuple[torch.nn.Module, Reference]:
+        """The loaded policy and its reference, with LoRA's "adapters off" replaced by a reference adapter that can
+        be reset (a copy of the trained adapter as loaded, whose B is 0 on a fresh run: the base model)."""
+        if not self.enabled or reference.frozen_copy is not None:
+            return policy, reference
+        if self.alpha != 1:
+            raise ConfigError(LORA_MIX.format(alpha=self.alpha))
+        if reference.kind == "adapters_disabled":
+            policy.add_adapter(REFERENCE_ADAPTER, policy.peft_config[TRAINABLE_ADAPTER])
+            reset_reference_adapter(policy)
+            policy.set_adapter(TRAINABLE_ADAPTER)  # re-enables grads of the trained adapter only
+        return policy, Reference(policy)
+
     def check(self, module: Any) -> None:
-        """At fit start, with the models loaded: a frozen copy of the policy's parameters, not sharded."""
+        """At fit start, with the models loaded: a reference of the policy's parameters, not sharded."""
         if not self.enabled:
             return
-        if module.reference.frozen_copy is None:
-            raise ConfigError(LORA_REFERENCE)
         if module.sharding.fsdp2:
             raise ConfigError(UNDER_FSDP2)
+        if module.reference.frozen_copy is None:
+            return
         policy, reference = list(module.policy.parameters()), list(module.reference.frozen_copy.parameters())
         if [p.shape for p in policy] != [p.shape for p in reference]:
             raise ConfigError("algo.sync_ref_model=true mixes the policy into the reference parameter by parameter, "
@@ -54,7 +69,10 @@ class ReferenceSync:
         reach a multiple of `every`. -> whether it moved."""
         if not self.enabled or optimizer_steps == 0 or optimizer_steps % self.every:
             return False
-        mix(module.policy, module.reference.frozen_copy, self.alpha)
+        if module.reference.frozen_copy is None:
+            reset_reference_adapter(module.policy)
+        else:
+            mix(module.policy, module.reference.frozen_copy, self.alpha)
         return True
 
 
@@ -63,3 +81,12 @@ def mix(policy: torch.nn.Module, reference: torch.nn.Module, alpha: float) -> No
     """reference <- alpha x policy + (1 - alpha) x reference, parameter by parameter, in place (TRL's formula)."""
     for target, source in zip(reference.parameters(), policy.parameters(), strict=True):
         target.mul_(1.0 - alpha).add_(source, alpha=alpha)
+
+
+@torch.no_grad()
+def reset_reference_adapter(policy: torch.nn.Module) -> None:
+    """The reference adapter's tensors <- the trained adapter's (LoRA's A and B, DoRA's magnitudes): the policy."""
+    params = dict(policy.named_parameters())
+    for name, param in params.items():
+        if f".{REFERENCE_ADAPTER}." in name:
+            param.copy_(params[name.replace(f".{REFERENCE_ADAPTER}.", f".{TRAINABLE_ADAPTER}.")])

@@ -139,9 +139,10 @@ CASES = [
      "rollout.static_cache_length=100.5 must be a whole number >= 1 (or null)"),
     ("trainer.strategy.cpu_offload that is not true or false", [*FSDP2_ONE_RANK, "trainer.strategy.cpu_offload=abc"],
      "trainer.strategy.cpu_offload='abc' must be true or false"),
-    ("a reference that follows a LoRA policy", ["algo=grpo", "algo.sync_ref_model=true"],
-     "algo.sync_ref_model=true moves the reference toward the policy, and with LoRA the reference is the policy with "
-     "its adapters off"),
+    ("a LoRA reference mixed with the policy", ["algo=grpo", "algo.sync_ref_model=true"],
+     "algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha=0.6: a LoRA reference can only be reset to "
+     "the policy (a mix of two adapters is no adapter of their rank); set algo.ref_model_mixup_alpha=1, or "
+     "model.lora=null for TRL's mix of whole weights."),
     ("a reference that follows the policy with no KL term", ["algo=grpo", "model.lora=null", "algo.sync_ref_model=true",
                                                              "algo.beta=0"],
      "algo.sync_ref_model=true with algo.kl_coef=0 (beta): no KL term reads the reference, so there is nothing to "

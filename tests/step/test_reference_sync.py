@@ -13,7 +13,7 @@ from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.config import GRPOConfig, build
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rewards import VaderSentiment
-from lit_rlhf.step.reference_sync import LORA_REFERENCE, ReferenceSync, mix
+from lit_rlhf.step.reference_sync import ReferenceSync, mix
 from tests.conftest import LORA, make_datamodule
 
 
@@ -37,7 +37,7 @@ def test_it_moves_at_multiples_of_the_sync_steps_only(monkeypatch):
 
     moved = []
     monkeypatch.setattr(reference_sync, "mix", lambda policy, reference, alpha: moved.append(alpha))
-    module = SimpleNamespace(policy=None, reference=SimpleNamespace(frozen_copy=None))
+    module = SimpleNamespace(policy=None, reference=SimpleNamespace(frozen_copy=object()))
     results = [ReferenceSync(True, 0.5, 4).after_step(module, steps) for steps in (0, 2, 4, 6, 8, 12)]
     assert results == [False, False, True, False, True, True] and moved == [0.5, 0.5, 0.5]
     assert not any(ReferenceSync(False, 0.5, 4).after_step(module, steps) for steps in (4, 8))
@@ -132,6 +132,27 @@ def test_the_moved_reference_is_checkpointed_and_restored_on_resume(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_lora_reference_is_refused_at_fit_start_in_one_line():
-    with pytest.raises(ConfigError, match=rf"^{LORA_REFERENCE.replace('(', '[(]').replace(')', '[)]')}$"):
-        fit(make(lora=LORA, sync_ref_model=True), 1)
+def test_a_lora_reference_is_an_adapter_reset_to_the_trained_one_and_a_mix_is_refused(tmp_path):
+    """With LoRA (alpha 1) the reference is an adapter of its own: the base model at the start (KL 0 at step 1, as
+    with adapters off), the trained adapter after each reset (KL 0 again at step 2), checkpointed and resumed."""
+    L.seed_everything(0)
+    module = make(lora=LORA, sync_ref_model=True, ref_model_mixup_alpha=1.0, ref_model_sync_steps=1)
+    trainer = fit(module, 2)
+    assert module.reference.kind == "reference_adapter"
+    params = dict(module.policy.named_parameters())
+    references = {name: p for name, p in params.items() if ".reference." in name}
+    assert references and all(not p.requires_grad for p in references.values())
+    for name, reference in references.items():
+        trained = params[name.replace(".reference.", ".default.")]
+        assert trained.requires_grad and torch.equal(reference, trained)
+    assert float(trainer.callback_metrics["objective/kl"]) == 0.0
+    path = tmp_path / "lora.ckpt"
+    trainer.save_checkpoint(path)
+    assert set(references) <= {key.removeprefix("policy.") for key in torch.load(path, weights_only=True)["state_dict"]}
+    resumed = make(lora=LORA, sync_ref_model=True, ref_model_mixup_alpha=1.0, ref_model_sync_steps=1)
+    fit(resumed, 2, ckpt_path=path)
+    for name, param in resumed.policy.named_parameters():
+        assert torch.equal(param, params[name]), name
+    with pytest.raises(ConfigError, match=r"^algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha=0.6: "
+                                          r"a LoRA reference can only be reset to the policy"):
+        make(lora=LORA, sync_ref_model=True).configure_model()
