@@ -75,8 +75,8 @@ class TrainedStateCheckpoints:
 
     def trained_state_keys(self) -> set[str]:
         """state_dict keys of the trained tensors (LoRA adapters, value head, or all of a full fine-tune), and the
-        reference copy's when algo.sync_ref_model moves it. Frozen weights (base model, a fixed reference copy)
-        reload from name_or_path instead."""
+        reference's (its frozen copy, or LoRA's reference adapter) when algo.sync_ref_model moves it. Frozen weights
+        (base model, a fixed reference) reload from name_or_path instead."""
         trainable = {id(p) for p in getattr(self, "_trainable", None) or self.trainable_parameters()}
         moves = bool(self.hparams.get("sync_ref_model"))  # the frozen copy, or LoRA's reference adapter
         return {name for name, p in self.named_parameters() if id(p) in trainable
