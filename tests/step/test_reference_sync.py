@@ -156,3 +156,20 @@ def test_a_lora_reference_is_an_adapter_reset_to_the_trained_one_and_a_mix_is_re
     with pytest.raises(ConfigError, match=r"^algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha=0.6: "
                                           r"a LoRA reference can only be reset to the policy"):
         make(lora=LORA, sync_ref_model=True).configure_model()
+
+
+@pytest.mark.integration
+def test_a_ppo_critic_adapter_keeps_training_beside_a_reference_adapter():
+    """peft freezes the adapters a switch leaves inactive: PPO's critic adapter still trains beside a reference adapter
+    (the update re-enables the gradients of every trained tensor first)."""
+    from tests.conftest import make_ppo
+
+    L.seed_everything(0)
+    module = make_ppo(critic="adapter", sync_ref_model=True, ref_model_mixup_alpha=1.0, ref_model_sync_steps=1,
+                      num_ppo_epochs=1)
+    module.configure_model()
+    critic = {name: p.detach().clone() for name, p in module.policy.named_parameters() if ".critic." in name}
+    fit(module, 2)
+    params = dict(module.policy.named_parameters())
+    assert critic and all(params[name].requires_grad for name in critic)
+    assert all(not torch.equal(params[name], before) for name, before in critic.items() if "lora_B" in name)
