@@ -10,6 +10,7 @@ adapters' products B A is no adapter of the same rank.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -25,9 +26,9 @@ UNDER_FSDP2 = ("algo.sync_ref_model=true is not supported with trainer=fsdp2; us
 
 
 class ReferenceSync:
-    """Moves a module's frozen reference toward its policy at the end of the RL steps that complete a multiple of
-    `every` optimizer steps (config validation makes `every` a multiple of an RL step's optimizer steps, so each
-    update falls where TRL's would)."""
+    """Moves a module's reference (its frozen copy, or LoRA's reference adapter) toward its policy at the end of the
+    RL steps that complete a multiple of `every` optimizer steps (config validation makes `every` a multiple of an RL
+    step's optimizer steps, so each update falls where TRL's would)."""
 
     def __init__(self, enabled: bool, alpha: float, every: int):
         self.enabled, self.alpha, self.every = enabled, alpha, every
@@ -44,7 +45,8 @@ class ReferenceSync:
         if self.alpha != 1:
             raise ConfigError(LORA_MIX.format(alpha=self.alpha))
         if reference.kind == "adapters_disabled":
-            policy.add_adapter(REFERENCE_ADAPTER, policy.peft_config[TRAINABLE_ADAPTER])
+            # its own copy of the config: peft marks an adapter's config when it switches to it for inference
+            policy.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(policy.peft_config[TRAINABLE_ADAPTER]))
             reset_reference_adapter(policy)
             policy.set_adapter(TRAINABLE_ADAPTER)  # re-enables grads of the trained adapter only
         return policy, Reference(policy)
