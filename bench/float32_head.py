@@ -18,6 +18,7 @@ from results_blocks import ROOT, publish
 
 from lit_rlhf.models import load_policy, load_tokenizer
 from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy, sequence_inputs
+from lit_rlhf.ops.masks import truncate_after_stop
 
 MODELS = {  # asset: (prompts, response length, temperature), the task's settings
     "tiny-arithmetic": ("arithmetic", 10, 0.7),
@@ -37,15 +38,14 @@ def sampled(path: str, prompts_of: str, length: int, temperature: float, tokeniz
     with torch.no_grad():
         out = model.generate(**batch, do_sample=True, temperature=temperature, top_k=0, max_new_tokens=length,
                              pad_token_id=tokenizer.pad_token_id)
-    responses = out[:, batch["input_ids"].shape[1]:]
-    stop = (responses == tokenizer.eos_token_id).int().cumsum(1)
-    response_mask = (stop - (responses == tokenizer.eos_token_id).int()) == 0  # up to and with the stop token
+    responses, response_mask = truncate_after_stop(out[:, batch["input_ids"].shape[1]:], tokenizer.eos_token_id,
+                                                   tokenizer.pad_token_id)
     return batch["input_ids"], batch["attention_mask"], responses, response_mask
 
 
 def logprobs(model, sequences, temperature: float) -> torch.Tensor:
     """The response tokens' logprobs, as the RL forwards compute them (chunks of 1024 tokens). -> (N,R)"""
-    queries, query_mask, responses, response_mask = sequences
+    responses, response_mask = sequences[2:]
     with torch.no_grad():
         return last_tokens_logprobs_and_entropy(model, sequence_inputs(*sequences), responses, response_mask,
                                                 temperature, 1024, with_entropy=False)[0]
