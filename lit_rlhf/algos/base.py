@@ -144,7 +144,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         self.run_config: dict[str, Any] | None = None
         self.training_finished = False  # set at the end of training, before the end-of-run reports
         self.nonfinite = NonfiniteGuard()  # skips an optimizer step with a non-finite loss or gradient
-        self.reference_sync = ReferenceSync.of(config)  # algo.sync_ref_model: the reference moves toward the policy
+        self.reference_sync = ReferenceSync.of(config, self.hparams.model)  # algo.sync_ref_model: a moving reference
 
     # what draws is the Sampler's
     rollout_engine = sampler_attribute("engine", "How responses are sampled (RolloutEngine).")
@@ -390,7 +390,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         datamodule = getattr(self.trainer, "datamodule", None)
         self.rollout_queue.check(datamodule, self.sharding.sharded)
         self.check_entropy_quantile_ranks()
-        self.reference_sync.check(self)
+        self.reference_sync.check(self, sharded=self.sharding.fsdp2)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
             check_token_budget(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),

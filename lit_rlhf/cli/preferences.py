@@ -78,11 +78,14 @@ def train_reward_model(cfg: DictConfig) -> dict[str, float]:
 
 def train_dpo(cfg: DictConfig) -> dict[str, float]:
     """A DPOModule fitted and its policy saved (LoRA merged); returns the final metrics."""
+    # with algo.sync_ref_model the held-out figures are against the reference of the last update, not the start
+    reference = "the reference as algo.sync_ref_model last moved it" if cfg.algo.get("sync_ref_model") else \
+        "the reference"
     return fit_and_save(cfg, lambda module, folder: (
         f"Policy: {module.save_policy(folder)}\n  evaluate it against the model it started from: python "
         f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"),
         lambda m: f"accuracy {m['eval/rewards/accuracies']:.3f}, reward margin {m['eval/rewards/margins']:+.4f} "
-                  f"(beta x the log-ratio to the reference, chosen minus rejected), loss {m['eval/loss']:.4f}")
+                  f"(beta x the log-ratio to {reference}, chosen minus rejected), loss {m['eval/loss']:.4f}")
 
 
 def train_sft(cfg: DictConfig) -> dict[str, float]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
 
 from lit_rlhf.choices import IMPORTANCE_SAMPLING_LEVELS, IS_MODES, KL_ESTIMATORS, LOSS_TYPES, POLICY_LOSSES
+from lit_rlhf.config.idle import REFERENCE_SYNC_DEFAULTS
 from lit_rlhf.config.registry import algorithm
 from lit_rlhf.config.sampling_checks import check_unbiased
 from lit_rlhf.config.settings import setting
@@ -149,10 +150,12 @@ class RLHFConfig:
     sync_ref_model: bool = setting(
         False, "TR-DPO's reference update (TRL's name): every ref_model_sync_steps optimizer steps, reference <- "
                "ref_model_mixup_alpha x policy + (1 - alpha) x reference (with LoRA: alpha 1, a reset)")
-    ref_model_mixup_alpha: float = setting(0.6, "sync_ref_model: the policy's share of the updated reference (1: a "
-                                                "copy of the policy)")
-    ref_model_sync_steps: int = setting(512, "sync_ref_model: optimizer steps between updates, a multiple of an RL "
-                                             "step's (num_ppo_epochs x num_mini_batches)")
+    ref_model_mixup_alpha: float = setting(REFERENCE_SYNC_DEFAULTS["ref_model_mixup_alpha"],
+                                           "sync_ref_model: the policy's share of the updated reference (1: a copy "
+                                           "of the policy)")
+    ref_model_sync_steps: int = setting(REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"],
+                                        "sync_ref_model: optimizer steps between updates, a multiple of an RL step's "
+                                        "(num_ppo_epochs x num_mini_batches)")
     async_draws: int = setting(
         1, "async mode: rollouts the producer draws at once (at most max_staleness + 1 can), each sampling with its "
            "own copy of the trained weights (LoRA: the adapters; full fine-tuning: a whole copy each), so one "

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+REFERENCE_SYNC_DEFAULTS = {"ref_model_mixup_alpha": 0.6, "ref_model_sync_steps": 512}  # TRL's
+
 
 def changed(config: Any, name: str) -> bool:
     """Whether `name` differs from its default in the config's class."""
@@ -75,13 +77,21 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
         said.append(f"algo.beta={config.beta} chooses the full-vocabulary divergence of algo.divergence="
                     f"generalized_jsd, and divergence=sampled_token: it does nothing; set algo.divergence="
                     f"generalized_jsd or drop it.")
-    if not getattr(config, "sync_ref_model", True):
-        said += [f"algo.{name}={getattr(config, name)} times the reference's updates, and algo.sync_ref_model is off: "
-                 f"it does nothing; set algo.sync_ref_model=true or drop it."
-                 for name in ("ref_model_mixup_alpha", "ref_model_sync_steps") if changed(config, name)]
+    if hasattr(config, "sync_ref_model"):
+        said += idle_reference_sync(config.sync_ref_model, config.ref_model_mixup_alpha, config.ref_model_sync_steps)
     if hasattr(config, "use_adaptive_entropy") and not config.use_adaptive_entropy:
         said += [f"algo.{name}={getattr(config, name)} steers the adaptive entropy coefficient, and algo."
                  f"use_adaptive_entropy is off: it does nothing; set algo.use_adaptive_entropy=true or drop it."
                  for name in ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")
                  if changed(config, name)]
     return said
+
+
+def idle_reference_sync(sync_ref_model: bool, alpha: Any, steps: Any) -> list[str]:
+    """A line per knob of algo.sync_ref_model set away from TRL's default while the sync is off."""
+    if sync_ref_model:
+        return []
+    values = {"ref_model_mixup_alpha": alpha, "ref_model_sync_steps": steps}
+    return [f"algo.{name}={value} times the reference's updates, and algo.sync_ref_model is off: it does nothing; "
+            f"set algo.sync_ref_model=true or drop it."
+            for name, value in values.items() if value != REFERENCE_SYNC_DEFAULTS[name]]

@@ -84,8 +84,18 @@ ON_THE_COMMAND_LINE = {
 }
 # TRL settings with no equivalent here, and why (said where a key above would be).
 NOT_HERE = {
-    **{name: "train.py's algorithms have it (algo.sync_ref_model); this app's reference stays fixed for the run"
+    **{name: "train.py's algorithms and train_dpo.py have it (algo.sync_ref_model); this app trains against no "
+             "reference"
        for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
+    # DPOConfig's
+    "label_smoothing": "train_dpo.py has it (algo.label_smoothing, read by its robust, exo_pair and aot loss types)",
+    **{name: f"train_dpo.py has it (algo.{name})" for name in ("loss_weights", "f_divergence_type",
+                                                                "f_alpha_divergence_coef", "discopop_tau")},
+    "ld_alpha": "train_dpo.py sums the logprobs of every response token (no LD-DPO down-weighting of the longer "
+                "response's tail)",
+    "use_weighting": "train_dpo.py weights every pair alike (no WPO weights)",
+    **{name: "train_dpo.py scores the reference in each step (with LoRA the policy with its adapters off, no second "
+             "model in memory)" for name in ("precompute_ref_log_probs", "precompute_ref_batch_size")},
     "entropy_coef": "algo=grpo and algo=ppo have algo.entropy_coef; the other algorithms add no entropy term",
     **{name: "algo=grpo has it (adaptive entropy control); the other algorithms' entropy_coef (algo=ppo's) stays as "
              "set" for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",

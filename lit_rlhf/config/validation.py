@@ -180,13 +180,18 @@ def check_loss_type(loss_type: Any, choices: tuple[str, ...]) -> None:
     check_choice("loss_type", loss_type, choices)
 
 
+def check_reference_sync_numbers(alpha: Any, steps: Any) -> None:
+    """algo.ref_model_mixup_alpha in (0, 1] and algo.ref_model_sync_steps a whole number >= 1."""
+    check_number("ref_model_sync_steps", steps, minimum=1, integer=True)
+    check_number("ref_model_mixup_alpha", alpha, minimum=0, strictly=True)
+    if alpha > 1:
+        raise ConfigError(f"algo.ref_model_mixup_alpha={alpha} must be in (0, 1]: the policy's share of the updated "
+                          f"reference (1: a copy).")
+
+
 def check_reference_sync(hp: Any) -> None:
     """algo.sync_ref_model (TRL's): its two numbers, a reference in use, and updates where an RL step ends."""
-    check_number("ref_model_sync_steps", hp.ref_model_sync_steps, minimum=1, integer=True)
-    check_number("ref_model_mixup_alpha", hp.ref_model_mixup_alpha, minimum=0, strictly=True)
-    if hp.ref_model_mixup_alpha > 1:
-        raise ConfigError(f"algo.ref_model_mixup_alpha={hp.ref_model_mixup_alpha} must be in (0, 1]: the policy's "
-                          f"share of the updated reference (1: a copy).")
+    check_reference_sync_numbers(hp.ref_model_mixup_alpha, hp.ref_model_sync_steps)
     if not hp.sync_ref_model:
         return
     if hp.kl_coef == 0:  # as TRL's

@@ -1,4 +1,5 @@
-"""TRL's sync_ref_model (TR-DPO, Gorbatovski et al. 2024): the reference moves toward the policy during training.
+"""TRL's sync_ref_model (TR-DPO, Gorbatovski et al. 2024): the reference moves toward the policy during training, in
+train.py's RL algorithms and in DPO.
 
 After every `ref_model_sync_steps` optimizer steps, each parameter of the frozen reference copy becomes
 alpha x the policy's + (1 - alpha) x its own (`ref_model_mixup_alpha`; 1 copies the policy), computed as TRL's
@@ -26,24 +27,27 @@ UNDER_FSDP2 = ("algo.sync_ref_model=true is not supported with trainer=fsdp2; us
 
 
 class ReferenceSync:
-    """Moves a module's reference (its frozen copy, or LoRA's reference adapter) toward its policy at the end of the
-    RL steps that complete a multiple of `every` optimizer steps (config validation makes `every` a multiple of an RL
-    step's optimizer steps, so each update falls where TRL's would)."""
+    """Moves a module's reference (its frozen copy, or LoRA's reference adapter) toward its policy after the optimizer
+    steps that are multiples of `every`: at the end of the RL step that completes one (config validation makes `every`
+    a multiple of an RL step's optimizer steps, so each update falls where TRL's would), or, in DPO, right after it."""
 
     def __init__(self, enabled: bool, alpha: float, every: int):
         self.enabled, self.alpha, self.every = enabled, alpha, every
 
     @classmethod
-    def of(cls, hp: Any) -> ReferenceSync:
-        return cls(hp.sync_ref_model, hp.ref_model_mixup_alpha, hp.ref_model_sync_steps)
+    def of(cls, hp: Any, model: dict[str, Any]) -> ReferenceSync:
+        """From an algorithm's settings and its model's (refusing, before anything loads, a mix of LoRA's reference:
+        the policy with its adapters off can only be reset)."""
+        sync = cls(hp.sync_ref_model, hp.ref_model_mixup_alpha, hp.ref_model_sync_steps)
+        if sync.enabled and model.get("lora") and not model.get("reference_name_or_path") and sync.alpha != 1:
+            raise ConfigError(LORA_MIX.format(alpha=sync.alpha))
+        return sync
 
     def own_reference(self, policy: torch.nn.Module, reference: Reference) -> tuple[torch.nn.Module, Reference]:
         """The loaded policy and its reference, with LoRA's "adapters off" replaced by a reference adapter that can
         be reset (a copy of the trained adapter as loaded, whose B is 0 on a fresh run: the base model)."""
         if not self.enabled or reference.frozen_copy is not None:
             return policy, reference
-        if self.alpha != 1:
-            raise ConfigError(LORA_MIX.format(alpha=self.alpha))
         if reference.kind == "adapters_disabled":
             # its own copy of the config: peft marks an adapter's config when it switches to it for inference
             policy.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(policy.peft_config[TRAINABLE_ADAPTER]))
@@ -51,11 +55,11 @@ class ReferenceSync:
             policy.set_adapter(TRAINABLE_ADAPTER)  # re-enables grads of the trained adapter only
         return policy, Reference(policy)
 
-    def check(self, module: Any) -> None:
+    def check(self, module: Any, sharded: bool = False) -> None:
         """At fit start, with the models loaded: a reference of the policy's parameters, not sharded."""
         if not self.enabled:
             return
-        if module.sharding.fsdp2:
+        if sharded:
             raise ConfigError(UNDER_FSDP2)
         if module.reference.frozen_copy is None:
             return

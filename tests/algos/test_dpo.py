@@ -8,7 +8,8 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.dpo import DPOModule, dpo_loss, sequence_logprobs
+from lit_rlhf.algos.dpo import DPOModule, sequence_logprobs
+from lit_rlhf.algos.dpo_losses import DPOLoss, PairLogprobs
 from lit_rlhf.data.preference_datamodule import PreferenceDataModule
 from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.errors import ConfigError
@@ -22,11 +23,11 @@ def log_sigmoid(x):
 
 
 def test_dpo_loss_matches_hand_computed_values():
-    pc, pr, rc, rr = (torch.tensor([v]) for v in (-10.0, -12.0, -11.0, -11.5))
+    pairs = PairLogprobs(*(torch.tensor([v]) for v in (-10.0, -12.0, -11.0, -11.5, 4, 5)))
     logits = 0.1 * ((-10.0 + 11.0) - (-12.0 + 11.5))  # 0.15
-    assert dpo_loss(pc, pr, rc, rr, beta=0.1).item() == pytest.approx(-log_sigmoid(logits))
+    assert DPOLoss(beta=0.1)(pairs).item() == pytest.approx(-log_sigmoid(logits))
     smoothed = -0.9 * log_sigmoid(logits) - 0.1 * log_sigmoid(-logits)
-    assert dpo_loss(pc, pr, rc, rr, beta=0.1, cdpo_epsilon=0.1).item() == pytest.approx(smoothed)  # cDPO
+    assert DPOLoss(beta=0.1, cdpo_epsilon=0.1)(pairs).item() == pytest.approx(smoothed)  # cDPO
 
 
 @pytest.mark.parametrize("chunk_size, budget", [(None, None), (3, 0.0), (3, 1024.0)])  # full; chunked: recomputed, kept
@@ -50,6 +51,30 @@ def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does(chunk_siz
             logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
             slow.append(sum(logprobs[t - 1, ids[t]].item() for t in range(prompt_length, len(ids))))
     torch.testing.assert_close(fast, torch.tensor(slow), atol=1e-4, rtol=1e-5)
+
+
+def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_count():
+    """ipo and sigmoid_norm divide each response's log-ratio by its response tokens (2, 2 chosen; 1, 2 rejected)."""
+    torch.manual_seed(0)
+    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, loss_type=["ipo", "sigmoid_norm"], beta=0.5)
+    module.configure_model()
+    with torch.no_grad():
+        for name, param in module.policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)  # the policy away from its reference (adapters off)
+    items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
+             {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
+    batch = collate_pairs(items, pad_token_id=0)
+    with torch.no_grad():
+        loss = module.step(batch, "train")
+        policy = sequence_logprobs(module.policy, batch).tolist()
+        with module.reference.active() as reference:
+            ref = sequence_logprobs(reference, batch).tolist()
+    logratio = [p - r for p, r in zip(policy, ref, strict=True)]  # chosen 0, chosen 1, rejected 0, rejected 1
+    per_token = [logratio[0] / 2 - logratio[2] / 1, logratio[1] / 2 - logratio[3] / 2]
+    ipo = sum((d - 1 / (2 * 0.5)) ** 2 for d in per_token) / 2
+    sigmoid_norm = sum(-log_sigmoid(0.5 * d) for d in per_token) / 2
+    assert abs(logratio[0]) > 1e-3 and loss.item() == pytest.approx(ipo + sigmoid_norm, rel=1e-5)
 
 
 @pytest.mark.integration
@@ -85,8 +110,9 @@ def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy
     ({"beta": True}, "algo.beta=True must be a finite number > 0"),
     ({"cdpo_epsilon": 0.5}, r"algo.cdpo_epsilon=0.5 must be a number in \[0, 0.5\)"),
     ({"cdpo_epsilon": True}, r"algo.cdpo_epsilon=True must be a number in \[0, 0.5\)"),
-    ({"label_smoothing": 0.1}, "algo.label_smoothing=0.1: TRL's sigmoid DPO loss ignores label_smoothing; the "
-                               "conservative-DPO form is algo.cdpo_epsilon here"),
+    ({"label_smoothing": 0.1}, "algo.label_smoothing=0.1 is read by algo.loss_type=robust|exo_pair|aot|aot_unpaired "
+                               "only, not by sigmoid \\(TRL's sigmoid loss ignores it\\); conservative DPO is "
+                               "algo.cdpo_epsilon here"),
 ])
 def test_bad_dpo_settings_are_one_line(settings, expected):
     with pytest.raises(ConfigError, match=expected):

@@ -82,12 +82,17 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
     ("train_dpo.py", "algo.beta=true", "algo.beta=True must be a finite number > 0"),
     ("train_reward_model.py", "algo.center_rewards_coefficient=true",
      "algo.center_rewards_coefficient=True must be a finite number >= 0"),
-    ("train_dpo.py", "algo.label_smoothing=0.1", "algo.label_smoothing is not a setting (valid keys: _target_, model, "
-                                                 "optimizer, beta, cdpo_epsilon, logits_chunk_size, "
-                                                 "logits_budget_mib); see `python train_dpo.py --cfg job`"),
+    ("train_dpo.py", "algo.label_smoothing=0.1", "algo.label_smoothing=0.1 is read by algo.loss_type=robust|exo_pair|"
+                                                 "aot|aot_unpaired only, not by sigmoid (TRL's sigmoid loss ignores "
+                                                 "it); conservative DPO is algo.cdpo_epsilon here."),
+    ("train_dpo.py", "algo.precompute_ref_log_probs=true", "(TRL's precompute_ref_log_probs has no equivalent here: "
+                                                           "train_dpo.py scores the reference in each step"),
+    ("train_dpo.py", "algo.sync_ref_model=true", "algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha="
+                                                 "0.6: a LoRA reference can only be reset to the policy"),
 ], ids=["rm-nan-lr", "dpo-negative-lr", "dpo-lora-r-0", "dpo-unknown-lora-key", "rm-lora-key-under-null",
         "dpo-bool-batch-size",
-        "dpo-bool-beta", "rm-bool-centering", "dpo-label-smoothing"])
+        "dpo-bool-beta", "rm-bool-centering", "dpo-label-smoothing", "dpo-precomputed-reference",
+        "dpo-lora-reference-mix"])
 def test_bad_preference_settings_are_one_line_before_work_starts(script, setting, expected, tmp_path):
     separable_pairs(tmp_path / "pairs.jsonl", n=24)
     line = one_line_error(run_app(script, "data.dataset=pairs.jsonl", setting, cwd=tmp_path))

@@ -32,7 +32,7 @@ def test_the_same_name_at_another_level_is_named_in_full():
 
 def test_a_prefix_lists_the_keys_it_begins_and_nothing_close_stays_short():
     assert setting_hint("algo.kl", CONFIG) == " (did you mean 'kl_coef' or 'kl_estimator'?)"
-    assert setting_hint("dpo.label_smoothing", CONFIG) == " (valid keys: beta, model)"
+    assert setting_hint("dpo.margin_scale", CONFIG) == " (valid keys: beta, model)"
     assert setting_hint("algo.xyz", CONFIG) == " (no setting of that name under algo)"
     assert setting_hint("algo.xyz", None) == ""
 

@@ -155,7 +155,7 @@ def test_a_lora_reference_is_an_adapter_reset_to_the_trained_one_and_a_mix_is_re
         assert torch.equal(param, params[name]), name
     with pytest.raises(ConfigError, match=r"^algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha=0.6: "
                                           r"a LoRA reference can only be reset to the policy"):
-        make(lora=LORA, sync_ref_model=True).configure_model()
+        make(lora=LORA, sync_ref_model=True)  # at construction, before any model loads
 
 
 @pytest.mark.integration
