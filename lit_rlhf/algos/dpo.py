@@ -40,6 +40,7 @@ from lit_rlhf.config.validation import (
     check_reference_sync_numbers,
     warn_once,
 )
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy
@@ -47,14 +48,28 @@ from lit_rlhf.step.reference_sync import ReferenceSync
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
-                      logits_budget_mib: float | None = None) -> torch.Tensor:
+                      logits_budget_mib: float | None = None, ld_alpha: float | None = None) -> torch.Tensor:
     """Sum of the logprobs of each sequence's response tokens (response_mask), through the RL modules' logprob
-    forward (chunked from the last hidden states with chunk_size; temperature 1). -> 2B"""
+    forward (chunked from the last hidden states with chunk_size; temperature 1); with ld_alpha, the tokens past the
+    shorter response of the pair weighted by it (length_desensitized_weights). -> 2B"""
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # right-padded
-    logprobs, _ = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:],
-                                                   batch["response_mask"][:, 1:], 1.0, chunk_size, logits_budget_mib,
-                                                   with_entropy=False)  # 2B,L-1
+    response = batch["response_mask"][:, 1:]  # 2B,L-1
+    logprobs, _ = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], response, 1.0,
+                                                   chunk_size, logits_budget_mib, with_entropy=False)  # 2B,L-1
+    if ld_alpha is not None:
+        logprobs = logprobs * length_desensitized_weights(response, ld_alpha)
     return logprobs.sum(-1)
+
+
+def length_desensitized_weights(response: torch.Tensor, ld_alpha: float) -> torch.Tensor:
+    """LD-DPO (Liu et al. 2024) as TRL's ld_alpha: each pair's first min(n_chosen, n_rejected) response tokens weigh 1,
+    the longer response's tokens past them ld_alpha, everything else 0. response: the (2B,T) response mask of a batch
+    of B chosen then B rejected sequences. -> 2B,T"""
+    response = response.to(torch.float32)
+    position = response.cumsum(-1)  # 1, 2, ... along each response
+    shared = torch.minimum(*response.sum(-1).chunk(2)).repeat(2)  # 2B
+    tail = position > shared[:, None]
+    return response * torch.where(tail, torch.full_like(response, ld_alpha), torch.ones_like(response))
 
 
 class DPOModule(PairModule):
@@ -64,13 +79,17 @@ class DPOModule(PairModule):
     def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, cdpo_epsilon: float = 0.0,
                  loss_type: str | list[str] = "sigmoid", loss_weights: list[float] | None = None,
                  label_smoothing: float = 0.0, discopop_tau: float = 0.05, f_divergence_type: str = "reverse_kl",
-                 f_alpha_divergence_coef: float = 0.5, logits_chunk_size: int | None = 1024,
+                 f_alpha_divergence_coef: float = 0.5, ld_alpha: float | None = None,
+                 logits_chunk_size: int | None = 1024,
                  logits_budget_mib: float | None = 512.0, sync_ref_model: bool = False,
                  ref_model_mixup_alpha: float = REFERENCE_SYNC_DEFAULTS["ref_model_mixup_alpha"],
                  ref_model_sync_steps: int = REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"]):
         super().__init__()
         loss = DPOLoss(loss_type, loss_weights, beta, label_smoothing, cdpo_epsilon, discopop_tau, f_divergence_type,
                        f_alpha_divergence_coef)  # checks them
+        check_number("ld_alpha", ld_alpha, minimum=0, optional=True)
+        if ld_alpha is not None and ld_alpha > 1:
+            raise ConfigError(f"algo.ld_alpha={ld_alpha} must be in [0, 1] (1: plain DPO; null: off).")
         check_number("logits_chunk_size", logits_chunk_size, minimum=1, integer=True, optional=True)
         check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
         check_optimizer(optimizer)
@@ -78,7 +97,7 @@ class DPOModule(PairModule):
         check_reference_sync_numbers(ref_model_mixup_alpha, ref_model_sync_steps)
         for line in idle_reference_sync(sync_ref_model, ref_model_mixup_alpha, ref_model_sync_steps):
             warn_once(line)
-        self.save_hyperparameters({"model": asdict(model_config(model)), **asdict(loss),
+        self.save_hyperparameters({"model": asdict(model_config(model)), **asdict(loss), "ld_alpha": ld_alpha,
                                    "logits_chunk_size": logits_chunk_size, "logits_budget_mib": logits_budget_mib,
                                    "sync_ref_model": sync_ref_model, "ref_model_mixup_alpha": ref_model_mixup_alpha,
                                    "ref_model_sync_steps": ref_model_sync_steps})
@@ -98,7 +117,7 @@ class DPOModule(PairModule):
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
-        chunking = hp.logits_chunk_size, hp.logits_budget_mib
+        chunking = hp.logits_chunk_size, hp.logits_budget_mib, hp.ld_alpha
         policy_chosen, policy_rejected = sequence_logprobs(self.policy, batch, *chunking).chunk(2)  # B, B
         with torch.no_grad(), self.reference.active() as reference:
             reference_chosen, reference_rejected = sequence_logprobs(reference, batch, *chunking).chunk(2)  # B, B

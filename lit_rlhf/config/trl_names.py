@@ -90,9 +90,8 @@ NOT_HERE = {
     # DPOConfig's
     "label_smoothing": "train_dpo.py has it (algo.label_smoothing, read by its robust, exo_pair and aot loss types)",
     **{name: f"train_dpo.py has it (algo.{name})" for name in ("loss_weights", "f_divergence_type",
-                                                                "f_alpha_divergence_coef", "discopop_tau")},
-    "ld_alpha": "train_dpo.py sums the logprobs of every response token (no LD-DPO down-weighting of the longer "
-                "response's tail)",
+                                                                "f_alpha_divergence_coef", "discopop_tau",
+                                                                "ld_alpha")},
     "use_weighting": "train_dpo.py weights every pair alike (no WPO weights)",
     **{name: "train_dpo.py scores the reference in each step (with LoRA the policy with its adapters off, no second "
              "model in memory)" for name in ("precompute_ref_log_probs", "precompute_ref_batch_size")},

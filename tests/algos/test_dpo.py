@@ -53,6 +53,28 @@ def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does(chunk_siz
     torch.testing.assert_close(fast, torch.tensor(slow), atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_ld_alpha_weights_the_longer_response_s_tokens_past_the_shorter_one_s_length(chunk_size):
+    """LD-DPO: pair 0's chosen (3 response tokens) against its rejected (1), pair 1's chosen (1) against its rejected
+    (3): the first token of each counts fully, the longer one's 2nd and 3rd by ld_alpha."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
+    items = [{"chosen": ([5, 6, 7, 8], 1), "rejected": ([5, 9], 1), "margin": 0.0},
+             {"chosen": ([11, 12], 1), "rejected": ([11, 14, 15, 16], 1), "margin": 0.0}]
+    batch = collate_pairs(items, pad_token_id=0)
+    with torch.no_grad():
+        weighted = sequence_logprobs(model, batch, chunk_size, 1024.0, ld_alpha=0.25)
+        assert torch.equal(sequence_logprobs(model, batch, chunk_size, 1024.0, ld_alpha=1.0),
+                           sequence_logprobs(model, batch, chunk_size, 1024.0))
+        slow = []
+        for ids, prompt_length in [items[0]["chosen"], items[1]["chosen"], items[0]["rejected"], items[1]["rejected"]]:
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
+            slow.append(sum(logprobs[t - 1, ids[t]].item() * (1.0 if t - prompt_length < 1 else 0.25)
+                            for t in range(prompt_length, len(ids))))
+    torch.testing.assert_close(weighted, torch.tensor(slow), atol=1e-4, rtol=1e-5)
+
+
 def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_count():
     """ipo and sigmoid_norm divide each response's log-ratio by its response tokens (2, 2 chosen; 1, 2 rejected)."""
     torch.manual_seed(0)
@@ -110,6 +132,7 @@ def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy
     ({"beta": True}, "algo.beta=True must be a finite number > 0"),
     ({"cdpo_epsilon": 0.5}, r"algo.cdpo_epsilon=0.5 must be a number in \[0, 0.5\)"),
     ({"cdpo_epsilon": True}, r"algo.cdpo_epsilon=True must be a number in \[0, 0.5\)"),
+    ({"ld_alpha": 1.5}, r"algo.ld_alpha=1.5 must be in \[0, 1\] \(1: plain DPO; null: off\)"),
     ({"label_smoothing": 0.1}, "algo.label_smoothing=0.1 is read by algo.loss_type=robust|exo_pair|aot|aot_unpaired "
                                "only, not by sigmoid \\(TRL's sigmoid loss ignores it\\); conservative DPO is "
                                "algo.cdpo_epsilon here"),
