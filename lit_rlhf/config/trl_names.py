@@ -33,6 +33,7 @@ ON_THE_COMMAND_LINE = {
     "trust_remote_code": "model.trust_remote_code=true (and data.trust_remote_code=true for the tokenizer's code)",
     "ds3_gather_for_generation": "trainer=fsdp2 trainer.strategy.sharded_sampling (gathered weights for sampling: "
                                  "false, the default; sampling on the sharded model: true)",
+    "max_length": ("data.max_length",),  # DPOConfig's (prompt + response tokens)
     # PPOConfig's
     "sft_model_path": ("model.name_or_path",), "reward_model_path": "reward=reward_model reward.name_or_path=<folder>",
     "total_episodes": "steps (RL steps of data.batch_size prompts each)",
@@ -93,6 +94,12 @@ NOT_HERE = {
                                                                 "f_alpha_divergence_coef", "discopop_tau",
                                                                 "ld_alpha")},
     "use_weighting": "train_dpo.py weights every pair alike (no WPO weights)",
+    "truncation_mode": "a prompt longer than data.max_prompt_length keeps its last tokens and the response its "
+                       "first, within data.max_length",
+    "activation_offloading": "model.gradient_checkpointing=true trades compute for activation memory instead",
+    "dataset_num_proc": "rows are tokenized once, in the main process",
+    "pad_token": "the tokenizer's own pad token; where it has none (or it is EOS), a padding token already in its "
+                 "vocabulary, else one added (the embeddings resized)",
     **{name: "train_dpo.py scores the reference in each step (with LoRA the policy with its adapters off, no second "
              "model in memory)" for name in ("precompute_ref_log_probs", "precompute_ref_batch_size")},
     "entropy_coef": "algo=grpo and algo=ppo have algo.entropy_coef; the other algorithms add no entropy term",

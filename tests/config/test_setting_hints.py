@@ -236,3 +236,13 @@ def test_a_key_new_to_an_open_mapping_is_told_its_plus():
     assert composition_line("algo.generation_kwargs.top_p=0.9").startswith(
         "algo.generation_kwargs.top_p is not a setting (algo.generation_kwargs takes keys it does not have yet with a "
         "+: +algo.generation_kwargs.top_p=<value>)")
+
+
+def test_dpoconfigs_names_point_to_train_dpo_s_keys():
+    dpo = OmegaConf.create({"data": {"max_length": 256}, "algo": {"beta": 0.1, "ld_alpha": None}})
+    assert setting_hint("max_length", dpo) == " (TRL's max_length is data.max_length here)"
+    assert setting_hint("ld_alpha", dpo) == " (TRL's ld_alpha is algo.ld_alpha here)"
+    assert setting_hint("algo.ld_alpha", CONFIG) == (  # train.py's algorithms have none
+        " (TRL's ld_alpha has no equivalent here: train_dpo.py has it (algo.ld_alpha))")
+    assert setting_hint("truncation_mode", dpo).startswith(" (TRL's truncation_mode has no equivalent here: a prompt "
+                                                           "longer than data.max_prompt_length keeps its last tokens")
