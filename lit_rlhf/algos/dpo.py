@@ -40,6 +40,7 @@ from lit_rlhf.config.validation import (
     check_reference_sync_numbers,
     warn_once,
 )
+from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
@@ -80,6 +81,7 @@ class DPOModule(PairModule):
                  loss_type: str | list[str] = "sigmoid", loss_weights: list[float] | None = None,
                  label_smoothing: float = 0.0, discopop_tau: float = 0.05, f_divergence_type: str = "reverse_kl",
                  f_alpha_divergence_coef: float = 0.5, ld_alpha: float | None = None,
+                 precompute_ref_log_probs: bool = False, precompute_ref_batch_size: int | None = None,
                  logits_chunk_size: int | None = 1024,
                  logits_budget_mib: float | None = 512.0, sync_ref_model: bool = False,
                  ref_model_mixup_alpha: float = REFERENCE_SYNC_DEFAULTS["ref_model_mixup_alpha"],
@@ -94,10 +96,18 @@ class DPOModule(PairModule):
         check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
         check_optimizer(optimizer)
         check_flag("algo.sync_ref_model", sync_ref_model)
+        check_flag("algo.precompute_ref_log_probs", precompute_ref_log_probs)
+        if precompute_ref_batch_size is not None:  # null: data.batch_size
+            check_number("precompute_ref_batch_size", precompute_ref_batch_size, minimum=1, integer=True)
+        if precompute_ref_log_probs and sync_ref_model:  # as TRL
+            raise ConfigError("algo.precompute_ref_log_probs=true scores a fixed reference once, and algo."
+                              "sync_ref_model=true moves it during training; set one of them to false.")
         check_reference_sync_numbers(ref_model_mixup_alpha, ref_model_sync_steps)
         for line in idle_reference_sync(sync_ref_model, ref_model_mixup_alpha, ref_model_sync_steps):
             warn_once(line)
         self.save_hyperparameters({"model": asdict(model_config(model)), **asdict(loss), "ld_alpha": ld_alpha,
+                                   "precompute_ref_log_probs": precompute_ref_log_probs,
+                                   "precompute_ref_batch_size": precompute_ref_batch_size,
                                    "logits_chunk_size": logits_chunk_size, "logits_budget_mib": logits_budget_mib,
                                    "sync_ref_model": sync_ref_model, "ref_model_mixup_alpha": ref_model_mixup_alpha,
                                    "ref_model_sync_steps": ref_model_sync_steps})
@@ -119,8 +129,7 @@ class DPOModule(PairModule):
         hp = self.hparams
         chunking = hp.logits_chunk_size, hp.logits_budget_mib, hp.ld_alpha
         policy_chosen, policy_rejected = sequence_logprobs(self.policy, batch, *chunking).chunk(2)  # B, B
-        with torch.no_grad(), self.reference.active() as reference:
-            reference_chosen, reference_rejected = sequence_logprobs(reference, batch, *chunking).chunk(2)  # B, B
+        reference_chosen, reference_rejected = self.reference_logprobs(batch).chunk(2)  # B, B
         chosen_tokens, rejected_tokens = batch["response_mask"].sum(-1).chunk(2)  # B, B
         pairs = PairLogprobs(policy_chosen, policy_rejected, reference_chosen, reference_rejected, chosen_tokens,
                              rejected_tokens)
@@ -134,8 +143,55 @@ class DPOModule(PairModule):
         self.log_metrics({prefix + k: v for k, v in metrics.items()}, len(chosen), stage)  # TRL's names
         return loss
 
+    @torch.no_grad()
+    def reference_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The reference's summed response logprobs of a batch's sequences: precomputed, or a forward now. -> 2B"""
+        hp = self.hparams
+        if hp.precompute_ref_log_probs and "reference_logprobs" in batch:  # (another module's fit may have left some)
+            return batch["reference_logprobs"].to(self.device)
+        if self.reference is None:
+            raise ConfigError("algo.precompute_ref_log_probs=true freed the reference after scoring the data module's "
+                              "pairs, and this batch holds pairs it did not score; pass those pairs through the "
+                              "same data module before the fit, or set algo.precompute_ref_log_probs=false.")
+        with self.reference.active() as reference:
+            return sequence_logprobs(reference, batch, hp.logits_chunk_size, hp.logits_budget_mib, hp.ld_alpha)
+
     def on_fit_start(self) -> None:
         self.reference_sync.check(self)
+        if self.hparams.precompute_ref_log_probs and self.reference is not None:
+            self.precompute_reference_logprobs()
+
+    def precompute_reference_logprobs(self) -> None:
+        """TRL's precompute_ref_log_probs: the reference scores every training and held-out pair of the data module
+        once, before the first step (each rank all of them, in the training's precision), and a full fine-tune's
+        frozen copy is then freed: a step runs the policy alone."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if not isinstance(getattr(datamodule, "train_pairs", None), list):
+            raise ConfigError("algo.precompute_ref_log_probs=true scores the pairs of a PreferenceDataModule before "
+                              "the fit, and this fit has none; pass one (datamodule=...) or set it to false.")
+        size = self.hparams.precompute_ref_batch_size or datamodule.hparams.batch_size
+        pad = datamodule.tokenizer.pad_token_id
+        with self.trainer.precision_plugin.forward_context():
+            for items in (datamodule.train_pairs, datamodule.eval_pairs):
+                for start in range(0, len(items), size):
+                    chunk = [{k: v for k, v in item.items() if k != "reference_logprobs"}
+                             for item in items[start:start + size]]
+                    batch = {k: v.to(self.device) for k, v in collate_pairs(chunk, pad).items()}
+                    chosen, rejected = self.reference_logprobs(batch).float().chunk(2)  # B, B
+                    for item, pair in zip(items[start:start + size], zip(chosen.tolist(), rejected.tolist(),
+                                                                       strict=True), strict=True):
+                        item["reference_logprobs"] = pair
+        if self.reference.frozen_copy is not None:
+            self.frozen_reference = None  # its memory: the steps no longer read it
+            self.reference = None
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        # a fit that freed its frozen copy saved none: the copy is the model's files, as this module loaded them
+        if self.hparams.precompute_ref_log_probs and self.frozen_reference is not None:
+            state = checkpoint.setdefault("state_dict", {})
+            if not any(key.startswith("frozen_reference.") for key in state):
+                state.update({f"frozen_reference.{k}": v for k, v in self.frozen_reference.state_dict().items()})
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         super().optimizer_step(*args, **kwargs)

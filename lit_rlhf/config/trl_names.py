@@ -92,7 +92,8 @@ NOT_HERE = {
     "label_smoothing": "train_dpo.py has it (algo.label_smoothing, read by its robust, exo_pair and aot loss types)",
     **{name: f"train_dpo.py has it (algo.{name})" for name in ("loss_weights", "f_divergence_type",
                                                                 "f_alpha_divergence_coef", "discopop_tau",
-                                                                "ld_alpha")},
+                                                                "ld_alpha", "precompute_ref_log_probs",
+                                                                "precompute_ref_batch_size")},
     "use_weighting": "train_dpo.py weights every pair alike (no WPO weights)",
     "truncation_mode": "a prompt longer than data.max_prompt_length keeps its last tokens and the response its "
                        "first, within data.max_length",
@@ -100,8 +101,6 @@ NOT_HERE = {
     "dataset_num_proc": "rows are tokenized once, in the main process",
     "pad_token": "the tokenizer's own pad token; where it has none (or it is EOS), a padding token already in its "
                  "vocabulary, else one added (the embeddings resized)",
-    **{name: "train_dpo.py scores the reference in each step (with LoRA the policy with its adapters off, no second "
-             "model in memory)" for name in ("precompute_ref_log_probs", "precompute_ref_batch_size")},
     "entropy_coef": "algo=grpo and algo=ppo have algo.entropy_coef; the other algorithms add no entropy term",
     **{name: "algo=grpo has it (adaptive entropy control); the other algorithms' entropy_coef (algo=ppo's) stays as "
              "set" for name in ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta",

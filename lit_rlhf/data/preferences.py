@@ -171,10 +171,14 @@ def tokenize_pair_side(tokenizer: Any, prompt: str, response: str, max_length: i
 
 def collate_pairs(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Right-padded chosen and rejected sequences (2B,L: the B chosen first, then the B rejected), the response
-    mask (2B,L: 1 on response tokens), margins (B). An item: {"chosen": (ids, prompt length), "rejected": ...,
-    "margin": float}; a bare id list counts as all response."""
+    mask (2B,L: 1 on response tokens), margins (B), and the reference's summed logprobs (2B) where every item holds
+    them. An item: {"chosen": (ids, prompt length), "rejected": ..., "margin": float, optionally "reference_logprobs":
+    (chosen, rejected)}; a bare id list counts as all response."""
     batch = collate_sequences([item[side] for side in ("chosen", "rejected") for item in items], pad_token_id)
     batch["margin"] = torch.tensor([item["margin"] for item in items], dtype=torch.float32)  # B
+    if all("reference_logprobs" in item for item in items):  # precomputed (DPO's precompute_ref_log_probs)
+        batch["reference_logprobs"] = torch.tensor([item["reference_logprobs"][side] for side in (0, 1)
+                                                    for item in items], dtype=torch.float32)  # 2B
     return batch
 
 

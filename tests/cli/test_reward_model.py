@@ -85,8 +85,7 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
     ("train_dpo.py", "algo.label_smoothing=0.1", "algo.label_smoothing=0.1 is read by algo.loss_type=robust|exo_pair|"
                                                  "aot|aot_unpaired only, not by sigmoid (TRL's sigmoid loss ignores "
                                                  "it); conservative DPO is algo.cdpo_epsilon here."),
-    ("train_dpo.py", "algo.precompute_ref_log_probs=true", "(TRL's precompute_ref_log_probs has no equivalent here: "
-                                                           "train_dpo.py scores the reference in each step"),
+    ("train_dpo.py", "algo.precompute_ref_batch_size=0", "algo.precompute_ref_batch_size=0 must be >= 1."),
     ("train_dpo.py", "algo.sync_ref_model=true", "algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha="
                                                  "0.6: a LoRA reference can only be reset to the policy"),
 ], ids=["rm-nan-lr", "dpo-negative-lr", "dpo-lora-r-0", "dpo-unknown-lora-key", "rm-lora-key-under-null",
