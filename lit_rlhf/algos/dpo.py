@@ -11,6 +11,10 @@ probability epsilon), a form of its own:
 
     loss   = -(1 - cdpo_epsilon) * log sigmoid(logits) - cdpo_epsilon * log sigmoid(-logits)
 
+With ld_alpha (LD-DPO), each pair's longer response counts its tokens past the shorter one's length by that
+weight. With precompute_ref_log_probs, the reference scores every pair once before training and a full fine-tune's
+frozen copy is freed.
+
 Metrics after TRL's: rewards/chosen and rewards/rejected (beta * (log pi - log ref), means), rewards/accuracies
 (chosen above rejected), rewards/margins, logps/chosen, logps/rejected; on held-out pairs with the eval/ prefix.
 
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from lit_rlhf.algos.dpo_losses import DPOLoss, PairLogprobs
 from lit_rlhf.algos.pair_module import PairModule
@@ -124,6 +129,11 @@ class DPOModule(PairModule):
         spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
         self.policy, self.reference = self.reference_sync.own_reference(*load_policy(tokenizer=self.tokenizer, **spec))
         self.frozen_reference = self.reference.frozen_copy  # registered: it follows the device (full fine-tuning)
+        if self.hparams.precompute_ref_log_probs and self.frozen_reference is not None:
+            # DDP would hold the copy's tensors that the precomputed pass frees; it has nothing to sync in them
+            frozen = [f"frozen_reference.{name}" for name, _ in (*self.frozen_reference.named_parameters(),
+                                                                 *self.frozen_reference.named_buffers())]
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self, frozen)
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
@@ -174,6 +184,7 @@ class DPOModule(PairModule):
         with self.trainer.precision_plugin.forward_context():
             for items in (datamodule.train_pairs, datamodule.eval_pairs):
                 for start in range(0, len(items), size):
+                    # scored afresh: values an earlier fit left on the pairs (another model's) are not read
                     chunk = [{k: v for k, v in item.items() if k != "reference_logprobs"}
                              for item in items[start:start + size]]
                     batch = {k: v.to(self.device) for k, v in collate_pairs(chunk, pad).items()}

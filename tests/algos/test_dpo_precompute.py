@@ -84,3 +84,13 @@ def test_it_cannot_score_a_reference_that_moves():
     with pytest.raises(ConfigError, match=r"^algo.precompute_ref_log_probs=true scores a fixed reference once, and "
                                           r"algo.sync_ref_model=true moves it"):
         make(precompute_ref_log_probs=True, sync_ref_model=True)
+
+
+def test_ddp_is_told_to_leave_the_frozen_copy_it_would_otherwise_hold_after_the_pass_frees_it():
+    module = make(precompute_ref_log_probs=True)
+    module.configure_model()
+    frozen = {f"frozen_reference.{name}" for name, _ in module.frozen_reference.named_parameters()}
+    assert frozen and frozen <= set(module._ddp_params_and_buffers_to_ignore)
+    plain = make()
+    plain.configure_model()
+    assert not getattr(plain, "_ddp_params_and_buffers_to_ignore", [])  # a reference kept for the run: DDP's as before
