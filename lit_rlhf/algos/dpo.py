@@ -16,7 +16,8 @@ weight. With precompute_ref_log_probs, the reference scores every pair once befo
 frozen copy is freed.
 
 Metrics after TRL's: rewards/chosen and rewards/rejected (beta * (log pi - log ref), means), rewards/accuracies
-(chosen above rejected), rewards/margins, logps/chosen, logps/rejected; on held-out pairs with the eval/ prefix.
+(chosen above rejected), rewards/margins, logps/chosen, logps/rejected, entropy; on held-out pairs with the eval/
+prefix.
 
 With sync_ref_model (TRL's, TR-DPO): every ref_model_sync_steps optimizer steps the reference <- alpha x policy +
 (1 - alpha) x reference (lit_rlhf.step.reference_sync; with LoRA a reference adapter reset to the trained one).
@@ -55,15 +56,27 @@ from lit_rlhf.step.reference_sync import ReferenceSync
 
 def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
                       logits_budget_mib: float | None = None, ld_alpha: float | None = None) -> torch.Tensor:
-    """Sum of the logprobs of each sequence's response tokens (response_mask), through the RL modules' logprob
-    forward (chunked from the last hidden states with chunk_size; temperature 1); with ld_alpha, the tokens past the
+    """Sum of the logprobs of each sequence's response tokens (response_mask); with ld_alpha, the tokens past the
     shorter response of the pair weighted by it (length_desensitized_weights). -> 2B"""
+    logprobs, _ = token_logprobs(model, batch, chunk_size, logits_budget_mib, with_entropy=False)  # 2B,L-1
+    return weighted_sums(logprobs, batch, ld_alpha)
+
+
+def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
+                   logits_budget_mib: float | None = None,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The logprob of each response token (0 elsewhere) and, with_entropy, the entropy there (no gradient), through
+    the RL modules' logprob forward (chunked from the last hidden states with chunk_size; temperature 1).
+    -> 2B,L-1 and 2B,L-1 or None"""
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # right-padded
-    response = batch["response_mask"][:, 1:]  # 2B,L-1
-    logprobs, _ = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], response, 1.0,
-                                                   chunk_size, logits_budget_mib, with_entropy=False)  # 2B,L-1
+    return last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], batch["response_mask"][:, 1:],
+                                            1.0, chunk_size, logits_budget_mib, with_entropy=with_entropy)
+
+
+def weighted_sums(logprobs: torch.Tensor, batch: dict[str, torch.Tensor], ld_alpha: float | None) -> torch.Tensor:
+    """Each sequence's summed response-token logprobs (2B,L-1), LD-DPO's weights applied with ld_alpha. -> 2B"""
     if ld_alpha is not None:
-        logprobs = logprobs * length_desensitized_weights(response, ld_alpha)
+        logprobs = logprobs * length_desensitized_weights(batch["response_mask"][:, 1:], ld_alpha)
     return logprobs.sum(-1)
 
 
@@ -137,8 +150,9 @@ class DPOModule(PairModule):
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
-        chunking = hp.logits_chunk_size, hp.logits_budget_mib, hp.ld_alpha
-        policy_chosen, policy_rejected = sequence_logprobs(self.policy, batch, *chunking).chunk(2)  # B, B
+        logprobs, entropy = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
+                                           with_entropy=True)  # 2B,L-1
+        policy_chosen, policy_rejected = weighted_sums(logprobs, batch, hp.ld_alpha).chunk(2)  # B, B
         reference_chosen, reference_rejected = self.reference_logprobs(batch).chunk(2)  # B, B
         chosen_tokens, rejected_tokens = batch["response_mask"].sum(-1).chunk(2)  # B, B
         pairs = PairLogprobs(policy_chosen, policy_rejected, reference_chosen, reference_rejected, chosen_tokens,
@@ -151,7 +165,19 @@ class DPOModule(PairModule):
                    "rewards/margins": (chosen - rejected).mean(), "logps/chosen": policy_chosen.detach().mean(),
                    "logps/rejected": policy_rejected.detach().mean()}
         self.log_metrics({prefix + k: v for k, v in metrics.items()}, len(chosen), stage)  # TRL's names
+        self.log_entropy(entropy, batch["response_mask"][:, 1:], stage)
         return loss
+
+    def log_entropy(self, entropy: torch.Tensor, response: torch.Tensor, stage: str) -> None:
+        """TRL's `entropy`: the policy's mean entropy over the response tokens of every rank's pairs (token-weighted;
+        held out, over all the held-out pairs' tokens)."""
+        total, tokens = (entropy * response).sum(), response.sum().to(entropy.dtype)
+        if stage == "train":
+            total, tokens = (self.trainer.strategy.reduce(t, reduce_op="sum") for t in (total, tokens))
+            self.log_metrics({"entropy": total / tokens.clamp(min=1)}, 1, stage)
+        else:  # Lightning's epoch mean weights each batch by its tokens, and adds the ranks' sums and counts
+            self.log("eval/entropy", total / tokens.clamp(min=1), batch_size=int(tokens), on_step=False,
+                     on_epoch=True, sync_dist=True)
 
     @torch.no_grad()
     def reference_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

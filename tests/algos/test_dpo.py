@@ -75,6 +75,29 @@ def test_ld_alpha_weights_the_longer_response_s_tokens_past_the_shorter_one_s_le
     torch.testing.assert_close(weighted, torch.tensor(slow), atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.integration
+def test_entropy_is_the_policy_s_mean_over_every_held_out_response_token(tmp_path):
+    """TRL's DPO `entropy`: weighted by tokens over all held-out pairs (3 batches of 4, 4 and 2 pairs), as a slow loop
+    over each response's full logits computes it."""
+    from transformers import AutoModelForCausalLM
+
+    data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl", n=20),
+                                batch_size=4, num_eval_pairs=10)
+    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA})
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    logged = trainer.validate(module, data, verbose=False)[0]["eval/entropy"]
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
+    total = tokens = 0.0
+    with torch.no_grad():
+        for item in data.eval_pairs:
+            for ids, prompt_length in (item["chosen"], item["rejected"]):
+                log_probs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
+                for t in range(prompt_length, len(ids)):
+                    total -= float((log_probs[t - 1].exp() * log_probs[t - 1]).sum())
+                    tokens += 1
+    assert logged == pytest.approx(total / tokens, rel=1e-5)
+
+
 def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_count():
     """ipo and sigmoid_norm divide each response's log-ratio by its response tokens (2, 2 chosen; 1, 2 rejected)."""
     torch.manual_seed(0)
