@@ -173,7 +173,8 @@ class DPOModule(PairModule):
         held out, over all the held-out pairs' tokens)."""
         total, tokens = (entropy * response).sum(), response.sum().to(entropy.dtype)
         if stage == "train":
-            total, tokens = (self.trainer.strategy.reduce(t, reduce_op="sum") for t in (total, tokens))
+            if self._trainer is not None:  # every rank's tokens
+                total, tokens = (self.trainer.strategy.reduce(t, reduce_op="sum") for t in (total, tokens))
             self.log_metrics({"entropy": total / tokens.clamp(min=1)}, 1, stage)
         else:  # Lightning's epoch mean weights each batch by its tokens, and adds the ranks' sums and counts
             self.log("eval/entropy", total / tokens.clamp(min=1), batch_size=int(tokens), on_step=False,
