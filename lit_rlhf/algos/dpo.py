@@ -50,33 +50,59 @@ from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
-from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy
+from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy, response_logprobs_and_entropy
 from lit_rlhf.step.reference_sync import ReferenceSync
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
-                      logits_budget_mib: float | None = None, ld_alpha: float | None = None) -> torch.Tensor:
+                      logits_budget_mib: float | None = None, ld_alpha: float | None = None,
+                      pad_token_id: int | None = None) -> torch.Tensor:
     """Sum of the logprobs of each sequence's response tokens (response_mask); with ld_alpha, the tokens past the
     shorter response of the pair weighted by it (length_desensitized_weights). -> 2B"""
-    logprobs, _ = token_logprobs(model, batch, chunk_size, logits_budget_mib, with_entropy=False)  # 2B,L-1
-    return weighted_sums(logprobs, batch, ld_alpha)
+    logprobs, _, response = token_logprobs(model, batch, chunk_size, logits_budget_mib, pad_token_id)
+    return weighted_sums(logprobs, response, ld_alpha)
 
 
 def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
-                   logits_budget_mib: float | None = None,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The logprob of each response token (0 elsewhere) and, with_entropy, the entropy there (no gradient), through
-    the RL modules' logprob forward (chunked from the last hidden states with chunk_size; temperature 1).
-    -> 2B,L-1 and 2B,L-1 or None"""
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # right-padded
-    return last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], batch["response_mask"][:, 1:],
-                                            1.0, chunk_size, logits_budget_mib, with_entropy=with_entropy)
+                   logits_budget_mib: float | None = None, pad_token_id: int | None = None,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """The logprob of each response token and, with_entropy, the entropy there (no gradient), 0 elsewhere, and the
+    response mask they are laid out by, through the RL modules' logprob forwards (temperature 1): chunked from the
+    last hidden states with chunk_size, and then, given the pad_token_id, on packed sequences (padding-free) where
+    the model keeps them apart. -> (2B,R), (2B,R) or None, (2B,R)"""
+    if pad_token_id is None or not chunk_size:  # the right-padded batch as it is: R = L-1
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        response = batch["response_mask"][:, 1:]
+        logprobs, entropy = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], response, 1.0,
+                                                             chunk_size, logits_budget_mib, with_entropy=with_entropy)
+        return logprobs, entropy, response
+    queries, query_mask, responses, response = prompts_and_responses(batch)
+    logprobs, entropy = response_logprobs_and_entropy(model, queries, query_mask, responses, response, 1.0,
+                                                      chunk_size, pad_token_id, logits_budget_mib, with_entropy)
+    return logprobs, entropy, response
 
 
-def weighted_sums(logprobs: torch.Tensor, batch: dict[str, torch.Tensor], ld_alpha: float | None) -> torch.Tensor:
-    """Each sequence's summed response-token logprobs (2B,L-1), LD-DPO's weights applied with ld_alpha. -> 2B"""
+def prompts_and_responses(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """A right-padded batch of prompt + response sequences (2B,L) as the RL forwards take it: the prompts left-padded
+    (2B,P) with their mask, the responses right-padded (2B,R) with theirs."""
+    response = batch["response_mask"].long()  # 2B,L
+    prompt_lengths = batch["attention_mask"].long().sum(1) - response.sum(1)  # 2B
+    response_lengths = response.sum(1)  # 2B
+    width_p, width_r = int(prompt_lengths.max()), int(response_lengths.max())
+    columns_p = torch.arange(width_p, device=response.device) - (width_p - prompt_lengths)[:, None]  # 2B,P
+    columns_r = torch.arange(width_r, device=response.device) + prompt_lengths[:, None]  # 2B,R
+    query_mask = (columns_p >= 0).long()
+    response_mask = (columns_r < (prompt_lengths + response_lengths)[:, None]).long()
+    queries = batch["input_ids"].gather(1, columns_p.clamp(min=0)) * query_mask
+    responses = batch["input_ids"].gather(1, columns_r.clamp(max=response.shape[1] - 1)) * response_mask
+    return queries, query_mask, responses, response_mask
+
+
+def weighted_sums(logprobs: torch.Tensor, response: torch.Tensor, ld_alpha: float | None) -> torch.Tensor:
+    """Each sequence's summed response-token logprobs (2B,R; response: their mask), LD-DPO's weights applied with
+    ld_alpha. -> 2B"""
     if ld_alpha is not None:
-        logprobs = logprobs * length_desensitized_weights(batch["response_mask"][:, 1:], ld_alpha)
+        logprobs = logprobs * length_desensitized_weights(response, ld_alpha)
     return logprobs.sum(-1)
 
 
@@ -100,7 +126,7 @@ class DPOModule(PairModule):
                  label_smoothing: float = 0.0, discopop_tau: float = 0.05, f_divergence_type: str = "reverse_kl",
                  f_alpha_divergence_coef: float = 0.5, ld_alpha: float | None = None,
                  precompute_ref_log_probs: bool = False, precompute_ref_batch_size: int | None = None,
-                 logits_chunk_size: int | None = 1024,
+                 padding_free: bool = False, logits_chunk_size: int | None = 1024,
                  logits_budget_mib: float | None = 512.0, sync_ref_model: bool = False,
                  ref_model_mixup_alpha: float = REFERENCE_SYNC_DEFAULTS["ref_model_mixup_alpha"],
                  ref_model_sync_steps: int = REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"]):
@@ -115,6 +141,7 @@ class DPOModule(PairModule):
         check_optimizer(optimizer)
         check_flag("algo.sync_ref_model", sync_ref_model)
         check_flag("algo.precompute_ref_log_probs", precompute_ref_log_probs)
+        check_flag("algo.padding_free", padding_free)
         if precompute_ref_batch_size is not None:  # null: data.batch_size
             check_number("precompute_ref_batch_size", precompute_ref_batch_size, minimum=1, integer=True)
         if precompute_ref_log_probs and sync_ref_model:  # as TRL
@@ -125,7 +152,7 @@ class DPOModule(PairModule):
             warn_once(line)
         self.save_hyperparameters({"model": asdict(model_config(model)), **asdict(loss), "ld_alpha": ld_alpha,
                                    "precompute_ref_log_probs": precompute_ref_log_probs,
-                                   "precompute_ref_batch_size": precompute_ref_batch_size,
+                                   "precompute_ref_batch_size": precompute_ref_batch_size, "padding_free": padding_free,
                                    "logits_chunk_size": logits_chunk_size, "logits_budget_mib": logits_budget_mib,
                                    "sync_ref_model": sync_ref_model, "ref_model_mixup_alpha": ref_model_mixup_alpha,
                                    "ref_model_sync_steps": ref_model_sync_steps})
@@ -133,6 +160,11 @@ class DPOModule(PairModule):
         self.reference_sync = ReferenceSync.of(self.hparams, self.hparams.model)
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=5e-6)
         self.policy = self.reference = self.tokenizer = None
+
+    @property
+    def packing_pad_id(self) -> int | None:
+        """algo.padding_free: the pad token of the packed forwards (None: the padded layout)."""
+        return self.tokenizer.pad_token_id if self.hparams.get("padding_free") and self.tokenizer else None
 
     def configure_model(self) -> None:
         if self.policy is not None:
@@ -150,9 +182,9 @@ class DPOModule(PairModule):
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
-        logprobs, entropy = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
-                                           with_entropy=True)  # 2B,L-1
-        policy_chosen, policy_rejected = weighted_sums(logprobs, batch, hp.ld_alpha).chunk(2)  # B, B
+        logprobs, entropy, response = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
+                                                     self.packing_pad_id, with_entropy=True)  # 2B,R
+        policy_chosen, policy_rejected = weighted_sums(logprobs, response, hp.ld_alpha).chunk(2)  # B, B
         reference_chosen, reference_rejected = self.reference_logprobs(batch).chunk(2)  # B, B
         chosen_tokens, rejected_tokens = batch["response_mask"].sum(-1).chunk(2)  # B, B
         pairs = PairLogprobs(policy_chosen, policy_rejected, reference_chosen, reference_rejected, chosen_tokens,
@@ -165,7 +197,7 @@ class DPOModule(PairModule):
                    "rewards/margins": (chosen - rejected).mean(), "logps/chosen": policy_chosen.detach().mean(),
                    "logps/rejected": policy_rejected.detach().mean()}
         self.log_metrics({prefix + k: v for k, v in metrics.items()}, len(chosen), stage)  # TRL's names
-        self.log_entropy(entropy, batch["response_mask"][:, 1:], stage)
+        self.log_entropy(entropy, response, stage)
         return loss
 
     def log_entropy(self, entropy: torch.Tensor, response: torch.Tensor, stage: str) -> None:
@@ -191,7 +223,8 @@ class DPOModule(PairModule):
                               "pairs, and this batch holds pairs it did not score; pass those pairs through the "
                               "same data module before the fit, or set algo.precompute_ref_log_probs=false.")
         with self.reference.active() as reference:
-            return sequence_logprobs(reference, batch, hp.logits_chunk_size, hp.logits_budget_mib, hp.ld_alpha)
+            return sequence_logprobs(reference, batch, hp.logits_chunk_size, hp.logits_budget_mib, hp.ld_alpha,
+                                     self.packing_pad_id)
 
     def on_fit_start(self) -> None:
         self.reference_sync.check(self)

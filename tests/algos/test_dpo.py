@@ -8,7 +8,7 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.dpo import DPOModule, sequence_logprobs
+from lit_rlhf.algos.dpo import DPOModule, prompts_and_responses, sequence_logprobs, token_logprobs, weighted_sums
 from lit_rlhf.algos.dpo_losses import DPOLoss, PairLogprobs
 from lit_rlhf.data.preference_datamodule import PreferenceDataModule
 from lit_rlhf.data.preferences import collate_pairs
@@ -51,6 +51,61 @@ def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does(chunk_siz
             logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
             slow.append(sum(logprobs[t - 1, ids[t]].item() for t in range(prompt_length, len(ids))))
     torch.testing.assert_close(fast, torch.tensor(slow), atol=1e-4, rtol=1e-5)
+
+
+def test_a_right_padded_batch_splits_into_left_padded_prompts_and_right_padded_responses():
+    items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
+             {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
+    queries, query_mask, responses, response_mask = prompts_and_responses(collate_pairs(items, pad_token_id=0))
+    assert queries.tolist() == [[0, 5, 6], [0, 0, 11], [0, 0, 5], [11, 14, 15]]  # chosen 0, 1, rejected 0, 1
+    assert query_mask.tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 1], [1, 1, 1]]
+    assert responses.tolist() == [[7, 8], [12, 13], [9, 0], [16, 17]]
+    assert response_mask.tolist() == [[1, 1], [1, 1], [1, 0], [1, 1]]
+
+
+def test_padding_free_logprobs_and_their_gradients_are_the_padded_layout_s():
+    """Packed sequences (no pad token computed) give each response token the logprob, entropy and gradient the
+    right-padded batch gives it."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
+    items = [{"chosen": ([5, 6, 7, 8, 9, 10, 11], 2), "rejected": ([5, 9], 1), "margin": 0.0},
+             {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
+    batch = collate_pairs(items, pad_token_id=0)
+    results = []
+    for pad_token_id in (None, 0):
+        model.zero_grad()
+        logprobs, entropy, response = token_logprobs(model, batch, 3, 1024.0, pad_token_id, with_entropy=True)
+        sums = weighted_sums(logprobs, response, 0.5)
+        sums.sum().backward()
+        real = response.bool()
+        results.append((sums.detach(), logprobs[real].detach(), entropy[real],
+                        {name: p.grad.clone() for name, p in model.named_parameters()}))
+    (padded_sums, padded_tokens, padded_entropy, padded_grads), (sums, tokens, entropy, grads) = results
+    assert len(tokens) == len(padded_tokens) == 5 + 2 + 1 + 2  # the response tokens of chosen 0, 1, rejected 0, 1
+    torch.testing.assert_close(sums, padded_sums, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tokens, padded_tokens, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy, padded_entropy, atol=1e-5, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.integration
+def test_a_padding_free_fit_trains_what_the_padded_one_trains(tmp_path):
+    trained = []
+    for padding_free in (False, True):
+        L.seed_everything(0)
+        data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl", n=40),
+                                    batch_size=8, num_eval_pairs=8)
+        module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, padding_free=padding_free,
+                           optimizer=functools.partial(torch.optim.AdamW, lr=3e-3))
+        L.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False, limit_val_batches=0).fit(module, data)
+        assert (module.packing_pad_id is not None) == padding_free
+        trained.append([p.detach().clone() for p in module.policy.parameters() if p.requires_grad])
+    for packed, padded in zip(trained[1], trained[0], strict=True):
+        torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-4)
+    assert any(p.abs().sum() > 0 for p in trained[1])
 
 
 @pytest.mark.parametrize("chunk_size", [None, 3])
