@@ -93,8 +93,9 @@ def user_error(err: BaseException) -> str | None:
 
 
 def unexpected_argument_line(err: InstantiationException) -> str | None:
-    """`+algo.loss_type=ipo` where the class Hydra builds takes no such argument (Python's TypeError, as Hydra wraps
-    it): one line naming the key and the arguments it takes. A TypeError raised inside the constructor is not it."""
+    """`+algo.use_weighting=true` where the class Hydra builds takes no such argument (Python's TypeError, as Hydra
+    wraps it): one line naming the key and, for a TRL name, what this library does instead, else the arguments it
+    takes or the nearest one. A TypeError raised inside the constructor is not it."""
     from hydra.utils import get_object
 
     from lit_rlhf.cli.own_components import constructor_arguments
@@ -113,8 +114,10 @@ def unexpected_argument_line(err: InstantiationException) -> str | None:
     names, takes_any = constructor_arguments(cls)
     if argument in names or takes_any:
         return None
-    return (f"{config_key(err)}{argument} is not an argument of {target.rsplit('.', 1)[-1]}"
-            f"{nearest(argument, [n for n in names if n != 'model'])}; remove it.")
+    from lit_rlhf.config.trl_names import python_hint
+
+    hint = python_hint(argument) or nearest(argument, [n for n in names if n != "model"])  # a TRL name before spelling
+    return f"{config_key(err)}{argument} is not an argument of {target.rsplit('.', 1)[-1]}{hint}; remove it."
 
 
 _task_started = False

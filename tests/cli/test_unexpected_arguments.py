@@ -1,4 +1,4 @@
-"""`+algo.loss_type=ipo` for an app whose module takes no such argument (train_dpo.py, train_sft.py,
+"""`+algo.use_weighting=true` for an app whose module takes no such argument (train_dpo.py, train_sft.py,
 train_reward_model.py build theirs with Hydra): one line naming the key and the arguments the module takes, where
 Python's TypeError came through Hydra's InstantiationException with a traceback."""
 
@@ -26,9 +26,12 @@ def error_of(config: dict) -> BaseException:
 
 
 @pytest.mark.parametrize(("config", "line"), [
-    ({"_target_": "lit_rlhf.algos.dpo.DPOModule", "model": {"name_or_path": "x"}, "loss_type": "ipo"},
-     "algo.loss_type is not an argument of DPOModule (valid keys: optimizer, beta, cdpo_epsilon, label_smoothing, "
-     "logits_chunk_size, logits_budget_mib); remove it."),
+    # a TRL name says what this library does instead, before a near spelling ('loss_weights') that it does not mean
+    ({"_target_": "lit_rlhf.algos.dpo.DPOModule", "model": {"name_or_path": "x"}, "use_weighting": True},
+     "algo.use_weighting is not an argument of DPOModule (TRL's use_weighting has no equivalent here: train_dpo.py "
+     "weights every pair alike (no WPO weights)); remove it."),
+    ({"_target_": "lit_rlhf.algos.dpo.DPOModule", "model": {"name_or_path": "x"}, "loss_typ": "ipo"},
+     "algo.loss_typ is not an argument of DPOModule (did you mean 'loss_type'?); remove it."),
     ({"_target_": "lit_rlhf.algos.sft.SFTModule", "model": {"name_or_path": "x"}, "logits_chunk_sise": 8},
      "algo.logits_chunk_sise is not an argument of SFTModule (did you mean 'logits_chunk_size'?); remove it."),
 ])
