@@ -3,7 +3,7 @@ differ in length as real ones do: the bundled pairs' prompts, each response a se
 1 to 12 times (a seeded draw), with the embedded model, full fine-tuning, as a user runs it:
 `python train_dpo.py data.dataset=<file> model.lora=null [algo.padding_free=true]`.
 
-    python bench/dpo_padding_free.py      # 6 fits; ~4 min on 2 CPU cores
+    python bench/dpo_padding_free.py      # 6 fits; ~2 min on 2 CPU cores
 
 Reports each fit's wall time (fresh processes, the two settings alternating; medians of 3), the share of pad
 positions in the padded layout's batches, and the held-out loss, which the two layouts must give alike. Writes
