@@ -27,6 +27,31 @@ def pytest_configure(config):
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear"}
 
 
+# what Lightning's strategies write into os.environ when they set up a process group
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE",
+                   "GROUP_RANK", "ROLE_RANK")
+
+
+@pytest.fixture(autouse=True)
+def no_process_group_outlives_its_test():
+    """A process group a test leaves in its worker (a strategy that set one up before its fit was refused, a
+    multi-rank app run in-process) is destroyed after it, and the variables that named it are restored. Left, a later
+    in-process multi-rank run on that worker trained on the stale group (Lightning reuses an initialized one: the
+    figures were rank zero's alone) while its other rank waited for rank zero; with only the group destroyed, the
+    stale MASTER_PORT sent the new group to the old one's port and it waited there until the test timed out."""
+    before = {name: os.environ.get(name) for name in DISTRIBUTED_ENV}
+    yield
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        from lit_rlhf.distributed.process_group_exit import destroy_process_groups
+
+        destroy_process_groups()
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def make_rloo(**overrides):
     from lit_rlhf import RLOOModule
     from lit_rlhf.rewards import VaderSentiment
