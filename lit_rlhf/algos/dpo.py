@@ -12,12 +12,15 @@ probability epsilon), a form of its own:
     loss   = -(1 - cdpo_epsilon) * log sigmoid(logits) - cdpo_epsilon * log sigmoid(-logits)
 
 With ld_alpha (LD-DPO), each pair's longer response counts its tokens past the shorter one's length by that
-weight. With precompute_ref_log_probs, the reference scores every pair once before training and a full fine-tune's
-frozen copy is freed.
+weight. With use_weighting (WPO), each pair's loss is weighted by how likely the policy finds its responses. With
+precompute_ref_log_probs, the reference scores every pair once before training and a full fine-tune's frozen copy is
+freed.
 
 Metrics after TRL's: rewards/chosen and rewards/rejected (beta * (log pi - log ref), means), rewards/accuracies
-(chosen above rejected), rewards/margins, logps/chosen, logps/rejected, entropy; on held-out pairs with the eval/
-prefix.
+(chosen above rejected), rewards/margins, logps/chosen, logps/rejected, entropy, mean_token_accuracy (the chosen
+responses' tokens that are the policy's most likely token), logits/chosen and logits/rejected (the mean logit over
+the vocabulary at the responses' tokens), num_tokens (the training batches' tokens so far); with use_weighting,
+wpo_weight (the mean pair weight); on held-out pairs with the eval/ prefix.
 
 With sync_ref_model (TRL's, TR-DPO): every ref_model_sync_steps optimizer steps the reference <- alpha x policy +
 (1 - alpha) x reference (lit_rlhf.step.reference_sync; with LoRA a reference adapter reset to the trained one).
@@ -35,7 +38,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from lit_rlhf.algos.dpo_losses import DPOLoss, PairLogprobs
+from lit_rlhf.algos.dpo_losses import DPOLoss, PairLogprobs, wpo_weights
 from lit_rlhf.algos.pair_module import PairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.idle import REFERENCE_SYNC_DEFAULTS, idle_reference_sync
@@ -50,7 +53,7 @@ from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
-from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy, response_logprobs_and_entropy
+from lit_rlhf.models.forwards import last_tokens_logprobs_and_statistics, response_logprobs_and_statistics
 from lit_rlhf.step.reference_sync import ReferenceSync
 
 
@@ -65,21 +68,21 @@ def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], ch
 
 def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
                    logits_budget_mib: float | None = None, pad_token_id: int | None = None,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """The logprob of each response token and, with_entropy, the entropy there (no gradient), 0 elsewhere, and the
-    response mask they are laid out by, through the RL modules' logprob forwards (temperature 1): chunked from the
-    last hidden states with chunk_size, and then, given the pad_token_id, on packed sequences (padding-free) where
-    the model keeps them apart. -> (2B,R), (2B,R) or None, (2B,R)"""
+                   statistics: tuple[str, ...] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """The logprob of each response token and the named ops.logprobs.TOKEN_STATISTICS there (the entropy, ...: no
+    gradient), 0 elsewhere, and the response mask they are laid out by, through the RL modules' logprob forwards
+    (temperature 1): chunked from the last hidden states with chunk_size, and then, given the pad_token_id, on packed
+    sequences (padding-free) where the model keeps them apart. -> (2B,R), name: (2B,R), (2B,R)"""
     if pad_token_id is None or not chunk_size:  # the right-padded batch as it is: R = L-1
         inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         response = batch["response_mask"][:, 1:]
-        logprobs, entropy = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], response, 1.0,
-                                                             chunk_size, logits_budget_mib, with_entropy=with_entropy)
-        return logprobs, entropy, response
+        logprobs, values = last_tokens_logprobs_and_statistics(model, inputs, batch["input_ids"][:, 1:], response,
+                                                               1.0, chunk_size, logits_budget_mib, statistics)
+        return logprobs, values, response
     queries, query_mask, responses, response = prompts_and_responses(batch)
-    logprobs, entropy = response_logprobs_and_entropy(model, queries, query_mask, responses, response, 1.0,
-                                                      chunk_size, pad_token_id, logits_budget_mib, with_entropy)
-    return logprobs, entropy, response
+    logprobs, values = response_logprobs_and_statistics(model, queries, query_mask, responses, response, 1.0,
+                                                        chunk_size, pad_token_id, logits_budget_mib, statistics)
+    return logprobs, values, response
 
 
 def prompts_and_responses(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -124,7 +127,7 @@ class DPOModule(PairModule):
     def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, cdpo_epsilon: float = 0.0,
                  loss_type: str | list[str] = "sigmoid", loss_weights: list[float] | None = None,
                  label_smoothing: float = 0.0, discopop_tau: float = 0.05, f_divergence_type: str = "reverse_kl",
-                 f_alpha_divergence_coef: float = 0.5, ld_alpha: float | None = None,
+                 f_alpha_divergence_coef: float = 0.5, use_weighting: bool = False, ld_alpha: float | None = None,
                  precompute_ref_log_probs: bool = False, precompute_ref_batch_size: int | None = None,
                  padding_free: bool = False, logits_chunk_size: int | None = 1024,
                  logits_budget_mib: float | None = 512.0, sync_ref_model: bool = False,
@@ -132,7 +135,7 @@ class DPOModule(PairModule):
                  ref_model_sync_steps: int = REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"]):
         super().__init__()
         loss = DPOLoss(loss_type, loss_weights, beta, label_smoothing, cdpo_epsilon, discopop_tau, f_divergence_type,
-                       f_alpha_divergence_coef)  # checks them
+                       f_alpha_divergence_coef, use_weighting)  # checks them
         check_number("ld_alpha", ld_alpha, minimum=0, optional=True)
         if ld_alpha is not None and ld_alpha > 1:
             raise ConfigError(f"algo.ld_alpha={ld_alpha} must be in [0, 1] (1: plain DPO; null: off).")
@@ -182,35 +185,35 @@ class DPOModule(PairModule):
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
-        logprobs, entropy, response = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
-                                                     self.packing_pad_id, with_entropy=True)  # 2B,R
+        statistics = ("entropy", "top1", "mean_logit") + (("log_sum_p2",) if hp.use_weighting else ())
+        logprobs, values, response = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
+                                                    self.packing_pad_id, statistics)  # 2B,R ; name: 2B,R
         policy_chosen, policy_rejected = weighted_sums(logprobs, response, hp.ld_alpha).chunk(2)  # B, B
         reference_chosen, reference_rejected = self.reference_logprobs(batch).chunk(2)  # B, B
         chosen_tokens, rejected_tokens = batch["response_mask"].sum(-1).chunk(2)  # B, B
         pairs = PairLogprobs(policy_chosen, policy_rejected, reference_chosen, reference_rejected, chosen_tokens,
                              rejected_tokens)
-        loss = self.preference_loss(pairs)
+        weights = wpo_weights(logprobs, values["log_sum_p2"], response) if hp.use_weighting else None  # B
+        loss = self.preference_loss(pairs, weights)
         chosen, rejected = hp.beta * pairs.chosen_logratios.detach(), hp.beta * pairs.rejected_logratios.detach()  # B
         prefix = "" if stage == "train" else "eval/"
         metrics = {"loss": loss.detach(), "rewards/chosen": chosen.mean(), "rewards/rejected": rejected.mean(),
                    "rewards/accuracies": (chosen > rejected).float().mean(),
                    "rewards/margins": (chosen - rejected).mean(), "logps/chosen": policy_chosen.detach().mean(),
                    "logps/rejected": policy_rejected.detach().mean()}
+        if weights is not None:
+            metrics["wpo_weight"] = weights.mean()
         self.log_metrics({prefix + k: v for k, v in metrics.items()}, len(chosen), stage)  # TRL's names
-        self.log_entropy(entropy, response, stage)
-        return loss
-
-    def log_entropy(self, entropy: torch.Tensor, response: torch.Tensor, stage: str) -> None:
-        """TRL's `entropy`: the policy's mean entropy over the response tokens of every rank's pairs (token-weighted;
-        held out, over all the held-out pairs' tokens)."""
-        total, tokens = (entropy * response).sum(), response.sum().to(entropy.dtype)
+        chosen_response, rejected_response = response.chunk(2)  # B,R each
+        chosen_top1, _ = values["top1"].chunk(2)
+        chosen_logits, rejected_logits = values["mean_logit"].chunk(2)
+        self.log_token_means({"entropy": (values["entropy"], response),
+                              "mean_token_accuracy": (chosen_top1, chosen_response),
+                              "logits/chosen": (chosen_logits, chosen_response),
+                              "logits/rejected": (rejected_logits, rejected_response)}, stage)
         if stage == "train":
-            if self._trainer is not None:  # every rank's tokens
-                total, tokens = (self.trainer.strategy.reduce(t, reduce_op="sum") for t in (total, tokens))
-            self.log_metrics({"entropy": total / tokens.clamp(min=1)}, 1, stage)
-        else:  # Lightning's epoch mean weights each batch by its tokens, and adds the ranks' sums and counts
-            self.log("eval/entropy", total / tokens.clamp(min=1), batch_size=int(tokens), on_step=False,
-                     on_epoch=True, sync_dist=True)
+            self.count_tokens(batch["attention_mask"])
+        return loss
 
     @torch.no_grad()
     def reference_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -12,7 +12,9 @@ of the log-ratio log pi(y) - log ref(y) (itself for the default reverse KL, algo
     ...
 
 and the others of TRL's list (exo_pair, nca_pair, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down,
-discopop, sft, sigmoid_norm) below, each with its paper in TRL's words. Shapes: B pairs.
+discopop, sft, sigmoid_norm) below, each with its paper in TRL's words. With use_weighting (WPO, TRL's name),
+each pair's losses are weighted by how likely the policy finds its two responses (wpo_weights). Shapes: B pairs, R
+response length.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lit_rlhf.config.validation import check_choice, check_number, is_number, warn_once
+from lit_rlhf.config.validation import check_choice, check_flag, check_number, is_number, warn_once
 from lit_rlhf.errors import ConfigError
 
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
@@ -117,6 +119,18 @@ def pair_loss(loss_type: str, pairs: PairLogprobs, beta: float, label_smoothing:
     raise ValueError(f"unknown loss type {loss_type!r}; one of {', '.join(LOSS_TYPES)}")
 
 
+@torch.no_grad()
+def wpo_weights(token_logprobs: torch.Tensor, log_sum_p2: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
+    """WPO (Zhou et al. 2024) as TRL's use_weighting: a response's weight is exp(the mean over its tokens of
+    log p(y_t) - log sum_v p_v^2), the policy's probability of the token against that of a token drawn from the
+    policy itself; a pair's weight is the product of its two. No gradient. token_logprobs, log_sum_p2 and the response
+    mask: (2B,R) for B chosen then B rejected responses. -> B"""
+    lengths = response.sum(-1).clamp(min=1)  # 2B
+    mean = ((token_logprobs - log_sum_p2) * response).sum(-1) / lengths  # 2B
+    chosen, rejected = torch.exp(mean).chunk(2)
+    return chosen * rejected
+
+
 @dataclass
 class DPOLoss:
     """train_dpo.py's loss settings (TRL's DPOConfig names but cdpo_epsilon), checked at construction; called on a
@@ -130,17 +144,21 @@ class DPOLoss:
     discopop_tau: float = 0.05
     f_divergence_type: str = "reverse_kl"
     f_alpha_divergence_coef: float = 0.5
+    use_weighting: bool = False
 
     def __post_init__(self):
         self.loss_types = [self.loss_type] if isinstance(self.loss_type, str) else list(self.loss_type or [])
         check_loss_settings(self)
         self.weights = list(self.loss_weights) if self.loss_weights is not None else [1.0] * len(self.loss_types)
 
-    def __call__(self, pairs: PairLogprobs) -> torch.Tensor:
+    def __call__(self, pairs: PairLogprobs, pair_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """pair_weights (B): each pair's losses multiplied by its weight before the mean (use_weighting's
+        wpo_weights)."""
         settings = {"label_smoothing": self.label_smoothing, "discopop_tau": self.discopop_tau,
                     "divergence": self.f_divergence_type, "divergence_alpha": self.f_alpha_divergence_coef,
                     "cdpo_epsilon": self.cdpo_epsilon}
-        return sum(weight * pair_loss(loss_type, pairs, self.beta, **settings).mean()
+        weighted = (lambda losses: losses) if pair_weights is None else (lambda losses: losses * pair_weights)
+        return sum(weight * weighted(pair_loss(loss_type, pairs, self.beta, **settings)).mean()
                    for loss_type, weight in zip(self.loss_types, self.weights, strict=True))
 
 
@@ -166,6 +184,10 @@ def check_loss_settings(loss: DPOLoss) -> None:
     check_number("discopop_tau", loss.discopop_tau, minimum=0, strictly=True)
     check_choice("f_divergence_type", loss.f_divergence_type, F_DIVERGENCES)
     check_number("f_alpha_divergence_coef", loss.f_alpha_divergence_coef)
+    check_flag("algo.use_weighting", loss.use_weighting)
+    if loss.use_weighting and (sorted_types := [t for t in loss.loss_types if t in ("aot", "aot_unpaired")]):
+        raise ConfigError(f"algo.use_weighting=true weights each pair, and algo.loss_type={sorted_types[0]} compares "
+                          f"the batch's sorted quantities, not pairs (TRL refuses it too); drop one of them.")
     readers = [t for t in loss.loss_types if t in READ_LABEL_SMOOTHING]
     if loss.label_smoothing and not readers:  # TRL's sigmoid loss ignores it: a user expecting cDPO is told
         raise ConfigError(f"algo.label_smoothing={loss.label_smoothing} is read by algo.loss_type="

@@ -121,6 +121,8 @@ def keep_a_cut_epoch_unfinished(checkpoint: dict) -> None:
 class PairModule(L.LightningModule):
     """A subclass defines step(batch, stage) -> the loss (stage: train or val), logging its metrics."""
 
+    num_tokens = 0  # TRL's num_tokens: the tokens of every training batch so far, over all ranks (count_tokens)
+
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         raise NotImplementedError
 
@@ -159,6 +161,30 @@ class PairModule(L.LightningModule):
         self.log_dict(metrics, batch_size=batch_size, on_step=training, on_epoch=not training, prog_bar=not training,
                       sync_dist=True)
 
+    def log_token_means(self, means: dict[str, tuple[torch.Tensor, torch.Tensor]], stage: str) -> None:
+        """name: (values, mask) of a batch's tokens (N,T each) -> the mean of the values over the masked tokens of
+        every rank's batch (token-weighted, as TRL gathers them; held out, over all the held-out tokens)."""
+        totals = torch.stack([(values * mask).sum() for values, mask in means.values()])  # K
+        counts = torch.stack([mask.sum() for _, mask in means.values()]).to(totals.dtype)  # K
+        if stage == "train":
+            if self._trainer is not None:  # every rank's tokens, in one reduction
+                totals, counts = self.trainer.strategy.reduce(torch.cat([totals, counts]), reduce_op="sum").chunk(2)
+            self.log_metrics(dict(zip(means, totals / counts.clamp(min=1), strict=True)), 1, stage)
+            return
+        for name, total, count in zip(means, totals, counts, strict=True):
+            # Lightning's epoch mean weights each batch by its tokens, and adds the ranks' sums and counts
+            self.log(f"eval/{name}", total / count.clamp(min=1), batch_size=int(count), on_step=False, on_epoch=True,
+                     sync_dist=True)
+
+    def count_tokens(self, attention_mask: torch.Tensor) -> None:
+        """TRL's num_tokens: adds a training batch's tokens (its attention mask's, prompts included) over every rank,
+        and logs the count so far."""
+        tokens = attention_mask.sum().long()
+        if self._trainer is not None:
+            tokens = self.trainer.strategy.reduce(tokens, reduce_op="sum")
+        self.num_tokens += int(tokens)
+        self.log("num_tokens", float(self.num_tokens), on_step=True, on_epoch=False)
+
     def on_validation_epoch_end(self) -> None:
         if not self.trainer.sanity_checking:
             self.validated_at_step = self.global_step  # the held-out figures are those of this step
@@ -172,6 +198,7 @@ class PairModule(L.LightningModule):
         stop_unless_finite(self, "gradient", [p.grad for group in optimizer.param_groups for p in group["params"]])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["num_tokens"] = self.num_tokens
         save_pairs_identity(self, checkpoint)
         keep_a_cut_epoch_unfinished(checkpoint)
         # automatic optimization, one optimizer: each optimizer step is one batch that stepped
@@ -179,3 +206,4 @@ class PairModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_pairs_resume(self, checkpoint)
+        self.num_tokens = checkpoint.get("num_tokens", 0)

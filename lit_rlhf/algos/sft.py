@@ -6,8 +6,10 @@ model -> RL.
 
     loss = -(sum over completion tokens of log p(y_t | x, y_<t)) / (completion tokens)
 
-Metrics: loss, entropy (the mean entropy of the predicted distribution on completion tokens), num_tokens (completion
-tokens trained on so far); on held-out rows eval/loss, eval/entropy.
+Metrics after TRL's: loss, entropy (the mean entropy of the predicted distribution on completion tokens),
+mean_token_accuracy (the share of completion tokens that are the most likely token), num_tokens (the tokens of the
+training batches so far, prompts included), and num_completion_tokens (those trained on); on held-out rows eval/loss,
+eval/entropy, eval/mean_token_accuracy.
 
 Shapes: B rows, L sequence length (right-padded).
 """
@@ -26,18 +28,19 @@ from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_number, check_optimizer
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
-from lit_rlhf.models.forwards import last_tokens_logprobs_and_entropy
+from lit_rlhf.models.forwards import last_tokens_logprobs_and_statistics
 
 
 def completion_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
-                        logits_budget_mib: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The logprob and entropy of every token after the first (B,L-1, zero off the completion), through the RL
-    modules' logprob forward (temperature 1), and the completion mask (B,L-1)."""
+                        logits_budget_mib: float | None = None, statistics: tuple[str, ...] = ("entropy",)
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """The logprob and the named ops.logprobs.TOKEN_STATISTICS of every token after the first (B,L-1 each, zero off
+    the completion), through the RL modules' logprob forward (temperature 1), and the completion mask (B,L-1)."""
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # right-padded
     mask = batch["response_mask"][:, 1:]  # B,L-1  token t+1 is predicted at position t
-    logprobs, entropy = last_tokens_logprobs_and_entropy(model, inputs, batch["input_ids"][:, 1:], mask, 1.0,
-                                                         chunk_size, logits_budget_mib)
-    return logprobs, entropy, mask
+    logprobs, values = last_tokens_logprobs_and_statistics(model, inputs, batch["input_ids"][:, 1:], mask, 1.0,
+                                                           chunk_size, logits_budget_mib, statistics)
+    return logprobs, values, mask
 
 
 class SFTModule(PairModule):
@@ -54,7 +57,7 @@ class SFTModule(PairModule):
                                    "logits_budget_mib": logits_budget_mib})
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=2e-5)
         self.policy = self.tokenizer = None
-        self.num_tokens = 0  # completion tokens trained on, over all ranks
+        self.num_completion_tokens = 0  # completion tokens trained on, over all ranks
 
     def configure_model(self) -> None:
         if self.policy is not None:
@@ -67,15 +70,18 @@ class SFTModule(PairModule):
 
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
-        logprobs, entropy, mask = completion_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib)
+        logprobs, values, mask = completion_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
+                                                     ("entropy", "top1"))
         tokens = mask.sum()
         loss = -logprobs.sum() / tokens.clamp(min=1)
-        prefix = "" if stage == "train" else "eval/"
-        metrics = {"loss": loss.detach(), "entropy": (entropy.sum() / tokens.clamp(min=1)).detach()}
-        self.log_metrics({prefix + k: v for k, v in metrics.items()}, len(batch["input_ids"]), stage)  # TRL's names
+        self.log_metrics({("" if stage == "train" else "eval/") + "loss": loss.detach()}, len(batch["input_ids"]),
+                         stage)
+        self.log_token_means({"entropy": (values["entropy"], mask), "mean_token_accuracy": (values["top1"], mask)},
+                             stage)  # TRL's names
         if stage == "train":
-            self.num_tokens += int(self.trainer.strategy.reduce(tokens.detach().float(), reduce_op="sum"))
-            self.log("num_tokens", float(self.num_tokens), on_step=True, on_epoch=False)
+            self.count_tokens(batch["attention_mask"])
+            self.num_completion_tokens += int(self.trainer.strategy.reduce(tokens.detach().long(), reduce_op="sum"))
+            self.log("num_completion_tokens", float(self.num_completion_tokens), on_step=True, on_epoch=False)
         return loss
 
     def configure_optimizers(self):
@@ -83,11 +89,12 @@ class SFTModule(PairModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
-        checkpoint["num_tokens"] = self.num_tokens
+        checkpoint["num_completion_tokens"] = self.num_completion_tokens
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
-        self.num_tokens = checkpoint.get("num_tokens", 0)
+        # a checkpoint written before num_tokens counted prompts held the completion tokens under that name
+        self.num_completion_tokens = checkpoint.get("num_completion_tokens", checkpoint.get("num_tokens", 0))
 
     def save_policy(self, directory: str | Path) -> Path:
         """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer: the model

@@ -93,9 +93,9 @@ def user_error(err: BaseException) -> str | None:
 
 
 def unexpected_argument_line(err: InstantiationException) -> str | None:
-    """`+algo.use_weighting=true` where the class Hydra builds takes no such argument (Python's TypeError, as Hydra
-    wraps it): one line naming the key and, for a TRL name, what this library does instead, else the arguments it
-    takes or the nearest one. A TypeError raised inside the constructor is not it."""
+    """`+algo.activation_offloading=true` where the class Hydra builds takes no such argument (Python's TypeError, as
+    Hydra wraps it): one line naming the key and, for a TRL name, what this library does instead, else the arguments
+    it takes or the nearest one. A TypeError raised inside the constructor is not it."""
     from hydra.utils import get_object
 
     from lit_rlhf.cli.own_components import constructor_arguments

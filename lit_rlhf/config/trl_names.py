@@ -93,8 +93,7 @@ NOT_HERE = {
     **{name: f"train_dpo.py has it (algo.{name})" for name in ("loss_weights", "f_divergence_type",
                                                                 "f_alpha_divergence_coef", "discopop_tau",
                                                                 "ld_alpha", "precompute_ref_log_probs",
-                                                                "precompute_ref_batch_size")},
-    "use_weighting": "train_dpo.py weights every pair alike (no WPO weights)",
+                                                                "precompute_ref_batch_size", "use_weighting")},
     "truncation_mode": "a prompt longer than data.max_prompt_length keeps its last tokens and the response its "
                        "first, within data.max_length",
     "activation_offloading": "model.gradient_checkpointing=true trades compute for activation memory instead",

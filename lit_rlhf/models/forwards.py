@@ -1,6 +1,6 @@
-"""The forward passes that score tokens: the logprobs (and entropy) of a response under a causal LM, chunked through
-the output layer, padding-free or padded, temperature-aware. One function for the RL modules' old, reference and
-update forwards, a teacher's, DPO's and the reward model's trainer.
+"""The forward passes that score tokens: the logprobs (and the entropy, or other statistics) of a response under a
+causal LM, chunked through the output layer, padding-free or padded, temperature-aware. One function for the RL
+modules' old, reference and update forwards, a teacher's, DPO's, SFT's and the reward model's trainer.
 
 Shapes: N sequences, P prompt length, R response length, T target tokens, V vocab, H hidden.
 """
@@ -11,10 +11,10 @@ import torch
 
 from lit_rlhf.models.output_layer import plain_output_layer
 from lit_rlhf.models.packing import keeps_packed_sequences_apart, packed_response_hidden
-from lit_rlhf.ops import logprobs_and_entropy
 from lit_rlhf.ops.logprobs import (
-    chunked_logprobs_and_entropy,
+    chunked_logprobs_and_statistics,
     kept_logits_mib,
+    logprobs_and_statistics,
     logprobs_from_logits,
     output_layer_dtype,
 )
@@ -51,29 +51,57 @@ def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, r
                                   logits_budget_mib: float | None = None,
                                   with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (N,R) and entropy (N,R, no gradient; None unless with_entropy) of the response tokens; zero after the
-    stop token. With chunk_size and a pad_token_id, from a padding-free forward (models.packing) where the model keeps
-    packed sequences apart; otherwise as last_tokens_logprobs_and_entropy computes them."""
+    stop token (response_logprobs_and_statistics)."""
+    logprobs, statistics = response_logprobs_and_statistics(model, queries, query_mask, responses, response_mask,
+                                                            temperature, chunk_size, pad_token_id, logits_budget_mib,
+                                                            ("entropy",) if with_entropy else ())
+    return logprobs, statistics.get("entropy")
+
+
+def response_logprobs_and_statistics(model: torch.nn.Module, queries, query_mask, responses, response_mask,
+                                     temperature: float, chunk_size: int | None, pad_token_id: int | None = None,
+                                     logits_budget_mib: float | None = None,
+                                     statistics: tuple[str, ...] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Logprobs (N,R) of the response tokens and the named ops.logprobs.TOKEN_STATISTICS there (N,R each, no
+    gradient); zero after the stop token. With chunk_size and a pad_token_id, from a padding-free forward
+    (models.packing) where the model keeps packed sequences apart; otherwise as last_tokens_logprobs_and_statistics
+    computes them."""
     layer = plain_output_layer(model) if chunk_size else None
     if layer is None or pad_token_id is None or not keeps_packed_sequences_apart(model):
-        return last_tokens_logprobs_and_entropy(model, sequence_inputs(queries, query_mask, responses, response_mask),
-                                                responses, response_mask, temperature, chunk_size, logits_budget_mib,
-                                                with_entropy)
+        return last_tokens_logprobs_and_statistics(model, sequence_inputs(queries, query_mask, responses,
+                                                                          response_mask),
+                                                   responses, response_mask, temperature, chunk_size,
+                                                   logits_budget_mib, statistics)
     real = response_mask.bool()  # N,R
     hidden = packed_response_hidden(model, queries, query_mask, responses, response_mask, pad_token_id)  # T,H
     return chunked_on_real_tokens(hidden, layer, responses, real, temperature, chunk_size, logits_budget_mib,
-                                  with_entropy)
+                                  statistics)
 
 
 def last_tokens_logprobs_and_entropy(model: torch.nn.Module, inputs: dict[str, torch.Tensor], targets: torch.Tensor,
                                      target_mask: torch.Tensor, temperature: float, chunk_size: int | None,
                                      logits_budget_mib: float | None = None,
                                      with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (N,T) and entropy (N,T, no gradient; None unless with_entropy) of `targets` (N,T), the last T tokens
-    of the sequences `inputs` (N,L) feed the model, each predicted by the position before it; zero outside
-    target_mask (N,T). The one logprob forward of the RL modules and of DPO; logits divided by `temperature`.
+    """Logprobs (N,T) and entropy (N,T, no gradient; None unless with_entropy) of `targets` (N,T)
+    (last_tokens_logprobs_and_statistics). The one logprob forward of the RL modules."""
+    logprobs, statistics = last_tokens_logprobs_and_statistics(model, inputs, targets, target_mask, temperature,
+                                                                chunk_size, logits_budget_mib,
+                                                                ("entropy",) if with_entropy else ())
+    return logprobs, statistics.get("entropy")
+
+
+def last_tokens_logprobs_and_statistics(model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                                        targets: torch.Tensor, target_mask: torch.Tensor, temperature: float,
+                                        chunk_size: int | None, logits_budget_mib: float | None = None,
+                                        statistics: tuple[str, ...] = ()
+                                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Logprobs (N,T) of `targets` (N,T), the last T tokens of the sequences `inputs` (N,L) feed the model, each
+    predicted by the position before it, and the named ops.logprobs.TOKEN_STATISTICS there (N,T each, no gradient);
+    zero outside target_mask (N,T). The logprob forward of the RL modules, of DPO and SFT; logits divided by
+    `temperature`.
 
     With chunk_size, from the last hidden states of the target tokens, chunk_size positions at a time
-    (ops.chunked_logprobs_and_entropy): the (N,T,V) logits are never held. With gradients, the chunks' logits are
+    (ops.chunked_logprobs_and_statistics): the (N,T,V) logits are never held. With gradients, the chunks' logits are
     kept for the backward pass when they fit logits_budget_mib (ops.kept_logits_mib), else recomputed there (None:
     always recomputed). Without chunk_size, when the output layer is not a plain Linear (e.g. it carries an
     adapter), or when the model changes its logits after it (output_layer.plain_output_layer), from the full
@@ -83,30 +111,29 @@ def last_tokens_logprobs_and_entropy(model: torch.nn.Module, inputs: dict[str, t
     if layer is None:
         logits = model(**inputs, use_cache=False, logits_to_keep=length + 1).logits[:, :-1]  # N,T,V
         mask = target_mask.to(torch.float32)
-        if not with_entropy:
-            return logprobs_from_logits(logits, targets, temperature) * mask, None
-        logprobs, entropy = logprobs_and_entropy(logits, targets, temperature)
-        return logprobs * mask, entropy * mask
+        if not statistics:
+            return logprobs_from_logits(logits, targets, temperature) * mask, {}
+        logprobs, values = logprobs_and_statistics(logits, targets, temperature, statistics)
+        return logprobs * mask, {name: value * mask for name, value in values.items()}
     real = target_mask.bool()  # N,T
     out = model(**inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
     hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # M,H  the states that predict the target tokens
     return chunked_on_real_tokens(hidden, layer, targets, real, temperature, chunk_size, logits_budget_mib,
-                                  with_entropy)
+                                  statistics)
 
 
 def chunked_on_real_tokens(hidden: torch.Tensor, layer: torch.nn.Linear, targets: torch.Tensor, real: torch.Tensor,
                            temperature: float, chunk_size: int, logits_budget_mib: float | None,
-                           with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs and entropy (N,T) of the real target tokens (real: N,T) from their predicting hidden states (M,H)."""
+                           statistics: tuple[str, ...]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Logprobs and the named statistics (N,T) of the real target tokens (real: N,T) from their predicting hidden
+    states (M,H)."""
     kept_mib = kept_logits_mib(len(hidden), layer.out_features, output_layer_dtype(hidden, layer).itemsize)
     recompute = logits_budget_mib is None or kept_mib > logits_budget_mib
-    token_logprobs, token_entropy = chunked_logprobs_and_entropy(hidden, layer, targets[real], temperature,
-                                                                 chunk_size, recompute, with_entropy)  # M ; M
+    token_logprobs, token_statistics = chunked_logprobs_and_statistics(hidden, layer, targets[real], temperature,
+                                                                       chunk_size, recompute, statistics)  # M ; M
     logprobs = token_logprobs.new_zeros(real.shape).masked_scatter(real, token_logprobs)
-    if not with_entropy:
-        return logprobs, None
-    entropy = token_entropy.new_zeros(real.shape).masked_scatter(real, token_entropy)
-    return logprobs, entropy  # N,T ; N,T
+    return logprobs, {name: value.new_zeros(real.shape).masked_scatter(real, value)
+                      for name, value in token_statistics.items()}  # N,T ; N,T
 
 
 @torch.no_grad()

@@ -47,6 +47,58 @@ def logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor,
     return token_logprobs, entropy
 
 
+# The no-grad statistics of the predicted distribution a forward can return beside the logprobs, each token's, from the
+# same float32 log-softmax block (no second pass over the logits):
+#   entropy     -sum_v p_v log p_v
+#   top1        1.0 where the target is the most likely token (TRL's mean_token_accuracy counts these)
+#   mean_logit  the mean over the vocabulary of the logits (over the temperature: TRL's logits/chosen at temperature 1)
+#   log_sum_p2  log sum_v p_v^2 (WPO's normalizer: TRL's use_weighting)
+TOKEN_STATISTICS = ("entropy", "top1", "mean_logit", "log_sum_p2")
+
+
+def block_statistics(log_probs: torch.Tensor, logits: torch.Tensor, temperature: float, tokens: torch.Tensor,
+                     statistics: tuple[str, ...]) -> list[torch.Tensor]:
+    """The named TOKEN_STATISTICS of a block of rows: its float32 log-probabilities (B,V), the logits they came from
+    (B,V, any dtype; divided by the temperature), and the target tokens (B). -> one (B,) tensor per name"""
+    computed = []
+    for name in statistics:
+        if name == "entropy":
+            computed.append(-(log_probs.exp() * log_probs).sum(-1))
+        elif name == "top1":
+            computed.append((log_probs.argmax(-1) == tokens).to(log_probs.dtype))
+        elif name == "mean_logit":
+            computed.append(logits.sum(-1, dtype=log_probs.dtype) / (logits.shape[-1] * temperature))
+        elif name == "log_sum_p2":
+            computed.append(torch.logsumexp(2 * log_probs, dim=-1))
+        else:
+            raise ValueError(f"unknown token statistic {name!r}; one of {', '.join(TOKEN_STATISTICS)}")
+    return computed
+
+
+@torch.no_grad()
+def statistics_from_log_probs(log_probs: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor,
+                              temperature: float, statistics: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """The named TOKEN_STATISTICS at every position of full logits (N,R,V) and their log-probabilities (the entropy
+    in entropy_from_log_probs's blocks: the same bits), a block of rows at a time on a CPU. -> name: (N,R)"""
+    shape, vocab_size = log_probs.shape[:-1], log_probs.shape[-1]
+    rows, logit_rows, targets = log_probs.reshape(-1, vocab_size), logits.reshape(-1, vocab_size), tokens.reshape(-1)
+    per_block = rows.shape[0] if rows.is_cuda else max(1, ENTROPY_BLOCK_ELEMENTS // max(1, vocab_size))
+    blocks = [block_statistics(rows[start:start + per_block], logit_rows[start:start + per_block], temperature,
+                               targets[start:start + per_block], statistics)
+              for start in range(0, rows.shape[0], per_block)]
+    return {name: (torch.cat([block[i] for block in blocks]) if blocks else rows.new_zeros(0)).view(shape)
+            for i, name in enumerate(statistics)}
+
+
+def logprobs_and_statistics(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
+                            statistics: tuple[str, ...] = ("entropy",)) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """logprobs_and_entropy with any of TOKEN_STATISTICS (no gradient) in place of the entropy.
+    (N,R,V), (N,R) -> (N,R), name: (N,R)"""
+    log_probs = torch.log_softmax(upcast(logits) / temperature, dim=-1)  # N,R,V
+    token_logprobs = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # N,R
+    return token_logprobs, statistics_from_log_probs(log_probs, logits, tokens, temperature, statistics)
+
+
 def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
     """-sum p log p over the last dimension of normalized log-probabilities, a block of rows at a time on a CPU.
     (..., V) -> (...)"""
@@ -82,23 +134,24 @@ class _OutputLayerLogprobs(torch.autograd.Function):
     keep_logits: the logits are kept for the backward pass; else recomputed there (one more matmul)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, tokens, temperature, keep_logits, with_entropy):
+    def forward(ctx, hidden, weight, bias, tokens, temperature, keep_logits, statistics):
         logits = torch.nn.functional.linear(hidden, weight, bias)  # C,V  (autocast's dtype under autocast)
         logprobs = torch.empty(len(hidden), dtype=torch.promote_types(logits.dtype, torch.float32),
                                device=hidden.device)  # C
-        entropy = torch.empty_like(logprobs) if with_entropy else logprobs.new_empty(0)  # C or empty
+        stats = logprobs.new_empty(len(statistics), len(hidden))  # S,C
         for rows in _row_blocks(len(hidden), logits.shape[-1], logits.device):
             log_probs = _block_log_probs(logits, rows, temperature)  # B,V
             logprobs[rows] = log_probs.gather(-1, tokens[rows].unsqueeze(-1)).squeeze(-1)
-            if with_entropy:
-                entropy[rows] = -(log_probs.exp() * log_probs).sum(-1)
+            for i, values in enumerate(block_statistics(log_probs, logits[rows], temperature, tokens[rows],
+                                                        statistics)):
+                stats[i, rows] = values
         ctx.save_for_backward(hidden, weight, bias, tokens, logits if keep_logits else None)
         ctx.temperature, ctx.compute_dtype = temperature, logits.dtype
-        ctx.mark_non_differentiable(entropy)
-        return logprobs, entropy
+        ctx.mark_non_differentiable(stats)
+        return logprobs, stats
 
     @staticmethod
-    def backward(ctx, grad_logprobs, _grad_entropy):
+    def backward(ctx, grad_logprobs, _grad_statistics):
         hidden, weight, bias, tokens, logits = ctx.saved_tensors
         dtype = ctx.compute_dtype
         weight_c = weight.to(dtype)
@@ -140,24 +193,34 @@ def chunked_logprobs_and_entropy(hidden: torch.Tensor, output_layer: torch.nn.Li
                                  temperature: float = 1.0, chunk_size: int = 1024,
                                  recompute: bool = True,
                                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """logprobs_and_entropy from the last hidden states, chunk_size positions at a time, never holding the logits of
-    every position at once, nor a chunk's logits in float32 (_OutputLayerLogprobs). With gradients and recompute,
+    """chunked_logprobs_and_statistics with the entropy alone (or nothing). (T,H), (T,) -> (T,), (T,) or None"""
+    logprobs, statistics = chunked_logprobs_and_statistics(hidden, output_layer, tokens, temperature, chunk_size,
+                                                           recompute, ("entropy",) if with_entropy else ())
+    return logprobs, statistics.get("entropy")
+
+
+def chunked_logprobs_and_statistics(hidden: torch.Tensor, output_layer: torch.nn.Linear, tokens: torch.Tensor,
+                                    temperature: float = 1.0, chunk_size: int = 1024, recompute: bool = True,
+                                    statistics: tuple[str, ...] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """logprobs_and_statistics from the last hidden states, chunk_size positions at a time, never holding the logits
+    of every position at once, nor a chunk's logits in float32 (_OutputLayerLogprobs). With gradients and recompute,
     each chunk's logits are recomputed in the backward pass instead of being kept (faster to keep them when they fit
     in memory: see kept_logits_mib).
-    (T,H), (T,) -> (T,), (T,) (entropy without gradient; None unless with_entropy)"""
+    (T,H), (T,) -> (T,), name: (T,) (the statistics without gradient)"""
     weight, bias = output_layer.weight, output_layer.bias
     in_float32 = getattr(output_layer, "computes_in_float32", False)
     if in_float32:  # as the layer's own forward: float32 inputs, autocast off
         hidden = hidden.to(torch.float32)
-    logprobs, entropies = [], []
+    logprobs, stats = [], []
     with torch.autocast(hidden.device.type, enabled=False) if in_float32 else contextlib.nullcontext():
         for start in range(0, hidden.shape[0], chunk_size):
-            token_logprobs, entropy = _OutputLayerLogprobs.apply(hidden[start:start + chunk_size], weight, bias,
-                                                                 tokens[start:start + chunk_size], temperature,
-                                                                 not recompute, with_entropy)
+            token_logprobs, chunk_stats = _OutputLayerLogprobs.apply(hidden[start:start + chunk_size], weight, bias,
+                                                                     tokens[start:start + chunk_size], temperature,
+                                                                     not recompute, tuple(statistics))
             logprobs.append(token_logprobs)
-            entropies.append(entropy)
+            stats.append(chunk_stats)
     if not logprobs:
         empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, empty if with_entropy else None
-    return torch.cat(logprobs), torch.cat(entropies) if with_entropy else None
+        return empty, {name: empty for name in statistics}
+    table = torch.cat(stats, dim=1)  # S,T
+    return torch.cat(logprobs), {name: table[i] for i, name in enumerate(statistics)}

@@ -64,9 +64,11 @@ def test_a_right_padded_batch_splits_into_left_padded_prompts_and_right_padded_r
 
 
 def test_padding_free_logprobs_and_their_gradients_are_the_padded_layout_s():
-    """Packed sequences (no pad token computed) give each response token the logprob, entropy and gradient the
-    right-padded batch gives it."""
+    """Packed sequences (no pad token computed) give each response token the logprob, statistics (entropy, top1,
+    mean_logit, log_sum_p2) and gradient the right-padded batch gives it."""
     from transformers import AutoModelForCausalLM
+
+    from lit_rlhf.ops.logprobs import TOKEN_STATISTICS
 
     model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
     items = [{"chosen": ([5, 6, 7, 8, 9, 10, 11], 2), "rejected": ([5, 9], 1), "margin": 0.0},
@@ -75,17 +77,18 @@ def test_padding_free_logprobs_and_their_gradients_are_the_padded_layout_s():
     results = []
     for pad_token_id in (None, 0):
         model.zero_grad()
-        logprobs, entropy, response = token_logprobs(model, batch, 3, 1024.0, pad_token_id, with_entropy=True)
+        logprobs, values, response = token_logprobs(model, batch, 3, 1024.0, pad_token_id, TOKEN_STATISTICS)
         sums = weighted_sums(logprobs, response, 0.5)
         sums.sum().backward()
         real = response.bool()
-        results.append((sums.detach(), logprobs[real].detach(), entropy[real],
+        statistics = torch.stack([values[name][real] for name in TOKEN_STATISTICS])
+        results.append((sums.detach(), logprobs[real].detach(), statistics,
                         {name: p.grad.clone() for name, p in model.named_parameters()}))
-    (padded_sums, padded_tokens, padded_entropy, padded_grads), (sums, tokens, entropy, grads) = results
+    (padded_sums, padded_tokens, padded_values, padded_grads), (sums, tokens, values, grads) = results
     assert len(tokens) == len(padded_tokens) == 5 + 2 + 1 + 2  # the response tokens of chosen 0, 1, rejected 0, 1
     torch.testing.assert_close(sums, padded_sums, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(tokens, padded_tokens, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(entropy, padded_entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(values, padded_values, atol=1e-5, rtol=1e-5)
     for name, grad in grads.items():
         torch.testing.assert_close(grad, padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
 
@@ -131,26 +134,61 @@ def test_ld_alpha_weights_the_longer_response_s_tokens_past_the_shorter_one_s_le
 
 
 @pytest.mark.integration
-def test_entropy_is_the_policy_s_mean_over_every_held_out_response_token(tmp_path):
-    """TRL's DPO `entropy`: weighted by tokens over all held-out pairs (3 batches of 4, 4 and 2 pairs), as a slow loop
-    over each response's full logits computes it."""
+def test_the_token_metrics_are_means_over_every_held_out_response_token(tmp_path):
+    """TRL's DPO `entropy` (every response token), `mean_token_accuracy` (the chosen responses' tokens that are the
+    most likely one), `logits/chosen` and `logits/rejected` (the mean logit over the vocabulary): weighted by tokens
+    over all held-out pairs (3 batches of 4, 4 and 2 pairs), as a slow loop over each response's full logits computes
+    them."""
     from transformers import AutoModelForCausalLM
 
     data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl", n=20),
                                 batch_size=4, num_eval_pairs=10)
     module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA})
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
-    logged = trainer.validate(module, data, verbose=False)[0]["eval/entropy"]
+    logged = trainer.validate(module, data, verbose=False)[0]
     model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
-    total = tokens = 0.0
+    sums = {"entropy": [], "mean_token_accuracy": [], "logits/chosen": [], "logits/rejected": []}
     with torch.no_grad():
         for item in data.eval_pairs:
-            for ids, prompt_length in (item["chosen"], item["rejected"]):
-                log_probs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
+            for side in ("chosen", "rejected"):
+                ids, prompt_length = item[side]
+                logits = model(torch.tensor([ids])).logits[0].double()  # T,V
+                log_probs = torch.log_softmax(logits, -1)
                 for t in range(prompt_length, len(ids)):
-                    total -= float((log_probs[t - 1].exp() * log_probs[t - 1]).sum())
-                    tokens += 1
-    assert logged == pytest.approx(total / tokens, rel=1e-5)
+                    sums["entropy"].append(-float((log_probs[t - 1].exp() * log_probs[t - 1]).sum()))
+                    sums[f"logits/{side}"].append(float(logits[t - 1].mean()))
+                    if side == "chosen":
+                        sums["mean_token_accuracy"].append(float(int(logits[t - 1].argmax()) == ids[t]))
+    assert 0 < sum(sums["mean_token_accuracy"]) < len(sums["mean_token_accuracy"])  # both kinds of token
+    for name, values in sums.items():
+        assert logged[f"eval/{name}"] == pytest.approx(sum(values) / len(values), rel=1e-5, abs=1e-6), name
+
+
+def test_the_training_token_means_add_every_rank_s_sums_and_counts(monkeypatch):
+    """In training, a token metric is the sum over every rank's tokens over their count (one reduction of the sums
+    and counts, as TRL gathers them), not the mean of the ranks' means; num_tokens adds the ranks' attention masks."""
+    from types import SimpleNamespace
+
+    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA})
+    other_rank = torch.tensor([10.0, 1.0, 8.0, 1.0])  # its totals (a, b), then its counts (a, b)
+    reduced = []
+
+    def reduce(tensor, reduce_op):
+        assert reduce_op == "sum"
+        reduced.append(tensor)
+        return tensor + (other_rank if tensor.dim() else 7)
+
+    module._trainer = SimpleNamespace(strategy=SimpleNamespace(reduce=reduce))
+    logged = {}
+    monkeypatch.setattr(module, "log_metrics", lambda metrics, batch_size, stage: logged.update(metrics))
+    monkeypatch.setattr(module, "log", lambda name, value, **kwargs: logged.update({name: value}))
+    values, mask = torch.tensor([[1.0, 2.0, 5.0]]), torch.tensor([[1, 1, 0]])  # this rank: total 3 over 2 tokens
+    module.log_token_means({"a": (values, mask), "b": (values, mask.new_zeros(1, 3))}, "train")
+    assert len(reduced) == 1  # one reduction for every metric
+    assert logged["a"].item() == pytest.approx(13 / 10) and logged["b"].item() == pytest.approx(1.0)
+    module.count_tokens(torch.tensor([[1, 1, 0], [1, 1, 1]]))
+    module.count_tokens(torch.tensor([[1, 0, 0]]))
+    assert module.num_tokens == (5 + 7) + (1 + 7) and logged["num_tokens"] == 20.0
 
 
 def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_count():
@@ -175,6 +213,41 @@ def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_cou
     ipo = sum((d - 1 / (2 * 0.5)) ** 2 for d in per_token) / 2
     sigmoid_norm = sum(-log_sigmoid(0.5 * d) for d in per_token) / 2
     assert abs(logratio[0]) > 1e-3 and loss.item() == pytest.approx(ipo + sigmoid_norm, rel=1e-5)
+
+
+@pytest.mark.parametrize("chunk_size, padding_free", [(None, False), (3, False), (3, True)],
+                         ids=["full logits", "chunked", "padding-free"])
+def test_use_weighting_weights_each_pair_s_loss_by_wpo_s_weights_of_a_slow_loop(chunk_size, padding_free):
+    """WPO (TRL's use_weighting): a response's weight is exp(mean over its tokens of log p(y_t) - log sum_v p_v^2),
+    a pair's the product of its two (no gradient), times that pair's sigmoid loss before the mean."""
+    torch.manual_seed(0)
+    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, use_weighting=True, beta=0.5,
+                       logits_chunk_size=chunk_size, padding_free=padding_free)
+    module.configure_model()
+    with torch.no_grad():
+        for name, param in module.policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)  # the policy away from its reference (adapters off)
+    items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
+             {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
+    batch = collate_pairs(items, pad_token_id=0)
+    loss = module.step(batch, "train")
+    with torch.no_grad():
+        with module.reference.active() as reference:
+            ref = sequence_logprobs(reference, batch).tolist()
+        sums, weights = [], []
+        for ids, prompt_length in [items[0]["chosen"], items[1]["chosen"], items[0]["rejected"],
+                                   items[1]["rejected"]]:
+            log_probs = torch.log_softmax(module.policy(torch.tensor([ids])).logits[0].double(), -1)  # T,V
+            tokens = range(prompt_length, len(ids))
+            sums.append(sum(float(log_probs[t - 1, ids[t]]) for t in tokens))
+            aligned = [float(log_probs[t - 1, ids[t]]) - math.log(float((log_probs[t - 1].exp() ** 2).sum()))
+                       for t in tokens]
+            weights.append(math.exp(sum(aligned) / len(aligned)))
+    logratio = [p - r for p, r in zip(sums, ref, strict=True)]  # chosen 0, chosen 1, rejected 0, rejected 1
+    expected = [-log_sigmoid(0.5 * (logratio[i] - logratio[i + 2])) * weights[i] * weights[i + 2] for i in (0, 1)]
+    assert 0.0 < min(weights) and max(weights) < 0.9  # the weighting is not a no-op here
+    assert loss.item() == pytest.approx(sum(expected) / 2, rel=1e-5)
 
 
 @pytest.mark.integration

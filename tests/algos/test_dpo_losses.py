@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lit_rlhf.algos.dpo_losses import LOSS_TYPES, DPOLoss, PairLogprobs, pair_loss
+from lit_rlhf.algos.dpo_losses import LOSS_TYPES, DPOLoss, PairLogprobs, pair_loss, wpo_weights
 from lit_rlhf.errors import ConfigError
 
 # B = 4 pairs: policy chosen / rejected, reference chosen / rejected summed logprobs, response token counts
@@ -112,6 +112,26 @@ def test_several_loss_types_add_their_weighted_means_and_gradients_flow():
     assert DPOLoss(loss_type="ipo", beta=BETA)(pairs()).item() == pytest.approx(sum(slow("ipo")) / 4, rel=1e-12)
 
 
+def test_pair_weights_multiply_each_pair_s_losses_before_the_mean():
+    weights = torch.tensor([0.5, 0.25, 1.0, 0.125], dtype=torch.float64)
+    got = DPOLoss(loss_type=["sigmoid", "ipo"], loss_weights=[1.0, 0.5], beta=BETA)(pairs(), weights)
+    expected = sum(w * sum(x * p for x, p in zip(slow(t), weights.tolist(), strict=True)) / 4
+                   for t, w in (("sigmoid", 1.0), ("ipo", 0.5)))
+    assert got.item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_wpo_weights_are_hand_computed_and_carry_no_gradient():
+    # 2 pairs: chosen 0, chosen 1, rejected 0, rejected 1; response tokens 2, 1, 1, 3
+    logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0], [-3.0, 0.0, 0.0], [-1.0, -1.0, -4.0]],
+                            requires_grad=True)
+    log_sum_p2 = torch.tensor([[-0.5, -1.0, 9.0], [-0.25, 9.0, 9.0], [-2.0, 9.0, 9.0], [-0.5, -0.5, -1.0]])
+    response = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
+    weights = wpo_weights(logprobs, log_sum_p2, response)
+    means = [(-0.5 - 1.0) / 2, -0.25, -1.0, (-0.5 - 0.5 - 3.0) / 3]  # mean of log p - log sum p^2 (9.0: padding)
+    expected = [math.exp(means[0] + means[2]), math.exp(means[1] + means[3])]
+    assert weights.tolist() == pytest.approx(expected, rel=1e-6) and not weights.requires_grad
+
+
 @pytest.mark.parametrize("settings, line", [
     ({"loss_type": "dpo"}, r"^algo.loss_type='dpo' is not one of sigmoid, hinge, ipo"),
     ({"loss_type": []}, r"^algo.loss_type=\[\] must be a loss type or a list of them"),
@@ -126,6 +146,9 @@ def test_several_loss_types_add_their_weighted_means_and_gradients_flow():
      r"use algo.loss_type=robust"),
     ({"f_divergence_type": "kl"}, r"^algo.f_divergence_type='kl' is not one of reverse_kl, forward_kl"),
     ({"loss_type": "discopop", "discopop_tau": 0}, r"^algo.discopop_tau=0 must be > 0"),
+    ({"loss_type": ["sigmoid", "aot"], "use_weighting": True},
+     r"^algo.use_weighting=true weights each pair, and algo.loss_type=aot compares the batch's sorted quantities"),
+    ({"use_weighting": 1}, r"^algo.use_weighting=1 must be true or false"),
 ])
 def test_bad_loss_settings_are_one_line(settings, line):
     with pytest.raises(ConfigError, match=line):

@@ -86,7 +86,7 @@ def test_it_moves_after_every_second_optimizer_step_counted_under_gradient_accum
 
 def test_a_checkpoint_written_at_a_sync_step_holds_the_moved_reference_and_resumes_exactly(tmp_path):
     """ModelCheckpoint writes in on_train_batch_end, after the module's optimizer_step: a resume from step 2 (a sync
-    step) trains step 3 exactly as the uninterrupted run does."""
+    step) trains step 3 exactly as the uninterrupted run does, its token count included."""
     settings = dict(sync_ref_model=True, ref_model_sync_steps=2)
     L.seed_everything(0)
     whole = make(**settings)
@@ -97,6 +97,7 @@ def test_a_checkpoint_written_at_a_sync_step_holds_the_moved_reference_and_resum
     trainer(3).fit(resumed, pairs(tmp_path), ckpt_path=tmp_path / "ckpts" / "epoch=0-step=2.ckpt")
     for got, expected in zip(resumed.state_dict().items(), whole.state_dict().items(), strict=True):
         assert got[0] == expected[0] and torch.equal(got[1], expected[1]), got[0]
+    assert resumed.num_tokens == whole.num_tokens > 0  # TRL's num_tokens goes on from the checkpoint's count
     initial = make()
     initial.configure_model()
     assert any(not torch.equal(a, b) for a, b in zip(whole.frozen_reference.parameters(),

@@ -42,6 +42,31 @@ def test_the_loss_is_the_completion_tokens_cross_entropy_of_a_slow_per_token_ref
     assert loss.item() == pytest.approx(total / count, rel=1e-4)
 
 
+@pytest.mark.integration
+def test_mean_token_accuracy_and_entropy_are_means_over_every_held_out_completion_token():
+    """TRL's SFT `mean_token_accuracy` (the completion tokens that are the model's most likely token) and `entropy`,
+    weighted by tokens over all held-out rows (3 batches of 4, 4 and 2 rows), as a slow loop over each row's full
+    logits computes them."""
+    import lightning as L
+
+    data = CompletionDataModule(tokenizer=TINY_PYTHIA, dataset="sentiment_pairs", batch_size=4, num_eval_rows=10)
+    module = SFTModule(model={"name_or_path": TINY_PYTHIA, "lora": None})
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    logged = trainer.validate(module, data, verbose=False)[0]
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
+    top1, entropy = [], []
+    with torch.no_grad():
+        for ids, prompt_length in data.eval_rows:
+            logits = model(torch.tensor([ids])).logits[0].double()  # T,V
+            log_probs = torch.log_softmax(logits, -1)
+            for t in range(prompt_length, len(ids)):
+                top1.append(float(int(logits[t - 1].argmax()) == ids[t]))
+                entropy.append(-float((log_probs[t - 1].exp() * log_probs[t - 1]).sum()))
+    assert 0 < sum(top1) < len(top1)
+    assert logged["eval/mean_token_accuracy"] == pytest.approx(sum(top1) / len(top1), rel=1e-6)
+    assert logged["eval/entropy"] == pytest.approx(sum(entropy) / len(entropy), rel=1e-5)
+
+
 def test_chat_message_rows_are_rendered_by_the_chat_template_and_refused_without_one(tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"prompt": [{"role": "user", "content": "Hi"}],
@@ -103,7 +128,8 @@ def test_train_sft_py_as_typed_saves_a_policy_that_train_py_starts_from(tmp_path
     assert "Held-out rows (64): loss" in trained.stdout
     with open(tmp_path / "sft" / "csv" / "metrics.csv") as file:
         columns = set(next(csv.reader(file)))
-    assert {"loss", "entropy", "num_tokens", "eval/loss", "eval/entropy"} <= columns  # TRL's names, no _step/_epoch
+    assert {"loss", "entropy", "mean_token_accuracy", "num_tokens", "num_completion_tokens", "eval/loss",
+            "eval/entropy", "eval/mean_token_accuracy"} <= columns  # TRL's names, no _step/_epoch
     assert not any(name.endswith(("_step", "_epoch")) for name in columns), columns
     line = one_line_error(run_app("evaluate.py", f"ckpt_path={tmp_path / 'sft' / 'checkpoints' / 'last.ckpt'}",
                                   cwd=tmp_path))

@@ -1,4 +1,4 @@
-"""`+algo.use_weighting=true` for an app whose module takes no such argument (train_dpo.py, train_sft.py,
+"""`+algo.activation_offloading=true` for an app whose module takes no such argument (train_dpo.py, train_sft.py,
 train_reward_model.py build theirs with Hydra): one line naming the key and the arguments the module takes, where
 Python's TypeError came through Hydra's InstantiationException with a traceback."""
 
@@ -26,10 +26,10 @@ def error_of(config: dict) -> BaseException:
 
 
 @pytest.mark.parametrize(("config", "line"), [
-    # a TRL name says what this library does instead, before a near spelling ('loss_weights') that it does not mean
-    ({"_target_": "lit_rlhf.algos.dpo.DPOModule", "model": {"name_or_path": "x"}, "use_weighting": True},
-     "algo.use_weighting is not an argument of DPOModule (TRL's use_weighting has no equivalent here: train_dpo.py "
-     "weights every pair alike (no WPO weights)); remove it."),
+    # a TRL name says what this library does instead, before a near spelling that it does not mean
+    ({"_target_": "lit_rlhf.algos.dpo.DPOModule", "model": {"name_or_path": "x"}, "activation_offloading": True},
+     "algo.activation_offloading is not an argument of DPOModule (TRL's activation_offloading has no equivalent "
+     "here: model.gradient_checkpointing=true trades compute for activation memory instead); remove it."),
     ({"_target_": "lit_rlhf.algos.dpo.DPOModule", "model": {"name_or_path": "x"}, "loss_typ": "ipo"},
      "algo.loss_typ is not an argument of DPOModule (did you mean 'loss_type'?); remove it."),
     ({"_target_": "lit_rlhf.algos.sft.SFTModule", "model": {"name_or_path": "x"}, "logits_chunk_sise": 8},

@@ -81,8 +81,11 @@ def test_train_sft_py_trains_on_a_messages_file_as_typed(tmp_path):
                      "data.batch_size=4", "hydra.run.dir=sft", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(tmp_path / "sft" / "csv" / "metrics.csv") as file:
-        counts = [float(row["num_tokens"]) for row in csv.DictReader(file) if row.get("num_tokens")]
-    assert counts[-1] == 8 * per_row  # the 8 training rows, each its assistant turn
+        rows = list(csv.DictReader(file))
+    trained = [float(row["num_completion_tokens"]) for row in rows if row.get("num_completion_tokens")]
+    assert trained[-1] == 8 * per_row  # the 8 training rows, each its assistant turn
+    counts = [float(row["num_tokens"]) for row in rows if row.get("num_tokens")]
+    assert counts[-1] == sum(len(ids) for ids, _ in data.train_rows)  # TRL's num_tokens: the whole rows
 
 
 def test_a_text_row_is_trained_on_every_token_and_ends_with_one_eos():
@@ -107,5 +110,8 @@ def test_train_sft_py_trains_on_a_text_file_as_typed(tmp_path):
     data = CompletionDataModule(tokenizer=TINY_PYTHIA, dataset=str(tmp_path / "texts.jsonl"), num_eval_rows=4)
     data.setup("fit")  # the app's draw of the 8 training rows
     with open(tmp_path / "sft" / "csv" / "metrics.csv") as file:
-        counts = [float(row["num_tokens"]) for row in csv.DictReader(file) if row.get("num_tokens")]
-    assert counts[-1] == sum(len(ids) - 1 for ids, _ in data.train_rows)  # every token but the first is a target
+        rows = list(csv.DictReader(file))
+    trained = [float(row["num_completion_tokens"]) for row in rows if row.get("num_completion_tokens")]
+    assert trained[-1] == sum(len(ids) - 1 for ids, _ in data.train_rows)  # every token but the first is a target
+    counts = [float(row["num_tokens"]) for row in rows if row.get("num_tokens")]
+    assert counts[-1] == sum(len(ids) for ids, _ in data.train_rows)  # TRL's num_tokens: every token

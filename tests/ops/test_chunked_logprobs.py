@@ -1,5 +1,7 @@
 """Logprobs and entropy from hidden states in chunks equal the full-logits computation, gradients included."""
 
+import math
+
 import pytest
 import torch
 
@@ -184,3 +186,42 @@ def test_a_second_backward_through_kept_logits_fails_rather_than_reads_their_gra
     logprobs.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         logprobs.sum().backward()
+
+
+@pytest.mark.parametrize("chunk_size", [None, 3, 1000], ids=["full logits", "chunks of 3", "one chunk"])
+def test_token_statistics_match_a_row_by_row_reference(chunk_size):
+    """entropy, top1, mean_logit and log_sum_p2 of each row, against a float64 loop written from their definitions;
+    asking for them leaves the logprobs and their gradient as they were, to the bit."""
+    from lit_rlhf.ops.logprobs import TOKEN_STATISTICS, chunked_logprobs_and_statistics, logprobs_and_statistics
+
+    torch.manual_seed(3)
+    hidden = torch.randn(11, 8, requires_grad=True)
+    head = torch.nn.Linear(8, 13)
+    tokens = torch.randint(0, 13, (11,))
+    tokens[:4] = head(hidden[:4]).argmax(-1)  # rows where the target is the most likely token
+    temperature = 0.7
+
+    def compute(statistics):
+        if chunk_size is None:
+            logprobs, values = logprobs_and_statistics(head(hidden), tokens, temperature, statistics)
+        else:
+            logprobs, values = chunked_logprobs_and_statistics(hidden, head, tokens, temperature, chunk_size,
+                                                               statistics=statistics)
+        return logprobs, torch.autograd.grad(logprobs.sum(), hidden)[0], values
+
+    logprobs, grad, values = compute(TOKEN_STATISTICS)
+    alone, alone_grad, nothing = compute(())
+    assert torch.equal(logprobs, alone) and torch.equal(grad, alone_grad) and nothing == {}
+    assert not any(value.requires_grad for value in values.values())
+    logits = head(hidden).detach().double()
+    for row in range(len(tokens)):
+        scaled = [float(x) / temperature for x in logits[row]]
+        peak = max(scaled)
+        z = sum(math.exp(x - peak) for x in scaled)
+        p = [math.exp(x - peak) / z for x in scaled]
+        expected = {"entropy": -sum(q * math.log(q) for q in p),
+                    "top1": float(max(range(13), key=lambda v: float(logits[row, v])) == int(tokens[row])),
+                    "mean_logit": sum(scaled) / 13, "log_sum_p2": math.log(sum(q * q for q in p))}
+        for name, value in expected.items():
+            assert float(values[name][row]) == pytest.approx(value, abs=1e-5), (name, row)
+    assert values["top1"][:4].tolist() == [1.0] * 4 and values["top1"].sum() < 11
