@@ -1,8 +1,9 @@
 """train_dpo.py's loss types side by side on the bundled sentiment pairs, each at TRL's defaults (beta 0.1; robust with
 label_smoothing 0.1, exo_pair with TRL's recommended 1e-3), full fine-tuning of the embedded model for 3 epochs, as a
-user runs them: `python train_dpo.py model.lora=null epochs=3 algo.loss_type=<type>`.
+user runs them: `python train_dpo.py model.lora=null epochs=3 algo.loss_type=<type>`; and two combinations, TRL's
+MPO recipe and WPO (algo.use_weighting=true).
 
-    python bench/dpo_losses.py          # 16 fits and 16 evaluations; ~8 min on 2 CPU cores
+    python bench/dpo_losses.py          # 17 fits and 17 evaluations; ~9 min on 2 CPU cores
 
 Each saved policy is measured against the model it started from as bench/tr_dpo.py measures it (its fits and
 measures are that script's): accuracy on gold-labelled pairs no run trained on (the implicit reward), and
@@ -22,7 +23,8 @@ from tr_dpo import BASE, EVAL_PROMPTS, fit_and_measure
 from lit_rlhf.algos.dpo_losses import LOSS_TYPES
 
 EXTRA = {"robust": ("algo.label_smoothing=0.1",), "exo_pair": ("algo.label_smoothing=1e-3",)}
-COMBINATIONS = {"MPO (TRL's recipe)": ("algo.loss_type=[sigmoid,bco_pair,sft]", "algo.loss_weights=[0.8,0.2,1.0]")}
+COMBINATIONS = {"MPO (TRL's recipe)": ("algo.loss_type=[sigmoid,bco_pair,sft]", "algo.loss_weights=[0.8,0.2,1.0]"),
+                "WPO (sigmoid, pairs weighted)": ("algo.loss_type=sigmoid", "algo.use_weighting=true")}
 SEED = 0
 
 
