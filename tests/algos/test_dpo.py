@@ -191,18 +191,24 @@ def test_the_training_token_means_add_every_rank_s_sums_and_counts(monkeypatch):
     assert module.num_tokens == (5 + 7) + (1 + 7) and logged["num_tokens"] == 20.0
 
 
-def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_count():
-    """ipo and sigmoid_norm divide each response's log-ratio by its response tokens (2, 2 chosen; 1, 2 rejected)."""
+def moved_module_and_two_pairs(**settings):
+    """A LoRA DPOModule whose policy is away from its reference (adapters off), and a batch of two pairs whose
+    responses are 2 and 2 tokens (chosen), 1 and 2 (rejected)."""
     torch.manual_seed(0)
-    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, loss_type=["ipo", "sigmoid_norm"], beta=0.5)
+    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, **settings)
     module.configure_model()
     with torch.no_grad():
         for name, param in module.policy.named_parameters():
             if "lora_B" in name:
-                param.normal_(0, 0.05)  # the policy away from its reference (adapters off)
+                param.normal_(0, 0.05)
     items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
              {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
-    batch = collate_pairs(items, pad_token_id=0)
+    return module, items, collate_pairs(items, pad_token_id=0)
+
+
+def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_count():
+    """ipo and sigmoid_norm divide each response's log-ratio by its response tokens (2, 2 chosen; 1, 2 rejected)."""
+    module, items, batch = moved_module_and_two_pairs(loss_type=["ipo", "sigmoid_norm"], beta=0.5)
     with torch.no_grad():
         loss = module.step(batch, "train")
         policy = sequence_logprobs(module.policy, batch).tolist()
@@ -220,17 +226,8 @@ def test_a_step_gives_the_length_normalized_losses_each_response_s_own_token_cou
 def test_use_weighting_weights_each_pair_s_loss_by_wpo_s_weights_of_a_slow_loop(chunk_size, padding_free):
     """WPO (TRL's use_weighting): a response's weight is exp(mean over its tokens of log p(y_t) - log sum_v p_v^2),
     a pair's the product of its two (no gradient), times that pair's sigmoid loss before the mean."""
-    torch.manual_seed(0)
-    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA}, use_weighting=True, beta=0.5,
-                       logits_chunk_size=chunk_size, padding_free=padding_free)
-    module.configure_model()
-    with torch.no_grad():
-        for name, param in module.policy.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.05)  # the policy away from its reference (adapters off)
-    items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
-             {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
-    batch = collate_pairs(items, pad_token_id=0)
+    module, items, batch = moved_module_and_two_pairs(use_weighting=True, beta=0.5, logits_chunk_size=chunk_size,
+                                                      padding_free=padding_free)
     loss = module.step(batch, "train")
     with torch.no_grad():
         with module.reference.active() as reference:
