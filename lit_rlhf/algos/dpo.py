@@ -53,7 +53,7 @@ from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
-from lit_rlhf.models.forwards import last_tokens_logprobs_and_statistics, response_logprobs_and_statistics
+from lit_rlhf.models.forwards import right_padded_logprobs_and_statistics
 from lit_rlhf.step.reference_sync import ReferenceSync
 
 
@@ -72,33 +72,12 @@ def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk
     """The logprob of each response token and the named ops.logprobs.TOKEN_STATISTICS there (the entropy, ...: no
     gradient), 0 elsewhere, and the response mask they are laid out by, through the RL modules' logprob forwards
     (temperature 1): chunked from the last hidden states with chunk_size, and then, given the pad_token_id, on packed
-    sequences (padding-free) where the model keeps them apart. -> (2B,R), name: (2B,R), (2B,R)"""
-    if pad_token_id is None or not chunk_size:  # the right-padded batch as it is: R = L-1
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        response = batch["response_mask"][:, 1:]
-        logprobs, values = last_tokens_logprobs_and_statistics(model, inputs, batch["input_ids"][:, 1:], response,
-                                                               1.0, chunk_size, logits_budget_mib, statistics)
-        return logprobs, values, response
-    queries, query_mask, responses, response = prompts_and_responses(batch)
-    logprobs, values = response_logprobs_and_statistics(model, queries, query_mask, responses, response, 1.0,
-                                                        chunk_size, pad_token_id, logits_budget_mib, statistics)
+    sequences (padding-free) where the model keeps them apart. -> (2B,L-1), name: (2B,L-1), (2B,L-1)"""
+    response = batch["response_mask"][:, 1:]  # token t+1 is predicted at position t
+    logprobs, values = right_padded_logprobs_and_statistics(model, batch["input_ids"], batch["attention_mask"],
+                                                            response, chunk_size, pad_token_id, logits_budget_mib,
+                                                            statistics)
     return logprobs, values, response
-
-
-def prompts_and_responses(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """A right-padded batch of prompt + response sequences (2B,L) as the RL forwards take it: the prompts left-padded
-    (2B,P) with their mask, the responses right-padded (2B,R) with theirs."""
-    response = batch["response_mask"].long()  # 2B,L
-    prompt_lengths = batch["attention_mask"].long().sum(1) - response.sum(1)  # 2B
-    response_lengths = response.sum(1)  # 2B
-    width_p, width_r = int(prompt_lengths.max()), int(response_lengths.max())
-    columns_p = torch.arange(width_p, device=response.device) - (width_p - prompt_lengths)[:, None]  # 2B,P
-    columns_r = torch.arange(width_r, device=response.device) + prompt_lengths[:, None]  # 2B,R
-    query_mask = (columns_p >= 0).long()
-    response_mask = (columns_r < (prompt_lengths + response_lengths)[:, None]).long()
-    queries = batch["input_ids"].gather(1, columns_p.clamp(min=0)) * query_mask
-    responses = batch["input_ids"].gather(1, columns_r.clamp(max=response.shape[1] - 1)) * response_mask
-    return queries, query_mask, responses, response_mask
 
 
 def weighted_sums(logprobs: torch.Tensor, response: torch.Tensor, ld_alpha: float | None) -> torch.Tensor:

@@ -167,8 +167,7 @@ class PairModule(L.LightningModule):
         totals = torch.stack([(values * mask).sum() for values, mask in means.values()])  # K
         counts = torch.stack([mask.sum() for _, mask in means.values()]).to(totals.dtype)  # K
         if stage == "train":
-            if self._trainer is not None:  # every rank's tokens, in one reduction
-                totals, counts = self.trainer.strategy.reduce(torch.cat([totals, counts]), reduce_op="sum").chunk(2)
+            totals, counts = self.summed_over_ranks(torch.cat([totals, counts])).chunk(2)  # one reduction
             self.log_metrics(dict(zip(means, totals / counts.clamp(min=1), strict=True)), 1, stage)
             return
         for name, total, count in zip(means, totals, counts, strict=True):
@@ -176,13 +175,14 @@ class PairModule(L.LightningModule):
             self.log(f"eval/{name}", total / count.clamp(min=1), batch_size=int(count), on_step=False, on_epoch=True,
                      sync_dist=True)
 
+    def summed_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The sum of every rank's tensor (this rank's alone outside a Trainer)."""
+        return self.trainer.strategy.reduce(tensor, reduce_op="sum") if self._trainer is not None else tensor
+
     def count_tokens(self, attention_mask: torch.Tensor) -> None:
         """TRL's num_tokens: adds a training batch's tokens (its attention mask's, prompts included) over every rank,
         and logs the count so far."""
-        tokens = attention_mask.sum().long()
-        if self._trainer is not None:
-            tokens = self.trainer.strategy.reduce(tokens, reduce_op="sum")
-        self.num_tokens += int(tokens)
+        self.num_tokens += int(self.summed_over_ranks(attention_mask.sum().long()))
         self.log("num_tokens", float(self.num_tokens), on_step=True, on_epoch=False)
 
     def on_validation_epoch_end(self) -> None:

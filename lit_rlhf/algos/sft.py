@@ -6,6 +6,10 @@ model -> RL.
 
     loss = -(sum over completion tokens of log p(y_t | x, y_<t)) / (completion tokens)
 
+loss_type (TRL's names): nll (the default; chunked_nll the same), or dft (Dynamic Fine-Tuning, Wu et al. 2025: each
+token's term weighted by its probability p(y_t | x, y_<t), taken as a constant). padding_free (TRL's name): the
+forwards on packed rows, no padding computed (models.packing).
+
 Metrics after TRL's: loss, entropy (the mean entropy of the predicted distribution on completion tokens),
 mean_token_accuracy (the share of completion tokens that are the most likely token), num_tokens (the tokens of the
 training batches so far, prompts included), and num_completion_tokens (those trained on); on held-out rows eval/loss,
@@ -25,35 +29,42 @@ import torch
 
 from lit_rlhf.algos.pair_module import PairModule
 from lit_rlhf.config import model_config
-from lit_rlhf.config.validation import check_number, check_optimizer
+from lit_rlhf.config.validation import check_choice, check_flag, check_number, check_optimizer
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
-from lit_rlhf.models.forwards import last_tokens_logprobs_and_statistics
+from lit_rlhf.models.forwards import right_padded_logprobs_and_statistics
 
 
 def completion_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
-                        logits_budget_mib: float | None = None, statistics: tuple[str, ...] = ("entropy",)
-                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+                        logits_budget_mib: float | None = None, statistics: tuple[str, ...] = ("entropy",),
+                        pad_token_id: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """The logprob and the named ops.logprobs.TOKEN_STATISTICS of every token after the first (B,L-1 each, zero off
-    the completion), through the RL modules' logprob forward (temperature 1), and the completion mask (B,L-1)."""
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # right-padded
+    the completion), through the RL modules' logprob forward (temperature 1; padding-free given the pad_token_id),
+    and the completion mask (B,L-1)."""
     mask = batch["response_mask"][:, 1:]  # B,L-1  token t+1 is predicted at position t
-    logprobs, values = last_tokens_logprobs_and_statistics(model, inputs, batch["input_ids"][:, 1:], mask, 1.0,
-                                                           chunk_size, logits_budget_mib, statistics)
+    logprobs, values = right_padded_logprobs_and_statistics(model, batch["input_ids"], batch["attention_mask"], mask,
+                                                            chunk_size, pad_token_id, logits_budget_mib, statistics)
     return logprobs, values, mask
+
+
+LOSS_TYPES = ("nll", "chunked_nll", "dft")  # TRL's SFT loss types (nll and chunked_nll: the same loss here)
 
 
 class SFTModule(PairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, adapter_path, ...; lora=null trains every
     weight); optimizer: a partial of a torch optimizer (AdamW at lr 2e-5 by default, TRL's SFT default)."""
 
-    def __init__(self, model: dict[str, Any], optimizer: Any = None, logits_chunk_size: int | None = 1024,
+    def __init__(self, model: dict[str, Any], optimizer: Any = None, loss_type: str = "nll",
+                 padding_free: bool = False, logits_chunk_size: int | None = 1024,
                  logits_budget_mib: float | None = 512.0):
         super().__init__()
+        check_choice("loss_type", loss_type, LOSS_TYPES)
+        check_flag("algo.padding_free", padding_free)
         check_number("logits_chunk_size", logits_chunk_size, minimum=1, integer=True, optional=True)
         check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
         check_optimizer(optimizer)
-        self.save_hyperparameters({"model": asdict(model_config(model)), "logits_chunk_size": logits_chunk_size,
+        self.save_hyperparameters({"model": asdict(model_config(model)), "loss_type": loss_type,
+                                   "padding_free": padding_free, "logits_chunk_size": logits_chunk_size,
                                    "logits_budget_mib": logits_budget_mib})
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=2e-5)
         self.policy = self.tokenizer = None
@@ -68,19 +79,26 @@ class SFTModule(PairModule):
         self.policy, _ = load_policy(tokenizer=self.tokenizer, **spec)  # no reference: SFT has no KL term
         self.policy.train()  # the whole model trains as TRL's SFTTrainer's does (from_pretrained loads it in eval mode)
 
+    @property
+    def packing_pad_id(self) -> int | None:
+        """algo.padding_free: the pad token of the packed forwards (None: the padded layout)."""
+        return self.tokenizer.pad_token_id if self.hparams.get("padding_free") and self.tokenizer else None
+
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
         logprobs, values, mask = completion_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
-                                                     ("entropy", "top1"))
+                                                     ("entropy", "top1"), self.packing_pad_id)
         tokens = mask.sum()
-        loss = -logprobs.sum() / tokens.clamp(min=1)
+        # dft: each token's loss weighted by its probability (no gradient through the weight)
+        weights = logprobs.detach().exp() if hp.loss_type == "dft" else 1.0
+        loss = -(weights * logprobs).sum() / tokens.clamp(min=1)
         self.log_metrics({("" if stage == "train" else "eval/") + "loss": loss.detach()}, len(batch["input_ids"]),
                          stage)
         self.log_token_means({"entropy": (values["entropy"], mask), "mean_token_accuracy": (values["top1"], mask)},
                              stage)  # TRL's names
         if stage == "train":
             self.count_tokens(batch["attention_mask"])
-            self.num_completion_tokens += int(self.trainer.strategy.reduce(tokens.detach().long(), reduce_op="sum"))
+            self.num_completion_tokens += int(self.summed_over_ranks(tokens.detach().long()))
             self.log("num_completion_tokens", float(self.num_completion_tokens), on_step=True, on_epoch=False)
         return loss
 

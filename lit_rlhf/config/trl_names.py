@@ -113,6 +113,9 @@ NOT_HERE = {
     "vllm_structured_outputs_regex": "rollouts are not constrained (a constraint would bias the sampled distribution)",
     "disable_dropout": "sampling and the old logprobs run without dropout, the update with the model's own",
     "pad_to_multiple_of": "the forwards pack sequences without padding (algo.padding_free)",
+    **{name: "train_sft.py's algo.padding_free=true packs each batch's rows into its forwards (no padding computed); "
+             "a batch stays data.batch_size rows, not blocks of data.max_length tokens"
+       for name in ("packing", "packing_strategy", "eval_packing")},
     "chat_template_kwargs": "data.apply_chat_template=true applies the tokenizer's template with its defaults",
     "router_aux_loss_coef": "a mixture-of-experts router's loss is not added",
     "log_completions_hub_repo": "completions are written to the run directory (samples.jsonl), never pushed",

@@ -78,6 +78,30 @@ def response_logprobs_and_statistics(model: torch.nn.Module, queries, query_mask
                                   statistics)
 
 
+def right_padded_logprobs_and_statistics(model: torch.nn.Module, input_ids: torch.Tensor,
+                                         attention_mask: torch.Tensor, target_mask: torch.Tensor,
+                                         chunk_size: int | None, pad_token_id: int | None = None,
+                                         logits_budget_mib: float | None = None, statistics: tuple[str, ...] = ()
+                                         ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Logprobs (N,L-1) of every token after the first of right-padded sequences (N,L), each predicted by the
+    position before it, and the named ops.logprobs.TOKEN_STATISTICS there; zero outside target_mask (N,L-1, within
+    the real tokens; temperature 1). The forward of DPO's pairs and SFT's rows. With chunk_size and a pad_token_id,
+    from a padding-free forward (models.packing) where the model keeps packed sequences apart: the rows' real tokens
+    packed, no padding computed; otherwise as last_tokens_logprobs_and_statistics computes them."""
+    targets = input_ids[:, 1:]  # N,L-1
+    layer = plain_output_layer(model) if chunk_size else None
+    if layer is None or pad_token_id is None or not keeps_packed_sequences_apart(model):
+        return last_tokens_logprobs_and_statistics(model, {"input_ids": input_ids, "attention_mask": attention_mask},
+                                                   targets, target_mask, 1.0, chunk_size, logits_budget_mib,
+                                                   statistics)
+    real = attention_mask[:, 1:].bool()  # N,L-1  right-padded: each row's real tokens come first
+    # the first token as a one-token prompt, the rest as its response: the states that predict every real token
+    hidden = packed_response_hidden(model, input_ids[:, :1], attention_mask[:, :1], targets, real, pad_token_id)
+    targeted = target_mask.bool()
+    return chunked_on_real_tokens(hidden[targeted[real]], layer, targets, targeted, 1.0, chunk_size,
+                                  logits_budget_mib, statistics)
+
+
 def last_tokens_logprobs_and_entropy(model: torch.nn.Module, inputs: dict[str, torch.Tensor], targets: torch.Tensor,
                                      target_mask: torch.Tensor, temperature: float, chunk_size: int | None,
                                      logits_budget_mib: float | None = None,

@@ -8,7 +8,7 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rlhf.algos.dpo import DPOModule, prompts_and_responses, sequence_logprobs, token_logprobs, weighted_sums
+from lit_rlhf.algos.dpo import DPOModule, sequence_logprobs, token_logprobs, weighted_sums
 from lit_rlhf.algos.dpo_losses import DPOLoss, PairLogprobs
 from lit_rlhf.data.preference_datamodule import PreferenceDataModule
 from lit_rlhf.data.preferences import collate_pairs
@@ -51,16 +51,6 @@ def test_sequence_logprobs_sum_the_response_tokens_as_a_slow_loop_does(chunk_siz
             logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)  # T,V
             slow.append(sum(logprobs[t - 1, ids[t]].item() for t in range(prompt_length, len(ids))))
     torch.testing.assert_close(fast, torch.tensor(slow), atol=1e-4, rtol=1e-5)
-
-
-def test_a_right_padded_batch_splits_into_left_padded_prompts_and_right_padded_responses():
-    items = [{"chosen": ([5, 6, 7, 8], 2), "rejected": ([5, 9], 1), "margin": 0.0},
-             {"chosen": ([11, 12, 13], 1), "rejected": ([11, 14, 15, 16, 17], 3), "margin": 0.0}]
-    queries, query_mask, responses, response_mask = prompts_and_responses(collate_pairs(items, pad_token_id=0))
-    assert queries.tolist() == [[0, 5, 6], [0, 0, 11], [0, 0, 5], [11, 14, 15]]  # chosen 0, 1, rejected 0, 1
-    assert query_mask.tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 1], [1, 1, 1]]
-    assert responses.tolist() == [[7, 8], [12, 13], [9, 0], [16, 17]]
-    assert response_mask.tolist() == [[1, 1], [1, 1], [1, 0], [1, 1]]
 
 
 def test_padding_free_logprobs_and_their_gradients_are_the_padded_layout_s():

@@ -67,6 +67,66 @@ def test_mean_token_accuracy_and_entropy_are_means_over_every_held_out_completio
     assert logged["eval/entropy"] == pytest.approx(sum(entropy) / len(entropy), rel=1e-5)
 
 
+def test_dft_weights_each_completion_token_s_loss_by_its_probability_as_a_constant():
+    """TRL's loss_type=dft: -(sum of p(y_t) log p(y_t), p(y_t) taken as a constant) / (completion tokens), from a slow
+    loop over each row's full logits; its gradient is the nll gradient with each token's term scaled by p(y_t)."""
+    module = SFTModule(model={"name_or_path": TINY_PYTHIA, "lora": None}, loss_type="dft")
+    module.configure_model()
+    rows = [("The movie was", " wonderful and kind."), ("I think", " so.")]
+    sides = [tokenize_pair_side(module.tokenizer, p, c, max_length=64, max_prompt_length=32) for p, c in rows]
+    batch = collate_sequences(sides, module.tokenizer.pad_token_id)
+    module.step(batch, "train").backward()
+    got = {name: p.grad.clone() for name, p in module.policy.named_parameters()}
+    module.policy.zero_grad()
+    terms, count = [], 0
+    for ids, prompt_length in sides:
+        log_probs = torch.log_softmax(module.policy(torch.tensor([ids])).logits[0].double(), -1)  # T,V
+        for t in range(prompt_length, len(ids)):
+            logprob = log_probs[t - 1, ids[t]]
+            terms.append(-logprob.detach().exp() * logprob)
+            count += 1
+    expected = torch.stack(terms).sum() / count
+    expected.backward()
+    with torch.no_grad():
+        loss = module.step(batch, "train")
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    for name, p in module.policy.named_parameters():
+        torch.testing.assert_close(got[name], p.grad.to(got[name].dtype), atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_a_loss_type_trl_s_sft_does_not_have_is_one_line():
+    with pytest.raises(ConfigError, match=r"^algo.loss_type='sigmoid' is not one of nll, chunked_nll, dft\.$"):
+        SFTModule(model={"name_or_path": TINY_PYTHIA}, loss_type="sigmoid")
+
+
+def test_padding_free_gives_every_completion_token_the_padded_layout_s_values_and_gradients(tmp_path):
+    """Token-id rows of different lengths, one with two model turns around a tool result (context): the packed
+    forward's logprobs, statistics and gradients are the right-padded batch's."""
+    from lit_rlhf.ops.logprobs import TOKEN_STATISTICS
+
+    episode = {"input_ids": [10, 11, 12, 20, 21, 30, 31, 22, 23], "completion_mask": [0, 0, 0, 1, 1, 0, 0, 1, 1]}
+    data = CompletionDataModule(tokenizer=TINY_PYTHIA, dataset=token_rows(tmp_path, episode, {"input_ids": [5, 6, 7]},
+                                                                          {"input_ids": [8, 9, 40, 41, 42]}),
+                                batch_size=3, num_eval_rows=0, max_length=16, max_prompt_length=4)
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA).eval()
+    results = []
+    for pad_token_id in (None, 0):
+        model.zero_grad()
+        logprobs, values, mask = completion_logprobs(model, batch, 3, 1024.0, TOKEN_STATISTICS, pad_token_id)
+        logprobs.sum().backward()
+        real = mask.bool()
+        results.append((logprobs[real].detach(), torch.stack([values[name][real] for name in TOKEN_STATISTICS]),
+                        {name: p.grad.clone() for name, p in model.named_parameters()}))
+    (padded, padded_values, padded_grads), (packed, packed_values, packed_grads) = results
+    assert len(packed) == 4 + 2 + 4  # the episode's model turns, the rows' every token but the first
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed_values, padded_values, atol=1e-5, rtol=1e-5)
+    for name, grad in packed_grads.items():
+        torch.testing.assert_close(grad, padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_chat_message_rows_are_rendered_by_the_chat_template_and_refused_without_one(tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"prompt": [{"role": "user", "content": "Hi"}],
