@@ -1,6 +1,6 @@
 """SFTModule: supervised fine-tuning on (prompt, completion) rows, completion-only: the cross-entropy of the
-completion's tokens given the prompt and the completion before them, averaged over the batch's completion tokens
-(the prompt's tokens are context, never trained on), as TRL's SFTTrainer with completion_only_loss. The
+completion's tokens given the prompt and the completion before them, averaged over the completion tokens of every
+rank's batch (the prompt's tokens are context, never trained on), as TRL's SFTTrainer with completion_only_loss. The
 off-policy baseline of on-policy distillation (SFT on a teacher's samples), and the first stage of SFT -> reward
 model -> RL.
 
@@ -91,15 +91,22 @@ class SFTModule(PairModule):
         tokens = mask.sum()
         # dft: each token's loss weighted by its probability (no gradient through the weight)
         weights = logprobs.detach().exp() if hp.loss_type == "dft" else 1.0
-        loss = -(weights * logprobs).sum() / tokens.clamp(min=1)
+        total = -(weights * logprobs).sum()
+        if stage == "train":
+            # over every rank's completion tokens, as TRL's num_items_in_batch: DDP averages the ranks' gradients,
+            # so each rank's sum is scaled by the number of ranks
+            all_tokens = self.summed_over_ranks(tokens.detach().long())
+            ranks = self.trainer.world_size if self._trainer is not None else 1
+            loss = total * ranks / all_tokens.clamp(min=1)
+            self.count_tokens(batch["attention_mask"])
+            self.num_completion_tokens += int(all_tokens)
+            self.log("num_completion_tokens", float(self.num_completion_tokens), on_step=True, on_epoch=False)
+        else:
+            loss = total / tokens.clamp(min=1)
         self.log_metrics({("" if stage == "train" else "eval/") + "loss": loss.detach()}, len(batch["input_ids"]),
-                         stage)
+                         stage)  # in training the ranks' mean: the loss over all their tokens
         self.log_token_means({"entropy": (values["entropy"], mask), "mean_token_accuracy": (values["top1"], mask)},
                              stage)  # TRL's names
-        if stage == "train":
-            self.count_tokens(batch["attention_mask"])
-            self.num_completion_tokens += int(self.summed_over_ranks(tokens.detach().long()))
-            self.log("num_completion_tokens", float(self.num_completion_tokens), on_step=True, on_epoch=False)
         return loss
 
     def configure_optimizers(self):

@@ -94,6 +94,31 @@ def test_dft_weights_each_completion_token_s_loss_by_its_probability_as_a_consta
         torch.testing.assert_close(got[name], p.grad.to(got[name].dtype), atol=1e-6, rtol=1e-4, msg=name)
 
 
+def test_the_training_loss_is_over_every_rank_s_completion_tokens(monkeypatch):
+    """As TRL's num_items_in_batch: a rank's summed token losses over all ranks' completion tokens, times the number
+    of ranks (DDP averages the ranks' gradients), not over its own tokens."""
+    from types import SimpleNamespace
+
+    module = SFTModule(model={"name_or_path": TINY_PYTHIA, "lora": None})
+    module.configure_model()
+    rows = [("The movie was", " wonderful and kind."), ("I think", " so.")]
+    sides = [tokenize_pair_side(module.tokenizer, p, c, max_length=64, max_prompt_length=32) for p, c in rows]
+    batch = collate_sequences(sides, module.tokenizer.pad_token_id)
+    with torch.no_grad():
+        logprobs, _, mask = completion_logprobs(module.policy, batch, chunk_size=4)
+        alone = module.step(batch, "train")  # outside a Trainer: one rank
+        assert alone.item() == pytest.approx(-logprobs.sum().item() / mask.sum().item(), rel=1e-6)
+        other_rank_tokens = 17
+        module._trainer = SimpleNamespace(world_size=2, strategy=SimpleNamespace(
+            reduce=lambda tensor, reduce_op: tensor + (other_rank_tokens if tensor.dim() == 0 else 0)))
+        monkeypatch.setattr(module, "log", lambda *args, **kwargs: None)
+        monkeypatch.setattr(module, "log_metrics", lambda *args, **kwargs: None)
+        loss = module.step(batch, "train")
+    tokens = mask.sum().item()
+    assert loss.item() == pytest.approx(-logprobs.sum().item() * 2 / (tokens + other_rank_tokens), rel=1e-6)
+    assert module.num_completion_tokens == 2 * tokens + other_rank_tokens  # both steps' counts
+
+
 def test_a_loss_type_trl_s_sft_does_not_have_is_one_line():
     with pytest.raises(ConfigError, match=r"^algo.loss_type='sigmoid' is not one of nll, chunked_nll, dft\.$"):
         SFTModule(model={"name_or_path": TINY_PYTHIA}, loss_type="sigmoid")
