@@ -117,6 +117,17 @@ NOT_HERE = {
              "a batch stays data.batch_size rows, not blocks of data.max_length tokens"
        for name in ("packing", "packing_strategy", "eval_packing")},
     "chat_template_kwargs": "data.apply_chat_template=true applies the tokenizer's template with its defaults",
+    "chat_template_path": "chat messages are rendered with the tokenizer's own template: save a tokenizer with the "
+                          "template you want (tokenizer.chat_template, save_pretrained) and point data.tokenizer (or "
+                          "model.tokenizer_name_or_path) at that folder",
+    "eos_token": "the tokenizer's own EOS ends each completion and text row: save a tokenizer with another eos_token "
+                 "to change it",
+    "dataset_kwargs": "the data module tokenizes the rows; rows of token ids (input_ids, with completion_mask) are "
+                      "taken as they are, which is what skip_prepare_dataset is for",
+    "lr_scheduler_kwargs": "algo.lr_scheduler={...} takes the scheduler with its arguments",
+    "use_liger_kernel": "the logprobs come from the last hidden states in chunks (algo.logits_chunk_size), never "
+                        "holding the whole logits, the memory Liger's fused kernels save",
+    "torch_empty_cache_steps": "the CUDA allocator's cache is left to PyTorch",
     "router_aux_loss_coef": "a mixture-of-experts router's loss is not added",
     "log_completions_hub_repo": "completions are written to the run directory (samples.jsonl), never pushed",
     "log_multimodal": "text models only",

@@ -204,6 +204,13 @@ def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anythi
                                              "a teacher is algo=distill's"),
     (["algo=distill", "algo.lmbda=0.5"], "(TRL's lmbda has no equivalent here: algo=distill samples every sequence "
                                          "from the student (GKD's lmbda = 1))"),
+    # TrainingArguments' and SFTConfig's: every field of TRL's configs is a setting or answered
+    (["algo=grpo", "algo.use_liger_kernel=true"], "(TRL's use_liger_kernel has no equivalent here: the logprobs "
+                                                  "come from the last hidden states in chunks"),
+    (["algo=grpo", "algo.lr_scheduler_kwargs={}"], "(TRL's lr_scheduler_kwargs has no equivalent here: "
+                                                   "algo.lr_scheduler={...} takes the scheduler with its arguments)"),
+    (["data.chat_template_path=t.jinja"], "(TRL's chat_template_path has no equivalent here: chat messages are "
+                                          "rendered with the tokenizer's own template"),
 ])
 def test_grpoconfigs_other_names_say_where_they_are_set_or_that_they_have_no_equivalent(overrides, hint):
     line = composition_line(*overrides)
