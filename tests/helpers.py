@@ -17,7 +17,7 @@ def signal_this_process(name: str) -> None:
 
 
 class DumpTrainable(L.Callback):
-    """Writes, per rank, the trained tensors, the episode count and the prompts each step saw."""
+    """Writes, per rank, the trained tensors, the episode and token counts and the prompts each step saw."""
 
     def __init__(self, path: str):
         self.path, self.prompts = Path(path), []
@@ -30,7 +30,8 @@ class DumpTrainable(L.Callback):
         keys = module.trained_state_keys()
         # trainer=fsdp2: each rank holds shards (DTensors); full_tensor() gathers them (every rank calls it)
         trained = {k: full_tensor(v.detach()).cpu() for k, v in module.state_dict().items() if k in keys}
-        torch.save({"trained": trained, "episode": module.episode, "prompts": self.prompts,
+        torch.save({"trained": trained, "episode": module.episode, "num_tokens": module.num_tokens,
+                    "prompts": self.prompts,
                     "kl_coef": module.kl_coef, "reward_model_numel": shard_numel(module, "reward_models"),
                     "teacher_model_numel": shard_numel(module, "teacher_models"),
                     "world_size": trainer.world_size}, self.path / f"rank{trainer.global_rank}.pt")

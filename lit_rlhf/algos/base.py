@@ -123,7 +123,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         self.kl_controller.start(config.kl_coef, config.kl_estimator)
         self.score_transforms = list(score_transforms)
         self.task_metrics = list(task_metrics)
-        self.episode = 0  # sequences trained on, over all ranks
+        self.episode = self.num_tokens = 0  # sequences, and their prompt and model tokens, trained on over all ranks
         self.rl_step = 0  # rollouts trained on (training_step calls)
         self.tokenizer = self.policy = self.reference = None
         self.single_update = False  # set in configure_model

@@ -65,6 +65,10 @@ class StepStatistics:
         self.last_step_episodes = len(rollout) * self.trainer.world_size
         self.last_step_prompts = rollout.prompts  # N  what this rank trained on (repeated K times)
         self.episode += self.last_step_episodes
+        # TRL's num_tokens: the prompt and model tokens of every rank's rollouts so far; each rank adds its own count
+        # times the ranks, so that the mean over the ranks below is the running total
+        ranks = self.trainer.world_size
+        step_tokens = (rollout.query_mask.sum() + rollout.response_mask.sum()).to(torch.float64) * ranks
         now = time.time()
         elapsed, step_s = max(now - self._fit_start_time, 1e-9), now - self._last_step_logged
         self._last_step_logged = now
@@ -85,12 +89,14 @@ class StepStatistics:
             "policy/skipped_updates": torch.tensor(float(self.nonfinite.skipped_updates)),
             "lr": torch.tensor(self.optimizers().param_groups[0]["lr"]),
             "episode": torch.tensor(float(self.episode)),
+            "num_tokens": self.num_tokens + step_tokens,
             "eps": torch.tensor((self.episode - self._episode_at_start) / elapsed),
         }
         self.step_timings.clear()
         if self.trainer.world_size > 1:  # the mean over ranks, in one collective: what every report shows
             stats = mean_over_ranks(stats, self.trainer.strategy, self.device)
         self.last_stats = host_values(stats, self.device)
+        self.num_tokens = round(self.last_stats["num_tokens"])  # exact: float64 sums of whole numbers
         self.log_dict({k: v.float() for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=len(rollout))
         # the score, and what the run steers on beside it: the KL to the reference, a distillation's reverse KL
         shown = {"kl": "objective/kl", "reverse_kl": "distill/reverse_kl"}

@@ -104,7 +104,8 @@ class TrainedStateCheckpoints:
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {
             "algo": f"{type(self).__module__}.{type(self).__qualname__}",
-            "episode": self.episode, "rl_step": self.rl_step, "kl_controller": self.kl_controller.state_dict(),
+            "episode": self.episode, "num_tokens": self.num_tokens, "rl_step": self.rl_step,
+            "kl_controller": self.kl_controller.state_dict(),
             "score_transforms": [getattr(t, "state_dict", dict)() for t in self.score_transforms],
             "skipped_updates": self.nonfinite.skipped_updates,
             "draw_seed": self.rollout_queue.draw_seed,  # async mode at S >= 1
@@ -157,7 +158,7 @@ class TrainedStateCheckpoints:
                               f"(e.g. {sorted(missing)[:2]}), {len(unknown)} unknown (e.g. {sorted(unknown)[:2]}); "
                               f"resume with the model and algo settings of the run that wrote it.")
         state = checkpoint.get("rlhf_state", {})
-        self.episode = state.get("episode", 0)
+        self.episode, self.num_tokens = state.get("episode", 0), state.get("num_tokens", 0)
         self.rl_step = state.get("rl_step", 0)
         if "kl_controller" in state:
             self.kl_controller.load_state_dict(state["kl_controller"])

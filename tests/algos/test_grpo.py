@@ -55,6 +55,27 @@ def test_grpo_logs_trl_grpo_metric_names():
 
 
 @pytest.mark.integration
+def test_num_tokens_counts_every_rollout_s_prompt_and_response_tokens_as_trl_does(monkeypatch):
+    """TRL's GRPO num_tokens: the running total of the prompts' and the completions' tokens (padding left out), kept in
+    the checkpoint's state."""
+    module, counted, padded = make(), [], []
+    original = module.log_stats
+
+    def log_stats(rollout, stats):
+        counted.append(int(rollout.query_mask.sum() + rollout.response_mask.sum()))
+        padded.append(rollout.queries.numel() + rollout.responses.numel())
+        return original(rollout, stats)
+
+    monkeypatch.setattr(module, "log_stats", log_stats)
+    fit(module, steps=2)
+    assert len(counted) == 2 and sum(counted) < sum(padded)  # the padding is not counted
+    assert module.last_stats["num_tokens"] == module.num_tokens == sum(counted)
+    checkpoint = {"state_dict": module.state_dict()}
+    module.on_save_checkpoint(checkpoint)
+    assert checkpoint["rlhf_state"]["num_tokens"] == sum(counted)
+
+
+@pytest.mark.integration
 def test_the_kl_is_a_loss_term_or_a_reward_penalty():
     assert differs(one_step_delta("grpo", kl_coef=0.5), one_step_delta("grpo", kl_coef=0.0))
     in_reward = fit(make(kl_in="reward", kl_estimator="k1", kl_coef=0.5), steps=2).last_stats

@@ -29,6 +29,7 @@ def test_ddp_in_async_mode_each_rank_draws_its_own_half_ahead_and_ranks_stay_ide
     for key, tensor in ranks[0]["trained"].items():
         assert torch.equal(tensor, ranks[1]["trained"][key]), key
     assert ranks[0]["episode"] == ranks[1]["episode"] == 3 * 8 * 4
+    assert ranks[0]["num_tokens"] == ranks[1]["num_tokens"] > 3 * 8 * 4 * 2  # both ranks' tokens, on each
     seen = []
     for step in range(3):
         zero, one = ranks[0]["prompts"][step], ranks[1]["prompts"][step]
