@@ -170,9 +170,9 @@ class PairModule(L.LightningModule):
             totals, counts = self.summed_over_ranks(torch.cat([totals, counts])).chunk(2)  # one reduction
             self.log_metrics(dict(zip(means, totals / counts.clamp(min=1), strict=True)), 1, stage)
             return
-        for name, total, count in zip(means, totals, counts, strict=True):
+        for name, total, count in zip(means, totals, counts.tolist(), strict=True):  # the counts read once
             # Lightning's epoch mean weights each batch by its tokens, and adds the ranks' sums and counts
-            self.log(f"eval/{name}", total / count.clamp(min=1), batch_size=int(count), on_step=False, on_epoch=True,
+            self.log(f"eval/{name}", total / max(count, 1), batch_size=int(count), on_step=False, on_epoch=True,
                      sync_dist=True)
 
     def summed_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
