@@ -1,8 +1,8 @@
 """SFTModule: supervised fine-tuning on (prompt, completion) rows, completion-only: the cross-entropy of the
 completion's tokens given the prompt and the completion before them, averaged over the completion tokens of every
-rank's batch (the prompt's tokens are context, never trained on), as TRL's SFTTrainer with completion_only_loss. The
-off-policy baseline of on-policy distillation (SFT on a teacher's samples), and the first stage of SFT -> reward
-model -> RL.
+rank's batch and, with gradient accumulation, of every batch of the optimizer step (algos.accumulation; the prompt's
+tokens are context, never trained on), as TRL's SFTTrainer with completion_only_loss. The off-policy baseline of
+on-policy distillation (SFT on a teacher's samples), and the first stage of SFT -> reward model -> RL.
 
     loss = -(sum over completion tokens of log p(y_t | x, y_<t)) / (completion tokens)
 
@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.algos.accumulation import TokenMeanOverWindow
 from lit_rlhf.algos.pair_module import PairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_choice, check_flag, check_number, check_optimizer
@@ -69,6 +70,8 @@ class SFTModule(PairModule):
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=2e-5)
         self.policy = self.tokenizer = None
         self.num_completion_tokens = 0  # completion tokens trained on, over all ranks
+        self.window = TokenMeanOverWindow()  # the training loss over the accumulation window's tokens
+        self.opens_window = True  # whether the training micro-batch in hand starts an optimizer step's gradients
 
     def configure_model(self) -> None:
         if self.policy is not None:
@@ -93,21 +96,30 @@ class SFTModule(PairModule):
         weights = logprobs.detach().exp() if hp.loss_type == "dft" else 1.0
         total = -(weights * logprobs).sum()
         if stage == "train":
-            # over every rank's completion tokens, as TRL's num_items_in_batch: DDP averages the ranks' gradients,
-            # so each rank's sum is scaled by the number of ranks
-            all_tokens = self.summed_over_ranks(tokens.detach().long())
-            ranks = self.trainer.world_size if self._trainer is not None else 1
-            loss = total * ranks / all_tokens.clamp(min=1)
+            # over every rank's completion tokens of the optimizer step's micro-batches, as TRL's num_items_in_batch
+            all_tokens = int(self.summed_over_ranks(tokens.detach().long()))
+            trainer = self.trainer if self._trainer is not None else None
+            ranks, accumulate = (trainer.world_size, trainer.accumulate_grad_batches) if trainer else (1, 1)
+            loss = self.window.loss(total, all_tokens, ranks, accumulate, self.opens_window)
+            logged = total.detach() * ranks / max(all_tokens, 1)  # the ranks' mean: this micro-batch's token mean
             self.count_tokens(batch["attention_mask"])
-            self.num_completion_tokens += int(all_tokens)
+            self.num_completion_tokens += all_tokens
             self.log("num_completion_tokens", float(self.num_completion_tokens), on_step=True, on_epoch=False)
         else:
-            loss = total / tokens.clamp(min=1)
-        self.log_metrics({("" if stage == "train" else "eval/") + "loss": loss.detach()}, len(batch["input_ids"]),
-                         stage)  # in training the ranks' mean: the loss over all their tokens
+            loss = logged = total / tokens.clamp(min=1)
+        self.log_metrics({("" if stage == "train" else "eval/") + "loss": logged.detach()}, len(batch["input_ids"]),
+                         stage)
         self.log_token_means({"entropy": (values["entropy"], mask), "mean_token_accuracy": (values["top1"], mask)},
                              stage)  # TRL's names
         return loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        # Lightning zeroes the gradients before the backward of each window's first micro-batch: on this condition
+        self.opens_window = batch_idx % self.trainer.accumulate_grad_batches == 0
+        return super().training_step(batch, batch_idx)
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        self.window.rescale_gradients(self.policy.parameters())
 
     def configure_optimizers(self):
         return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])

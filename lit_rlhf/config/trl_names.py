@@ -23,6 +23,7 @@ ON_THE_COMMAND_LINE = {
                                                                                  "algo.num_ppo_epochs"),
     "optim": "algo.optimizer._target_=torch.optim.<class>", "adam_beta1": "+algo.optimizer.betas=[<beta1>,<beta2>]",
     "adam_beta2": "+algo.optimizer.betas=[<beta1>,<beta2>]", "adam_epsilon": "+algo.optimizer.eps=<epsilon>",
+    "gradient_accumulation_steps": ("algo.gradient_accumulation_steps",),
     "steps_per_generation": "algo.num_mini_batches x algo.gradient_accumulation_steps (the parts each rollout is "
                             "trained in)",
     "generation_batch_size": "data.batch_size x the samples per prompt (the sequences of each rollout)",
@@ -143,6 +144,8 @@ NOT_HERE = {
     "seq_kd": "algo=distill never trains on the teacher's own samples",
     "teacher_model_name_or_path": "in this run: a teacher is algo=distill's (algo=distill teacher.name_or_path=...)",
 }
+# Where no key of ON_THE_COMMAND_LINE is in the app's config: what sets it there.
+OTHERWISE = {"gradient_accumulation_steps": "+trainer.accumulate_grad_batches=<N>"}  # the pair apps: Lightning's
 NOTES = {"data.batch_size": ": the prompts (or rows) of a step over all ranks", "steps": ": RL steps",
          "trainer.val_check_interval": ": RL steps between held-out evaluations",
          "callbacks.model_checkpoint.every_n_train_steps": ": RL steps between checkpoints"}
@@ -186,7 +189,9 @@ def command_line_hint(name: str, cfg: DictConfig | None) -> str:
     if isinstance(where, str):
         return f" (TRL's {name} is {where} here)"
     found = next((key for key in where or () if has_key(cfg, key)), None)
-    return f" (TRL's {name} is {found} here{NOTES.get(found, '')})" if found else not_here(name)
+    if found:
+        return f" (TRL's {name} is {found} here{NOTES.get(found, '')})"
+    return f" (TRL's {name} is {OTHERWISE[name]} here)" if name in OTHERWISE else not_here(name)
 
 
 def has_key(cfg: DictConfig, key: str) -> bool:

@@ -109,7 +109,7 @@ def test_the_training_loss_is_over_every_rank_s_completion_tokens(monkeypatch):
         alone = module.step(batch, "train")  # outside a Trainer: one rank
         assert alone.item() == pytest.approx(-logprobs.sum().item() / mask.sum().item(), rel=1e-6)
         other_rank_tokens = 17
-        module._trainer = SimpleNamespace(world_size=2, strategy=SimpleNamespace(
+        module._trainer = SimpleNamespace(world_size=2, accumulate_grad_batches=1, strategy=SimpleNamespace(
             reduce=lambda tensor, reduce_op: tensor + (other_rank_tokens if tensor.dim() == 0 else 0)))
         monkeypatch.setattr(module, "log", lambda *args, **kwargs: None)
         monkeypatch.setattr(module, "log_metrics", lambda *args, **kwargs: None)
@@ -117,6 +117,53 @@ def test_the_training_loss_is_over_every_rank_s_completion_tokens(monkeypatch):
     tokens = mask.sum().item()
     assert loss.item() == pytest.approx(-logprobs.sum().item() * 2 / (tokens + other_rank_tokens), rel=1e-6)
     assert module.num_completion_tokens == 2 * tokens + other_rank_tokens  # both steps' counts
+
+
+@pytest.mark.integration
+def test_under_gradient_accumulation_each_step_s_gradient_is_that_of_the_mean_over_its_micro_batches_tokens(tmp_path):
+    """trainer.accumulate_grad_batches=2 over micro-batches of unequal completion tokens: the gradients each optimizer
+    step applies are those of the summed token losses of its micro-batches over all their tokens (TRL's
+    num_items_in_batch over the window), not the mean of each micro-batch's mean; the epoch's last window holds one
+    micro-batch. The reference: one backward of each window's batches from the same weights (a learning rate of 1e-30
+    leaves them)."""
+    import functools
+
+    import lightning as L
+
+    rows = [{"input_ids": list(range(10, 13 + n)), "completion_mask": [0] * 3 + [1] * n} for n in (1, 2, 9, 13, 20)]
+    data = CompletionDataModule(tokenizer=TINY_PYTHIA, dataset=token_rows(tmp_path, *rows), batch_size=2,
+                                num_eval_rows=0, max_length=32, max_prompt_length=4)
+    module = SFTModule(model={"name_or_path": TINY_PYTHIA, "lora": None},
+                       optimizer=functools.partial(torch.optim.SGD, lr=1e-30))
+
+    class Seen(L.Callback):
+        def __init__(self):
+            self.batches, self.grads = [], []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.batches.append(batch)
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            self.grads.append({name: p.grad.clone() for name, p in pl_module.policy.named_parameters()})
+
+    seen = Seen()
+    L.Trainer(accelerator="cpu", max_epochs=1, accumulate_grad_batches=2, logger=False, enable_checkpointing=False,
+              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+              callbacks=[seen]).fit(module, data)
+    assert len(seen.batches) == 3 and len(seen.grads) == 2
+    windows = [seen.batches[:2], seen.batches[2:]]
+    counts = [int(batch["response_mask"][:, 1:].sum()) for batch in windows[0]]
+    assert counts[0] != counts[1]  # else the two means agree
+    for window, grads in zip(windows, seen.grads, strict=True):
+        module.policy.zero_grad()
+        summed, tokens = 0.0, 0
+        for batch in window:
+            logprobs, _, mask = completion_logprobs(module.policy, batch, module.hparams.logits_chunk_size)
+            summed, tokens = summed - logprobs.sum(), tokens + int(mask.sum())
+        (summed / tokens).backward()
+        for name, p in module.policy.named_parameters():
+            # float32 sums in another order: to a millionth of the tensor's largest entry
+            torch.testing.assert_close(grads[name], p.grad, atol=1e-6 * float(p.grad.abs().max()), rtol=1e-4, msg=name)
 
 
 def test_a_loss_type_trl_s_sft_does_not_have_is_one_line():

@@ -48,6 +48,10 @@ def test_a_trl_name_points_to_the_key_that_sets_it_here():
     in_sft = OmegaConf.create({"epochs": 1})
     assert setting_hint("num_train_epochs", in_sft) == " (TRL's num_train_epochs is epochs here)"
     assert setting_hint("algo.epsilon", CONFIG) == " (no setting of that name under algo)"  # no cliprange in this one
+    assert setting_hint("gradient_accumulation_steps", OmegaConf.create({"algo": {"gradient_accumulation_steps": 1}})) \
+        == " (TRL's gradient_accumulation_steps is algo.gradient_accumulation_steps here)"
+    assert setting_hint("gradient_accumulation_steps", in_sft) == (
+        " (TRL's gradient_accumulation_steps is +trainer.accumulate_grad_batches=<N> here)")
 
 
 def test_trls_trainer_names_a_near_spelling_would_misread():
