@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pair_defaults import dpo_gold_accuracy, unseen_gold_pairs
@@ -46,10 +47,13 @@ def command(script: str, args: list[str], cwd: Path) -> str:
     return result.stdout
 
 
-def fit_and_measure(settings: tuple[str, ...], seed: int, gold: Path) -> dict:
+def fit_and_measure(settings: tuple[str, ...], seed: int, gold: Path, script: str = "train_dpo.py",
+                    read_run: Callable[[Path], dict] | None = None) -> dict:
+    """`python <script> model.lora=null epochs=3 <settings>` (train_dpo.py, or train_kto.py), its saved policy measured
+    against the starting model; read_run: more figures from the run's folder."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        command("train_dpo.py", [*BASE, *settings, f"seed={seed}", "hydra.run.dir=run"], Path(tmp))
+        command(script, [*BASE, *settings, f"seed={seed}", "hydra.run.dir=run"], Path(tmp))
         seconds = time.perf_counter() - start
         policy = Path(tmp) / "run" / "policy"
         command("evaluate.py", [f"policy_path={policy}", f"model.name_or_path={TINY}",
@@ -57,7 +61,7 @@ def fit_and_measure(settings: tuple[str, ...], seed: int, gold: Path) -> dict:
         evaluation = json.loads((Path(tmp) / "eval" / "evaluation.json").read_text())
         return {"gold_pair_accuracy": dpo_gold_accuracy(policy, gold),
                 "score_difference": evaluation["score_difference"], "kl_to_start": evaluation["policy"]["kl_mean"],
-                "seconds": round(seconds, 1)}
+                "seconds": round(seconds, 1), **(read_run(Path(tmp) / "run") if read_run else {})}
 
 
 def main() -> None:

@@ -3,8 +3,8 @@
 Where to start:
 
 - From the command line: `python train.py` (RL on the embedded default), `python evaluate.py ckpt_path=...`,
-  `python train_reward_model.py`, `python train_dpo.py`; README.md in the repository, and its docs/ folder
-  (algorithms.md, configuration.md, rewards.md, metrics.md, ...).
+  `python train_reward_model.py`, `python train_dpo.py`, `python train_kto.py`, `python train_sft.py`; README.md in
+  the repository, and its docs/ folder (algorithms.md, configuration.md, rewards.md, metrics.md, ...).
 - From Python: the LightningModules RLOOModule, GRPOModule, ReinforcePPModule, PPOModule (RL), DistillationModule
   (on-policy distillation from a teacher), RewardModelModule
   and DPOModule (preference pairs), with PromptDataModule or PreferenceDataModule, under a Lightning Trainer. Their

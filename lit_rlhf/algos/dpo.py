@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from lit_rlhf.algos.dpo_losses import DPOLoss, PairLogprobs, wpo_weights
-from lit_rlhf.algos.pair_module import PairModule
+from lit_rlhf.algos.pair_module import PolicyPairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.idle import REFERENCE_SYNC_DEFAULTS, idle_reference_sync
 from lit_rlhf.config.validation import (
@@ -51,8 +50,6 @@ from lit_rlhf.config.validation import (
 )
 from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models import load_model_tokenizer, load_policy
-from lit_rlhf.models.export import export_model
 from lit_rlhf.models.forwards import right_padded_logprobs_and_statistics
 from lit_rlhf.step.reference_sync import ReferenceSync
 
@@ -99,7 +96,7 @@ def length_desensitized_weights(response: torch.Tensor, ld_alpha: float) -> torc
     return response * torch.where(tail, torch.full_like(response, ld_alpha), torch.ones_like(response))
 
 
-class DPOModule(PairModule):
+class DPOModule(PolicyPairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, ...); optimizer: a partial of a torch
     optimizer (AdamW at lr 5e-6 by default, TRL's DPO default 1e-6 is for full fine-tuning of large models)."""
 
@@ -151,10 +148,7 @@ class DPOModule(PairModule):
     def configure_model(self) -> None:
         if self.policy is not None:
             return
-        spec = dict(self.hparams.model)
-        self.tokenizer = load_model_tokenizer(spec)
-        spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
-        self.policy, self.reference = self.reference_sync.own_reference(*load_policy(tokenizer=self.tokenizer, **spec))
+        self.policy, self.reference = self.reference_sync.own_reference(*self.load_policy_and_reference())
         self.frozen_reference = self.reference.frozen_copy  # registered: it follows the device (full fine-tuning)
         if self.hparams.precompute_ref_log_probs and self.frozen_reference is not None:
             # DDP would hold the copy's tensors that the precomputed pass frees; it has nothing to sync in them
@@ -245,17 +239,3 @@ class DPOModule(PairModule):
             state = checkpoint.setdefault("state_dict", {})
             if not any(key.startswith("frozen_reference.") for key in state):
                 state.update({f"frozen_reference.{k}": v for k, v in self.frozen_reference.state_dict().items()})
-
-    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
-        super().optimizer_step(*args, **kwargs)
-        # Lightning counts the step after this hook: global_step + 1 steps are done. Moved here, before the callbacks'
-        # on_train_batch_end, so a checkpoint written at this step holds the moved reference.
-        self.reference_sync.after_step(self, self.global_step + 1)
-
-    def configure_optimizers(self):
-        return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
-
-    def save_policy(self, directory: str | Path) -> Path:
-        """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer:
-        `evaluate.py policy_path=<folder>` compares it with the model it started from."""
-        return export_model(self.policy, self.tokenizer, directory, on_a_copy=True, key="save_dir", into_existing=True)

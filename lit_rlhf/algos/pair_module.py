@@ -1,13 +1,14 @@
-"""PairModule: what the modules trained offline on a file of rows share (DPO and reward models on preference pairs, SFT
-on completions). A loss or gradient that goes non-finite stops the run in one line before the update applies it, no
-model folder is ever written from non-finite weights, and a resume that would train something else (other settings,
-another data file) is one line, as the RL modules' resumes.
+"""PairModule: what the modules trained offline on a file of rows share (DPO and reward models on preference pairs, KTO
+on labelled completions, SFT on completions). A loss or gradient that goes non-finite stops the run in one line before
+the update applies it, no model folder is ever written from non-finite weights, and a resume that would train
+something else (other settings, another data file) is one line, as the RL modules' resumes.
 
 Shapes: a batch of pairs holds the B chosen sequences, then the B rejected (2B,L); a batch of completions B rows."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -22,10 +23,14 @@ from lit_rlhf.data.epoch_shuffle import shards_rows
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
+from lit_rlhf.models import load_model_tokenizer, load_policy
+from lit_rlhf.models.export import export_model
+from lit_rlhf.models.policy import Reference
 from lit_rlhf.ops.finite import all_finite
 
 # which script trains which
-SCRIPTS = {"DPOModule": "train_dpo.py", "RewardModelModule": "train_reward_model.py", "SFTModule": "train_sft.py"}
+SCRIPTS = {"DPOModule": "train_dpo.py", "RewardModelModule": "train_reward_model.py", "SFTModule": "train_sft.py",
+           "KTOModule": "train_kto.py"}
 
 
 def learning_rate(module: L.LightningModule) -> str:
@@ -161,19 +166,24 @@ class PairModule(L.LightningModule):
         self.log_dict(metrics, batch_size=batch_size, on_step=training, on_epoch=not training, prog_bar=not training,
                       sync_dist=True)
 
-    def log_token_means(self, means: dict[str, tuple[torch.Tensor, torch.Tensor]], stage: str) -> None:
+    def log_token_means(self, means: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                        stage: str) -> dict[str, torch.Tensor]:
         """name: (values, mask) of a batch's tokens (N,T each) -> the mean of the values over the masked tokens of
-        every rank's batch (token-weighted, as TRL gathers them; held out, over all the held-out tokens)."""
+        every rank's batch (token-weighted, as TRL gathers them; held out, over all the held-out tokens). In training
+        a name with no masked token on any rank is not logged; the means logged are returned."""
         totals = torch.stack([(values * mask).sum() for values, mask in means.values()])  # K
         counts = torch.stack([mask.sum() for _, mask in means.values()]).to(totals.dtype)  # K
         if stage == "train":
             totals, counts = self.summed_over_ranks(torch.cat([totals, counts])).chunk(2)  # one reduction
-            self.log_metrics(dict(zip(means, totals / counts.clamp(min=1), strict=True)), 1, stage)
-            return
+            logged = {name: total / count for name, total, count, present in
+                      zip(means, totals, counts, (counts > 0).tolist(), strict=True) if present}
+            self.log_metrics(logged, 1, stage)
+            return logged
         for name, total, count in zip(means, totals, counts.tolist(), strict=True):  # the counts read once
             # Lightning's epoch mean weights each batch by its tokens, and adds the ranks' sums and counts
             self.log(f"eval/{name}", total / max(count, 1), batch_size=int(count), on_step=False, on_epoch=True,
                      sync_dist=True)
+        return {}
 
     def summed_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
         """The sum of every rank's tensor (this rank's alone outside a Trainer)."""
@@ -207,3 +217,36 @@ class PairModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_pairs_resume(self, checkpoint)
         self.num_tokens = checkpoint.get("num_tokens", 0)
+
+
+class PolicyPairModule(PairModule):
+    """A PairModule that fine-tunes a policy (DPO, KTO, SFT): hparams.model is its spec (as the RL modules':
+    name_or_path, lora, ...), optimizer_factory a partial of a torch optimizer over its trainable weights; with a
+    reference_sync (DPO's and KTO's), the reference moves after each optimizer step as it says."""
+
+    policy: torch.nn.Module  # set by the subclass's configure_model (no class default: nn.Module registers it)
+    reference_sync: Any = None
+
+    def load_policy_and_reference(self) -> tuple[torch.nn.Module, Reference]:
+        """The policy as hparams.model says, and its reference (the policy with its adapters disabled, or a frozen
+        copy); the tokenizer is set."""
+        spec = dict(self.hparams.model)
+        self.tokenizer = load_model_tokenizer(spec)
+        spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
+        return load_policy(tokenizer=self.tokenizer, **spec)
+
+    def configure_optimizers(self):
+        return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        if self.reference_sync is not None:
+            # Lightning counts the step after this hook: global_step + 1 steps are done. Moved here, before the
+            # callbacks' on_train_batch_end, so a checkpoint written at this step holds the moved reference.
+            self.reference_sync.after_step(self, self.global_step + 1)
+
+    def save_policy(self, directory: str | Path) -> Path:
+        """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer:
+        `evaluate.py policy_path=<folder>` compares it with the model it started from, and `train.py
+        model.name_or_path=<folder>` trains on from it."""
+        return export_model(self.policy, self.tokenizer, directory, on_a_copy=True, key="save_dir", into_existing=True)

@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from lit_rlhf.algos.accumulation import TokenMeanOverWindow
-from lit_rlhf.algos.pair_module import PairModule
+from lit_rlhf.algos.pair_module import PolicyPairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_choice, check_flag, check_number, check_optimizer
-from lit_rlhf.models import load_model_tokenizer, load_policy
-from lit_rlhf.models.export import export_model
 from lit_rlhf.models.forwards import right_padded_logprobs_and_statistics
 
 
@@ -51,7 +48,7 @@ def completion_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], 
 LOSS_TYPES = ("nll", "chunked_nll", "dft")  # TRL's SFT loss types (nll and chunked_nll: the same loss here)
 
 
-class SFTModule(PairModule):
+class SFTModule(PolicyPairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, adapter_path, ...; lora=null trains every
     weight); optimizer: a partial of a torch optimizer (AdamW at lr 2e-5 by default, TRL's SFT default)."""
 
@@ -76,10 +73,7 @@ class SFTModule(PairModule):
     def configure_model(self) -> None:
         if self.policy is not None:
             return
-        spec = dict(self.hparams.model)
-        self.tokenizer = load_model_tokenizer(spec)
-        spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
-        self.policy, _ = load_policy(tokenizer=self.tokenizer, **spec)  # no reference: SFT has no KL term
+        self.policy, _ = self.load_policy_and_reference()  # no reference used: SFT has no KL term
         self.policy.train()  # the whole model trains as TRL's SFTTrainer's does (from_pretrained loads it in eval mode)
 
     @property
@@ -121,9 +115,6 @@ class SFTModule(PairModule):
     def on_before_backward(self, loss: torch.Tensor) -> None:
         self.window.rescale_gradients(self.policy.parameters())
 
-    def configure_optimizers(self):
-        return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
-
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         checkpoint["num_completion_tokens"] = self.num_completion_tokens
@@ -132,8 +123,3 @@ class SFTModule(PairModule):
         super().on_load_checkpoint(checkpoint)
         # a checkpoint written before num_tokens counted prompts held the completion tokens under that name
         self.num_completion_tokens = checkpoint.get("num_completion_tokens", checkpoint.get("num_tokens", 0))
-
-    def save_policy(self, directory: str | Path) -> Path:
-        """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer: the model
-        `python train.py model.name_or_path=<folder>` starts RL from, or `evaluate.py policy_path=<folder>` compares."""
-        return export_model(self.policy, self.tokenizer, directory, on_a_copy=True, key="save_dir", into_existing=True)

@@ -1,7 +1,7 @@
-"""train_reward_model.py's, train_dpo.py's and train_sft.py's tasks: a module fitted offline on a file of rows
-(preference pairs, or completions), then saved as a folder: a reward model that `reward=reward_model
-reward.name_or_path=<folder>` loads, or a DPO or SFT policy that `evaluate.py policy_path=<folder>` compares with the
-model it started from (and `train.py model.name_or_path=<folder>` trains on)."""
+"""train_reward_model.py's, train_dpo.py's, train_kto.py's and train_sft.py's tasks: a module fitted offline on a file
+of rows (preference pairs, labelled completions, or completions), then saved as a folder: a reward model that
+`reward=reward_model reward.name_or_path=<folder>` loads, or a DPO, KTO or SFT policy that `evaluate.py
+policy_path=<folder>` compares with the model it started from (and `train.py model.name_or_path=<folder>` trains on)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,15 @@ def train_dpo(cfg: DictConfig) -> dict[str, float]:
         f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"),
         lambda m: f"accuracy {m['eval/rewards/accuracies']:.3f}, reward margin {m['eval/rewards/margins']:+.4f} "
                   f"(beta x the log-ratio to {reference}, chosen minus rejected), loss {m['eval/loss']:.4f}")
+
+
+def train_kto(cfg: DictConfig) -> dict[str, float]:
+    """A KTOModule fitted and its policy saved (LoRA merged); returns the final metrics."""
+    return fit_and_save(cfg, lambda module, folder: (
+        f"Policy: {module.save_policy(folder)}\n  evaluate it against the model it started from: python "
+        f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"),
+        lambda m: f"reward margin {m['eval/rewards/margins']:+.4f} (beta x the log-ratio to the reference, desirable "
+                  f"minus undesirable rows), KL {m['eval/kl']:.4f}, loss {m['eval/loss']:.4f}")
 
 
 def train_sft(cfg: DictConfig) -> dict[str, float]:

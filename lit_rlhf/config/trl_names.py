@@ -86,8 +86,8 @@ ON_THE_COMMAND_LINE = {
 }
 # TRL settings with no equivalent here, and why (said where a key above would be).
 NOT_HERE = {
-    **{name: "train.py's algorithms and train_dpo.py have it (algo.sync_ref_model); this app trains against no "
-             "reference"
+    **{name: "train.py's algorithms, train_dpo.py and train_kto.py have it (algo.sync_ref_model); this app trains "
+             "against no reference"
        for name in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps")},
     # DPOConfig's
     "label_smoothing": "train_dpo.py has it (algo.label_smoothing, read by its robust, exo_pair and aot loss types)",
@@ -95,6 +95,8 @@ NOT_HERE = {
                                                                 "f_alpha_divergence_coef", "discopop_tau",
                                                                 "ld_alpha", "precompute_ref_log_probs",
                                                                 "precompute_ref_batch_size", "use_weighting")},
+    # KTOConfig's
+    **{name: f"train_kto.py has it (algo.{name})" for name in ("desirable_weight", "undesirable_weight")},
     "truncation_mode": "a prompt longer than data.max_prompt_length keeps its last tokens and the response its "
                        "first, within data.max_length",
     "activation_offloading": "model.gradient_checkpointing=true trades compute for activation memory instead",

@@ -119,6 +119,18 @@ class CompletionDataModule(L.LightningDataModule):
         hp = self.hparams
         self.tokenizer = load_checked_tokenizer(hp.tokenizer, key=self.tokenizer_key)
         ensure_pad_token(self.tokenizer)
+        groups = self.read_groups()
+        if len(groups) < 2:
+            raise ConfigError(f"data.dataset={hp.dataset!r} holds {len(groups)} row; training needs at least 2 (one "
+                              f"to train on, one held out); give more rows.")
+        order = torch.randperm(len(groups), generator=torch.Generator().manual_seed(hp.seed)).tolist()
+        held = min(hp.num_eval_rows, len(groups) - 1)
+        self.eval_rows = [item for i in order[:held] for item in groups[i]]
+        self.train_rows = [item for i in order[held:] for item in groups[i]]
+
+    def read_groups(self) -> list[list]:
+        """The file's rows as training items, in groups that the held-out draw keeps together (here one row each)."""
+        hp = self.hparams
         rows = read_completion_rows(hp.dataset, hp.prompt_column, hp.split, hp.subset)
         if "input_ids" in rows[0]:  # token ids already
             items = tokenized_items(rows, hp.dataset, len(self.tokenizer), hp.max_length)
@@ -132,24 +144,20 @@ class CompletionDataModule(L.LightningDataModule):
             texts = load_completions(hp.dataset, self.tokenizer, hp.prompt_column, hp.completion_column, rows=rows)
             items = [tokenize_pair_side(self.tokenizer, prompt, completion, hp.max_length, hp.max_prompt_length)
                      for prompt, completion in texts]
-        if len(items) < 2:
-            raise ConfigError(f"data.dataset={hp.dataset!r} holds {len(items)} row; training needs at least 2 (one to "
-                              f"train on, one held out); give more rows.")
-        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(hp.seed)).tolist()
-        held = min(hp.num_eval_rows, len(items) - 1)
-        self.eval_rows = [items[i] for i in order[:held]]
-        self.train_rows = [items[i] for i in order[held:]]
+        return [[item] for item in items]
+
+    def collate(self) -> partial:
+        return partial(collate_sequences, pad_token_id=self.tokenizer.pad_token_id)
 
     def heldout_loader(self, items: list) -> DataLoader:
-        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=False,
-                          collate_fn=partial(collate_sequences, pad_token_id=self.tokenizer.pad_token_id),
+        return DataLoader(items, batch_size=self.hparams.batch_size, shuffle=False, collate_fn=self.collate(),
                           generator=torch.Generator().manual_seed(self.hparams.seed),
                           num_workers=self.hparams.num_workers)
 
     def train_dataloader(self) -> DataLoader:
         hp = self.hparams
-        return training_loader(self.train_rows, partial(collate_sequences, pad_token_id=self.tokenizer.pad_token_id),
-                               hp.batch_size, hp.seed, hp.num_workers, trainer=lambda: self.trainer)
+        return training_loader(self.train_rows, self.collate(), hp.batch_size, hp.seed, hp.num_workers,
+                               trainer=lambda: self.trainer)
 
     def val_dataloader(self) -> DataLoader | list:
         return self.heldout_loader(self.eval_rows) if self.eval_rows else []

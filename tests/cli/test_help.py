@@ -8,7 +8,8 @@ import yaml
 from tests.apps import ROOT, run_app
 
 APPS = {"train": "python train.py", "evaluate": "python evaluate.py", "train_sft": "python train_sft.py",
-        "train_dpo": "python train_dpo.py", "train_reward_model": "python train_reward_model.py",
+        "train_dpo": "python train_dpo.py", "train_kto": "python train_kto.py",
+        "train_reward_model": "python train_reward_model.py",
         "serve": "python -m lit_rlhf.serve"}  # config name: the command
 # groups of an app's defaults list its help leaves out: evaluate.py's teacher group is there only so that algo=distill
 # composes and is refused in one line (evaluate.py never loads a teacher)
