@@ -39,6 +39,7 @@ from lit_rlhf.config.validation import (
     check_reference_sync_numbers,
     warn_once,
 )
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.step.reference_sync import ReferenceSync
 
 LOSS_TYPES = ("kto", "apo_zero_unpaired")  # TRL's KTO loss types
@@ -86,6 +87,15 @@ class KTOModule(PolicyPairModule):
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=5e-6)
         self.policy = self.reference = self.tokenizer = None
         self.heldout_rewards = torch.zeros(4, dtype=torch.float64)  # held out: chosen sum, count, rejected sum, count
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        rows = getattr(getattr(datamodule, "hparams", None), "batch_size", None)
+        if self.hparams.loss_type == "kto" and stage == "fit" and rows == 1:  # as TRL refuses it
+            raise ConfigError("data.batch_size=1 with algo.loss_type=kto: the KL row of a batch of one row is the row "
+                              "itself, so the reference point is its own log-ratio; give data.batch_size >= 2, or "
+                              "algo.loss_type=apo_zero_unpaired (no reference point).")
 
     def configure_model(self) -> None:
         if self.policy is not None:

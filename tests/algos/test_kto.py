@@ -159,10 +159,21 @@ def test_a_bad_label_is_one_line_naming_the_row(tmp_path, rows, message):
 
 
 def test_bad_kto_settings_are_one_line():
+    from types import SimpleNamespace
+
     with pytest.raises(ConfigError, match=r"^algo.loss_type='sigmoid' is not one of kto, apo_zero_unpaired\.$"):
         KTOModule(model={"name_or_path": TINY_PYTHIA}, loss_type="sigmoid")
     with pytest.raises(ConfigError, match=r"^algo.desirable_weight=0 must be > 0\.$"):
         KTOModule(model={"name_or_path": TINY_PYTHIA}, desirable_weight=0)
+    for loss_type, refused in (("kto", True), ("apo_zero_unpaired", False)):  # a batch of one row, as TRL
+        module = KTOModule(model={"name_or_path": TINY_PYTHIA}, loss_type=loss_type)
+        module._trainer = SimpleNamespace(strategy=None, datamodule=SimpleNamespace(
+            hparams=SimpleNamespace(batch_size=1)))
+        if refused:
+            with pytest.raises(ConfigError, match=r"^data.batch_size=1 with algo.loss_type=kto: the KL row"):
+                module.setup("fit")
+        else:
+            module.setup("fit")
 
 
 @pytest.mark.integration
