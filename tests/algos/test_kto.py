@@ -108,6 +108,25 @@ def test_the_reference_point_is_the_mean_of_the_ranks_means_clamped_at_zero(othe
     assert module.reference_point(batch).item() == pytest.approx(expected, abs=1e-6)
 
 
+def test_the_held_out_margin_is_of_every_rank_s_rows_means(monkeypatch):
+    """eval/rewards/margins: the desirable rows' mean reward minus the undesirable rows', each over the held-out rows
+    of every rank (a stubbed second rank adds its sums and counts), not the mean of the ranks' margins."""
+    from types import SimpleNamespace
+
+    module = KTOModule(model={"name_or_path": TINY_PYTHIA})
+    module.on_validation_epoch_start()
+    rewards, desirable = torch.tensor([0.5, 1.5, -1.0, -2.0, -0.5]), torch.tensor([True, True, False, False, False])
+    module.heldout_rewards += torch.tensor([float((rewards * desirable).sum()), 2.0,
+                                            float((rewards * ~desirable).sum()), 3.0], dtype=torch.float64)
+    other_rank = torch.tensor([3.0, 1.0, 1.0, 1.0], dtype=torch.float64)  # one desirable (3.0), one undesirable (1.0)
+    module._trainer = SimpleNamespace(sanity_checking=True, strategy=SimpleNamespace(
+        reduce=lambda tensor, reduce_op: tensor + other_rank))
+    logged = {}
+    monkeypatch.setattr(module, "log", lambda name, value, **kwargs: logged.update({name: value}))
+    module.on_validation_epoch_end()
+    assert logged["eval/rewards/margins"] == pytest.approx((0.5 + 1.5 + 3.0) / 3 - (-1.0 - 2.0 - 0.5 + 1.0) / 4)
+
+
 def rows_file(tmp_path, rows) -> str:
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
