@@ -56,6 +56,25 @@ def kto_losses(logratios: torch.Tensor, desirable: torch.Tensor, kl: torch.Tenso
     return weights * losses
 
 
+def unbalanced_weights_line(desirables: int, undesirables: int, desirable_weight: float,
+                            undesirable_weight: float) -> str | None:
+    """TRL's advice for unequal numbers of desirable and undesirable rows (the KTO paper's eq. 8: desirable_weight x
+    desirables / (undesirable_weight x undesirables) in [1, 4/3]): the line when neither weight is in its range."""
+    desirables, undesirables = max(desirables, 1), max(undesirables, 1)
+    if desirables == undesirables:
+        return None
+    balance = undesirables * undesirable_weight / desirables  # the desirable weight that balances them
+    low, high = round(balance, 2), round(balance * 1.33, 2)
+    other = desirables * desirable_weight / undesirables  # the undesirable weight that balances them
+    other_low, other_high = round(other / 1.33, 2), round(other, 2)
+    if low <= desirable_weight <= high or other_low <= undesirable_weight <= other_high:
+        return None
+    return (f"the training rows hold {desirables} desirable and {undesirables} undesirable completions, and "
+            f"algo.desirable_weight={desirable_weight:g}, algo.undesirable_weight={undesirable_weight:g} do not "
+            f"balance them as the KTO paper advises: set algo.desirable_weight in [{low:g}, {high:g}] or "
+            f"algo.undesirable_weight in [{other_low:g}, {other_high:g}] (not both).")
+
+
 class KTOModule(PolicyPairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, ...); optimizer: a partial of a torch
     optimizer (AdamW at lr 5e-6 by default, as DPO's: TRL's 1e-6 is for full fine-tuning of large models)."""
@@ -96,6 +115,11 @@ class KTOModule(PolicyPairModule):
             raise ConfigError("data.batch_size=1 with algo.loss_type=kto: the KL row of a batch of one row is the row "
                               "itself, so the reference point is its own log-ratio; give data.batch_size >= 2, or "
                               "algo.loss_type=apo_zero_unpaired (no reference point).")
+        labels = [label for _, label in getattr(datamodule, "train_rows", None) or []]
+        hp = self.hparams
+        if stage == "fit" and labels and (line := unbalanced_weights_line(
+                sum(labels), len(labels) - sum(labels), hp.desirable_weight, hp.undesirable_weight)):
+            warn_once(line)
 
     def configure_model(self) -> None:
         if self.policy is not None:

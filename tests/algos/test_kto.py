@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from lit_rlhf.algos.kto import KTOModule, kto_losses
+from lit_rlhf.algos.kto import KTOModule, kto_losses, unbalanced_weights_line
 from lit_rlhf.data.labeled_completions import LabeledCompletionDataModule, collate_labeled
 from lit_rlhf.data.preferences import tokenize_pair_side
 from lit_rlhf.errors import ConfigError
@@ -175,6 +175,18 @@ def test_a_bad_label_is_one_line_naming_the_row(tmp_path, rows, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as error:
         data.setup("fit")
     assert "\n" not in str(error.value)
+
+
+def test_unequal_numbers_of_desirable_and_undesirable_rows_get_trl_s_advice_on_the_weights():
+    """TRL's ranges (the KTO paper's eq. 8): 100 desirable and 300 undesirable rows want desirable_weight in
+    [3 x 1, 3 x 1.33] or undesirable_weight in [1 / 3 / 1.33, 1 / 3]; none when either weight is in its range or the
+    numbers are equal."""
+    line = unbalanced_weights_line(100, 300, 1.0, 1.0)
+    assert "set algo.desirable_weight in [3, 3.99] or algo.undesirable_weight in [0.25, 0.33] (not both)" in line
+    assert "100 desirable and 300 undesirable" in line and "\n" not in line
+    assert unbalanced_weights_line(100, 300, 3.5, 1.0) is None
+    assert unbalanced_weights_line(100, 300, 1.0, 0.3) is None
+    assert unbalanced_weights_line(200, 200, 1.0, 5.0) is None
 
 
 def test_bad_kto_settings_are_one_line():
