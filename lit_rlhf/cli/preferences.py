@@ -93,8 +93,14 @@ def train_kto(cfg: DictConfig) -> dict[str, float]:
     return fit_and_save(cfg, lambda module, folder: (
         f"Policy: {module.save_policy(folder)}\n  evaluate it against the model it started from: python "
         f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"),
-        lambda m: f"reward margin {m['eval/rewards/margins']:+.4f} (beta x the log-ratio to the reference, desirable "
-                  f"minus undesirable rows), KL {m['eval/kl']:.4f}, loss {m['eval/loss']:.4f}")
+        lambda m: f"{kto_margin(m)}, KL {m['eval/kl']:.4f}, loss {m['eval/loss']:.4f}")
+
+
+def kto_margin(metrics: dict[str, float]) -> str:
+    if "eval/rewards/margins" not in metrics:  # a small held-out draw of one label only
+        return "no reward margin (the held-out rows are all desirable or all undesirable: raise data.num_eval_rows)"
+    return (f"reward margin {metrics['eval/rewards/margins']:+.4f} (beta x the log-ratio to the reference, desirable "
+            f"minus undesirable rows)")
 
 
 def train_sft(cfg: DictConfig) -> dict[str, float]:

@@ -221,3 +221,13 @@ def test_train_kto_py_as_typed_learns_the_bundled_pairs_labels_and_saves_a_polic
     command = re.search(r"python evaluate.py (.+)", trained.stdout).group(1).split()
     evaluated = run_app("evaluate.py", *command, "data.num_eval_prompts=4", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+
+
+def test_the_held_out_line_says_when_the_held_out_rows_hold_one_label_only():
+    """A small held-out draw may hold desirable rows only: no margin is logged, and the run's last line says why
+    instead of leaving the held-out figures out."""
+    from lit_rlhf.cli.preferences import kto_margin
+
+    assert kto_margin({"eval/rewards/margins": 0.25}).startswith("reward margin +0.2500 (beta x the log-ratio")
+    assert kto_margin({}) == ("no reward margin (the held-out rows are all desirable or all undesirable: raise "
+                              "data.num_eval_rows)")
