@@ -49,6 +49,7 @@ from lit_rlhf.config.validation import (
     warn_once,
 )
 from lit_rlhf.data.preferences import collate_pairs
+from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import right_padded_logprobs_and_statistics
 from lit_rlhf.step.reference_sync import ReferenceSync
@@ -145,9 +146,7 @@ class DPOModule(PolicyPairModule):
         """algo.padding_free: the pad token of the packed forwards (None: the padded layout)."""
         return self.tokenizer.pad_token_id if self.hparams.get("padding_free") and self.tokenizer else None
 
-    def configure_model(self) -> None:
-        if self.policy is not None:
-            return
+    def load_models(self) -> None:
         self.policy, self.reference = self.reference_sync.own_reference(*self.load_policy_and_reference())
         self.frozen_reference = self.reference.frozen_copy  # registered: it follows the device (full fine-tuning)
         if self.hparams.precompute_ref_log_probs and self.frozen_reference is not None:
@@ -198,12 +197,12 @@ class DPOModule(PolicyPairModule):
             raise ConfigError("algo.precompute_ref_log_probs=true freed the reference after scoring the data module's "
                               "pairs, and this batch holds pairs it did not score; pass those pairs through the "
                               "same data module before the fit, or set algo.precompute_ref_log_probs=false.")
-        with self.reference.active() as reference:
+        with self.reference_model() as reference:
             return sequence_logprobs(reference, batch, hp.logits_chunk_size, hp.logits_budget_mib, hp.ld_alpha,
                                      self.packing_pad_id)
 
     def on_fit_start(self) -> None:
-        self.reference_sync.check(self)
+        self.reference_sync.check(self, sharded=is_sharded(self.policy))
         if self.hparams.precompute_ref_log_probs and self.reference is not None:
             self.precompute_reference_logprobs()
 

@@ -39,6 +39,7 @@ from lit_rlhf.config.validation import (
     check_reference_sync_numbers,
     warn_once,
 )
+from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.step.reference_sync import ReferenceSync
 
@@ -121,9 +122,7 @@ class KTOModule(PolicyPairModule):
                 sum(labels), len(labels) - sum(labels), hp.desirable_weight, hp.undesirable_weight)):
             warn_once(line)
 
-    def configure_model(self) -> None:
-        if self.policy is not None:
-            return
+    def load_models(self) -> None:
         self.policy, self.reference = self.reference_sync.own_reference(*self.load_policy_and_reference())
         self.frozen_reference = self.reference.frozen_copy  # registered: it follows the device (full fine-tuning)
 
@@ -137,7 +136,7 @@ class KTOModule(PolicyPairModule):
     def reference_point(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """z: the KL rows' mean log-ratio, the mean of the ranks' means, clamped at 0 (a scalar, no gradient)."""
         policy = self.summed_logprobs(self.policy, batch, "kl_")
-        with self.reference.active() as reference:
+        with self.reference_model() as reference:
             kl = (policy - self.summed_logprobs(reference, batch, "kl_")).mean()
         ranks = self.trainer.world_size if self._trainer is not None else 1
         return (self.summed_over_ranks(kl) / ranks).clamp(min=0)
@@ -147,7 +146,7 @@ class KTOModule(PolicyPairModule):
         logprobs, values, response = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
                                                     statistics=("entropy", "mean_logit"))  # B,R ; name: B,R
         policy = logprobs.sum(-1)  # B
-        with torch.no_grad(), self.reference.active() as reference:
+        with torch.no_grad(), self.reference_model() as reference:
             reference_logprobs = self.summed_logprobs(reference, batch)  # B
         # apo_zero_unpaired has no reference point: no KL rows' forwards, kl logged as 0 (as TRL)
         kl = self.reference_point(batch) if hp.loss_type == "kto" else torch.zeros((), device=self.device)
@@ -189,4 +188,4 @@ class KTOModule(PolicyPairModule):
         super().on_validation_epoch_end()
 
     def on_fit_start(self) -> None:
-        self.reference_sync.check(self)
+        self.reference_sync.check(self, sharded=is_sharded(self.policy))

@@ -7,7 +7,8 @@ Shapes: a batch of pairs holds the B chosen sequences, then the B rejected (2B,L
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,20 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lit_rlhf.algos.pair_sharding import (
+    any_rank_not_finite,
+    fsdp2_strategy,
+    loads_sharded,
+    policy_to_save,
+    resharded_root,
+    shard_policy_models,
+)
 from lit_rlhf.checkpoints.loop_state import loop_state_as_lightning_restores_it
 from lit_rlhf.checkpoints.resume_checks import check_resume
 from lit_rlhf.checkpoints.run_identity import path_digest
 from lit_rlhf.data.epoch_shuffle import shards_rows
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
+from lit_rlhf.distributed.sharding import is_sharded, local_tensor
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
 from lit_rlhf.models import load_model_tokenizer, load_policy
@@ -40,11 +50,14 @@ def learning_rate(module: L.LightningModule) -> str:
         return "?"
 
 
-def stop_unless_finite(module: L.LightningModule, what: str, tensors: Iterable[torch.Tensor]) -> None:
+def stop_unless_finite(module: L.LightningModule, what: str, tensors: Iterable[torch.Tensor],
+                       sharded: bool = False) -> None:
     """One line when `what` (the loss, the gradients) holds NaN or inf: the run stops before the optimizer applies it,
-    so the weights, checkpoints and saved folders stay finite."""
-    tensors = [t.detach() for t in tensors if t is not None]
-    if all_finite(tensors):
+    so the weights, checkpoints and saved folders stay finite. sharded: the tensors are shards (trainer=fsdp2), each
+    rank checks its own and every rank stops if any found one."""
+    tensors = [local_tensor(t.detach()) for t in tensors if t is not None]
+    finite = all_finite(tensors)
+    if (not any_rank_not_finite(module, finite)) if sharded else finite:
         return
     raise ConfigError(f"training step {module.global_step}: the {what} is not finite (NaN or inf), so the run stops "
                       f"before the update applies it and saves no model; lower algo.optimizer.lr (now "
@@ -133,13 +146,16 @@ class PairModule(L.LightningModule):
 
     training_finished = False  # set at the end of training (last.ckpt written), before the save and held-out figures
 
+    shards = False  # whether configure_model shards the models under Lightning's ModelParallelStrategy (trainer=fsdp2)
+
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()
-        if isinstance(self.trainer.strategy, ModelParallelStrategy):  # trainer=fsdp2
+        if isinstance(self.trainer.strategy, ModelParallelStrategy) and not self.shards:  # trainer=fsdp2
             # its configure_model loads whole models and shards none: every rank would train a copy of its own, its
             # gradients never shared, and rank zero's would be saved
-            raise ConfigError(f"trainer=fsdp2 shards the models of train.py's RL modules only, not "
-                              f"{type(self).__name__}'s; train on several ranks with trainer=ddp (data parallel).")
+            raise ConfigError(f"trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py and "
+                              f"train_sft.py, not {type(self).__name__}'s; train on several ranks with trainer=ddp "
+                              f"(data parallel).")
 
     def on_train_start(self) -> None:
         self.training_finished = False
@@ -205,7 +221,16 @@ class PairModule(L.LightningModule):
         return getattr(self, "validated_at_step", None) != self.global_step
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        stop_unless_finite(self, "gradient", [p.grad for group in optimizer.param_groups for p in group["params"]])
+        stop_unless_finite(self, "gradient", [p.grad for group in optimizer.param_groups for p in group["params"]],
+                           sharded=is_sharded(self))
+
+    def trained_state_keys(self) -> set[str]:
+        """What a resume from a sharded checkpoint (trainer=fsdp2) reads back: the trained parameters (frozen weights
+        reload from the model files)."""
+        return {name for name, param in self.named_parameters() if param.requires_grad}
+
+    def prepare_save(self) -> None:
+        """Called on every rank after the fit, before rank zero saves: what saving needs from every rank."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["num_tokens"] = self.num_tokens
@@ -224,16 +249,45 @@ class PolicyPairModule(PairModule):
     name_or_path, lora, ...), optimizer_factory a partial of a torch optimizer over its trainable weights; with a
     reference_sync (DPO's and KTO's), the reference moves after each optimizer step as it says."""
 
-    policy: torch.nn.Module  # set by the subclass's configure_model (no class default: nn.Module registers it)
+    policy: torch.nn.Module  # set by the subclass's load_models (no class default: nn.Module registers it)
     reference_sync: Any = None
+    shards = True
+    saved_policy: torch.nn.Module | None = None  # set by prepare_save: the policy whose weights save_policy writes
+
+    def load_models(self) -> None:
+        """Sets self.policy (and, where the loss reads one, self.reference and self.frozen_reference), the tokenizer."""
+        raise NotImplementedError
+
+    def configure_model(self) -> None:
+        """The models loaded, then under trainer=fsdp2 sharded: the policy and a frozen reference copy."""
+        if self.policy is not None:
+            return
+        self.load_models()
+        if fsdp2_strategy(self) is not None:
+            frozen = getattr(self, "frozen_reference", None)
+            shard_policy_models(self, [self.policy] + ([frozen] if frozen is not None else []))
 
     def load_policy_and_reference(self) -> tuple[torch.nn.Module, Reference]:
         """The policy as hparams.model says, and its reference (the policy with its adapters disabled, or a frozen
-        copy); the tokenizer is set."""
+        copy); the tokenizer is set. Under trainer=fsdp2's sharded loading, built with placeholders that
+        configure_model fills with each rank's shards."""
         spec = dict(self.hparams.model)
         self.tokenizer = load_model_tokenizer(spec)
         spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
-        return load_policy(tokenizer=self.tokenizer, **spec)
+        return load_policy(tokenizer=self.tokenizer, empty=loads_sharded(self), **spec)
+
+    @contextmanager
+    def reference_model(self) -> Iterator[torch.nn.Module]:
+        """The reference for no-grad forwards: the policy with its adapters disabled, or the frozen copy (sharded:
+        its root resharded after the block, as it has no backward to do it)."""
+        with self.reference.active() as reference, resharded_root(reference) if reference is not self.policy \
+                else nullcontext(reference):
+            yield reference
+
+    def prepare_save(self) -> None:
+        """Under trainer=fsdp2 the policy's shards gathered whole on rank zero (every rank takes part)."""
+        # a plain attribute, not a submodule: it is no part of the module's state or checkpoints
+        object.__setattr__(self, "saved_policy", policy_to_save(self))
 
     def configure_optimizers(self):
         return self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
@@ -249,4 +303,7 @@ class PolicyPairModule(PairModule):
         """The trained policy as a Hugging Face model folder (LoRA merged into a copy), with its tokenizer:
         `evaluate.py policy_path=<folder>` compares it with the model it started from, and `train.py
         model.name_or_path=<folder>` trains on from it."""
-        return export_model(self.policy, self.tokenizer, directory, on_a_copy=True, key="save_dir", into_existing=True)
+        policy = self.saved_policy if self.saved_policy is not None else self.policy
+        # the gathered copy is this fit's own: LoRA merges into it in place
+        return export_model(policy, self.tokenizer, directory, on_a_copy=policy is self.policy, key="save_dir",
+                            into_existing=True)

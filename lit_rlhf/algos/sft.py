@@ -70,9 +70,7 @@ class SFTModule(PolicyPairModule):
         self.window = TokenMeanOverWindow()  # the training loss over the accumulation window's tokens
         self.opens_window = True  # whether the training micro-batch in hand starts an optimizer step's gradients
 
-    def configure_model(self) -> None:
-        if self.policy is not None:
-            return
+    def load_models(self) -> None:
         self.policy, _ = self.load_policy_and_reference()  # no reference used: SFT has no KL term
         self.policy.train()  # the whole model trains as TRL's SFTTrainer's does (from_pretrained loads it in eval mode)
 

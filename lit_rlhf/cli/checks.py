@@ -224,9 +224,14 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     check_epochs(cfg)
     built_by_the_module(cfg)
     check_trainer_arguments(cfg)
-    if OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET:  # PairModule's check, early
-        raise ConfigError(f"trainer=fsdp2 shards the models of train.py's RL modules only, not {cfg.task_name}.py's; "
-                          f"train on several ranks with trainer=ddp (data parallel).")
+    sharded = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET
+    if sharded and cfg.task_name == "train_reward_model":  # PairModule's check, early
+        raise ConfigError("trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py and train_sft.py, "
+                          "not train_reward_model.py's; train on several ranks with trainer=ddp (data parallel).")
+    check_fsdp2_settings(cfg)
+    if sharded and OmegaConf.select(cfg, "trainer.strategy.sharded_sampling", default=False):
+        raise ConfigError(f"trainer.strategy.sharded_sampling=true says how train.py samples its rollouts, and "
+                          f"{cfg.task_name}.py samples none; remove it.")
     dataset = OmegaConf.select(cfg, "data.dataset", default=None, throw_on_resolution_failure=False)
     if isinstance(dataset, str):
         check_dataset_file(dataset)

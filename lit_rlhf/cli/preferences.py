@@ -123,6 +123,7 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
         if module.held_out_figures_are_stale():  # the figures below are the final weights'
             trainer.validate(module, datamodule=trainer.datamodule, verbose=False)
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        module.prepare_save()  # every rank: under trainer=fsdp2 the policy is gathered on rank zero
         if trainer.is_global_zero:
             report("\n" + save(module, Path(cfg.save_dir)))
             with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)

@@ -233,6 +233,11 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
             for module, name, _, _ in found:  # a tied weight: the same rows wherever it is registered
                 param = getattr(module, name)
                 local(param).copy_(files.rows(key, *shard_rows(param)).to(param.dtype))
+    forget_weight_files(model)
+
+
+def forget_weight_files(model: torch.nn.Module) -> None:
+    """Closes the model files an empty model's modules hold and forgets them (its tensors were filled)."""
     for module in model.modules():
         if WEIGHT_KEYS in vars(module):
             vars(module).pop(WEIGHT_KEYS)[0].close()

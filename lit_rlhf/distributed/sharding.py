@@ -26,6 +26,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
 from lit_rlhf.distributed.host_memory import release_freed_host_memory
 from lit_rlhf.distributed.host_reduce_scatter import use_piecewise_reduce_scatter
+from lit_rlhf.distributed.meta_loading import materialize, placeholders_to_meta
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.output_layer import FLOAT32_HEAD_UNDER_FSDP2, Float32OutputLayer
 
@@ -75,6 +76,16 @@ def shard(model: torch.nn.Module, mesh, cpu_offload: bool = False) -> None:
         unit._reshards_after_forward = unit is not root  # what gathered_weights restores
     if mesh.device_type == "cpu":  # gloo: its reduce-scatter copies each unit's whole gradient once more
         use_piecewise_reduce_scatter(fsdp_units(root))
+
+
+def shard_and_load(models: list[torch.nn.Module], mesh, device: torch.device, cpu_offload: bool = False) -> None:
+    """fully_shard each model over mesh (see shard), then give each rank's shards storage on device, filled from the
+    model's files where the model was built with placeholders (sharded loading; whole models keep their values)."""
+    for model in models:
+        placeholders_to_meta(model)
+        shard(model, mesh, cpu_offload=cpu_offload)
+    for model in models:  # sharded loading: each rank reads its shards now
+        materialize(model, device)
 
 
 def fsdp_units(module: torch.nn.Module) -> list[FSDPModule]:

@@ -12,8 +12,7 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.checkpoints.loading import SafeCheckpointIO
-from lit_rlhf.distributed.meta_loading import materialize, placeholders_to_meta
-from lit_rlhf.distributed.sharding import is_sharded, shard
+from lit_rlhf.distributed.sharding import is_sharded, shard_and_load
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rewards.reward_model import SequenceClassifierReward
 from lit_rlhf.rewards.weighted_sum import reward_models
@@ -125,11 +124,7 @@ class ModelSharding:
                               f"each block together); use algo.gradient_accumulation_steps with trainer=fsdp2.")
         mesh = device_mesh["data_parallel"]
         models = [*models, *self.scored_models()]
-        for model in models:
-            placeholders_to_meta(model)  # sharded loading
-            shard(model, mesh, cpu_offload=bool(self.setting("cpu_offload")))
-        for model in models:  # sharded loading: each rank reads its shards now
-            materialize(model, self.trainer.strategy.root_device)
+        shard_and_load(models, mesh, self.trainer.strategy.root_device, cpu_offload=bool(self.setting("cpu_offload")))
         how = ("each rank read only its shards from the model files (trainer.strategy.sharded_loading=true)"
                if self.loads_sharded else "each rank loaded the whole models, then kept its shards "
                "(trainer.strategy.sharded_loading=false)")

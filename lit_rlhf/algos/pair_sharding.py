@@ -1,0 +1,96 @@
+"""trainer=fsdp2 for the policies fitted offline (train_dpo.py, train_kto.py, train_sft.py): the policy and a full
+fine-tune's frozen reference copy are sharded as train.py's RL modules shard theirs (every transformer block a unit;
+lit_rlhf.distributed.sharding), each rank reading only its shards from the model files under sharded loading. A step's
+forwards and backward run on the shards, each block gathered as the forward reaches it (every rank runs the same
+forwards: the data is dealt in equal batches). The saved policy is gathered whole on rank zero."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.utilities import rank_zero_info
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from lit_rlhf.distributed.meta_loading import forget_weight_files
+from lit_rlhf.distributed.sharding import fsdp_units, is_sharded, root_units, shard_and_load
+from lit_rlhf.models import load_policy
+
+
+def fsdp2_strategy(module) -> ModelParallelStrategy | None:
+    """The module's trainer's strategy when it is Lightning's ModelParallelStrategy (trainer=fsdp2), else None."""
+    strategy = module.trainer.strategy if module._trainer is not None else None
+    return strategy if isinstance(strategy, ModelParallelStrategy) else None
+
+
+def loads_sharded(module) -> bool:
+    """Whether the models are built with placeholders, each rank reading its shards once sharded
+    (trainer.strategy.sharded_loading)."""
+    return bool(getattr(fsdp2_strategy(module), "sharded_loading", False))
+
+
+def shard_policy_models(module, models: list[torch.nn.Module]) -> None:
+    """fully_shard models (the policy, a frozen reference copy) over the strategy's data-parallel ranks, said in one
+    line."""
+    strategy = fsdp2_strategy(module)
+    mesh = module.device_mesh["data_parallel"]
+    offload = bool(getattr(strategy, "cpu_offload", False))
+    shard_and_load(models, mesh, strategy.root_device, cpu_offload=offload)
+    how = ("each rank read only its shards from the model files (trainer.strategy.sharded_loading=true)"
+           if loads_sharded(module) else "each rank loaded the whole models, then kept its shards "
+           "(trainer.strategy.sharded_loading=false)")
+    rank_zero_info(f"FSDP2 over {mesh.size()} ranks, {len(models)} model{'s' if len(models) > 1 else ''} sharded: "
+                   f"{how}{', shards and optimizer state offloaded to the CPU' if offload else ''}.")
+
+
+@contextmanager
+def resharded_root(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """A sharded frozen model for no-grad forwards: its root (final norm, head), which stays gathered after a forward
+    until the backward that a frozen model never runs, is resharded after the block (nothing for a whole model)."""
+    try:
+        yield model
+    finally:
+        for unit in root_units(fsdp_units(model)):
+            unit.reshard()
+
+
+def gathered_state(policy: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The sharded policy's whole tensors by name on rank zero, in host memory (None elsewhere). A collective: every
+    rank calls it."""
+    state = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return state or None  # ranks other than zero get an empty dict
+
+
+def whole_policy(spec: dict[str, Any], tokenizer, state: dict[str, torch.Tensor], empty: bool) -> torch.nn.Module:
+    """The policy as `spec` builds it (LoRA and all), holding `state`'s tensors. empty: built with placeholders (no
+    memory) whose tensors become `state`'s, where the run loaded its shards alone; else loaded whole, then
+    overwritten. Tied weights (input embeddings and head) stay one tensor."""
+    spec = {key: value for key, value in spec.items() if key != "tokenizer_name_or_path"}
+    policy, _ = load_policy(tokenizer=tokenizer, empty=empty, **spec)
+    policy.load_state_dict(state, strict=True, assign=empty)
+    forget_weight_files(policy)
+    root = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    if hasattr(root, "tie_weights"):
+        root.tie_weights()  # assign sets each name's tensor: tied names become one again
+    return policy
+
+
+def policy_to_save(module) -> torch.nn.Module | None:
+    """Every rank calls it: the module's policy with whole weights on rank zero (gathered when sharded), None on the
+    other ranks of a sharded fit."""
+    if not is_sharded(module.policy):
+        return module.policy
+    state = gathered_state(module.policy)
+    if state is None:
+        return None
+    return whole_policy(dict(module.hparams.model), module.tokenizer, state, empty=loads_sharded(module))
+
+
+def any_rank_not_finite(module, finite: bool) -> bool:
+    """Whether this rank's check or another's found a value that is not finite (a sharded model's ranks each check
+    their own shards of the gradients)."""
+    flag = torch.tensor(0.0 if finite else 1.0, device=module.device)
+    return bool(module.summed_over_ranks(flag) > 0)
