@@ -238,6 +238,9 @@ class PairModule(L.LightningModule):
         keep_a_cut_epoch_unfinished(checkpoint)
         # automatic optimization, one optimizer: each optimizer step is one batch that stepped
         loop_state_as_lightning_restores_it(checkpoint, batches_stepped=checkpoint.get("global_step"))
+        if is_sharded(self):  # trainer=fsdp2: the trained shards alone, as a resume reads them back
+            keep = self.trained_state_keys()
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_pairs_resume(self, checkpoint)

@@ -111,7 +111,10 @@ class SFTModule(PolicyPairModule):
         return super().training_step(batch, batch_idx)
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
-        self.window.rescale_gradients(self.policy.parameters())
+        # the optimizer's parameters, which hold the gradients: under trainer=fsdp2 the model's root, gathered since
+        # the forward, lists its whole weights, whose gradients are kept on the shards the optimizer steps
+        optimizer = self.optimizers()
+        self.window.rescale_gradients(p for group in optimizer.param_groups for p in group["params"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)

@@ -278,21 +278,3 @@ def test_dpo_starts_at_log_2_learns_separable_pairs_and_saves_the_trained_policy
 def test_bad_dpo_settings_are_one_line(settings, expected):
     with pytest.raises(ConfigError, match=expected):
         DPOModule(model={"name_or_path": TINY_PYTHIA}, **settings)
-
-
-@pytest.mark.integration
-def test_a_sharding_strategy_is_refused_before_the_models_load(tmp_path):
-    """Lightning's ModelParallelStrategy (trainer=fsdp2's FSDP2Strategy) leaves the sharding to the module's
-    configure_model, which here loads whole models: each rank would train a copy of its own, its gradients never
-    shared (measured: two ranks' LoRA weights 2e-3 apart after two steps), and rank zero's saved."""
-    from lightning.pytorch.strategies import ModelParallelStrategy
-
-    data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl", n=24),
-                                num_eval_pairs=8)
-    module = DPOModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA})
-    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, strategy=ModelParallelStrategy(), logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    with pytest.raises(ConfigError, match="trainer=fsdp2 shards the models of train.py's RL modules only, not "
-                                          "DPOModule's; train on several ranks with trainer=ddp"):
-        trainer.fit(module, datamodule=data)
-    assert module.policy is None  # refused in setup, before configure_model loaded anything

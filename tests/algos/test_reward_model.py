@@ -105,3 +105,22 @@ def test_normalize_without_saved_stats_is_one_line(tmp_path):
 def test_a_negative_centering_coefficient_is_refused():
     with pytest.raises(ConfigError, match="algo.center_rewards_coefficient=-0.1 must be a finite number >= 0"):
         RewardModelModule(model={"name_or_path": TINY_PYTHIA}, center_rewards_coefficient=-0.1)
+
+
+@pytest.mark.integration
+def test_a_sharding_strategy_is_refused_before_the_reward_model_loads(tmp_path):
+    """Lightning's ModelParallelStrategy (trainer=fsdp2's FSDP2Strategy) leaves the sharding to the module's
+    configure_model, which for a reward model loads whole models: each rank would train a copy of its own, its
+    gradients never shared, and rank zero's saved."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl", n=24),
+                                num_eval_pairs=8)
+    module = RewardModelModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA})
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, strategy=ModelParallelStrategy(), logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ConfigError, match="trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py "
+                                          "and train_sft.py, not RewardModelModule's; train on several ranks with "
+                                          "trainer=ddp"):
+        trainer.fit(module, datamodule=data)
+    assert module.backbone is None  # refused in setup, before configure_model loaded anything
