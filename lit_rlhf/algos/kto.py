@@ -34,13 +34,13 @@ from lit_rlhf.config.idle import REFERENCE_SYNC_DEFAULTS, idle_reference_sync
 from lit_rlhf.config.validation import (
     check_choice,
     check_flag,
+    check_kto_batch_size,
     check_number,
     check_optimizer,
     check_reference_sync_numbers,
     warn_once,
 )
 from lit_rlhf.distributed.sharding import is_sharded
-from lit_rlhf.errors import ConfigError
 from lit_rlhf.step.reference_sync import ReferenceSync
 
 LOSS_TYPES = ("kto", "apo_zero_unpaired")  # TRL's KTO loss types
@@ -112,10 +112,8 @@ class KTOModule(PolicyPairModule):
         super().setup(stage)
         datamodule = getattr(self.trainer, "datamodule", None)
         rows = getattr(getattr(datamodule, "hparams", None), "batch_size", None)
-        if self.hparams.loss_type == "kto" and stage == "fit" and rows == 1:  # as TRL refuses it
-            raise ConfigError("data.batch_size=1 with algo.loss_type=kto: the KL row of a batch of one row is the row "
-                              "itself, so the reference point is its own log-ratio; give data.batch_size >= 2, or "
-                              "algo.loss_type=apo_zero_unpaired (no reference point).")
+        if stage == "fit":
+            check_kto_batch_size(self.hparams.loss_type, rows)
         labels = [label for _, label in getattr(datamodule, "train_rows", None) or []]
         hp = self.hparams
         if stage == "fit" and labels and (line := unbalanced_weights_line(

@@ -216,8 +216,8 @@ def check_epochs(cfg: DictConfig) -> None:
 
 
 def check_fitting_on_a_file(cfg: DictConfig) -> None:
-    """train_sft.py's, train_dpo.py's and train_reward_model.py's checks: the epochs, a local data file's existence and
-    the model's settings."""
+    """train_sft.py's, train_dpo.py's, train_kto.py's and train_reward_model.py's checks: the epochs, a local data
+    file's existence, the model's settings, and the sharding and batch settings these fits refuse."""
     from lit_rlhf.config import ModelConfig
     from lit_rlhf.config.data import check_dataset_file
 
@@ -229,6 +229,11 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
         raise ConfigError("trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py and train_sft.py, "
                           "not train_reward_model.py's; train on several ranks with trainer=ddp (data parallel).")
     check_fsdp2_settings(cfg)
+    if cfg.task_name == "train_kto":
+        from lit_rlhf.config.validation import check_kto_batch_size
+
+        check_kto_batch_size(OmegaConf.select(cfg, "algo.loss_type", default=None),
+                             OmegaConf.select(cfg, "data.batch_size", default=None))
     if sharded and OmegaConf.select(cfg, "trainer.strategy.sharded_sampling", default=False):
         raise ConfigError(f"trainer.strategy.sharded_sampling=true says how train.py samples its rollouts, and "
                           f"{cfg.task_name}.py samples none; remove it.")

@@ -206,3 +206,11 @@ def check_reference_sync(hp: Any) -> None:
         raise ConfigError(f"algo.ref_model_sync_steps={hp.ref_model_sync_steps} is not a multiple of the {per_rl_step} "
                           f"optimizer steps of an RL step (num_ppo_epochs x num_mini_batches): the reference moves "
                           f"between RL steps; set it to a multiple of {per_rl_step}.")
+
+
+def check_kto_batch_size(loss_type: str, batch_size: Any) -> None:
+    """As TRL refuses it: KTO's reference point from a batch of one row (its KL row is the row itself)."""
+    if loss_type == "kto" and batch_size == 1 and not isinstance(batch_size, bool):
+        raise ConfigError("data.batch_size=1 with algo.loss_type=kto: the KL row of a batch of one row is the row "
+                          "itself, so the reference point is its own log-ratio; give data.batch_size >= 2, or "
+                          "algo.loss_type=apo_zero_unpaired (no reference point).")
