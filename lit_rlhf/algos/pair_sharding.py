@@ -16,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from lit_rlhf.distributed.meta_loading import forget_weight_files
-from lit_rlhf.distributed.sharding import fsdp_units, is_sharded, root_units, shard_and_load
+from lit_rlhf.distributed.sharding import fsdp_units, is_sharded, root_units, shard_and_load, sharded_models_line
 from lit_rlhf.models import load_policy
 
 
@@ -39,11 +39,7 @@ def shard_policy_models(module, models: list[torch.nn.Module]) -> None:
     mesh = module.device_mesh["data_parallel"]
     offload = bool(getattr(strategy, "cpu_offload", False))
     shard_and_load(models, mesh, strategy.root_device, cpu_offload=offload)
-    how = ("each rank read only its shards from the model files (trainer.strategy.sharded_loading=true)"
-           if loads_sharded(module) else "each rank loaded the whole models, then kept its shards "
-           "(trainer.strategy.sharded_loading=false)")
-    rank_zero_info(f"FSDP2 over {mesh.size()} ranks, {len(models)} model{'s' if len(models) > 1 else ''} sharded: "
-                   f"{how}{', shards and optimizer state offloaded to the CPU' if offload else ''}.")
+    rank_zero_info(sharded_models_line(len(models), mesh.size(), loads_sharded(module), offload=offload))
 
 
 @contextmanager

@@ -88,6 +88,16 @@ def shard_and_load(models: list[torch.nn.Module], mesh, device: torch.device, cp
         materialize(model, device)
 
 
+def sharded_models_line(models: int, ranks: int, sharded_loading: bool, then: str = "", offload: bool = False) -> str:
+    """The line a sharded run says at start: over how many ranks, how many models, how they were read; `then`
+    (e.g. how rollouts sample) follows."""
+    how = ("each rank read only its shards from the model files (trainer.strategy.sharded_loading=true)"
+           if sharded_loading else "each rank loaded the whole models, then kept its shards "
+           "(trainer.strategy.sharded_loading=false)")
+    offloaded = ", shards and optimizer state offloaded to the CPU" if offload else ""
+    return f"FSDP2 over {ranks} ranks, {models} model{'s' if models > 1 else ''} sharded: {how}{then}{offloaded}."
+
+
 def fsdp_units(module: torch.nn.Module) -> list[FSDPModule]:
     return [m for m in module.modules() if isinstance(m, FSDPModule)]
 

@@ -12,7 +12,7 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.checkpoints.loading import SafeCheckpointIO
-from lit_rlhf.distributed.sharding import is_sharded, shard_and_load
+from lit_rlhf.distributed.sharding import is_sharded, shard_and_load, sharded_models_line
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rewards.reward_model import SequenceClassifierReward
 from lit_rlhf.rewards.weighted_sum import reward_models
@@ -125,13 +125,9 @@ class ModelSharding:
         mesh = device_mesh["data_parallel"]
         models = [*models, *self.scored_models()]
         shard_and_load(models, mesh, self.trainer.strategy.root_device, cpu_offload=bool(self.setting("cpu_offload")))
-        how = ("each rank read only its shards from the model files (trainer.strategy.sharded_loading=true)"
-               if self.loads_sharded else "each rank loaded the whole models, then kept its shards "
-               "(trainer.strategy.sharded_loading=false)")
-        offload = ", shards and optimizer state offloaded to the CPU" if self.setting("cpu_offload") else ""
-        sharded = f"{len(models)} model{'s' if len(models) > 1 else ''} sharded"
-        rank_zero_info(f"FSDP2 over {mesh.size()} ranks, {sharded}: {how}; sampling on "
-                       f"{'the sharded model' if self.samples_sharded else 'the gathered whole weights'}{offload}.")
+        sampling = "the sharded model" if self.samples_sharded else "the gathered whole weights"
+        rank_zero_info(sharded_models_line(len(models), mesh.size(), self.loads_sharded, f"; sampling on {sampling}",
+                                           offload=bool(self.setting("cpu_offload"))))
         return True
 
     def setup(self, trainer: L.Trainer | None) -> None:
