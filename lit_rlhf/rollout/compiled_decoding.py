@@ -97,10 +97,29 @@ def static_cache(model: torch.nn.Module, length: int, prefilled: DynamicCache | 
     """An empty static cache of `length` positions, or one holding `prefilled`'s keys and values (its rows as they
     are: the shared prefill's are already repeated K times)."""
     cache = StaticCache(config=model.config, max_cache_len=length)
+    for layer in cache.layers:
+        store_in_the_cache_dtypes(layer)
     if prefilled is not None:
         for layer, source in zip(cache.layers, prefilled.layers, strict=True):
             layer.update(source.keys, source.values)
     return cache
+
+
+def store_in_the_cache_dtypes(layer) -> None:
+    """Each update's keys and values cast to the dtypes the layer allocated. transformers before 5.24 allocates a
+    static layer's values in its keys' dtype, and its dynamic cache (the shared prefill) concatenates new values onto
+    ones of the keys' dtype; under autocast over float32 weights (precision=bf16-mixed) the two differ (GPT-NeoX's
+    keys leave the rotary embedding in float32, its values the projection in bfloat16), and the static cache's first
+    update failed ("index_copy_(): ... Float and ... BFloat16"). Cast, the values are stored as plain generate()'s
+    cache stores them on that version; a no-op where the dtypes agree."""
+    store = layer.update
+
+    def update(key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not layer.is_initialized:
+            layer.lazy_initialization(key_states, value_states)
+        return store(key_states.to(layer.keys.dtype), value_states.to(layer.values.dtype), *args, **kwargs)
+
+    layer.update = update
 
 
 def is_compile_failure(err: BaseException) -> bool:

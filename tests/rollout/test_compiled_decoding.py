@@ -7,7 +7,8 @@ import torch
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import HFEngine
-from lit_rlhf.rollout.compiled_decoding import cache_length, resolve_mode
+from lit_rlhf.rollout.compiled_decoding import cache_length, resolve_mode, static_cache
+from lit_rlhf.rollout.hf import cache_keyword, shared_prefill
 from tests.conftest import make_datamodule, make_rloo
 
 
@@ -58,6 +59,29 @@ def test_the_compiled_step_samples_what_plain_generate_samples_and_sees_updated_
     updated = sample(module, HFEngine(compile_mode=None), batch, seed=7)
     assert not torch.equal(updated, sample(module, HFEngine(compile_mode=None), batch, seed=5))
     assert torch.equal(sample(module, engine, batch, seed=7), updated)
+
+
+@pytest.mark.parametrize("prefilled", [True, False], ids=["shared prefill", "prefill in the cache"])
+def test_the_static_cache_takes_keys_and_values_of_two_dtypes_under_autocast(prefilled):
+    """precision=bf16-mixed over float32 weights: GPT-NeoX's keys leave the rotary embedding in float32 and its
+    values the projection in bfloat16. generate() over the static cache (the shared prefill in it, or its own
+    prefill) decodes with them, to the logits of plain generate()'s dynamic cache."""
+    module = make_rloo()
+    module.configure_model()
+    policy, batch = module.policy, prompt_batch()
+    queries, mask = batch["input_ids"], batch["attention_mask"]  # B,P
+
+    def logits(**cache):  # B,3,V: greedy decoding, three tokens
+        out = policy.generate(input_ids=queries, attention_mask=mask, max_new_tokens=3, do_sample=False,
+                              return_dict_in_generate=True, output_logits=True, **cache)
+        return torch.stack(out.logits, dim=1).float()
+
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = logits()
+        prefill = shared_prefill(policy, queries, mask, 1) if prefilled else None
+        static = logits(**{cache_keyword(policy): static_cache(policy, 16, prefill)})
+    assert static.shape == plain.shape
+    assert torch.allclose(static, plain, atol=0.1), (static - plain).abs().max()
 
 
 def test_without_a_compiler_one_warning_and_plain_generate(monkeypatch):
