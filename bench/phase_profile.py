@@ -228,12 +228,25 @@ def run_one(impl: str, algo: str, model: str, dtype: str, warmup: int, steps: in
         sys.stdout = stdout
         sys.setprofile(None)
     return {"impl": impl, "algo": algo, "model": model, "dtype": dtype, "new_tokens": new_tokens,
-            "device": device_kind, **probe.summary()}
+            "device": device_kind, **({"gpu": gpu_and_versions()} if device_kind == "cuda" else {}),
+            **probe.summary()}
+
+
+def gpu_and_versions() -> str:
+    """The GPU and the versions its figures depend on (a host-bound step moves with them), for the table's head."""
+    import lightning
+    import peft
+    import torch
+    import transformers
+
+    return (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"peft {peft.__version__}, lightning {lightning.__version__}")
 
 
 def table(results: list[dict], command: str) -> str:
     head = results[0]
-    lines = [f"{head['model']}, {head['algo']}, {head['new_tokens']} new tokens, {head['dtype']} on {head['device']}; "
+    where = head.get("gpu", head["device"])
+    lines = [f"{head['model']}, {head['algo']}, {head['new_tokens']} new tokens, {head['dtype']} on {where}; "
              f"`{command}` (ms per step; wall: median of {head['steps']} plain steps; the rest from one profiled "
              f"step and one counted step)", "",
              "| impl | phase | wall ms | aten ops | kernels | device ms | host waits | Python calls | "
@@ -289,7 +302,8 @@ def main() -> None:
     if args.out == OUT:  # the docs quote this machine's table (docs/performance.md)
         from results_blocks import publish
 
-        publish(name, {"runs": results}, lines, ["docs/performance.md"])
+        # a device's figures are no CPU training's (tests/test_docs_results.py's NO_FINGERPRINT)
+        publish(name, {"runs": results}, lines, ["docs/performance.md"], fingerprint=name == "phase_profile_cpu")
         return
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}.json").write_text(json.dumps({"runs": results}, indent=1) + "\n")

@@ -72,6 +72,20 @@ def test_host_waits_are_the_ops_that_read_the_device_back_on_a_cpu_and_the_copie
     assert phase_profile().attribute(gpu)["update"]["waits"] == 2  # x.item() and x.tolist(): a copy back each
 
 
+def test_a_device_table_names_its_gpu_and_versions_and_a_cpu_table_its_device():
+    phases = {"generation": {"wall_ms": 2.0, "ops": 3, "kernels": 1, "device_ms": 0.5, "waits": 1,
+                             "python_calls": 9, "top": [["aten::mm", 0.25]], "callers": [["bench/floor.py:sample", 9]]}}
+    run = {"impl": "floor", "algo": "rloo", "model": "pythia-160m", "dtype": "bfloat16", "new_tokens": 32,
+           "device": "cuda", "steps": 3, "phases": phases}
+    gpu = "NVIDIA H200, torch 2.11.0, transformers 5.17.0, peft 0.21.2, lightning 2.6.6"
+    table = phase_profile().table([{**run, "gpu": gpu}], "python bench/phase_profile.py").splitlines()
+    assert table[0].startswith(f"pythia-160m, rloo, 32 new tokens, bfloat16 on {gpu}; ")
+    assert table[-1] == ("| floor | generation | 2.0 | 3 | 1 | 0.5 | 1 | 9 | aten::mm 0.25 | "
+                         "`bench/floor.py:sample` 9 |")
+    cpu = phase_profile().table([{**run, "device": "cpu"}], "python bench/phase_profile.py").splitlines()
+    assert cpu[0].startswith("pythia-160m, rloo, 32 new tokens, bfloat16 on cpu; ")
+
+
 @pytest.mark.integration
 def test_a_floor_step_is_profiled_phase_by_phase_and_tabled(tmp_path):
     done = run_app("bench/phase_profile.py", "--impls", "floor", "--warmup", "0", "--steps", "2", "--new-tokens", "4",
