@@ -65,7 +65,9 @@ def test_a_bad_setting_value_answers_before_lightning_is_imported(tmp_path):
             (["data.batch_size=0"], "error: data.batch_size=0 must be a whole number >= 1."),
             (["algo.kl_coef=-1"], "error: algo.kl_coef=-1.0 must be >= 0."),
             (["algo=grpo", "algo.loss_type=bnpo2"], "error: algo.loss_type='bnpo2' is not one of"),
-            (["model.dtype=half"], "error: model.dtype='half' is not one of")):
+            (["model.dtype=half"], "error: model.dtype='half' is not one of"),
+            (["trainer=fsdp2", "algo=grpo", "model.lora=null", "algo.sync_ref_model=true"],
+             "error: algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp")):
         assert_refused_before_imports("train.py", args, line, ("torch", "lightning", "transformers"), tmp_path)
     assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
 
@@ -99,6 +101,8 @@ def test_evaluate_and_the_scripts_that_fit_on_a_file_check_their_settings_before
             ("train_kto.py", ["data.batch_size=1"], "error: data.batch_size=1 with algo.loss_type=kto: the KL row"),
             ("train_dpo.py", ["trainer=fsdp2", "trainer.strategy.sharded_sampling=true"],
              "error: trainer.strategy.sharded_sampling=true says how train.py samples its rollouts, and train_dpo.py "
-             "samples none; remove it.")):
+             "samples none; remove it."),
+            ("train_dpo.py", ["trainer=fsdp2", "algo.sync_ref_model=true"],
+             "error: algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp")):
         assert_refused_before_imports(script, args, line, ("torch", "lightning", "transformers"), tmp_path)
     assert not [run for task in (tmp_path / "logs").iterdir() for run in (task / "runs").iterdir()]

@@ -91,6 +91,7 @@ def fsdp2_setting_without_fsdp2(key: str, overrides: list[str]) -> str | None:
 
 def check_fsdp2_settings(cfg: DictConfig) -> None:
     from lit_rlhf.config.model import DORA_UNDER_SHARDED_LOADING
+    from lit_rlhf.config.validation import SYNC_REF_MODEL_UNDER_FSDP2
 
     strategy = cfg.get("trainer", {}).get("strategy")
     if not isinstance(strategy, DictConfig):
@@ -101,6 +102,8 @@ def check_fsdp2_settings(cfg: DictConfig) -> None:
                 raise ConfigError(fsdp2_only(name, strategy[name]))
     elif strategy.get("sharded_loading", True) and OmegaConf.select(cfg, "model.lora.use_dora", default=False):
         raise ConfigError(DORA_UNDER_SHARDED_LOADING)
+    elif OmegaConf.select(cfg, "algo.sync_ref_model", default=False) is True:  # as ReferenceSync.check, before loading
+        raise ConfigError(SYNC_REF_MODEL_UNDER_FSDP2)
 
 
 def reward_parts(config: Any) -> list[str]:

@@ -16,14 +16,13 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.config.validation import SYNC_REF_MODEL_UNDER_FSDP2
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.policy import REFERENCE_ADAPTER, TRAINABLE_ADAPTER, Reference
 
 LORA_MIX = ("algo.sync_ref_model=true with LoRA and algo.ref_model_mixup_alpha={alpha}: a LoRA reference can only be "
             "reset to the policy (a mix of two adapters is no adapter of their rank); set "
             "algo.ref_model_mixup_alpha=1, or model.lora=null for TRL's mix of whole weights.")
-UNDER_FSDP2 = ("algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp or set "
-               "algo.sync_ref_model=false.")
 
 
 class ReferenceSync:
@@ -60,7 +59,7 @@ class ReferenceSync:
         if not self.enabled:
             return
         if sharded:
-            raise ConfigError(UNDER_FSDP2)
+            raise ConfigError(SYNC_REF_MODEL_UNDER_FSDP2)
         if module.reference.frozen_copy is None:
             return
         policy, reference = list(module.policy.parameters()), list(module.reference.frozen_copy.parameters())
