@@ -13,6 +13,7 @@ from lit_rlhf.errors import ConfigError, nearest
 
 SYNC_REF_MODEL_UNDER_FSDP2 = ("algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp or set "
                               "algo.sync_ref_model=false.")
+
 REWARD_KL_WARNING = (
     "algo.kl_estimator={0} is used as a reward penalty: the policy gradient of a k2/k3 penalty does not point "
     "towards the reference (far from it, its direction is nearly opposite to the true KL gradient; near it, about "
