@@ -106,8 +106,8 @@ RERUN_PENDING: set[str] = set()
 # measured on the device; the test suite's own timings; operations counted per decoding step; a step's live memory
 # counted on a CPU; a loss beside TRL's on fixed logits and the embedded model's output-layer geometry (no training
 # run of lit_rlhf's behind them)
-NO_FINGERPRINT = {"gpu_check", "gpu_extended", "phase_profile_cuda", "test_suite", "gkd_loss_vs_trl", "tool_name_ceiling", "decode_ops",
-                  "server_sync", "step_memory"}
+NO_FINGERPRINT = {"gpu_check", "gpu_extended", "phase_profile_cuda", "test_suite", "gkd_loss_vs_trl",
+                  "tool_name_ceiling", "decode_ops", "server_sync", "step_memory"}
 
 
 @pytest.mark.integration

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StaticCache
 
 from lit_rlhf.config.sampling_checks import NEUTRAL_VALUES
 from lit_rlhf.config.validation import check_flag, check_setting_number, warn_once
@@ -143,18 +143,16 @@ class HFEngine(RolloutEngine):
                       query_mask: torch.Tensor, config: GenerationConfig, siblings: int, requested: GenerationConfig,
                       extra: dict[str, Any], mode: str | None, generator: torch.Generator | None
                       ) -> torch.Tensor:
-        prefilled = None
-        if siblings > 1 and queries.shape[1] > 1:
-            prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings)
         use_compiled = mode is not None
+        static_length = None
         if use_compiled:  # a static cache (holding the shared prefill, if any), and generate() compiles its step
-            length = compiled.cache_length(queries.shape[1] + config.max_new_tokens, self.static_cache_length,
-                                           compiled.model_context(model))
-            prefilled = compiled.static_cache(model, length, prefilled)
+            static_length = compiled.cache_length(queries.shape[1] + config.max_new_tokens, self.static_cache_length,
+                                                  compiled.model_context(model))
             config = copy.deepcopy(config)
             config.compile_config = compiled.compile_config(mode)
-        if prefilled is not None:
-            extra[cache_keyword(model)] = prefilled
+        cache = starting_cache(model, queries, query_mask, siblings, static_length)
+        if cache is not None:
+            extra[cache_keyword(model)] = cache
         try:
             sequences = model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
                                        synced_gpus=self.synced_generation, **extra)  # N,P+R'
@@ -227,11 +225,27 @@ def sibling_count(contexts: list[list[int]]) -> int:
     return k if same else 1
 
 
-def shared_prefill(model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor, k: int) -> DynamicCache:
+def starting_cache(model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor, siblings: int,
+                   static_length: int | None) -> DynamicCache | StaticCache | None:
+    """The KV cache generate() starts from: the shared prefill where `siblings` adjacent rows share each prompt, in a
+    static cache of static_length positions where the decoding step is compiled (None: generate()'s own cache).
+    queries, query_mask: N,P left-padded."""
+    prefilled = None
+    if siblings > 1 and queries.shape[1] > 1:
+        prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings,
+                                   every_position=static_length is not None)
+    return prefilled if static_length is None else compiled.static_cache(model, static_length, prefilled)
+
+
+def shared_prefill(model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor, k: int,
+                   every_position: bool = False) -> DynamicCache:
     """The KV cache of the B distinct prompts but their last token, each repeated k times (generate() runs the last
-    token, which gives the first sampled token's logits). queries, query_mask: B,P left-padded."""
+    token, which gives the first sampled token's logits). queries, query_mask: B,P left-padded. every_position: each
+    layer keeps every position, a sliding-window layer too, as a static cache filled from it needs (a cache built from
+    the model's configuration keeps a sliding layer's last window - 1 positions only, and a static layer given those
+    would take them for the whole prompt: wrong positions and masks once the prompt is longer than the window)."""
     positions = (query_mask.cumsum(-1) - 1).clamp(min=0)  # B,P  as generate() numbers left-padded rows
-    cache = DynamicCache(config=getattr(model, "config", None))
+    cache = DynamicCache(config=None if every_position else getattr(model, "config", None))
     model(input_ids=queries[:, :-1], attention_mask=query_mask[:, :-1], position_ids=positions[:, :-1],
           use_cache=True, **{cache_keyword(model): cache})
     cache.batch_repeat_interleave(k)

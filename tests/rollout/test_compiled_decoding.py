@@ -4,11 +4,12 @@ compiled step, and where compilation cannot run: one line (a bad setting) or one
 
 import pytest
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import HFEngine
 from lit_rlhf.rollout.compiled_decoding import cache_length, resolve_mode, static_cache
-from lit_rlhf.rollout.hf import cache_keyword, shared_prefill
+from lit_rlhf.rollout.hf import cache_keyword, shared_prefill, starting_cache
 from tests.conftest import make_datamodule, make_rloo
 
 
@@ -82,6 +83,40 @@ def test_the_static_cache_takes_keys_and_values_of_two_dtypes_under_autocast(pre
         static = logits(**{cache_keyword(policy): static_cache(policy, 16, prefill)})
     assert static.shape == plain.shape
     assert torch.allclose(static, plain, atol=0.1), (static - plain).abs().max()
+
+
+def sliding_window_model(kind: str) -> torch.nn.Module:
+    """A random two-layer model whose attention slides over 2 positions: Qwen2's second layer, Gemma2's first."""
+    torch.manual_seed(0)
+    extra = {"qwen2": dict(use_sliding_window=True, max_window_layers=1), "gemma2": {}}[kind]
+    config = AutoConfig.for_model(kind, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=2,
+                                  max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "gemma2"])
+def test_prompts_longer_than_a_sliding_window_decode_from_the_static_cache_as_plain_generate(kind):
+    """The cache the compiled step starts from (the shared prefill of 2 prompts of 6 tokens, one left-padded, each
+    sampled twice, in a static cache) decodes to plain generate()'s logits on a model with sliding-window layers.
+    The shared prefill kept only a sliding layer's last window - 1 positions, which the static layer took for the
+    whole prompt: the logits were far off (0.8 on a larger Qwen2), or decoding failed (index_copy_ out of bounds on a
+    Gemma2 with longer prompts)."""
+    model = sliding_window_model(kind)
+    queries = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(queries)
+    queries[1, :2], mask[1, :2] = 0, 0  # left padding
+    queries, mask = queries.repeat_interleave(2, 0), mask.repeat_interleave(2, 0)  # N=4: each prompt twice, adjacent
+
+    def logits(**cache):  # N,4,V: greedy decoding, four tokens
+        out = model.generate(input_ids=queries, attention_mask=mask, max_new_tokens=4, do_sample=False,
+                             return_dict_in_generate=True, output_logits=True, **cache)
+        return torch.stack(out.logits, dim=1)
+
+    with torch.no_grad():
+        cache = starting_cache(model, queries, mask, siblings=2, static_length=16)
+        assert isinstance(cache, StaticCache)
+        torch.testing.assert_close(logits(**{cache_keyword(model): cache}), logits(), atol=1e-5, rtol=0)
 
 
 def test_without_a_compiler_one_warning_and_plain_generate(monkeypatch):
