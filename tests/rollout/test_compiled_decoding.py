@@ -86,22 +86,25 @@ def test_the_static_cache_takes_keys_and_values_of_two_dtypes_under_autocast(pre
 
 
 def sliding_window_model(kind: str) -> torch.nn.Module:
-    """A random two-layer model whose attention slides over 2 positions: Qwen2's second layer, Gemma2's first."""
+    """A random two-layer model whose attention slides over 2 positions: Qwen2's second layer, Gemma2's and gpt-oss's
+    first (gpt-oss: 4 experts, 2 per token)."""
     torch.manual_seed(0)
-    extra = {"qwen2": dict(use_sliding_window=True, max_window_layers=1), "gemma2": {}}[kind]
+    extra = {"qwen2": dict(use_sliding_window=True, max_window_layers=1), "gemma2": {},
+             "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2,
+                             layer_types=["sliding_attention", "full_attention"])}[kind]
     config = AutoConfig.for_model(kind, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=2,
                                   max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
     return AutoModelForCausalLM.from_config(config).eval()
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "gemma2"])
+@pytest.mark.parametrize("kind", ["qwen2", "gemma2", "gpt_oss"])
 def test_prompts_longer_than_a_sliding_window_decode_from_the_static_cache_as_plain_generate(kind):
     """The cache the compiled step starts from (the shared prefill of 2 prompts of 6 tokens, one left-padded, each
     sampled twice, in a static cache) decodes to plain generate()'s logits on a model with sliding-window layers.
     The shared prefill kept only a sliding layer's last window - 1 positions, which the static layer took for the
-    whole prompt: the logits were far off (0.8 on a larger Qwen2), or decoding failed (index_copy_ out of bounds on a
-    Gemma2 with longer prompts)."""
+    whole prompt: the logits were far off (0.8 on a larger Qwen2), or decoding failed (index_copy_ out of bounds on
+    Gemma2 and gpt-oss with longer prompts)."""
     model = sliding_window_model(kind)
     queries = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(queries)
