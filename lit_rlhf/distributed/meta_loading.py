@@ -94,6 +94,9 @@ def empty_model(auto_class, name_or_path: str, key: str, dtype: torch.dtype | No
     files = WeightFiles.find(name_or_path, key)
     with init_empty_weights(include_buffers=False):
         model = auto_class.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
+    # the model's ties (config.tie_word_embeddings: the output layer is the input embeddings), which the context above
+    # undid (it registers every parameter anew on the meta device): the files hold a tied weight once
+    model.tie_weights()
     try:
         model.generation_config = GenerationConfig.from_pretrained(name_or_path)
     except OSError:  # no generation_config.json: the one from_config made
@@ -221,6 +224,10 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
             if tensor is not None and not tensor.is_meta:
                 kept.append((module, name, local(tensor).detach().clone()))
     model.to_empty(device=device)  # FSDP2's shards get storage of their own size
+    for (module, name, _, _), *others in places.values():  # a tied weight, which to_empty split: one again
+        for other, other_name, _, _ in others:
+            if not hasattr(module._parameters[name], "to_local"):  # (FSDP2 ties its shards itself)
+                other._parameters[other_name] = module._parameters[name]
     with torch.no_grad():
         for module, name, value in kept:
             local(getattr(module, name)).copy_(value)

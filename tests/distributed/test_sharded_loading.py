@@ -4,7 +4,7 @@ reads only its shards' rows of the safetensors files; gathered, the weights are 
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from lit_rlhf.assets import TINY_PYTHIA
 from lit_rlhf.distributed.meta_loading import WeightFiles, is_empty, materialize
@@ -42,6 +42,31 @@ def test_placeholders_cost_nothing_and_fill_to_the_loaded_model(lora):
         materialize(reference.frozen_copy, torch.device("cpu"))
         for a, b in zip(reference.frozen_copy.parameters(), loaded_reference.frozen_copy.parameters(), strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("lora", [LORA, None], ids=["lora", "full"])
+def test_an_output_layer_tied_to_the_input_embeddings_loads_by_shards_tied(lora, tmp_path):
+    """A model whose output layer is its input embeddings (config.tie_word_embeddings: Qwen2.5's and Llama 3.2's small
+    models, Gemma): its files hold the weight once, under the embeddings' key. The empty model is tied as
+    from_pretrained ties it; it was not (accelerate's empty-weights context registers each parameter anew), and
+    sharded loading stopped at "its safetensors files hold no 'lm_head.weight'"."""
+    tokenizer = load_tokenizer(TINY_PYTHIA)
+    config = AutoConfig.for_model("qwen2", vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  tie_word_embeddings=True)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    policy, _ = load_policy(str(tmp_path), tokenizer, lora=lora, empty=True)
+    torch.manual_seed(0)
+    loaded, _ = load_policy(str(tmp_path), tokenizer, lora=lora)
+    materialize(policy, torch.device("cpu"))
+    assert policy.get_output_embeddings().weight is policy.get_input_embeddings().weight
+    expected = dict(loaded.named_parameters())
+    assert dict(policy.named_parameters()).keys() == expected.keys()
+    for name, param in policy.named_parameters():
+        assert torch.equal(param, expected[name]), name
 
 
 def test_file_keys_follow_the_renamings_of_transformers():
