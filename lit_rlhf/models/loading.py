@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import re
@@ -159,3 +160,21 @@ def own_code_refused(key: str, name_or_path: str) -> Iterator[None]:
         raise ConfigError(f"{key}={str(name_or_path)!r} needs to run its own Python code (its config names classes "
                           f"transformers does not ship), which a {key.split('.')[0]} never runs; give a model of an "
                           f"architecture transformers ships.") from err
+
+
+class _LoadReportHeld(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in record.getMessage()
+
+
+@contextmanager
+def load_report_held() -> Iterator[None]:
+    """transformers' load report (a table of the weights a model's files lack or hold beyond it, logged as a warning
+    with terminal colour codes) held back, for a caller that reads from_pretrained's loading info itself and says
+    what matters in its own words."""
+    log, held = logging.getLogger("transformers.modeling_utils"), _LoadReportHeld()
+    log.addFilter(held)
+    try:
+        yield
+    finally:
+        log.removeFilter(held)

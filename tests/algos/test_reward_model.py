@@ -124,3 +124,30 @@ def test_a_sharding_strategy_is_refused_before_the_reward_model_loads(tmp_path):
                                           "trainer=ddp"):
         trainer.fit(module, datamodule=data)
     assert module.backbone is None  # refused in setup, before configure_model loaded anything
+
+
+def test_a_causal_lms_folder_starts_the_score_head_quietly_and_a_lacking_backbone_weight_is_one_warning(tmp_path,
+                                                                                                         capfd):
+    """A causal LM's folder holds no score head (from_pretrained starts it) and an LM head the classifier does not
+    read: transformers' load report said so on every run, a table in terminal colour codes. A folder that lacks a
+    weight of the backbone itself is one warning naming it."""
+    import shutil
+    import warnings
+
+    from safetensors.torch import load_file, save_file
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RewardModelModule(model={"name_or_path": TINY_PYTHIA, "lora": None}).configure_model()
+    assert "LOAD REPORT" not in capfd.readouterr().err
+    assert not [w for w in caught if "backbone's weights" in str(w.message)]
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(TINY_PYTHIA, folder)
+    weights = load_file(folder / "model.safetensors")
+    lost = next(key for key in weights if "layers.1.mlp" in key)
+    save_file({k: v for k, v in weights.items() if k != lost}, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.warns(UserWarning, match=f"lacks 1 of the backbone's weights \\(e.g. '{lost}'\\), which start from "
+                                         f"random values; give a folder saved whole by save_pretrained"):
+        RewardModelModule(model={"name_or_path": str(folder), "lora": None}).configure_model()
+    assert "LOAD REPORT" not in capfd.readouterr().err
