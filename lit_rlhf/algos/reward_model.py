@@ -29,7 +29,7 @@ from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_flag, check_optimizer, is_number, warn_once
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.export import export_model
-from lit_rlhf.models.loading import from_pretrained, load_report_held, resolve_dtype
+from lit_rlhf.models.loading import from_pretrained, lacking_backbone_weights, load_report_held, resolve_dtype
 from lit_rlhf.models.policy import with_lora
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer, tokenizer_source
 
@@ -51,17 +51,6 @@ def pair_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, torc
     both = torch.cat([chosen, rejected])  # 2B
     return {"accuracy": (chosen > rejected).float().mean(), "margin": (chosen - rejected).mean(),
             "reward_mean": both.mean(), "reward_std": both.std(unbiased=False)}
-
-
-def missing_backbone_weights(backbone: torch.nn.Module, missing: list[str], name_or_path: str) -> str | None:
-    """The warning for weights of the backbone (beyond the score head, which a causal LM's folder does not hold)
-    that the folder lacks, which from_pretrained initialised at random; None when there are none."""
-    prefix = f"{backbone.base_model_prefix}."
-    lacking = [key for key in missing if key.startswith(prefix)]
-    if not lacking:
-        return None
-    return (f"model.name_or_path={str(name_or_path)!r} lacks {len(lacking)} of the backbone's weights (e.g. "
-            f"{lacking[0]!r}), which start from random values; give a folder saved whole by save_pretrained.")
 
 
 class RewardModelModule(PairModule):
@@ -95,7 +84,8 @@ class RewardModelModule(PairModule):
                                                 spec["name_or_path"], "reward model backbone", key="model.name_or_path",
                                                 num_labels=1, dtype=resolve_dtype(spec.get("dtype", "float32")),
                                                 output_loading_info=True)
-        if line := missing_backbone_weights(backbone, loading["missing_keys"], spec["name_or_path"]):
+        if line := lacking_backbone_weights(backbone, loading["missing_keys"], "model.name_or_path",
+                                            spec["name_or_path"]):
             warn_once(line)
         if len(self.tokenizer) > backbone.get_input_embeddings().num_embeddings:  # a pad token was added
             backbone.resize_token_embeddings(len(self.tokenizer))

@@ -178,3 +178,14 @@ def load_report_held() -> Iterator[None]:
         yield
     finally:
         log.removeFilter(held)
+
+
+def lacking_backbone_weights(model: torch.nn.Module, missing: list[str], key: str, name_or_path: str) -> str | None:
+    """The warning for weights of a classifier's backbone (beyond its score head, which a causal LM's folder does not
+    hold) that the folder lacks, which from_pretrained started at random; None when there are none."""
+    prefix = f"{model.base_model_prefix}."
+    lacking = [name for name in missing if name.startswith(prefix)]
+    if not lacking:
+        return None
+    return (f"{key}={str(name_or_path)!r} lacks {len(lacking)} of the backbone's weights (e.g. {lacking[0]!r}), which "
+            f"start from random values; give a folder saved whole by save_pretrained.")

@@ -14,9 +14,10 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForSequenceClassification
 
 from lit_rlhf.config.algo import CRITIC_KINDS  # noqa: F401  (re-exported)
+from lit_rlhf.config.validation import warn_once
 from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.loading import from_pretrained, resolve_dtype
+from lit_rlhf.models.loading import from_pretrained, lacking_backbone_weights, load_report_held, resolve_dtype
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER, peft_reads_deprecated_alias
 
@@ -77,8 +78,12 @@ def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[st
         model = empty_model(AutoModelForSequenceClassification, name_or_path, key, resolve_dtype(dtype), num_labels=1)
         initialise_unsaved(model, model.score)
     else:
-        model = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path, "critic reward model",
-                                key=key, dtype=resolve_dtype(dtype), num_labels=1)
+        with load_report_held():  # a causal LM's folder has no score head: from_pretrained starts it, as expected
+            model, loading = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path,
+                                             "critic reward model", key=key, dtype=resolve_dtype(dtype), num_labels=1,
+                                             output_loading_info=True)
+        if line := lacking_backbone_weights(model, loading["missing_keys"], key, name_or_path):
+            warn_once(line)
     backbone, head = model.base_model, model.score
     if lora is not None:
         with peft_reads_deprecated_alias():

@@ -72,6 +72,17 @@ def test_reward_model_critic_starts_from_its_backbone_and_head(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_critic_from_a_causal_lms_folder_starts_its_head_without_transformers_load_report(capfd):
+    """A causal LM's folder as algo.critic_model_path: the score head starts at random (as TRL's value model from a
+    causal LM), which transformers' colour-coded load report announced on every run."""
+    from lit_rlhf.models.value import load_reward_model_critic
+    from tests.conftest import TINY_PYTHIA
+
+    backbone, head = load_reward_model_critic(TINY_PYTHIA, "float32", None)
+    assert head.weight.shape == (1, backbone.config.hidden_size)
+    assert "LOAD REPORT" not in capfd.readouterr().err
+
+
 def test_critic_warmup_trains_only_the_value_head():
     L.seed_everything(0)
     module = make_ppo(critic_warmup_steps=2, num_ppo_epochs=1)
