@@ -4,6 +4,9 @@ lit_rlhf's other imports, so the engine process loads nothing else of ours."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+import torch
 from safetensors.torch import load_file
 
 
@@ -13,4 +16,20 @@ class WeightReceiver:
         model, through vLLM's in-place reload (which redoes any kernel-specific repacking). -> tensors loaded"""
         weights = load_file(path, device=str(self.model_runner.device))
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+        repack_tied_layers(self.model_runner.get_model())
         return len(weights)
+
+
+def repack_tied_layers(model: torch.nn.Module) -> None:
+    """Each layer's weight processing redone where layers share one weight (an output layer tied to the input
+    embeddings). vLLM's reload redoes it for the layers whose checkpoint names it loaded, and a tied output layer has
+    none (its weight is the embeddings'): on a CPU, where the processing packs a copy of the weight for the matmul,
+    the output layer kept computing with the old one."""
+    sharing = defaultdict(list)
+    for module in model.modules():
+        weight = module._parameters.get("weight")
+        if weight is not None and hasattr(module, "quant_method"):
+            sharing[id(weight)].append(module)
+    for modules in sharing.values():
+        for module in modules if len(modules) > 1 else ():
+            module.quant_method.process_weights_after_loading(module)

@@ -121,6 +121,39 @@ def test_a_failing_weight_sync_is_one_line_and_a_stuck_one_ends_within_the_timeo
         engine.close()
 
 
+def test_an_output_layer_tied_to_the_embeddings_samples_from_the_synced_embeddings(tmp_path):
+    """A full fine-tune of a model whose output layer is its input embeddings (a Qwen2 with tie_word_embeddings): the
+    sync sends the embeddings once, and vLLM's tied output layer computes with them. On a CPU it kept the copy of the
+    weight packed for its matmul at load: after the first update its logprobs were 0.08 from the trainer's."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from lit_rlhf.models import load_tokenizer
+    from tests.conftest import TINY_PYTHIA
+
+    tokenizer = load_tokenizer(TINY_PYTHIA)
+    config = AutoConfig.for_model("qwen2", vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                                  eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    module = make_rloo(model={"name_or_path": str(tmp_path), "lora": None}, response_length=12,
+                       rollout_engine=VLLMEngine(kv_cache_gib=0.25))
+    module.configure_model()
+    try:
+        batch = first_batch()
+        assert max_logprob_diff(module, seeded_sample(module, batch)) < TOLERANCE
+        embeddings = module.policy.get_input_embeddings().weight
+        assert module.policy.get_output_embeddings().weight is embeddings
+        with torch.no_grad():
+            embeddings.mul_(1.5).add_(torch.randn_like(embeddings) * 0.02)
+        module.rollout_engine.after_update(module.sampler.context)
+        assert max_logprob_diff(module, seeded_sample(module, batch)) < TOLERANCE
+    finally:
+        module.rollout_engine.close()
+
+
 def stub_sampling(path, **model):
     """What VLLMEngine.start_engine reads of a SamplingContext, for a model our trainer need not load."""
     from transformers import AutoConfig
