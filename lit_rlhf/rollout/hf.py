@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StaticCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from lit_rlhf.config.sampling_checks import NEUTRAL_VALUES
 from lit_rlhf.config.validation import check_flag, check_setting_number, warn_once
@@ -132,7 +133,7 @@ class HFEngine(RolloutEngine):
         # no merge of sharded weights (ZeRO-3 gathers them layer by layer as generate() runs; FSDP2 gathers them
         # for the rollout, and merged copies would add to the memory sharding saves), nor under CUDA graphs, which
         # hold their weights' addresses (new merged tensors at every call would change them)
-        mode = self.compiled_mode(queries.device)
+        mode = self.compiled_mode(queries.device, model)
         unmergeable = self.lockstep or self.synced_generation or mode in compiled.CUDA_GRAPH_MODES
         merge = False if unmergeable else self.merge_adapters
         with merged_adapters(model, merge):
@@ -177,21 +178,19 @@ class HFEngine(RolloutEngine):
     def takes_random_stream(self) -> bool:
         return self.generation_config is not None and self.draws_with_own_stream(self.generation_config)
 
-    def compiled_mode(self, device: torch.device) -> str | None:
+    def compiled_mode(self, device: torch.device, model: torch.nn.Module | None = None) -> str | None:
         """The torch.compile mode this call decodes with, None for plain generate() (decided once: the setting, the
-        device, the platform)."""
+        device, the platform, the model's cache)."""
         if self.compile_ready is None:
             self.resolved_mode = compiled.resolve_mode(self.compile_mode, device)
             self.compile_ready = self.resolved_mode is not None
             if self.compile_ready:
                 compiled.check_mode_runs_on(self.resolved_mode, device)
-                if self.synced_generation and self.compile_mode == compiled.AUTO:
-                    self.compile_ready = False  # sharded weights: plain generate(), as the default expects
-                else:
-                    reason = ("the weights are sharded across ranks, whose decoding steps run in lockstep"
-                              if self.synced_generation else compiled.unavailable_reason(device))
-                    if reason:
-                        self.fall_back(reason)
+                states = model is not None and not keys_and_values_only(model)
+                if (self.synced_generation or states) and self.compile_mode == compiled.AUTO:
+                    self.compile_ready = False  # plain generate(), as the default expects of such runs
+                elif reason := self.why_not_compiled(device, model, states):
+                    self.fall_back(reason)
             if not self.compile_ready and self.static_cache_length is not None and self.compile_mode is not None:
                 setting = "auto" if self.compile_mode == compiled.AUTO else self.compile_mode
                 warn_once(f"rollout.static_cache_length={self.static_cache_length} does nothing here: "
@@ -199,6 +198,16 @@ class HFEngine(RolloutEngine):
                           f"sized per call); drop it, or set a compile mode that runs here "
                           f"(rollout.compile_mode=default).")
         return self.resolved_mode if self.compile_ready else None
+
+    def why_not_compiled(self, device: torch.device, model: torch.nn.Module | None, states: bool) -> str | None:
+        if self.synced_generation:
+            return "the weights are sharded across ranks, whose decoding steps run in lockstep"
+        if states:
+            kind = getattr(model.config, "model_type", type(model).__name__)
+            return (f"the {kind} model's cache holds layer states other than keys and values "
+                    f"(linear attention, convolution or state-space layers), which the compiled step's static cache "
+                    f"does not")
+        return compiled.unavailable_reason(device)
 
     def fall_back(self, reason: str) -> None:
         self.compile_ready = False
@@ -231,10 +240,20 @@ def starting_cache(model: torch.nn.Module, queries: torch.Tensor, query_mask: to
     static cache of static_length positions where the decoding step is compiled (None: generate()'s own cache).
     queries, query_mask: N,P left-padded."""
     prefilled = None
-    if siblings > 1 and queries.shape[1] > 1:
+    if siblings > 1 and queries.shape[1] > 1 and keys_and_values_only(model):
         prefilled = shared_prefill(model, queries[::siblings], query_mask[::siblings], siblings,
                                    every_position=static_length is not None)
     return prefilled if static_length is None else compiled.static_cache(model, static_length, prefilled)
+
+
+def keys_and_values_only(model: torch.nn.Module) -> bool:
+    """Whether every layer of the model's cache holds attention keys and values (full or sliding-window attention),
+    which the shared prefill repeats and the compiled step's static cache holds. Not so where layers keep the state
+    of linear attention, a convolution or a state-space model (Qwen3.5, Qwen3-Next, LFM2, Nemotron-H, Falcon-H1):
+    generate() prefills those models' rows itself, in a cache of its own making."""
+    config = getattr(model, "config", None)
+    layers = DynamicCache(config=config).layers if config is not None else []
+    return all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
 
 
 def shared_prefill(model: torch.nn.Module, queries: torch.Tensor, query_mask: torch.Tensor, k: int,

@@ -122,6 +122,35 @@ def test_prompts_longer_than_a_sliding_window_decode_from_the_static_cache_as_pl
         torch.testing.assert_close(logits(**{cache_keyword(model): cache}), logits(), atol=1e-5, rtol=0)
 
 
+def linear_attention_model(kind: str) -> torch.nn.Module:
+    """A random model with a layer of linear attention (Qwen3.5's text model) or of convolution (LFM2) before one of
+    full attention."""
+    torch.manual_seed(0)
+    extra = {"qwen3_5_text": dict(head_dim=8, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+                                  linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"]),
+             "lfm2": dict(layer_types=["conv", "full_attention"])}[kind]
+    config = AutoConfig.for_model(kind, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                  pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "lfm2"])
+def test_a_model_whose_cache_holds_other_states_prefills_in_generate_and_is_not_compiled(kind):
+    """Linear-attention, convolution and state-space layers cache states the shared prefill cannot repeat
+    (`batch_repeat_interleave` failed at the first rollout of every such run) and the static cache does not hold: the
+    rows are prefilled by generate() itself, and the compiled step falls back to plain generate(), quietly under
+    `auto`, with one warning where a mode was asked for."""
+    model = linear_attention_model(kind)
+    queries = torch.randint(3, 64, (4, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(queries)
+    assert starting_cache(model, queries, mask, siblings=2, static_length=None) is None
+    assert HFEngine().compiled_mode(torch.device("cuda"), model) is None  # auto: reduce-overhead elsewhere
+    with pytest.warns(UserWarning, match=f"rollout.compile_mode=default: the {kind} model's cache holds layer states "
+                                         f"other than keys and values"):
+        assert HFEngine(compile_mode="default").compiled_mode(torch.device("cpu"), model) is None
+
+
 def test_without_a_compiler_one_warning_and_plain_generate(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler")
     monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (None, "no-such-compiler"))
