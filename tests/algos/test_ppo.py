@@ -71,7 +71,6 @@ def test_reward_model_critic_starts_from_its_backbone_and_head(tmp_path):
     assert all("lora_" in n or n.startswith("value_head") for n in moved)
 
 
-@pytest.mark.integration
 def test_a_critic_from_a_causal_lms_folder_starts_its_head_without_transformers_load_report(capfd):
     """A causal LM's folder as algo.critic_model_path: the score head starts at random (as TRL's value model from a
     causal LM), which transformers' colour-coded load report announced on every run."""
@@ -83,6 +82,7 @@ def test_a_critic_from_a_causal_lms_folder_starts_its_head_without_transformers_
     assert "LOAD REPORT" not in capfd.readouterr().err
 
 
+@pytest.mark.integration
 def test_critic_warmup_trains_only_the_value_head():
     L.seed_everything(0)
     module = make_ppo(critic_warmup_steps=2, num_ppo_epochs=1)

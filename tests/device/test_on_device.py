@@ -106,3 +106,39 @@ def test_the_cuda_graph_decoding_step_samples_what_plain_generate_samples():
         # float rounding may differ between kernels: a token on a boundary of the inverse CDF can flip a sequence
         assert (compiled == plain).all(1).float().mean() >= 0.9
     assert engine.compile_ready
+
+
+@pytest.mark.integration  # torch.compile starts its compiler's worker processes
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA (the CPU path: tests/rollout)")
+@pytest.mark.parametrize("kind", ["qwen2", "gemma2"])
+def test_the_cuda_graph_step_decodes_prompts_longer_than_a_sliding_window_as_plain_generate(kind):
+    """The compiled step's starting cache (the shared prefill in a static cache) on a model with sliding-window
+    layers of 2 positions, under CUDA graphs: plain generate()'s logits, captured and replayed."""
+    import copy
+
+    from transformers import GenerationConfig
+
+    from lit_rlhf.rollout import compiled_decoding as compiled
+    from lit_rlhf.rollout.hf import cache_keyword, starting_cache
+    from tests.rollout.test_compiled_decoding import sliding_window_model
+
+    model = sliding_window_model(kind).to(DEVICE)
+    queries = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(queries)
+    queries[1, :2], mask[1, :2] = 0, 0
+    queries, mask = queries.repeat_interleave(2, 0).to(DEVICE), mask.repeat_interleave(2, 0).to(DEVICE)
+    plain_config = GenerationConfig(max_new_tokens=4, do_sample=False, return_dict_in_generate=True,
+                                    output_logits=True, pad_token_id=0, eos_token_id=None)
+    compiled_config = copy.deepcopy(plain_config)
+    compiled_config.compile_config = compiled.compile_config("reduce-overhead")
+
+    def logits(config, **cache):  # N,4,V
+        out = model.generate(input_ids=queries, attention_mask=mask, generation_config=config, **cache)
+        return torch.stack(out.logits, dim=1).float()
+
+    with torch.no_grad():
+        plain = logits(plain_config)
+        for _ in range(2):  # the second call replays the captured graphs
+            cache = starting_cache(model, queries, mask, siblings=2, static_length=16)
+            torch.testing.assert_close(logits(compiled_config, **{cache_keyword(model): cache}), plain,
+                                       atol=1e-3, rtol=0)
