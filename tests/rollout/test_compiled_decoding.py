@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import HFEngine
 from lit_rlhf.rollout.compiled_decoding import cache_length, resolve_mode, static_cache
-from lit_rlhf.rollout.hf import cache_keyword, shared_prefill, starting_cache
+from lit_rlhf.rollout.hf import cache_keyword, keys_and_values_only, shared_prefill, starting_cache
 from tests.conftest import make_datamodule, make_rloo
 
 
@@ -116,6 +116,7 @@ def test_prompts_longer_than_a_sliding_window_decode_from_the_static_cache_as_pl
                              return_dict_in_generate=True, output_logits=True, **cache)
         return torch.stack(out.logits, dim=1)
 
+    assert keys_and_values_only(model)  # the shared prefill is in the cache
     with torch.no_grad():
         cache = starting_cache(model, queries, mask, siblings=2, static_length=16)
         assert isinstance(cache, StaticCache)
