@@ -16,15 +16,16 @@ class WeightReceiver:
         model, through vLLM's in-place reload (which redoes any kernel-specific repacking). -> tensors loaded"""
         weights = load_file(path, device=str(self.model_runner.device))
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
-        repack_tied_layers(self.model_runner.get_model())
+        if torch.device(self.model_runner.device).type == "cpu":
+            repack_tied_layers(self.model_runner.get_model())
         return len(weights)
 
 
 def repack_tied_layers(model: torch.nn.Module) -> None:
     """Each layer's weight processing redone where layers share one weight (an output layer tied to the input
-    embeddings). vLLM's reload redoes it for the layers whose checkpoint names it loaded, and a tied output layer has
-    none (its weight is the embeddings'): on a CPU, where the processing packs a copy of the weight for the matmul,
-    the output layer kept computing with the old one."""
+    embeddings), on a CPU. vLLM's reload redoes it for the layers whose checkpoint names it loaded, and a tied output
+    layer has none (its weight is the embeddings'); on a CPU the processing packs a copy of the weight for the matmul
+    (a copy that processing again replaces), and the output layer kept computing with the old one."""
     sharing = defaultdict(list)
     for module in model.modules():
         weight = module._parameters.get("weight")
