@@ -31,6 +31,7 @@ from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.estimators import EstimatorInputs, group_relative
 from lit_rlhf.models.forwards import sequence_inputs
+from lit_rlhf.models.last_hidden import forward_with_last_hidden
 from lit_rlhf.models.output_layer import logits_are_the_output_layers
 from lit_rlhf.models.probes import model_type
 from lit_rlhf.ops import masked_mean
@@ -151,8 +152,8 @@ class DistillationModule(RLHFModule):
         real = rollout.response_mask[idx].bool()  # M,R: the model's tokens (an episode's observations are not)
 
         def predicting_states(model: torch.nn.Module) -> torch.Tensor:  # the last hidden states before them: T,H
-            out = model(**inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
-            return out.hidden_states[-1][:, -(length + 1):-1][real]
+            hidden = forward_with_last_hidden(model, **inputs, use_cache=False, logits_to_keep=1)[1]
+            return hidden[:, -(length + 1):-1][real]
 
         check_output_layer(self.policy, "student")
         hidden = predicting_states(self.policy)  # T,H

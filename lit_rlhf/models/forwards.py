@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from lit_rlhf.models.last_hidden import forward_with_last_hidden
 from lit_rlhf.models.output_layer import plain_output_layer
 from lit_rlhf.models.packing import keeps_packed_sequences_apart, packed_response_hidden
 from lit_rlhf.ops.logprobs import (
@@ -35,10 +36,12 @@ def response_forward(model: torch.nn.Module, queries, query_mask, responses, res
     """Logits that predict each response token (N,R,V) and, if asked, the last hidden states at
     those positions (N,R,H): the states a value head reads before each response token."""
     length = responses.shape[1]
-    out = model(**sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
-                logits_to_keep=length + 1, output_hidden_states=with_hidden)
-    hidden = out.hidden_states[-1][:, -(length + 1):-1] if with_hidden else None  # N,R,H
-    return out.logits[:, :-1], hidden  # N,R,V
+    inputs = dict(sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
+                  logits_to_keep=length + 1)
+    if not with_hidden:
+        return model(**inputs).logits[:, :-1], None  # N,R,V
+    out, hidden = forward_with_last_hidden(model, **inputs)
+    return out.logits[:, :-1], hidden[:, -(length + 1):-1]  # N,R,V and N,R,H
 
 
 def response_logits(model: torch.nn.Module, queries, query_mask, responses, response_mask) -> torch.Tensor:
@@ -140,8 +143,8 @@ def last_tokens_logprobs_and_statistics(model: torch.nn.Module, inputs: dict[str
         logprobs, values = logprobs_and_statistics(logits, targets, temperature, statistics)
         return logprobs * mask, {name: value * mask for name, value in values.items()}
     real = target_mask.bool()  # N,T
-    out = model(**inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
-    hidden = out.hidden_states[-1][:, -(length + 1):-1][real]  # M,H  the states that predict the target tokens
+    hidden = forward_with_last_hidden(model, **inputs, use_cache=False, logits_to_keep=1)[1]
+    hidden = hidden[:, -(length + 1):-1][real]  # M,H  the states that predict the target tokens
     return chunked_on_real_tokens(hidden, layer, targets, real, temperature, chunk_size, logits_budget_mib,
                                   statistics)
 

@@ -11,6 +11,7 @@ import weakref
 import torch
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.last_hidden import forward_with_last_hidden
 from lit_rlhf.models.probes import measured_once, probe_ids, unchanged
 
 # logits_are_the_output_layers' verdict per model object
@@ -32,9 +33,9 @@ def logits_are_the_output_layers(model: torch.nn.Module) -> bool:
     """Whether the model's logits are its output layer applied to its last hidden states and nothing more, judged by
     what it does (one forward of 8 tokens, once per model; probes.measured_once). Where they are not, warns once."""
     def measure() -> bool:
-        out = model(input_ids=probe_ids(model, PROBE_TOKENS), use_cache=False, logits_to_keep=PROBE_POSITIONS,
-                    output_hidden_states=True)
-        ours = model.get_output_embeddings()(out.hidden_states[-1][:, -PROBE_POSITIONS:])  # 1,4,V
+        out, hidden = forward_with_last_hidden(model, input_ids=probe_ids(model, PROBE_TOKENS), use_cache=False,
+                                               logits_to_keep=PROBE_POSITIONS)
+        ours = model.get_output_embeddings()(hidden[:, -PROBE_POSITIONS:])  # 1,4,V
         return unchanged(ours, out.logits)
 
     return measured_once(_VERDICTS, model, measure,

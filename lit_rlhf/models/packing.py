@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lit_rlhf.models.last_hidden import forward_with_last_hidden
 from lit_rlhf.models.probes import measured_once, probe_ids, unchanged
 
 # keeps_packed_sequences_apart's verdict per model object
@@ -94,9 +95,8 @@ def packed_response_hidden(model: torch.nn.Module, queries, query_mask, response
 
 def last_hidden(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
     """The last layer's hidden states of packed rows (rows,L,H): no attention mask, positions restarting."""
-    out = model(input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=1,
-                output_hidden_states=True)
-    return out.hidden_states[-1]
+    return forward_with_last_hidden(model, input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                                    logits_to_keep=1)[1]
 
 
 def keeps_packed_sequences_apart(model: torch.nn.Module) -> bool:
