@@ -36,6 +36,7 @@ from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exi
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
 from lit_rlhf.models import load_model_tokenizer, load_policy
+from lit_rlhf.models.router_load import router_load_of
 from lit_rlhf.ops import LossShare, clipped_policy_loss, masked_mean
 from lit_rlhf.ops.batching import divide
 from lit_rlhf.ops.losses import PolicyLoss
@@ -43,7 +44,7 @@ from lit_rlhf.rewards import Reward, load_reward
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.context import SamplingSettings
 from lit_rlhf.rollout.queue import QueueSettings, RolloutQueue, check_concurrent_draws
-from lit_rlhf.rollout.sampler import Sampler
+from lit_rlhf.rollout.sampler import Sampler, sampler_attribute
 from lit_rlhf.rollout.sampling import stop_token_id
 from lit_rlhf.step.dropout import has_active_dropout
 from lit_rlhf.step.episodes import estimate_advantages
@@ -54,12 +55,6 @@ from lit_rlhf.step.reference_sync import ReferenceSync
 from lit_rlhf.step.rollout import Rollout
 from lit_rlhf.step.score_transforms import ScoreTransform
 from lit_rlhf.tasks.metrics import TaskMetric
-
-
-def sampler_attribute(name: str, doc: str) -> property:
-    """A module attribute that is its Sampler's (read and set there)."""
-    return property(lambda self: getattr(self.sampler, name), lambda self, value: setattr(self.sampler, name, value),
-                    doc=doc)
 
 
 class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, StepStatistics, L.LightningModule):
@@ -196,6 +191,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         self.single_update = hp.reuse_rollout_forward and self.supports_single_update and (
             hp.num_ppo_epochs == hp.num_mini_batches == hp.gradient_accumulation_steps == 1
         ) and hp.max_tokens_per_micro_batch is None and not has_active_dropout(self.policy)
+        self.router_load = router_load_of(self.policy, hp.router_aux_loss_coef)
         self.stop_token_id = stop_token_id(self.tokenizer, hp.stop_token)
         self.packing_pad_id = self.tokenizer.pad_token_id if hp.padding_free else None
 
@@ -297,6 +293,7 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
                 share = self.loss_share(rollout, minibatch_idx, len(micro_batches))
                 for micro_idx in micro_batches:
                     loss, micro_stats = self.minibatch_loss(rollout, advantages, micro_idx, share)
+                    loss = self.with_router_loss(loss, micro_stats, len(micro_idx) / len(minibatch_idx))
                     finite = finite & torch.isfinite(loss.detach())
                     self.manual_backward(loss)  # the micro-batch's share of the step's loss (LossShare)
                     for key, value in micro_stats.items():

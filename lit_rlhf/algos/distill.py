@@ -151,12 +151,15 @@ class DistillationModule(RLHFModule):
         inputs, length = sequence_inputs(queries, query_mask, responses, forward_mask), responses.shape[1]
         real = rollout.response_mask[idx].bool()  # M,R: the model's tokens (an episode's observations are not)
 
-        def predicting_states(model: torch.nn.Module) -> torch.Tensor:  # the last hidden states before them: T,H
-            hidden = forward_with_last_hidden(model, **inputs, use_cache=False, logits_to_keep=1)[1]
+        def predicting_states(model: torch.nn.Module, router_load=None) -> torch.Tensor:  # the states before them: T,H
+            routed = router_load.forward_kwargs if router_load is not None else {}
+            out, hidden = forward_with_last_hidden(model, **inputs, use_cache=False, logits_to_keep=1, **routed)
+            if router_load is not None:
+                router_load.add(out, inputs["attention_mask"])
             return hidden[:, -(length + 1):-1][real]
 
         check_output_layer(self.policy, "student")
-        hidden = predicting_states(self.policy)  # T,H
+        hidden = predicting_states(self.policy, self.router_load)  # T,H
         if rollout.teacher_top_ids is not None:  # a served teacher's most likely tokens, scored in the draw
             top_ids, top_logprobs = rollout.teacher_top_ids[idx][real], rollout.teacher_top_logprobs[idx][real]
             teacher_of = lambda where: (top_ids[where], top_logprobs[where])  # noqa: E731  T,K each

@@ -52,6 +52,7 @@ from lit_rlhf.data.preferences import collate_pairs
 from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import right_padded_logprobs_and_statistics
+from lit_rlhf.models.router_load import RouterLoad
 from lit_rlhf.step.reference_sync import ReferenceSync
 
 
@@ -66,7 +67,8 @@ def sequence_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], ch
 
 def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
                    logits_budget_mib: float | None = None, pad_token_id: int | None = None,
-                   statistics: tuple[str, ...] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+                   statistics: tuple[str, ...] = (), router_load: RouterLoad | None = None
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """The logprob of each response token and the named ops.logprobs.TOKEN_STATISTICS there (the entropy, ...: no
     gradient), 0 elsewhere, and the response mask they are laid out by, through the RL modules' logprob forwards
     (temperature 1): chunked from the last hidden states with chunk_size, and then, given the pad_token_id, on packed
@@ -74,7 +76,7 @@ def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk
     response = batch["response_mask"][:, 1:]  # token t+1 is predicted at position t
     logprobs, values = right_padded_logprobs_and_statistics(model, batch["input_ids"], batch["attention_mask"],
                                                             response, chunk_size, pad_token_id, logits_budget_mib,
-                                                            statistics)
+                                                            statistics, router_load=router_load)
     return logprobs, values, response
 
 
@@ -109,7 +111,8 @@ class DPOModule(PolicyPairModule):
                  padding_free: bool = False, logits_chunk_size: int | None = 1024,
                  logits_budget_mib: float | None = 512.0, sync_ref_model: bool = False,
                  ref_model_mixup_alpha: float = REFERENCE_SYNC_DEFAULTS["ref_model_mixup_alpha"],
-                 ref_model_sync_steps: int = REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"]):
+                 ref_model_sync_steps: int = REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"],
+                 router_aux_loss_coef: float = 0.001):
         super().__init__()
         loss = DPOLoss(loss_type, loss_weights, beta, label_smoothing, cdpo_epsilon, discopop_tau, f_divergence_type,
                        f_alpha_divergence_coef, use_weighting)  # checks them
@@ -118,6 +121,7 @@ class DPOModule(PolicyPairModule):
             raise ConfigError(f"algo.ld_alpha={ld_alpha} must be in [0, 1] (1: plain DPO; null: off).")
         check_number("logits_chunk_size", logits_chunk_size, minimum=1, integer=True, optional=True)
         check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
+        check_number("router_aux_loss_coef", router_aux_loss_coef, minimum=0)
         check_optimizer(optimizer)
         check_flag("algo.sync_ref_model", sync_ref_model)
         check_flag("algo.precompute_ref_log_probs", precompute_ref_log_probs)
@@ -135,7 +139,8 @@ class DPOModule(PolicyPairModule):
                                    "precompute_ref_batch_size": precompute_ref_batch_size, "padding_free": padding_free,
                                    "logits_chunk_size": logits_chunk_size, "logits_budget_mib": logits_budget_mib,
                                    "sync_ref_model": sync_ref_model, "ref_model_mixup_alpha": ref_model_mixup_alpha,
-                                   "ref_model_sync_steps": ref_model_sync_steps})
+                                   "ref_model_sync_steps": ref_model_sync_steps,
+                                   "router_aux_loss_coef": router_aux_loss_coef})
         self.preference_loss = loss
         self.reference_sync = ReferenceSync.of(self.hparams, self.hparams.model)
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=5e-6)
@@ -159,7 +164,7 @@ class DPOModule(PolicyPairModule):
         hp = self.hparams
         statistics = ("entropy", "top1", "mean_logit") + (("log_sum_p2",) if hp.use_weighting else ())
         logprobs, values, response = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
-                                                    self.packing_pad_id, statistics)  # 2B,R ; name: 2B,R
+                                                    self.packing_pad_id, statistics, self.router_load)  # 2B,R each
         policy_chosen, policy_rejected = weighted_sums(logprobs, response, hp.ld_alpha).chunk(2)  # B, B
         reference_chosen, reference_rejected = self.reference_logprobs(batch).chunk(2)  # B, B
         chosen_tokens, rejected_tokens = batch["response_mask"].sum(-1).chunk(2)  # B, B
@@ -185,7 +190,7 @@ class DPOModule(PolicyPairModule):
                               "logits/rejected": (rejected_logits, rejected_response)}, stage)
         if stage == "train":
             self.count_tokens(batch["attention_mask"])
-        return loss
+        return self.with_router_loss(loss, len(chosen), stage)
 
     @torch.no_grad()
     def reference_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -17,6 +17,7 @@ from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import ranks_in_step
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
+from lit_rlhf.models.router_load import RouterLoad
 from lit_rlhf.ops import high_entropy_mask, importance_weights, off_policy_sequences, vespo_weights
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.rollout.sampler import Drawn
@@ -77,6 +78,8 @@ def require_grads(parameters: list[torch.nn.Parameter]) -> None:
 
 
 class RolloutForwards:
+    router_load: RouterLoad | None = None  # a MoE policy's load-balancing loss (algo.router_aux_loss_coef)
+
     @torch.no_grad()
     def rollout(self, batch: dict[str, torch.Tensor], samples_per_prompt: int | None = None,
                 for_training: bool = True, from_reference: bool = False, greedy: bool = False) -> Rollout:
@@ -236,14 +239,27 @@ class RolloutForwards:
         whole rollout (see single_update): the no-grad old-logprob forward is then unnecessary.
         -> logprobs (N,R) with their graph, entropy (N,R)"""
         require_grads(self._trainable or self.trainable_parameters())
+        if self.router_load is not None:
+            self.router_load.clear()  # the update takes this forward's routers' loss
         with torch.enable_grad():
             return self.policy_logprobs_and_entropy(queries, query_mask, responses, response_mask)
+
+    def with_router_loss(self, loss: torch.Tensor, stats: dict[str, torch.Tensor], share: float) -> torch.Tensor:
+        """A MoE policy's micro-batch loss plus algo.router_aux_loss_coef x the load-balancing loss of its forwards
+        since the last call, times the micro-batch's share of the optimizer step's sequences (so a step adds the
+        micro-batches' mean); stats gain aux_loss (TRL's name)."""
+        aux = self.router_load.take() if self.router_load is not None else None
+        if aux is None:
+            return loss
+        stats["aux_loss"] = aux
+        return loss + self.hparams.router_aux_loss_coef * aux * share
 
     def policy_logprobs_and_entropy(self, queries, query_mask, responses, response_mask):
         """The policy's forward on the sequences. -> logprobs (N,R), entropy (N,R, no grad); zero after the stop"""
         return response_logprobs_and_entropy(self.policy, queries, query_mask, responses, response_mask,
                                              self.hparams.temperature, self.hparams.logits_chunk_size,
-                                             self.packing_pad_id, self.hparams.logits_budget_mib)
+                                             self.packing_pad_id, self.hparams.logits_budget_mib,
+                                             router_load=self.router_load)
 
     def old_logprobs_and_values(self, queries, query_mask, responses, response_mask):
         """No-grad logprobs of the sampling policy (N,R); algorithms with a critic add values (N,R)."""

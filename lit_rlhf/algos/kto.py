@@ -85,7 +85,8 @@ class KTOModule(PolicyPairModule):
                  logits_chunk_size: int | None = 1024, logits_budget_mib: float | None = 512.0,
                  sync_ref_model: bool = False,
                  ref_model_mixup_alpha: float = REFERENCE_SYNC_DEFAULTS["ref_model_mixup_alpha"],
-                 ref_model_sync_steps: int = REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"]):
+                 ref_model_sync_steps: int = REFERENCE_SYNC_DEFAULTS["ref_model_sync_steps"],
+                 router_aux_loss_coef: float = 0.001):
         super().__init__()
         check_choice("loss_type", loss_type, LOSS_TYPES)
         check_number("beta", beta, minimum=0, strictly=True)
@@ -93,6 +94,7 @@ class KTOModule(PolicyPairModule):
             check_number(name, weight, minimum=0, strictly=True)
         check_number("logits_chunk_size", logits_chunk_size, minimum=1, integer=True, optional=True)
         check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
+        check_number("router_aux_loss_coef", router_aux_loss_coef, minimum=0)
         check_optimizer(optimizer)
         check_flag("algo.sync_ref_model", sync_ref_model)
         check_reference_sync_numbers(ref_model_mixup_alpha, ref_model_sync_steps)
@@ -102,7 +104,8 @@ class KTOModule(PolicyPairModule):
                                    "desirable_weight": desirable_weight, "undesirable_weight": undesirable_weight,
                                    "logits_chunk_size": logits_chunk_size, "logits_budget_mib": logits_budget_mib,
                                    "sync_ref_model": sync_ref_model, "ref_model_mixup_alpha": ref_model_mixup_alpha,
-                                   "ref_model_sync_steps": ref_model_sync_steps})
+                                   "ref_model_sync_steps": ref_model_sync_steps,
+                                   "router_aux_loss_coef": router_aux_loss_coef})
         self.reference_sync = ReferenceSync.of(self.hparams, self.hparams.model)
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=5e-6)
         self.policy = self.reference = self.tokenizer = None
@@ -142,7 +145,8 @@ class KTOModule(PolicyPairModule):
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
         logprobs, values, response = token_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
-                                                    statistics=("entropy", "mean_logit"))  # B,R ; name: B,R
+                                                    statistics=("entropy", "mean_logit"),
+                                                    router_load=self.router_load)  # B,R ; name: B,R
         policy = logprobs.sum(-1)  # B
         with torch.no_grad(), self.reference_model() as reference:
             reference_logprobs = self.summed_logprobs(reference, batch)  # B
@@ -171,7 +175,7 @@ class KTOModule(PolicyPairModule):
         else:  # the margin of the held-out means, at the epoch's end
             self.heldout_rewards += torch.stack([(rewards * desirable).sum(), desirable.sum(),
                                                  (rewards * ~desirable).sum(), (~desirable).sum()]).double().cpu()
-        return loss
+        return self.with_router_loss(loss, len(desirable), stage)
 
     def on_validation_epoch_start(self) -> None:
         self.heldout_rewards = torch.zeros(4, dtype=torch.float64)

@@ -36,6 +36,7 @@ from lit_rlhf.interrupts import EndOfRunInterrupted
 from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.policy import Reference
+from lit_rlhf.models.router_load import RouterLoad, router_load_of
 from lit_rlhf.ops.finite import all_finite
 
 # which script trains which
@@ -256,6 +257,7 @@ class PolicyPairModule(PairModule):
     reference_sync: Any = None
     shards = True
     saved_policy: torch.nn.Module | None = None  # set by prepare_save: the policy whose weights save_policy writes
+    router_load: RouterLoad | None = None  # a MoE policy's load-balancing loss (algo.router_aux_loss_coef)
 
     def load_models(self) -> None:
         """Sets self.policy (and, where the loss reads one, self.reference and self.frozen_reference), the tokenizer."""
@@ -266,6 +268,7 @@ class PolicyPairModule(PairModule):
         if self.policy is not None:
             return
         self.load_models()
+        self.router_load = router_load_of(self.policy, self.hparams.get("router_aux_loss_coef", 0.0))
         if fsdp2_strategy(self) is not None:
             frozen = getattr(self, "frozen_reference", None)
             shard_policy_models(self, [self.policy] + ([frozen] if frozen is not None else []))
@@ -278,6 +281,20 @@ class PolicyPairModule(PairModule):
         self.tokenizer = load_model_tokenizer(spec)
         spec.pop("tokenizer_name_or_path", None)  # the policy's loader takes the rest
         return load_policy(tokenizer=self.tokenizer, empty=loads_sharded(self), **spec)
+
+    def router_loss(self, batch_size: int, stage: str) -> torch.Tensor | None:
+        """A MoE policy's algo.router_aux_loss_coef x its routers' load-balancing loss in the step's policy forward
+        (the loss logged as aux_loss, TRL's name); None for a dense policy or a coefficient of 0."""
+        aux = self.router_load.take() if self.router_load is not None else None
+        if aux is None:
+            return None
+        self.log_metrics({("" if stage == "train" else "eval/") + "aux_loss": aux.detach()}, batch_size, stage)
+        return self.hparams.router_aux_loss_coef * aux
+
+    def with_router_loss(self, loss: torch.Tensor, batch_size: int, stage: str) -> torch.Tensor:
+        """The step's loss plus router_loss: Lightning averages both over an accumulation window's micro-batches."""
+        term = self.router_loss(batch_size, stage)
+        return loss if term is None else loss + term
 
     @contextmanager
     def reference_model(self) -> Iterator[torch.nn.Module]:

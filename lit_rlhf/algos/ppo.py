@@ -70,11 +70,15 @@ class PPOModule(RLHFModule):
         """During critic warm-up only the critic learns (in shared mode: only the value head)."""
         return self.rl_step < self.hparams.critic_warmup_steps
 
+    def trained_router_load(self):
+        """The update's collector of a MoE policy's load-balancing loss: not while the critic warms up alone."""
+        return self.router_load if torch.is_grad_enabled() and not self.warming_up else None
+
     def policy_and_values(self, queries, query_mask, responses, response_mask):
         """One forward of the policy (and of the critic when separate). -> logits (N,R,V), values (N,R)"""
         kind, length = self.hparams.critic, responses.shape[1]
         logits, hidden = response_forward(self.policy, queries, query_mask, responses, response_mask,
-                                          with_hidden=kind == "shared")
+                                          with_hidden=kind == "shared", router_load=self.trained_router_load())
         if kind == "shared":
             return logits, self.value_head(hidden.detach() if self.warming_up else hidden)
         if kind == "adapter":

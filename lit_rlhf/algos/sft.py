@@ -31,17 +31,20 @@ from lit_rlhf.algos.pair_module import PolicyPairModule
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_choice, check_flag, check_number, check_optimizer
 from lit_rlhf.models.forwards import right_padded_logprobs_and_statistics
+from lit_rlhf.models.router_load import RouterLoad
 
 
 def completion_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], chunk_size: int | None = None,
                         logits_budget_mib: float | None = None, statistics: tuple[str, ...] = ("entropy",),
-                        pad_token_id: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+                        pad_token_id: int | None = None, router_load: RouterLoad | None = None
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """The logprob and the named ops.logprobs.TOKEN_STATISTICS of every token after the first (B,L-1 each, zero off
     the completion), through the RL modules' logprob forward (temperature 1; padding-free given the pad_token_id),
     and the completion mask (B,L-1)."""
     mask = batch["response_mask"][:, 1:]  # B,L-1  token t+1 is predicted at position t
     logprobs, values = right_padded_logprobs_and_statistics(model, batch["input_ids"], batch["attention_mask"], mask,
-                                                            chunk_size, pad_token_id, logits_budget_mib, statistics)
+                                                            chunk_size, pad_token_id, logits_budget_mib, statistics,
+                                                            router_load=router_load)
     return logprobs, values, mask
 
 
@@ -54,16 +57,18 @@ class SFTModule(PolicyPairModule):
 
     def __init__(self, model: dict[str, Any], optimizer: Any = None, loss_type: str = "nll",
                  padding_free: bool = False, logits_chunk_size: int | None = 1024,
-                 logits_budget_mib: float | None = 512.0):
+                 logits_budget_mib: float | None = 512.0, router_aux_loss_coef: float = 0.001):
         super().__init__()
         check_choice("loss_type", loss_type, LOSS_TYPES)
         check_flag("algo.padding_free", padding_free)
         check_number("logits_chunk_size", logits_chunk_size, minimum=1, integer=True, optional=True)
         check_number("logits_budget_mib", logits_budget_mib, minimum=0, optional=True)
+        check_number("router_aux_loss_coef", router_aux_loss_coef, minimum=0)
         check_optimizer(optimizer)
         self.save_hyperparameters({"model": asdict(model_config(model)), "loss_type": loss_type,
                                    "padding_free": padding_free, "logits_chunk_size": logits_chunk_size,
-                                   "logits_budget_mib": logits_budget_mib})
+                                   "logits_budget_mib": logits_budget_mib,
+                                   "router_aux_loss_coef": router_aux_loss_coef})
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=2e-5)
         self.policy = self.tokenizer = None
         self.num_completion_tokens = 0  # completion tokens trained on, over all ranks
@@ -82,23 +87,28 @@ class SFTModule(PolicyPairModule):
     def step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         hp = self.hparams
         logprobs, values, mask = completion_logprobs(self.policy, batch, hp.logits_chunk_size, hp.logits_budget_mib,
-                                                     ("entropy", "top1"), self.packing_pad_id)
+                                                     ("entropy", "top1"), self.packing_pad_id, self.router_load)
         tokens = mask.sum()
         # dft: each token's loss weighted by its probability (no gradient through the weight)
         weights = logprobs.detach().exp() if hp.loss_type == "dft" else 1.0
         total = -(weights * logprobs).sum()
+        router_loss = self.router_loss(len(batch["input_ids"]), stage)  # a MoE policy's (None: none)
         if stage == "train":
             # over every rank's completion tokens of the optimizer step's micro-batches, as TRL's num_items_in_batch
             all_tokens = int(self.summed_over_ranks(tokens.detach().long()))
             trainer = self.trainer if self._trainer is not None else None
             ranks, accumulate = (trainer.world_size, trainer.accumulate_grad_batches) if trainer else (1, 1)
-            loss = self.window.loss(total, all_tokens, ranks, accumulate, self.opens_window)
+            # a MoE policy's router loss weighs as many tokens' losses as the micro-batch holds: the window's token
+            # mean, whose earlier gradients the window rescales, then holds the micro-batches' token-weighted mean of it
+            routed = total if router_loss is None else total + router_loss * tokens
+            loss = self.window.loss(routed, all_tokens, ranks, accumulate, self.opens_window)
             logged = total.detach() * ranks / max(all_tokens, 1)  # the ranks' mean: this micro-batch's token mean
             self.count_tokens(batch["attention_mask"])
             self.num_completion_tokens += all_tokens
             self.log("num_completion_tokens", float(self.num_completion_tokens), on_step=True, on_epoch=False)
         else:
             loss = logged = total / tokens.clamp(min=1)
+            loss = loss if router_loss is None else loss + router_loss
         self.log_metrics({("" if stage == "train" else "eval/") + "loss": logged.detach()}, len(batch["input_ids"]),
                          stage)
         self.log_token_means({"entropy": (values["entropy"], mask), "mean_token_accuracy": (values["top1"], mask)},

@@ -90,6 +90,10 @@ class RLHFConfig:
         None, "micro-batches by token count instead: consecutive sequences up to this many prompt + response tokens "
               "each (replaces gradient_accumulation_steps; the loss types keep their contract)")
     max_grad_norm: Optional[float] = setting(1.0, "gradient clipping through Lightning's `clip_gradients` (null: off)")
+    router_aux_loss_coef: float = setting(
+        0.001, "TRL's: a mixture-of-experts policy (its config has output_router_logits) trains on loss + this x the "
+               "routers' load-balancing loss (transformers' aux_loss) of its training forwards' real tokens, logged "
+               "as aux_loss; 0: off; dense models: nothing")
     forward_batch_size: Optional[int] = setting(None, "chunk size of the no-grad logprob forwards (null: all at once)")
     logits_chunk_size: Optional[int] = setting(
         1024, "logprobs from the last hidden states, this many response tokens at a time, through the output layer "
@@ -187,6 +191,7 @@ class RLHFConfig:
                               f"(INTELLECT-2: 4) or null.")
         check_setting_number("algo.top_entropy_quantile", self.top_entropy_quantile, minimum=0, maximum=1)
         check_number("cispo_cap", self.cispo_cap, minimum=0, strictly=True)
+        check_number("router_aux_loss_coef", self.router_aux_loss_coef, minimum=0)
         check_number("sapo_temperature_pos", self.sapo_temperature_pos, minimum=0, strictly=True)
         check_number("sapo_temperature_neg", self.sapo_temperature_neg, minimum=0, strictly=True)
         check_vespo(self.vespo_k_pos, self.vespo_lambda_pos, self.vespo_k_neg, self.vespo_lambda_neg)

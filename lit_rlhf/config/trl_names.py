@@ -131,7 +131,6 @@ NOT_HERE = {
     "use_liger_kernel": "the logprobs come from the last hidden states in chunks (algo.logits_chunk_size), never "
                         "holding the whole logits, the memory Liger's fused kernels save",
     "torch_empty_cache_steps": "the CUDA allocator's cache is left to PyTorch",
-    "router_aux_loss_coef": "a mixture-of-experts router's loss is not added",
     "log_completions_hub_repo": "completions are written to the run directory (samples.jsonl), never pushed",
     "log_multimodal": "text models only",
     "reward_clip_range": "scores are not clipped as they are (score_transforms=reward_normalizer's "

@@ -12,6 +12,7 @@ import torch
 from lit_rlhf.models.last_hidden import forward_with_last_hidden
 from lit_rlhf.models.output_layer import plain_output_layer
 from lit_rlhf.models.packing import keeps_packed_sequences_apart, packed_response_hidden
+from lit_rlhf.models.router_load import RouterLoad
 from lit_rlhf.ops.logprobs import (
     chunked_logprobs_and_statistics,
     kept_logits_mib,
@@ -32,16 +33,18 @@ def sequence_inputs(queries: torch.Tensor, query_mask: torch.Tensor, responses: 
 
 
 def response_forward(model: torch.nn.Module, queries, query_mask, responses, response_mask,
-                     with_hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     with_hidden: bool = False, router_load: RouterLoad | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits that predict each response token (N,R,V) and, if asked, the last hidden states at
-    those positions (N,R,H): the states a value head reads before each response token."""
+    those positions (N,R,H): the states a value head reads before each response token. router_load: a MoE policy's
+    collector of the forward's load-balancing loss."""
     length = responses.shape[1]
     inputs = dict(sequence_inputs(queries, query_mask, responses, response_mask), use_cache=False,
-                  logits_to_keep=length + 1)
-    if not with_hidden:
-        return model(**inputs).logits[:, :-1], None  # N,R,V
-    out, hidden = forward_with_last_hidden(model, **inputs)
-    return out.logits[:, :-1], hidden[:, -(length + 1):-1]  # N,R,V and N,R,H
+                  logits_to_keep=length + 1, **(router_load.forward_kwargs if router_load is not None else {}))
+    out, hidden = forward_with_last_hidden(model, **inputs) if with_hidden else (model(**inputs), None)
+    if router_load is not None:
+        router_load.add(out, inputs["attention_mask"])
+    return out.logits[:, :-1], None if hidden is None else hidden[:, -(length + 1):-1]  # N,R,V and N,R,H
 
 
 def response_logits(model: torch.nn.Module, queries, query_mask, responses, response_mask) -> torch.Tensor:
@@ -51,32 +54,35 @@ def response_logits(model: torch.nn.Module, queries, query_mask, responses, resp
 
 def response_logprobs_and_entropy(model: torch.nn.Module, queries, query_mask, responses, response_mask,
                                   temperature: float, chunk_size: int | None, pad_token_id: int | None = None,
-                                  logits_budget_mib: float | None = None,
-                                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                  logits_budget_mib: float | None = None, with_entropy: bool = True, *,
+                                  router_load: RouterLoad | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (N,R) and entropy (N,R, no gradient; None unless with_entropy) of the response tokens; zero after the
     stop token (response_logprobs_and_statistics)."""
     logprobs, statistics = response_logprobs_and_statistics(model, queries, query_mask, responses, response_mask,
                                                             temperature, chunk_size, pad_token_id, logits_budget_mib,
-                                                            ("entropy",) if with_entropy else ())
+                                                            ("entropy",) if with_entropy else (),
+                                                            router_load=router_load)
     return logprobs, statistics.get("entropy")
 
 
 def response_logprobs_and_statistics(model: torch.nn.Module, queries, query_mask, responses, response_mask,
                                      temperature: float, chunk_size: int | None, pad_token_id: int | None = None,
-                                     logits_budget_mib: float | None = None,
-                                     statistics: tuple[str, ...] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                                     logits_budget_mib: float | None = None, statistics: tuple[str, ...] = (), *,
+                                     router_load: RouterLoad | None = None
+                                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Logprobs (N,R) of the response tokens and the named ops.logprobs.TOKEN_STATISTICS there (N,R each, no
     gradient); zero after the stop token. With chunk_size and a pad_token_id, from a padding-free forward
     (models.packing) where the model keeps packed sequences apart; otherwise as last_tokens_logprobs_and_statistics
-    computes them."""
+    computes them. router_load: a MoE policy's collector of the forward's load-balancing loss (training forwards)."""
     layer = plain_output_layer(model) if chunk_size else None
     if layer is None or pad_token_id is None or not keeps_packed_sequences_apart(model):
         return last_tokens_logprobs_and_statistics(model, sequence_inputs(queries, query_mask, responses,
                                                                           response_mask),
                                                    responses, response_mask, temperature, chunk_size,
-                                                   logits_budget_mib, statistics)
+                                                   logits_budget_mib, statistics, router_load=router_load)
     real = response_mask.bool()  # N,R
-    hidden = packed_response_hidden(model, queries, query_mask, responses, response_mask, pad_token_id)  # T,H
+    hidden = packed_response_hidden(model, queries, query_mask, responses, response_mask, pad_token_id,
+                                    router_load)  # T,H
     return chunked_on_real_tokens(hidden, layer, responses, real, temperature, chunk_size, logits_budget_mib,
                                   statistics)
 
@@ -84,7 +90,8 @@ def response_logprobs_and_statistics(model: torch.nn.Module, queries, query_mask
 def right_padded_logprobs_and_statistics(model: torch.nn.Module, input_ids: torch.Tensor,
                                          attention_mask: torch.Tensor, target_mask: torch.Tensor,
                                          chunk_size: int | None, pad_token_id: int | None = None,
-                                         logits_budget_mib: float | None = None, statistics: tuple[str, ...] = ()
+                                         logits_budget_mib: float | None = None, statistics: tuple[str, ...] = (),
+                                         *, router_load: RouterLoad | None = None
                                          ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Logprobs (N,L-1) of every token after the first of right-padded sequences (N,L), each predicted by the
     position before it, and the named ops.logprobs.TOKEN_STATISTICS there; zero outside target_mask (N,L-1, within
@@ -96,10 +103,11 @@ def right_padded_logprobs_and_statistics(model: torch.nn.Module, input_ids: torc
     if layer is None or pad_token_id is None or not keeps_packed_sequences_apart(model):
         return last_tokens_logprobs_and_statistics(model, {"input_ids": input_ids, "attention_mask": attention_mask},
                                                    targets, target_mask, 1.0, chunk_size, logits_budget_mib,
-                                                   statistics)
+                                                   statistics, router_load=router_load)
     real = attention_mask[:, 1:].bool()  # N,L-1  right-padded: each row's real tokens come first
     # the first token as a one-token prompt, the rest as its response: the states that predict every real token
-    hidden = packed_response_hidden(model, input_ids[:, :1], attention_mask[:, :1], targets, real, pad_token_id)
+    hidden = packed_response_hidden(model, input_ids[:, :1], attention_mask[:, :1], targets, real, pad_token_id,
+                                    router_load)
     targeted = target_mask.bool()
     return chunked_on_real_tokens(hidden[targeted[real]], layer, targets, targeted, 1.0, chunk_size,
                                   logits_budget_mib, statistics)
@@ -120,7 +128,7 @@ def last_tokens_logprobs_and_entropy(model: torch.nn.Module, inputs: dict[str, t
 def last_tokens_logprobs_and_statistics(model: torch.nn.Module, inputs: dict[str, torch.Tensor],
                                         targets: torch.Tensor, target_mask: torch.Tensor, temperature: float,
                                         chunk_size: int | None, logits_budget_mib: float | None = None,
-                                        statistics: tuple[str, ...] = ()
+                                        statistics: tuple[str, ...] = (), *, router_load: RouterLoad | None = None
                                         ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Logprobs (N,T) of `targets` (N,T), the last T tokens of the sequences `inputs` (N,L) feed the model, each
     predicted by the position before it, and the named ops.logprobs.TOKEN_STATISTICS there (N,T each, no gradient);
@@ -135,15 +143,21 @@ def last_tokens_logprobs_and_statistics(model: torch.nn.Module, inputs: dict[str
     logits."""
     length = targets.shape[1]
     layer = plain_output_layer(model) if chunk_size else None
+    routed = router_load.forward_kwargs if router_load is not None else {}
     if layer is None:
-        logits = model(**inputs, use_cache=False, logits_to_keep=length + 1).logits[:, :-1]  # N,T,V
+        out = model(**inputs, use_cache=False, logits_to_keep=length + 1, **routed)
+        if router_load is not None:
+            router_load.add(out, inputs["attention_mask"])
+        logits = out.logits[:, :-1]  # N,T,V
         mask = target_mask.to(torch.float32)
         if not statistics:
             return logprobs_from_logits(logits, targets, temperature) * mask, {}
         logprobs, values = logprobs_and_statistics(logits, targets, temperature, statistics)
         return logprobs * mask, {name: value * mask for name, value in values.items()}
     real = target_mask.bool()  # N,T
-    hidden = forward_with_last_hidden(model, **inputs, use_cache=False, logits_to_keep=1)[1]
+    out, hidden = forward_with_last_hidden(model, **inputs, use_cache=False, logits_to_keep=1, **routed)
+    if router_load is not None:
+        router_load.add(out, inputs["attention_mask"])
     hidden = hidden[:, -(length + 1):-1][real]  # M,H  the states that predict the target tokens
     return chunked_on_real_tokens(hidden, layer, targets, real, temperature, chunk_size, logits_budget_mib,
                                   statistics)

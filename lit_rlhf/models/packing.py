@@ -21,6 +21,7 @@ import torch
 
 from lit_rlhf.models.last_hidden import forward_with_last_hidden
 from lit_rlhf.models.probes import measured_once, probe_ids, unchanged
+from lit_rlhf.models.router_load import RouterLoad
 
 # keeps_packed_sequences_apart's verdict per model object
 _VERDICTS: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
@@ -35,6 +36,7 @@ class Packed:
     position_ids: torch.Tensor  # rows,L  restarting at 0 for every sequence (and for the padding at a row's end)
     rows: torch.Tensor  # T  the row of the position that predicts each real response token (in responses[mask] order)
     columns: torch.Tensor  # T  its column
+    real: torch.Tensor  # rows,L  the packed sequences' tokens (False: the filler at a row's end)
 
 
 def pack(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor,
@@ -62,7 +64,7 @@ def pack(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tenso
         bins[row].append(i)
         free[row] -= len(sources[i])
     pad = n * width  # the index of the pad token appended after the tokens
-    index, positions, start_of = [], [], {}
+    index, positions, real, start_of = [], [], [], {}
     for row, members in enumerate(bins):
         offset = 0
         for i in members:
@@ -72,6 +74,7 @@ def pack(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tenso
             offset += len(sources[i])
         index += [pad] * (capacity - offset)
         positions += range(capacity - offset)  # the padding: apart
+        real += [True] * offset + [False] * (capacity - offset)
     rows, columns = [], []
     for i in range(n):  # responses[mask] order: sequence by sequence, token by token
         row, offset = start_of[i]
@@ -83,14 +86,22 @@ def pack(queries: torch.Tensor, query_mask: torch.Tensor, responses: torch.Tenso
     tokens = torch.cat([tokens, tokens.new_full((1,), pad_token_id)])
     input_ids = tokens[torch.tensor(index, **on_device)].view(len(bins), capacity)
     position_ids = torch.tensor(positions, **on_device).view(len(bins), capacity)
-    return Packed(input_ids, position_ids, torch.tensor(rows, **on_device), torch.tensor(columns, **on_device))
+    return Packed(input_ids, position_ids, torch.tensor(rows, **on_device), torch.tensor(columns, **on_device),
+                  torch.tensor(real, device=queries.device).view(len(bins), capacity))
 
 
 def packed_response_hidden(model: torch.nn.Module, queries, query_mask, responses, response_mask,
-                           pad_token_id: int) -> torch.Tensor:
-    """The last hidden states that predict each real response token, from one padding-free forward. -> (T,H)"""
+                           pad_token_id: int, router_load: RouterLoad | None = None) -> torch.Tensor:
+    """The last hidden states that predict each real response token, from one padding-free forward; router_load
+    collects a MoE policy's load-balancing loss over the packed tokens (not a row's filler). -> (T,H)"""
     packed = pack(queries, query_mask, responses, response_mask, pad_token_id)
-    return last_hidden(model, packed.input_ids, packed.position_ids)[packed.rows, packed.columns]  # T,H
+    if router_load is None:
+        hidden = last_hidden(model, packed.input_ids, packed.position_ids)
+    else:
+        out, hidden = forward_with_last_hidden(model, input_ids=packed.input_ids, position_ids=packed.position_ids,
+                                               use_cache=False, logits_to_keep=1, **router_load.forward_kwargs)
+        router_load.add(out, packed.real)
+    return hidden[packed.rows, packed.columns]  # T,H
 
 
 def last_hidden(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:

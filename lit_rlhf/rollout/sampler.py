@@ -286,3 +286,9 @@ class Sampler:
         self.warn_of_unscored(torch.stack(list(parts.values())).isnan().all(0), prompts)
         device = self.context.device
         return total.to(device), {name: part.to(device) for name, part in parts.items()}
+
+
+def sampler_attribute(name: str, doc: str) -> property:
+    """An attribute of the module holding a Sampler that is its Sampler's (read and set there)."""
+    return property(lambda self: getattr(self.sampler, name), lambda self, value: setattr(self.sampler, name, value),
+                    doc=doc)

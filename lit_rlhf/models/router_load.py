@@ -1,0 +1,68 @@
+"""The load-balancing loss of a mixture-of-experts policy (TRL's router_aux_loss_coef term): the Switch Transformer's
+auxiliary loss over the routers of every layer, computed as the model family's own forward computes its `aux_loss`
+(transformers' load_balancing_loss_func, which every MoE family shares), over the real tokens of the training
+forwards: the prompt and response tokens, not the padding of a padded batch or the filler at the end of a packed row.
+
+TRL adds it to the training loss of GRPO, RLOO, DPO, KTO and SFT when the model's config has output_router_logits
+(set or not: a MoE model's config carries the key, a dense one's does not) and the coefficient is not 0.
+
+Shapes: rows, L positions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_rlhf.errors import ConfigError
+
+
+def routes_tokens_to_experts(model: torch.nn.Module) -> bool:
+    """Whether the model is a mixture of experts whose forward can return its routers' logits (TRL's test)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(config, "output_router_logits", None) is not None
+
+
+def experts_of(model: torch.nn.Module) -> tuple[int, int]:
+    """(experts per layer, experts each token is routed to), as the model's own forward reads them."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under peft's wrapper
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    experts = getattr(base, "num_experts", None) or getattr(config, "num_experts", None) or \
+        getattr(config, "num_local_experts", None)
+    per_token = getattr(base, "num_experts_per_tok", None) or getattr(config, "num_experts_per_tok", None)
+    if not experts or not per_token:
+        raise ConfigError(f"algo.router_aux_loss_coef: the {config.model_type} model's config has "
+                          f"output_router_logits but names no number of experts (num_experts or num_local_experts) "
+                          f"or num_experts_per_tok; set algo.router_aux_loss_coef=0.")
+    return int(experts), int(per_token)
+
+
+class RouterLoad:
+    """Collects the load-balancing loss of the training forwards of one micro-batch (`add` after each forward that
+    ran with `forward_kwargs`); `take` gives their mean, as TRL averages the forward chunks of a micro-batch."""
+
+    forward_kwargs = {"output_router_logits": True}
+
+    def __init__(self, model: torch.nn.Module):
+        self.experts, self.per_token = experts_of(model)
+        self.losses: list[torch.Tensor] = []
+
+    def add(self, output, token_mask: torch.Tensor) -> None:
+        """The loss of one forward's routers (its output's router_logits: one (rows*L, experts) tensor a layer) over
+        its real tokens (token_mask: rows,L)."""
+        from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+        router_logits = tuple(output.router_logits)
+        self.losses.append(load_balancing_loss_func(router_logits, self.experts, self.per_token, token_mask))
+
+    def take(self) -> torch.Tensor | None:
+        """The mean loss of the forwards since the last take (None: there were none), and forget them."""
+        losses, self.losses = self.losses, []
+        return torch.stack(losses).mean() if losses else None
+
+    def clear(self) -> None:
+        self.losses = []
+
+
+def router_load_of(model: torch.nn.Module, coefficient: float) -> RouterLoad | None:
+    """The policy's collector where its load-balancing loss is trained (a MoE model and a coefficient above 0)."""
+    return RouterLoad(model) if coefficient and routes_tokens_to_experts(model) else None
