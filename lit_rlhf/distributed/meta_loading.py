@@ -10,11 +10,17 @@ from the start; tensors added after loading (LoRA adapters, a value head) keep t
 
 FSDP2 shards each parameter along dim 0 as `torch.chunk` does: rank r holds rows [r * c, (r + 1) * c) with
 c = ceil(rows / ranks), fewer (or none) at the end.
+
+A mixture of experts whose files hold one tensor per expert (Qwen3-MoE's and Mixtral's checkpoints) while the model
+holds them stacked, experts along dim 0 (transformers merges them while loading, fusing gate and up projections
+along dim 1), is read the same way: a rank's rows are its experts, each read whole from the files and fused.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,6 +34,24 @@ from lit_rlhf.models.loading import from_pretrained, unreadable_weights, weight_
 
 WEIGHT_KEYS = "_lit_rlhf_weight_keys"  # set on each module of an empty model: (WeightFiles, {name: file key})
 INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
+
+
+@dataclass(frozen=True)
+class StackedExperts:
+    """A parameter the files hold one tensor per expert of: its row e is expert e's tensor of each part (the source
+    patterns of transformers' converter, in order) concatenated along their dim 0."""
+
+    parts: tuple[tuple[str, ...], ...]  # per part, the file key of each expert
+
+    def rows(self, files: WeightFiles, start: int, stop: int) -> torch.Tensor:
+        experts = [torch.cat([files.rows(part[e], 0, None) for part in self.parts]) for e in range(start, stop)]
+        if experts:
+            return torch.stack(experts)
+        first = torch.cat([files.rows(part[0], 0, 0) for part in self.parts])  # a rank with no expert: its 0 rows
+        return first.new_empty((0, sum(files.shape(part[0])[0] for part in self.parts), *first.shape[1:]))
+
+    def keys(self) -> list[str]:
+        return [key for part in self.parts for key in part]
 
 
 class WeightFiles:
@@ -73,11 +97,22 @@ class WeightFiles:
     def __deepcopy__(self, memo):  # a model's copy (a full fine-tune's reference) reads the same files
         return self
 
-    def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
+    def holds(self, key: str | StackedExperts) -> bool:
+        return all(k in self.files for k in key.keys()) if isinstance(key, StackedExperts) else key in self.files
+
+    def view(self, key: str):
         path = self.files[key]
         if path not in self._open:
             self._open[path] = safe_open(path, framework="pt")
-        view = self._open[path].get_slice(key)
+        return self._open[path].get_slice(key)
+
+    def shape(self, key: str) -> list[int]:
+        return self.view(key).get_shape()
+
+    def rows(self, key: str | StackedExperts, start: int, stop: int | None) -> torch.Tensor:
+        if isinstance(key, StackedExperts):
+            return key.rows(self, start, stop)
+        view = self.view(key)
         return view[start:stop] if view.get_shape() else view[:]
 
     def close(self) -> None:
@@ -131,17 +166,39 @@ def checkpoint_keys(model: torch.nn.Module, files: WeightFiles) -> dict[str, str
     transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
-    converted = {pattern for converter in converters for pattern in converter.source_patterns}
+    converter_of = {pattern: converter for converter in converters for pattern in converter.source_patterns}
     names = dict.fromkeys(model.state_dict())
-    keys = {}
+    keys, experts = {}, {}  # experts: {name: {source pattern: {expert: file key}}}
     for file_key in files.files:
         name, pattern = rename_source_key(file_key, renamings, converters, model.base_model_prefix, names)
-        if pattern in converted and name in names:
-            raise ConfigError(f"{files.key}={files.name_or_path!r} stores {file_key!r} in another layout than the "
-                              f"model's (transformers converts it while loading), which sharded loading cannot read "
-                              f"by slices; set trainer.strategy.sharded_loading=false to load it whole on every rank.")
+        if pattern in converter_of and name in names:
+            expert = stacked_expert(converter_of[pattern], pattern, file_key)
+            if expert is None:
+                raise ConfigError(f"{files.key}={files.name_or_path!r} stores {file_key!r} in another layout than "
+                                  f"the model's (transformers converts it while loading), which sharded loading "
+                                  f"cannot read by slices; set trainer.strategy.sharded_loading=false to load it "
+                                  f"whole on every rank.")
+            experts.setdefault(name, {}).setdefault(pattern, {})[expert] = file_key
+            continue
         keys[name] = file_key
+    for name, parts in experts.items():
+        patterns = converter_of[next(iter(parts))].source_patterns
+        counts = {len(parts.get(pattern, {})) for pattern in patterns}
+        if len(counts) != 1 or any(sorted(parts[p]) != list(range(len(parts[p]))) for p in patterns):
+            raise ConfigError(f"{files.key}={files.name_or_path!r}: its files hold the experts of {name!r} "
+                              f"incompletely; download the model again, or set trainer.strategy.sharded_loading="
+                              f"false.")
+        keys[name] = StackedExperts(tuple(tuple(parts[p][e] for e in range(len(parts[p]))) for p in patterns))
     return keys
+
+
+def stacked_expert(converter, pattern: str, file_key: str) -> int | None:
+    """The expert a file key holds when transformers' converter only stacks the experts along dim 0 (MergeModulelist),
+    then, for several parts, concatenates them along dim 1 (Concatenate); None for any other conversion."""
+    operations = [(type(op).__name__, getattr(op, "dim", None)) for op in converter.operations]
+    stacks = [("MergeModulelist", 0)] + ([("Concatenate", 1)] if len(converter.source_patterns) > 1 else [])
+    found = re.search(re.escape(pattern).replace(r"\*", r"(\d+)"), file_key) if pattern.count("*") == 1 else None
+    return int(found.group(1)) if operations == stacks and found else None
 
 
 def unsaved_keys(model: torch.nn.Module) -> list[str]:
@@ -149,7 +206,7 @@ def unsaved_keys(model: torch.nn.Module) -> list[str]:
     missing = []
     for module in model.modules():
         files, keys = vars(module).get(WEIGHT_KEYS, (None, {}))
-        missing += [key for key in keys.values() if key not in files.files]
+        missing += [key for key in keys.values() if not files.holds(key)]
     return missing
 
 
@@ -158,7 +215,7 @@ def initialise_unsaved(model: torch.nn.Module, module: torch.nn.Module) -> None:
     not hold, as from_pretrained initialises them: a classifier's score head on a causal LM's folder. A module with
     some of its parameters saved is left as it is (materialize names what is missing)."""
     files, keys = vars(module).get(WEIGHT_KEYS, (None, {}))
-    unsaved = [name for name, key in keys.items() if key not in files.files]
+    unsaved = [name for name, key in keys.items() if not files.holds(key)]
     if not unsaved or len(unsaved) < len(keys):
         return
     for name in unsaved:
@@ -232,8 +289,8 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
         for module, name, value in kept:
             local(getattr(module, name)).copy_(value)
         for found in places.values():
-            module, name, files, key = next((place for place in found if place[3] in place[2].files), found[0])
-            if key not in files.files:
+            module, name, files, key = next((place for place in found if place[2].holds(place[3])), found[0])
+            if not files.holds(key):
                 raise ConfigError(f"{files.key}={files.name_or_path!r}: its safetensors files hold no {key!r}, "
                                   f"which the model needs; set trainer.strategy.sharded_loading=false to load it "
                                   f"as from_pretrained does, on every rank.")

@@ -73,7 +73,7 @@ def test_the_update_adds_the_coefficient_times_each_micro_batchs_aux_loss(tmp_pa
         return
     assert module.single_update is (make is make_rloo and share == 1.0)
     assert len(base) == len(taken) == len(backward) == round(1 / share)
-    for loss, aux, total in zip(base, taken, backward):
+    for loss, aux, total in zip(base, taken, backward, strict=True):
         assert aux is not None and 1.0 < float(aux.detach()) < 4.0  # top-2 of 4 experts: 2 when balanced
         torch.testing.assert_close(total, loss + COEF * aux.detach() * share)
     assert module.last_stats["aux_loss"] == pytest.approx(float(torch.stack(taken).mean()), rel=1e-6)

@@ -69,6 +69,36 @@ def test_an_output_layer_tied_to_the_input_embeddings_loads_by_shards_tied(lora,
         assert torch.equal(param, expected[name]), name
 
 
+@pytest.mark.parametrize("lora", [LORA, None], ids=["lora", "full"])
+def test_a_mixture_of_experts_stored_one_tensor_per_expert_loads_by_experts(lora, tmp_path):
+    """Qwen3-MoE's files hold each expert's gate, up and down projections; the model holds them stacked, experts along
+    dim 0, gate and up fused (transformers converts them while loading). Each rank's rows are whole experts, read and
+    fused as transformers fuses them; an empty model holding placeholders runs no dropout probe (its grouped matmul
+    refuses them: trainer=fsdp2 with model.lora=null failed there)."""
+    from lit_rlhf.step.dropout import has_active_dropout
+    from tests.algos.test_router_aux_loss import save_tiny_moe
+
+    path = save_tiny_moe(tmp_path / "moe")
+    tokenizer = load_tokenizer(path)
+    torch.manual_seed(0)
+    policy, _ = load_policy(path, tokenizer, lora=lora, empty=True)
+    assert has_active_dropout(policy)  # unknown on placeholders: counted as random
+    files, keys = next(vars(module)["_lit_rlhf_weight_keys"] for name, module in policy.named_modules()
+                       if "layers.1.mlp.experts" in name and "gate_up_proj" in vars(module).get("_lit_rlhf_weight_keys",
+                                                                                                  (None, {}))[1])
+    torch.manual_seed(0)
+    loaded, _ = load_policy(path, tokenizer, lora=lora)
+    for name in ("gate_up_proj", "down_proj"):
+        whole = next(p for n, p in loaded.named_parameters() if "layers.1.mlp.experts" in n and n.endswith(name))
+        assert torch.equal(files.rows(keys[name], 1, 3), whole[1:3])  # a rank's experts 1 and 2
+        assert files.rows(keys[name], 4, 4).shape == (0, *whole.shape[1:])  # a rank with none
+    materialize(policy, torch.device("cpu"))
+    expected = dict(loaded.named_parameters())
+    assert dict(policy.named_parameters()).keys() == expected.keys()
+    for name, param in policy.named_parameters():
+        assert torch.equal(param, expected[name]), name
+
+
 def test_file_keys_follow_the_renamings_of_transformers():
     """pythia's files store the head as embed_out; recent transformers name it lm_head (renamed on loading), earlier
     5.x releases embed_out: either way the head reads the file's key."""

@@ -64,7 +64,8 @@ def test_padding_takes_no_part():
 def test_the_right_padded_forward_of_dpo_kto_and_sft_collects_it_too(chunk_size, pad):
     model = tiny("qwen3_moe")
     queries, query_mask, responses, response_mask = batch()
-    rows = [torch.cat([q[m.bool()], r[s]]) for q, m, r, s in zip(queries, query_mask, responses, response_mask)]
+    rows = [torch.cat([q[m.bool()], r[s]]) for q, m, r, s in zip(queries, query_mask, responses, response_mask,
+                                                                  strict=True)]
     width = max(len(r) for r in rows)
     input_ids = torch.full((len(rows), width), PAD)
     attention_mask = torch.zeros(len(rows), width, dtype=torch.long)
