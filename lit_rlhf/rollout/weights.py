@@ -1,5 +1,6 @@
-"""The policy's current weights as an inference engine loads them: the base model's checkpoint names (what
-`from_pretrained` reads), LoRA merged in.
+"""The policy's current weights as an inference engine loads them: the base model's checkpoint names and layouts
+(what `save_pretrained` writes and `from_pretrained` reads: a mixture of experts' stacked experts are one tensor per
+expert again, transformers' own reverse of its loading conversions), LoRA merged in.
 
 Only the tensors training changes are sent: with LoRA, each adapted layer's merged weight W + scale * B A (the
 adapter itself stays in the trainer), plus modules_to_save and any trained bias; without LoRA, every trainable
@@ -13,7 +14,7 @@ import re
 
 import torch
 from peft import PeftModel
-from peft.tuners.lora import LoraLayer
+from peft.tuners.lora import LoraLayer, ParamWrapper
 
 from lit_rlhf.models.lora_inputs import is_lora_linear
 
@@ -26,10 +27,16 @@ def checkpoint_name(name: str) -> str:
     return WRAPPER_PARTS.sub("", name)
 
 
+def adapted_name(name: str, layer: LoraLayer) -> str:
+    """The name of the tensor an adapter layer adapts: its weight, or the parameter peft wraps (a mixture of experts'
+    stacked experts, `experts.gate_up_proj`)."""
+    return checkpoint_name(f"{name}.{layer.parameter_name if isinstance(layer, ParamWrapper) else 'weight'}")
+
+
 @torch.no_grad()
 def merged_lora_weight(layer: LoraLayer) -> torch.Tensor:
     """W + the active adapters' deltas, as a new tensor in W's dtype and layout."""
-    weight = layer.get_base_layer().weight.detach()
+    weight = (layer.get_param() if isinstance(layer, ParamWrapper) else layer.get_base_layer().weight).detach()
     merged = weight
     for adapter in [] if layer.disable_adapters or layer.merged else layer.active_adapters:
         if adapter not in layer.lora_A:
@@ -59,26 +66,41 @@ def every_weight(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{checkpoint name: tensor} of every parameter of the model, with LoRA merged: what an engine that may hold other
     weights (a server another run synced) takes first."""
     base = policy.get_base_model() if isinstance(policy, PeftModel) else policy
-    weights = trained_weights(policy)
+    weights = model_trained_weights(base)
     for name, param in base.named_parameters():
         if ".lora_" not in name and ".original_module." not in name:
             weights.setdefault(checkpoint_name(name), param.detach().clone())
-    return weights
+    return in_checkpoint_layout(base, weights)
 
 
 @torch.no_grad()
 def trained_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{checkpoint name: tensor} of every weight that training changes, with LoRA merged."""
     base = policy.get_base_model() if isinstance(policy, PeftModel) else policy
+    return in_checkpoint_layout(base, model_trained_weights(base))
+
+
+def model_trained_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """{name in the model: tensor} of every weight that training changes, with LoRA merged."""
     weights = {}
     for name, module in base.named_modules():
         if isinstance(module, LoraLayer):
-            weights[checkpoint_name(f"{name}.weight")] = merged_lora_weight(module)
+            weights[adapted_name(name, module)] = merged_lora_weight(module)
     for name, param in base.named_parameters():
         if not param.requires_grad or ".lora_" in name or ".original_module." in name:
             continue
         weights.setdefault(checkpoint_name(name), param.detach().clone())
     return weights
+
+
+def in_checkpoint_layout(base: torch.nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model's tensors under the names and in the layouts of its checkpoint files, as save_pretrained reverts
+    transformers' loading conversions (renamed keys, stacked experts)."""
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # transformers 4 holds the tensors as it saves them
+        return weights
+    return dict(revert_weight_conversion(base, weights))
 
 
 def trained_outside_lora(policy: torch.nn.Module) -> list[str]:

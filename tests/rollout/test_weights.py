@@ -5,6 +5,7 @@ import copy
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from lit_rlhf.models import load_policy, load_tokenizer
 from lit_rlhf.rollout.weights import checkpoint_name, trained_weights
@@ -41,8 +42,11 @@ def test_full_fine_tuning_sends_every_trainable_parameter(tiny_path):
     policy, _ = load_policy(tiny_path, load_tokenizer(tiny_path), lora=None)
     policy.gpt_neox.embed_in.requires_grad_(False)
     weights = trained_weights(policy)
-    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
-    assert set(weights) == trainable and "gpt_neox.embed_in.weight" not in weights
+    trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
+    saved = load_file(f"{tiny_path}/model.safetensors")  # under the checkpoint's names (pythia's head: embed_out)
+    assert len(weights) == len(trainable) and set(weights) <= set(saved) and "gpt_neox.embed_in.weight" not in weights
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, saved[name]), name
 
 
 def test_checkpoint_names_drop_peft_wrappers():
@@ -79,3 +83,27 @@ def test_adapter_only_sync_refuses_what_an_adapter_file_cannot_carry(tiny_path, 
                                           r"rollout.weight_sync=merged.$"):
         engine.sync(SamplingContext(settings=None, tokenizer=tokenizer, policy=dora))
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("lora", [LORA, None], ids=["lora", "full"])
+def test_a_mixture_of_experts_is_sent_in_its_checkpoints_layout(lora, tmp_path):
+    """Qwen3-MoE holds its experts stacked (transformers' loading conversion) and its files one tensor per expert: the
+    engine gets what save_pretrained writes of the merged policy, names and tensors. The experts' adapters are peft's
+    parameter wrappers, whose merge is of the stacked tensor, not of a weight (the sync stopped with "'Qwen3MoeExperts'
+    object has no attribute 'weight'"); without LoRA the stacked names were sent, which no engine loads."""
+    from tests.algos.test_router_aux_loss import save_tiny_moe
+
+    path = save_tiny_moe(tmp_path / "moe")
+    policy, _ = load_policy(path, load_tokenizer(path), lora=lora)
+    randomize_lora(policy)
+    weights = trained_weights(policy)
+    merged = copy.deepcopy(policy).merge_and_unload() if lora else policy
+    merged.save_pretrained(tmp_path / "merged")
+    saved = load_file(tmp_path / "merged" / "model.safetensors")
+    assert "model.layers.0.mlp.experts.3.gate_proj.weight" in weights
+    assert set(weights) <= set(saved) and (lora or set(weights) == set(saved))
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, saved[name], rtol=0, atol=1e-6)
+    if lora:
+        untouched = load_file(f"{path}/model.safetensors")["model.layers.0.mlp.experts.3.down_proj.weight"]
+        assert not torch.allclose(weights["model.layers.0.mlp.experts.3.down_proj.weight"], untouched)  # merged

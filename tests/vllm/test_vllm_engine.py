@@ -154,6 +154,41 @@ def test_an_output_layer_tied_to_the_embeddings_samples_from_the_synced_embeddin
         module.rollout_engine.close()
 
 
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_a_mixture_of_experts_samples_from_its_synced_experts(tmp_path, lora):
+    """A tiny Qwen3-MoE: the sync sends the experts one tensor per expert, as its files hold them, and vLLM's CPU
+    kernel computes with them packed again. Before, a LoRA policy's sync stopped at the experts' adapters, and every
+    sync left the CPU kernel reading the checkpoint's layout: logprobs 0.09 from the trainer's before any update."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from lit_rlhf.models import load_tokenizer
+    from tests.conftest import LORA, TINY_PYTHIA
+
+    tokenizer = load_tokenizer(TINY_PYTHIA)
+    config = AutoConfig.for_model("qwen3_moe", vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                                  tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
+                                  eos_token_id=tokenizer.eos_token_id)  # a head of 32: vLLM's CPU attention's least
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    module = make_rloo(model={"name_or_path": str(tmp_path), "lora": LORA if lora else None}, response_length=12,
+                       rollout_engine=VLLMEngine(kv_cache_gib=0.25))
+    module.configure_model()
+    try:
+        batch = first_batch()
+        assert max_logprob_diff(module, seeded_sample(module, batch)) < TOLERANCE
+        with torch.no_grad():
+            for param in module.policy.parameters():
+                if param.requires_grad:
+                    param.add_(torch.randn_like(param) * 0.05)
+        module.rollout_engine.after_update(module.sampler.context)
+        assert max_logprob_diff(module, seeded_sample(module, batch)) < TOLERANCE
+    finally:
+        module.rollout_engine.close()
+
+
 def stub_sampling(path, **model):
     """What VLLMEngine.start_engine reads of a SamplingContext, for a model our trainer need not load."""
     from transformers import AutoConfig
