@@ -42,8 +42,9 @@ class RouterLoad:
 
     forward_kwargs = {"output_router_logits": True}
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, coefficient: float = 0.001):
         self.experts, self.per_token = experts_of(model)
+        self.coefficient, self.model_type = coefficient, model.config.model_type
         self.losses: list[torch.Tensor] = []
 
     def add(self, output, token_mask: torch.Tensor) -> None:
@@ -51,7 +52,11 @@ class RouterLoad:
         its real tokens (token_mask: rows,L)."""
         from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
-        router_logits = tuple(output.router_logits)
+        router_logits = getattr(output, "router_logits", None)
+        if not router_logits:
+            raise ConfigError(f"algo.router_aux_loss_coef={self.coefficient}: the {self.model_type} model returned no "
+                              f"router logits with output_router_logits=True; set algo.router_aux_loss_coef=0.")
+        router_logits = tuple(router_logits)
         self.losses.append(load_balancing_loss_func(router_logits, self.experts, self.per_token, token_mask))
 
     def take(self) -> torch.Tensor | None:
@@ -65,4 +70,4 @@ class RouterLoad:
 
 def router_load_of(model: torch.nn.Module, coefficient: float) -> RouterLoad | None:
     """The policy's collector where its load-balancing loss is trained (a MoE model and a coefficient above 0)."""
-    return RouterLoad(model) if coefficient and routes_tokens_to_experts(model) else None
+    return RouterLoad(model, coefficient) if coefficient and routes_tokens_to_experts(model) else None

@@ -81,3 +81,15 @@ def test_the_right_padded_forward_of_dpo_kto_and_sft_collects_it_too(chunk_size,
 def test_a_dense_model_or_a_coefficient_of_0_collects_nothing():
     assert router_load_of(tiny("llama"), 0.001) is None
     assert router_load_of(tiny("qwen3_moe"), 0.0) is None
+
+
+def test_a_model_that_returns_no_router_logits_is_one_line():
+    from types import SimpleNamespace
+
+    from lit_rlhf.errors import ConfigError
+
+    load = router_load_of(tiny("qwen3_moe"), 0.001)
+    with pytest.raises(ConfigError) as refused:
+        load.add(SimpleNamespace(router_logits=None), torch.ones(1, 4))
+    assert str(refused.value) == ("algo.router_aux_loss_coef=0.001: the qwen3_moe model returned no router logits "
+                                  "with output_router_logits=True; set algo.router_aux_loss_coef=0.")
