@@ -2,6 +2,7 @@
 equal to output_hidden_states' last entry on every architecture, without the model returning every layer's input
 (which a sharded model's root returns as FSDP2's views, and FSDP2 warns)."""
 
+import inspect
 import warnings
 
 import pytest
@@ -58,6 +59,7 @@ def test_a_sharded_models_packed_forward_returns_no_fsdp2_view():
     """A full fine-tune's padding-free forward under trainer=fsdp2 (one gloo rank here): no FSDP2 warning about a
     view tensor, which the same forward with output_hidden_states=True gets, and the unsharded model's states."""
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp._fully_shard import _fsdp_state as fsdp_state
 
     from lit_rlhf.distributed.sharding import shard
     from tests.distributed.test_fsdp2_train import free_port
@@ -79,5 +81,6 @@ def test_a_sharded_models_packed_forward_returns_no_fsdp2_view():
     finally:
         torch.distributed.destroy_process_group()
     assert not [m for m in ours if "view tensor" in m]
-    assert [m for m in with_every_layer if "view tensor" in m]  # what the flag gives: the layers' inputs
+    if "returned a view tensor" in inspect.getsource(fsdp_state):  # torch's that warn (2.13 does, 2.9 does not)
+        assert [m for m in with_every_layer if "view tensor" in m]  # what the flag gives: the layers' inputs
     torch.testing.assert_close(hidden.detach(), expected.detach(), rtol=0, atol=1e-6)
