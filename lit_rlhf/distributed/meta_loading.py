@@ -47,8 +47,8 @@ class StackedExperts:
         experts = [torch.cat([files.rows(part[e], 0, None) for part in self.parts]) for e in range(start, stop)]
         if experts:
             return torch.stack(experts)
-        first = torch.cat([files.rows(part[0], 0, 0) for part in self.parts])  # a rank with no expert: its 0 rows
-        return first.new_empty((0, sum(files.shape(part[0])[0] for part in self.parts), *first.shape[1:]))
+        empty = files.rows(self.parts[0][0], 0, 0)  # a rank with no expert: 0 rows in the files' dtype
+        return empty.new_empty((0, sum(files.shape(part[0])[0] for part in self.parts), *empty.shape[1:]))
 
     def keys(self) -> list[str]:
         return [key for part in self.parts for key in part]
