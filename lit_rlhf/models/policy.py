@@ -11,14 +11,13 @@ Three kinds of reference, chosen from the model spec:
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from lit_rlhf.config.model import DORA_UNDER_SHARDED_LOADING
@@ -31,6 +30,7 @@ from lit_rlhf.models.output_layer import (
     cast_output_layer_to_float32,
     check_float32_output_layer,
 )
+from lit_rlhf.models.peft_warnings import get_peft_model_checked, peft_reads_deprecated_alias
 
 TRAINABLE_ADAPTER, REFERENCE_ADAPTER = "default", "reference"
 
@@ -66,15 +66,6 @@ class Reference:
                 self.policy.set_adapter(TRAINABLE_ADAPTER)  # re-enables grads of the trained adapter only
 
 
-@contextmanager
-def peft_reads_deprecated_alias() -> Iterator[None]:
-    """peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model; that one
-    FutureWarning (about peft's code, not the user's) is silenced around the wrap."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-        yield
-
-
 def linear_module_names(model: torch.nn.Module) -> list[str]:
     """The distinct last names of a model's linear layers (what LoRA's target_modules match)."""
     names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
@@ -86,15 +77,14 @@ def with_lora(model: torch.nn.Module, lora: dict[str, Any], task_type: str, name
     (models/lora_inputs.py); target modules that match nothing are one line naming some that do."""
     if lora.get("use_dora") and is_empty(model):
         raise ConfigError(DORA_UNDER_SHARDED_LOADING)
-    with peft_reads_deprecated_alias():
-        try:
-            adapted = get_peft_model(model, LoraConfig(task_type=task_type, **lora))
-        except ValueError as err:  # peft's NoMatchingPeftModuleError
-            if "not found in the base model" not in str(err):
-                raise
-            raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module of "
-                              f"{name_or_path}; use 'all-linear' or names of its linear layers, e.g. "
-                              f"{linear_module_names(model)[:4]}.") from err
+    try:
+        adapted = get_peft_model_checked(model, LoraConfig(task_type=task_type, **lora))
+    except ValueError as err:  # peft's NoMatchingPeftModuleError
+        if "not found in the base model" not in str(err):
+            raise
+        raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module of "
+                          f"{name_or_path}; use 'all-linear' or names of its linear layers, e.g. "
+                          f"{linear_module_names(model)[:4]}.") from err
     hold_lora_inputs_in_their_dtype(adapted)
     return adapted
 

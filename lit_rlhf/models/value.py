@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig
 from transformers import AutoModelForSequenceClassification
 
 from lit_rlhf.config.algo import CRITIC_KINDS  # noqa: F401  (re-exported)
@@ -19,7 +19,8 @@ from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, lacking_backbone_weights, load_report_held, resolve_dtype
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
-from lit_rlhf.models.policy import TRAINABLE_ADAPTER, peft_reads_deprecated_alias
+from lit_rlhf.models.peft_warnings import get_peft_model_checked
+from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
 CRITIC_ADAPTER = "critic"
 
@@ -86,8 +87,7 @@ def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[st
             warn_once(line)
     backbone, head = model.base_model, model.score
     if lora is not None:
-        with peft_reads_deprecated_alias():
-            backbone = get_peft_model(backbone, LoraConfig(**lora))
+        backbone = get_peft_model_checked(backbone, LoraConfig(**lora))
         hold_lora_inputs_in_their_dtype(backbone)
     return backbone, head.float().requires_grad_(True)
 

@@ -16,7 +16,8 @@ weights before the next rollout, one of two ways (`weight_sync`):
   number of tensors than was sent stops the run;
 - `adapter` (LoRA policies): the adapter alone is saved (peft's save_pretrained) to `weights_dir/<name>` and loaded
   by vLLM's runtime LoRA loading (`/v1/load_lora_adapter`) under a name that carries the version; the requests name
-  it as their model, and the previous version is unloaded once every server holds the new one.
+  it as their model, and the previous version is unloaded once every server holds the new one. Adapters on a
+  mixture of experts' stacked experts (peft's parameter wrappers) are loaded as vLLM's 3D MoE LoRA weights.
 The file's or adapter's name carries the version (RL steps trained). With several ranks (trainer=ddp, fsdp2) rank
 zero alone sends each version while the others wait, then every rank samples its own prompts from it. Requests,
 timeouts, retries and auth follow HTTPService's rules (lit_rlhf.remote.http).
@@ -36,12 +37,14 @@ from typing import Any
 
 import torch
 from peft import PeftModel
+from peft.tuners.lora import ParamWrapper
 from safetensors.torch import save_file
 
 from lit_rlhf.config.validation import check_flag, check_setting_number
 from lit_rlhf.distributed.ranks import on_rank_zero
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import thread_pool
+from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 from lit_rlhf.remote.http import HTTPService
 from lit_rlhf.remote.schema import shown
 from lit_rlhf.rollout.context import SamplingContext
@@ -91,16 +94,24 @@ class RolloutServer(HTTPService):
             raise self.error(f"{where} loaded {shown(results)} tensors of the {tensors} sent; it did not take the "
                              f"policy's weights; {SERVE_HINT}.")
 
-    def load_adapter(self, name: str, folder: str, version: int) -> None:
-        """The adapter saved in `folder` (a folder this server can read), loaded as `name`: what requests name next."""
+    def load_adapter(self, name: str, folder: str, version: int, largest_rank: int,
+                     stacked_experts: bool = False) -> None:
+        """The adapter saved in `folder` (a folder this server can read), loaded as `name`: what requests name next.
+        `stacked_experts`: it adapts a mixture of experts' stacked expert weights (peft's parameter wrappers), which
+        vLLM reads when the request says so (`is_3d_lora_weight`) and the server was started to."""
         where = f"{self.server_name} {self.shown_url} (adapter of RL step {version})"
+        payload = {"lora_name": name, "lora_path": folder, **({"is_3d_lora_weight": True} if stacked_experts else {})}
         try:
-            body = self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": folder}, where,
-                                missing_ok=True, text=True)
+            body = self.request("POST", "/v1/load_lora_adapter", payload, where, missing_ok=True, text=True)
         except RolloutServerError as err:
             if "max_lora_ran" in str(err):  # vLLM's "LoRA rank R is greater than max_lora_rank M", cut short
-                raise ConfigError(f"{where} cannot hold an adapter of this policy's rank (model.lora.r): start it "
-                                  f"with --max-lora-rank at least model.lora.r; {ADAPTER_SERVE_HINT}.") from None
+                raise ConfigError(f"{where} cannot hold this policy's adapter, of rank {largest_rank} at most "
+                                  f"(model.lora.r, twice it on a mixture of experts' fused gate and up projections): "
+                                  f"start it with --max-lora-rank {largest_rank} or more; {ADAPTER_SERVE_HINT}."
+                                  ) from None
+            if "3D MoE" in str(err):  # vLLM's "... contains fused 3D MoE weights ..., but the model uses a 2D ..."
+                raise ConfigError(f"{where} cannot read adapters on a mixture of experts' stacked experts: start it "
+                                  f"with --enable-mixed-moe-lora-format as well; {ADAPTER_SERVE_HINT}.") from None
             raise
         if body is None:
             raise ConfigError(f"{where} has no /v1/load_lora_adapter, so it cannot take the policy's adapter; "
@@ -254,8 +265,11 @@ class VLLMServerEngine(RolloutEngine):
         # module's state_dict() would give each rank's shards)
         policy.save_pretrained(str(folder), state_dict={n: p.detach() for n, p in policy.named_parameters()})
         previous = self.servers[0].adapter
+        config = policy.peft_config[TRAINABLE_ADAPTER]  # peft's rank_pattern: the fused experts' larger rank
+        largest_rank = max([config.r, *(config.rank_pattern or {}).values()])
+        stacked_experts = any(isinstance(module, ParamWrapper) for module in policy.modules())
         for server in self.servers:
-            server.load_adapter(name, str(folder), sampling.version)
+            server.load_adapter(name, str(folder), sampling.version, largest_rank, stacked_experts)
         if previous is not None and previous != name:
             for server in self.servers:
                 server.unload_adapter(previous, self.version)

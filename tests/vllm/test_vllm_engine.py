@@ -11,7 +11,7 @@ import torch
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rollout import VLLMEngine
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
-from tests.conftest import make_datamodule, make_rloo
+from tests.conftest import LORA, TINY_PYTHIA, make_datamodule, make_rloo
 
 # every test here starts a vLLM engine or server, or runs train.py: the integration tier
 pytestmark = pytest.mark.integration
@@ -128,7 +128,6 @@ def test_an_output_layer_tied_to_the_embeddings_samples_from_the_synced_embeddin
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from lit_rlhf.models import load_tokenizer
-    from tests.conftest import TINY_PYTHIA
 
     tokenizer = load_tokenizer(TINY_PYTHIA)
     config = AutoConfig.for_model("qwen2", vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
@@ -154,15 +153,11 @@ def test_an_output_layer_tied_to_the_embeddings_samples_from_the_synced_embeddin
         module.rollout_engine.close()
 
 
-@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
-def test_a_mixture_of_experts_samples_from_its_synced_experts(tmp_path, lora):
-    """A tiny Qwen3-MoE: the sync sends the experts one tensor per expert, as its files hold them, and vLLM's CPU
-    kernel computes with them packed again. Before, a LoRA policy's sync stopped at the experts' adapters, and every
-    sync left the CPU kernel reading the checkpoint's layout: logprobs 0.09 from the trainer's before any update."""
+def save_tiny_moe(path) -> str:
+    """A tiny Qwen3-MoE (4 experts, 2 a token) on the tiny pythia's tokenizer, saved with it to path."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from lit_rlhf.models import load_tokenizer
-    from tests.conftest import LORA, TINY_PYTHIA
 
     tokenizer = load_tokenizer(TINY_PYTHIA)
     config = AutoConfig.for_model("qwen3_moe", vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
@@ -171,10 +166,18 @@ def test_a_mixture_of_experts_samples_from_its_synced_experts(tmp_path, lora):
                                   tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
                                   eos_token_id=tokenizer.eos_token_id)  # a head of 32: vLLM's CPU attention's least
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    module = make_rloo(model={"name_or_path": str(tmp_path), "lora": LORA if lora else None}, response_length=12,
-                       rollout_engine=VLLMEngine(kv_cache_gib=0.25))
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_a_mixture_of_experts_samples_from_its_synced_experts(tmp_path, lora):
+    """A tiny Qwen3-MoE: the sync sends the experts one tensor per expert, as its files hold them, and vLLM's CPU
+    kernel computes with them packed again. Before, a LoRA policy's sync stopped at the experts' adapters, and every
+    sync left the CPU kernel reading the checkpoint's layout: logprobs 0.09 from the trainer's before any update."""
+    module = make_rloo(model={"name_or_path": save_tiny_moe(tmp_path), "lora": LORA if lora else None},
+                       response_length=12, rollout_engine=VLLMEngine(kv_cache_gib=0.25))
     module.configure_model()
     try:
         batch = first_batch()

@@ -1,9 +1,9 @@
 """rollout=vllm_server against a running `vllm serve` of the embedded default (the CPU build): its logprobs of the
 sampled tokens are the trainer's, after a weight sync it samples from the updated policy (and only then), a LoRA
-policy's adapter alone serves under a versioned name, a LoRA, an adapter-synced and a fully fine-tuned run train
-through train.py (and an asynchronous one, and two ranks under DDP and FSDP2 that rank zero syncs for), a server
-another run synced serves this run's weights, and a server that
-goes away stops a draw in one line naming it."""
+policy's adapter alone serves under a versioned name (a mixture of experts' as its stacked experts), a LoRA, an
+adapter-synced and a fully fine-tuned run train through train.py (and an asynchronous one, and two ranks under DDP
+and FSDP2 that rank zero syncs for), a server another run synced serves this run's weights, and a server that goes
+away stops a draw in one line naming it."""
 
 import csv
 import json
@@ -11,16 +11,17 @@ import urllib.request
 
 import pytest
 import torch
+from peft.tuners.lora import ParamWrapper
 
-from lit_rlhf.errors import UnavailableError
+from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.rollout.vllm_server import VLLMServerEngine
 from lit_rlhf.rollout.weights import trained_weights
 from tests.apps import run_app
-from tests.conftest import TINY_PYTHIA, make_rloo
+from tests.conftest import LORA, TINY_PYTHIA, make_rloo
 from tests.helpers import FAST, ROOT, one_line_error
 from tests.remote.test_reward_server import ServedInThread
 from tests.vllm.servers import free_port, serve, stop
-from tests.vllm.test_vllm_engine import TOLERANCE, first_batch, max_logprob_diff, seeded_sample
+from tests.vllm.test_vllm_engine import TOLERANCE, first_batch, max_logprob_diff, save_tiny_moe, seeded_sample
 
 # every test here starts a vLLM server or runs train.py: the integration tier
 pytestmark = pytest.mark.integration
@@ -87,6 +88,34 @@ def test_adapter_sync_serves_the_policy_s_adapter_under_a_versioned_name_and_unl
     assert 0 < engine.stats()["rollout/weight_sync_mib"] < merged_mib / 3  # the adapter, not the merged layers
 
 
+def test_adapters_on_a_mixture_of_experts_load_as_its_stacked_experts(tmp_path):
+    """A tiny Qwen3-MoE whose LoRA adapters reach its experts (peft's parameter wrappers on the stacked weights): a
+    server started with --enable-mixed-moe-lora-format loads each version when the request says the experts are
+    stacked, and one asked without saying so is one line naming the flag. (vLLM's CPU build has no kernel for LoRA
+    on experts, so these adapters cannot sample here.)"""
+    port = free_port()
+    process = serve(save_tiny_moe(tmp_path / "moe"), port, tmp_path / "server.log", *FLAGS,
+                    "--enable-mixed-moe-lora-format", env=ENV)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        engine = VLLMServerEngine(urls=[url], weight_sync="adapter", weights_dir=str(tmp_path / "adapters"),
+                                  retries=0)
+        module = make_rloo(model={"name_or_path": str(tmp_path / "moe"), "lora": LORA}, rollout_engine=engine)
+        module.configure_model()
+        assert any(isinstance(m, ParamWrapper) for m in module.policy.modules())  # adapters on the experts
+        for version in (0, 1):
+            module.sampler.context.version = version
+            engine.begin(module.sampler.context, from_reference=False)
+            assert engine.servers[0].adapter.endswith(f"-v{version}") and engine.servers[0].adapter in served_models(
+                url)
+        assert not any(name.endswith("-v0") for name in served_models(url))  # the last version unloaded
+        server = engine.servers[0]
+        with pytest.raises(ConfigError, match="start it with --enable-mixed-moe-lora-format"):
+            server.load_adapter("unsaid", str(tmp_path / "adapters" / server.adapter), 1, 16, stacked_experts=False)
+    finally:
+        stop(process)
+
+
 def test_train_py_trains_with_adapter_sync(server, tmp_path):
     trains_three_steps_synced_every_step(server, tmp_path, ["rollout.weight_sync=adapter"])  # model.lora.r=16
 
@@ -136,7 +165,8 @@ def test_an_adapter_above_the_server_s_max_lora_rank_is_one_line(server, tmp_pat
             "rollout.retries=0", "model.lora.r=32", *FAST, f"hydra.run.dir={tmp_path}"]
     line = one_line_error(run_app("train.py", *args, cwd=tmp_path))
     assert line.startswith("error: the rollout server http://127.0.0.1:"), line
-    assert "cannot hold an adapter of this policy's rank (model.lora.r): start it with --max-lora-rank" in line
+    assert "cannot hold this policy's adapter, of rank 32 at most (model.lora.r" in line
+    assert "start it with --max-lora-rank 32 or more" in line
 
 
 def test_the_server_s_logprobs_of_the_sampled_tokens_are_the_trainer_s(module):

@@ -1,0 +1,36 @@
+"""LoRA on a mixture of experts (model.lora.target_modules=all-linear): peft's rank and alpha patterns for the fused
+experts apply, and its warning that they were ignored is not shown; a key that matches nothing still warns."""
+
+import warnings
+
+import pytest
+from peft.tuners.lora import ParamWrapper
+
+from lit_rlhf.models.policy import with_lora
+from tests.models.test_router_load import tiny
+
+R, ALPHA = 4, 8
+
+
+def wrapped_with_warnings(kind: str, **lora):
+    model = tiny(kind)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        adapted = with_lora(model, dict(r=R, lora_alpha=ALPHA, target_modules="all-linear", **lora), "CAUSAL_LM", kind)
+    return adapted, [str(w.message) for w in caught if "keys did not match" in str(w.message)]
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
+def test_the_fused_experts_patterns_apply_and_their_false_alarm_is_not_shown(kind):
+    adapted, unmatched = wrapped_with_warnings(kind)
+    assert unmatched == []
+    ranks = {module.parameter_name: (module.r["default"], module.scaling["default"])
+             for module in adapted.modules() if isinstance(module, ParamWrapper)}
+    # gate and up projections fused into one parameter: twice the rank and alpha, the same scale; the router's weight
+    assert ranks == {"gate_up_proj": (2 * R, ALPHA / R), "down_proj": (R, ALPHA / R), "weight": (R, ALPHA / R)}
+
+
+def test_a_pattern_key_that_matches_nothing_still_warns_alone():
+    _, unmatched = wrapped_with_warnings("qwen3_moe", rank_pattern={"q_projx": 2})
+    assert unmatched == ["The following rank_pattern keys did not match any targeted module and were ignored: "
+                         "['q_projx']."]
