@@ -39,16 +39,36 @@ def vllm_sampling_settings(temperature: float, generation_kwargs: dict[str, Any]
     return settings
 
 
+def attention_head_dim(config: Any) -> int | None:
+    """The dimension of an attention head, from a transformers config (None if it does not say)."""
+    heads = getattr(config, "num_attention_heads", None)
+    hidden = getattr(config, "hidden_size", None)
+    return getattr(config, "head_dim", None) or (hidden // heads if heads and hidden else None)
+
+
 def kv_cache_bytes_per_token(config: Any, element_size: int) -> int | None:
     """Keys and values of every layer for one token, from a transformers config (None if it does not say)."""
     layers = getattr(config, "num_hidden_layers", None)
     heads = getattr(config, "num_attention_heads", None)
-    hidden = getattr(config, "hidden_size", None)
-    if not (layers and heads and hidden):
+    head_dim = attention_head_dim(config)
+    if not (layers and heads and head_dim):
         return None
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
     return 2 * layers * kv_heads * head_dim * element_size
+
+
+def check_cpu_head_dim(config: Any, name_or_path: str) -> None:
+    """vLLM's CPU attention runs a fixed set of head dimensions; another is refused up front (the engine itself says
+    so only at the first request, from its process)."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except ImportError:  # another vLLM layout: its engine's own error stands
+        return
+    head_dim, supported = attention_head_dim(config), CPUAttentionBackend.get_supported_head_sizes()
+    if head_dim is not None and head_dim not in supported:
+        raise ConfigError(f"vLLM's CPU build cannot run the attention heads of model.name_or_path={name_or_path!r} "
+                          f"({head_dim} dimensions; it runs {', '.join(map(str, supported))}): use rollout=hf, or "
+                          f"rollout=vllm on a GPU.")
 
 
 def check_kv_cache(config: Any, kv_cache_gib: float | None, max_model_len: int | None, element_size: int) -> None:

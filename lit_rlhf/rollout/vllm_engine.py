@@ -29,6 +29,7 @@ from lit_rlhf.rollout.context import SamplingContext
 from lit_rlhf.rollout.engine import RolloutEngine
 from lit_rlhf.rollout.hf import HFEngine
 from lit_rlhf.rollout.vllm_checks import (
+    check_cpu_head_dim,
     check_kv_cache,
     engine_cpu_cores,
     engine_device,
@@ -138,6 +139,7 @@ class VLLMEngine(RolloutEngine):
         architecture = getattr(sampling.policy.config, "architectures", None) or [type(sampling.policy).__name__]
         cores = None
         if sampling.device.type == "cpu":  # the trainer waits while the engine samples: its share of the cores
+            check_cpu_head_dim(sampling.policy.config, settings["model"])
             cores = engine_cpu_cores(self.cpu_cores, torch.get_num_threads(), sampling.local_rank)
         try:
             with engine_device(sampling.device):

@@ -205,8 +205,21 @@ def stub_sampling(path, **model):
 def test_an_architecture_vllm_cannot_run_is_one_line(tmp_path):
     from transformers import XLNetConfig, XLNetLMHeadModel
 
-    XLNetLMHeadModel(XLNetConfig(vocab_size=64, d_model=16, n_layer=1, n_head=2, d_inner=32)).save_pretrained(tmp_path)
+    # heads of 32 dimensions, which vLLM's CPU attention runs: the architecture alone is what it cannot run
+    XLNetLMHeadModel(XLNetConfig(vocab_size=64, d_model=64, n_layer=1, n_head=2, d_inner=32)).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match=r"vLLM cannot run the architecture XLNetLMHeadModel .*; use rollout=hf"):
+        VLLMEngine().start_engine(stub_sampling(tmp_path))
+
+
+def test_on_a_cpu_attention_heads_vllm_cannot_run_are_one_line_before_the_engine_starts(tmp_path):
+    """vLLM's CPU attention has no kernel for 16-dimensional heads; its engine said so only at the first request."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_config(AutoConfig.for_model("qwen2", vocab_size=64, hidden_size=64, intermediate_size=64,
+                                                          num_hidden_layers=1, num_attention_heads=4,
+                                                          num_key_value_heads=2)).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=r"vLLM's CPU build cannot run the attention heads of model.name_or_path="
+                                          r".* \(16 dimensions; it runs 32, 64, .*\): use rollout=hf"):
         VLLMEngine().start_engine(stub_sampling(tmp_path))
 
 
