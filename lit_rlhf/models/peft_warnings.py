@@ -33,9 +33,10 @@ def get_peft_model_checked(model: torch.nn.Module, config: PeftConfig) -> PeftMo
     alpha through rank_pattern and alpha_pattern; those patterns apply to the parameter's name, while peft's check
     for unmatched keys reads module names only and warns that they were ignored. A key that names a wrapped
     parameter is left out of that warning; any other unmatched key (a typo of the user's) still warns."""
-    with peft_reads_deprecated_alias(), warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        adapted = get_peft_model(model, config)
+        with peft_reads_deprecated_alias():
+            adapted = get_peft_model(model, config)
     wrapped = [f"{name}.{module.parameter_name}" for name, module in adapted.named_modules()
                if isinstance(module, ParamWrapper)]
     for warning in caught:
