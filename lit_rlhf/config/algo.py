@@ -93,7 +93,8 @@ class RLHFConfig:
     router_aux_loss_coef: float = setting(
         0.001, "TRL's: a mixture-of-experts policy (its config has output_router_logits) trains on loss + this x the "
                "routers' load-balancing loss (transformers' aux_loss) of its training forwards' real tokens, logged "
-               "as aux_loss; 0: off; dense models: nothing")
+               "as aux_loss; 0: off; dense models and routers that balance without one (DeepSeek-V3, GLM-4.5): "
+               "nothing")
     forward_batch_size: Optional[int] = setting(None, "chunk size of the no-grad logprob forwards (null: all at once)")
     logits_chunk_size: Optional[int] = setting(
         1024, "logprobs from the last hidden states, this many response tokens at a time, through the output layer "

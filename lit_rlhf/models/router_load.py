@@ -4,14 +4,19 @@ auxiliary loss over the routers of every layer, computed as the model family's o
 forwards: the prompt and response tokens, not the padding of a padded batch or the filler at the end of a packed row.
 
 TRL adds it to the training loss of GRPO, RLOO, DPO, KTO and SFT when the model's config has output_router_logits
-(set or not: a MoE model's config carries the key, a dense one's does not) and the coefficient is not 0.
+(set or not: a MoE model's config carries the key, a dense one's does not) and the coefficient is not 0. It adds the
+model's own aux_loss, which the families whose routers balance without an auxiliary loss (DeepSeek-V3, GLM-4.5,
+Llama 4, ...: their configs carry the key too) never compute: for them there is nothing to add.
 
 Shapes: rows, L positions.
 """
 
 from __future__ import annotations
 
+import sys
+
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.errors import ConfigError
 
@@ -20,6 +25,14 @@ def routes_tokens_to_experts(model: torch.nn.Module) -> bool:
     """Whether the model is a mixture of experts whose forward can return its routers' logits (TRL's test)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     return getattr(config, "output_router_logits", None) is not None
+
+
+def computes_its_aux_loss(model: torch.nn.Module) -> bool:
+    """Whether the model family's own forward computes its routers' load-balancing loss: its modeling module has
+    transformers' load_balancing_loss_func (Mixtral, the Qwen MoEs, OLMoE, gpt-oss, ... do; DeepSeek-V3, GLM-4.5,
+    Llama 4, ... route without an auxiliary loss and do not)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under peft's wrapper
+    return hasattr(sys.modules.get(type(base).__module__), "load_balancing_loss_func")
 
 
 def experts_of(model: torch.nn.Module) -> tuple[int, int]:
@@ -69,5 +82,12 @@ class RouterLoad:
 
 
 def router_load_of(model: torch.nn.Module, coefficient: float) -> RouterLoad | None:
-    """The policy's collector where its load-balancing loss is trained (a MoE model and a coefficient above 0)."""
-    return RouterLoad(model, coefficient) if coefficient and routes_tokens_to_experts(model) else None
+    """The policy's collector where its load-balancing loss is trained (a MoE model whose forward computes one, and a
+    coefficient above 0)."""
+    if not coefficient or not routes_tokens_to_experts(model):
+        return None
+    if not computes_its_aux_loss(model):
+        rank_zero_info(f"algo.router_aux_loss_coef={coefficient}: the {model.config.model_type} model's routers "
+                       f"balance without an auxiliary loss (its forward computes none), so none is added.")
+        return None
+    return RouterLoad(model, coefficient)

@@ -2,12 +2,14 @@
 forward (padded full logits, chunked, packed), the loss transformers' own forward computes over the batch's real
 tokens (its aux_loss with the attention mask), with its gradient; nothing for a dense model or a coefficient of 0."""
 
+import logging
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lit_rlhf.models.forwards import response_logprobs_and_entropy, right_padded_logprobs_and_statistics
-from lit_rlhf.models.router_load import RouterLoad, router_load_of
+from lit_rlhf.models.router_load import RouterLoad, router_load_of, routes_tokens_to_experts
 from tests.algos.test_padding_free import PAD, batch
 
 SMALL = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=32)
@@ -16,11 +18,21 @@ MOE = {
     "mixtral": dict(SMALL, num_local_experts=4, num_experts_per_tok=2),  # its experts under another config name
 }
 
+# families whose routers balance without an auxiliary loss: their configs carry output_router_logits (from transformers
+# 5.2x; set here for the earlier ones), their forwards compute no aux_loss
+AUX_FREE = {
+    "glm4_moe": dict(SMALL, output_router_logits=False, n_routed_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=16, n_group=1, topk_group=1, first_k_dense_replace=0, head_dim=8),
+    "deepseek_v3": dict(SMALL, output_router_logits=False, n_routed_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=16, n_group=1, topk_group=1, first_k_dense_replace=0, kv_lora_rank=8,
+                        q_lora_rank=None, num_key_value_heads=2, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8),
+}
+
 
 def tiny(kind: str, **settings) -> torch.nn.Module:
     torch.manual_seed(0)
     config = AutoConfig.for_model(kind, vocab_size=1000, pad_token_id=PAD, bos_token_id=0, eos_token_id=2,
-                                  **{**MOE.get(kind, SMALL), **settings})
+                                  **{**MOE.get(kind, AUX_FREE.get(kind, SMALL)), **settings})
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 
@@ -49,6 +61,22 @@ def test_every_layout_collects_the_models_own_aux_loss_over_the_real_tokens(kind
     ours, = torch.autograd.grad(collected, model.model.layers[0].mlp.gate.weight)
     theirs, = torch.autograd.grad(transformers_aux_loss(model, *inputs), model.model.layers[0].mlp.gate.weight)
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", list(AUX_FREE))
+def test_a_model_whose_routers_balance_without_an_auxiliary_loss_gets_none_and_says_so(kind, caplog):
+    """TRL adds the model's own aux_loss, which these families never compute: there is no load-balancing loss to add,
+    and the run says so once."""
+    model = tiny(kind)
+    assert routes_tokens_to_experts(model)  # the config carries the key
+    queries, query_mask, responses, response_mask = batch()
+    assert getattr(model(input_ids=torch.cat([queries, responses], 1)), "aux_loss", None) is None
+    with caplog.at_level(logging.INFO):
+        assert router_load_of(model, 0.001) is None
+    assert f"the {kind} model's routers balance without an auxiliary loss" in caplog.text
+    logprobs, _ = response_logprobs_and_entropy(model, queries, query_mask, responses, response_mask, 0.7, 4, PAD,
+                                                router_load=None)
+    assert torch.isfinite(logprobs).all()
 
 
 def test_padding_takes_no_part():
