@@ -14,9 +14,11 @@ import torch
 
 def forward_with_last_hidden(model: torch.nn.Module, **inputs) -> tuple[object, torch.Tensor]:
     """The model's output for `inputs` and the last hidden states (rows,L,H) its decoder returned. A model without
-    a decoder of its own (get_decoder() is the model itself) answers with output_hidden_states=True instead."""
+    a decoder of its own answers with output_hidden_states=True instead: one whose get_decoder() is the model itself,
+    or (Llama 4) the causal LM under the peft wrapper, output layer included."""
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    if decoder is model or getattr(decoder, "base_model", None) is model:
+    holds_output_layer = hasattr(decoder, "get_output_embeddings") and decoder.get_output_embeddings() is not None
+    if decoder is model or getattr(decoder, "base_model", None) is model or holds_output_layer:
         out = model(**inputs, output_hidden_states=True)
         return out, out.hidden_states[-1]
     captured: list[torch.Tensor] = []

@@ -22,13 +22,14 @@ ARCHITECTURES = {  # decoders under different attribute names: model, transforme
     "opt": dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, ffn_dim=32, word_embed_proj_dim=16),
     "bloom": dict(hidden_size=16, n_layer=2, n_head=2),
 }
+LLAMA4 = dict(SMALL, head_dim=8, intermediate_size_mlp=32, num_local_experts=2, num_experts_per_tok=1)
 IDS = torch.arange(3, 19).reshape(2, 8)
 
 
 def tiny(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
     config = AutoConfig.for_model(kind, vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                                  **ARCHITECTURES[kind])
+                                  **ARCHITECTURES.get(kind, LLAMA4))
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 
@@ -53,6 +54,15 @@ def test_a_lora_wrapped_policy_reads_its_base_models_decoder():
             without_adapters = model(input_ids=IDS, use_cache=False, output_hidden_states=True).hidden_states[-1]
     torch.testing.assert_close(hidden, expected, rtol=0, atol=0)
     assert not torch.allclose(hidden, without_adapters)  # the adapters' decoder, not the base one's
+
+
+def test_a_lora_wrapped_model_whose_get_decoder_is_the_causal_lm_reads_the_last_hidden_states():
+    """Llama 4's get_decoder() is the causal LM itself, output layer included: under peft's wrapper that is not the
+    model called, and the decoder's output would be the logits."""
+    model = get_peft_model(tiny("llama4_text"), LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False))
+    _, hidden = forward_with_last_hidden(model, input_ids=IDS, use_cache=False, logits_to_keep=1)
+    expected = model(input_ids=IDS, use_cache=False, output_hidden_states=True).hidden_states[-1]
+    torch.testing.assert_close(hidden, expected, rtol=0, atol=0)
 
 
 def test_a_sharded_models_packed_forward_returns_no_fsdp2_view():
