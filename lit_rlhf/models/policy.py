@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig, PeftModel
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from lit_rlhf.config.model import DORA_UNDER_SHARDED_LOADING
@@ -25,6 +25,7 @@ from lit_rlhf.distributed.meta_loading import empty_model, is_empty
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, resolve_dtype
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
+from lit_rlhf.models.lora_targets import lora_config
 from lit_rlhf.models.output_layer import (
     FLOAT32_HEAD_UNDER_FSDP2,
     cast_output_layer_to_float32,
@@ -78,7 +79,7 @@ def with_lora(model: torch.nn.Module, lora: dict[str, Any], task_type: str, name
     if lora.get("use_dora") and is_empty(model):
         raise ConfigError(DORA_UNDER_SHARDED_LOADING)
     try:
-        adapted = get_peft_model_checked(model, LoraConfig(task_type=task_type, **lora))
+        adapted = get_peft_model_checked(model, lora_config(model, task_type=task_type, **lora))
     except ValueError as err:  # peft's NoMatchingPeftModuleError
         if "not found in the base model" not in str(err):
             raise

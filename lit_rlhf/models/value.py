@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from peft import LoraConfig
 from transformers import AutoModelForSequenceClassification
 
 from lit_rlhf.config.algo import CRITIC_KINDS  # noqa: F401  (re-exported)
@@ -19,6 +18,7 @@ from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained, lacking_backbone_weights, load_report_held, resolve_dtype
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
+from lit_rlhf.models.lora_targets import lora_config
 from lit_rlhf.models.peft_warnings import get_peft_model_checked
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 
@@ -42,7 +42,7 @@ def add_critic_adapter(policy: torch.nn.Module, lora: dict[str, Any] | None) -> 
     """A second LoRA adapter on the policy's base weights: the critic's own backbone, no second copy."""
     if lora is None or not hasattr(policy, "add_adapter"):
         raise ConfigError("algo.critic=adapter needs LoRA (model.lora set); use algo.critic=shared otherwise.")
-    policy.add_adapter(CRITIC_ADAPTER, LoraConfig(task_type="CAUSAL_LM", **lora))
+    policy.add_adapter(CRITIC_ADAPTER, lora_config(policy.get_base_model(), task_type="CAUSAL_LM", **lora))
     hold_lora_inputs_in_their_dtype(policy)
     _activate_policy_adapter(policy)
 
@@ -87,7 +87,7 @@ def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[st
             warn_once(line)
     backbone, head = model.base_model, model.score
     if lora is not None:
-        backbone = get_peft_model_checked(backbone, LoraConfig(**lora))
+        backbone = get_peft_model_checked(backbone, lora_config(backbone, **lora))
         hold_lora_inputs_in_their_dtype(backbone)
     return backbone, head.float().requires_grad_(True)
 

@@ -1,0 +1,74 @@
+"""LoRA on models that subclass nn.Linear for layers that are not linear maps (Llama 4's and Phi-MoE's routers): those
+layers get no adapter, the run says so, and the model trains; every plain linear map still gets one."""
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.falcon.modeling_falcon import FalconLinear
+from transformers.models.llama4.modeling_llama4 import Llama4Router
+from transformers.models.phimoe.modeling_phimoe import PhimoeTopKRouter
+
+from lit_rlhf.models import lora_targets
+from lit_rlhf.models.lora_targets import computes_a_linear_map, layers_lora_cannot_adapt
+from lit_rlhf.models.output_layer import Float32OutputLayer
+from lit_rlhf.models.policy import with_lora
+
+ROUTER_CONFIG = SimpleNamespace(hidden_size=8, num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0,
+                                input_jitter_noise=0.0)
+LORA = dict(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")
+
+
+class GroupedLinear(torch.nn.Linear):
+    """Each of 2 groups of inputs projected by its own block of rows (DeepSeek-V4's grouped output projection)."""
+
+    def forward(self, x):
+        w = self.weight.view(2, -1, self.in_features).transpose(1, 2)
+        return torch.bmm(x.reshape(-1, 2, self.in_features).transpose(0, 1), w).transpose(0, 1).reshape(-1, 2,
+                                                                                                         w.shape[-1])
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("layer, is_linear_map", [
+    (lambda: torch.nn.Linear(8, 4), True),
+    (lambda: FalconLinear(8, 4, bias=True), True),  # its own forward, computing x·Wᵀ + b
+    (lambda: Float32OutputLayer(8, 4), True),  # the same under autocast set for its input's device
+    (lambda: Llama4Router(ROUTER_CONFIG), False),  # (scores, logits)
+    (lambda: PhimoeTopKRouter(ROUTER_CONFIG), False),  # (logits, weights, experts)
+    (lambda: GroupedLinear(8, 4), False),  # a tensor of another shape
+], ids=["Linear", "FalconLinear", "Float32OutputLayer", "Llama4Router", "PhimoeTopKRouter", "grouped"])
+def test_a_layer_is_a_linear_map_when_its_forward_gives_one_tensor_of_that_shape(layer, is_linear_map, device):
+    with torch.device(device):  # meta: a layer not yet read under sharded loading
+        assert computes_a_linear_map(layer()) is is_linear_map
+
+
+def tiny_llama4() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("llama4_text", vocab_size=100, hidden_size=16, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=8, intermediate_size=32,
+                                  intermediate_size_mlp=32, num_local_experts=4, num_experts_per_tok=1)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def test_llama4_trains_with_all_linear_adapters_and_its_routers_left_out(caplog, monkeypatch):
+    monkeypatch.setattr(lora_targets, "_said", set())  # said once a process
+    model = tiny_llama4()
+    routers = [name for name, module in model.named_modules() if isinstance(module, Llama4Router)]
+    assert layers_lora_cannot_adapt(model) == routers and len(routers) == 2
+    input_ids = torch.tensor([[1, 5, 7, 9, 11]])
+    with torch.no_grad():
+        base_logits = model(input_ids=input_ids).logits
+    with caplog.at_level(logging.INFO):
+        policy = with_lora(model, dict(LORA), "CAUSAL_LM", "tiny-llama4")
+    assert f"LoRA leaves out 2 layers (Llama4Router, e.g. {routers[0]})" in caplog.text
+    adapted = {name.removeprefix("base_model.model.").removesuffix(".lora_A.default")
+               for name, _ in policy.named_modules() if name.endswith(".lora_A.default")}
+    assert not adapted & set(routers)
+    assert {"model.layers.0.self_attn.q_proj", "model.layers.0.feed_forward.shared_expert.down_proj"} <= adapted
+    assert isinstance(policy.get_submodule(f"base_model.model.{routers[0]}"), Llama4Router)  # not wrapped
+    logits = policy(input_ids=input_ids).logits
+    torch.testing.assert_close(logits, base_logits)  # B starts at zero: the adapted model is the base model
+    logits.logsumexp(-1).sum().backward()
+    assert all(param.grad is not None for name, param in policy.named_parameters() if param.requires_grad)
