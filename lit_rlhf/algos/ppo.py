@@ -70,6 +70,10 @@ class PPOModule(RLHFModule):
         """During critic warm-up only the critic learns (in shared mode: only the value head)."""
         return self.rl_step < self.hparams.critic_warmup_steps
 
+    def on_after_backward(self) -> None:
+        if not self.warming_up:  # the policy's parameters are meant to get no gradient until the critic has warmed up
+            super().on_after_backward()
+
     def trained_router_load(self):
         """The update's collector of a MoE policy's load-balancing loss: not while the critic warms up alone."""
         return self.router_load if torch.is_grad_enabled() and not self.warming_up else None

@@ -2,7 +2,9 @@
 whose forward is the linear map x·Wᵀ + b. Some models subclass nn.Linear for layers that do more: Llama 4's and
 Phi-MoE's routers return a tuple (scores and logits), DeepSeek-V4's grouped projection multiplies per group. peft's
 all-linear takes every nn.Linear, so on those models it wraps layers whose output it cannot add to and the first
-forward fails inside peft. These layers are left out of the adapters, and the run says which."""
+forward fails inside peft. peft itself refuses others: on Mamba-based models (Mamba, Falcon-H1, Nemotron-H, ...) the
+mixer's fused kernels read out_proj's weight directly, so an adapter there would be skipped on a GPU, and peft raises
+for it, all-linear included. Both kinds are left out of the adapters, and the run says which."""
 
 from __future__ import annotations
 
@@ -11,6 +13,12 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from peft import LoraConfig
+
+try:  # peft's check of the modules it will not adapt on Mamba-based models, a ValueError for each
+    from peft.tuners.tuners_utils import _check_lora_target_modules_mamba as check_peft_accepts
+except ImportError:  # a peft without it refuses nothing
+    def check_peft_accepts(config: LoraConfig, model: torch.nn.Module, name: str) -> None:
+        pass
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 
@@ -36,28 +44,45 @@ def computes_a_linear_map(layer: torch.nn.Linear) -> bool:
     return isinstance(output, torch.Tensor) and output.shape == (PROBE_ROWS, layer.out_features)
 
 
-def layers_lora_cannot_adapt(model: torch.nn.Module) -> list[str]:
-    """Names of the model's nn.Linear layers whose forward is not a linear map, checked once per class."""
-    verdicts: dict[type, bool] = {}
-    names = []
+def peft_refuses(model: torch.nn.Module, name: str) -> bool:
+    """Whether peft refuses a LoRA adapter on the model's modules of this (last) name."""
+    try:
+        check_peft_accepts(LoraConfig(), model, name)
+    except ValueError:
+        return True
+    return False
+
+
+def layers_lora_cannot_adapt(model: torch.nn.Module) -> dict[str, str]:
+    """The model's nn.Linear layers LoRA cannot adapt, each with why: its forward is not a linear map (checked once
+    per class), or peft refuses its name on this model type (checked once per name)."""
+    linear_maps: dict[type, bool] = {}
+    refused: dict[str, bool] = {}
+    reasons = {}
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear):
-            kind = type(module)
-            if kind not in verdicts:
-                verdicts[kind] = computes_a_linear_map(module)
-            if not verdicts[kind]:
-                names.append(name)
-    return names
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        kind, last_name = type(module), name.rsplit(".", 1)[-1]
+        if kind not in linear_maps:
+            linear_maps[kind] = computes_a_linear_map(module)
+        if last_name not in refused:
+            refused[last_name] = peft_refuses(model, last_name)
+        if not linear_maps[kind]:
+            reasons[name] = f"{kind.__name__}: its forward is not a linear map"
+        elif refused[last_name]:
+            model_type = getattr(getattr(model, "config", None), "model_type", "this")
+            reasons[name] = f"{last_name}: peft adapts none on a {model_type} model"
+    return reasons
 
 
 def lora_config(model: torch.nn.Module, **lora: Any) -> LoraConfig:
     """peft's LoraConfig for adapters on model, with the layers LoRA cannot adapt left out (exclude_modules)."""
-    left_out = layers_lora_cannot_adapt(model)
-    if not left_out:
+    reasons = layers_lora_cannot_adapt(model)
+    if not reasons:
         return LoraConfig(**lora)
-    kinds = sorted({type(model.get_submodule(name)).__name__ for name in left_out})
-    line = (f"LoRA leaves out {len(left_out)} layers ({', '.join(kinds)}, e.g. {left_out[0]}): they subclass "
-            f"nn.Linear but their forward is not a linear map, so an adapter's output cannot be added to theirs.")
+    left_out = list(reasons)
+    line = (f"LoRA leaves out {len(left_out)} layers ({'; '.join(sorted(set(reasons.values())))}), e.g. "
+            f"{left_out[0]}.")
     if line not in _said:
         _said.add(line)
         rank_zero_info(line)

@@ -11,6 +11,7 @@ from transformers.models.falcon.modeling_falcon import FalconLinear
 from transformers.models.llama4.modeling_llama4 import Llama4Router
 from transformers.models.phimoe.modeling_phimoe import PhimoeTopKRouter
 
+from lit_rlhf.algos.gradient_reach import unreached_layers
 from lit_rlhf.models import lora_targets
 from lit_rlhf.models.lora_targets import computes_a_linear_map, layers_lora_cannot_adapt
 from lit_rlhf.models.output_layer import Float32OutputLayer
@@ -56,19 +57,53 @@ def test_llama4_trains_with_all_linear_adapters_and_its_routers_left_out(caplog,
     monkeypatch.setattr(lora_targets, "_said", set())  # said once a process
     model = tiny_llama4()
     routers = [name for name, module in model.named_modules() if isinstance(module, Llama4Router)]
-    assert layers_lora_cannot_adapt(model) == routers and len(routers) == 2
+    assert list(layers_lora_cannot_adapt(model)) == routers and len(routers) == 2
     input_ids = torch.tensor([[1, 5, 7, 9, 11]])
     with torch.no_grad():
         base_logits = model(input_ids=input_ids).logits
     with caplog.at_level(logging.INFO):
         policy = with_lora(model, dict(LORA), "CAUSAL_LM", "tiny-llama4")
-    assert f"LoRA leaves out 2 layers (Llama4Router, e.g. {routers[0]})" in caplog.text
+    assert f"LoRA leaves out 2 layers (Llama4Router: its forward is not a linear map), e.g. {routers[0]}." in \
+        caplog.text
     adapted = {name.removeprefix("base_model.model.").removesuffix(".lora_A.default")
                for name, _ in policy.named_modules() if name.endswith(".lora_A.default")}
     assert not adapted & set(routers)
     assert {"model.layers.0.self_attn.q_proj", "model.layers.0.feed_forward.shared_expert.down_proj"} <= adapted
     assert isinstance(policy.get_submodule(f"base_model.model.{routers[0]}"), Llama4Router)  # not wrapped
+    assert trains_from_the_base_model(policy, input_ids, base_logits) == []
+
+
+def trains_from_the_base_model(policy, input_ids, base_logits) -> list[str]:
+    """Checks the adapted model's logits at the start, backpropagates; -> the layers whose adapters got no gradient."""
     logits = policy(input_ids=input_ids).logits
     torch.testing.assert_close(logits, base_logits)  # B starts at zero: the adapted model is the base model
     logits.logsumexp(-1).sum().backward()
-    assert all(param.grad is not None for name, param in policy.named_parameters() if param.requires_grad)
+    return unreached_layers(policy)
+
+
+@pytest.mark.parametrize("kind, settings", [
+    ("mamba", dict(hidden_size=16, num_hidden_layers=2, state_size=4)),
+    ("falcon_h1", dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                       intermediate_size=32, mamba_d_ssm=16, mamba_n_heads=2, mamba_d_head=8, mamba_d_state=4,
+                       mamba_n_groups=1)),
+])
+def test_a_mamba_based_model_trains_with_all_linear_adapters_but_on_the_out_projection_peft_refuses(
+        kind, settings, caplog, monkeypatch):
+    """peft raises for an adapter on a Mamba mixer's out_proj (its fused kernels read the weight directly), all-linear
+    included: those are left out, the mixer's other projections (and Falcon-H1's attention) get adapters."""
+    monkeypatch.setattr(lora_targets, "_said", set())
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(kind, vocab_size=100, **settings))
+    out_projections = [name for name, _ in model.named_modules() if name.endswith(".out_proj")]
+    assert list(layers_lora_cannot_adapt(model)) == out_projections and len(out_projections) == 2
+    input_ids = torch.tensor([[1, 5, 7, 9, 11]])
+    with torch.no_grad():
+        base_logits = model(input_ids=input_ids).logits
+    with caplog.at_level(logging.INFO):
+        policy = with_lora(model, dict(LORA), "CAUSAL_LM", f"tiny-{kind}")
+    assert f"LoRA leaves out 2 layers (out_proj: peft adapts none on a {kind} model), e.g. " in caplog.text
+    adapted = {name.removeprefix("base_model.model.").removesuffix(".lora_A.default").rsplit(".", 1)[-1]
+               for name, _ in policy.named_modules() if name.endswith(".lora_A.default")}
+    assert "in_proj" in adapted and "out_proj" not in adapted
+    assert kind != "falcon_h1" or {"q_proj", "o_proj", "down_proj"} <= adapted
+    trains_from_the_base_model(policy, input_ids, base_logits)  # dt_proj's adapters: tests/algos/test_gradient_reach.py
