@@ -19,8 +19,9 @@ class LoraSettings:
     lora_dropout: float = setting(
         0.0, "dropout on the LoRA input; > 0 makes the ratio differ from 1 before any update, and with bfloat16 "
              "weights holds a float32 copy of each LoRA layer's input for the backward pass (0: its input as it is)")
-    target_modules: Any = setting("all-linear", "modules that get adapters: all-linear, or a list of names; layers "
-                                                "whose forward is not a linear map (Llama 4's routers) get none")
+    target_modules: Any = setting("all-linear", "modules that get adapters: all-linear, or a list of names; a "
+                                                "multimodal checkpoint's vision tower and layers whose forward is "
+                                                "not a linear map (Llama 4's routers) get none")
     use_rslora: bool = setting(False, "rank-stabilized LoRA (peft's use_rslora): the update is scaled by lora_alpha / "
                                       "sqrt(r)")
     use_dora: bool = setting(False, "DoRA (peft's use_dora): a trained magnitude per output row rescales W + B A; "

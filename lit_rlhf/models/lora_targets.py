@@ -4,7 +4,9 @@ Phi-MoE's routers return a tuple (scores and logits), DeepSeek-V4's grouped proj
 all-linear takes every nn.Linear, so on those models it wraps layers whose output it cannot add to and the first
 forward fails inside peft. peft itself refuses others: on Mamba-based models (Mamba, Falcon-H1, Nemotron-H, ...) the
 mixer's fused kernels read out_proj's weight directly, so an adapter there would be skipped on a GPU, and peft raises
-for it, all-linear included. Both kinds are left out of the adapters, and the run says which."""
+for it, all-linear included. And a multimodal checkpoint (Gemma 3's) loads with a vision tower that text prompts
+never reach: adapters there would train nothing, and stop trainer=ddp on unused parameters. All three kinds are left
+out of the adapters, and the run says which."""
 
 from __future__ import annotations
 
@@ -53,14 +55,35 @@ def peft_refuses(model: torch.nn.Module, name: str) -> bool:
     return False
 
 
+def towers_beside_the_text_decoder(model: torch.nn.Module) -> dict[str, str]:
+    """The modules of the model's base model that are not its text decoder (a vision tower and its projector on
+    Gemma 3's and Qwen2.5-VL's checkpoints), by name prefix: text prompts never reach them. Empty for a text model."""
+    base = getattr(model, "base_model", model)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if decoder is None or decoder is model or decoder is base:
+        return {}
+    names = {id(module): name for name, module in model.named_modules()}
+    if id(base) not in names or id(decoder) not in names:
+        return {}
+    base_name, decoder_name = names[id(base)], names[id(decoder)]
+    prefix = f"{base_name}." if base_name else ""
+    return {f"{prefix}{child}.": child for child, _ in base.named_children()
+            if not f"{decoder_name}.".startswith(f"{prefix}{child}.")}  # neither the decoder nor holding it
+
+
 def layers_lora_cannot_adapt(model: torch.nn.Module) -> dict[str, str]:
-    """The model's nn.Linear layers LoRA cannot adapt, each with why: its forward is not a linear map (checked once
-    per class), or peft refuses its name on this model type (checked once per name)."""
+    """The model's nn.Linear layers LoRA cannot adapt, each with why: outside the text decoder (a vision tower), its
+    forward is not a linear map (checked once per class), or peft refuses its name on this model type (checked once
+    per name)."""
     linear_maps: dict[type, bool] = {}
     refused: dict[str, bool] = {}
+    towers = towers_beside_the_text_decoder(model)
     reasons = {}
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.Linear):
+            continue
+        if tower := next((child for prefix, child in towers.items() if name.startswith(prefix)), None):
+            reasons[name] = f"{tower}: outside the text decoder, which the prompts go through"
             continue
         kind, last_name = type(module), name.rsplit(".", 1)[-1]
         if kind not in linear_maps:

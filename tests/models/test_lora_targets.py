@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, Gemma3Config
 from transformers.models.falcon.modeling_falcon import FalconLinear
 from transformers.models.llama4.modeling_llama4 import Llama4Router
 from transformers.models.phimoe.modeling_phimoe import PhimoeTopKRouter
@@ -107,3 +107,28 @@ def test_a_mamba_based_model_trains_with_all_linear_adapters_but_on_the_out_proj
     assert "in_proj" in adapted and "out_proj" not in adapted
     assert kind != "falcon_h1" or {"q_proj", "o_proj", "down_proj"} <= adapted
     trains_from_the_base_model(policy, input_ids, base_logits)  # dt_proj's adapters: tests/algos/test_gradient_reach.py
+
+
+def test_a_multimodal_checkpoints_vision_tower_gets_no_adapters_and_every_adapter_trains(caplog, monkeypatch):
+    """Gemma 3's checkpoints load as Gemma3ForConditionalGeneration: text prompts never reach its vision tower, whose
+    adapters would get no gradient (and stop trainer=ddp on unused parameters)."""
+    monkeypatch.setattr(lora_targets, "_said", set())
+    torch.manual_seed(0)
+    config = Gemma3Config(text_config=dict(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           num_key_value_heads=1, intermediate_size=32, head_dim=8),
+                          vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=32, image_size=28, patch_size=14), mm_tokens_per_image=4)
+    model = AutoModelForCausalLM.from_config(config).eval()  # in training, transformers 5.5 asks for token_type_ids
+    assert type(model).__name__ == "Gemma3ForConditionalGeneration"
+    vision = [name for name, module in model.named_modules()
+              if isinstance(module, torch.nn.Linear) and ".vision_tower." in f".{name}"]
+    assert vision and list(layers_lora_cannot_adapt(model)) == vision
+    input_ids = torch.tensor([[1, 5, 7, 9, 11]])
+    with torch.no_grad():
+        base_logits = model(input_ids=input_ids).logits
+    with caplog.at_level(logging.INFO):
+        policy = with_lora(model, dict(LORA), "CAUSAL_LM", "tiny-gemma3")
+    assert f"LoRA leaves out {len(vision)} layers (vision_tower: outside the text decoder, which the prompts go " \
+           f"through), e.g. {vision[0]}." in caplog.text
+    assert any(".language_model." in name for name, _ in policy.named_modules() if name.endswith(".lora_A.default"))
+    assert trains_from_the_base_model(policy, input_ids, base_logits) == []
