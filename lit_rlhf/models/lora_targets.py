@@ -24,6 +24,8 @@ except ImportError:  # a peft without it refuses nothing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
 
+from lit_rlhf.models.text_path import towers_beside_the_text_decoder
+
 # rows of the probe's input: more than one, so a layer that folds its rows into groups shows a different shape
 PROBE_ROWS = 3
 _said: set[str] = set()  # a second adapter on the same model (algo.critic=adapter) does not say it again
@@ -53,22 +55,6 @@ def peft_refuses(model: torch.nn.Module, name: str) -> bool:
     except ValueError:
         return True
     return False
-
-
-def towers_beside_the_text_decoder(model: torch.nn.Module) -> dict[str, str]:
-    """The modules of the model's base model that are not its text decoder (a vision tower and its projector on
-    Gemma 3's and Qwen2.5-VL's checkpoints), by name prefix: text prompts never reach them. Empty for a text model."""
-    base = getattr(model, "base_model", model)
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    if decoder is None or decoder is model or decoder is base:
-        return {}
-    names = {id(module): name for name, module in model.named_modules()}
-    if id(base) not in names or id(decoder) not in names:
-        return {}
-    base_name, decoder_name = names[id(base)], names[id(decoder)]
-    prefix = f"{base_name}." if base_name else ""
-    return {f"{prefix}{child}.": child for child, _ in base.named_children()
-            if not f"{decoder_name}.".startswith(f"{prefix}{child}.")}  # neither the decoder nor holding it
 
 
 def layers_lora_cannot_adapt(model: torch.nn.Module) -> dict[str, str]:

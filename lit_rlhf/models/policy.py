@@ -32,6 +32,7 @@ from lit_rlhf.models.output_layer import (
     check_float32_output_layer,
 )
 from lit_rlhf.models.peft_warnings import get_peft_model_checked, peft_reads_deprecated_alias
+from lit_rlhf.models.text_path import freeze_towers_beside_the_text_decoder
 
 TRAINABLE_ADAPTER, REFERENCE_ADAPTER = "default", "reference"
 
@@ -138,6 +139,7 @@ def load_policy(
         policy = with_lora(model, lora, "CAUSAL_LM", name_or_path)
         check_float32_output_layer(policy)
         return policy, Reference(policy)
+    freeze_towers_beside_the_text_decoder(model)
     if reference_name_or_path is None and not empty:
         frozen = copy.deepcopy(model)
     elif reference_name_or_path is None:  # placeholders: a deep copy would allocate them whole

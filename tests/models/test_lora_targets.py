@@ -12,7 +12,8 @@ from transformers.models.llama4.modeling_llama4 import Llama4Router
 from transformers.models.phimoe.modeling_phimoe import PhimoeTopKRouter
 
 from lit_rlhf.algos.gradient_reach import unreached_layers
-from lit_rlhf.models import lora_targets
+from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.models import load_policy, load_tokenizer, lora_targets
 from lit_rlhf.models.lora_targets import computes_a_linear_map, layers_lora_cannot_adapt
 from lit_rlhf.models.output_layer import Float32OutputLayer
 from lit_rlhf.models.policy import with_lora
@@ -109,10 +110,8 @@ def test_a_mamba_based_model_trains_with_all_linear_adapters_but_on_the_out_proj
     trains_from_the_base_model(policy, input_ids, base_logits)  # dt_proj's adapters: tests/algos/test_gradient_reach.py
 
 
-def test_a_multimodal_checkpoints_vision_tower_gets_no_adapters_and_every_adapter_trains(caplog, monkeypatch):
-    """Gemma 3's checkpoints load as Gemma3ForConditionalGeneration: text prompts never reach its vision tower, whose
-    adapters would get no gradient (and stop trainer=ddp on unused parameters)."""
-    monkeypatch.setattr(lora_targets, "_said", set())
+def tiny_gemma3_with_vision() -> torch.nn.Module:
+    """As Gemma 3's checkpoints load: Gemma3ForConditionalGeneration, a vision tower beside the text decoder."""
     torch.manual_seed(0)
     config = Gemma3Config(text_config=dict(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                            num_key_value_heads=1, intermediate_size=32, head_dim=8),
@@ -120,6 +119,14 @@ def test_a_multimodal_checkpoints_vision_tower_gets_no_adapters_and_every_adapte
                                              intermediate_size=32, image_size=28, patch_size=14), mm_tokens_per_image=4)
     model = AutoModelForCausalLM.from_config(config).eval()  # in training, transformers 5.5 asks for token_type_ids
     assert type(model).__name__ == "Gemma3ForConditionalGeneration"
+    return model
+
+
+def test_a_multimodal_checkpoints_vision_tower_gets_no_adapters_and_every_adapter_trains(caplog, monkeypatch):
+    """Text prompts never reach the vision tower, whose adapters would get no gradient (and stop trainer=ddp on
+    unused parameters)."""
+    monkeypatch.setattr(lora_targets, "_said", set())
+    model = tiny_gemma3_with_vision()
     vision = [name for name, module in model.named_modules()
               if isinstance(module, torch.nn.Linear) and ".vision_tower." in f".{name}"]
     assert vision and list(layers_lora_cannot_adapt(model)) == vision
@@ -132,3 +139,17 @@ def test_a_multimodal_checkpoints_vision_tower_gets_no_adapters_and_every_adapte
            f"through), e.g. {vision[0]}." in caplog.text
     assert any(".language_model." in name for name, _ in policy.named_modules() if name.endswith(".lora_A.default"))
     assert trains_from_the_base_model(policy, input_ids, base_logits) == []
+
+
+def test_a_full_fine_tune_of_a_multimodal_checkpoint_trains_all_but_its_vision_tower(tmp_path, caplog):
+    model = tiny_gemma3_with_vision()
+    model.save_pretrained(tmp_path / "gemma3")
+    load_tokenizer(TINY_PYTHIA).save_pretrained(tmp_path / "gemma3")
+    with caplog.at_level(logging.INFO):
+        policy, _ = load_policy(str(tmp_path / "gemma3"), load_tokenizer(TINY_PYTHIA), lora=None)
+    assert "model.lora=null: the model's vision_tower, multi_modal_projector stay frozen" in caplog.text
+    trained = {name for name, param in policy.named_parameters() if param.requires_grad}
+    assert trained and not any(".vision_tower." in name or ".multi_modal_projector." in name for name in trained)
+    assert all(".language_model." in name or name.startswith("lm_head.") for name in trained)
+    policy.eval()(input_ids=torch.tensor([[1, 5, 7]])).logits.sum().backward()
+    assert unreached_layers(policy) == []
