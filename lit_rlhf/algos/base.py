@@ -24,7 +24,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rlhf.algos.default_callbacks import display_callbacks
 from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, policy_loss_weights, require_grads
-from lit_rlhf.algos.gradient_reach import say_unreached_layers
+from lit_rlhf.algos.gradient_reach import ChecksGradientReach
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
 from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
 from lit_rlhf.algos.step_stats import StepStatistics, step_distributions
@@ -58,7 +58,8 @@ from lit_rlhf.step.score_transforms import ScoreTransform
 from lit_rlhf.tasks.metrics import TaskMetric
 
 
-class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, StepStatistics, L.LightningModule):
+class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, StepStatistics, ChecksGradientReach,
+                 L.LightningModule):
     """Holds the policy, its reference and the Sampler (which holds the engine, the reward and a teacher);
     subclasses define the advantages.
 
@@ -354,9 +355,6 @@ class RLHFModule(TrainedStateCheckpoints, RolloutForwards, HeldoutSampling, Step
         }
 
     # ---- lifetime ----------------------------------------------------------------------------
-    def on_after_backward(self) -> None:
-        say_unreached_layers(self)
-
     def on_train_start(self) -> None:
         super().on_train_start()  # a resume's random states first: the producer starts at this step
         # rl_steps: the RL steps this module stops after (Lightning's max_steps stops itself)

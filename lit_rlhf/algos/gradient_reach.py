@@ -35,14 +35,22 @@ def unreached_layers(module: torch.nn.Module) -> list[str]:
     return list(dict.fromkeys(layer_of(name) for name, param in trained if param.grad is None))
 
 
+class ChecksGradientReach:
+    """A LightningModule mixin: after the fit's first backward, trained parameters no gradient reached are one
+    warning naming their layers (DeepSpeed holds gradients outside param.grad: not read there)."""
+
+    _gradient_reach_checked = False
+
+    def on_after_backward(self) -> None:
+        if self._gradient_reach_checked:
+            return
+        self._gradient_reach_checked = True
+        trainer = getattr(self, "_trainer", None)
+        if trainer is None or not isinstance(trainer.strategy, DeepSpeedStrategy):
+            say_unreached_layers(self)
+
+
 def say_unreached_layers(module: torch.nn.Module) -> None:
-    """The warning, once a fit, after its first backward (DeepSpeed holds gradients outside param.grad: not read)."""
-    if getattr(module, "_gradient_reach_checked", False):
-        return
-    module._gradient_reach_checked = True
-    trainer = getattr(module, "_trainer", None)
-    if trainer is not None and isinstance(trainer.strategy, DeepSpeedStrategy):
-        return
     if layers := unreached_layers(module):
         warn_once(f"No gradient reached the trained parameters of {len(layers)} layers (e.g. {layers[0]}): the loss "
                   f"does not use them (a model may read a layer's weight without calling it), so they never train, "

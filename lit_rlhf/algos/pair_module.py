@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.algos.gradient_reach import say_unreached_layers
+from lit_rlhf.algos.gradient_reach import ChecksGradientReach
 from lit_rlhf.algos.pair_sharding import (
     any_rank_not_finite,
     fsdp2_strategy,
@@ -138,7 +138,7 @@ def keep_a_cut_epoch_unfinished(checkpoint: dict) -> None:
     checkpoint["epoch"] = epochs["current"]["completed"]  # Lightning's current_epoch
 
 
-class PairModule(L.LightningModule):
+class PairModule(ChecksGradientReach, L.LightningModule):
     """A subclass defines step(batch, stage) -> the loss (stage: train or val), logging its metrics."""
 
     num_tokens = 0  # TRL's num_tokens: the tokens of every training batch so far, over all ranks (count_tokens)
@@ -158,9 +158,6 @@ class PairModule(L.LightningModule):
             raise ConfigError(f"trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py and "
                               f"train_sft.py, not {type(self).__name__}'s; train on several ranks with trainer=ddp "
                               f"(data parallel).")
-
-    def on_after_backward(self) -> None:
-        say_unreached_layers(self)
 
     def on_train_start(self) -> None:
         self.training_finished = False

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from lit_rlhf.algos.gradient_reach import layer_of, say_unreached_layers, unreached_layers
+from lit_rlhf.algos.gradient_reach import ChecksGradientReach, layer_of, say_unreached_layers, unreached_layers
 from lit_rlhf.models.policy import with_lora
 
 
@@ -22,18 +22,19 @@ def test_a_parameter_is_named_by_its_layer(parameter, layer):
     assert layer_of(parameter) == layer
 
 
-class ReadsAWeight(torch.nn.Module):
-    """`direct`'s weight multiplied without calling the layer, as Mamba's mixer does dt_proj's."""
+class ReadsAWeight(ChecksGradientReach, torch.nn.Module):
+    """`direct`'s weight multiplied without calling the layer, as Mamba's mixer does dt_proj's (calls_it: called)."""
 
-    def __init__(self):
+    def __init__(self, calls_it: bool = False):
         super().__init__()
         self.called, self.direct = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.calls_it = calls_it
 
     def forward(self, x):
-        return self.called(x) @ self.direct.weight.detach().T
+        return self.direct(self.called(x)) if self.calls_it else self.called(x) @ self.direct.weight.detach().T
 
 
-def test_the_first_backward_names_the_layers_no_gradient_reached_once():
+def test_the_first_backward_names_the_layers_no_gradient_reached():
     module = ReadsAWeight()
     module(torch.ones(2, 4)).sum().backward()
     assert unreached_layers(module) == ["direct"]
@@ -41,8 +42,18 @@ def test_the_first_backward_names_the_layers_no_gradient_reached_once():
                                          r"the loss does not use them .* leave them out of "
                                          r"model.lora.target_modules, or with trainer=ddp set "
                                          r"trainer.strategy=ddp_find_unused_parameters_true.$"):
-        say_unreached_layers(module)
-    say_unreached_layers(module)  # checked once a fit
+        module.on_after_backward()  # Lightning's hook, after every backward
+
+
+def test_only_the_first_backward_of_a_fit_is_checked():
+    module = ReadsAWeight(calls_it=True)
+    module(torch.ones(2, 4)).sum().backward()
+    module.on_after_backward()  # every layer reached
+    module.zero_grad(set_to_none=True)
+    module.calls_it = False
+    module(torch.ones(2, 4)).sum().backward()
+    assert unreached_layers(module) == ["direct"]
+    module.on_after_backward()  # not checked again: an error here (pyproject.toml) if it warned
 
 
 def test_a_backward_that_reached_every_layer_or_none_says_nothing():
