@@ -15,16 +15,16 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from peft import LoraConfig
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
+
+from lit_rlhf.models.text_path import towers_beside_the_text_decoder
 
 try:  # peft's check of the modules it will not adapt on Mamba-based models, a ValueError for each
     from peft.tuners.tuners_utils import _check_lora_target_modules_mamba as check_peft_accepts
 except ImportError:  # a peft without it refuses nothing
     def check_peft_accepts(config: LoraConfig, model: torch.nn.Module, name: str) -> None:
         pass
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.func import functional_call
-
-from lit_rlhf.models.text_path import towers_beside_the_text_decoder
 
 # rows of the probe's input: more than one, so a layer that folds its rows into groups shows a different shape
 PROBE_ROWS = 3
