@@ -79,9 +79,16 @@ def with_lora(model: torch.nn.Module, lora: dict[str, Any], task_type: str, name
     (models/lora_inputs.py); target modules that match nothing are one line naming some that do."""
     if lora.get("use_dora") and is_empty(model):
         raise ConfigError(DORA_UNDER_SHARDED_LOADING)
+    config = lora_config(model, task_type=task_type, **lora)
     try:
-        adapted = get_peft_model_checked(model, lora_config(model, task_type=task_type, **lora))
+        adapted = get_peft_model_checked(model, config)
     except ValueError as err:  # peft's NoMatchingPeftModuleError
+        if config.exclude_modules and ("All modules were excluded" in str(err) or
+                                       "No modules were targeted" in str(err)):
+            left_out = sorted(config.exclude_modules)
+            raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} names only layers LoRA "
+                              f"leaves out on {name_or_path} (e.g. {left_out[0]}, said above); name others, e.g. "
+                              f"{linear_module_names(model)[:4]}, or use 'all-linear'.") from err
         if "not found in the base model" not in str(err):
             raise
         raise ConfigError(f"model.lora.target_modules={lora.get('target_modules')!r} matches no module of "

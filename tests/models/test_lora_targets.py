@@ -13,6 +13,7 @@ from transformers.models.phimoe.modeling_phimoe import PhimoeTopKRouter
 
 from lit_rlhf.algos.gradient_reach import unreached_layers
 from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_policy, load_tokenizer, lora_targets
 from lit_rlhf.models.lora_targets import computes_a_linear_map, layers_lora_cannot_adapt
 from lit_rlhf.models.output_layer import Float32OutputLayer
@@ -153,3 +154,10 @@ def test_a_full_fine_tune_of_a_multimodal_checkpoint_trains_all_but_its_vision_t
     assert all(".language_model." in name or name.startswith("lm_head.") for name in trained)
     policy.eval()(input_ids=torch.tensor([[1, 5, 7]])).logits.sum().backward()
     assert unreached_layers(policy) == []
+
+
+def test_target_modules_that_name_only_layers_left_out_are_one_line():
+    with pytest.raises(ConfigError, match=r"^model.lora.target_modules=\['router'\] names only layers LoRA leaves out "
+                                          r"on tiny-llama4 \(e.g. model.layers.0.feed_forward.router, said above\); "
+                                          r"name others, e.g. \["):
+        with_lora(tiny_llama4(), dict(LORA, target_modules=["router"]), "CAUSAL_LM", "tiny-llama4")
