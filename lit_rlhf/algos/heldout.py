@@ -94,13 +94,15 @@ class HeldoutSampling:
 
     def on_validation_epoch_end(self) -> None:
         took = exclude_from_step_time(self, self._validation_started)
-        self.log("time/validation_s", took, sync_dist=self.trainer.world_size > 1)
+        # sync_dist: a no-op on one process, but Lightning warns without it wherever a process group exists (trainer=ddp
+        # on one device too)
+        self.log("time/validation_s", took, sync_dist=True)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         with self.ranks_stepping_together():  # every rank evaluates its share of the held-out prompts
             metrics = heldout_metrics(self, batch, batch_idx)
         for name, (value, size) in metrics.items():  # each weighted by its count
-            self.log(name, value, batch_size=size, sync_dist=self.trainer.world_size > 1)
+            self.log(name, value, batch_size=size, sync_dist=True)
         self.last_validated_rl_step = self.rl_step
 
     def sample_heldout(self, batch: dict[str, torch.Tensor], seed: int, greedy: bool = False,

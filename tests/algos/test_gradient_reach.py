@@ -7,7 +7,11 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lit_rlhf.algos.gradient_reach import ChecksGradientReach, layer_of, say_unreached_layers, unreached_layers
+from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.models import load_tokenizer
 from lit_rlhf.models.policy import with_lora
+from tests.apps import run_app
+from tests.helpers import FAST, one_line_error
 
 
 @pytest.mark.parametrize("parameter, layer", [
@@ -89,3 +93,35 @@ def test_mambas_adapters_that_the_forward_never_calls_are_named_after_a_backward
                        "tiny-mamba")
     policy(input_ids=input_ids).logits.sum().backward()
     assert unreached_layers(policy) == not_called
+
+
+@pytest.mark.integration  # runs train.py
+def test_under_ddp_a_layer_the_loss_never_reaches_stops_the_first_step_in_one_line(tmp_path):
+    """trainer=ddp (one device: the same DDP wrapper) with an adapter on Mamba's dt_proj, which the mixer reads
+    without calling: one line naming the layer and both fixes, exit 2, in place of DDP's traceback a step later. With
+    the adapters on layers the forward calls, the run trains, and its held-out evaluation leaves Lightning nothing to
+    warn about (sync_dist)."""
+    tokenizer = load_tokenizer(TINY_PYTHIA)
+    config = AutoConfig.for_model("mamba", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                                  state_size=4, eos_token_id=tokenizer.eos_token_id)
+    model = AutoModelForCausalLM.from_config(config)
+    if not linear_layers_not_called(model, torch.tensor([[1, 2, 3]])):
+        pytest.skip("this transformers release's Mamba calls dt_proj (5.5 does)")
+    model.save_pretrained(tmp_path / "mamba")
+    tokenizer.save_pretrained(tmp_path / "mamba")
+    run = [*[a for a in FAST if not a.startswith("steps=")], "steps=2", "trainer=ddp", "trainer.accelerator=cpu",
+           "trainer.devices=1", f"model.name_or_path={tmp_path / 'mamba'}", "algo.padding_free=false"]
+
+    stopped = run_app("train.py", *run, "model.lora.target_modules=[in_proj,dt_proj]", f"hydra.run.dir={tmp_path}/a",
+                      cwd=tmp_path)
+    assert one_line_error(stopped) == (
+        "error: No gradient reached the trained parameters of 1 layers (e.g. backbone.layers.0.mixer.dt_proj): the "
+        "loss does not use them (a model may read a layer's weight without calling it), so they never train, and "
+        "trainer=ddp stops on them; leave them out of model.lora.target_modules, or set "
+        "trainer.strategy=ddp_find_unused_parameters_true.")
+
+    trained = run_app("train.py", *run, "model.lora.target_modules=[in_proj,x_proj]", f"hydra.run.dir={tmp_path}/b",
+                      cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "eval/scores" in (tmp_path / "b" / "csv" / "metrics.csv").read_text().splitlines()[0]  # evaluated
+    assert "sync_dist" not in trained.stderr
