@@ -63,7 +63,7 @@ class PPOModule(RLHFModule):
             return
         if hp.critic == "adapter":
             add_critic_adapter(self.policy, spec.get("lora"))
-        self.value_head = ValueHead(self.policy.config.hidden_size)
+        self.value_head = ValueHead(self.policy.config.get_text_config().hidden_size)  # a multimodal config nests it
 
     @property
     def warming_up(self) -> bool:

@@ -32,7 +32,7 @@ from lit_rlhf.models.output_layer import (
     check_float32_output_layer,
 )
 from lit_rlhf.models.peft_warnings import get_peft_model_checked, peft_reads_deprecated_alias
-from lit_rlhf.models.text_path import freeze_towers_beside_the_text_decoder
+from lit_rlhf.models.text_path import freeze_towers_beside_the_text_decoder, mark_prompts_as_text
 
 TRAINABLE_ADAPTER, REFERENCE_ADAPTER = "default", "reference"
 
@@ -164,11 +164,15 @@ def load_policy(
 
 
 def load_causal_lm(name_or_path: str, key: str, dtype: str | None, trust_remote_code: bool, empty: bool):
-    """from_pretrained, or (empty) the model on the meta device, tagged with the file keys of its weights."""
+    """from_pretrained, or (empty) the model on the meta device, tagged with the file keys of its weights; a
+    multimodal model's text prompts marked as text."""
     if empty:
-        return empty_model(AutoModelForCausalLM, name_or_path, key, resolve_dtype(dtype), trust_remote_code)
-    return from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", key=key,
-                           dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code)
+        model = empty_model(AutoModelForCausalLM, name_or_path, key, resolve_dtype(dtype), trust_remote_code)
+    else:
+        model = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", key=key,
+                                dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code)
+    mark_prompts_as_text(model)
+    return model
 
 
 def fit_embeddings(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, key: str) -> None:

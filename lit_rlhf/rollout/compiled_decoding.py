@@ -60,8 +60,11 @@ def unavailable_reason(device: torch.device) -> str | None:
 
 
 def model_context(model: torch.nn.Module) -> int | None:
-    """The positions the model was trained for (config.max_position_embeddings), if it says."""
-    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    """The positions the model was trained for (config.max_position_embeddings), if it says (a multimodal config
+    says it in its text config)."""
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text_config, "max_position_embeddings", None)
 
 
 def check_static_cache_length(length: int | None, context: int | None) -> None:
