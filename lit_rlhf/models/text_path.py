@@ -38,8 +38,8 @@ def freeze_towers_beside_the_text_decoder(model: torch.nn.Module) -> None:
                        f"decoder, which the prompts go through).")
 
 
-# inputs marking each token as text (0) or image (1): a training forward raises without them on Gemma 3 and PaliGemma
-# (token_type_ids) and Gemma 4 (mm_token_type_ids) at transformers 5.5, and on Molmo2 (mm_token_type_ids) later too
+# inputs marking each token as text (0) or image (1): a training forward raises without them on Gemma 3 at
+# transformers 5.5 (token_type_ids); other multimodal models of transformers name them mm_token_type_ids
 TOKEN_KIND_INPUTS = ("token_type_ids", "mm_token_type_ids")
 
 
