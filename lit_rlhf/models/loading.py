@@ -109,6 +109,12 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         if Path(str(name_or_path)).exists():  # nothing to download: the folder's own files are missing or damaged
             raise unloadable_folder(what, str(name_or_path), key, err) from err
         raise unavailable(what, name_or_path, type(err).__name__, key) from err
+    except ImportError as err:  # transformers' requires_backends: the model's class needs a package not installed
+        if (command := re.search(r"`(pip install [^`]+)`", str(err))) is None:
+            raise
+        needs = printable(" ".join(str(err).split()).split(". ")[0], one_line=True)  # "X requires the timm library..."
+        raise ConfigError(f"{key}={str(name_or_path)!r} cannot be loaded in this environment: {needs}; install it "
+                          f"(`{printable(command.group(1), one_line=True)}`) and run again.") from err
     except ValueError as err:  # e.g. a config.json without model_type; a refusal to run a model's code passes
         if not Path(str(name_or_path)).exists() or "trust_remote_code" in str(err):
             raise

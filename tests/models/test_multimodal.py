@@ -1,13 +1,18 @@
 """A multimodal checkpoint (Gemma 3's loads as Gemma3ForConditionalGeneration) trains on text prompts: its training
 forward, which at transformers 5.5 raises without marks of which tokens are image tokens, gets them marked as text;
-PPO's value head and the compiled decoding's context read the sizes its text config holds."""
+PPO's value head and the compiled decoding's context read the sizes its text config holds. One whose towers need a
+package that is not installed (Gemma 3n's, timm) is one line naming it."""
 
 import copy
+import importlib.util
 
 import pytest
 import torch
+from safetensors.torch import save_file
+from transformers import AutoConfig
 
 from lit_rlhf.assets import TINY_PYTHIA
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.models import load_policy, load_tokenizer
 from lit_rlhf.rollout.compiled_decoding import model_context
 from tests.conftest import LORA, make_ppo
@@ -45,3 +50,15 @@ def test_ppos_value_head_and_the_decoding_context_read_the_text_config(gemma3_fo
     assert text_config is not module.policy.config  # the sizes are not at the top level
     assert module.value_head.summary.in_features == text_config.hidden_size == 16
     assert model_context(module.policy) == text_config.max_position_embeddings
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is not None, reason="timm is installed here")
+def test_a_checkpoint_whose_model_needs_a_package_not_installed_is_one_line(tmp_path):
+    AutoConfig.for_model("gemma3n").save_pretrained(tmp_path)  # its vision tower is timm's
+    save_file({"unread": torch.zeros(1)}, tmp_path / "model.safetensors")  # the class is built before weights are read
+    tokenizer = load_tokenizer(TINY_PYTHIA)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=rf"^model.name_or_path='{tmp_path}' cannot be loaded in this environment: "
+                                          r"TimmWrapperModel requires the timm library but it was not found in your "
+                                          r"environment; install it \(`pip install timm`\) and run again.$"):
+        load_policy(str(tmp_path), tokenizer, lora=LORA)
