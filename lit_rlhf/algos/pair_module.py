@@ -155,9 +155,9 @@ class PairModule(ChecksGradientReach, L.LightningModule):
         if isinstance(self.trainer.strategy, ModelParallelStrategy) and not self.shards:  # trainer=fsdp2
             # its configure_model loads whole models and shards none: every rank would train a copy of its own, its
             # gradients never shared, and rank zero's would be saved
-            raise ConfigError(f"trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py and "
-                              f"train_sft.py, not {type(self).__name__}'s; train on several ranks with trainer=ddp "
-                              f"(data parallel).")
+            raise ConfigError(f"trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py, "
+                              f"train_sft.py and train_reward_model.py, not {type(self).__name__}'s; train on several "
+                              f"ranks with trainer=ddp (data parallel).")
 
     def on_train_start(self) -> None:
         self.training_finished = False

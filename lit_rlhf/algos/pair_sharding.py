@@ -1,12 +1,13 @@
-"""trainer=fsdp2 for the policies fitted offline (train_dpo.py, train_kto.py, train_sft.py): the policy and a full
-fine-tune's frozen reference copy are sharded as train.py's RL modules shard theirs (every transformer block a unit;
-lit_rlhf.distributed.sharding), each rank reading only its shards from the model files under sharded loading. A step's
-forwards and backward run on the shards, each block gathered as the forward reaches it (every rank runs the same
-forwards: the data is dealt in equal batches). The saved policy is gathered whole on rank zero."""
+"""trainer=fsdp2 for the models fitted offline (train_dpo.py, train_kto.py, train_sft.py, train_reward_model.py): the
+policy or the reward model, and a full fine-tune's frozen reference copy, are sharded as train.py's RL modules shard
+theirs (every transformer block a unit; lit_rlhf.distributed.sharding), each rank reading only its shards from the
+model files under sharded loading. A step's forwards and backward run on the shards, each block gathered as the
+forward reaches it (every rank runs the same forwards: the data is dealt in equal batches). The saved model is
+gathered whole on rank zero."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -60,29 +61,45 @@ def gathered_state(policy: torch.nn.Module) -> dict[str, torch.Tensor] | None:
     return state or None  # ranks other than zero get an empty dict
 
 
-def whole_policy(spec: dict[str, Any], tokenizer, state: dict[str, torch.Tensor], empty: bool) -> torch.nn.Module:
-    """The policy as `spec` builds it (LoRA and all), holding `state`'s tensors. empty: built with placeholders (no
+def whole_model(build: Callable[[bool], torch.nn.Module], state: dict[str, torch.Tensor],
+                empty: bool) -> torch.nn.Module:
+    """The model build(empty) makes (LoRA and all), holding `state`'s tensors. empty: built with placeholders (no
     memory) whose tensors become `state`'s, where the run loaded its shards alone; else loaded whole, then
     overwritten. Tied weights (input embeddings and head) stay one tensor."""
-    spec = {key: value for key, value in spec.items() if key != "tokenizer_name_or_path"}
-    policy, _ = load_policy(tokenizer=tokenizer, empty=empty, **spec)
-    policy.load_state_dict(state, strict=True, assign=empty)
-    forget_weight_files(policy)
-    root = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    model = build(empty)
+    model.load_state_dict(state, strict=True, assign=empty)
+    forget_weight_files(model)
+    root = model.get_base_model() if hasattr(model, "get_base_model") else model
     if hasattr(root, "tie_weights"):
         root.tie_weights()  # assign sets each name's tensor: tied names become one again
-    return policy
+    return model
+
+
+def policy_builder(spec: dict[str, Any], tokenizer) -> Callable[[bool], torch.nn.Module]:
+    """build(empty): the policy as `spec` builds it (LoRA and all), with placeholders where empty."""
+    spec = {key: value for key, value in spec.items() if key != "tokenizer_name_or_path"}
+    return lambda empty: load_policy(tokenizer=tokenizer, empty=empty, **spec)[0]
+
+
+def whole_policy(spec: dict[str, Any], tokenizer, state: dict[str, torch.Tensor], empty: bool) -> torch.nn.Module:
+    """The policy as `spec` builds it, holding `state`'s tensors (whole_model)."""
+    return whole_model(policy_builder(spec, tokenizer), state, empty)
+
+
+def model_to_save(module, model: torch.nn.Module, build: Callable[[bool], torch.nn.Module]) -> torch.nn.Module | None:
+    """Every rank calls it: the model with whole weights on rank zero (gathered into what build(empty) makes when
+    sharded), None on the other ranks of a sharded fit."""
+    if not is_sharded(model):
+        return model
+    state = gathered_state(model)
+    if state is None:
+        return None
+    return whole_model(build, state, empty=loads_sharded(module))
 
 
 def policy_to_save(module) -> torch.nn.Module | None:
-    """Every rank calls it: the module's policy with whole weights on rank zero (gathered when sharded), None on the
-    other ranks of a sharded fit."""
-    if not is_sharded(module.policy):
-        return module.policy
-    state = gathered_state(module.policy)
-    if state is None:
-        return None
-    return whole_policy(dict(module.hparams.model), module.tokenizer, state, empty=loads_sharded(module))
+    """model_to_save for the module's policy."""
+    return model_to_save(module, module.policy, policy_builder(dict(module.hparams.model), module.tokenizer))
 
 
 def any_rank_not_finite(module, finite: bool) -> bool:

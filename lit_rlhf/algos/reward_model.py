@@ -25,12 +25,14 @@ import torch.nn.functional as F
 from transformers import AutoModelForSequenceClassification
 
 from lit_rlhf.algos.pair_module import PairModule
+from lit_rlhf.algos.pair_sharding import fsdp2_strategy, loads_sharded, model_to_save, shard_policy_models
 from lit_rlhf.config import model_config
 from lit_rlhf.config.validation import check_flag, check_optimizer, is_number, warn_once
+from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.loading import from_pretrained, lacking_backbone_weights, load_report_held, resolve_dtype
-from lit_rlhf.models.policy import with_lora
+from lit_rlhf.models.policy import fit_embeddings, with_lora
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer, tokenizer_source
 
 REWARD_STATS_FILE = "reward_stats.json"
@@ -73,26 +75,20 @@ class RewardModelModule(PairModule):
         self.backbone = self.tokenizer = None
         self.eval_rewards: list[torch.Tensor] = []
 
+    shards = True  # trainer=fsdp2: the classifier sharded per transformer block (pair_sharding.py)
+    saved_backbone: torch.nn.Module | None = None  # set by prepare_save: the classifier save_reward_model writes
+
     def configure_model(self) -> None:
+        """The classifier loaded, then under trainer=fsdp2 sharded (each rank reading its shards under sharded
+        loading)."""
         if self.backbone is not None:
             return
         spec = self.hparams.model
         self.tokenizer = load_checked_tokenizer(*tokenizer_source(spec))
         ensure_pad_token(self.tokenizer)
-        with load_report_held():  # a causal LM's folder has no score head: from_pretrained starts it, as expected
-            backbone, loading = from_pretrained(AutoModelForSequenceClassification.from_pretrained,
-                                                spec["name_or_path"], "reward model backbone", key="model.name_or_path",
-                                                num_labels=1, dtype=resolve_dtype(spec.get("dtype", "float32")),
-                                                output_loading_info=True)
-        if line := lacking_backbone_weights(backbone, loading["missing_keys"], "model.name_or_path",
-                                            spec["name_or_path"]):
-            warn_once(line)
-        if len(self.tokenizer) > backbone.get_input_embeddings().num_embeddings:  # a pad token was added
-            backbone.resize_token_embeddings(len(self.tokenizer))
-        backbone.config.pad_token_id = self.tokenizer.pad_token_id
-        if spec.get("lora") is not None:  # SEQ_CLS: peft trains the score head in full beside the adapters
-            backbone = with_lora(backbone, spec["lora"], "SEQ_CLS", spec["name_or_path"])
-        self.backbone = backbone
+        self.backbone = reward_model_to_train(spec, self.tokenizer, empty=loads_sharded(self))
+        if fsdp2_strategy(self) is not None:
+            shard_policy_models(self, [self.backbone])
 
     def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The scalar rewards of the chosen and of the rejected responses. -> (B, B)"""
@@ -129,9 +125,39 @@ class RewardModelModule(PairModule):
         rewards = torch.cat(self.eval_rewards)
         return {"mean": float(rewards.mean()), "std": float(rewards.std(unbiased=False)), "count": len(rewards)}
 
+    def prepare_save(self) -> None:
+        """Under trainer=fsdp2 the classifier's shards gathered whole on rank zero (every rank takes part)."""
+        built = functools.partial(reward_model_to_train, self.hparams.model, self.tokenizer)
+        # a plain attribute, not a submodule: it is no part of the module's state or checkpoints
+        object.__setattr__(self, "saved_backbone", model_to_save(self, self.backbone, lambda empty: built(empty=empty)))
+
     def save_reward_model(self, directory: str | Path) -> Path:
         """A folder `reward=reward_model` loads as it is: merged weights (safetensors), tokenizer, reward_stats.json."""
         stats = self.reward_stats()
         extra = None if stats is None else {REWARD_STATS_FILE: json.dumps(stats, indent=2) + "\n"}
-        return export_model(self.backbone, self.tokenizer, directory, on_a_copy=True, extra_files=extra, key="save_dir",
-                            into_existing=True)
+        backbone = self.saved_backbone if self.saved_backbone is not None else self.backbone
+        # the gathered copy is this fit's own: LoRA merges into it in place
+        return export_model(backbone, self.tokenizer, directory, on_a_copy=backbone is self.backbone,
+                            extra_files=extra, key="save_dir", into_existing=True)
+
+
+def reward_model_to_train(spec: dict[str, Any], tokenizer, empty: bool = False) -> torch.nn.Module:
+    """spec's model as a classifier of one label (AutoModelForSequenceClassification: a causal LM's folder gets a new
+    score head), with room for the tokenizer's pad token and LoRA adapters where spec has lora (peft trains the score
+    head in full beside them). empty: built with placeholders, each rank reading its shards once sharded."""
+    key, name_or_path, dtype = "model.name_or_path", spec["name_or_path"], resolve_dtype(spec.get("dtype", "float32"))
+    if empty:
+        backbone = empty_model(AutoModelForSequenceClassification, name_or_path, key, dtype, num_labels=1)
+        initialise_unsaved(backbone, backbone.score)
+    else:
+        with load_report_held():  # a causal LM's folder has no score head: from_pretrained starts it, as expected
+            backbone, loading = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path,
+                                                "reward model backbone", key=key, num_labels=1, dtype=dtype,
+                                                output_loading_info=True)
+        if line := lacking_backbone_weights(backbone, loading["missing_keys"], key, name_or_path):
+            warn_once(line)
+    fit_embeddings(backbone, tokenizer, key)
+    backbone.config.pad_token_id = tokenizer.pad_token_id
+    if spec.get("lora") is not None:
+        backbone = with_lora(backbone, spec["lora"], "SEQ_CLS", name_or_path)
+    return backbone

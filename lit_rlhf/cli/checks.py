@@ -228,9 +228,6 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     built_by_the_module(cfg)
     check_trainer_arguments(cfg)
     sharded = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET
-    if sharded and cfg.task_name == "train_reward_model":  # PairModule's check, early
-        raise ConfigError("trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py and train_sft.py, "
-                          "not train_reward_model.py's; train on several ranks with trainer=ddp (data parallel).")
     check_fsdp2_settings(cfg)
     if cfg.task_name == "train_kto":
         from lit_rlhf.config.validation import check_kto_batch_size

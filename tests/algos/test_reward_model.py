@@ -107,21 +107,27 @@ def test_a_negative_centering_coefficient_is_refused():
         RewardModelModule(model={"name_or_path": TINY_PYTHIA}, center_rewards_coefficient=-0.1)
 
 
+class LoadsWholeModels(RewardModelModule):
+    """A PairModule of one's own whose configure_model shards nothing."""
+
+    shards = False
+
+
 @pytest.mark.integration
-def test_a_sharding_strategy_is_refused_before_the_reward_model_loads(tmp_path):
+def test_a_sharding_strategy_is_refused_before_a_module_that_shards_nothing_loads(tmp_path):
     """Lightning's ModelParallelStrategy (trainer=fsdp2's FSDP2Strategy) leaves the sharding to the module's
-    configure_model, which for a reward model loads whole models: each rank would train a copy of its own, its
-    gradients never shared, and rank zero's saved."""
+    configure_model: one that loads whole models would have each rank train a copy of its own, its gradients never
+    shared, and rank zero's saved."""
     from lightning.pytorch.strategies import ModelParallelStrategy
 
     data = PreferenceDataModule(tokenizer=TINY_PYTHIA, dataset=separable_pairs(tmp_path / "pairs.jsonl", n=24),
                                 num_eval_pairs=8)
-    module = RewardModelModule(model={"name_or_path": TINY_PYTHIA, "lora": LORA})
+    module = LoadsWholeModels(model={"name_or_path": TINY_PYTHIA, "lora": LORA})
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, strategy=ModelParallelStrategy(), logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    with pytest.raises(ConfigError, match="trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py "
-                                          "and train_sft.py, not RewardModelModule's; train on several ranks with "
-                                          "trainer=ddp"):
+    with pytest.raises(ConfigError, match="trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py, "
+                                          "train_sft.py and train_reward_model.py, not LoadsWholeModels's; train on "
+                                          "several ranks with trainer=ddp"):
         trainer.fit(module, datamodule=data)
     assert module.backbone is None  # refused in setup, before configure_model loaded anything
 

@@ -1,7 +1,8 @@
-"""train_dpo.py, train_kto.py and train_sft.py with trainer=fsdp2 on 2 CPU processes (gloo), as a user types them: the
-sharded fit trains what DDP's replicas train, resumes exactly from its sharded checkpoint, and saves the policy
-gathered whole."""
+"""train_dpo.py, train_kto.py, train_sft.py and train_reward_model.py with trainer=fsdp2 on 2 CPU processes (gloo), as a
+user types them: the sharded fit trains what DDP's replicas train, resumes exactly from its sharded checkpoint, and
+saves the model gathered whole."""
 
+import json
 import re
 
 import pytest
@@ -76,3 +77,30 @@ def test_a_full_fine_tune_under_fsdp2_trains_what_ddp_trains(script, tmp_path):
     apart = max(float((fsdp2_weights[k] - ddp_weights[k]).abs().max()) for k in start)
     assert moved > 3e-3 and apart < moved / 100, (moved, apart)
     assert held_out_figures(sharded) == pytest.approx(held_out_figures(ddp), abs=1e-3)
+
+
+def test_a_reward_model_under_fsdp2_cut_and_resumed_saves_the_classifier_ddp_trains(tmp_path):
+    """train_reward_model.py with LoRA (~reward_model_tuning: train_reward_model.yaml's adapters, not the embedded
+    model's full fine-tune), each rank reading its shards of the classifier (its score head started as
+    from_pretrained starts it), stopped after 2 of 4 steps and resumed: the saved classifier (LoRA merged) and its
+    reward statistics are those of DDP's uninterrupted fit."""
+    tuning = ["~reward_model_tuning", "algo.optimizer.lr=1e-3", "+algo.optimizer.eps=1e-6"]
+    cut = fit("train_reward_model.py", tmp_path / "fsdp2", *FSDP2, *tuning, "trainer.max_steps=2", cwd=tmp_path)
+    assert "FSDP2 over 2 ranks, 1 model sharded: each rank read only its shards" in cut.stdout + cut.stderr
+    saved = read_sharded_checkpoint(tmp_path / "fsdp2" / "checkpoints" / "last.ckpt")["state_dict"]
+    assert saved and all(".lora_" in name or ".score." in name for name in saved), sorted(saved)[:3]
+    resumed = fit("train_reward_model.py", tmp_path / "fsdp2", *FSDP2, *tuning, "trainer.max_steps=4",
+                  "ckpt_path=last", cwd=tmp_path)
+    ddp = fit("train_reward_model.py", tmp_path / "ddp", *DDP, *tuning, "trainer.max_steps=4", cwd=tmp_path)
+
+    fsdp2_weights, ddp_weights = (load_file(f"{tmp_path / run}/reward_model/model.safetensors") for run in
+                                  ("fsdp2", "ddp"))
+    start = load_file(f"{TINY_PYTHIA}/model.safetensors")
+    assert fsdp2_weights.keys() == ddp_weights.keys() and "score.weight" in ddp_weights
+    assert max(float((ddp_weights[k] - start[k]).abs().max()) for k in start if k in ddp_weights) > 1e-3  # trained
+    for name, tensor in ddp_weights.items():
+        torch.testing.assert_close(fsdp2_weights[name], tensor, rtol=0, atol=1e-6, msg=name)
+    stats = [json.loads((tmp_path / run / "reward_model" / "reward_stats.json").read_text())
+             for run in ("fsdp2", "ddp")]
+    assert stats[0] == pytest.approx(stats[1], abs=1e-5) and stats[1]["count"] == 128
+    assert held_out_figures(resumed) == pytest.approx(held_out_figures(ddp), abs=1e-4)
