@@ -222,6 +222,8 @@ def key_under_null(config_dir: Path, config_name: str, overrides: list[str]) -> 
             continue
         cfg = composed_without(config_dir, config_name, [o for o in overrides if o != override])
         if cfg is not None and OmegaConf.select(cfg, parent, default="missing") is None:
-            return (f"{key} sets a key of {parent}, which is null in this config (`--cfg job` prints it); leave "
-                    f"{key} out, or start from a config where {parent} is set.")
+            last, value = key.rpartition(".")[2], override.partition("=")[2]
+            return (f"{key} sets a key of {parent}, which is null in this config (`--cfg job` prints it); give "
+                    f"{parent} whole, e.g. '{parent}={{{last}: {value}}}' (its other keys at their defaults), or "
+                    f"leave {key} out.")
     return None

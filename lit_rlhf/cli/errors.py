@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.cli.composition import composition_error
+from lit_rlhf.cli.null_settings import mappings_fill_null_settings
 from lit_rlhf.cli.trainer_arguments import manual_optimization_line
 from lit_rlhf.errors import (
     EXIT_SIGTERM,
@@ -147,10 +148,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
 
         import_searchpath_packages(overrides)  # a package's own algorithms register before the config composes
         register_configs()
-        if any(flag in ("--help", "-h") for flag in sys.argv[1:]) and print_app_help(config_dir, config_name,
-                                                                                   overrides):
-            return
-        main()
+        with mappings_fill_null_settings():  # model.lora={r: 8} where a config file set model.lora: null
+            if any(flag in ("--help", "-h") for flag in sys.argv[1:]) and print_app_help(config_dir, config_name,
+                                                                                       overrides):
+                return
+            main()
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)

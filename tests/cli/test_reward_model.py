@@ -76,8 +76,11 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
     ("train_dpo.py", "algo.optimizer.lr=-1e-3", "algo.optimizer.lr=-0.001 must be a number > 0"),
     ("train_dpo.py", "model.lora.r=0", "model.lora.r=0 must be a whole number >= 1"),
     ("train_dpo.py", "+model.lora.rank=8", "model.lora"),
-    # the embedded model's reward model trains in full (conf/reward_model_tuning/tiny.yaml): no LoRA to set
-    ("train_reward_model.py", "model.lora.r=8", "model.lora.r sets a key of model.lora, which is null in this config"),
+    # the embedded model's reward model trains in full (conf/reward_model_tuning/tiny.yaml): LoRA is given whole
+    ("train_reward_model.py", "model.lora.r=8", "model.lora.r sets a key of model.lora, which is null in this config "
+                                                "(`--cfg job` prints it); give model.lora whole, e.g. "
+                                                "'model.lora={r: 8}' (its other keys at their defaults), or leave "
+                                                "model.lora.r out."),
     ("train_dpo.py", "data.batch_size=true", "data.batch_size=True must be a whole number >= 1"),
     ("train_dpo.py", "algo.beta=true", "algo.beta=True must be a finite number > 0"),
     ("train_reward_model.py", "algo.center_rewards_coefficient=true",
