@@ -29,6 +29,9 @@ LIGHTNING_PYTREE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 # after the optimizer step and asks for copies of the weights from before it, while the state after the RL step is
 # the one an RL checkpoint must hold (lit_rlhf's LastCheckpoint saves it without the warning).
 LIGHTNING_MANUAL_CHECKPOINT = r"Using ModelCheckpoint with manual optimization and every_n_train_steps"
+# LightningModule.all_gather (the reward model's held-out rewards, the ranks' scores) calls
+# torch.distributed.nn.functional.all_gather, which torch >= 2.13 deprecates; nothing to change on our side.
+LIGHTNING_ALL_GATHER = r"torch\.distributed\.nn\.functional\.all_gather is deprecated"
 # The Trainer's default epoch limit: an RLHF module stops after its RL steps (rl_steps), whatever the epochs.
 LIGHTNING_MAX_EPOCHS = r"`max_epochs` was not set\. Setting it to 1000 epochs"
 # peft's LoRA on GPT-2's Conv1D layers (target_modules="all-linear" takes them): peft sets fan_in_fan_out itself.
@@ -58,6 +61,7 @@ def silence_known_noise() -> None:
     for name in HTTP_CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=LIGHTNING_PYTREE)
+    warnings.filterwarnings("ignore", message=LIGHTNING_ALL_GATHER)
     warnings.filterwarnings("ignore", message=LIGHTNING_MAX_EPOCHS)
     warnings.filterwarnings("ignore", message=LIGHTNING_MANUAL_CHECKPOINT)
     warnings.filterwarnings("ignore", message=PEFT_CONV1D)

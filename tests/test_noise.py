@@ -40,3 +40,26 @@ def test_lightnings_model_checkpoint_in_a_plain_script_asks_for_no_pre_optimizat
         trainer.fit(module, make_datamodule())
     assert [str(w.message)[:60] for w in caught if "pre-optimization" in str(w.message)] == []
     assert [p.name for p in tmp_path.glob("*.ckpt")] == ["epoch=0-step=1.ckpt"]
+
+
+def test_lightnings_all_gather_says_nothing_of_torchs_deprecation(tmp_path):
+    """LightningModule.all_gather (under trainer=ddp or fsdp2) calls torch.distributed.nn.functional.all_gather, which
+    torch 2.13 deprecates in a warning on every rank."""
+    from lightning.fabric.utilities.distributed import _all_gather_ddp_if_available as lightnings_all_gather
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings(record=True) as unsilenced:
+            warnings.simplefilter("always")
+            lightnings_all_gather(torch.ones(2))
+        deprecated = [str(w.message) for w in unsilenced if "all_gather is deprecated" in str(w.message)]
+        if not deprecated:
+            pytest.skip("this torch does not deprecate it")
+        silence_known_noise()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", append=True)  # after the silenced messages: every other warning is seen
+            gathered = lightnings_all_gather(torch.ones(2))
+    finally:
+        torch.distributed.destroy_process_group()
+    assert gathered.tolist() == [[1.0, 1.0]]
+    assert [str(w.message) for w in caught if "all_gather is deprecated" in str(w.message)] == []
