@@ -7,6 +7,7 @@ Face's AutoModelForSequenceClassification with one label (its score head reads t
 with LoRA (peft, the head trained in full) or in full. `save_reward_model(dir)` writes a folder that
 `reward=reward_model reward.name_or_path=dir` loads as it is: the merged weights, the tokenizer, and
 reward_stats.json with the mean and std of the rewards it gives the held-out pairs' responses, for normalization.
+Under trainer=fsdp2 the classifier is sharded per transformer block and gathered whole for the save (pair_sharding.py).
 
 Shapes: B pairs, L sequence length; a batch holds the B chosen sequences, then the B rejected (2B,L).
 """
@@ -59,6 +60,9 @@ class RewardModelModule(PairModule):
     """model: {name_or_path, tokenizer_name_or_path, dtype, lora: {r, lora_alpha, ...} or None for full
     fine-tuning}; optimizer: a partial of a torch optimizer (AdamW at lr 1e-5 by default)."""
 
+    shards = True  # trainer=fsdp2: the classifier sharded per transformer block (pair_sharding.py)
+    saved_backbone: torch.nn.Module | None = None  # set by prepare_save: the classifier save_reward_model writes
+
     def __init__(self, model: dict[str, Any], optimizer: Any = None, center_rewards_coefficient: float | None = None,
                  use_margin: bool = True):
         super().__init__()
@@ -74,9 +78,6 @@ class RewardModelModule(PairModule):
         self.optimizer_factory = optimizer or functools.partial(torch.optim.AdamW, lr=1e-5)
         self.backbone = self.tokenizer = None
         self.eval_rewards: list[torch.Tensor] = []
-
-    shards = True  # trainer=fsdp2: the classifier sharded per transformer block (pair_sharding.py)
-    saved_backbone: torch.nn.Module | None = None  # set by prepare_save: the classifier save_reward_model writes
 
     def configure_model(self) -> None:
         """The classifier loaded, then under trainer=fsdp2 sharded (each rank reading its shards under sharded
@@ -127,9 +128,10 @@ class RewardModelModule(PairModule):
 
     def prepare_save(self) -> None:
         """Under trainer=fsdp2 the classifier's shards gathered whole on rank zero (every rank takes part)."""
-        built = functools.partial(reward_model_to_train, self.hparams.model, self.tokenizer)
+        saved = model_to_save(self, self.backbone,
+                              lambda empty: reward_model_to_train(self.hparams.model, self.tokenizer, empty))
         # a plain attribute, not a submodule: it is no part of the module's state or checkpoints
-        object.__setattr__(self, "saved_backbone", model_to_save(self, self.backbone, lambda empty: built(empty=empty)))
+        object.__setattr__(self, "saved_backbone", saved)
 
     def save_reward_model(self, directory: str | Path) -> Path:
         """A folder `reward=reward_model` loads as it is: merged weights (safetensors), tokenizer, reward_stats.json."""
