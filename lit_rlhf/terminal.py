@@ -48,6 +48,25 @@ def printable(text: Any, one_line: bool = False) -> str:
     return NEWLINES.sub(escape, escaped) if one_line else escaped
 
 
+def clipped(text: Any, limit: int = 200) -> str:
+    """str(text) on one line (each run of whitespace one space). Past `limit` characters it is cut at the last word
+    boundary (inside a word only where that word is most of the text) and ends with " ...", so that a reader of an
+    error line sees where a quoted message was cut."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[:limit]
+    if (space := cut.rfind(" ")) > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + " ..."
+
+
+def clipped_first_line(text: Any, limit: int = 200, default: str = "") -> str:
+    """The first line of str(text) (an error's message: a traceback or log may follow it), clipped at `limit`."""
+    lines = str(text).strip().splitlines()
+    return clipped(lines[0], limit) if lines else default
+
+
 def as_text(text: Any) -> Text:
     """A Rich table cell that shows `text` as it is (never parsed as markup), control characters escaped."""
     return Text(printable(text))

@@ -40,6 +40,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from lit_rlhf.checkpoints.files import PARTIAL_MARK, atomic_torch_save, fsync_directory
 from lit_rlhf.checkpoints.paths import META_FILE
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.terminal import clipped_first_line
 
 OLD_MARK = ".replaced-"  # a checkpoint being replaced (PARTIAL_MARK: one being written)
 TORCH_VALUE_TYPES = (torch.dtype, torch.layout, torch.memory_format)
@@ -194,7 +195,7 @@ def read_meta(path: Path) -> dict[str, Any]:
     try:
         meta = torch.load(meta_file, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        reason = clipped_first_line(err, default=type(err).__name__)
         raise ConfigError(f"ckpt_path={str(path)!r} has a {META_FILE} that cannot be read as weights only "
                           f"({reason}); lit_rlhf's checkpoints hold tensors and plain values, never code.") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("world_size"), int):

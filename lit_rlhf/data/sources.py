@@ -16,6 +16,7 @@ from typing import Any
 
 from lit_rlhf.config.data import FILE_BUILDERS, check_dataset_file
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.terminal import clipped_first_line
 
 BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl",
            "arithmetic": Path(__file__).parent / "arithmetic" / "prompts.jsonl",
@@ -92,7 +93,7 @@ def load_file(path: Path, dataset: str, prompt_column: str | None) -> list[dict[
         data = load_dataset(FILE_BUILDERS[suffix], data_files=str(path), split="train")
     except Exception as err:  # datasets raises many types for a malformed file; all mean the same to the user
         raise ConfigError(f"data.dataset={dataset!r} cannot be read as {path.suffix} ({type(err).__name__}: "
-                          f"{first_line(err)}); check the file.") from err
+                          f"{clipped_first_line(err)}); check the file.") from err
     return dataset_column(data, prompt_column, dataset)
 
 
@@ -136,7 +137,7 @@ def load_directory(path: Path, dataset: str, prompt_column: str | None, split: s
             data = datasets.load_from_disk(str(path))
         except Exception as err:  # a folder save_to_disk wrote in part, or by another release: one line, not a trace
             raise ConfigError(f"data.dataset={dataset!r} cannot be read as a saved dataset ({type(err).__name__}: "
-                              f"{first_line(err)}); save it again with save_to_disk.") from err
+                              f"{clipped_first_line(err)}); save it again with save_to_disk.") from err
         if isinstance(data, datasets.DatasetDict):
             if split not in data:
                 raise ConfigError(f"data.split={split!r} is not a split of {dataset!r}; its splits are {sorted(data)} "
@@ -151,14 +152,9 @@ def load_directory(path: Path, dataset: str, prompt_column: str | None, split: s
         data = datasets.load_dataset(str(path), subset, split=split)
     except Exception as err:  # no data files, an unknown split or configuration: datasets says which
         raise ConfigError(f"data.dataset={dataset!r} cannot be read as a dataset folder ({type(err).__name__}: "
-                          f"{first_line(err)}); give a folder of .jsonl, .csv or .parquet files, or one file.") from err
+                          f"{clipped_first_line(err)}); give a folder of .jsonl, .csv or .parquet files, or one "
+                          f"file.") from err
     return dataset_column(data, prompt_column, dataset)
-
-
-def first_line(err: Exception) -> str:
-    """The first line of an error from `datasets`, at most 160 characters."""
-    text = str(err).strip()
-    return text.splitlines()[0][:160] if text else ""
 
 
 def dataset_column(data, prompt_column: str | None, dataset: str) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from typing import Any
 from lit_rlhf.envs.formats import TOOL_FORMATS, ToolFormat
 from lit_rlhf.envs.tools import tool_name, tool_schema
 from lit_rlhf.errors import ConfigError, nearest
+from lit_rlhf.terminal import clipped_first_line
 
 
 class Environment:
@@ -134,7 +135,7 @@ class EnvSpec:
         try:
             return self.factory(**arguments)
         except Exception as err:
-            message = (str(err).strip().splitlines() or [""])[0][:200]
+            message = clipped_first_line(err)
             raise ConfigError(f"the environment {self.name} raised {type(err).__name__}: {message} when built from a "
                               f"row with {sorted(arguments) or 'no columns'}; fix the environment.") from err
 
@@ -143,7 +144,7 @@ class EnvSpec:
         try:
             return env.reward()
         except Exception as err:
-            message = (str(err).strip().splitlines() or [""])[0][:200]
+            message = clipped_first_line(err)
             raise ConfigError(f"the environment {self.name}'s reward() raised {type(err).__name__}: {message}; fix "
                               f"the environment.") from err
 

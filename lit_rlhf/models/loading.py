@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 
 from lit_rlhf.config.locations import check_model_location, local_folder_note
 from lit_rlhf.errors import ConfigError, UnavailableError
-from lit_rlhf.terminal import printable
+from lit_rlhf.terminal import clipped, printable
 
 T = TypeVar("T")
 
@@ -102,7 +102,7 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
     except RuntimeError as err:  # weights whose shapes do not fit the config (e.g. a head of another size)
         if "size mismatch" not in str(err) and "mismatched_sizes" not in str(err):
             raise
-        first = " ".join(str(err).split())[:200]
+        first = clipped(err)
         raise ConfigError(f"{key}={str(name_or_path)!r}: its weights do not fit its config ({first}); give a folder "
                           f"whose config.json matches its weights (save_pretrained writes both).") from err
     except errors as err:  # transformers and huggingface_hub raise OSError subclasses for both cases
@@ -123,7 +123,7 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
 
 def unloadable_folder(what: str, name_or_path: str, key: str, err: BaseException) -> ConfigError:
     """A local folder from_pretrained cannot read: empty, without weights, or with a config that is not one."""
-    message = printable(" ".join(str(err).split())[:200], one_line=True)
+    message = printable(clipped(err), one_line=True)
     return ConfigError(f"{key}={name_or_path!r} is a local folder that cannot be loaded as a {what} "
                        f"({type(err).__name__}: {message}); give a folder save_pretrained wrote (config.json and the "
                        f"weights).")
@@ -149,7 +149,7 @@ def weight_map(index: Path, name_or_path: str, key: str) -> dict[str, str]:
 
 def unreadable_weights(name_or_path: str, key: str, err: BaseException) -> ConfigError:
     """A safetensors file that is truncated or not safetensors at all."""
-    message = " ".join(str(err).split())[:160]
+    message = clipped(err)
     return ConfigError(f"{key}={name_or_path!r} holds a safetensors file that cannot be read ({message}): it is "
                        f"truncated or not safetensors; download or save the model again.")
 

@@ -18,6 +18,7 @@ from lit_rlhf.rewards import WeightedSum, call_reward, reward_name
 from lit_rlhf.rewards.protocol import missing_columns, signature_of
 from lit_rlhf.rewards.weighted_sum import reward_models
 from lit_rlhf.rollout.trajectory import ROLLOUT_COLUMNS
+from lit_rlhf.terminal import clipped_first_line
 
 
 def sequence_columns(batch: dict[str, Any], prompt_index: torch.Tensor) -> dict[str, list]:
@@ -97,7 +98,7 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
             prompt = failing_prompt(reward, prompts, completions, columns or {}, prompt_messages)
             where = (f" on prompt {prompt[:80]!r}" if prompt is not None else
                      f" on a batch of {len(prompts)} completions")
-            message = (str(err).strip().splitlines() or [""])[0][:200]
+            message = clipped_first_line(err)
             raise ConfigError(f"the reward {name} raised {type(err).__name__}: {message}{where}; fix the reward "
                               f"(the traceback: HYDRA_FULL_ERROR=1).") from err
     return checked_scores(name, returned, prompts, completions, allow_none)

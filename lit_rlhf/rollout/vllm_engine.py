@@ -39,6 +39,7 @@ from lit_rlhf.rollout.vllm_checks import (
 )
 from lit_rlhf.rollout.vllm_process import EngineError, EngineProcess
 from lit_rlhf.rollout.weights import trained_weights
+from lit_rlhf.terminal import clipped
 
 START_FAILURE_HINT = ("if it ran out of KV-cache memory, raise rollout.kv_cache_gib (or rollout.gpu_memory_utilization "
                       "without it) or lower rollout.max_model_len; otherwise use rollout=hf")
@@ -151,9 +152,9 @@ class VLLMEngine(RolloutEngine):
                                   f"{settings['model']!r}; use rollout=hf.") from err
             if "KV cache" in message or "cache blocks" in message or "max_model_len" in message:
                 raise ConfigError(f"the vLLM engine has too little KV-cache memory for model.name_or_path="
-                                  f"{settings['model']!r} ({message[:160]}); raise rollout.kv_cache_gib (or "
+                                  f"{settings['model']!r} ({clipped(message)}); raise rollout.kv_cache_gib (or "
                                   f"rollout.gpu_memory_utilization) or lower rollout.max_model_len.") from err
-            raise ConfigError(f"the vLLM engine failed to start ({message[:160]}; its log is above): "
+            raise ConfigError(f"the vLLM engine failed to start ({clipped(message)}; its log is above): "
                               f"{START_FAILURE_HINT}.") from err
 
     def close(self) -> None:
@@ -182,7 +183,7 @@ class VLLMEngine(RolloutEngine):
                               f"{self.sync_timeout_s:g} s (rollout.sync_timeout_s); the engine is stuck or too slow, "
                               f"the checkpoints written so far are intact; resume from the last one.") from err
         except Exception as err:
-            message = " ".join(str(err).split())[:200]
+            message = clipped(err)
             raise ConfigError(f"RL step {sampling.version}: the weight sync to the vLLM engine failed ({message}); the "
                               f"checkpoints written so far are intact; use rollout=hf if it persists.") from err
         finally:
