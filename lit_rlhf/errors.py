@@ -16,11 +16,31 @@ EXIT_USER_ERROR = 2    # a mistake the user can fix: one line `error: ...` on st
 EXIT_SIGTERM = 143     # stopped by SIGTERM after a complete RL step (a checkpoint was written)
 
 
-def exit_with_user_error(err: BaseException) -> None:
+# HYDRA_FULL_ERROR=1 as the user gave it: the one-line errors follow the traceback that led to them. The Hydra apps set
+# HYDRA_FULL_ERROR for Hydra's own use, so they keep the user's choice here (inherited by the ranks they start).
+TRACEBACKS_ASKED = "LIT_RLHF_TRACEBACKS"
+
+
+def remember_traceback_choice() -> None:
+    """Called before an app sets HYDRA_FULL_ERROR itself; a rank started by the app finds its parent's answer."""
+    import os
+
+    os.environ.setdefault(TRACEBACKS_ASKED, "1" if os.environ.get("HYDRA_FULL_ERROR") == "1" else "0")
+
+
+def exit_with_user_error(err: BaseException | str, cause: BaseException | None = None) -> None:
+    """`error: <one line>` on stderr and exit code 2; with HYDRA_FULL_ERROR=1 (the user's), the traceback of `cause`
+    (else of `err`) first, every control character in it escaped."""
+    import os
     import sys
+    import traceback
 
     from lit_rlhf.terminal import printable
 
+    shown = cause if cause is not None else err
+    asked = os.environ.get(TRACEBACKS_ASKED, os.environ.get("HYDRA_FULL_ERROR"))
+    if asked == "1" and isinstance(shown, BaseException) and shown.__traceback__ is not None:
+        print(printable("".join(traceback.format_exception(shown))), file=sys.stderr, end="", flush=True)
     print(f"error: {printable(err, one_line=True)}", file=sys.stderr, flush=True)
     sys.exit(EXIT_USER_ERROR)
 

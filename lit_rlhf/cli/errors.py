@@ -27,6 +27,7 @@ from lit_rlhf.errors import (
     exit_with_user_error,
     nearest,
     os_error_message,
+    remember_traceback_choice,
 )
 
 T = TypeVar("T")
@@ -135,6 +136,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     misspelled group option, a value of the wrong type) are user mistakes too: one line naming the key and
     the nearest valid one, exit code 2 like ours. Exit code 1 stays for errors raised inside the task that
     are not user mistakes (with a traceback)."""
+    remember_traceback_choice()  # the user's HYDRA_FULL_ERROR=1: each one-line error after its traceback
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
     # the apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
     # logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
@@ -164,7 +166,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     except Exception as err:
         if _task_started:
             raise
-        exit_with_user_error(composition_error(err, config_dir, config_name, overrides))
+        exit_with_user_error(composition_error(err, config_dir, config_name, overrides), cause=err)
 
 
 def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> bool:
@@ -275,4 +277,4 @@ def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,
         discard_unused_run_dir(cfg)  # a run that failed its checks leaves no empty run directory behind
         if on_failure is not None:
             on_failure(str(message))
-        exit_with_user_error(message)
+        exit_with_user_error(message, cause=err)

@@ -137,7 +137,8 @@ class EnvSpec:
         except Exception as err:
             message = clipped_first_line(err)
             raise ConfigError(f"the environment {self.name} raised {type(err).__name__}: {message} when built from a "
-                              f"row with {sorted(arguments) or 'no columns'}; fix the environment.") from err
+                              f"row with {sorted(arguments) or 'no columns'}; fix the environment (the traceback: "
+                              f"HYDRA_FULL_ERROR=1).") from err
 
     def episode_reward(self, env: Environment) -> float | None:
         """env.reward(), or one line naming the environment if it raises."""
@@ -146,7 +147,7 @@ class EnvSpec:
         except Exception as err:
             message = clipped_first_line(err)
             raise ConfigError(f"the environment {self.name}'s reward() raised {type(err).__name__}: {message}; fix "
-                              f"the environment.") from err
+                              f"the environment (the traceback: HYDRA_FULL_ERROR=1).") from err
 
 
 def as_env_spec(environment: EnvSpec | Callable | None) -> EnvSpec | None:

@@ -26,6 +26,10 @@ def reward_len(completions, **kwargs):
     return [-abs(20 - len(completion)) for completion in completions]
 
 
+def raises(prompts, completions):
+    raise ValueError("no score for this \x1b[2J completion")
+
+
 class Length:
     def __init__(self, scale: float = 1.0):
         self.scale = scale
@@ -35,9 +39,9 @@ class Length:
 '''
 
 
-def run_in_fresh_dir(tmp_path, *args):
+def run_in_fresh_dir(tmp_path, *args, env: dict | None = None):
     (tmp_path / "myrewards.py").write_text(REWARDS)
-    return run_app("train.py", *FAST, *args, cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}{os.pathsep}."})
+    return run_app("train.py", *FAST, *args, cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}{os.pathsep}.", **(env or {})})
 
 
 def logged(tmp_path, key: str) -> list[float]:
@@ -61,6 +65,22 @@ def test_a_class_reward_with_arguments_from_the_command_line(tmp_path):
 def test_a_misspelled_reward_target_is_one_line(tmp_path):
     result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.sum_corect")
     assert one_line_error(result).startswith("error: reward._target_='myrewards.sum_corect' cannot be imported")
+
+
+def test_a_reward_that_raises_is_one_line_and_hydra_full_error_shows_its_traceback_first(tmp_path):
+    """As the line says: with HYDRA_FULL_ERROR=1 the traceback through the user's function comes before it (the
+    apps set HYDRA_FULL_ERROR themselves for Hydra's use; the user's choice is the one that counts), escaped."""
+    result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.raises")
+    line = one_line_error(result)
+    assert line.startswith("error: the reward raises raised ValueError: no score for this \\x1b[2J completion on "
+                           "prompt "), line
+    assert line.endswith("; fix the reward (the traceback: HYDRA_FULL_ERROR=1)."), line
+    shown = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.raises", env={"HYDRA_FULL_ERROR": "1"})
+    assert shown.returncode == 2 and shown.stderr.strip().splitlines()[-1] == line
+    assert 'myrewards.py", line 16, in raises' in shown.stderr  # the user's frame
+    assert "Traceback (most recent call last)" in shown.stderr and "\x1b" not in shown.stderr
+    assert run_in_fresh_dir(tmp_path, "reward._target_=myrewards.raises",
+                            env={"HYDRA_FULL_ERROR": "0"}).stderr.count("Traceback") == 0
 
 
 def test_several_rewards_of_your_own_with_weights_as_trls_reward_funcs_and_reward_weights(tmp_path):
