@@ -1,9 +1,11 @@
-"""A reward of the user's own, named on the command line from a fresh directory, as the README shows:
+"""A reward of the user's own, named on the command line from a fresh directory, as docs/tasks.md shows:
 `PYTHONPATH=. python train.py reward._target_=myrewards.sum_correct` (a function reading a dataset column, or a
 class with arguments)."""
 
 import csv
 import os
+import re
+import shlex
 
 import pytest
 
@@ -12,14 +14,9 @@ from tests.helpers import FAST, ROOT, one_line_error
 
 pytestmark = pytest.mark.integration  # runs a Trainer or an app
 
-REWARDS = '''
-import torch
-
-
-def sum_correct(prompts, completions, answer):
-    """1 where the completion holds the row's answer."""
-    return torch.tensor([float(str(a) in c) for c, a in zip(completions, answer)])
-
+TASKS_DOC = (ROOT / "docs" / "tasks.md").read_text()
+DOC_REWARDS = re.search(r"```python\n# myrewards.py\n(.*?)```", TASKS_DOC, re.S).group(1)  # as the docs show it
+REWARDS = DOC_REWARDS + '''
 
 def reward_len(completions, **kwargs):
     """TRL's GRPO quickstart reward, as written for TRL."""
@@ -28,15 +25,8 @@ def reward_len(completions, **kwargs):
 
 def raises(prompts, completions):
     raise ValueError("no score for this \x1b[2J completion")
-
-
-class Length:
-    def __init__(self, scale: float = 1.0):
-        self.scale = scale
-
-    def __call__(self, prompts, completions):
-        return torch.tensor([self.scale * len(c) for c in completions])
 '''
+RAISES_LINE = next(n for n, line in enumerate(REWARDS.splitlines(), 1) if "raise ValueError" in line)
 
 
 def run_in_fresh_dir(tmp_path, *args, env: dict | None = None):
@@ -77,7 +67,7 @@ def test_a_reward_that_raises_is_one_line_and_hydra_full_error_shows_its_traceba
     assert line.endswith("; fix the reward (the traceback: HYDRA_FULL_ERROR=1)."), line
     shown = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.raises", env={"HYDRA_FULL_ERROR": "1"})
     assert shown.returncode == 2 and shown.stderr.strip().splitlines()[-1] == line
-    assert 'myrewards.py", line 16, in raises' in shown.stderr  # the user's frame
+    assert f'myrewards.py", line {RAISES_LINE}, in raises' in shown.stderr  # the user's frame
     assert "Traceback (most recent call last)" in shown.stderr and "\x1b" not in shown.stderr
     assert run_in_fresh_dir(tmp_path, "reward._target_=myrewards.raises",
                             env={"HYDRA_FULL_ERROR": "0"}).stderr.count("Traceback") == 0
@@ -89,6 +79,14 @@ def test_several_rewards_of_your_own_with_weights_as_trls_reward_funcs_and_rewar
     assert result.returncode == 0, result.stderr[-3000:]
     assert logged(tmp_path, "rewards/Length/mean")[0] > 0 and logged(tmp_path, "rewards/vader/mean") == []
     assert logged(tmp_path, "objective/scores") == logged(tmp_path, "rewards/reward_len/mean")  # Length weighs 0
+
+
+def test_the_docs_list_of_rewards_runs_as_typed(tmp_path):
+    """docs/tasks.md's last command line: its two rewards from the file above, one of them weighted."""
+    typed = [line for line in TASKS_DOC.splitlines() if line.startswith("PYTHONPATH=. python train.py")][-1]
+    result = run_in_fresh_dir(tmp_path, *shlex.split(typed)[3:], "algo.response_length=10")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert logged(tmp_path, "rewards/sum_correct/mean") and logged(tmp_path, "rewards/Length/mean")[0] > 0
 
 
 @pytest.mark.parametrize(("overrides", "line"), [
