@@ -95,8 +95,9 @@ class JudgeModel:
                                      f"{err.status_code}: {shown(err.message)}; check {self.key}.model and the key "
                                      f"in {self.key}.api_key_env.") from None
         except openai.APIError as err:
-            raise RewardServiceError(f"the judge endpoint {self.base_url}: {type(err).__name__} after "
-                                     f"{self.retries + 1} attempts; check that it is up.") from None
+            tries = f"{self.retries + 1} attempt{'s' if self.retries else ''}"
+            raise RewardServiceError(f"the judge endpoint {self.base_url}: {type(err).__name__} after {tries}; check "
+                                     f"that it is up.") from None
 
     def __getstate__(self) -> dict[str, Any]:  # ddp_spawn pickles the module: clients are made anew
         return {**self.__dict__, "_client": None}

@@ -399,7 +399,7 @@ CASES = [
      "reward=llm_judge cannot be combined with other rewards on the command line"),
     ("a judge endpoint that is not up", ["reward=llm_judge", "reward.model=m", "reward.base_url=http://127.0.0.1:9/v1",
                                          "reward.retries=0"],
-     "the judge endpoint http://127.0.0.1:9/v1: APIConnectionError after 1 attempts"),
+     "the judge endpoint http://127.0.0.1:9/v1: APIConnectionError after 1 attempt;"),
     ("a distillation teacher on the hub, offline", ["algo=distill", "teacher.name_or_path=someone/teacher-7b"],
      "model 'someone/teacher-7b' is not available here"),
     ("a distillation teacher of another tokenizer",

@@ -49,7 +49,7 @@ def test_an_endpoint_that_is_down_is_one_line_naming_it():
     endpoint.stop()
     with pytest.raises(RewardServiceError) as caught:
         LLMJudge(model="judge-1", base_url=endpoint.url + "/v1", retries=0)(["p"], ["c"])
-    assert str(caught.value).startswith(f"the judge endpoint {endpoint.url}/v1: APIConnectionError after 1 attempts")
+    assert str(caught.value).startswith(f"the judge endpoint {endpoint.url}/v1: APIConnectionError after 1 attempt;")
 
 
 def test_a_local_judge_scores_what_its_judgements_state():
