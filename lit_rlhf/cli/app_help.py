@@ -39,7 +39,6 @@ GROUP_HELP = {
     "reward_model_tuning": "tiny: the model's own settings, taken with model=tiny (docs/preferences.md)",
     "sft_tuning": "tiny, tiny-calculator: the model's own settings, taken with that model (docs/distillation.md)",
 }
-NAME_WIDTH = 18  # "  " + the longest group name + a space
 WIDTH = 118
 
 
@@ -48,6 +47,7 @@ def app_groups(*names: str) -> str:
     missing = [name for name in names if name not in GROUP_HELP]
     if missing:
         raise KeyError(f"no help for the config group(s) {missing}: add them to GROUP_HELP")
-    return "\n".join(textwrap.fill(GROUP_HELP[name], WIDTH, initial_indent=f"  {name:<{NAME_WIDTH - 3}} ",
-                                   subsequent_indent=" " * NAME_WIDTH, break_on_hyphens=False)
+    name_width = max(len(name) for name in names)  # the options start in one column, past the longest name
+    return "\n".join(textwrap.fill(GROUP_HELP[name], WIDTH, initial_indent=f"  {name:<{name_width}} ",
+                                   subsequent_indent=" " * (name_width + 3), break_on_hyphens=False)
                      for name in names)

@@ -57,6 +57,9 @@ def test_help_lists_the_groups_the_app_reads_with_every_option_and_no_other(app,
     assert help_text.startswith(f"{command} ")
     assert "powered by Hydra" not in help_text and "algo/common" not in help_text
     groups = listed_groups(help_text)
+    block = help_text.split("Groups (group=option):\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    column = 2 + max(map(len, groups)) + 1  # the options, continuations included, start in one column
+    assert all(line[column - 1] == " " != line[column] for line in block), block
     assert sorted(groups) == sorted(set(chosen_groups(app)) - NOT_LISTED.get(app, set()))
     for group, text in groups.items():
         missing = [option for option in options_of(group) if not re.search(rf"\b{re.escape(option)}\b", text)]
