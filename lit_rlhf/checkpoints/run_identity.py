@@ -1,6 +1,7 @@
 """What a run is beyond its settings: the algorithm class, the rewards and their weights, the score
 transforms, the KL controller's kind, the lr scheduler, digests of the model directory and prompts
-file it read, and a distillation run's teacher (its kind, weights or address, adapter and routing).
+file it read, a distillation run's teacher (its kind, weights or address, adapter and routing), and a
+multi-turn run's environment (its class, tools and episode limits).
 Saved in every checkpoint (`rlhf_state["identity"]`) and compared on resume, so a resume that would
 silently train something else is refused in one line that names what changed."""
 
@@ -89,6 +90,17 @@ def teacher_identity(teacher: Any, key: str = "teacher") -> dict[str, Any]:
     return identity
 
 
+def environment_identity(spec: Any) -> dict[str, Any]:
+    """{'env': the environment's class (None without one), 'env.<setting>': what shapes its episodes}: the tools the
+    model may call, how calls are written, and the turns, tokens and calls an episode may take. Timeouts and
+    concurrency are left out: they change when a slow tool's answer arrives, not what the episodes are."""
+    if spec is None:
+        return {"env": None}
+    return {"env": qualified_name(spec.factory), "env.tools": spec.tool_names, "env.tool_format": spec.tool_format,
+            "env.max_turns": spec.max_turns, "env.max_tokens": spec.max_tokens,
+            "env.max_tool_calls": spec.max_tool_calls}
+
+
 def run_identity(module, dataset: Any = None) -> dict[str, Any]:
     """The flat {key: plain value} identity of a module's run (see module doc)."""
     rewards = reward_identity(module.reward) if module.reward is not None else {}
@@ -102,6 +114,7 @@ def run_identity(module, dataset: Any = None) -> dict[str, Any]:
         "model.name_or_path": {"digest": path_digest(module.hparams.model["name_or_path"])},
         "data.dataset": dataset_identity(dataset),
         **(teacher_identity(teacher) if (teacher := module.sampler.teacher) is not None else {}),
+        **environment_identity(module.sampler.environment),
     }
 
 
@@ -136,6 +149,8 @@ def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any]) -> Non
     if not saved:
         return  # a checkpoint written before identities were saved
     saved = {key: defined_now(value) for key, value in saved.items()}
+    if "env" not in saved:  # written before the environment was part of a run's identity: not compared
+        current = {key: value for key, value in current.items() if key != "env" and not key.startswith("env.")}
     if saved.get("algo") != current["algo"]:
         old, new = (str(name).rpartition(".")[2] for name in (saved.get("algo"), current["algo"]))
         raise ConfigError(f"resume changes the algorithm ({old} -> {new}): the checkpoint was trained by {old}; "

@@ -60,9 +60,12 @@ def test_a_broken_user_environment_is_one_line_before_any_step(tmp_path, target,
     assert "RL step" not in result.stderr + result.stdout
 
 
-def test_a_user_environment_from_the_command_line_trains(tmp_path):
-    result = run_with_user_env(tmp_path, "env.factory._target_=myenvs.Shouting")
+def test_a_user_environment_from_the_command_line_trains_and_a_resume_keeps_its_episodes(tmp_path):
+    result = run_with_user_env(tmp_path, "env.factory._target_=myenvs.Shouting", "hydra.run.dir=run")
     assert result.returncode == 0, result.stderr[-2000:]
+    resumed = run_with_user_env(tmp_path, "env.factory._target_=myenvs.Shouting", "hydra.run.dir=run", "ckpt_path=last",
+                                "steps=2", "env.max_turns=2")  # episodes of another shape: not an exact resume
+    assert one_line_error(resumed).startswith("error: resume changes env.max_turns (3 -> 2); an exact resume")
 
 
 def test_reward_environment_trains_on_each_episodes_own_score(tmp_path):

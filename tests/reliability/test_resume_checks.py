@@ -70,6 +70,28 @@ def test_a_run_identity_change_names_the_changed_key():
         check_same_run(saved, {**saved, "model.name_or_path": {"digest": "bb"}})
 
 
+def test_an_environments_identity_is_its_class_tools_and_episode_limits_not_its_timeouts():
+    from lit_rlhf.checkpoints.run_identity import environment_identity
+    from lit_rlhf.envs import EnvSpec
+    from lit_rlhf.tasks.calculator import CalculatorEnvironment, NoToolEnvironment
+
+    run = {"algo": "lit_rlhf.algos.grpo.GRPOModule"}
+    calculator = {**run, **environment_identity(EnvSpec(CalculatorEnvironment, max_turns=3))}
+    assert calculator["env"] == "lit_rlhf.tasks.calculator.CalculatorEnvironment"
+    assert calculator["env.tools"] == ["calculator"] and calculator["env.max_turns"] == 3
+    check_same_run(calculator, {**run, **environment_identity(EnvSpec(CalculatorEnvironment, max_turns=3,
+                                                                      tool_timeout_s=1.0, max_concurrency=1))})
+    with pytest.raises(ConfigError, match=r"resume changes env \('lit_rlhf.tasks.calculator.CalculatorEnvironment' -> "
+                                          r"'lit_rlhf.tasks.calculator.NoToolEnvironment'\) and more;"):
+        check_same_run(calculator, {**run, **environment_identity(EnvSpec(NoToolEnvironment, max_turns=3))})
+    with pytest.raises(ConfigError, match=r"resume changes env \(None -> 'lit_rlhf.tasks.calculator"):
+        check_same_run({**run, **environment_identity(None)}, calculator)
+    with pytest.raises(ConfigError, match=r"resume changes env.tool_format \('compact' -> 'hermes'\);"):
+        check_same_run(calculator, {**run, **environment_identity(EnvSpec(CalculatorEnvironment, max_turns=3,
+                                                                          tool_format="hermes"))})
+    check_same_run(run, calculator)  # a checkpoint written before environments were compared resumes
+
+
 @pytest.fixture(scope="module")
 def run_on_own_files(tmp_path_factory):
     """A one-step run on a copy of the tiny model and a prompts file of its own."""
