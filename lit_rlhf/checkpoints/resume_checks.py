@@ -17,6 +17,9 @@ APPLIED_ON_RESUME = ("max_grad_norm", "cliprange", "cliprange_low", "cliprange_h
 FREE_ON_RESUME = ("rl_steps",)
 # Datamodule settings that do not change which prompts a step sees.
 DATA_FREE_ON_RESUME = ("tokenizer", "eval_batch_size")
+# Reward settings that change how a reward is reached, not what it scores: free on resume.
+REWARD_FREE_ON_RESUME = ("batch_size", "max_concurrency", "timeout_s", "retries", "backoff_s", "auth_env",
+                         "api_key_env", "overlap", "device", "concurrent")
 # Nested settings added after checkpoints were written, each with the value that trains as those checkpoints' runs
 # did: a checkpoint without the key resumes when the key has that value (a new top-level setting never counts).
 ADDED_LATER = {"model.lora.use_rslora": False, "model.lora.use_dora": False, "model.cast_lm_head_to_fp32": False}
@@ -64,6 +67,33 @@ def refuse(prefix: str, changes: dict[str, tuple]) -> None:
                       f"{' and more' if len(changes) > 1 else ''}; "
                       f"an exact resume needs the checkpoint's value: drop the override, or start a new run "
                       f"(e.g. from an exported policy).")
+
+
+def check_resumed_reward(saved: Any, current: Any) -> None:
+    """The app's reward config against the checkpoint's (a module built in plain Lightning records none): a setting
+    that changes the scores, such as a reward's argument, model, template or normalization, is refused; the
+    rewards' classes and weights are compared by the run's identity."""
+    if not isinstance(saved, dict) or not isinstance(current, dict):
+        return
+    flat_saved, flat_current = flatten(saved), flatten(current)
+    changes = {typed_reward_key(key, current): (flat_saved.get(key), flat_current.get(key))
+               for key in flat_saved.keys() | flat_current.keys()
+               if key.rpartition(".")[2] not in REWARD_FREE_ON_RESUME
+               and not same(flat_saved.get(key), flat_current.get(key))}
+    if changes:
+        refuse("reward", changes)
+
+
+def typed_reward_key(key: str, config: dict[str, Any]) -> str:
+    """A key of the reward config as the command line types it: the CLI keeps a reward of the user's own
+    (reward._target_=mymodule.Length +reward.scale=0.5) as rewards.Length, whose arguments are typed
+    reward.<argument>."""
+    rewards = config.get("rewards")
+    if isinstance(rewards, dict) and len(rewards) == 1:
+        ((name, own),) = rewards.items()
+        if isinstance(own, dict) and not str(own.get("_target_", "")).startswith("lit_rlhf."):
+            return key.removeprefix(f"rewards.{name}.")
+    return key
 
 
 def check_resume(saved_hparams: dict[str, Any], hparams: dict[str, Any], saved_data: dict[str, Any] | None,

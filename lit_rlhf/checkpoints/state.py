@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.checkpoints.files import tensors_digest
 from lit_rlhf.checkpoints.loop_state import loop_state_as_lightning_restores_it
-from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr
+from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr, check_resumed_reward
 from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity
 from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
@@ -134,6 +134,8 @@ class TrainedStateCheckpoints:
         if self._trainer is None or "optimizer_states" not in checkpoint:
             return  # loading weights (evaluate, export), not resuming
         check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), self.identity_of_run())
+        saved_groups = checkpoint.get("rlhf_state", {}).get("run_config") or {}
+        check_resumed_reward(saved_groups.get("reward"), (self.run_config or {}).get("reward"))
         datamodule = getattr(self.trainer, "datamodule", None)
         applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(self.hparams),
                                checkpoint.get("datamodule_hyper_parameters"),

@@ -70,6 +70,29 @@ def test_a_run_identity_change_names_the_changed_key():
         check_same_run(saved, {**saved, "model.name_or_path": {"digest": "bb"}})
 
 
+def test_a_rewards_setting_that_changes_its_scores_is_refused_and_one_that_reaches_it_is_free():
+    from lit_rlhf.checkpoints.resume_checks import check_resumed_reward
+
+    vader = {"_target_": "lit_rlhf.rewards.WeightedSum", "weights": {"vader": 1.0}, "concurrent": False,
+             "rewards": {"vader": {"_target_": "lit_rlhf.rewards.VaderSentiment", "include_prompt": False}}}
+    check_resumed_reward(vader, {**vader, "concurrent": True})
+    with pytest.raises(ConfigError, match=r"resume changes reward.rewards.vader.include_prompt \(False -> True\);"):
+        check_resumed_reward(vader, {**vader, "rewards": {"vader": {**vader["rewards"]["vader"],
+                                                                    "include_prompt": True}}})
+    model = {"_target_": "lit_rlhf.rewards.SequenceClassifierReward", "name_or_path": "org/rm", "normalize": False,
+             "batch_size": 16, "device": None}
+    check_resumed_reward(model, {**model, "batch_size": 4, "device": "cuda"})
+    with pytest.raises(ConfigError, match=r"resume changes reward.normalize \(False -> True\);"):
+        check_resumed_reward(model, {**model, "normalize": True})
+    own = {**vader, "weights": {"Length": 1.0}, "rewards": {"Length": {"_target_": "myrewards.Length", "scale": 1.0}}}
+    with pytest.raises(ConfigError, match=r"resume changes reward.scale \(1.0 -> 0.5\);"):  # as it was typed
+        check_resumed_reward(own, {**own, "rewards": {"Length": {"_target_": "myrewards.Length", "scale": 0.5}}})
+    with pytest.raises(ConfigError, match=r"resume changes reward.scale \(None -> 0.5\);"):  # an argument added
+        check_resumed_reward({**own, "rewards": {"Length": {"_target_": "myrewards.Length"}}},
+                             {**own, "rewards": {"Length": {"_target_": "myrewards.Length", "scale": 0.5}}})
+    check_resumed_reward(None, model)  # a checkpoint of a module built in plain Lightning records no reward config
+
+
 def test_an_environments_identity_is_its_class_tools_and_episode_limits_not_its_timeouts():
     from lit_rlhf.checkpoints.run_identity import environment_identity
     from lit_rlhf.envs import EnvSpec
@@ -112,6 +135,8 @@ IDENTITY_CHANGES = [
     (["algo=reinforce_pp"], "resume changes the algorithm (RLOOModule -> ReinforcePPModule)"),
     (["reward.weights.vader=0.5"], "resume changes reward.weights.vader (1.0 -> 0.5)"),
     (["reward=[vader,arithmetic_format]"], "resume changes reward ("),
+    (["reward.rewards.vader.include_prompt=true"],
+     "resume changes reward.rewards.vader.include_prompt (False -> True)"),
     (["score_transforms=reward_normalizer"], "resume changes score_transforms ([] -> "),
     (["algo.kl_controller.kind=adaptive"], "resume changes algo.kl_controller.kind ('fixed' -> 'adaptive')"),
     ([SCHEDULER], "resume changes algo.lr_scheduler (None -> 'torch.optim.lr_scheduler.LinearLR')"),
