@@ -133,12 +133,12 @@ class Sampler:
         self.context.environment = spec
 
     def check_rows(self, rows: list, dataset: str, task_metrics: Sequence[Any] = ()) -> None:
-        """Before any training step: every row has every column the reward and the task metrics read, the
-        columns the environment is built from, and the routing column of routed teachers."""
+        """Before any training step: every row has every column the reward, the gold reward and the task metrics
+        read, the columns the environment is built from, and the routing column of routed teachers."""
         from lit_rlhf.data.datamodule import missing_in_rows
 
         environment = self.context.environment
-        for who, column in column_needs(self.reward, task_metrics) if self.reward is not None else []:
+        for who, column in column_needs(self.reward, task_metrics, self.gold):
             if column in ROLLOUT_COLUMNS:
                 continue
             check_not_trainer_state(who, column)

@@ -81,7 +81,8 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
                  prompt_messages: list[list] | None = None) -> torch.Tensor:
     """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on.
     allow_none: see checked_scores; prompt_messages: see call_reward."""
-    missing = missing_columns(reward, columns)
+    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]  # a gold reward's named set
+    missing = [column for part in parts for column in missing_columns(part, columns)]
     if missing:
         check_not_trainer_state(f"the reward {name}", missing[0])
         have = sorted(set(columns or {}) - set(ROLLOUT_COLUMNS))
@@ -127,15 +128,23 @@ def reward_counts(reward) -> dict[str, float]:
             for key, value in part.pop_stats().items()}
 
 
-def column_needs(reward, task_metrics) -> list[tuple[str, str]]:
-    """(what needs it, column) for every dataset column a reward component or task metric requires."""
-    rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
-    needs = [(f"the reward {name}", column) for name, component in rewards.items()
-             for column in missing_columns(component, {})]
-    needs += [(f"the reward {name}", component.answer_column) for name, component in rewards.items()
-              if isinstance(getattr(component, "answer_column", None), str)]
-    needs += [(f"the reward {name}", column) for name, component in rewards.items()
-              for column in getattr(component, "required_columns", None) or []]  # e.g. a reward server's
+def column_needs(reward, task_metrics, gold=None) -> list[tuple[str, str]]:
+    """(what needs it, column) for every dataset column a reward component, the gold reward's or a task metric
+    requires."""
+    needs = reward_column_needs(reward, "the reward") + reward_column_needs(gold, "the gold reward")
     needs += [(f"task metric {metric.name}", metric.answer_column) for metric in task_metrics
               if getattr(metric, "answer_column", None)]
+    return needs
+
+
+def reward_column_needs(reward, who: str) -> list[tuple[str, str]]:
+    if reward is None:
+        return []
+    rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    needs = [(f"{who} {name}", column) for name, component in rewards.items()
+             for column in missing_columns(component, {})]
+    needs += [(f"{who} {name}", component.answer_column) for name, component in rewards.items()
+              if isinstance(getattr(component, "answer_column", None), str)]
+    needs += [(f"{who} {name}", column) for name, component in rewards.items()
+              for column in getattr(component, "required_columns", None) or []]  # e.g. a reward server's
     return needs

@@ -95,6 +95,22 @@ def test_the_sampler_checks_the_rows_for_its_reward_s_columns_before_training():
         sampler.check_rows(datamodule.rows, "prompts")
     sampler.reward = CountingReward()
     sampler.check_rows(datamodule.rows, "prompts")  # nothing it needs is missing
+    sampler.use_gold(NeedsAnswer())  # a gold reward's columns too
+    with pytest.raises(ConfigError, match=r"the gold reward NeedsAnswer needs the dataset column 'answer'"):
+        sampler.check_rows(datamodule.rows, "prompts")
+
+
+def test_a_gold_reward_set_that_needs_a_missing_column_is_one_line_naming_it():
+    from lit_rlhf.errors import ConfigError
+    from lit_rlhf.rewards import WeightedSum
+    from lit_rlhf.rollout.scoring import call_checked
+
+    def correct(prompts, completions, answer):
+        return [1.0] * len(completions)
+
+    with pytest.raises(ConfigError, match=r"the reward gold needs the dataset column 'answer', which the prompts' "
+                                          r"rows do not have \(they have \['source'\]\)"):  # not correct()'s TypeError
+        call_checked("gold", WeightedSum({"correct": correct}), ["p"], ["c"], {"source": ["s"]})
 
 
 def test_a_completion_no_reward_applies_to_scores_0_and_is_said_once(recwarn):
