@@ -26,7 +26,11 @@ from lit_rlhf.algos.pair_sharding import (
     resharded_root,
     shard_policy_models,
 )
-from lit_rlhf.checkpoints.loop_state import loop_state_as_lightning_restores_it
+from lit_rlhf.checkpoints.loop_state import (
+    keep_a_cut_epoch_unfinished,
+    loop_state_as_lightning_restores_it,
+    stopped_mid_epoch,
+)
 from lit_rlhf.checkpoints.resume_checks import check_resume
 from lit_rlhf.checkpoints.run_identity import path_digest
 from lit_rlhf.data.epoch_shuffle import shards_rows
@@ -114,28 +118,6 @@ def ranks_dealt(module: L.LightningModule) -> int:
     """Among how many ranks the fit deals each epoch's rows (1 when every rank reads them all)."""
     trainer = module.trainer if module._trainer is not None else None
     return trainer.world_size if trainer is not None and shards_rows(trainer) else 1
-
-
-def stopped_mid_epoch(fit_loop: dict) -> bool:
-    """Whether a checkpoint's fit-loop state stopped after an epoch's first batch and before its last was read."""
-    batches = fit_loop.get("epoch_loop.batch_progress")
-    return bool(batches) and not batches["is_last_batch"] and bool(batches["current"]["processed"])
-
-
-def keep_a_cut_epoch_unfinished(checkpoint: dict) -> None:
-    """A fit that stopped inside an epoch (trainer.max_steps, or any stop before the epoch's last batch): Lightning's
-    loop state counts that epoch as done, so a fit resumed from the checkpoint would start the next epoch where the cut
-    one stopped and train one epoch fewer (with the default epochs=1: nothing). Recorded as unfinished, as an
-    interruption's checkpoint records it, the resumed fit trains the epoch's remaining batches, then the epochs left:
-    what the uninterrupted fit trains."""
-    loop = checkpoint.get("loops", {}).get("fit_loop", {})
-    epochs = loop.get("epoch_progress")
-    if not epochs or not stopped_mid_epoch(loop):
-        return
-    for count in (epochs["total"], epochs["current"]):
-        if count["started"] and count["processed"] == count["started"]:  # counted done
-            count["processed"] = count["completed"] = count["started"] - 1
-    checkpoint["epoch"] = epochs["current"]["completed"]  # Lightning's current_epoch
 
 
 class PairModule(ChecksGradientReach, L.LightningModule):

@@ -1,7 +1,8 @@
 """Lightning's loop state in a checkpoint, rewritten where Lightning's restore misreads it. Its restore assumes a
 checkpoint written at a training batch's end (on_train_batch_end) or in the evaluation after it, having run to its
 end; this library also writes within a batch (a call abandoned on SIGTERM), after a batch's end (Lightning's own stop
-on SIGTERM) and within an evaluation that SIGTERM cut short. These functions lean on Lightning's loop-state keys
+on SIGTERM) and within an evaluation that SIGTERM cut short, and it counts an epoch that a fit's last step cut short
+as done (keep_a_cut_epoch_unfinished). These functions lean on Lightning's loop-state keys
 (`loops.fit_loop`), which Lightning may rename: each leaves a checkpoint without them untouched."""
 
 from __future__ import annotations
@@ -60,3 +61,25 @@ def an_evaluation_cut_short_runs_again_whole(checkpoint: dict[str, Any]) -> None
     total.update(ready=before + 1, started=before + 1, processed=before, completed=before)
     current.update(ready=1, started=1, processed=0, completed=0)
     progress["is_last_batch"] = False
+
+
+def stopped_mid_epoch(fit_loop: dict) -> bool:
+    """Whether a checkpoint's fit-loop state stopped after an epoch's first batch and before its last was read."""
+    batches = fit_loop.get("epoch_loop.batch_progress")
+    return bool(batches) and not batches["is_last_batch"] and bool(batches["current"]["processed"])
+
+
+def keep_a_cut_epoch_unfinished(checkpoint: dict) -> None:
+    """A fit that stopped inside an epoch (trainer.max_steps, or any stop before the epoch's last batch): Lightning's
+    loop state counts that epoch as done, so a fit resumed from the checkpoint would start the next epoch where the cut
+    one stopped and train one epoch fewer (with the default epochs=1: nothing). Recorded as unfinished, as an
+    interruption's checkpoint records it, the resumed fit trains the epoch's remaining batches, then the epochs left:
+    what the uninterrupted fit trains."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    epochs = loop.get("epoch_progress")
+    if not epochs or not stopped_mid_epoch(loop):
+        return
+    for count in (epochs["total"], epochs["current"]):
+        if count["started"] and count["processed"] == count["started"]:  # counted done
+            count["processed"] = count["completed"] = count["started"] - 1
+    checkpoint["epoch"] = epochs["current"]["completed"]  # Lightning's current_epoch

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.checkpoints.files import tensors_digest
-from lit_rlhf.checkpoints.loop_state import loop_state_as_lightning_restores_it
+from lit_rlhf.checkpoints.loop_state import keep_a_cut_epoch_unfinished, loop_state_as_lightning_restores_it
 from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr, check_resumed_reward
 from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity
 from lit_rlhf.distributed.sharding import is_sharded
@@ -100,6 +100,9 @@ class TrainedStateCheckpoints:
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = self.checkpointed_rng_state()
         loop_state_as_lightning_restores_it(checkpoint)
+        # a run's last step inside Lightning's epoch: resumed for more steps, it goes on in that epoch (after the
+        # rewrite above, which would read the epoch going on as a stop after the batch's evaluation)
+        keep_a_cut_epoch_unfinished(checkpoint)
         keep = self.trained_state_keys()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in keep}
         checkpoint["rlhf_state"] = {

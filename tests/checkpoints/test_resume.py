@@ -167,6 +167,32 @@ def test_ctrl_c_and_sigterm_write_a_checkpoint_that_resumes_exactly(signame, at_
     assert logged_first.rows + logged_second.rows == logged.rows
 
 
+class Epochs(L.Callback):
+    def __init__(self):
+        self.of_step = {}
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.of_step[module.rl_step] = trainer.current_epoch
+
+
+def test_a_finished_runs_last_checkpoint_resumed_for_more_steps_goes_on_in_its_epoch(small_prompts, tmp_path):
+    """A run that ended at its last step inside Lightning's epoch (the RL loader's one epoch runs for as many steps as
+    the run asks): Lightning counts that epoch as done, and the run resumed for more steps (`ckpt_path=last
+    steps=...`) logged the uninterrupted run's figures in the next epoch, one ahead for the rest of the run."""
+    from lit_rlhf.callbacks import LastCheckpoint
+
+    full, full_epochs, logged = Record(), Epochs(), LoggedSteps()
+    fit("rloo", small_prompts, 5, [full, full_epochs], logger=logged)
+    first, first_epochs, logged_first = Record(), Epochs(), LoggedSteps()
+    last = LastCheckpoint(dirpath=str(tmp_path), save_last=True)  # the apps' last.ckpt, written at the run's end
+    fit("rloo", small_prompts, 2, [first, first_epochs, last], logger=logged_first)
+    second, second_epochs, logged_second = Record(), Epochs(), LoggedSteps()
+    fit("rloo", small_prompts, 5, [second, second_epochs], ckpt_path=str(tmp_path / "last.ckpt"), logger=logged_second)
+    assert {**first.stats, **second.stats} == full.stats
+    assert {**first_epochs.of_step, **second_epochs.of_step} == full_epochs.of_step == dict.fromkeys(range(1, 6), 0)
+    assert logged_first.rows + logged_second.rows == logged.rows  # at the uninterrupted run's steps
+
+
 @pytest.mark.timeout(150)  # an async run that waited on a rollout nobody draws held here for ever
 @pytest.mark.parametrize("mode", [[], ["algo.max_staleness=1"]], ids=["synchronous", "async"])
 def test_resuming_a_finished_run_trains_nothing_and_exits(mode, tmp_path, caplog):
