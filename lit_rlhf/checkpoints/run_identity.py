@@ -48,9 +48,9 @@ def path_digest(name_or_path: Any) -> str | None:
 
 def reward_identity(reward: Any) -> dict[str, Any]:
     """{'reward.<name>': its class or function (and model), 'reward.weights.<name>': its weight}."""
-    from lit_rlhf.rewards.weighted_sum import WeightedSum, reward_name
+    from lit_rlhf.rewards.weighted_sum import WeightedSum, named_parts
 
-    rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    rewards = named_parts(reward)
     weights = reward.weights if isinstance(reward, WeightedSum) else {}
     identity = {}
     for name, component in rewards.items():

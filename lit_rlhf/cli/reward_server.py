@@ -37,12 +37,12 @@ class ScoreRequest(BaseModel):
 def reward_columns(reward) -> list[str]:
     """The columns a reward reads (what /health tells clients to send): the dataset columns it needs, and those
     every rollout makes (`stopped`) where it takes them."""
-    from lit_rlhf.rewards.weighted_sum import WeightedSum
+    from lit_rlhf.rewards.weighted_sum import named_parts
     from lit_rlhf.rollout.scoring import column_needs
     from lit_rlhf.rollout.trajectory import ROLLOUT_COLUMNS
 
-    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
-    made = {column for part in parts for column in ROLLOUT_COLUMNS if takes_parameter(part, column)}
+    made = {column for part in named_parts(reward).values() for column in ROLLOUT_COLUMNS
+            if takes_parameter(part, column)}
     return sorted({column for _, column in column_needs(reward, [])} | made)
 
 

@@ -16,9 +16,9 @@ from lit_rlhf.rewards import load_reward
 
 def served_name(reward) -> str:
     """The name /health reports: the named rewards of a WeightedSum, or the reward's own."""
-    from lit_rlhf.rewards import WeightedSum, reward_name
+    from lit_rlhf.rewards.weighted_sum import named_parts
 
-    return "+".join(reward.rewards) if isinstance(reward, WeightedSum) else reward_name(reward)
+    return "+".join(named_parts(reward))
 
 
 def is_loopback(host: str) -> bool:

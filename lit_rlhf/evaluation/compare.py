@@ -14,7 +14,7 @@ import torch
 
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
-from lit_rlhf.rewards import WeightedSum, reward_name
+from lit_rlhf.rewards.weighted_sum import named_parts
 from lit_rlhf.statistics.estimates import bootstrap_mean_ci, distinct_n, per_prompt_mean
 from lit_rlhf.tasks.metrics import per_prompt_majority, per_prompt_pass_at_k, rows_by_source
 
@@ -123,8 +123,7 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
 def gold_summary(gold, policy_gold: torch.Tensor, reference_gold: torch.Tensor, prompt_index: torch.Tensor,
                  confidence: float, num_bootstraps: int, seed: int) -> dict[str, Any]:
     """Both sides' mean gold score (from their N gold scores) and the per-prompt difference with its interval."""
-    parts = list(gold.rewards) if isinstance(gold, WeightedSum) else [reward_name(gold)]
-    return {"reward": "+".join(parts), "policy_score": policy_gold.mean().item(),
+    return {"reward": "+".join(named_parts(gold)), "policy_score": policy_gold.mean().item(),
             "reference_score": reference_gold.mean().item(),
             "difference": interval(per_prompt_mean(policy_gold - reference_gold, prompt_index), confidence,
                                    num_bootstraps, seed)}

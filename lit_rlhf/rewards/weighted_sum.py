@@ -94,7 +94,11 @@ class WeightedSum:
         return self.combine(self.components(prompts, completions, columns))
 
 
+def named_parts(reward: Any) -> dict[str, Any]:
+    """{name: reward} of a WeightedSum's rewards, or {its name: itself} for any other reward."""
+    return reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+
+
 def reward_models(reward) -> list[SequenceClassifierReward]:
     """The sequence-classification reward models in a reward (itself, or a WeightedSum's parts)."""
-    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
-    return [part for part in parts if isinstance(part, SequenceClassifierReward)]
+    return [part for part in named_parts(reward).values() if isinstance(part, SequenceClassifierReward)]

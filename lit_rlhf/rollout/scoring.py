@@ -14,9 +14,9 @@ import torch
 
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import abandonable
-from lit_rlhf.rewards import WeightedSum, call_reward, reward_name
+from lit_rlhf.rewards import call_reward
 from lit_rlhf.rewards.protocol import missing_columns, signature_of
-from lit_rlhf.rewards.weighted_sum import reward_models
+from lit_rlhf.rewards.weighted_sum import named_parts, reward_models
 from lit_rlhf.rollout.trajectory import ROLLOUT_COLUMNS
 from lit_rlhf.terminal import clipped_first_line
 
@@ -81,8 +81,7 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
                  prompt_messages: list[list] | None = None) -> torch.Tensor:
     """reward's scores, checked; a reward that raises is a one-line error naming it and the prompt it failed on.
     allow_none: see checked_scores; prompt_messages: see call_reward."""
-    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]  # a gold reward's named set
-    missing = [column for part in parts for column in missing_columns(part, columns)]
+    missing = [column for part in named_parts(reward).values() for column in missing_columns(part, columns)]
     if missing:
         check_not_trainer_state(f"the reward {name}", missing[0])
         have = sorted(set(columns or {}) - set(ROLLOUT_COLUMNS))
@@ -107,8 +106,7 @@ def call_checked(name: str, reward, prompts: list[str], completions: list[str],
 
 def reads_column(reward, column: str) -> bool:
     """Whether a reward (or one of a WeightedSum's) may read `column`: it names it, or takes **kwargs."""
-    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
-    for part in parts:
+    for part in named_parts(reward).values():
         parameters = signature_of(part) or {}  # a builtin without a signature reads no column
         if column in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
             return True
@@ -117,15 +115,13 @@ def reads_column(reward, column: str) -> bool:
 
 def reward_waits(reward) -> bool:
     """Whether a reward (or one of a WeightedSum's) waits on something outside the process (`waits = True`)."""
-    parts = reward.rewards.values() if isinstance(reward, WeightedSum) else [reward]
-    return any(getattr(part, "waits", False) is True for part in parts)
+    return any(getattr(part, "waits", False) is True for part in named_parts(reward).values())
 
 
 def reward_counts(reward) -> dict[str, float]:
     """{rewards/<name>/<what>: count} that rewards report with pop_stats() (e.g. a judge's unparsable answers)."""
-    parts = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
-    return {f"rewards/{name}/{key}": value for name, part in parts.items() if callable(getattr(part, "pop_stats", None))
-            for key, value in part.pop_stats().items()}
+    return {f"rewards/{name}/{key}": value for name, part in named_parts(reward).items()
+            if callable(getattr(part, "pop_stats", None)) for key, value in part.pop_stats().items()}
 
 
 def column_needs(reward, task_metrics, gold=None) -> list[tuple[str, str]]:
@@ -140,7 +136,7 @@ def column_needs(reward, task_metrics, gold=None) -> list[tuple[str, str]]:
 def reward_column_needs(reward, who: str) -> list[tuple[str, str]]:
     if reward is None:
         return []
-    rewards = reward.rewards if isinstance(reward, WeightedSum) else {reward_name(reward): reward}
+    rewards = named_parts(reward)
     needs = [(f"{who} {name}", column) for name, component in rewards.items()
              for column in missing_columns(component, {})]
     needs += [(f"{who} {name}", component.answer_column) for name, component in rewards.items()
