@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -78,9 +79,10 @@ def claim_run_dir(cfg: DictConfig, key: str) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock_run_dir(run_dir, key)
-    except OSError as err:  # a full or read-only disk: nothing of the run can be written
-        refuse(f"cannot write into {key}={run_dir} ({err.strerror}); free some space or point {key} (or "
-               f"paths.log_dir) at another disk.")
+    except OSError as err:  # a full, read-only or missing disk: nothing of the run can be written
+        fix = "free some space or point" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "point"
+        refuse(f"cannot write into {key}={run_dir} ({err.strerror}); {fix} {key} (or paths.log_dir) at a "
+               f"directory you can write to.")
     if not any(p.name != LOCK_FILE for p in run_dir.iterdir()) or resumes_from(cfg, run_dir):
         return
     if in_multi_process_launch() and holds_nothing_of_a_run(run_dir):

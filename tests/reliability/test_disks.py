@@ -74,4 +74,13 @@ def test_a_full_disk_at_the_start_is_one_line_naming_the_run_directory(full_disk
             pass
     result = run_app("train.py", *FAST, f"paths.log_dir={full_disk / 'logs'}", cwd=tmp_path)
     line = one_line_error(result)
-    assert line.startswith(f"error: cannot write into hydra.run.dir={full_disk / 'logs'}") and "No space left" in line
+    assert line.startswith(f"error: cannot write into hydra.run.dir={full_disk / 'logs'}"), line
+    assert line.endswith("(No space left on device); free some space or point hydra.run.dir (or paths.log_dir) at a "
+                         "directory you can write to."), line
+
+
+def test_a_read_only_run_directory_is_one_line_that_does_not_ask_for_space(read_only_disk, tmp_path):
+    result = run_app("train.py", *FAST, f"hydra.run.dir={read_only_disk / 'run'}", cwd=tmp_path)
+    line = one_line_error(result)
+    assert line == (f"error: cannot write into hydra.run.dir={read_only_disk / 'run'} (Read-only file system); "
+                    f"point hydra.run.dir (or paths.log_dir) at a directory you can write to."), line
