@@ -65,6 +65,12 @@ def code_targets(config: Any) -> list[str]:
     return []
 
 
+# How a user's own class is given back on the command line, where it is not `<group>._target_`: an environment's
+# class is the factory of the EnvSpec an env group builds (docs/environments.md).
+OWN_CLASS_ON_THE_COMMAND_LINE = {"env": "env=... (your own class: env=calculator env.factory._target_=<module.Class> "
+                                        "with the run's env settings)"}
+
+
 def only_registered_targets(config: Any, group: str) -> Any:
     """`config` (a checkpoint's `group` settings) when every `_target_` in it names a class registered for the group;
     otherwise one line saying how to choose the code on the command line."""
@@ -72,8 +78,9 @@ def only_registered_targets(config: Any, group: str) -> Any:
     for target in code_targets(config):
         if target not in allowed:
             raise ConfigError(f"the checkpoint's {group} names {target[:200]!r}, which is not one of lit_rlhf's "
-                              f"{group} classes, and a checkpoint never chooses code to run; pass {group}=... (or "
-                              f"{group}._target_=...) on the command line.")
+                              f"{group} classes, and a checkpoint never chooses code to run; pass "
+                              f"{OWN_CLASS_ON_THE_COMMAND_LINE.get(group, f'{group}=... (or {group}._target_=...)')} "
+                              f"on the command line.")
     return config
 
 

@@ -68,6 +68,20 @@ def test_a_user_environment_from_the_command_line_trains_and_a_resume_keeps_its_
     assert one_line_error(resumed).startswith("error: resume changes env.max_turns (3 -> 2); an exact resume")
 
 
+def test_a_user_environments_checkpoint_is_evaluated_with_the_class_given_as_the_refusal_says(tmp_path):
+    assert run_with_user_env(tmp_path, "env.factory._target_=myenvs.Shouting", "hydra.run.dir=run").returncode == 0
+    evaluate = ["evaluate.py", "ckpt_path=run/checkpoints/last.ckpt", "samples_per_prompt=1", "num_bootstraps=50"]
+    user_path = {"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+    refused = one_line_error(run_app(*evaluate, cwd=tmp_path, env=user_path))
+    assert refused.startswith("error: the checkpoint's env names 'myenvs.Shouting', which is not one of lit_rlhf's "
+                              "env classes"), refused
+    hinted = refused.split("your own class: ", 1)[1].split(" with the run's", 1)[0]
+    assert hinted == "env=calculator env.factory._target_=<module.Class>"
+    given = hinted.replace("<module.Class>", "myenvs.Shouting").split()
+    result = run_app(*evaluate, *given, cwd=tmp_path, env=user_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_reward_environment_trains_on_each_episodes_own_score(tmp_path):
     """reward=environment: the score is Environment.reward() of each finished episode (a column the episode adds,
     not one of the prompts' rows); the calculator environment scores the final turn's answer."""
