@@ -140,9 +140,11 @@ class PromptDataModule(L.LightningDataModule):
                 for ids, row_columns, text in zip(self._tokenize(texts), columns, texts, strict=True)]
         empty = [i for i, row in enumerate(rows, start=1) if not row.ids]
         if empty:
-            raise ConfigError(f"data.dataset={hp.dataset!r}: {len(empty)} prompts encode to no tokens (e.g. row "
-                              f"{empty[0]}: {texts[empty[0] - 1]!r}); remove them, or use a tokenizer that adds a "
-                              f"BOS token.")
+            one = len(empty) == 1
+            raise ConfigError(f"data.dataset={hp.dataset!r}: {len(empty)} "
+                              f"{'prompt encodes' if one else 'prompts encode'} to no tokens (e.g. row {empty[0]}: "
+                              f"{texts[empty[0] - 1]!r}); remove "
+                              f"{'it' if one else 'them'}, or use a tokenizer that adds a BOS token.")
         if self.num_truncated:
             rank_zero_warn(f"{self.num_truncated} of {len(rows)} prompts are longer than "
                            f"data.max_prompt_length={hp.max_prompt_length} and were truncated on the left.")

@@ -56,6 +56,19 @@ def test_local_files_with_a_prompt_column(tmp_path, suffix):
         make_datamodule(dataset=str(path), num_eval_prompts=4).setup()
 
 
+@pytest.mark.parametrize("empty_rows, expected", [
+    ([3], "1 prompt encodes to no tokens (e.g. row 3: ''); remove it"),
+    ([2, 5], "2 prompts encode to no tokens (e.g. row 2: ''); remove them"),
+])
+def test_prompts_that_encode_to_no_tokens_are_one_line_naming_the_first(tmp_path, empty_rows, expected):
+    path = tmp_path / "p.jsonl"
+    prompts = ["" if i in empty_rows else f"prompt {i}" for i in range(1, 11)]
+    path.write_text("\n".join(json.dumps({"prompt": p}) for p in prompts))
+    with pytest.raises(ConfigError) as err:
+        make_datamodule(dataset=str(path), num_eval_prompts=2).setup()
+    assert str(err.value) == f"data.dataset={str(path)!r}: {expected}, or use a tokenizer that adds a BOS token."
+
+
 def test_long_prompts_are_truncated_on_the_left_counted_and_warned_once(tmp_path):
     path = tmp_path / "p.jsonl"
     long = "The movie was good and the acting was bad and the plot was slow " * 3
