@@ -18,6 +18,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.gradient_reach import ChecksGradientReach
+from lit_rlhf.algos.loading import load_pair_module_as
 from lit_rlhf.algos.pair_sharding import (
     any_rank_not_finite,
     fsdp2_strategy,
@@ -132,6 +133,15 @@ class PairModule(ChecksGradientReach, L.LightningModule):
 
     shards = False  # whether configure_model shards the models under Lightning's ModelParallelStrategy (trainer=fsdp2)
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
+                             weights_only=None, *, trust_remote_code: bool = False, **settings: Any):
+        """Lightning's load_from_checkpoint (`settings` override the checkpoint's), in train mode, with the file read
+        weights-only and the model's own Python code run only with trust_remote_code=True here, whatever the
+        checkpoint's model.trust_remote_code says. `map_location`: a device to move it to."""
+        return load_pair_module_as(cls, checkpoint_path, map_location, hparams_file, strict, weights_only,
+                                   trust_remote_code, **settings)
+
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()
         if isinstance(self.trainer.strategy, ModelParallelStrategy) and not self.shards:  # trainer=fsdp2
@@ -228,6 +238,10 @@ class PairModule(ChecksGradientReach, L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_pairs_resume(self, checkpoint)
+        self.restore_counters(checkpoint)
+
+    def restore_counters(self, checkpoint: dict[str, Any]) -> None:
+        """What the checkpoint holds besides the tensors and Lightning's loop state: the tokens trained on so far."""
         self.num_tokens = checkpoint.get("num_tokens", 0)
 
 

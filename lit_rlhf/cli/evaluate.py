@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig
 
+from lit_rlhf.algos.loading import require_rl_checkpoint
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.cli.checks import check_evaluation, check_evaluation_device
 from lit_rlhf.cli.run_dirs import discard_unused_run_dir
@@ -17,7 +18,7 @@ from lit_rlhf.data import PromptDataModule
 from lit_rlhf.envs import as_env_spec
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, compare_with_reference, print_report, write_report
-from lit_rlhf.export import load_from_checkpoint, require_rl_checkpoint
+from lit_rlhf.export import load_from_checkpoint
 from lit_rlhf.interrupts import StoppedBySignal, set_up_stops_on_signals
 from lit_rlhf.models.loading import from_pretrained
 from lit_rlhf.noise import silence_known_noise
