@@ -5,7 +5,8 @@ starts. A run directory holds files only when a run resumes in it (see lit_rlhf/
 the earlier rows that the resumed run does not log again (`rows_not_logged_again`).
 
 WandbLogger is Lightning's without the `anonymous` argument it passes wandb.init whether a user set it or not:
-wandb's releases that dropped anonymous mode warn about it on every run ("The anonymous setting has no effect").
+wandb's releases that dropped anonymous mode warn about it on every run ("The anonymous setting has no effect"); and
+a W&B server that cannot be reached, or refuses the API key, is one line (UnavailableError) instead of wandb's trace.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import csv
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+from lit_rlhf.errors import UnavailableError
 
 
 class ResumingExperimentWriter(ExperimentWriter):
@@ -66,3 +69,21 @@ class WandbLogger(LightningWandbLogger):
         super().__init__(*args, anonymous=anonymous, **kwargs)
         if self._wandb_init.get("anonymous") is None:  # not asked for: wandb.init gets no such argument
             self._wandb_init.pop("anonymous", None)
+
+    @property
+    def experiment(self):
+        from wandb.errors import AuthenticationError, CommError
+
+        try:
+            return super().experiment
+        except AuthenticationError as err:
+            raise UnavailableError(f"logger=wandb: the W&B server refused the API key ({first_line(err)}); run `wandb "
+                                   f"login` or set WANDB_API_KEY, or log offline with WANDB_MODE=offline.") from err
+        except CommError as err:
+            raise UnavailableError(f"logger=wandb: W&B could not reach its server ({first_line(err)}); check the "
+                                   f"network (and WANDB_BASE_URL), or log offline with WANDB_MODE=offline and upload "
+                                   f"later with `wandb sync`.") from err
+
+
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]

@@ -72,3 +72,28 @@ def test_logger_wandb_resuming_in_its_run_directory_continues_the_online_run_it_
         cfg = compose("train", overrides=["logger=wandb", f"paths.output_dir={tmp_path}"])
     logger = instantiate(cfg.logger.wandb)  # wandb.init runs at the first log: nothing is sent here
     assert logger._wandb_init["id"] == expected_id and logger._wandb_init["resume"] == "allow"
+
+
+@pytest.mark.parametrize(("raised", "expected"), [
+    ("CommError", "logger=wandb: W&B could not reach its server (Failed to get resume status for run x1: context "
+                  "deadline exceeded); check the network (and WANDB_BASE_URL), or log offline with WANDB_MODE=offline"),
+    ("AuthenticationError", "logger=wandb: the W&B server refused the API key (Failed to get resume status for run "
+                            "x1: context deadline exceeded); run `wandb login` or set WANDB_API_KEY"),
+])
+def test_a_wandb_server_out_of_reach_is_one_line_not_wandbs_trace(raised, expected, tmp_path, monkeypatch):
+    """What wandb.init raises when WANDB_MODE=online and its server cannot be reached (here after its init timeout,
+    the first line of its message as measured) or refuses the key."""
+    import wandb
+    from wandb import errors
+
+    from lit_rlhf.errors import UnavailableError
+    from lit_rlhf.loggers import WandbLogger
+
+    def unreachable(**settings):
+        raise getattr(errors, raised)("Failed to get resume status for run x1: context deadline exceeded\nwhile "
+                                      "retrying: Post \"https://api.wandb.ai/graphql\": dial tcp: no such host")
+
+    monkeypatch.setattr(wandb, "init", unreachable)
+    with pytest.raises(UnavailableError) as err:
+        WandbLogger(save_dir=str(tmp_path), project="p").log_hyperparams({"lr": 1e-3})
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value)
