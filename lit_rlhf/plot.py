@@ -42,6 +42,8 @@ def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
 
 
 def find_metrics_csv(run_dir: Path) -> Path:
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir} does not exist; give a run directory (the `Run directory:` a run prints).")
     found = sorted(run_dir.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise FileNotFoundError(f"no metrics.csv under {run_dir}; give a run directory written with logger=csv.")

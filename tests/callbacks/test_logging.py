@@ -123,4 +123,8 @@ def test_plot_command_draws_a_png_from_a_run_directory(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     missing = run_app("lit_rlhf.plot", str(tmp_path / "nope"), cwd=tmp_path, module=True)
-    assert missing.returncode != 0 and missing.stderr.strip().startswith("error: no metrics.csv")
+    assert missing.returncode == 2 and missing.stderr.strip() == (f"error: {tmp_path / 'nope'} does not exist; give a "
+                                                                  f"run directory (the `Run directory:` a run prints).")
+    (tmp_path / "tensorboard_only").mkdir()
+    no_csv = run_app("lit_rlhf.plot", str(tmp_path / "tensorboard_only"), cwd=tmp_path, module=True)
+    assert no_csv.returncode == 2 and no_csv.stderr.strip().startswith("error: no metrics.csv under")
