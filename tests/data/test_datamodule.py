@@ -186,3 +186,27 @@ def test_the_bundled_prompts_read_directly_equal_what_datasets_loads():
     assert len(direct) == 1000
     with pytest.raises(ConfigError, match="data.prompt_column='text' is not a column of 'sentiment'"):
         load_prompt_texts("sentiment", "text")
+
+
+@pytest.mark.parametrize("module", ["PromptDataModule", "PreferenceDataModule", "CompletionDataModule"])
+def test_rows_or_a_tokenizer_in_memory_are_one_line_asking_for_a_name_or_path(module, tiny_path):
+    """A plain Lightning script may hand over a datasets.Dataset or a loaded tokenizer; the checkpoints record names."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from lit_rlhf import PromptDataModule
+    from lit_rlhf.data.completion_datamodule import CompletionDataModule
+    from lit_rlhf.data.preference_datamodule import PreferenceDataModule
+
+    cls = {"PromptDataModule": PromptDataModule, "PreferenceDataModule": PreferenceDataModule,
+           "CompletionDataModule": CompletionDataModule}[module]
+    with pytest.raises(ConfigError) as err:
+        cls(tokenizer=tiny_path, dataset=Dataset.from_dict({"prompt": ["a", "b"]})).setup("fit")
+    assert str(err.value) == ("data.dataset is a Dataset, not a name or a path; write the rows to a file (a "
+                              "datasets.Dataset: ds.to_json('rows.jsonl')) and pass its path, which checkpoints "
+                              "record.")
+    with pytest.raises(ConfigError) as err:
+        cls(tokenizer=AutoTokenizer.from_pretrained(tiny_path), dataset="sentiment").setup("fit")
+    assert str(err.value) == (f"data.tokenizer is a {type(AutoTokenizer.from_pretrained(tiny_path)).__name__}, not a "
+                              f"name or a path; pass the name or folder it was loaded from ({str(tiny_path)!r}), or "
+                              f"save it with save_pretrained and pass that folder.")
