@@ -58,6 +58,9 @@ class ModelConfig:
     def __post_init__(self):
         if self.name_or_path in (None, "???", ""):
             raise ConfigError("model.name_or_path is required: a hub name or a local model directory.")
+        for key in ("name_or_path", "tokenizer_name_or_path", "adapter_path", "reference_name_or_path"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), str):
+                raise ConfigError(not_a_name(f"model.{key}", getattr(self, key)))
         if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype={self.dtype!r} is not one of {DTYPES}.")
         if isinstance(self.lora, dict):
@@ -65,5 +68,19 @@ class ModelConfig:
 
 
 def model_config(spec: Any) -> ModelConfig:
-    """A ModelConfig from a dict (Python, Hydra) or a ModelConfig; unknown keys are refused."""
+    """A ModelConfig from a dict (Python, Hydra), a ModelConfig, or a hub name or folder (its name_or_path, the other
+    settings their defaults); unknown keys are refused."""
+    if isinstance(spec, str):
+        spec = {"name_or_path": spec}
+    elif spec is not None and not isinstance(spec, (dict, ModelConfig)):
+        raise ConfigError(not_a_name("model", spec))
     return build(ModelConfig, spec, "model")
+
+
+def not_a_name(key: str, value: Any) -> str:
+    """The line for a loaded model (or any object) where its name or folder belongs: the checkpoints record names, and
+    the weights load in configure_model (under trainer=fsdp2, sharded as they load)."""
+    name = getattr(value, "name_or_path", None)
+    return (f"{key} is a {type(value).__name__}, not a name or a folder; pass the name or folder it was loaded from"
+            f"{f' ({name!r})' if isinstance(name, str) and name else ''} (a model you changed: save_pretrained, then "
+            f"that folder).")

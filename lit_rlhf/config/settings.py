@@ -31,7 +31,7 @@ def build(cls: type[S], values: dict[str, Any] | S | None, prefix: str,
     if is_dataclass(values):
         values = asdict(values)
     if not isinstance(values, dict):
-        raise ConfigError(f"{prefix}={values!r} must be a mapping of settings.")
+        raise ConfigError(f"{prefix}={repr(values)[:200]} must be a mapping of settings.")
     names = field_names(cls)
     for key in values:
         if key not in names:

@@ -274,3 +274,27 @@ def test_dora_with_fsdp2_s_sharded_loading_is_refused_with_the_settings():
     check_fsdp2_settings(compose_train("trainer=fsdp2", "model.lora.use_dora=true",
                                        "trainer.strategy.sharded_loading=false"))
     check_fsdp2_settings(compose_train("trainer=fsdp2"))
+
+
+def test_a_models_name_alone_is_its_settings_and_a_loaded_model_is_one_line_asking_for_its_name(tiny_path):
+    """model="<hub name or folder>" is {"name_or_path": it}; a model object (or one in name_or_path) is refused in one
+    line naming where it was loaded from, not with its whole repr or an OSError about a file name."""
+    from transformers import AutoModelForCausalLM
+
+    from lit_rlhf.algos.dpo import DPOModule
+    from lit_rlhf.config import model_config
+
+    assert model_config(tiny_path) == model_config({"name_or_path": tiny_path})
+    assert RLOOModule(model=tiny_path, reward=VaderSentiment()).hparams.model["name_or_path"] == tiny_path
+    loaded = AutoModelForCausalLM.from_pretrained(tiny_path)
+    expected = (f"is a GPTNeoXForCausalLM, not a name or a folder; pass the name or folder it was loaded from "
+                f"({tiny_path!r}) (a model you changed: save_pretrained, then that folder).")
+    for make, key in [(lambda: RLOOModule(model=loaded, reward=VaderSentiment()), "model"),
+                      (lambda: DPOModule(model=loaded), "model"),
+                      (lambda: RLOOModule(model={"name_or_path": loaded}, reward=VaderSentiment()),
+                       "model.name_or_path"),
+                      (lambda: model_config({"name_or_path": tiny_path, "reference_name_or_path": loaded}),
+                       "model.reference_name_or_path")]:
+        with pytest.raises(ConfigError) as err:
+            make()
+        assert str(err.value) == f"{key} {expected}"
