@@ -1,5 +1,6 @@
 """DataConfig: where the prompts come from and how they are batched (PromptDataModule)."""
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -11,18 +12,20 @@ from lit_rlhf.errors import ConfigError
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
-def check_named(dataset: object, tokenizer: object) -> None:
-    """data.dataset and data.tokenizer name what they load (a bundled set, a file, a folder, a hub name): checkpoints
-    record the data module's settings and a resume compares the file's digest, so objects in memory are one line."""
-    if dataset is not None and not isinstance(dataset, str):
+def named(dataset: object, tokenizer: object) -> tuple[str | None, str]:
+    """data.dataset and data.tokenizer as the names they must be (a bundled set, a file, a folder, a hub name; a
+    pathlib.Path becomes its string): checkpoints record the data module's settings and a resume compares the file's
+    digest, so objects in memory are one line."""
+    if dataset is not None and not isinstance(dataset, (str, os.PathLike)):
         raise ConfigError(f"data.dataset is a {type(dataset).__name__}, not a name or a path; write the rows to a "
                           f"file (a datasets.Dataset: ds.to_json('rows.jsonl')) and pass its path, which checkpoints "
                           f"record.")
-    if not isinstance(tokenizer, str):
+    if not isinstance(tokenizer, (str, os.PathLike)):
         name = getattr(tokenizer, "name_or_path", None)
         raise ConfigError(f"data.tokenizer is a {type(tokenizer).__name__}, not a name or a path; pass the name or "
                           f"folder it was loaded from{f' ({name!r})' if isinstance(name, str) else ''}, or save it "
                           f"with save_pretrained and pass that folder.")
+    return (None if dataset is None else os.fspath(dataset)), os.fspath(tokenizer)
 
 
 def check_dataset_file(dataset: str) -> None:
@@ -68,6 +71,6 @@ class DataConfig:
                 raise ConfigError(f"data.{name}={value!r} must be a whole number >= 1.")
         if self.tokenizer in (None, "???", ""):
             raise ConfigError("data.tokenizer is required: the policy's tokenizer (hub name or directory).")
-        check_named(self.dataset, self.tokenizer)
+        self.dataset, self.tokenizer = named(self.dataset, self.tokenizer)
         if self.dataset is not None:
             check_dataset_file(self.dataset)

@@ -1,5 +1,6 @@
 """ModelConfig: the policy model (any AutoModelForCausalLM) and its LoRA adapters."""
 
+import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -59,8 +60,10 @@ class ModelConfig:
         if self.name_or_path in (None, "???", ""):
             raise ConfigError("model.name_or_path is required: a hub name or a local model directory.")
         for key in ("name_or_path", "tokenizer_name_or_path", "adapter_path", "reference_name_or_path"):
-            if getattr(self, key) is not None and not isinstance(getattr(self, key), str):
-                raise ConfigError(not_a_name(f"model.{key}", getattr(self, key)))
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ConfigError(not_a_name(f"model.{key}", value))
+            setattr(self, key, None if value is None else os.fspath(value))  # a pathlib.Path: its string
         if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype={self.dtype!r} is not one of {DTYPES}.")
         if isinstance(self.lora, dict):
@@ -70,7 +73,7 @@ class ModelConfig:
 def model_config(spec: Any) -> ModelConfig:
     """A ModelConfig from a dict (Python, Hydra), a ModelConfig, or a hub name or folder (its name_or_path, the other
     settings their defaults); unknown keys are refused."""
-    if isinstance(spec, str):
+    if isinstance(spec, (str, os.PathLike)):
         spec = {"name_or_path": spec}
     elif spec is not None and not isinstance(spec, (dict, ModelConfig)):
         raise ConfigError(not_a_name("model", spec))

@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_rlhf.config.data import check_named
+from lit_rlhf.config.data import named
 from lit_rlhf.data.conversations import MESSAGES_COLUMN, TEXT_COLUMN, conversation_item, text_item
 from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import (
@@ -100,7 +100,7 @@ class CompletionDataModule(L.LightningDataModule):
                  batch_size: int = 8, num_eval_rows: int = 64, max_length: int = 256, max_prompt_length: int = 128,
                  seed: int = 0, num_workers: int = 0):
         super().__init__()
-        check_named(dataset, tokenizer)
+        dataset, tokenizer = named(dataset, tokenizer)  # before save_hyperparameters, which reads them
         self.save_hyperparameters()
         for name, minimum in (("batch_size", 1), ("num_eval_rows", 0), ("max_prompt_length", 1)):
             value = getattr(self.hparams, name)

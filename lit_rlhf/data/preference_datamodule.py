@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
-from lit_rlhf.config.data import check_named
+from lit_rlhf.config.data import named
 from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import collate_pairs, load_preference_pairs, tokenize_pair_side
 from lit_rlhf.errors import ConfigError
@@ -29,7 +29,7 @@ class PreferenceDataModule(L.LightningDataModule):
                  split: str = "train", subset: str | None = None, batch_size: int = 8, num_eval_pairs: int = 64,
                  max_length: int = 256, max_prompt_length: int = 128, seed: int = 0, num_workers: int = 0):
         super().__init__()
-        check_named(dataset, tokenizer)
+        dataset, tokenizer = named(dataset, tokenizer)  # before save_hyperparameters, which reads them
         self.save_hyperparameters()
         for name, minimum in (("batch_size", 1), ("num_eval_pairs", 0), ("max_prompt_length", 1)):
             value = getattr(self.hparams, name)

@@ -285,6 +285,7 @@ def test_a_models_name_alone_is_its_settings_and_a_loaded_model_is_one_line_aski
     from lit_rlhf.config import model_config
 
     assert model_config(tiny_path) == model_config({"name_or_path": tiny_path})
+    assert model_config(Path(tiny_path)) == model_config({"name_or_path": Path(tiny_path)}) == model_config(tiny_path)
     assert RLOOModule(model=tiny_path, reward=VaderSentiment()).hparams.model["name_or_path"] == tiny_path
     loaded = AutoModelForCausalLM.from_pretrained(tiny_path)
     expected = (f"is a GPTNeoXForCausalLM, not a name or a folder; pass the name or folder it was loaded from "

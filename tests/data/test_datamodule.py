@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,7 +190,7 @@ def test_the_bundled_prompts_read_directly_equal_what_datasets_loads():
 
 
 @pytest.mark.parametrize("module", ["PromptDataModule", "PreferenceDataModule", "CompletionDataModule"])
-def test_rows_or_a_tokenizer_in_memory_are_one_line_asking_for_a_name_or_path(module, tiny_path):
+def test_rows_or_a_tokenizer_in_memory_are_one_line_asking_for_a_name_or_path(module, tiny_path, tmp_path):
     """A plain Lightning script may hand over a datasets.Dataset or a loaded tokenizer; the checkpoints record names."""
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -210,3 +211,7 @@ def test_rows_or_a_tokenizer_in_memory_are_one_line_asking_for_a_name_or_path(mo
     assert str(err.value) == (f"data.tokenizer is a {type(AutoTokenizer.from_pretrained(tiny_path)).__name__}, not a "
                               f"name or a path; pass the name or folder it was loaded from ({str(tiny_path)!r}), or "
                               f"save it with save_pretrained and pass that folder.")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("")
+    named_by_paths = cls(tokenizer=Path(tiny_path), dataset=rows)  # a pathlib.Path is a path: kept as its string
+    assert (named_by_paths.hparams.tokenizer, named_by_paths.hparams.dataset) == (str(tiny_path), str(rows))
