@@ -359,7 +359,7 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, RolloutForwards, H
     def on_train_start(self) -> None:
         super().on_train_start()  # a resume's random states first: the producer starts at this step
         # rl_steps: the RL steps this module stops after (Lightning's max_steps stops itself)
-        if line := finished_fit_line(self.rl_step, self.hparams.rl_steps):  # resumed from the end of a finished run
+        if line := finished_fit_line(self.rl_step, self.hparams.rl_steps, resumed=self.trainer.ckpt_path is not None):
             rank_zero_info(line)
             self.trainer.should_stop = True  # no RL step runs, and no producer starts
             return

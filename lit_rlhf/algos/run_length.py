@@ -47,12 +47,16 @@ def as_duration(seconds: float) -> str:
     return str(timedelta(seconds=round(seconds)))
 
 
-def finished_fit_line(rl_step: int, rl_steps: int | None) -> str | None:
-    """The notice for a resume from the end of a finished run (rl_steps RL steps already done): nothing is trained."""
+def finished_fit_line(rl_step: int, rl_steps: int | None, resumed: bool) -> str | None:
+    """The notice for a fit that starts with its rl_steps RL steps already done, so trains nothing: a resume from the
+    end of a finished run (resumed), or a second fit of a module already trained."""
     if rl_steps is None or rl_step < rl_steps:
         return None
-    return (f"The checkpoint is at RL step {rl_step} of {rl_steps}: nothing is left to train (raise steps= to train on "
-            f"from it).")
+    if resumed:
+        return (f"The checkpoint is at RL step {rl_step} of {rl_steps}: nothing is left to train (raise steps= on the "
+                f"command line, the module's rl_steps in Python, to train on from it).")
+    return (f"This module is already at RL step {rl_step} of its rl_steps={rl_steps}: nothing is left to train (to "
+            f"train on, fit a module with a larger rl_steps from this run's checkpoint: ckpt_path=...).")
 
 
 def time_limit_stop_line(trainer: L.Trainer, rl_step: int, total_rl_steps: int | None,

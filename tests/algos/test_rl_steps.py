@@ -44,8 +44,10 @@ def test_a_fit_is_endless_only_without_any_limit():
     assert endless_fit_line(trainer(), 3) is None
     assert endless_fit_line(trainer(max_time="00:00:01:00"), None) is None
     assert endless_fit_line(trainer(callbacks=[EarlyStopping(monitor="eval/score")]), None) is None
-    assert finished_fit_line(2, None) is None and finished_fit_line(1, 2) is None
-    assert "RL step 2 of 2" in finished_fit_line(2, 2)
+    assert finished_fit_line(2, None, resumed=True) is None and finished_fit_line(1, 2, resumed=True) is None
+    assert "checkpoint is at RL step 2 of 2" in finished_fit_line(2, 2, resumed=True)
+    # a second fit of the same module: no checkpoint was loaded, so none is named as its state
+    assert finished_fit_line(2, 2, resumed=False).startswith("This module is already at RL step 2 of its rl_steps=2:")
 
 
 def test_a_spent_max_time_before_the_last_step_is_named():
@@ -97,6 +99,17 @@ def test_a_fit_without_any_limit_warns_that_it_trains_until_stopped():
         warnings.simplefilter("always")
         fit(make_rloo(response_length=4), [StopAfterOneStep()], enable_checkpointing=False)
     assert sum("This fit has no length" in str(w.message) for w in caught) == 1
+
+
+@pytest.mark.integration
+def test_a_second_fit_of_a_trained_module_trains_nothing_and_says_why(caplog):
+    module = make_rloo(response_length=4, rl_steps=1)
+    fit(module, enable_checkpointing=False)
+    trained = {name: p.detach().clone() for name, p in module.named_parameters() if p.requires_grad}
+    with caplog.at_level("INFO"):
+        fit(module, enable_checkpointing=False)
+    assert "This module is already at RL step 1 of its rl_steps=1: nothing is left to train" in caplog.text
+    assert module.rl_step == 1 and all(torch.equal(p, trained[n]) for n, p in module.named_parameters() if n in trained)
 
 
 class RecordPrompts(L.Callback):
