@@ -37,7 +37,7 @@ from lit_rlhf.config.validation import check_optimizer, warn_once
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
-from lit_rlhf.models import load_model_tokenizer, load_policy
+from lit_rlhf.models import check_data_tokenizer, load_model_tokenizer, load_policy
 from lit_rlhf.models.router_load import router_load_of
 from lit_rlhf.ops import LossShare, clipped_policy_loss, masked_mean
 from lit_rlhf.ops.batching import divide
@@ -164,8 +164,7 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, RolloutForwards, H
         if self.policy is not None:
             return
         self.load_models()
-        # trainer=fsdp2: the rollout's forwards on gathered weights, the update's on shards, so the update cannot reuse
-        # the rollout's forward
+        # trainer=fsdp2: rollouts run on gathered weights, updates on shards, so no update reuses a rollout's forward
         if self.sharding.shard_models(self.own_models(), self.device_mesh, self.hparams.max_tokens_per_micro_batch):
             self.single_update = False
         self.sampler.attach(self.policy, self.reference, self.tokenizer, self.stop_token_id, self.device,
@@ -391,6 +390,7 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, RolloutForwards, H
         self.rollout_queue.check(datamodule, self.sharding.sharded)
         self.check_entropy_quantile_ranks()
         self.reference_sync.check(self, sharded=self.sharding.fsdp2)
+        check_data_tokenizer(datamodule, self.tokenizer, self.hparams.model)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
             check_token_budget(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),

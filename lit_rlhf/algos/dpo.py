@@ -207,6 +207,7 @@ class DPOModule(PolicyPairModule):
                                      self.packing_pad_id)
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()
         self.reference_sync.check(self, sharded=is_sharded(self.policy))
         if self.hparams.precompute_ref_log_probs and self.reference is not None:
             self.precompute_reference_logprobs()

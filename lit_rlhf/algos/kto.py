@@ -190,4 +190,5 @@ class KTOModule(PolicyPairModule):
         super().on_validation_epoch_end()
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()
         self.reference_sync.check(self, sharded=is_sharded(self.policy))

@@ -39,7 +39,7 @@ from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exi
 from lit_rlhf.distributed.sharding import is_sharded, local_tensor
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
-from lit_rlhf.models import load_model_tokenizer, load_policy
+from lit_rlhf.models import check_data_tokenizer, load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.policy import Reference
 from lit_rlhf.models.router_load import RouterLoad, router_load_of
@@ -150,6 +150,10 @@ class PairModule(ChecksGradientReach, L.LightningModule):
             raise ConfigError(f"trainer=fsdp2 shards the models of train.py, train_dpo.py, train_kto.py, "
                               f"train_sft.py and train_reward_model.py, not {type(self).__name__}'s; train on several "
                               f"ranks with trainer=ddp (data parallel).")
+
+    def on_fit_start(self) -> None:
+        check_data_tokenizer(getattr(self.trainer, "datamodule", None), getattr(self, "tokenizer", None),
+                             self.hparams.model)
 
     def on_train_start(self) -> None:
         self.training_finished = False

@@ -79,3 +79,30 @@ def known_pad_token(tokenizer: PreTrainedTokenizerBase) -> str | None:
     """A padding token already in the vocabulary, other than EOS, or None."""
     vocab = tokenizer.get_vocab()
     return next((t for t in KNOWN_PAD_TOKENS if t in vocab and vocab[t] != tokenizer.eos_token_id), None)
+
+
+def token_id_differences(ours: PreTrainedTokenizerBase, theirs: PreTrainedTokenizerBase) -> tuple[list, list]:
+    """(their tokens that have another id in ours, their tokens that ours lacks), each sorted: both empty when every
+    id `theirs` encodes to means the same token to `ours` (ours may have more, e.g. an added pad token)."""
+    if ours is theirs:
+        return [], []
+    own, other = ours.get_vocab(), theirs.get_vocab()
+    return (sorted(token for token, i in other.items() if own.get(token, i) != i),
+            sorted(token for token in other if token not in own))
+
+
+def check_data_tokenizer(datamodule: object, tokenizer: PreTrainedTokenizerBase, model_spec: dict) -> None:
+    """The data module encodes its rows with token ids that mean the same to the model's tokenizer: the model reads
+    the data's ids as its own, and another tokenizer's are silently other words."""
+    data_tokenizer = getattr(datamodule, "tokenizer", None)
+    if data_tokenizer is None or tokenizer is None:
+        return
+    differ, missing = token_id_differences(tokenizer, data_tokenizer)
+    if differ or missing:
+        name, key = tokenizer_source(model_spec)
+        data_key = getattr(datamodule, "tokenizer_key", "data.tokenizer")
+        data_name = getattr(datamodule, "hparams", {}).get("tokenizer")
+        raise ConfigError(f"{data_key}={data_name!r} encodes the data with other token ids than the model's tokenizer "
+                          f"({key}={name!r}; e.g. token {(differ or missing)[0]!r}: {len(differ)} tokens with other "
+                          f"ids, {len(missing)} it lacks); the model would read them as other tokens, so give the "
+                          f"data the model's tokenizer ({data_key}={name!r}).")

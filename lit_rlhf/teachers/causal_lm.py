@@ -14,7 +14,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import batched_logprobs
 from lit_rlhf.models.loading import from_pretrained, own_code_refused
 from lit_rlhf.models.policy import fit_embeddings, load_causal_lm
-from lit_rlhf.models.tokenizer import load_tokenizer
+from lit_rlhf.models.tokenizer import load_tokenizer, token_id_differences
 from lit_rlhf.teachers.routed import RoutedTeachers
 
 
@@ -112,9 +112,7 @@ def check_same_vocabulary(name_or_path: str, tokenizer: Any, trust_remote_code: 
             own = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
         return  # weights only: the ids are the student's by the user's word
-    student, teacher = tokenizer.get_vocab(), own.get_vocab()
-    differ = sorted(token for token in set(student) & set(teacher) if student[token] != teacher[token])
-    missing = sorted(set(teacher) - set(student))
+    differ, missing = token_id_differences(tokenizer, own)
     if differ or missing:
         example = (differ or missing)[0]
         raise ConfigError(f"teacher.name_or_path={name_or_path!r} has another tokenizer than the student (e.g. token "
