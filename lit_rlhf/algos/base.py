@@ -26,7 +26,7 @@ from lit_rlhf.algos.default_callbacks import display_callbacks
 from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, policy_loss_weights, require_grads
 from lit_rlhf.algos.gradient_reach import ChecksGradientReach
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
-from lit_rlhf.algos.loading import LoadsRLCheckpoints
+from lit_rlhf.algos.loading import BuildsModelsToLoadState, LoadsRLCheckpoints
 from lit_rlhf.algos.run_length import endless_fit_line, finished_fit_line, rl_steps_of_fit
 from lit_rlhf.algos.step_stats import StepStatistics, step_distributions
 from lit_rlhf.checkpoints.state import TrainedStateCheckpoints
@@ -59,8 +59,8 @@ from lit_rlhf.step.score_transforms import ScoreTransform
 from lit_rlhf.tasks.metrics import TaskMetric
 
 
-class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, RolloutForwards, HeldoutSampling, StepStatistics,
-                 ChecksGradientReach, L.LightningModule):
+class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, BuildsModelsToLoadState, RolloutForwards,
+                 HeldoutSampling, StepStatistics, ChecksGradientReach, L.LightningModule):
     """Holds the policy, its reference and the Sampler (which holds the engine, the reward and a teacher);
     subclasses define the advantages.
 

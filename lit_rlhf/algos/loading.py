@@ -80,6 +80,19 @@ def remote_code_refused(name_or_path: str, flag: str):
                           f"unless you pass {flag} (only if you trust that code).") from err
 
 
+class BuildsModelsToLoadState:
+    """The modules build their models in configure_model, which Lightning's ddp_spawn calls only in its workers; it
+    hands rank zero's trained state_dict back to the main process's module with strict=False, where every key would
+    be dropped without a word. A state_dict loaded into a module whose models are not built builds them first, so the
+    module the user fitted holds the trained weights, as Lightning's ddp_spawn promises (only the weights: counters
+    and optimizer state stay in the workers' checkpoints)."""
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        if state_dict and next(self.parameters(), None) is None:
+            self.configure_model()
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+
 class LoadsRLCheckpoints:
     """Lightning's `load_from_checkpoint`, for RLHFModule and its algorithms."""
 

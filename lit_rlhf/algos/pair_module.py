@@ -18,7 +18,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rlhf.algos.gradient_reach import ChecksGradientReach
-from lit_rlhf.algos.loading import load_pair_module_as
+from lit_rlhf.algos.loading import BuildsModelsToLoadState, load_pair_module_as
 from lit_rlhf.algos.pair_sharding import (
     any_rank_not_finite,
     fsdp2_strategy,
@@ -121,7 +121,7 @@ def ranks_dealt(module: L.LightningModule) -> int:
     return trainer.world_size if trainer is not None and shards_rows(trainer) else 1
 
 
-class PairModule(ChecksGradientReach, L.LightningModule):
+class PairModule(BuildsModelsToLoadState, ChecksGradientReach, L.LightningModule):
     """A subclass defines step(batch, stage) -> the loss (stage: train or val), logging its metrics."""
 
     num_tokens = 0  # TRL's num_tokens: the tokens of every training batch so far, over all ranks (count_tokens)

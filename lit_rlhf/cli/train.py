@@ -196,17 +196,26 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
 
 
 def exportable(trainer, module):
-    """The module to export: itself, or with trainer=fsdp2 (its weights are shards on every rank) the final
-    checkpoint, read whole on rank zero."""
-    if not module.sharding.sharded:
+    """The module to export: itself, or the final checkpoint, read whole on rank zero, where this process's module
+    does not hold the run: with trainer=fsdp2 its weights are shards on every rank; with trainer=ddp_spawn the spawned
+    ranks trained, and it holds rank zero's weights but not its RL counters, which the model card states."""
+    if not module.sharding.sharded and not spawned_fit(trainer):
         return module
     from lit_rlhf.export import load_from_checkpoint
 
-    last = getattr(trainer.checkpoint_callback, "last_model_path", None)
-    if not last:
-        raise ConfigError("export_dir with trainer=fsdp2 exports the final checkpoint, and this run wrote none; keep "
-                          "callbacks.model_checkpoint, or export a checkpoint later (python -m lit_rlhf.export).")
+    last = last_checkpoint(trainer)
+    if last is None:
+        raise ConfigError(f"export_dir with trainer={'fsdp2' if module.sharding.sharded else 'ddp_spawn'} exports the "
+                          f"final checkpoint, and this run wrote none; keep callbacks.model_checkpoint, or export a "
+                          f"checkpoint later (python -m lit_rlhf.export).")
     return load_from_checkpoint(last, trust_remote_code=module.hparams.model.get("trust_remote_code", False))
+
+
+def spawned_fit(trainer) -> bool:
+    """Whether the Trainer fitted in processes it spawned (ddp_spawn, ddp_fork), not in this one."""
+    from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    return isinstance(getattr(trainer.strategy, "launcher", None), _MultiProcessingLauncher)
 
 
 def resume_path(cfg: DictConfig) -> str | None:

@@ -102,6 +102,8 @@ def test_an_exported_model_directory_evaluates_against_the_base_model(trained_ru
     export = run_app("lit_rlhf.export", str(trained_run / "checkpoints" / "last.ckpt"), str(tmp_path / "hf"),
                      cwd=ROOT, module=True)
     assert export.returncode == 0, export.stderr[-2000:]
+    # the card names the run's reward, from the checkpoint (the export has no reward object)
+    assert "on the reward vader: lit_rlhf.rewards.VaderSentiment." in (tmp_path / "hf" / "README.md").read_text()
     from_export = evaluate_with(f"policy_path={tmp_path / 'hf'}", "gold=vader",
                                 "gold.rewards.vader.include_prompt=true", out=tmp_path / "eval").summary
     from_ckpt = json.loads((trained_run / "evaluation" / "evaluation.json").read_text())
