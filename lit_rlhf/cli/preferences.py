@@ -28,6 +28,7 @@ from lit_rlhf.cli.train import (
     rerun_command,
     resume_command,
     resume_path,
+    spawned_fit,
 )
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
@@ -120,17 +121,21 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
     with end_of_run_interrupts(lambda: module.training_finished, lambda: rerun_command(trainer)):
         fit_on_pairs(cfg, module, datamodule, trainer, ckpt_path)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-        if module.held_out_figures_are_stale():  # the figures below are the final weights'
-            trainer.validate(module, datamodule=trainer.datamodule, verbose=False)
+        # the figures below are the final weights'; a fit in spawned ranks (trainer=ddp_spawn) reports the last
+        # evaluation there: a validation from this process would spawn ranks at step 0 that log over the run's rows
+        if module.held_out_figures_are_stale() and not spawned_fit(trainer):
+            trainer.validate(module, datamodule=datamodule, verbose=False)
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         module.prepare_save()  # every rank: under trainer=fsdp2 the policy is gathered on rank zero
         if trainer.is_global_zero:
             report("\n" + save(module, Path(cfg.save_dir)))
             with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)
-                held = getattr(trainer.datamodule, "eval_pairs", None) or getattr(trainer.datamodule, "eval_rows", [])
-                what = "pairs" if hasattr(trainer.datamodule, "eval_pairs") else "rows"
+                held = getattr(datamodule, "eval_pairs", None) or getattr(datamodule, "eval_rows", [])
+                what = "pairs" if hasattr(datamodule, "eval_pairs") else "rows"
                 report(f"Held-out {what} ({len(held)}): {heldout(metrics)}")
     report(f"Run directory: {cfg.paths.output_dir}")
+    if spawned_fit(trainer):  # the ranks' Timer and step counts stayed in them (trainer=ddp_spawn)
+        return metrics
     total_steps = trainer.estimated_stepping_batches  # optimizer steps, as global_step counts them
     if line := time_limit_stop_line(trainer, trainer.global_step, int(total_steps) if math.isfinite(total_steps)
                                     else None, step_name="training step"):  # the model saved is the one it stopped with

@@ -174,7 +174,8 @@ def resume_after_failure(trainer, module) -> str:
 def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any]) -> dict[str, float]:
     """After training: the final held-out metrics, the evaluation's, the export, where things went."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    if module.rl_step > 0 and module.last_validated_rl_step != module.rl_step and trainer.limit_val_batches:
+    if (module.rl_step > 0 and module.last_validated_rl_step != module.rl_step and trainer.limit_val_batches
+            and not spawned_fit(trainer)):  # spawned ranks (trainer=ddp_spawn) trained: their last figures stand
         # the held-out metrics of the final policy (the sweep objective), when the last step had none
         trainer.validate(module, datamodule=datamodule, verbose=False)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("eval/")})

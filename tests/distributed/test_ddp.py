@@ -113,3 +113,35 @@ def test_sigterm_while_one_rank_waits_on_a_reward_and_the_other_went_on_stops_bo
     else:
         assert torch.load(interrupted, weights_only=True)["global_step"] == step
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
+
+
+def test_ddp_spawn_trains_in_spawned_ranks_and_exports_their_final_checkpoint(tmp_path):
+    """trainer=ddp_spawn, the launcher for sweeps: the ranks are spawned processes, and the app's end of run works
+    from what they hand back (the weights, the metrics) and from their final checkpoint. export_dir exports that
+    checkpoint, with the RL steps it holds in the model card (it crashed on this process's module, which never
+    built its models)."""
+    result = run_app("train.py", f"hydra.run.dir={tmp_path}", "steps=2", "algo.response_length=8", "data.batch_size=8",
+                     "callbacks.generation_samples=null", "trainer=ddp_spawn", "trainer.accelerator=cpu",
+                     "trainer.devices=2", f"export_dir={tmp_path}/policy", cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    card = (tmp_path / "policy" / "README.md").read_text()
+    assert "RLOOModule for 2 RL steps (64 episodes)" in card and "on the reward vader" in card
+    from safetensors.torch import load_file
+
+    exported = load_file(tmp_path / "policy" / "model.safetensors")
+    base = load_file(ROOT / "lit_rlhf" / "assets" / "tiny-pythia" / "model.safetensors")
+    assert any(not torch.equal(exported[name], base[name]) for name in base)  # the ranks' training is in it
+
+
+def test_a_preference_app_under_ddp_spawn_saves_the_policy_its_spawned_ranks_trained(tmp_path):
+    """train_dpo.py (as train_kto.py, train_sft.py and train_reward_model.py end: the same end of run) cut by
+    max_steps in its epoch: the saved policy holds the ranks' training, and nothing of the end of run asks this
+    process for the Trainer's state that stayed in them (the step count: it ended in an AssertionError)."""
+    result = run_app("train_dpo.py", f"hydra.run.dir={tmp_path}", "trainer=ddp_spawn", "trainer.accelerator=cpu",
+                     "trainer.devices=2", "trainer.max_steps=2", cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    from safetensors.torch import load_file
+
+    saved = load_file(tmp_path / "policy" / "model.safetensors")
+    base = load_file(ROOT / "lit_rlhf" / "assets" / "tiny-pythia" / "model.safetensors")
+    assert any(not torch.equal(saved[name], base[name]) for name in base)
