@@ -23,7 +23,7 @@ from lit_rlhf.rollout.context import SamplingContext
 from lit_rlhf.rollout.engine import RolloutEngine, left_pad
 from lit_rlhf.rollout.inverse_cdf import InverseCDFSampler
 from lit_rlhf.rollout.merged_adapters import check_merge_adapters, merged_adapters
-from lit_rlhf.rollout.sampling import pure_sampling_config
+from lit_rlhf.rollout.sampling import pure_sampling_config, sampling_defaults_only
 
 TOKEN_SAMPLERS = ("inverse_cdf", "generate")
 # generate() settings that act only while generate() samples itself (its warpers after the temperature), or that
@@ -155,8 +155,9 @@ class HFEngine(RolloutEngine):
         if cache is not None:
             extra[cache_keyword(model)] = cache
         try:
-            sequences = model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
-                                       synced_gpus=self.synced_generation, **extra)  # N,P+R'
+            with sampling_defaults_only(model):  # not the model folder's repetition_penalty, min_p, ...
+                sequences = model.generate(input_ids=queries, attention_mask=query_mask, generation_config=config,
+                                           synced_gpus=self.synced_generation, **extra)  # N,P+R'
             for processor in extra.get("logits_processor", []):
                 if isinstance(processor, InverseCDFSampler):
                     processor.check()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from lit_rlhf.config.sampling_checks import check_unbiased
@@ -38,3 +42,38 @@ def pure_sampling_config(response_length: int, temperature: float, stop_id: int,
                     max_new_tokens=response_length, eos_token_id=stop_id, pad_token_id=pad_id)
     settings.update(generation_kwargs)
     return GenerationConfig(**settings)
+
+
+# What a model's generation_config says about decoding that is not what to sample: kept while rollouts sample.
+STRUCTURAL_SETTINGS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "use_cache",
+                       "cache_implementation", "cache_config")
+_swap_lock = threading.Lock()
+_swapped: dict[int, list] = {}  # id(model) -> [its own generation_config, the generate() calls under way]
+
+
+@contextmanager
+def sampling_defaults_only(model: torch.nn.Module) -> Iterator[None]:
+    """generate() takes every setting its generation_config leaves unset from the model's own generation_config (its
+    folder's generation_config.json): a repetition_penalty, min_p, no_repeat_ngram_size, suppress_tokens or
+    num_return_sequences there would change what the rollouts sample, and their shapes, without a word (Qwen2.5's
+    instruct models ship repetition_penalty=1.05, temperature=0.7, top_p=0.8, top_k=20). While generate() runs, each
+    transformers model in `model` has a generation_config of its token ids and cache settings only; its own comes
+    back after the last call under way (the async producer's and the trainer's may overlap), so exports keep it."""
+    owners = [m for m in model.modules() if isinstance(vars(m).get("generation_config"), GenerationConfig)]
+    with _swap_lock:
+        for owner in owners:
+            entry = _swapped.setdefault(id(owner), [owner.generation_config, 0])
+            if entry[1] == 0:
+                kept = {key: getattr(entry[0], key, None) for key in STRUCTURAL_SETTINGS}
+                owner.generation_config = GenerationConfig(**{k: v for k, v in kept.items() if v is not None})
+            entry[1] += 1
+    try:
+        yield
+    finally:
+        with _swap_lock:
+            for owner in owners:
+                entry = _swapped[id(owner)]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    owner.generation_config = entry[0]
+                    del _swapped[id(owner)]
