@@ -42,7 +42,7 @@ from lit_rlhf.models.router_load import router_load_of
 from lit_rlhf.ops import LossShare, clipped_policy_loss, masked_mean
 from lit_rlhf.ops.batching import divide
 from lit_rlhf.ops.losses import PolicyLoss
-from lit_rlhf.rewards import Reward, load_reward
+from lit_rlhf.rewards.protocol import Reward, check_reward, load_reward
 from lit_rlhf.rollout import HFEngine, RolloutEngine
 from lit_rlhf.rollout.context import SamplingSettings
 from lit_rlhf.rollout.queue import QueueSettings, RolloutQueue, check_concurrent_draws
@@ -131,8 +131,7 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, BuildsModelsToLoad
         self.last_step_prompts: list[str] = []
         self._ratios: list[torch.Tensor] = []
         self._trainable: list[torch.nn.Parameter] | None = None  # set in configure_optimizers
-        # {time/<what>: seconds, rewards/<name>/<what>: count} of the current RL step, summed over its rollouts
-        # (cleared when the step's metrics are logged)
+        # {time/<what>: seconds, rewards/<name>/<what>: count} of the RL step's rollouts (cleared once logged)
         self.step_timings: dict[str, float] = {}
         self.packing_pad_id: int | None = None  # algo.padding_free: the pad token of padding-free forwards
         self._fit_start_time = None
@@ -386,6 +385,7 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, BuildsModelsToLoad
         super().teardown(stage)
 
     def on_fit_start(self) -> None:
+        check_reward(self.reward, training=True)
         datamodule = getattr(self.trainer, "datamodule", None)
         self.rollout_queue.check(datamodule, self.sharding.sharded)
         self.check_entropy_quantile_ranks()

@@ -71,7 +71,13 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 
 def check_optimizer(optimizer: Callable | None) -> None:
-    """A partial optimizer's lr (and weight_decay) must be positive numbers."""
+    """A factory of the parameters, not an optimizer already built; a partial optimizer's lr (and weight_decay) must
+    be positive numbers."""
+    if optimizer is not None and (hasattr(optimizer, "param_groups") or not callable(optimizer)):
+        shown = f"{type(optimizer).__name__}(...), an optimizer already built," if hasattr(optimizer, "param_groups") \
+            else f"{repr(optimizer)[:60]}"
+        raise ConfigError(f"optimizer={shown} is not a factory of the parameters (the module builds its optimizer over "
+                          f"its trainable parameters); pass e.g. functools.partial(torch.optim.AdamW, lr=1e-3).")
     keywords = getattr(optimizer, "keywords", None) or {}
     if "lr" in keywords:
         lr = keywords["lr"]

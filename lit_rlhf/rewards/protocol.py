@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from lit_rlhf.envs.tools import awaited
+from lit_rlhf.errors import ConfigError
 
 
 class Reward(Protocol):
@@ -92,3 +93,19 @@ def load_reward(reward) -> None:
     load = getattr(reward, "load", None)
     if callable(load):
         load()
+
+
+def check_reward(reward: Any, training: bool = False) -> None:
+    """A reward is a callable; None is a module's that evaluates or exports and never trains (training: refused too).
+    Anything else (a name, a list of rewards) is one line saying what to pass."""
+    if reward is None and training:
+        raise ConfigError("this module has no reward (reward=None: built or loaded to evaluate or export), and "
+                          "training needs one; pass it, e.g. RLOOModule(..., reward=VaderSentiment()) or "
+                          "RLOOModule.load_from_checkpoint(path, reward=...).")
+    if reward is None or callable(reward):
+        return
+    shown = repr(reward[:60]) if isinstance(reward, str) else f"<a {type(reward).__name__}>"
+    hint = ("several rewards: lit_rlhf.rewards.WeightedSum({'name': reward, ...}) trains on their weighted sum"
+            if isinstance(reward, (list, tuple, dict)) else
+            "a function (prompts, completions, **columns) -> N scores, or e.g. lit_rlhf.rewards.VaderSentiment()")
+    raise ConfigError(f"reward={shown} is not callable; pass {hint}.")

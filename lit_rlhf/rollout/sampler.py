@@ -30,7 +30,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import abandonable
 from lit_rlhf.ops import contains_stop
 from lit_rlhf.rewards import WeightedSum, reward_name
-from lit_rlhf.rewards.protocol import Reward
+from lit_rlhf.rewards.protocol import Reward, check_reward
 from lit_rlhf.rollout.context import SamplingContext, SamplingSettings
 from lit_rlhf.rollout.engine import RolloutEngine, Samples
 from lit_rlhf.rollout.scoring import (
@@ -96,6 +96,7 @@ class Sampler:
 
     def __init__(self, engine: RolloutEngine, reward: Reward | None, settings: SamplingSettings,
                  environment: EnvSpec | None = None):
+        check_reward(reward)
         self.engine, self.reward = engine, reward
         # a reward scored on every draw and never trained on, to measure over-optimization (callbacks.GoldReward)
         self.gold: Reward | None = None

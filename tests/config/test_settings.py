@@ -299,3 +299,38 @@ def test_a_models_name_alone_is_its_settings_and_a_loaded_model_is_one_line_aski
         with pytest.raises(ConfigError) as err:
             make()
         assert str(err.value) == f"{key} {expected}"
+
+
+def test_a_reward_or_optimizer_that_cannot_be_called_is_one_line_at_construction():
+    """Python arguments where callables belong: a reward's name or a list of rewards, an optimizer already built
+    (they failed at the first reward call with the HYDRA_FULL_ERROR hint, or in configure_optimizers with a bare
+    TypeError). A module without a reward (as loaded to evaluate) is refused when a fit starts (below)."""
+    import functools
+
+    from lit_rlhf.config.validation import check_optimizer
+
+    for reward, expected in [("vader", "reward='vader' is not callable; pass a function (prompts, completions, "),
+                             ([VaderSentiment()], "reward=<a list> is not callable; pass several rewards: "
+                                                  "lit_rlhf.rewards.WeightedSum(")]:
+        with pytest.raises(ConfigError) as err:
+            RLOOModule(model={"name_or_path": "m"}, reward=reward)
+        assert str(err.value).startswith(expected), err.value
+    built = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    with pytest.raises(ConfigError, match=r"^optimizer=AdamW\(\.\.\.\), an optimizer already built, is not a factory"):
+        RLOOModule(model={"name_or_path": "m"}, reward=VaderSentiment(), optimizer=built)
+    check_optimizer(functools.partial(torch.optim.AdamW, lr=1e-3))  # a factory passes
+    check_optimizer(torch.optim.AdamW)
+
+
+@pytest.mark.integration
+def test_a_fit_of_a_module_without_a_reward_is_one_line_before_any_rollout():
+    import lightning as L
+
+    from tests.conftest import make_datamodule, make_rloo
+
+    module = make_rloo(reward=None, rl_steps=1)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    with pytest.raises(ConfigError, match=r"^this module has no reward \(reward=None: built or loaded to evaluate"):
+        trainer.fit(module, make_datamodule())
+    assert module.rl_step == 0
