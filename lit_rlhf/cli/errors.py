@@ -69,6 +69,8 @@ def user_error(err: BaseException) -> str | None:
     while err is not None:
         if isinstance(err, (ConfigError, UnavailableError)):
             return str(err)
+        if (line := spawned_rank_line(err)) is not None:
+            return line
         if (message := os_error_message(err)) is not None:
             return message
         if isinstance(err, InstantiationException) and "Error locating target" in str(err):
@@ -92,6 +94,18 @@ def user_error(err: BaseException) -> str | None:
                     f"{REQUIRED_KEY_HINTS.get(key, '')}")
         err = err.__cause__
     return None
+
+
+def spawned_rank_line(err: BaseException) -> str | None:
+    """A one-line error raised in a rank that trainer=ddp_spawn started (its setup, its checks, its RL steps): torch
+    hands it back as the rank's traceback, in text (ProcessRaisedException), whose last line is the error's."""
+    from torch.multiprocessing import ProcessRaisedException
+
+    if not isinstance(err, ProcessRaisedException):
+        return None
+    last = ([line for line in str(err).splitlines() if line.strip()] or [""])[-1]
+    found = re.fullmatch(r"lit_rlhf\.errors\.(?:ConfigError|UnavailableError): (.+)", last.strip())
+    return f"rank {err.error_index}: {found.group(1)}" if found else None
 
 
 def unexpected_argument_line(err: InstantiationException) -> str | None:
