@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rlhf.algos.default_callbacks import display_callbacks
-from lit_rlhf.algos.forwards import RolloutForwards, check_token_budget, policy_loss_weights, require_grads
+from lit_rlhf.algos.forwards import RolloutForwards, check_sequence_length, policy_loss_weights, require_grads
 from lit_rlhf.algos.gradient_reach import ChecksGradientReach
 from lit_rlhf.algos.heldout import HeldoutSampling, log_heldout_before_training
 from lit_rlhf.algos.loading import BuildsModelsToLoadState, LoadsRLCheckpoints
@@ -393,8 +393,8 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, BuildsModelsToLoad
         check_data_tokenizer(datamodule, self.tokenizer, self.hparams.model)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
-            check_token_budget(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),
-                               self.sampler.context.trajectory_length)
+            check_sequence_length(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),
+                                  self.sampler.context.trajectory_length, self.policy)
         self.training_finished = False
         self._fit_start_time = self._last_step_logged = time.time()
         self._episode_at_start = self.episode

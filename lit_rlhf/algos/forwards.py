@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
+from lit_rlhf.config.validation import warn_once
 from lit_rlhf.distributed.ranks import ranks_that_flag
 from lit_rlhf.distributed.sharding import gathered_weights, resharded_after
 from lit_rlhf.errors import ConfigError
@@ -19,6 +20,7 @@ from lit_rlhf.interrupts import ranks_in_step
 from lit_rlhf.models.forwards import batched_logprobs, response_logprobs_and_entropy
 from lit_rlhf.models.router_load import RouterLoad
 from lit_rlhf.ops import high_entropy_mask, importance_weights, off_policy_sequences, vespo_weights
+from lit_rlhf.rollout.compiled_decoding import model_context
 from lit_rlhf.rollout.engine import Samples
 from lit_rlhf.rollout.sampler import Drawn
 from lit_rlhf.step.rollout import Rollout
@@ -62,13 +64,22 @@ def policy_loss_weights(new_logprobs: torch.Tensor, entropy: torch.Tensor, rollo
     return weights, stats
 
 
-def check_token_budget(budget: int | None, longest_prompt: int, trajectory_length: int) -> None:
-    """algo.max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response)."""
+def check_sequence_length(budget: int | None, longest_prompt: int, trajectory_length: int,
+                          model: torch.nn.Module | None = None) -> None:
+    """algo.max_tokens_per_micro_batch must hold the longest sequence the data can make (prompt + response); one
+    longer than the model's context (its config's max_position_embeddings) is said once."""
     longest = longest_prompt + trajectory_length
     if budget is not None and budget < longest:
         raise ConfigError(f"algo.max_tokens_per_micro_batch={budget} is below the longest sequence "
                           f"({longest_prompt} prompt + {trajectory_length} response tokens = {longest}); "
                           f"set it >= {longest}.")
+    context = model_context(model) if model is not None else None
+    if isinstance(context, int) and longest > context:
+        warn_once(f"the longest prompt ({longest_prompt} tokens) and the response ({trajectory_length}: "
+                  f"algo.response_length, or env.max_tokens for episodes) make {longest} positions, past the model's "
+                  f"context of {context} (its config's max_position_embeddings): it never trained on the positions "
+                  f"past it, and a model with learned positions fails on them; lower data.max_prompt_length or the "
+                  f"response's length.")
 
 
 def require_grads(parameters: list[torch.nn.Parameter]) -> None:

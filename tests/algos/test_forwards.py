@@ -35,3 +35,29 @@ def test_vespo_folds_the_engine_weights_into_its_sequence_weight_instead_of_mult
     torch.testing.assert_close(stats["vespo/phi_seq_mean"], phi[:, 0].mean())
     clip = SimpleNamespace(**{**vars(vespo), "policy_loss": "clip"})
     assert torch.equal(policy_loss_weights(new, None, rollout, advantages, idx, clip, pool=None)[0], engine)
+
+
+def test_sequences_longer_than_the_model_s_context_are_said_once_and_a_short_token_budget_refused():
+    """The tiny model was trained for 256 positions: prompts and responses that make more are said once at the fit's
+    start (a model with learned positions fails on them; one with rotary ones runs on positions it never saw)."""
+    import warnings
+
+    import pytest
+    from transformers import AutoModelForCausalLM
+
+    from lit_rlhf.algos.forwards import check_sequence_length
+    from lit_rlhf.errors import ConfigError
+    from tests.conftest import TINY_PYTHIA
+
+    model = AutoModelForCausalLM.from_pretrained(TINY_PYTHIA)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_sequence_length(None, 60, 196, model)  # 256: the whole context, no more
+        check_sequence_length(None, 61, 196, model)
+        check_sequence_length(None, 61, 196, model)  # the same fit's check again: said once
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and said[0].startswith("the longest prompt (61 tokens) and the response (196: "
+                                                 "algo.response_length, or env.max_tokens for episodes) make 257 "
+                                                 "positions, past the model's context of 256"), said
+    with pytest.raises(ConfigError, match=r"^algo.max_tokens_per_micro_batch=100 is below the longest sequence"):
+        check_sequence_length(100, 60, 50, model)

@@ -318,6 +318,10 @@ CASES = [
      "data.dataset='unclosed.csv', line 4: not valid CSV"),
     ("a CSV row with more fields than the header", ["data=files", "data.dataset=extra_field.csv"],
      "data.dataset='extra_field.csv', line 3: 3 fields, but the header has 2"),
+    ("prompts encoded with another tokenizer than the model's",
+     [f"data.tokenizer={ROOT / 'lit_rlhf' / 'assets' / 'tiny-arithmetic'}"],
+     f"data.tokenizer='{ROOT / 'lit_rlhf' / 'assets' / 'tiny-arithmetic'}' encodes the data with other token ids than "
+     f"the model's tokenizer"),
     ("a token budget below the longest sequence", ["algo.max_tokens_per_micro_batch=4"],
      "algo.max_tokens_per_micro_batch=4 is below the longest sequence"),
     ("a reward-hacking monitor window of 0", ["callbacks.reward_hacking_monitor.window=0"],
