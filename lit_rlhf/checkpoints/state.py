@@ -165,8 +165,8 @@ class TrainedStateCheckpoints:
         state = checkpoint.get("rlhf_state", {})
         self.episode, self.num_tokens = state.get("episode", 0), state.get("num_tokens", 0)
         self.rl_step = state.get("rl_step", 0)
-        if self.run_config is None:  # loaded to export or evaluate: the model card names the run's reward
-            self.run_config = state.get("run_config")
+        if self.run_config is None and (self._trainer is None or "optimizer_states" not in checkpoint):
+            self.run_config = state.get("run_config")  # loaded to export or evaluate: the model card names the reward
         if "kl_controller" in state:
             self.kl_controller.load_state_dict(state["kl_controller"])
         for transform, transform_state in zip(self.score_transforms, state.get("score_transforms", []), strict=False):
