@@ -22,6 +22,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lit_rlhf.algos.data_checks import check_data_module
 from lit_rlhf.algos.default_callbacks import display_callbacks
 from lit_rlhf.algos.forwards import RolloutForwards, check_sequence_length, policy_loss_weights, require_grads
 from lit_rlhf.algos.gradient_reach import ChecksGradientReach
@@ -37,7 +38,7 @@ from lit_rlhf.config.validation import check_optimizer, warn_once
 from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exit
 from lit_rlhf.distributed.ranks import sum_over_ranks
 from lit_rlhf.envs import EnvSpec, as_env_spec
-from lit_rlhf.models import check_data_tokenizer, load_model_tokenizer, load_policy
+from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.router_load import router_load_of
 from lit_rlhf.ops import LossShare, clipped_policy_loss, masked_mean
 from lit_rlhf.ops.batching import divide
@@ -64,14 +65,14 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, BuildsModelsToLoad
     """Holds the policy, its reference and the Sampler (which holds the engine, the reward and a teacher);
     subclasses define the advantages.
 
-    `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in
-    `configure_model`, so the module can be built and configured without them.
+    `model` is a spec (name_or_path, dtype, lora, adapter_path, ...): weights load in `configure_model`, so the
+    module can be built and configured without them.
     """
 
     samples_per_prompt: int = 1
-    # One optimizer step on the whole rollout with no dropout: the update's forward can run in the rollout
-    # and its detached logprobs are the old logprobs (ratio 1), saving a forward pass. Algorithms whose
-    # rollout forward also computes values (PPO) opt out.
+    trains_on = "prompts"  # the batches it takes (a data module's `batches`), checked at a fit's start
+    # One optimizer step on the whole rollout, no dropout: the update's forward can run in the rollout, its detached
+    # logprobs are the old ones (ratio 1), saving a forward; PPO, whose rollout forward computes values, opts out
     supports_single_update: bool = True
     estimator: str = ""  # the advantage estimator, a key of lit_rlhf.estimators.ESTIMATORS
 
@@ -137,8 +138,7 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, BuildsModelsToLoad
         self._fit_start_time = None
         self.last_validated_rl_step = -1
         self.heldout_before_training: dict[str, float] | None = None  # eval/* at step 0, see on_train_start
-        # the reward, gold, task_metrics and env configs of the app's run (record_run_config), kept in checkpoints
-        self.run_config: dict[str, Any] | None = None
+        self.run_config: dict[str, Any] | None = None  # the app's reward, gold, ... configs (record_run_config)
         self.training_finished = False  # set at the end of training, before the end-of-run reports
         self.nonfinite = NonfiniteGuard()  # skips an optimizer step with a non-finite loss or gradient
         self.reference_sync = ReferenceSync.of(config, self.hparams.model)  # algo.sync_ref_model: a moving reference
@@ -390,7 +390,7 @@ class RLHFModule(TrainedStateCheckpoints, LoadsRLCheckpoints, BuildsModelsToLoad
         self.rollout_queue.check(datamodule, self.sharding.sharded)
         self.check_entropy_quantile_ranks()
         self.reference_sync.check(self, sharded=self.sharding.fsdp2)
-        check_data_tokenizer(datamodule, self.tokenizer, self.hparams.model)
+        check_data_module(self, datamodule, self.tokenizer)
         if datamodule is not None and getattr(datamodule, "rows", None):
             self.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, self.task_metrics)
             check_sequence_length(self.hparams.max_tokens_per_micro_batch, max(len(row.ids) for row in datamodule.rows),

@@ -103,6 +103,8 @@ class DPOModule(PolicyPairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, ...); optimizer: a partial of a torch
     optimizer (AdamW at lr 5e-6 by default, TRL's DPO default 1e-6 is for full fine-tuning of large models)."""
 
+    trains_on = "preference pairs"  # the batches it takes (a data module's `batches`), checked at a fit's start
+
     def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, cdpo_epsilon: float = 0.0,
                  loss_type: str | list[str] = "sigmoid", loss_weights: list[float] | None = None,
                  label_smoothing: float = 0.0, discopop_tau: float = 0.05, f_divergence_type: str = "reverse_kl",

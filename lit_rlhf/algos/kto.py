@@ -80,6 +80,8 @@ class KTOModule(PolicyPairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, ...); optimizer: a partial of a torch
     optimizer (AdamW at lr 5e-6 by default, as DPO's: TRL's 1e-6 is for full fine-tuning of large models)."""
 
+    trains_on = "labelled completions"  # the batches it takes (a data module's `batches`), checked at a fit's start
+
     def __init__(self, model: dict[str, Any], optimizer: Any = None, beta: float = 0.1, loss_type: str = "kto",
                  desirable_weight: float = 1.0, undesirable_weight: float = 1.0,
                  logits_chunk_size: int | None = 1024, logits_budget_mib: float | None = 512.0,

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lit_rlhf.algos.data_checks import check_data_module
 from lit_rlhf.algos.gradient_reach import ChecksGradientReach
 from lit_rlhf.algos.loading import BuildsModelsToLoadState, load_pair_module_as
 from lit_rlhf.algos.pair_sharding import (
@@ -39,7 +40,7 @@ from lit_rlhf.distributed.process_group_exit import destroy_process_group_at_exi
 from lit_rlhf.distributed.sharding import is_sharded, local_tensor
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
-from lit_rlhf.models import check_data_tokenizer, load_model_tokenizer, load_policy
+from lit_rlhf.models import load_model_tokenizer, load_policy
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.policy import Reference
 from lit_rlhf.models.router_load import RouterLoad, router_load_of
@@ -152,8 +153,7 @@ class PairModule(BuildsModelsToLoadState, ChecksGradientReach, L.LightningModule
                               f"ranks with trainer=ddp (data parallel).")
 
     def on_fit_start(self) -> None:
-        check_data_tokenizer(getattr(self.trainer, "datamodule", None), getattr(self, "tokenizer", None),
-                             self.hparams.model)
+        check_data_module(self, getattr(self.trainer, "datamodule", None), getattr(self, "tokenizer", None))
 
     def on_train_start(self) -> None:
         self.training_finished = False

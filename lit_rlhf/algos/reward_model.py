@@ -60,6 +60,8 @@ class RewardModelModule(PairModule):
     """model: {name_or_path, tokenizer_name_or_path, dtype, lora: {r, lora_alpha, ...} or None for full
     fine-tuning}; optimizer: a partial of a torch optimizer (AdamW at lr 1e-5 by default)."""
 
+    trains_on = "preference pairs"  # the batches it takes (a data module's `batches`), checked at a fit's start
+
     shards = True  # trainer=fsdp2: the classifier sharded per transformer block (pair_sharding.py)
     saved_backbone: torch.nn.Module | None = None  # set by prepare_save: the classifier save_reward_model writes
 

@@ -55,6 +55,8 @@ class SFTModule(PolicyPairModule):
     """model: the policy's spec (as the RL modules': name_or_path, lora, adapter_path, ...; lora=null trains every
     weight); optimizer: a partial of a torch optimizer (AdamW at lr 2e-5 by default, TRL's SFT default)."""
 
+    trains_on = "completions"  # the batches it takes (a data module's `batches`), checked at a fit's start
+
     def __init__(self, model: dict[str, Any], optimizer: Any = None, loss_type: str = "nll",
                  padding_free: bool = False, logits_chunk_size: int | None = 1024,
                  logits_budget_mib: float | None = 512.0, router_aux_loss_coef: float = 0.001):

@@ -95,6 +95,8 @@ def tokenized_items(rows: list[dict[str, Any]], dataset: str, vocab_size: int,
 class CompletionDataModule(L.LightningDataModule):
     """(prompt, completion) rows of `dataset`; `num_eval_rows` of them (a seeded draw) held out for validation."""
 
+    batches = "completions"  # what its batches hold (the modules check it at a fit's start)
+
     def __init__(self, tokenizer: str, dataset: str | None = None, prompt_column: str = "prompt",
                  completion_column: str = "completion", split: str = "train", subset: str | None = None,
                  batch_size: int = 8, num_eval_rows: int = 64, max_length: int = 256, max_prompt_length: int = 128,

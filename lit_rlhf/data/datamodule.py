@@ -105,6 +105,8 @@ class PromptDataModule(L.LightningDataModule):
     The first num_eval_prompts of a seeded permutation are held out for validation and samples.
     """
 
+    batches = "prompts"  # what its batches hold (the modules check it at a fit's start)
+
     def __init__(self, **settings: Any):
         """settings: the fields of DataConfig; an unknown one is a one-line error naming the nearest valid key."""
         super().__init__()

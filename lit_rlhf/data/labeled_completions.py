@@ -59,6 +59,8 @@ class LabeledCompletionDataModule(CompletionDataModule):
     """(prompt, completion, label) rows, or preference pairs as two rows each; `num_eval_rows` of the file's rows (a
     pair: both of its rows) held out, a seeded draw."""
 
+    batches = "labelled completions"  # what its batches hold (the modules check it at a fit's start)
+
     def __init__(self, tokenizer: str, dataset: str | None = None, prompt_column: str = "prompt",
                  completion_column: str = "completion", label_column: str = "label", chosen_column: str = "chosen",
                  rejected_column: str = "rejected", split: str = "train", subset: str | None = None,

@@ -24,6 +24,8 @@ class PreferenceDataModule(L.LightningDataModule):
     """(prompt, chosen, rejected[, margin]) rows of `dataset` (a .jsonl/.csv/.parquet file or a hub dataset);
     `num_eval_pairs` of them (a seeded draw) held out for validation."""
 
+    batches = "preference pairs"  # what its batches hold (the modules check it at a fit's start)
+
     def __init__(self, tokenizer: str, dataset: str | None = None, prompt_column: str = "prompt",
                  chosen_column: str = "chosen", rejected_column: str = "rejected", margin_column: str | None = None,
                  split: str = "train", subset: str | None = None, batch_size: int = 8, num_eval_pairs: int = 64,
