@@ -25,4 +25,6 @@ def check_data_module(module: Any, datamodule: Any, tokenizer: Any) -> None:
         raise ConfigError(f"{type(module).__name__} trains on {wanted} ({DATA_MODULES.get(wanted, '?')}), and the "
                           f"fit's {type(datamodule).__name__} gives {given}, which {MODULES.get(given, '?')} trains "
                           f"on; pass a {DATA_MODULES.get(wanted, '?')}.")
-    check_data_tokenizer(datamodule, tokenizer, module.hparams.model)
+    spec = module.hparams.get("model")  # a subclass of the user's may have no model spec: nothing to compare with
+    if spec:
+        check_data_tokenizer(datamodule, tokenizer, spec)
