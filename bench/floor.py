@@ -60,7 +60,8 @@ def load_tokenizer_and_model(name: str, dtype: str, device: torch.device, lora: 
     path = W.model_path(name)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", truncation_side="left")
     tokenizer.pad_token = "<|padding|>"  # pythia's pad token, distinct from EOS (as lit_rlhf picks it)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    # use_kernels=False: transformers' own layers, which lit_rlhf runs (from 5.25 transformers would fetch Hub kernels)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), use_kernels=False).to(device)
     return tokenizer, get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **W.LORA)) if lora else model
 
 

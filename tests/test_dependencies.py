@@ -99,7 +99,7 @@ def test_the_lowest_set_pins_every_requirement_at_its_floor():
 def test_every_installed_package_runs_on_the_oldest_python_the_package_admits():
     """The environment make builds (constraints.txt; constraints-lowest.txt in make test-lowest) installs on every
     Python requires-python admits: a pinned release that needs a newer Python fails `make setup` there (numpy 2.4 and
-    transformers 5.24 need 3.11)."""
+    transformers 5.25 need 3.11)."""
     from packaging.specifiers import SpecifierSet
 
     floors = [spec.version for spec in SpecifierSet(project()["requires-python"]) if spec.operator == ">="]

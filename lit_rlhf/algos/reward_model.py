@@ -32,7 +32,13 @@ from lit_rlhf.config.validation import check_flag, check_optimizer, is_number, w
 from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.export import export_model
-from lit_rlhf.models.loading import from_pretrained, lacking_backbone_weights, load_report_held, resolve_dtype
+from lit_rlhf.models.loading import (
+    TORCH_LAYERS,
+    from_pretrained,
+    lacking_backbone_weights,
+    load_report_held,
+    resolve_dtype,
+)
 from lit_rlhf.models.policy import fit_embeddings, with_lora
 from lit_rlhf.models.tokenizer import ensure_pad_token, load_checked_tokenizer, tokenizer_source
 
@@ -157,7 +163,7 @@ def reward_model_to_train(spec: dict[str, Any], tokenizer, empty: bool = False) 
         with load_report_held():  # a causal LM's folder has no score head: from_pretrained starts it, as expected
             backbone, loading = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path,
                                                 "reward model backbone", key=key, num_labels=1, dtype=dtype,
-                                                output_loading_info=True)
+                                                output_loading_info=True, **TORCH_LAYERS)
         if line := lacking_backbone_weights(backbone, loading["missing_keys"], key, name_or_path):
             warn_once(line)
     fit_embeddings(backbone, tokenizer, key)

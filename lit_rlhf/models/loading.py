@@ -26,6 +26,11 @@ T = TypeVar("T")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+# from_pretrained's keywords for every model lit_rlhf trains, samples from or scores with. From transformers 5.25 a
+# model swaps some layers for kernels it downloads from the Hub, at load and again at every train()/eval() on the
+# device it then sits on, some of them for inference only: the rollouts would run other code than the update that
+# scores them (and code fetched unasked). Transformers' own PyTorch layers are kept, as before 5.25.
+TORCH_LAYERS = {"use_kernels": False}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None):

@@ -16,7 +16,13 @@ from lit_rlhf.config.algo import CRITIC_KINDS  # noqa: F401  (re-exported)
 from lit_rlhf.config.validation import warn_once
 from lit_rlhf.distributed.meta_loading import empty_model, initialise_unsaved
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.loading import from_pretrained, lacking_backbone_weights, load_report_held, resolve_dtype
+from lit_rlhf.models.loading import (
+    TORCH_LAYERS,
+    from_pretrained,
+    lacking_backbone_weights,
+    load_report_held,
+    resolve_dtype,
+)
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
 from lit_rlhf.models.lora_targets import lora_config
 from lit_rlhf.models.peft_warnings import get_peft_model_checked
@@ -82,7 +88,7 @@ def load_reward_model_critic(name_or_path: str, dtype: str | None, lora: dict[st
         with load_report_held():  # a causal LM's folder has no score head: from_pretrained starts it, as expected
             model, loading = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path,
                                              "critic reward model", key=key, dtype=resolve_dtype(dtype), num_labels=1,
-                                             output_loading_info=True)
+                                             output_loading_info=True, **TORCH_LAYERS)
         if line := lacking_backbone_weights(model, loading["missing_keys"], key, name_or_path):
             warn_once(line)
     backbone, head = model.base_model, model.score

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lit_rlhf.models.loading import from_pretrained
+from lit_rlhf.models.loading import TORCH_LAYERS, from_pretrained
 from lit_rlhf.models.tokenizer import load_tokenizer
 
 
@@ -15,7 +15,7 @@ class LocalJudgeModel:
 
         self.tokenizer = load_tokenizer(name_or_path, key=f"{key}.model")  # left padding, a pad token
         self.model = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "judge model",
-                                     key=f"{key}.model").eval().requires_grad_(False)
+                                     key=f"{key}.model", **TORCH_LAYERS).eval().requires_grad_(False)
         if device:
             self.model.to(device)
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size

@@ -12,7 +12,7 @@ import torch
 
 from lit_rlhf.distributed.meta_loading import empty_model, unsaved_keys
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.loading import from_pretrained, load_report_held, own_code_refused, resolve_dtype
+from lit_rlhf.models.loading import TORCH_LAYERS, from_pretrained, load_report_held, own_code_refused, resolve_dtype
 from lit_rlhf.models.tokenizer import known_pad_token, load_checked_tokenizer, tokenizer_source
 
 
@@ -57,7 +57,7 @@ class SequenceClassifierReward:
                 self.model, loading = from_pretrained(
                     AutoModelForSequenceClassification.from_pretrained, self.name_or_path, "reward model",
                     key="reward.name_or_path", dtype=resolve_dtype(self.dtype), output_loading_info=True,
-                )
+                    **TORCH_LAYERS)
             missing = loading.get("missing_keys") or []
         self.model.eval().requires_grad_(False)
         check_head_loaded(self.name_or_path, sorted(missing))
