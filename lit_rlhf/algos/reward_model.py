@@ -34,6 +34,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.loading import (
     TORCH_LAYERS,
+    attention_checked,
     from_pretrained,
     lacking_backbone_weights,
     load_report_held,
@@ -156,16 +157,18 @@ def reward_model_to_train(spec: dict[str, Any], tokenizer, empty: bool = False) 
     score head), with room for the tokenizer's pad token and LoRA adapters where spec has lora (peft trains the score
     head in full beside them). empty: built with placeholders, each rank reading its shards once sharded."""
     key, name_or_path, dtype = "model.name_or_path", spec["name_or_path"], resolve_dtype(spec.get("dtype", "float32"))
-    if empty:
-        backbone = empty_model(AutoModelForSequenceClassification, name_or_path, key, dtype, num_labels=1)
-        initialise_unsaved(backbone, backbone.score)
-    else:
-        with load_report_held():  # a causal LM's folder has no score head: from_pretrained starts it, as expected
-            backbone, loading = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path,
-                                                "reward model backbone", key=key, num_labels=1, dtype=dtype,
-                                                output_loading_info=True, **TORCH_LAYERS)
-        if line := lacking_backbone_weights(backbone, loading["missing_keys"], key, name_or_path):
-            warn_once(line)
+    with attention_checked(spec.get("attn_implementation"), key, name_or_path) as attention:
+        if empty:
+            backbone = empty_model(AutoModelForSequenceClassification, name_or_path, key, dtype, num_labels=1,
+                                   **attention)
+            initialise_unsaved(backbone, backbone.score)
+        else:
+            with load_report_held():  # a causal LM's folder has no score head: from_pretrained starts it, as expected
+                backbone, loading = from_pretrained(AutoModelForSequenceClassification.from_pretrained, name_or_path,
+                                                    "reward model backbone", key=key, num_labels=1, dtype=dtype,
+                                                    output_loading_info=True, **TORCH_LAYERS, **attention)
+            if line := lacking_backbone_weights(backbone, loading["missing_keys"], key, name_or_path):
+                warn_once(line)
     fit_embeddings(backbone, tokenizer, key)
     backbone.config.pad_token_id = tokenizer.pad_token_id
     if spec.get("lora") is not None:

@@ -12,7 +12,7 @@ from lit_rlhf.errors import ConfigError
 # Settings a resume applies from the command line (everything else must match the checkpoint).
 APPLIED_ON_RESUME = ("max_grad_norm", "cliprange", "cliprange_low", "cliprange_high", "delta", "cliprange_value",
                      "top_entropy_quantile", "forward_batch_size", "logits_chunk_size", "padding_free",
-                     "max_consecutive_nonfinite")
+                     "max_consecutive_nonfinite", "model.attn_implementation")
 # Settings a resume may change without a word (the number of RL steps is why one resumes).
 FREE_ON_RESUME = ("rl_steps",)
 # Datamodule settings that do not change which prompts a step sees.

@@ -55,6 +55,11 @@ class ModelConfig:
                                                           "instead of copying the model")
     cast_lm_head_to_fp32: bool = setting(False, "the output layer's weights and logits in float32 whatever "
                                                 "model.dtype (TRL's name; ScaleRL), for the policy and its reference")
+    attn_implementation: Optional[str] = setting(
+        None, "transformers' attention implementation for the policy and its reference (TRL's name): eager, sdpa, "
+              "flex_attention, flash_attention_2 (the flash-attn package), or a Hub kernel such as "
+              "kernels-community/flash-attn3 (downloaded from the Hub); null: the model's default (sdpa where it has "
+              "it)")
 
     def __post_init__(self):
         if self.name_or_path in (None, "???", ""):
@@ -64,6 +69,10 @@ class ModelConfig:
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise ConfigError(not_a_name(f"model.{key}", value))
             setattr(self, key, None if value is None else os.fspath(value))  # a pathlib.Path: its string
+        if self.attn_implementation is not None and not (isinstance(self.attn_implementation, str)
+                                                         and self.attn_implementation.strip()):
+            raise ConfigError(f"model.attn_implementation={self.attn_implementation!r} must be the name of an "
+                              f"attention implementation (e.g. sdpa), or null for the model's default.")
         if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype={self.dtype!r} is not one of {DTYPES}.")
         if isinstance(self.lora, dict):

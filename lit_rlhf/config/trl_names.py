@@ -30,7 +30,7 @@ ON_THE_COMMAND_LINE = {
     "log_completions": "callbacks.generation_samples (on: samples.jsonl and the held-out table)",
     "reward_funcs": "reward._target_=[module.function,...] (or reward=reward_model reward.name_or_path=<folder>)",
     "reward_weights": "+reward.weights.<name>=<weight>",
-    "cast_lm_head_to_fp32": ("model.cast_lm_head_to_fp32",),
+    "cast_lm_head_to_fp32": ("model.cast_lm_head_to_fp32",), "attn_implementation": ("model.attn_implementation",),
     "trust_remote_code": "model.trust_remote_code=true (and data.trust_remote_code=true for the tokenizer's code)",
     "ds3_gather_for_generation": "trainer=fsdp2 trainer.strategy.sharded_sampling (gathered weights for sampling: "
                                  "false, the default; sampling on the sharded model: true)",

@@ -31,6 +31,9 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "AL
 # device it then sits on, some of them for inference only: the rollouts would run other code than the update that
 # scores them (and code fetched unasked). Transformers' own PyTorch layers are kept, as before 5.25.
 TORCH_LAYERS = {"use_kernels": False}
+# what transformers' errors about an attention implementation say (unknown, its package missing, a Hub kernel offline)
+ATTENTION_ERROR = re.compile(r"attn_implementation|attention implementation|FlashAttention|flash[_-]attn|the kernel\b"
+                             r"|kernels-community|`kernels`")
 
 
 def resolve_dtype(dtype: str | torch.dtype | None):
@@ -115,15 +118,46 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
             raise unloadable_folder(what, str(name_or_path), key, err) from err
         raise unavailable(what, name_or_path, type(err).__name__, key) from err
     except ImportError as err:  # transformers' requires_backends: the model's class needs a package not installed
+        if ATTENTION_ERROR.search(str(err)):  # the package of the attention implementation asked for (flash-attn)
+            raise attention_error(kwargs.get("attn_implementation"), key, str(name_or_path), err) from err
         if (command := re.search(r"`(pip install [^`]+)`", str(err))) is None:
             raise
         needs = printable(" ".join(str(err).split()).split(". ")[0], one_line=True)  # "X requires the timm library..."
         raise ConfigError(f"{key}={str(name_or_path)!r} cannot be loaded in this environment: {needs}; install it "
                           f"(`{printable(command.group(1), one_line=True)}`) and run again.") from err
     except ValueError as err:  # e.g. a config.json without model_type; a refusal to run a model's code passes
+        if ATTENTION_ERROR.search(str(err)):  # unknown, or a Hub kernel not in the cache offline
+            raise attention_error(kwargs.get("attn_implementation"), key, str(name_or_path), err) from err
         if not Path(str(name_or_path)).exists() or "trust_remote_code" in str(err):
             raise
         raise unloadable_folder(what, str(name_or_path), key, err) from err
+
+
+@contextmanager
+def attention_checked(attn_implementation: str | None, key: str, name_or_path: str) -> Iterator[dict]:
+    """Around the load of name_or_path (its setting `key`): the keywords that ask from_pretrained (or AutoConfig) for
+    the command line's model.attn_implementation (none for None: the model's default, or what its config.json
+    names). An implementation that cannot run here is one line (from_pretrained says it itself; this catches
+    from_config's, under sharded loading)."""
+    try:
+        yield {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    except (ValueError, ImportError) as err:
+        if isinstance(err, ConfigError) or not ATTENTION_ERROR.search(str(err)):
+            raise
+        raise attention_error(attn_implementation, key, name_or_path, err) from err
+
+
+def attention_error(attn_implementation: str | None, key: str, name_or_path: str, err: BaseException) -> ConfigError:
+    """The line for an attention implementation transformers cannot run here: the command line's, or (None) the one
+    the folder's config.json names."""
+    reason = printable(clipped(err), one_line=True)
+    if attn_implementation is not None:
+        return ConfigError(f"model.attn_implementation={attn_implementation!r} cannot be used here ({reason}); set "
+                           f"model.attn_implementation=sdpa, or null for the model's own default.")
+    fix = ("set model.attn_implementation=sdpa to override it" if key.startswith("model.")
+           else "remove attn_implementation from its config.json")
+    return ConfigError(f"{key}={name_or_path!r}: the attention implementation its config.json names cannot be used "
+                       f"here ({reason}); {fix}.")
 
 
 def unloadable_folder(what: str, name_or_path: str, key: str, err: BaseException) -> ConfigError:

@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 from lit_rlhf.config.model import DORA_UNDER_SHARDED_LOADING
 from lit_rlhf.distributed.meta_loading import empty_model, is_empty
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.loading import TORCH_LAYERS, from_pretrained, resolve_dtype
+from lit_rlhf.models.loading import TORCH_LAYERS, attention_checked, from_pretrained, resolve_dtype
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
 from lit_rlhf.models.lora_targets import lora_config
 from lit_rlhf.models.output_layer import (
@@ -109,16 +109,18 @@ def load_policy(
     reference_name_or_path: str | None = None,
     empty: bool = False,
     cast_lm_head_to_fp32: bool = False,
+    attn_implementation: str | None = None,
 ) -> tuple[torch.nn.Module, Reference]:
     """Loads the causal LM and wraps it for training; returns (policy, reference). empty: built on the meta device,
     its weights read after sharding (lit_rlhf/distributed/meta_loading.py); adapters are real from the start.
-    cast_lm_head_to_fp32: the policy's and the reference's output layer in float32 (Float32OutputLayer)."""
+    cast_lm_head_to_fp32: the policy's and the reference's output layer in float32 (Float32OutputLayer).
+    attn_implementation: transformers' attention implementation for both (None: the model's default)."""
     if reference_name_or_path is not None and (lora is not None or adapter_path is not None):
         raise ConfigError(f"model.reference_name_or_path={reference_name_or_path!r} needs model.lora=null: with LoRA "
                           f"the reference is the policy with adapters disabled.")
     if cast_lm_head_to_fp32 and empty:
         raise ConfigError(FLOAT32_HEAD_UNDER_FSDP2)
-    model = load_causal_lm(name_or_path, "model.name_or_path", dtype, trust_remote_code, empty)
+    model = load_causal_lm(name_or_path, "model.name_or_path", dtype, trust_remote_code, empty, attn_implementation)
     fit_embeddings(model, tokenizer, "model.name_or_path")
     if cast_lm_head_to_fp32:  # before the copy a full fine-tune's reference is made of
         cast_output_layer_to_float32(model, "model.name_or_path")
@@ -150,12 +152,13 @@ def load_policy(
     if reference_name_or_path is None and not empty:
         frozen = copy.deepcopy(model)
     elif reference_name_or_path is None:  # placeholders: a deep copy would allocate them whole
-        frozen = load_causal_lm(name_or_path, "model.name_or_path", dtype, trust_remote_code, empty)
+        frozen = load_causal_lm(name_or_path, "model.name_or_path", dtype, trust_remote_code, empty,
+                                attn_implementation)
         fit_embeddings(frozen, tokenizer, "model.name_or_path")
         frozen.generation_config.pad_token_id = tokenizer.pad_token_id
     else:
         frozen = load_causal_lm(reference_name_or_path, "model.reference_name_or_path", dtype, trust_remote_code,
-                                empty)
+                                empty, attn_implementation)
         fit_embeddings(frozen, tokenizer, "model.reference_name_or_path")
         if cast_lm_head_to_fp32:
             cast_output_layer_to_float32(frozen, "model.reference_name_or_path")
@@ -163,14 +166,18 @@ def load_policy(
     return model, Reference(model, frozen_copy=frozen)
 
 
-def load_causal_lm(name_or_path: str, key: str, dtype: str | None, trust_remote_code: bool, empty: bool):
+def load_causal_lm(name_or_path: str, key: str, dtype: str | None, trust_remote_code: bool, empty: bool,
+                   attn_implementation: str | None = None):
     """from_pretrained, or (empty) the model on the meta device, tagged with the file keys of its weights; a
-    multimodal model's text prompts marked as text."""
-    if empty:
-        model = empty_model(AutoModelForCausalLM, name_or_path, key, resolve_dtype(dtype), trust_remote_code)
-    else:
-        model = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", key=key,
-                                dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code, **TORCH_LAYERS)
+    multimodal model's text prompts marked as text. attn_implementation: None keeps the model's default."""
+    with attention_checked(attn_implementation, key, name_or_path) as attention:
+        if empty:
+            model = empty_model(AutoModelForCausalLM, name_or_path, key, resolve_dtype(dtype), trust_remote_code,
+                                **attention)
+        else:
+            model = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", key=key,
+                                    dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code, **TORCH_LAYERS,
+                                    **attention)
     mark_prompts_as_text(model)
     return model
 
