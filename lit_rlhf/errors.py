@@ -28,18 +28,23 @@ def remember_traceback_choice() -> None:
     os.environ.setdefault(TRACEBACKS_ASKED, "1" if os.environ.get("HYDRA_FULL_ERROR") == "1" else "0")
 
 
+def tracebacks_asked() -> bool:
+    """Whether the user asked for tracebacks (HYDRA_FULL_ERROR=1 before the app set it)."""
+    import os
+
+    return os.environ.get(TRACEBACKS_ASKED, os.environ.get("HYDRA_FULL_ERROR")) == "1"
+
+
 def exit_with_user_error(err: BaseException | str, cause: BaseException | None = None) -> None:
     """`error: <one line>` on stderr and exit code 2; with HYDRA_FULL_ERROR=1 (the user's), the traceback of `cause`
     (else of `err`) first, every control character in it escaped."""
-    import os
     import sys
     import traceback
 
     from lit_rlhf.terminal import printable
 
     shown = cause if cause is not None else err
-    asked = os.environ.get(TRACEBACKS_ASKED, os.environ.get("HYDRA_FULL_ERROR"))
-    if asked == "1" and isinstance(shown, BaseException) and shown.__traceback__ is not None:
+    if tracebacks_asked() and isinstance(shown, BaseException) and shown.__traceback__ is not None:
         print(printable("".join(traceback.format_exception(shown))), file=sys.stderr, end="", flush=True)
     print(f"error: {printable(err, one_line=True)}", file=sys.stderr, flush=True)
     sys.exit(EXIT_USER_ERROR)

@@ -28,6 +28,7 @@ from lit_rlhf.errors import (
     nearest,
     os_error_message,
     remember_traceback_choice,
+    tracebacks_asked,
 )
 
 T = TypeVar("T")
@@ -139,6 +140,14 @@ def unexpected_argument_line(err: InstantiationException) -> str | None:
 _task_started = False
 
 
+def print_lightning_lines_once() -> None:
+    """The apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
+    logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
+    would pass them on to Hydra's console too: each line twice. Called by the app's process and again in its task,
+    which a Hydra launcher may run in a process of its own (hydra/launcher=joblib, submitit)."""
+    logging.getLogger("lightning").propagate = False
+
+
 def mark_task_started() -> None:
     """From here on, an exit code 1 is the task's own error, not Hydra's composition."""
     global _task_started
@@ -152,10 +161,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     are not user mistakes (with a traceback)."""
     remember_traceback_choice()  # the user's HYDRA_FULL_ERROR=1: each one-line error after its traceback
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
-    # the apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
-    # logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
-    # would pass them on to Hydra's console too: each line twice
-    logging.getLogger("lightning").propagate = False
+    print_lightning_lines_once()
     config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
     overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
     try:
@@ -266,6 +272,22 @@ def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
     rerun = f"; run them again with: {err.rerun_command}" if err.rerun_command else "."  # EndOfRunInterrupted
     return (f"stopped by {said(err.signal_name)} during the end-of-run reports; training had finished and its final "
             f"checkpoint is written (checkpoints/last.ckpt){rerun}"), err.exit_code
+
+
+def report_failed_job(err: Exception) -> str:
+    """A sweep's job that failed, on stderr before the sweep goes on: a user mistake as a single run shows it (`error:
+    <one line>`, its traceback first only with HYDRA_FULL_ERROR=1), any other error with its traceback; control
+    characters escaped and URLs' passwords masked. Returns the line its result.json records."""
+    import traceback
+
+    from lit_rlhf.terminal import printable
+
+    message = user_error(err)
+    if message is None or tracebacks_asked():
+        print(printable("".join(traceback.format_exception(err))), file=sys.stderr, end="", flush=True)
+    if message is not None:
+        print(f"error: {printable(message, one_line=True)}", file=sys.stderr, flush=True)
+    return (message or f"{type(err).__name__}: {err}").strip().splitlines()[0]
 
 
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,

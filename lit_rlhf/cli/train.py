@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,13 @@ from lit_rlhf.algos.run_length import time_limit_stop_line
 from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.cli.checks import check_run_settings, typed_key
-from lit_rlhf.cli.errors import interruptions_end_the_process, mark_task_started, report_user_errors, user_error
+from lit_rlhf.cli.errors import (
+    interruptions_end_the_process,
+    mark_task_started,
+    print_lightning_lines_once,
+    report_failed_job,
+    report_user_errors,
+)
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import (
     FinalMetrics,
@@ -242,6 +247,7 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
     progress) is recorded as interrupted, with the line that says how to resume it, and the process exits 130 or
     143 (a sweep's later jobs do not run)."""
     mark_task_started()
+    print_lightning_lines_once()
 
     def record_interruption(message: str) -> None:
         rank_zero_only(write_result)(cfg.paths.output_dir, "interrupted", None, {}, message)
@@ -272,9 +278,7 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
             metrics = task(cfg)
         objective = config_objective(metrics, cfg)
     except Exception as err:
-        print(without_passwords(traceback.format_exc()), file=sys.stderr, flush=True)
-        message = user_error(err) or f"{type(err).__name__}: {err}"
-        rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, message.strip().splitlines()[0])
+        rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, report_failed_job(err))
         return None
     rank_zero_only(write_result)(cfg.paths.output_dir, getattr(metrics, "status", "ok"), objective, metrics)
     return objective

@@ -16,7 +16,7 @@ from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.cli.sweeps import config_objective, kl_budget_objective, sweep_group
 from lit_rlhf.cli.train import finish_wandb_run, instantiate_group
 from lit_rlhf.errors import ConfigError
-from tests.apps import ROOT, run_app
+from tests.apps import ROOT, run_app, run_process
 
 # a very short run: 2 RL steps of 4 prompts, 8 new tokens, held-out metrics after the last step
 SHORT = ["steps=2", "data.batch_size=4", "algo.response_length=8", "data.num_eval_prompts=4",
@@ -80,6 +80,22 @@ def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_and_each_trial_gets_i
         assert float(ok["objective"]) == pytest.approx(float(ok["eval/rlhf_reward"]))
         assert len(list((Path(ok["run_dir"]) / "wandb").glob("offline-run-*"))) == 1  # not the previous trial's
     assert "job 1 failed: trainer=ddp does not work inside a Hydra multirun" in result.stdout
+    # when it failed, a user mistake was one line, as in a single run
+    assert "error: trainer=ddp does not work inside a Hydra multirun" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.integration
+def test_a_sweep_whose_jobs_run_in_processes_of_their_own_reports_as_one_that_runs_them_here(tmp_path):
+    """hydra/launcher=joblib: each job runs in a worker process, where the app's own start-up did not run. There a
+    user mistake printed its traceback, and each of Lightning's lines came twice (its console and Hydra's)."""
+    result = run_process("train.py", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SHORT,
+                         "algo.kl_coef=0.01,-1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(next((tmp_path / "logs" / "train" / "multiruns").glob("*/summary.csv"))) as f:
+        assert [(row["job"], row["status"]) for row in csv.DictReader(f)] == [("0", "ok"), ("1", "failed")]
+    assert "error: algo.kl_coef=-1.0 must be >= 0." in result.stderr and "Traceback" not in result.stderr
+    assert (result.stdout + result.stderr).count("Seed set to 0") == 2, result.stdout + result.stderr
 
 
 @pytest.mark.integration
