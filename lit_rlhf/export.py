@@ -18,6 +18,7 @@ from lit_rlhf.errors import ConfigError, UnavailableError, exit_with_user_error,
 from lit_rlhf.interrupts import StoppedBySignal, set_up_stops_on_signals
 from lit_rlhf.models.export import export_model
 from lit_rlhf.models.model_card import model_card
+from lit_rlhf.terminal import escape_what_libraries_print
 
 
 def load_from_checkpoint(ckpt_path: str | Path, reward=None, rollout_engine=None, trust_remote_code: bool = False,
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let the model run its own Python code (a checkpoint's settings never enable it)")
     args = parser.parse_args()
+    escape_what_libraries_print()
     try:  # Ctrl-C or SIGTERM: one line, and no half-written folder (SIGTERM's default action left one)
         with set_up_stops_on_signals(StoppedBySignal):
             module = load_from_checkpoint(args.ckpt_path, trust_remote_code=args.trust_remote_code,

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from lit_rlhf.errors import exit_with_user_error
+from lit_rlhf.terminal import escape_what_libraries_print
 
 CONSTANT_UNLESS_MOVING = ("objective/kl_coef", "val/ratio")
 CURVES = ["objective/scores", "objective/rlhf_reward", "objective/kl", "objective/entropy", "val/ratio",
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/curves.png")
     args = parser.parse_args()
+    escape_what_libraries_print()
     try:
         out = plot_curves(find_metrics_csv(args.run_dir), args.out or args.run_dir / "curves.png")
     except (FileNotFoundError, ValueError) as err:

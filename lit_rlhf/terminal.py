@@ -3,13 +3,19 @@
 Such text is untrusted: an ANSI escape sequence in a prompt could clear the screen or retitle the
 window, a bidirectional override could reorder what the reader sees, and `[/]` is Rich markup. Every
 place that prints user text goes through `printable` (control characters escaped as `\\x1b`, `\\u202e`)
-and a `plain_console` (no markup, no emoji codes, no highlighting).
+and a `plain_console` (no markup, no emoji codes, no highlighting); what libraries print of it (log records, warnings,
+uncaught exceptions) is escaped by the hooks `escape_what_libraries_print` installs.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import sys
+import threading
+import traceback
+import warnings
 from typing import Any
 
 from rich.console import Console
@@ -82,3 +88,44 @@ def plain_console(**kwargs: Any) -> Console:
     if "width" not in kwargs and not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = FILE_WIDTH
     return console
+
+
+class EscapedLogRecord(logging.LogRecord):
+    """A log record whose message is printable, whichever handler formats it (a library's own console, Hydra's)."""
+
+    def getMessage(self) -> str:
+        return printable(super().getMessage())
+
+
+PLAIN_FORMATWARNING = warnings.formatwarning
+
+
+def escaped_formatwarning(message, category, filename, lineno, line=None) -> str:
+    return printable(PLAIN_FORMATWARNING(message, category, filename, lineno, line))
+
+
+def escaped_excepthook(kind, value, tb) -> None:
+    print(printable("".join(traceback.format_exception(kind, value, tb))), file=sys.stderr, end="", flush=True)
+
+
+def escaped_thread_excepthook(args) -> None:
+    if args.exc_type is SystemExit:  # as threading's own hook: a thread's sys.exit() is silent
+        return
+    name = args.thread.name if args.thread is not None else threading.get_ident()
+    lines = traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+    print(printable(f"Exception in thread {name}:\n{''.join(lines)}"), file=sys.stderr, end="", flush=True)
+
+
+def escape_what_libraries_print() -> None:
+    """Log records (transformers', Lightning's, Hydra's console and train.log), warnings and uncaught exceptions are
+    printed with control characters escaped and URLs' passwords masked: their text may quote a model folder's
+    config.json, a dataset or a server's reply, which the libraries print as it is. Called where an app starts; a hook
+    another program installed (a debugger's, a record factory of its own) is left in place."""
+    if logging.getLogRecordFactory() is logging.LogRecord:
+        logging.setLogRecordFactory(EscapedLogRecord)
+    if warnings.formatwarning is PLAIN_FORMATWARNING:
+        warnings.formatwarning = escaped_formatwarning
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = escaped_excepthook
+    if threading.excepthook is threading.__excepthook__:
+        threading.excepthook = escaped_thread_excepthook

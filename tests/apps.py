@@ -5,11 +5,12 @@ types.
 `run_app` executes the script as `python <script> args...` would (runpy: the script's own `__main__` block, Hydra's
 composition, the run directory, the one-line error and its exit code), with stdout and stderr captured, and puts back
 everything a run changes in a process: the working directory, environment, argv, sys.path, Hydra's singletons, the
-logging tree, warning filters and lit_rlhf's warned-once set, signal handlers, torch's RNGs, thread count and
-compiled-code caches, a process group left behind, the run directory's lock. A process pays about 10 s of imports
-on 2 cores before its first line; this pays none. A multi-rank run started here keeps rank zero in this process, and
-Lightning's launcher starts the other ranks as processes of their own; run_app waits for them to end (as a user's
-terminal shows their errors, a rank that ends with one fails the run here) and leaves none running.
+logging tree and record factory, warning filters, the exception hooks, lit_rlhf's warned-once set, signal handlers,
+torch's RNGs, thread count and compiled-code caches, a process group left behind, the run directory's lock. A
+process pays about 10 s of imports on 2 cores before its first line; this pays none. A multi-rank run started here
+keeps rank zero in this process, and Lightning's launcher starts the other ranks as processes of their own; run_app
+waits for them to end (as a user's terminal shows their errors, a rank that ends with one fails the run here) and
+leaves none running.
 
 Only what a process alone can show runs in one (`run_process`): exit codes and stderr as a shell sees them under
 signals, kill -9, two processes that meet, environment variables read at import time, what `import lit_rlhf` loads.
@@ -183,6 +184,7 @@ def isolated_process_state(cwd, env: dict, argv: list[str], first_path: Path):
     saved_rng = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
     saved_torch = torch.get_num_threads(), torch.get_default_dtype(), torch.get_float32_matmul_precision()
     saved_warned, saved_locks = set(validation._warned), len(run_dirs._held_locks)
+    saved_hooks = logging.getLogRecordFactory(), warnings.formatwarning, sys.excepthook, threading.excepthook
     os.chdir(cwd)
     os.environ.update(env)
     sys.argv = argv
@@ -209,6 +211,8 @@ def isolated_process_state(cwd, env: dict, argv: list[str], first_path: Path):
         validation._warned.update(saved_warned)
         restore_hydra_state(saved_hydra)
         restore_logging(saved_logging)
+        logging.setLogRecordFactory(saved_hooks[0])
+        warnings.formatwarning, sys.excepthook, threading.excepthook = saved_hooks[1:]
         for sig, handler in saved_signals.items():
             signal.signal(sig, handler)
         random.setstate(saved_rng[0])

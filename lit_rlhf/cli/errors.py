@@ -140,11 +140,15 @@ def unexpected_argument_line(err: InstantiationException) -> str | None:
 _task_started = False
 
 
-def print_lightning_lines_once() -> None:
-    """The apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
+def set_up_app_output() -> None:
+    """What libraries print reaches the terminal escaped (escape_what_libraries_print), and each of Lightning's lines
+    once: the apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
     logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
-    would pass them on to Hydra's console too: each line twice. Called by the app's process and again in its task,
-    which a Hydra launcher may run in a process of its own (hydra/launcher=joblib, submitit)."""
+    would pass them on to Hydra's console too. Called by the app's process and again in its task, which a Hydra
+    launcher may run in a process of its own (hydra/launcher=joblib, submitit)."""
+    from lit_rlhf.terminal import escape_what_libraries_print
+
+    escape_what_libraries_print()
     logging.getLogger("lightning").propagate = False
 
 
@@ -161,7 +165,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     are not user mistakes (with a traceback)."""
     remember_traceback_choice()  # the user's HYDRA_FULL_ERROR=1: each one-line error after its traceback
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
-    print_lightning_lines_once()
+    set_up_app_output()
     config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
     overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
     try:

@@ -22,9 +22,9 @@ from lit_rlhf.cli.checks import check_run_settings, typed_key
 from lit_rlhf.cli.errors import (
     interruptions_end_the_process,
     mark_task_started,
-    print_lightning_lines_once,
     report_failed_job,
     report_user_errors,
+    set_up_app_output,
 )
 from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
 from lit_rlhf.cli.sweeps import (
@@ -247,7 +247,7 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
     progress) is recorded as interrupted, with the line that says how to resume it, and the process exits 130 or
     143 (a sweep's later jobs do not run)."""
     mark_task_started()
-    print_lightning_lines_once()
+    set_up_app_output()
 
     def record_interruption(message: str) -> None:
         rank_zero_only(write_result)(cfg.paths.output_dir, "interrupted", None, {}, message)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 
 from lit_rlhf.config.locations import check_model_location, local_folder_note
@@ -108,6 +109,8 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
     except SafetensorError as err:
         raise unreadable_weights(str(name_or_path), key, err) from err
     except RuntimeError as err:  # weights whose shapes do not fit the config (e.g. a head of another size)
+        if "negative dimension" in str(err) and Path(str(name_or_path)).exists():  # a size below 0 in config.json
+            raise unloadable_folder(what, str(name_or_path), key, err) from err
         if "size mismatch" not in str(err) and "mismatched_sizes" not in str(err):
             raise
         first = clipped(err)
@@ -125,6 +128,10 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         needs = printable(" ".join(str(err).split()).split(". ")[0], one_line=True)  # "X requires the timm library..."
         raise ConfigError(f"{key}={str(name_or_path)!r} cannot be loaded in this environment: {needs}; install it "
                           f"(`{printable(command.group(1), one_line=True)}`) and run again.") from err
+    except (StrictDataclassError, KeyError, TypeError, ZeroDivisionError) as err:  # a config.json whose values build
+        if not Path(str(name_or_path)).exists():  # no model: a field of the wrong type, an unknown activation, no heads
+            raise
+        raise unloadable_folder(what, str(name_or_path), key, err) from err
     except ValueError as err:  # e.g. a config.json without model_type; a refusal to run a model's code passes
         if ATTENTION_ERROR.search(str(err)):  # unknown, or a Hub kernel not in the cache offline
             raise attention_error(kwargs.get("attn_implementation"), key, str(name_or_path), err) from err

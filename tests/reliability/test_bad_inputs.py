@@ -72,13 +72,23 @@ def write_models_pointing_outside_or_broken(directory: Path) -> None:
             (model / "model.safetensors").write_bytes(data[: len(data) // 2])
 
 
+# config.json values no model is built from: transformers raises errors of other kinds for each (a strict dataclass's
+# validation error, KeyError, ZeroDivisionError, RuntimeError), which were tracebacks
+MALFORMED_CONFIGS = {"folder_hidden_size_text": {"hidden_size": "big"},
+                     "folder_unknown_activation": {"hidden_act": "\x1b]0;pwned\x07gelu"},
+                     "folder_no_heads": {"num_attention_heads": 0}, "folder_negative_vocab": {"vocab_size": -1}}
+
+
 def write_incomplete_model_folders(directory: Path) -> None:
-    """A model folder that is empty, one whose config.json is not JSON, and one without weights."""
+    """A model folder that is empty, one whose config.json is not JSON, one without weights, and MALFORMED_CONFIGS."""
     (directory / "folder_empty").mkdir()
-    for folder in ("folder_config_not_json", "folder_without_weights"):
+    for folder in ("folder_config_not_json", "folder_without_weights", *MALFORMED_CONFIGS):
         shutil.copytree(TINY, directory / folder)
     (directory / "folder_config_not_json" / "config.json").write_text("{not json")
     (directory / "folder_without_weights" / "model.safetensors").unlink()
+    for folder, values in MALFORMED_CONFIGS.items():
+        config = json.loads((TINY / "config.json").read_text())
+        (directory / folder / "config.json").write_text(json.dumps({**config, **values}))
 
 
 def write_inputs(directory: Path) -> None:
@@ -436,6 +446,19 @@ CASES = [
      "teacher.name_or_path='folder_config_not_json' is a local folder that cannot be loaded as a model (OSError: "),
     ("a teacher folder without weights", ["algo=distill", "teacher.name_or_path=folder_without_weights"],
      "teacher.name_or_path='folder_without_weights' is a local folder that cannot be loaded as a model (OSError: "),
+    ("a model folder whose config.json holds text for a number", ["model.name_or_path=folder_hidden_size_text"],
+     "model.name_or_path='folder_hidden_size_text' is a local folder that cannot be loaded as a tokenizer "
+     "(StrictDataclassFieldValidationError: Validation error for field 'hidden_size': TypeError: Field 'hidden_size' "
+     "expected int, got str (value: 'big')); give a folder save_pretrained wrote (config.json and the weights)."),
+    ("a model folder whose config.json names an unknown activation", ["model.name_or_path=folder_unknown_activation"],
+     "model.name_or_path='folder_unknown_activation' is a local folder that cannot be loaded as a model (KeyError: "
+     "'\\x1b]0;pwned\\x07gelu'); give a folder save_pretrained wrote (config.json and the weights)."),
+    ("a model folder whose config.json has no attention heads", ["model.name_or_path=folder_no_heads"],
+     "model.name_or_path='folder_no_heads' is a local folder that cannot be loaded as a tokenizer (ZeroDivisionError: "
+     "integer modulo by zero); give a folder"),
+    ("a model folder whose config.json has a negative size", ["model.name_or_path=folder_negative_vocab"],
+     "model.name_or_path='folder_negative_vocab' is a local folder that cannot be loaded as a model (RuntimeError: "
+     "Trying to create tensor with negative dimension -1: [-1, 128]); give a folder"),
     ("a routed teacher that is a number", ["algo=distill", "teacher=routed", "teacher.teachers={films: 3}"],
      "teacher.teachers.films=3 is not a teacher; give a teacher config"),
     ("a key under null routed teachers", ["algo=distill", "teacher=routed", "teacher.teachers.films.name_or_path=x"],
@@ -465,6 +488,7 @@ def test_a_bad_input_is_one_line_and_exit_code_2(label, args, expected, inputs):
     line = one_line_error(result)
     assert matches(line, f"error: {expected}"), line
     assert "LOAD REPORT" not in result.stderr  # transformers' table of a folder's missing weights: the line says it
+    assert "\x1b" not in result.stdout + result.stderr  # what a library prints of a folder's config.json too
     assert not (inputs / "PWNED").exists()
     assert not (inputs / "logs" / "train" / "runs").exists() or all(
         not (run / "checkpoints").exists() for run in (inputs / "logs" / "train" / "runs").iterdir())
