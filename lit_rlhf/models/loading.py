@@ -128,9 +128,9 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
         needs = printable(" ".join(str(err).split()).split(". ")[0], one_line=True)  # "X requires the timm library..."
         raise ConfigError(f"{key}={str(name_or_path)!r} cannot be loaded in this environment: {needs}; install it "
                           f"(`{printable(command.group(1), one_line=True)}`) and run again.") from err
-    except (StrictDataclassError, KeyError, TypeError, ZeroDivisionError) as err:  # a config.json whose values build
-        if not Path(str(name_or_path)).exists():  # no model: a field of the wrong type, an unknown activation, no heads
-            raise
+    except (StrictDataclassError, KeyError, TypeError, AttributeError, ZeroDivisionError) as err:  # a config file
+        if not Path(str(name_or_path)).exists():  # whose values build nothing: a field of the wrong type, an unknown
+            raise  # activation, no heads, added tokens that are not a mapping
         raise unloadable_folder(what, str(name_or_path), key, err) from err
     except ValueError as err:  # e.g. a config.json without model_type; a refusal to run a model's code passes
         if ATTENTION_ERROR.search(str(err)):  # unknown, or a Hub kernel not in the cache offline

@@ -8,6 +8,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import from_pretrained
+from lit_rlhf.terminal import clipped, printable
 
 # Tokens some families already carry in their vocabulary for padding (pythia: <|padding|>).
 KNOWN_PAD_TOKENS = ("<|padding|>", "<pad>", "[PAD]", "<|pad|>")
@@ -54,7 +55,13 @@ def load_checked_tokenizer(name_or_path: str, trust_remote_code: bool = False,
                           f"the directory or hub name of the model's tokenizer.")
     tokenizer = from_pretrained(AutoTokenizer.from_pretrained, name_or_path, "tokenizer", key=key, weights=False,
                                 trust_remote_code=trust_remote_code)
-    if not tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]:
+    try:
+        ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    except (TypeError, ValueError, KeyError, AttributeError) as err:  # e.g. tokenizer_config.json's model_max_length
+        raise ConfigError(f"the tokenizer of {name_or_path!r} cannot encode text ({type(err).__name__}: "  # as text
+                          f"{printable(clipped(err), one_line=True)}); check its tokenizer_config.json, or set {key} "
+                          f"to the directory or hub name of the model's tokenizer.") from err
+    if not ids:
         raise ConfigError(f"the tokenizer of {name_or_path!r} encodes text to no tokens; set {key} to the "
                           f"directory or hub name of the model's tokenizer.")
     return tokenizer

@@ -72,11 +72,15 @@ def write_models_pointing_outside_or_broken(directory: Path) -> None:
             (model / "model.safetensors").write_bytes(data[: len(data) // 2])
 
 
-# config.json values no model is built from: transformers raises errors of other kinds for each (a strict dataclass's
-# validation error, KeyError, ZeroDivisionError, RuntimeError), which were tracebacks
-MALFORMED_CONFIGS = {"folder_hidden_size_text": {"hidden_size": "big"},
-                     "folder_unknown_activation": {"hidden_act": "\x1b]0;pwned\x07gelu"},
-                     "folder_no_heads": {"num_attention_heads": 0}, "folder_negative_vocab": {"vocab_size": -1}}
+# config values no model or tokenizer is built from: transformers raises errors of other kinds for each (a strict
+# dataclass's validation error, KeyError, ZeroDivisionError, RuntimeError, TypeError, AttributeError), which were
+# tracebacks
+MALFORMED_CONFIGS = {"folder_hidden_size_text": ("config.json", {"hidden_size": "big"}),
+                     "folder_unknown_activation": ("config.json", {"hidden_act": "\x1b]0;pwned\x07gelu"}),
+                     "folder_no_heads": ("config.json", {"num_attention_heads": 0}),
+                     "folder_negative_vocab": ("config.json", {"vocab_size": -1}),
+                     "folder_max_length_text": ("tokenizer_config.json", {"model_max_length": "big"}),
+                     "folder_added_tokens_number": ("tokenizer_config.json", {"added_tokens_decoder": 7})}
 
 
 def write_incomplete_model_folders(directory: Path) -> None:
@@ -86,9 +90,9 @@ def write_incomplete_model_folders(directory: Path) -> None:
         shutil.copytree(TINY, directory / folder)
     (directory / "folder_config_not_json" / "config.json").write_text("{not json")
     (directory / "folder_without_weights" / "model.safetensors").unlink()
-    for folder, values in MALFORMED_CONFIGS.items():
-        config = json.loads((TINY / "config.json").read_text())
-        (directory / folder / "config.json").write_text(json.dumps({**config, **values}))
+    for folder, (name, values) in MALFORMED_CONFIGS.items():
+        config = json.loads((TINY / name).read_text())
+        (directory / folder / name).write_text(json.dumps({**config, **values}))
 
 
 def write_inputs(directory: Path) -> None:
@@ -459,6 +463,13 @@ CASES = [
     ("a model folder whose config.json has a negative size", ["model.name_or_path=folder_negative_vocab"],
      "model.name_or_path='folder_negative_vocab' is a local folder that cannot be loaded as a model (RuntimeError: "
      "Trying to create tensor with negative dimension -1: [-1, 128]); give a folder"),
+    ("a tokenizer whose tokenizer_config.json holds text for a number", ["model.name_or_path=folder_max_length_text"],
+     "the tokenizer of 'folder_max_length_text' cannot encode text (TypeError: '>' not supported between instances of "
+     "'int' and 'str'); check its tokenizer_config.json, or set model.name_or_path to the directory or hub name of the "
+     "model's tokenizer."),
+    ("a tokenizer whose added tokens are not a mapping", ["model.name_or_path=folder_added_tokens_number"],
+     "model.name_or_path='folder_added_tokens_number' is a local folder that cannot be loaded as a tokenizer "
+     "(AttributeError: 'int' object has no attribute 'items'); give a folder"),
     ("a routed teacher that is a number", ["algo=distill", "teacher=routed", "teacher.teachers={films: 3}"],
      "teacher.teachers.films=3 is not a teacher; give a teacher config"),
     ("a key under null routed teachers", ["algo=distill", "teacher=routed", "teacher.teachers.films.name_or_path=x"],
