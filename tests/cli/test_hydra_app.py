@@ -6,6 +6,7 @@ from hydra.utils import instantiate
 
 from lit_rlhf.cli.resolvers import register_resolvers
 from tests.apps import ROOT, run_app
+from tests.helpers import FAST
 
 TRL_RLOO_METRICS = {
     "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward", "objective/scores",
@@ -79,6 +80,16 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
         assert line.endswith("or point model.name_or_path at a local directory."), line
 
 
+
+@pytest.mark.integration
+@pytest.mark.parametrize("choice", ["disabled", "stdout"])
+def test_hydra_s_own_job_logging_choices_run(choice, tmp_path):
+    """`hydra/job_logging=disabled`, which Hydra's --hydra-help suggests, and `stdout` were refused ("Unable to
+    configure handler 'file'"): the apps' setting for their log file was laid over whichever choice was made."""
+    result = run_app("train.py", *FAST, f"hydra/job_logging={choice}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [run.name for run in (tmp_path / "logs" / "train" / "runs").iterdir()]
+    assert not list((tmp_path / "logs").rglob("*.log"))  # neither choice writes one
 
 
 @pytest.mark.parametrize("overrides", [
