@@ -81,6 +81,16 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
 
 
 
+@pytest.mark.parametrize("app", ["train", "evaluate", "train_dpo", "train_kto", "train_sft", "train_reward_model"])
+def test_every_app_s_log_file_is_created_when_written_and_hydra_s_choices_replace_it(app):
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        handlers = compose(app, return_hydra_config=True).hydra.job_logging.handlers
+        stdout = compose(app, overrides=["hydra/job_logging=stdout"], return_hydra_config=True).hydra.job_logging
+    assert handlers.file["class"] == "logging.FileHandler" and handlers.file.delay is True  # never an empty one
+    assert list(stdout.handlers) == ["console"]  # whole, not with the file handler's setting laid over it
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("choice", ["disabled", "stdout"])
 def test_hydra_s_own_job_logging_choices_run(choice, tmp_path):
