@@ -41,6 +41,22 @@ def trainer_argument_hint(name: str, cfg: DictConfig) -> str | None:
     return f" (a Lightning Trainer argument that the trainer group does not list: add it, +trainer.{name}=...)"
 
 
+def trainer_refusal_line(message: str) -> str | None:
+    """The one line for a refusal of Lightning's whose fix is in the apps' settings, not the trainer group; else
+    None."""
+    return manual_optimization_line(message) or checkpointing_off_line(message)
+
+
+def checkpointing_off_line(message: str) -> str | None:
+    """+trainer.enable_checkpointing=false: Lightning refuses it beside a checkpoint callback, and the apps'
+    checkpoints are callbacks of their own (callbacks.model_checkpoint, callbacks.checkpoint_on_interrupt)."""
+    if "configured with `enable_checkpointing=False` but found" not in message:
+        return None
+    return ("trainer.enable_checkpointing=false: the checkpoints are written by callbacks; to write none, drop "
+            "trainer.enable_checkpointing and set callbacks.model_checkpoint=null "
+            "callbacks.checkpoint_on_interrupt=null (Ctrl-C and SIGTERM then stop the run without saving it).")
+
+
 def manual_optimization_line(message: str) -> str | None:
     """The one line for Lightning's refusal of its automatic clipping or accumulation under manual optimization
     (+trainer.gradient_clip_val=1.0 with an RL algorithm), naming the module's setting; else None."""

@@ -7,7 +7,12 @@ import lightning as L
 import yaml
 from omegaconf import OmegaConf
 
-from lit_rlhf.cli.trainer_arguments import TRAINER_ARGUMENTS, manual_optimization_line, trainer_argument_hint
+from lit_rlhf.cli.trainer_arguments import (
+    TRAINER_ARGUMENTS,
+    manual_optimization_line,
+    trainer_argument_hint,
+    trainer_refusal_line,
+)
 from tests.helpers import ROOT
 
 
@@ -35,3 +40,16 @@ def test_lightning_s_refusal_under_manual_optimization_names_the_module_setting(
     assert line.startswith("trainer.gradient_clip_val=0.5: the RL modules optimize by hand")
     assert line.endswith("set algo.max_grad_norm instead and drop trainer.gradient_clip_val.")
     assert manual_optimization_line("Some other misconfiguration.") is None
+
+
+def test_checkpointing_switched_off_in_the_trainer_names_the_callbacks_that_write_checkpoints():
+    """Lightning's own line ("found `ModelCheckpoint` in callbacks list") named no setting the user had typed: the
+    interrupt checkpoint is a Checkpoint too."""
+    line = trainer_refusal_line("Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` "
+                                "in callbacks list.")
+    assert line.startswith("trainer.enable_checkpointing=false: the checkpoints are written by callbacks")
+    assert "set callbacks.model_checkpoint=null callbacks.checkpoint_on_interrupt=null" in line
+    assert trainer_refusal_line("Automatic gradient clipping is not supported for manual optimization. Remove "
+                                "`Trainer(gradient_clip_val=0.5)` or switch to automatic optimization.").startswith(
+        "trainer.gradient_clip_val=0.5:")
+    assert trainer_refusal_line("Some other misconfiguration.") is None

@@ -267,6 +267,9 @@ CASES = [
     ("Lightning's gradient clipping, added", ["+trainer.gradient_clip_val=1.0"],
      "trainer.gradient_clip_val=1.0: the RL modules optimize by hand, clipping and accumulating gradients in their "
      "own update, which Lightning's gradient_clip_val cannot reach; set algo.max_grad_norm instead"),
+    ("Lightning's checkpointing switched off", ["+trainer.enable_checkpointing=false"],
+     "trainer.enable_checkpointing=false: the checkpoints are written by callbacks; to write none, drop "
+     "trainer.enable_checkpointing and set callbacks.model_checkpoint=null callbacks.checkpoint_on_interrupt=null"),
     ("a Trainer argument the trainer group lacks", ["trainer.deterministic=true"],
      "trainer.deterministic is not a setting (a Lightning Trainer argument that the trainer group does not list: add "
      "it, +trainer.deterministic=...)"),
