@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from lit_rlhf.config.algo import RLHFConfig, default_of
+from lit_rlhf.config.algo import RLHFConfig
 from lit_rlhf.config.registry import algorithm
 from lit_rlhf.config.settings import setting
 from lit_rlhf.config.validation import check_choice, check_number, check_setting_number
@@ -53,14 +53,6 @@ class DistillationConfig(RLHFConfig):
         if self.exopd_lambda != 1.0 and self.divergence != "sampled_token":
             raise ConfigError(f"algo.exopd_lambda={self.exopd_lambda:g} scales the sampled-token advantage; with "
                               f"algo.divergence={self.divergence} set exopd_lambda=1 or divergence=sampled_token.")
-        if self.iw_opd_gamma and self.divergence != "sampled_token":
-            raise ConfigError(f"algo.iw_opd_gamma={self.iw_opd_gamma:g} weighs the sampled-token advantage; with "
-                              f"algo.divergence={self.divergence} set iw_opd_gamma=0 or divergence=sampled_token.")
-        if self.beta != default_of(DistillationConfig, "beta") and self.divergence == "sampled_token":
-            raise ConfigError(f"algo.beta={self.beta:g} chooses the divergence of algo.divergence=generalized_jsd "
-                              f"(TRL GKDTrainer's beta), not read with algo.divergence=sampled_token; set "
-                              f"algo.divergence=generalized_jsd, or drop algo.beta (for a KL penalty to the "
-                              f"reference: algo.kl_coef).")
         if self.task_reward_coef > MAX_TASK_REWARD_COEF:
             raise ConfigError(f"algo.task_reward_coef={self.task_reward_coef:g} must be <= {MAX_TASK_REWARD_COEF:g}: "
                               f"the task reward's advantage is unit-scale and the teacher's 0.01-1 nats per token, so "

@@ -442,16 +442,3 @@ def test_the_full_vocabulary_loss_needs_a_teacher_that_gives_its_distribution():
         trainer.fit(served, make_datamodule())
     with pytest.raises(ConfigError, match=r"algo.beta=1.5 must be a finite number >= 0 and <= 1"):
         make_distill(divergence="generalized_jsd", beta=1.5)
-
-
-def test_a_setting_of_the_other_divergence_is_one_line():
-    """algo.beta (the full-vocabulary divergence's) beside the sampled-token one, or algo.iw_opd_gamma (the
-    sampled-token advantage's weights) beside the full-vocabulary one, were never read, and nothing said so."""
-    with pytest.raises(ConfigError, match=r"^algo.beta=0.04 chooses the divergence of algo.divergence="
-                                          r"generalized_jsd .* or drop algo.beta \(for a KL penalty to the reference: "
-                                          r"algo.kl_coef\).$"):
-        make_distill(beta=0.04)
-    with pytest.raises(ConfigError, match=r"^algo.iw_opd_gamma=0.5 weighs the sampled-token advantage; with "
-                                          r"algo.divergence=generalized_jsd set iw_opd_gamma=0"):
-        make_distill(divergence="generalized_jsd", iw_opd_gamma=0.5)
-    assert make_distill(beta=0.5).hparams.beta == 0.5  # TRL's default, the same whichever divergence
