@@ -267,10 +267,6 @@ class PPOConfig(RLHFConfig):
         if self.critic == "reward_model" and not self.critic_model_path:
             raise ConfigError("algo.critic=reward_model needs algo.critic_model_path (a sequence-classification "
                               "model).")
-        if self.critic_model_path and self.critic != "reward_model":
-            raise ConfigError(f"algo.critic_model_path={self.critic_model_path!r} is read with "
-                              f"algo.critic=reward_model only, and algo.critic={self.critic!r} here; set "
-                              f"algo.critic=reward_model, or drop algo.critic_model_path.")
         check_number("samples_per_prompt", self.samples_per_prompt, minimum=1, integer=True)
         check_number("vf_coef", self.vf_coef, minimum=0)
         check_number("cliprange_value", self.cliprange_value, minimum=0, strictly=True)
