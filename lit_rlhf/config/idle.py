@@ -77,6 +77,16 @@ def idle_settings(config: Any, engine_reports_logprobs: bool) -> list[str]:
         said.append(f"algo.beta={config.beta} chooses the full-vocabulary divergence of algo.divergence="
                     f"generalized_jsd, and divergence=sampled_token: it does nothing; set algo.divergence="
                     f"generalized_jsd or drop it.")
+    if getattr(config, "critic_model_path", None) and config.critic != "reward_model":
+        said.append(f"algo.critic_model_path={config.critic_model_path!r} is the critic of algo.critic=reward_model, "
+                    f"and algo.critic={config.critic}: it is not loaded; set algo.critic=reward_model or drop it.")
+    if getattr(config, "overlong_buffer", 0) is None and changed(config, "overlong_penalty_factor"):
+        said.append(f"algo.overlong_penalty_factor={config.overlong_penalty_factor} scales the overlong penalty, and "
+                    f"algo.overlong_buffer is null (off): it does nothing; set algo.overlong_buffer or drop it.")
+    if getattr(config, "kl_in", "loss") != "loss" and changed(config, "use_bias_correction_kl"):
+        said.append(f"algo.use_bias_correction_kl={config.use_bias_correction_kl} weighs the KL term of the loss, and "
+                    f"algo.kl_in={config.kl_in} charges the KL in the reward: it does nothing; set algo.kl_in=loss or "
+                    f"drop it.")
     if hasattr(config, "sync_ref_model"):
         said += idle_reference_sync(config.sync_ref_model, config.ref_model_mixup_alpha, config.ref_model_sync_steps)
     if hasattr(config, "use_adaptive_entropy") and not config.use_adaptive_entropy:

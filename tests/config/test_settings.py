@@ -171,10 +171,28 @@ def test_a_distillation_setting_the_divergence_leaves_idle_is_said_once(settings
         DistillationModule(model={"name_or_path": "m"}, reward=None, **settings)
 
 
+@pytest.mark.parametrize("algo, settings, said", [
+    ("PPOModule", {"critic_model_path": "rm"}, r"algo.critic_model_path='rm' is the critic of algo.critic="
+                                                r"reward_model, and algo.critic=shared: it is not loaded"),
+    ("GRPOModule", {"overlong_penalty_factor": 2.0}, r"algo.overlong_penalty_factor=2.0 scales the overlong penalty, "
+                                                     r"and algo.overlong_buffer is null \(off\): it does nothing"),
+    ("GRPOModule", {"kl_in": "reward", "kl_estimator": "k1", "use_bias_correction_kl": False},
+     r"algo.use_bias_correction_kl=False weighs the KL term of the loss, and algo.kl_in=reward charges the KL in the "
+     r"reward: it does nothing"),
+])
+def test_a_setting_of_a_mechanism_that_is_off_is_said_once(algo, settings, said):
+    import lit_rlhf
+    from lit_rlhf.config.validation import _warned
+
+    _warned.clear()
+    with pytest.warns(UserWarning, match=said):
+        getattr(lit_rlhf, algo)(model={"name_or_path": "m"}, reward=None, **settings)
+
+
 def test_settings_that_act_are_not_said():
     import warnings
 
-    from lit_rlhf import GRPOModule
+    from lit_rlhf import GRPOModule, PPOModule
     from lit_rlhf.config.validation import _warned
 
     _warned.clear()
@@ -188,6 +206,9 @@ def test_settings_that_act_are_not_said():
         GRPOModule(model={"name_or_path": "m"}, reward=None, rollout_is_cap=None)
         GRPOModule(model={"name_or_path": "m"}, reward=None, max_staleness=1, async_correction="behaviour",
                    rollout_is_cap=None)
+        GRPOModule(model={"name_or_path": "m"}, reward=None, overlong_buffer=4, overlong_penalty_factor=2.0,
+                   use_bias_correction_kl=False)
+        PPOModule(model={"name_or_path": "m"}, reward=None, critic="reward_model", critic_model_path="rm")
 
 
 def test_a_static_cache_length_without_a_compiled_step_is_said_once():
