@@ -291,7 +291,7 @@ def report_failed_job(err: Exception) -> str:
         print(printable("".join(traceback.format_exception(err))), file=sys.stderr, end="", flush=True)
     if message is not None:
         print(f"error: {printable(message, one_line=True)}", file=sys.stderr, flush=True)
-    return (message or f"{type(err).__name__}: {err}").strip().splitlines()[0]
+    return ((message or f"{type(err).__name__}: {err}").strip().splitlines() or [""])[0]
 
 
 def report_user_errors(fn: Callable[[DictConfig], T], cfg: DictConfig,

@@ -80,7 +80,6 @@ def test_user_mistakes_end_with_one_line_and_no_traceback(override, expected, tm
         assert line.endswith("or point model.name_or_path at a local directory."), line
 
 
-
 @pytest.mark.parametrize("app", ["train", "evaluate", "train_dpo", "train_kto", "train_sft", "train_reward_model"])
 def test_every_app_s_log_file_is_created_when_written_and_hydra_s_choices_replace_it(app):
     register_resolvers()
