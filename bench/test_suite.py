@@ -20,6 +20,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from fingerprint import kernels
 from results_blocks import ROOT, publish
 
 
@@ -64,7 +65,8 @@ MAKE_TEST = ("test-main", "test-vllm", "test-lowest")  # what make test runs
 
 def table(parts: list[dict], builds: dict[str, float | None], earlier_builds: dict[str, float]) -> list[str]:
     whole = [p for p in parts if p["target"] in MAKE_TEST]
-    lines = [f"Measured with `python bench/test_suite.py` on {os.cpu_count()} CPU cores.", "",
+    lines = [f"Measured with `python bench/test_suite.py` on {os.cpu_count()} CPU cores ({kernels()}; wall times "
+             f"compare on one machine only).", "",
              "| part | wall time | tests |", "|---|---|---|"]
     for part in parts:
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(part["outcomes"].items()))
