@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
+from lit_rlhf.cli.override_forms import override_form_line
 from lit_rlhf.cli.trainer_arguments import trainer_argument_hint
 from lit_rlhf.config.trl_names import command_line_hint
 from lit_rlhf.errors import SYNONYMS, nearest
@@ -170,8 +171,12 @@ def first_of_each_sweep(overrides: list[str]) -> list[str]:
 
 def composition_error(err: BaseException, config_dir: Path, config_name: str, overrides: list[str]) -> str:
     """One line for a Hydra composition error."""
-    overrides = first_of_each_sweep(overrides)
     text, key = error_text(err), error_key(err)
+    command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
+    compose = lambda typed: composed(config_dir, config_name, first_of_each_sweep(typed))  # noqa: E731
+    if line := override_form_line(err, text, config_dir, command, overrides, compose):
+        return line
+    overrides = first_of_each_sweep(overrides)
     option = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if option:
         group, name = option.groups()
@@ -187,7 +192,6 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
             return own_line
         cfg, others = composed_without_unknown_keys(config_dir, config_name, without_key(overrides, key))
         named = "".join(f"; nor is {other}{setting_hint(other, cfg, config_dir)}" for other in others)
-        command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
         hint = setting_hint(key, cfg, config_dir)
         return f"{key} is not a setting{hint}{named}; see `python {command} --cfg job` for every key."
     if "Unexpected type for root: NoneType" in text and (line := key_under_null(config_dir, config_name, overrides)):

@@ -18,6 +18,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.cli.composition import composition_error
 from lit_rlhf.cli.null_settings import mappings_fill_null_settings
+from lit_rlhf.cli.override_forms import removed_or_unresolved_line
 from lit_rlhf.cli.trainer_arguments import trainer_refusal_line
 from lit_rlhf.errors import (
     EXIT_SIGTERM,
@@ -89,6 +90,8 @@ def user_error(err: BaseException) -> str | None:
         if is_lightning_misconfiguration(err):  # Lightning's own messages name the setting
             first = (str(err).strip().splitlines() or [""])[0]
             return trainer_refusal_line(first) or f"{first} (check the trainer group's settings)"
+        if (line := removed_or_unresolved_line(err)) is not None:
+            return line
         if isinstance(err, MissingMandatoryValue):
             key = user_key(err.full_key) if err.full_key else str(err)
             return (f"{key} is required (marked ??? in conf/); set it on the command line: {key}=..."

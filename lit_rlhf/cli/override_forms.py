@@ -1,0 +1,103 @@
+"""Hydra's override forms beyond key=value, misused, as one line that says which form was meant: a + on a key or
+group the config already has, several values without -m, an override Hydra cannot parse, a ~ on a setting that
+cannot go; and, once the task runs, a ${...} that resolves to nothing or a ~ that removed what the run reads."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+# the library's own config groups (a ~ that removed one: its options instead)
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+Compose = Callable[[list[str]], "DictConfig | BaseException"]
+
+
+def override_form_line(err: BaseException, text: str, config_dir: Path, app: str, overrides: list[str],
+                       compose: Compose) -> str | None:
+    """The line for a composition error that a misused override form caused, else None. text: the error's text and
+    its causes'; app: how the app is run (`train.py`); compose: the app's config composed from other overrides."""
+    if type(err).__name__ == "OverrideParseException":
+        return unparsable_override_line(overrides)
+    if found := re.search(r"Ambiguous value for argument '([^'=]+)=([^']*)'", text):
+        key, value = found.groups()
+        return (f"{key}={value} gives several values: add -m to sweep over them (python {app} -m {key}={value}), "
+                f"or write one list, {key}=[{value}], or one string, quoted: {key}='{value}'.")
+    if line := plus_on_present_line(text, config_dir, overrides, compose):
+        return line
+    if found := re.search(r"Error merging override ~(\S+).*does not support deletion", text, re.S):
+        key = found.group(1)
+        return (f"~{key} cannot remove {key}: every setting of {key.partition('.')[0]} is read by the run; set it "
+                f"instead ({key}=<value>), or see its default with `python {app} --cfg job`.")
+    return None
+
+
+def unparsable_override_line(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot parse, with its reason and the usual fix."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except Exception as err:  # Hydra's OverrideParseException: its second line is the grammar's reason
+            if "=" not in override:
+                return f"{override} has no value: an override is key=value ({override}=<value>), ~key removes one."
+            reasons = [line for line in str(err).splitlines()[1:] if line.strip() and "hydra.cc" not in line]
+            reason = reasons[0] if reasons else str(err).splitlines()[0]
+            key = override.partition("=")[0]
+            return (f"{override!r} cannot be parsed ({reason}); a value with brackets, braces, commas, spaces or "
+                    f"quotes is quoted whole: {key}='<value>'.")
+    return None
+
+
+def plus_on_present_line(text: str, config_dir: Path, overrides: list[str], compose: Compose) -> str | None:
+    """`+seed=1` where the config has seed, `+algo=rloo` where the defaults already choose an algo: the + adds what
+    is not there, and Hydra's own error for a group (an interpolation its second algo config breaks) names neither."""
+    if found := re.search(r"An item is already at '([^']+)'", text):
+        key = found.group(1)
+        typed = next((o for o in overrides if o.startswith(f"+{key}=")), f"+{key}=<value>")
+        return (f"{key} is already in the config: set it without the + ({typed[1:]}), or with ++ to set it whether "
+                f"or not it is there.")
+    for override in overrides:
+        key = override[1:].partition("=")[0]
+        if not override.startswith("+") or override.startswith("++") or not (config_dir / key).is_dir():
+            continue
+        # alone, so that another override's mistake (its own line comes next) does not hide this one
+        if isinstance(compose([override]), BaseException) and not isinstance(compose([override[1:]]), BaseException):
+            return f"{key} is already chosen by the defaults: choose {override[1:]} without the +."
+    return None
+
+
+def removed_or_unresolved_line(err: BaseException) -> str | None:
+    """Once the task runs: a setting whose ${...} resolves to nothing, or a key the run reads that `~key` on the
+    command line removed, as one line naming both; else None."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError
+
+    if not isinstance(err, (InterpolationResolutionError, ConfigAttributeError, ConfigKeyError)):
+        return None
+    full_key = getattr(err, "full_key", None) or ""
+    message = (str(getattr(err, "msg", "") or err).strip().splitlines() or [""])[0]
+    missing = re.search(r"Interpolation key '([^']+)' not found", message)
+    read = missing.group(1) if missing else full_key
+    removed = [o[1:].partition("=")[0] for o in sys.argv[1:] if o.startswith("~")]
+    for key in removed:
+        if read == key or read.startswith(key + "."):
+            where = f" ({full_key} holds ${{{read}}})" if missing and full_key else ""
+            options = sorted(p.stem for p in (CONF / key).glob("*.yaml"))
+            instead = f"choose one instead: {key}={'|'.join(options)}" if options else f"set it instead: {key}=<value>"
+            return f"~{key} removed {key}, which this run reads{where}; {instead}."
+    if not isinstance(err, InterpolationResolutionError):
+        return None
+    typed = next((o for o in sys.argv[1:] if missing and "${" + read in o.partition("=")[2]), None)
+    if typed is not None:
+        return (f"{typed} cannot be resolved: {read} is not a setting of the config; a ${{...}} names one, e.g. "
+                f"${{model.name_or_path}} (`--cfg job` prints them).")
+    value = getattr(getattr(err, "child_node", None), "_value", lambda: None)()
+    shown = f"={value}" if isinstance(value, str) else ""
+    return (f"{full_key or 'a setting'}{shown} cannot be resolved: {message}; fix its ${{...}} on the command line or "
+            f"in the config file that sets it.")

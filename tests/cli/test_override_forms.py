@@ -1,0 +1,86 @@
+"""Hydra's override forms misused (a + on what is there, several values without -m, an override that does not parse,
+a ~ on what the run reads, a ${...} that names nothing): one line each that says which form was meant."""
+
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError, InterpolationKeyError
+
+from lit_rlhf.cli.override_forms import removed_or_unresolved_line
+from tests.config.test_setting_hints import composition_line
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["+seed=1"], "seed is already in the config: set it without the + (seed=1), or with ++ to set it whether or not "
+                  "it is there."),
+    (["+data.batch_size=4"], "data.batch_size is already in the config: set it without the + (data.batch_size=4), "
+                             "or with ++ to set it whether or not it is there."),
+    (["+algo=ppo"], "algo is already chosen by the defaults: choose algo=ppo without the +."),
+    (["algo.kl_coeff=1", "+algo=ppo"], "algo is already chosen by the defaults: choose algo=ppo without the +."),
+    (["+trainer=cpu"], "trainer is already chosen by the defaults: choose trainer=cpu without the +."),
+    (["algo=rloo,ppo"], "algo=rloo,ppo gives several values: add -m to sweep over them (python train.py -m "
+                        "algo=rloo,ppo), or write one list, algo=[rloo,ppo], or one string, quoted: algo='rloo,ppo'."),
+    (["seed=1", "algo.kl_coef"], "algo.kl_coef has no value: an override is key=value (algo.kl_coef=<value>), ~key "
+                                 "removes one."),
+    (["algo.kl_coef=[0.1"], "'algo.kl_coef=[0.1' cannot be parsed (no viable alternative at input '[0.1'); a value "
+                            "with brackets, braces, commas, spaces or quotes is quoted whole: algo.kl_coef='<value>'."),
+    (["~data.batch_size"], "~data.batch_size cannot remove data.batch_size: every setting of data is read by the "
+                           "run; set it instead (data.batch_size=<value>), or see its default with `python train.py "
+                           "--cfg job`."),
+])
+def test_a_misused_override_form_is_named_with_the_form_meant(overrides, line):
+    assert composition_line(*overrides) == line
+
+
+def test_a_plus_that_adds_what_is_not_there_is_not_blamed_for_another_mistake():
+    assert composition_line("+trainer.deterministic=true", "algo.kl_coeff=1").startswith(
+        "algo.kl_coeff is not a setting (did you mean 'kl_coef'?)")
+
+
+def interpolation_error(cfg, key):
+    """What reading cfg's key raises, as the apps read settings (attribute by attribute)."""
+    parent, _, name = key.rpartition(".")
+    with pytest.raises(InterpolationKeyError) as caught:
+        getattr(OmegaConf.select(cfg, parent), name)
+    return caught.value
+
+
+def test_a_dollar_brace_the_user_typed_names_the_override(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py", "model.name_or_path=${oops}"])
+    cfg = OmegaConf.create({"model": {"name_or_path": "${oops}"}, "data": {"tokenizer": "${model.name_or_path}"}})
+    assert removed_or_unresolved_line(interpolation_error(cfg, "data.tokenizer")) == (
+        "model.name_or_path=${oops} cannot be resolved: oops is not a setting of the config; a ${...} names one, e.g. "
+        "${model.name_or_path} (`--cfg job` prints them).")
+
+
+def test_a_dollar_brace_from_a_config_file_names_the_setting_that_holds_it(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    cfg = OmegaConf.create({"reward": {"url": "${server.url}"}})
+    assert removed_or_unresolved_line(interpolation_error(cfg, "reward.url")) == (
+        "reward.url=${server.url} cannot be resolved: Interpolation key 'server.url' not found; fix its ${...} on the "
+        "command line or in the config file that sets it.")
+
+
+def test_a_group_removed_with_a_tilde_names_the_tilde_and_the_options(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py", "~model"])
+    cfg = OmegaConf.create({"data": {"tokenizer": "${model.tokenizer_name_or_path}"}})
+    line = removed_or_unresolved_line(interpolation_error(cfg, "data.tokenizer"))
+    assert line.startswith("~model removed model, which this run reads (data.tokenizer holds "
+                           "${model.tokenizer_name_or_path}); choose one instead: model=")
+    assert "|tiny|" in line
+    OmegaConf.set_struct(cfg, True)
+    with pytest.raises(ConfigAttributeError) as caught:
+        _ = cfg.model
+    assert removed_or_unresolved_line(caught.value).startswith("~model removed model, which this run reads; choose")
+
+
+def test_a_missing_key_nobody_removed_is_not_a_user_mistake(monkeypatch):
+    """A key the code reads and the config lacks, with no ~ typed, is the library's error: its traceback stays."""
+    monkeypatch.setattr(sys, "argv", ["train.py", "seed=1"])
+    cfg = OmegaConf.create({"data": {}})
+    OmegaConf.set_struct(cfg, True)
+    with pytest.raises(ConfigAttributeError) as caught:
+        _ = cfg.model
+    assert removed_or_unresolved_line(caught.value) is None
+    assert removed_or_unresolved_line(ValueError("x")) is None
