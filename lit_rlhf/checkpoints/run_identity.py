@@ -144,8 +144,11 @@ def defined_now(value: Any) -> Any:
     return DEFINED_BEFORE.get(name, name) + space + rest
 
 
-def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
-    """Refuses, in one line naming the first changed key, a resume whose identity differs from the checkpoint's."""
+def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any],
+                   typed: tuple[dict[str, Any], dict[str, Any]] = ({}, {})) -> None:
+    """Refuses, in one line naming the first changed key, a resume whose identity differs from the checkpoint's.
+    typed: the paths as the checkpoint's run and this one were given ({key: value} of the keys identified by their
+    files' digest), so that the line says which path changed, or that the files of the same path did."""
     if not saved:
         return  # a checkpoint written before identities were saved
     saved = {key: defined_now(value) for key, value in saved.items()}
@@ -159,6 +162,23 @@ def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any]) -> Non
     if changed:
         key = sorted(changed)[0]
         old, new = saved.get(key), current.get(key)
-        what = "its files differ from the checkpoint's run" if isinstance(old, dict) else f"{old!r} -> {new!r}"
+        what = files_changed(typed[0].get(key), typed[1].get(key)) if isinstance(old, dict) else f"{old!r} -> {new!r}"
         raise ConfigError(f"resume changes {key} ({what}){' and more' if len(changed) > 1 else ''}; an exact resume "
                           f"needs the checkpoint's: restore it, or start a new run (e.g. from an exported policy).")
+
+
+def files_changed(old_path: Any, new_path: Any) -> str:
+    """What changed of a key identified by its files: the path given, or the files at the same path (changed, or
+    another folder's where the path is relative)."""
+    if old_path is None or new_path is None:  # a checkpoint written before the paths were passed here
+        return "its files differ from the checkpoint's run"
+    if str(old_path) != str(new_path):
+        return f"{old_path!r} -> {new_path!r}"
+    return f"the files at {new_path!r} differ from those the checkpoint's run read"
+
+
+def typed_paths(hyper_parameters: Any, datamodule_hyper_parameters: Any) -> dict[str, Any]:
+    """The paths a run was given for the keys its identity holds as their files' digest."""
+    model = (hyper_parameters or {}).get("model")
+    return {"model.name_or_path": model.get("name_or_path") if isinstance(model, dict) else None,
+            "data.dataset": (datamodule_hyper_parameters or {}).get("dataset")}

@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lit_rlhf.checkpoints.files import tensors_digest
 from lit_rlhf.checkpoints.loop_state import keep_a_cut_epoch_unfinished, loop_state_as_lightning_restores_it
 from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr, check_resumed_reward
-from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity
+from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity, typed_paths
 from lit_rlhf.distributed.sharding import is_sharded
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import EndOfRunInterrupted
@@ -136,10 +136,12 @@ class TrainedStateCheckpoints:
         (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
         if self._trainer is None or "optimizer_states" not in checkpoint:
             return  # loading weights (evaluate, export), not resuming
-        check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), self.identity_of_run())
+        datamodule = getattr(self.trainer, "datamodule", None)
+        check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), self.identity_of_run(), typed=(
+            typed_paths(checkpoint.get("hyper_parameters"), checkpoint.get("datamodule_hyper_parameters")),
+            typed_paths(self.hparams, datamodule.hparams if datamodule is not None else None)))
         saved_groups = checkpoint.get("rlhf_state", {}).get("run_config") or {}
         check_resumed_reward(saved_groups.get("reward"), (self.run_config or {}).get("reward"))
-        datamodule = getattr(self.trainer, "datamodule", None)
         applied = check_resume(checkpoint.get("hyper_parameters", {}), dict(self.hparams),
                                checkpoint.get("datamodule_hyper_parameters"),
                                dict(datamodule.hparams) if datamodule is not None else None)

@@ -70,6 +70,20 @@ def test_a_run_identity_change_names_the_changed_key():
         check_same_run(saved, {**saved, "model.name_or_path": {"digest": "bb"}})
 
 
+def test_a_changed_path_names_both_paths_and_a_changed_file_its_path():
+    from lit_rlhf.checkpoints.run_identity import typed_paths
+
+    saved = {"algo": "lit_rlhf.algos.rloo.RLOOModule", "data.dataset": {"digest": "aa"}}
+    changed = {**saved, "data.dataset": {"digest": None}}
+    given = typed_paths({"model": {"name_or_path": "m"}}, {"dataset": "prompts.jsonl"})
+    assert given == {"model.name_or_path": "m", "data.dataset": "prompts.jsonl"}
+    with pytest.raises(ConfigError, match=r"^resume changes data.dataset \('prompts.jsonl' -> 'sentiment'\); an exact"):
+        check_same_run(saved, changed, typed=(given, typed_paths({}, {"dataset": "sentiment"})))
+    with pytest.raises(ConfigError, match=r"^resume changes data.dataset \(the files at 'prompts.jsonl' differ from "
+                                          r"those the checkpoint's run read\);"):
+        check_same_run(saved, {**saved, "data.dataset": {"digest": "bb"}}, typed=(given, given))
+
+
 def test_a_rewards_setting_that_changes_its_scores_is_refused_and_one_that_reaches_it_is_free():
     from lit_rlhf.checkpoints.resume_checks import check_resumed_reward
 
@@ -161,12 +175,12 @@ def test_a_resume_from_other_files_at_the_same_paths_is_one_line(run_on_own_file
     save_file({k: v + 0.01 for k, v in weights.items()}, other_model / "model.safetensors")
     (tmp_path / "prompts.jsonl").write_text((run_on_own_files / "prompts.jsonl").read_text())
     args = ["model=causal_lm", f"model.name_or_path={other_model}", "data=files", "data.dataset=prompts.jsonl"]
-    assert "resume changes model.name_or_path (its files differ" in one_line_error(
+    assert "resume changes model.name_or_path ('a/tiny-pythia' -> '/" in one_line_error(  # the paths as given
         run_app("train.py", *resume, *args, cwd=tmp_path))
     (tmp_path / "prompts.jsonl").write_text((run_on_own_files / "prompts.jsonl").read_text().replace("film", "show"))
     args[1] = f"model.name_or_path={run_on_own_files / 'a' / 'tiny-pythia'}"
-    assert "resume changes data.dataset (its files differ" in one_line_error(
-        run_app("train.py", *resume, *args, cwd=tmp_path))
+    assert ("resume changes data.dataset (the files at 'prompts.jsonl' differ from those the checkpoint's run read)"
+            in one_line_error(run_app("train.py", *resume, *args, cwd=tmp_path)))
 
 
 @pytest.mark.integration
