@@ -4,8 +4,9 @@
   BASE_2, ... when it exists, with an atomic mkdir: two runs started in the same second get two.
 - RunDirectoryGuard (a Hydra callback) refuses an explicit hydra.run.dir / hydra.sweep.dir that
   already holds files, unless the run resumes from it (ckpt_path inside it, or ckpt_path=last) or
-  overwrite_run_dir=true on a directory a previous run wrote (its .hydra/ or multirun.yaml): its old
-  contents are deleted first. A directory no run wrote is never deleted. It runs before Hydra writes .hydra/.
+  overwrite_run_dir=true on a directory a previous run wrote (its .hydra/ or multirun.yaml) and that holds nothing
+  a run does not write (RUN_ENTRIES): its old contents are deleted first. A directory no run wrote, or files no run
+  writes, are never deleted. It runs before Hydra writes .hydra/.
 - Then it locks the directory (`.run.lock`, an flock held until the process ends): a second process on
   the same run directory, e.g. `ckpt_path=last` while the run is still going, is refused in one line.
 """
@@ -52,16 +53,24 @@ def in_multi_process_launch() -> bool:
 
 
 def resumes_from(cfg: DictConfig, run_dir: Path) -> bool:
+    """Whether the run resumes from a checkpoint that is there in run_dir (ckpt_path=last: checkpoints/last.ckpt): one
+    that is not is no reason to write into a directory holding files (the task's own line says it is missing)."""
     ckpt = cfg.get("ckpt_path")
     if ckpt is None:
         return False
     if str(ckpt) == "last":
-        return True
-    return "://" not in str(ckpt) and run_dir.resolve() in Path(str(ckpt)).resolve().parents
+        return (run_dir / "checkpoints" / "last.ckpt").exists()  # a file, or a sharded directory (trainer=fsdp2)
+    path = Path(str(ckpt))
+    return "://" not in str(ckpt) and path.exists() and run_dir.resolve() in path.resolve().parents
 
 
 LOCK_FILE = ".run.lock"
 RUN_MARKERS = (".hydra", "multirun.yaml")  # what Hydra writes into every run and sweep directory
+# what the apps, their callbacks, loggers and sweeps write at the top of a run or sweep directory (and <task>.log,
+# and a sweep's numbered job directories): overwrite_run_dir=true deletes a directory that holds nothing else
+RUN_ENTRIES = {*RUN_MARKERS, LOCK_FILE, "csv", "tensorboard", "wandb", "lightning_logs", "checkpoints", "evaluation",
+               "policy", "reward_model", "result.json", "samples.jsonl", "curves.png", "gold.json", "evaluation.json",
+               "generations.jsonl", "scores.png", "summary.csv", "optimization_results.yaml", ".submitit"}
 _held_locks: list[Any] = []  # open lock files: their flocks last as long as the process
 
 
@@ -76,6 +85,7 @@ def claim_run_dir(cfg: DictConfig, key: str) -> None:
     run_dir = Path(str(OmegaConf.select(cfg, key)))
     if is_launched_rank():
         return
+    lock_was_there = (run_dir / LOCK_FILE).exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock_run_dir(run_dir, key)
@@ -87,15 +97,42 @@ def claim_run_dir(cfg: DictConfig, key: str) -> None:
         return
     if in_multi_process_launch() and holds_nothing_of_a_run(run_dir):
         return  # the other ranks of this launch (torchrun, SLURM: other nodes) already wrote Hydra's start files
-    if not cfg.get("overwrite_run_dir"):
-        refuse(f"{key}={run_dir} already holds another run's files; pick a new directory, resume from it "
-               f"(ckpt_path=last or a checkpoint inside it), or pass overwrite_run_dir=true to delete them.")
-    if not any((run_dir / marker).exists() for marker in RUN_MARKERS):
-        refuse(f"overwrite_run_dir=true, but {key}={run_dir} was not written by a run (no .hydra/ in it), and only "
-               f"a previous run's directory is deleted; pick a new or empty directory.")
-    for entry in run_dir.iterdir():
+    if (line := refusal(cfg, key, run_dir)) is not None:
+        if not lock_was_there:  # a refused directory is left as it was found
+            (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        refuse(line)
+    for entry in run_dir.iterdir():  # overwrite_run_dir=true on a previous run's directory
         if entry.name != LOCK_FILE:
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+
+
+def refusal(cfg: DictConfig, key: str, run_dir: Path) -> str | None:
+    """Why the run may not write into run_dir, which holds files and is not resumed from (see module doc), or None
+    where overwrite_run_dir=true may delete them."""
+    ckpt = cfg.get("ckpt_path")  # a missing one: the task's own line, before Hydra writes into a directory of files
+    if str(ckpt) == "last":
+        return (f"ckpt_path=last: {run_dir / 'checkpoints' / 'last.ckpt'} does not exist; pass hydra.run.dir=<the "
+                f"run's directory> with ckpt_path=last, or ckpt_path=<path to a .ckpt>.")
+    if ckpt is not None and "://" not in str(ckpt) and not Path(str(ckpt)).exists():
+        return (f"ckpt_path={str(ckpt)!r} is not a file; give a .ckpt written by lit_rlhf (e.g. <run dir>/checkpoints/"
+                f"last.ckpt).")
+    if not cfg.get("overwrite_run_dir"):
+        return (f"{key}={run_dir} already holds another run's files; pick a new directory, resume from it "
+                f"(ckpt_path=last or a checkpoint inside it), or pass overwrite_run_dir=true to delete them.")
+    if not any((run_dir / marker).exists() for marker in RUN_MARKERS):
+        return (f"overwrite_run_dir=true, but {key}={run_dir} was not written by a run (no .hydra/ in it), and only "
+                f"a previous run's directory is deleted; pick a new or empty directory.")
+    if foreign := entries_no_run_writes(run_dir):
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        return (f"overwrite_run_dir=true, but {key}={run_dir} holds {foreign[0]!r}{more}, which no run writes, and "
+                f"only a previous run's own files are deleted; move it out, or pick a new or empty directory.")
+    return None
+
+
+def entries_no_run_writes(run_dir: Path) -> list[str]:
+    """The names at the top of run_dir that no run writes (yours: notes, data, code), sorted."""
+    return sorted(entry.name for entry in run_dir.iterdir()
+                  if entry.name not in RUN_ENTRIES and entry.suffix != ".log" and not entry.name.isdigit())
 
 
 def lock_run_dir(run_dir: Path, key: str) -> None:

@@ -100,6 +100,67 @@ def test_overwrite_run_dir_never_deletes_a_directory_no_run_wrote(tmp_path):
     assert (tmp_path / "my_prompts.jsonl").exists() and (tmp_path / "src" / "reward.py").exists()
 
 
+def claimed(tmp_path, capsys, **settings):
+    """What claiming tmp_path as hydra.run.dir with these settings says (None: claimed), its lock released."""
+    from omegaconf import OmegaConf
+
+    from lit_rlhf.cli import run_dirs
+
+    cfg = OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path)}}, "ckpt_path": None, "overwrite_run_dir": False,
+                            **settings})
+    try:
+        run_dirs.claim_run_dir(cfg, "hydra.run.dir")
+    except SystemExit as stop:
+        assert stop.code == 2
+        return capsys.readouterr().err.strip()
+    finally:
+        while run_dirs._held_locks:
+            run_dirs._held_locks.pop().close()
+    return None
+
+
+def your_files(directory):
+    (directory / "my_notes.txt").write_text("mine")
+    (directory / "src").mkdir()
+    (directory / "src" / "reward.py").write_text("def reward(): ...\n")
+    return sorted(p.relative_to(directory) for p in directory.rglob("*"))
+
+
+def test_overwrite_run_dir_deletes_a_previous_runs_files_only_where_it_holds_nothing_else(tmp_path, capsys):
+    """A directory a run once wrote (.hydra/) that also holds your files (a run resumed into your folder) is
+    refused whole: nothing is deleted, and no lock file is left behind."""
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / "csv").mkdir()
+    before = your_files(tmp_path)
+    assert claimed(tmp_path, capsys, overwrite_run_dir=True) == (
+        f"error: overwrite_run_dir=true, but hydra.run.dir={tmp_path} holds 'my_notes.txt' (and 1 more), which no run "
+        "writes, and only a previous run's own files are deleted; move it out, or pick a new or empty directory.")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    for name in ("my_notes.txt", "src/reward.py", "src"):
+        (tmp_path / name).unlink() if name.endswith((".txt", ".py")) else (tmp_path / name).rmdir()
+    for written in ("result.json", "train.log", "curves.png"):
+        (tmp_path / written).write_text("")
+    (tmp_path / "0").mkdir()
+    assert claimed(tmp_path, capsys, overwrite_run_dir=True) is None
+    assert [p.name for p in tmp_path.iterdir()] == [".run.lock"]
+
+
+def test_ckpt_path_last_without_a_checkpoint_writes_nothing_into_a_directory_of_files(tmp_path, capsys):
+    """Taken for a resume, it let Hydra write .hydra/ into your folder, which overwrite_run_dir=true then took for a
+    run's directory."""
+    before = your_files(tmp_path)
+    assert claimed(tmp_path, capsys, ckpt_path="last") == (
+        f"error: ckpt_path=last: {tmp_path}/checkpoints/last.ckpt does not exist; pass hydra.run.dir=<the run's "
+        "directory> with ckpt_path=last, or ckpt_path=<path to a .ckpt>.")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert claimed(tmp_path, capsys, ckpt_path=str(tmp_path / "checkpoints" / "step2.ckpt")) == (
+        f"error: ckpt_path='{tmp_path}/checkpoints/step2.ckpt' is not a file; give a .ckpt written by lit_rlhf (e.g. "
+        "<run dir>/checkpoints/last.ckpt).")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_text("")
+    assert claimed(tmp_path, capsys, ckpt_path="last") is None
+
+
 @pytest.mark.integration
 def test_a_second_process_on_a_run_directory_still_in_use_is_refused(tmp_path):
     import os
