@@ -19,15 +19,16 @@ from lit_rlhf.errors import SYNONYMS, nearest
 CONVERSION = r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)"
 
 
-def composed(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig | BaseException:
-    """The config composed with these overrides, or the error composing it raised."""
+def composed(config_dir: Path, config_name: str, overrides: list[str],
+             with_hydra: bool = False) -> DictConfig | BaseException:
+    """The config composed with these overrides (and Hydra's node, with_hydra), or the error composing it raised."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(config_dir)):
-            return compose(config_name, overrides=overrides)
+            return compose(config_name, overrides=overrides, return_hydra_config=with_hydra)
     except Exception as err:  # the suggestion is a courtesy: never fail while explaining a failure
         return err
     finally:
@@ -173,7 +174,7 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     """One line for a Hydra composition error."""
     text, key = error_text(err), error_key(err)
     command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
-    compose = lambda typed: composed(config_dir, config_name, first_of_each_sweep(typed))  # noqa: E731
+    compose = lambda typed, **kw: composed(config_dir, config_name, first_of_each_sweep(typed), **kw)  # noqa: E731
     if line := override_form_line(err, text, config_dir, command, overrides, compose):
         return line
     overrides = first_of_each_sweep(overrides)

@@ -8,13 +8,16 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 # the library's own config groups (a ~ that removed one: its options instead)
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
-Compose = Callable[[list[str]], "DictConfig | BaseException"]
+MISSING_KEY = object()
+
+Compose = Callable[..., "DictConfig | BaseException"]  # (overrides, with_hydra=False)
 
 
 def override_form_line(err: BaseException, text: str, config_dir: Path, app: str, overrides: list[str],
@@ -33,7 +36,7 @@ def override_form_line(err: BaseException, text: str, config_dir: Path, app: str
         key = found.group(1)
         return (f"~{key} cannot remove {key}: every setting of {key.partition('.')[0]} is read by the run; set it "
                 f"instead ({key}=<value>), or see its default with `python {app} --cfg job`.")
-    return None
+    return tilde_on_read_line(overrides, config_dir, compose)
 
 
 def unparsable_override_line(overrides: list[str]) -> str | None:
@@ -73,6 +76,35 @@ def plus_on_present_line(text: str, config_dir: Path, overrides: list[str], comp
     return None
 
 
+def removed_line(key: str, config_dir: Path, choices: Any, where: str = "") -> str:
+    """`~key` removed what the run reads: choose (a group's options) or set it instead. choices: Hydra's
+    {group[@package]: option} of the run (`pairs@data`: train_dpo.py's data is a pairs option)."""
+    group = next((name for name in choices or {} if (name.partition("@")[2] or name) == key), key)
+    options = sorted(p.stem for p in (config_dir / group).glob("*.yaml")) if group == key else []
+    instead = (f"choose one instead: {key}={'|'.join(options)}" if options else f"set it instead: {key}=<value>"
+               if group == key else f"drop ~{key} and set the keys under it instead ({key}.<key>=<value>)")
+    return f"~{key} removed {key}, which this run reads{where}; {instead}."
+
+
+def tilde_on_read_line(overrides: list[str], config_dir: Path, compose: Compose) -> str | None:
+    """`~model` where the app's own config reads ${model} (train_sft.py): composing fails on the interpolation."""
+    for override in overrides:
+        key = override[1:].partition("=")[0]
+        if not override.startswith("~") or not isinstance(compose([override]), BaseException):
+            continue
+        cfg = compose([], with_hydra=True)
+        if isinstance(cfg, DictConfig) and OmegaConf.select(cfg, key, default=MISSING_KEY) is not MISSING_KEY:
+            return removed_line(key, config_dir, cfg.get("hydra", {}).get("runtime", {}).get("choices"))
+    return None
+
+
+def run_choices() -> Any:
+    """The running task's {group[@package]: option}, or None outside a Hydra run."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().runtime.choices if HydraConfig.initialized() else None
+
+
 def removed_or_unresolved_line(err: BaseException) -> str | None:
     """Once the task runs: a setting whose ${...} resolves to nothing, or a key the run reads that `~key` on the
     command line removed, as one line naming both; else None."""
@@ -88,9 +120,7 @@ def removed_or_unresolved_line(err: BaseException) -> str | None:
     for key in removed:
         if read == key or read.startswith(key + "."):
             where = f" ({full_key} holds ${{{read}}})" if missing and full_key else ""
-            options = sorted(p.stem for p in (CONF / key).glob("*.yaml"))
-            instead = f"choose one instead: {key}={'|'.join(options)}" if options else f"set it instead: {key}=<value>"
-            return f"~{key} removed {key}, which this run reads{where}; {instead}."
+            return removed_line(key, CONF, run_choices(), where)
     if not isinstance(err, InterpolationResolutionError):
         return None
     typed = next((o for o in sys.argv[1:] if missing and "${" + read in o.partition("=")[2]), None)

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, InterpolationKeyError
 
 from lit_rlhf.cli.override_forms import removed_or_unresolved_line
-from tests.config.test_setting_hints import composition_line
+from tests.config.test_setting_hints import CONF, composition_line
 
 
 @pytest.mark.parametrize("overrides, line", [
@@ -31,6 +31,23 @@ from tests.config.test_setting_hints import composition_line
 ])
 def test_a_misused_override_form_is_named_with_the_form_meant(overrides, line):
     assert composition_line(*overrides) == line
+
+
+def test_a_tilde_on_what_the_apps_own_config_reads_names_it():
+    """train_sft.py's config reads ${model} (its tuning file): composing failed on the interpolation; train_dpo.py's
+    data is a pairs option, placed at data."""
+    from lit_rlhf.cli.composition import composed, composition_error
+
+    for app, key, line in [
+        ("train_sft", "model", "~model removed model, which this run reads; choose one instead: model=causal_lm|"),
+        ("train_dpo", "data", "~data removed data, which this run reads; drop ~data and set the keys under it instead "
+                              "(data.<key>=<value>)."),
+    ]:
+        err = composed(CONF, app, [f"~{key}"])
+        assert isinstance(err, BaseException)
+        assert composition_error(err, CONF, app, [f"~{key}"]).startswith(line)
+    assert composition_line("~seed2") == "Could not delete from config. 'seed2' does not exist. (check the command " \
+                                         "line's overrides)"
 
 
 def test_a_plus_that_adds_what_is_not_there_is_not_blamed_for_another_mistake():
