@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from lit_rlhf.errors import exit_with_user_error
-from lit_rlhf.terminal import escape_what_libraries_print
+from lit_rlhf.terminal import escape_what_libraries_print, printable
 
 CONSTANT_UNLESS_MOVING = ("objective/kl_coef", "val/ratio")
 CURVES = ["objective/scores", "objective/rlhf_reward", "objective/kl", "objective/entropy", "val/ratio",
@@ -42,13 +42,18 @@ def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
     return series
 
 
-def find_metrics_csv(run_dir: Path) -> Path:
+def find_metrics_csvs(run_dir: Path) -> list[Path]:
+    """Every metrics.csv under run_dir, the newest last (several: a folder of runs, or a plain CSVLogger's versions)."""
     if not run_dir.exists():
         raise FileNotFoundError(f"{run_dir} does not exist; give a run directory (the `Run directory:` a run prints).")
     found = sorted(run_dir.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise FileNotFoundError(f"no metrics.csv under {run_dir}; give a run directory written with logger=csv.")
-    return found[-1]
+    return found
+
+
+def find_metrics_csv(run_dir: Path) -> Path:
+    return find_metrics_csvs(run_dir)[-1]
 
 
 def plot_curves(metrics_csv: Path, out: Path) -> Path:
@@ -92,10 +97,14 @@ def main() -> None:
     args = parser.parse_args()
     escape_what_libraries_print()
     try:
-        out = plot_curves(find_metrics_csv(args.run_dir), args.out or args.run_dir / "curves.png")
+        found = find_metrics_csvs(args.run_dir)
+        out = plot_curves(found[-1], args.out or args.run_dir / "curves.png")
     except (FileNotFoundError, ValueError) as err:
         exit_with_user_error(err)
-    print(out)
+    # a folder of runs: say which one was drawn (the newest), and how to draw another
+    which = (f" (from {found[-1]}, the newest of {len(found)} metrics.csv under {args.run_dir}; give one run's "
+             f"directory for another)") if len(found) > 1 else ""
+    print(printable(f"{out}{which}"))
 
 
 if __name__ == "__main__":
