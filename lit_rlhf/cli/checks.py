@@ -168,9 +168,23 @@ def check_run_settings(cfg: DictConfig) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
     check_trains_something(cfg)
+    teacher_without_distillation(cfg)
     if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
         check_checkpoint_path(str(cfg.ckpt_path))
     check_model_locations(cfg)
+
+
+def teacher_without_distillation(cfg: DictConfig) -> None:
+    """Teacher settings (an experiment's, e.g. experiment=calculator_distill, whose algo another algo= replaced) that
+    an algorithm without a teacher never reads: said once, as idle settings are."""
+    teacher = cfg.get("teacher")
+    if not isinstance(teacher, DictConfig) or not len(teacher) or "teacher" in (cfg.get("algo") or {}):
+        return
+    from lit_rlhf.config.validation import warn_once
+
+    algorithm = str(OmegaConf.select(cfg, "algo._target_", default="this algorithm")).rpartition(".")[2]
+    warn_once(f"teacher.{next(iter(teacher))} is set, but {algorithm} trains without a teacher (algo=distill "
+              f"distills from one): it is not loaded; use algo=distill, or drop the teacher settings.")
 
 
 def check_trains_something(cfg: DictConfig) -> None:

@@ -189,6 +189,22 @@ def test_a_setting_of_a_mechanism_that_is_off_is_said_once(algo, settings, said)
         getattr(lit_rlhf, algo)(model={"name_or_path": "m"}, reward=None, **settings)
 
 
+def test_an_experiments_teacher_under_another_algo_is_said_once():
+    import warnings
+
+    from lit_rlhf.cli.checks import teacher_without_distillation
+    from lit_rlhf.config.validation import _warned
+
+    _warned.clear()
+    with pytest.warns(UserWarning, match=r"^teacher.name_or_path is set, but GRPOModule trains without a teacher "
+                                         r"\(algo=distill distills from one\): it is not loaded; use algo=distill"):
+        teacher_without_distillation(compose_train("experiment=calculator_distill", "algo=grpo"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        teacher_without_distillation(compose_train("experiment=calculator_distill"))
+        teacher_without_distillation(compose_train("algo=grpo"))
+
+
 def test_settings_that_act_are_not_said():
     import warnings
 
