@@ -57,14 +57,14 @@ SYNONYMS = {
 }
 
 
-def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None = None) -> str:
+def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None = None, noun: str = "keys") -> str:
     """' (did you mean X?)' for the closest valid key (or a synonym it has here), else ' (otherwise)' or the list of
-    valid keys."""
+    valid keys (options, metrics: noun)."""
     synonym = next((s for s in SYNONYMS.get(key.rpartition(".")[2], ()) if s in valid), None)
     if synonym is not None:
         return f" (did you mean {synonym!r}? this algorithm's name for it)"
     close = difflib.get_close_matches(key, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else f" ({otherwise or 'valid keys: ' + ', '.join(valid)})"
+    return f" (did you mean {close[0]!r}?)" if close else f" ({otherwise or f'valid {noun}: ' + ', '.join(valid)})"
 
 
 def os_error_message(err: BaseException) -> str | None:

@@ -182,7 +182,7 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if option:
         group, name = option.groups()
         options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
-        return f"{group}={name} is not an option of {group}{nearest(name, options)}."
+        return f"{group}={name} is not an option of {group}{nearest(name, options, noun='options')}."
     converted = re.search(CONVERSION, text)
     if converted and key:
         return f"{key}={converted.group(1)!r} must be of type {converted.group(2).lower()}."

@@ -65,8 +65,9 @@ def check_optimized_metric(cfg: DictConfig, task_metric_names: list[str]) -> Non
     evals += [f"eval/reference_{n}" for n in task_metric_names]
     if name in evals or any(name.startswith(f"eval/{n}_") for n in task_metric_names):
         return
-    raise ConfigError(f"optimized_metric={name!r} is not a metric this run logs{nearest(name, evals)}; pick an eval/* "
-                      f"metric (e.g. eval/rlhf_reward) or a training metric (objective/scores).")
+    hint = nearest(name, evals, noun="metrics")
+    raise ConfigError(f"optimized_metric={name!r} is not a metric this run logs{hint}; pick an eval/* metric (e.g. "
+                      f"eval/rlhf_reward) or a training metric (objective/scores).")
 
 
 def in_multirun() -> bool:

@@ -88,7 +88,7 @@ class EnvSpec:
                                   f"(a day); a tool that may take longer is a job, not a tool call.")
         if self.tool_format not in TOOL_FORMATS:
             raise ConfigError(f"env.tool_format={self.tool_format!r} is not a tool format"
-                              f"{nearest(self.tool_format, list(TOOL_FORMATS))}.")
+                              f"{nearest(self.tool_format, list(TOOL_FORMATS), noun='formats')}.")
         for hook in [*self.tools, getattr(factory_class(self.factory), "step", None)]:
             if inspect.isasyncgenfunction(hook):
                 raise ConfigError(f"the environment {name}'s {getattr(hook, '__name__', hook)} is an async generator "

@@ -257,3 +257,8 @@ def test_dpoconfigs_names_point_to_train_dpo_s_keys():
         " (TRL's ld_alpha has no equivalent here: train_dpo.py has it (algo.ld_alpha))")
     assert setting_hint("truncation_mode", dpo).startswith(" (TRL's truncation_mode has no equivalent here: a prompt "
                                                            "longer than data.max_prompt_length keeps its last tokens")
+
+
+def test_a_group_option_with_nothing_near_lists_the_options():
+    assert composition_line("reward=nope").startswith("reward=nope is not an option of reward (valid options: "
+                                                      "arithmetic, arithmetic_correct, ")

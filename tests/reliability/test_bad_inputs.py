@@ -409,7 +409,7 @@ CASES = [
      ["env=calculator", "env.factory._target_=lit_rlhf.tasks.calculator.MAX_DIGITS"],
      "env.factory._target_ names '30', which is not callable; name a class or function"),
     ("an unknown tool format", ["env=calculator", "env.tool_format=xml"],
-     "env.tool_format='xml' is not a tool format (valid keys: compact, hermes)"),
+     "env.tool_format='xml' is not a tool format (valid formats: compact, hermes)"),
     ("reward=http without a URL", ["reward=http"], "reward.url is required (marked ??? in conf/)"),
     ("a reward URL without http://", ["reward=http", "reward.url=localhost:8000"],
      "reward.url='localhost:8000' is not an http(s) URL"),
