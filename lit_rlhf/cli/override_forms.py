@@ -47,15 +47,32 @@ def unparsable_override_line(overrides: list[str]) -> str | None:
     for override in overrides:
         try:
             parser.parse_overrides([override])
-        except Exception as err:  # Hydra's OverrideParseException: its second line is the grammar's reason
+        except Exception as err:  # Hydra's OverrideParseException
             if "=" not in override:
                 return f"{override} has no value: an override is key=value ({override}=<value>), ~key removes one."
-            reasons = [line for line in str(err).splitlines()[1:] if line.strip() and "hydra.cc" not in line]
-            reason = reasons[0] if reasons else str(err).splitlines()[0]
-            key = override.partition("=")[0]
-            return (f"{override!r} cannot be parsed ({reason}); a value with brackets, braces, commas, spaces or "
-                    f"quotes is quoted whole: {key}='<value>'.")
+            key, _, value = override.partition("=")
+            reason = parse_reason(str(err), override)
+            if reason == "unexpected '~'" and value.startswith("~"):  # a home directory the shell did not expand
+                return (f"{override!r}: Hydra does not expand ~ (your shell does, unquoted); write the path out: "
+                        f"{key}=$HOME{value[1:]}")
+            return (f"{override!r} cannot be parsed ({reason}); a value with brackets, braces, commas, spaces, "
+                    f"quotes or ~ is quoted whole: {key}='<value>'.")
     return None
+
+
+def parse_reason(text: str, override: str) -> str:
+    """The grammar's reason in Hydra's error text: its second line after "Error parsing override", the character its
+    caret points at after "LexerNoViableAltException: <override>", else its first line."""
+    lines = [line for line in text.splitlines() if line.strip() and "hydra.cc" not in line]
+    if not lines:
+        return "not Hydra's override grammar"
+    lexer = "LexerNoViableAltException: "
+    if lines[0].startswith(lexer) and len(lines) > 1 and lines[1].strip() == "^":
+        column = lines[1].index("^") - len(lexer)
+        return f"unexpected {override[column]!r}" if 0 <= column < len(override) else lines[0]
+    if lines[0].startswith("Error parsing override") and len(lines) > 1:
+        return lines[1]
+    return lines[0]
 
 
 def plus_on_present_line(text: str, config_dir: Path, overrides: list[str], compose: Compose) -> str | None:

@@ -24,7 +24,12 @@ from tests.config.test_setting_hints import CONF, composition_line
     (["seed=1", "algo.kl_coef"], "algo.kl_coef has no value: an override is key=value (algo.kl_coef=<value>), ~key "
                                  "removes one."),
     (["algo.kl_coef=[0.1"], "'algo.kl_coef=[0.1' cannot be parsed (no viable alternative at input '[0.1'); a value "
-                            "with brackets, braces, commas, spaces or quotes is quoted whole: algo.kl_coef='<value>'."),
+                            "with brackets, braces, commas, spaces, quotes or ~ is quoted whole: "
+                            "algo.kl_coef='<value>'."),
+    (["data.dataset=a\"b"], "'data.dataset=a\"b' cannot be parsed (unexpected '\"'); a value with brackets, braces, "
+                            "commas, spaces, quotes or ~ is quoted whole: data.dataset='<value>'."),
+    (["hydra.run.dir=~/runs/a"], "'hydra.run.dir=~/runs/a': Hydra does not expand ~ (your shell does, unquoted); "
+                                 "write the path out: hydra.run.dir=$HOME/runs/a"),
     (["~data.batch_size"], "~data.batch_size cannot remove data.batch_size: every setting of data is read by the "
                            "run; set it instead (data.batch_size=<value>), or see its default with `python train.py "
                            "--cfg job`."),
