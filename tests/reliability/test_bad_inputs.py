@@ -277,6 +277,9 @@ CASES = [
     ("a + on a key the config has", ["+seed=1"], "seed is already in the config: set it without the + (seed=1)"),
     ("a + on a group the defaults choose", ["+algo=rloo"],
      "algo is already chosen by the defaults: choose algo=rloo without the +."),
+    ("a ~ the shell did not expand", ["hydra.run.dir=~/runs/a"],
+     "'hydra.run.dir=~/runs/a': Hydra does not expand ~ (your shell does, unquoted); write the path out: "
+     "hydra.run.dir=$HOME/runs/a"),
     ("several values without -m", ["algo=rloo,ppo"],
      "algo=rloo,ppo gives several values: add -m to sweep over them (python train.py -m algo=rloo,ppo)"),
     ("a group removed with ~", ["~model"], "~model removed model, which this run reads; choose one instead: model="),
