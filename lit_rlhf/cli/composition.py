@@ -195,6 +195,10 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         named = "".join(f"; nor is {other}{setting_hint(other, cfg, config_dir)}" for other in others)
         hint = setting_hint(key, cfg, config_dir)
         return f"{key} is not a setting{hint}{named}; see `python {command} --cfg job` for every key."
+    if removed := re.search(r"Could not delete from config\. '([^']+)' does not exist", text):
+        key = removed.group(1)
+        cfg, _ = composed_without_unknown_keys(config_dir, config_name, without_key(overrides, key))
+        return f"~{key} removes nothing: it is not a setting{setting_hint(key, cfg, config_dir)}."
     if "Unexpected type for root: NoneType" in text and (line := key_under_null(config_dir, config_name, overrides)):
         return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -51,8 +51,7 @@ def test_a_tilde_on_what_the_apps_own_config_reads_names_it():
         err = composed(CONF, app, [f"~{key}"])
         assert isinstance(err, BaseException)
         assert composition_error(err, CONF, app, [f"~{key}"]).startswith(line)
-    assert composition_line("~seed2") == "Could not delete from config. 'seed2' does not exist. (check the command " \
-                                         "line's overrides)"
+    assert composition_line("~seed2") == "~seed2 removes nothing: it is not a setting (did you mean 'seed'?)."
 
 
 def test_a_plus_that_adds_what_is_not_there_is_not_blamed_for_another_mistake():
