@@ -127,6 +127,8 @@ def removed_or_unresolved_line(err: BaseException) -> str | None:
     command line removed, as one line naming both; else None."""
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError
 
+    from lit_rlhf.errors import ConfigError, UnavailableError
+
     if not isinstance(err, (InterpolationResolutionError, ConfigAttributeError, ConfigKeyError)):
         return None
     full_key = getattr(err, "full_key", None) or ""
@@ -138,13 +140,14 @@ def removed_or_unresolved_line(err: BaseException) -> str | None:
         if read == key or read.startswith(key + "."):
             where = f" ({full_key} holds ${{{read}}})" if missing and full_key else ""
             return removed_line(key, CONF, run_choices(), where)
-    if not isinstance(err, InterpolationResolutionError):
-        return None
-    typed = next((o for o in sys.argv[1:] if missing and "${" + read in o.partition("=")[2]), None)
-    if typed is not None:
+    if not isinstance(err, InterpolationResolutionError) or isinstance(err.__cause__, (ConfigError, UnavailableError)):
+        return None  # a resolver's own one-line error is the cause's
+    typed_with = [o for o in sys.argv[1:] if "${" in o.partition("=")[2]]  # the overrides that hold a ${...}
+    if missing and (typed := next((o for o in typed_with if "${" + read in o.partition("=")[2]), None)):
         return (f"{typed} cannot be resolved: {read} is not a setting of the config; a ${{...}} names one, e.g. "
                 f"${{model.name_or_path}} (`--cfg job` prints them).")
     value = getattr(getattr(err, "child_node", None), "_value", lambda: None)()
-    shown = f"={value}" if isinstance(value, str) else ""
-    return (f"{full_key or 'a setting'}{shown} cannot be resolved: {message}; fix its ${{...}} on the command line or "
-            f"in the config file that sets it.")
+    where = (full_key + (f"={value}" if isinstance(value, str) else "") if full_key
+             else typed_with[0] if len(typed_with) == 1 else "a setting")
+    return (f"{where} cannot be resolved: {message}; fix its ${{...}} on the command line or in the config file that "
+            f"sets it.")

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigAttributeError, InterpolationKeyError
+from omegaconf.errors import ConfigAttributeError, InterpolationKeyError, InterpolationResolutionError
 
 from lit_rlhf.cli.override_forms import removed_or_unresolved_line
 from tests.config.test_setting_hints import CONF, composition_line
@@ -81,6 +81,17 @@ def test_a_dollar_brace_from_a_config_file_names_the_setting_that_holds_it(monke
     assert removed_or_unresolved_line(interpolation_error(cfg, "reward.url")) == (
         "reward.url=${server.url} cannot be resolved: Interpolation key 'server.url' not found; fix its ${...} on the "
         "command line or in the config file that sets it.")
+
+
+def test_a_resolver_that_fails_names_the_override_that_called_it(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py", "model.name_or_path=${oc.env:LIT_RLHF_NO_SUCH_VARIABLE}"])
+    cfg = OmegaConf.create({"model": {"name_or_path": "${oc.env:LIT_RLHF_NO_SUCH_VARIABLE}"}})
+    with pytest.raises(InterpolationResolutionError) as caught:
+        OmegaConf.to_container(cfg, resolve=True)
+    caught.value.full_key = None  # as the apps meet it: raised where no key is known
+    line = removed_or_unresolved_line(caught.value)
+    assert line.startswith("model.name_or_path=${oc.env:LIT_RLHF_NO_SUCH_VARIABLE} cannot be resolved: ")
+    assert "LIT_RLHF_NO_SUCH_VARIABLE' not found" in line
 
 
 def test_a_group_removed_with_a_tilde_names_the_tilde_and_the_options(monkeypatch):
