@@ -162,11 +162,10 @@ class RunDirectoryGuard(Callback):
 
 
 def holds_nothing_of_a_run(run_dir: Path) -> bool:
-    """True when run_dir holds only what Hydra, the lock and the loggers write at start (.hydra/, .run.lock, empty
-    logs, the loggers' hparams.yaml): a run refused when its fit began (a resume that changes a setting) is no run."""
+    """True when run_dir holds only what Hydra and the lock write at start (.hydra/, .run.lock, empty logs)."""
     for path in run_dir.rglob("*"):
         relative = path.relative_to(run_dir)
-        if relative.parts[0] in (".hydra", LOCK_FILE) or path.is_dir() or path.name == "hparams.yaml":
+        if relative.parts[0] in (".hydra", LOCK_FILE) or path.is_dir():
             continue
         if path.suffix == ".log" and path.stat().st_size == 0:
             continue

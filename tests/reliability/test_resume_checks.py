@@ -181,7 +181,6 @@ def test_a_resume_from_other_files_at_the_same_paths_is_one_line(run_on_own_file
     args[1] = f"model.name_or_path={run_on_own_files / 'a' / 'tiny-pythia'}"
     assert ("resume changes data.dataset (the files at 'prompts.jsonl' differ from those the checkpoint's run read)"
             in one_line_error(run_app("train.py", *resume, *args, cwd=tmp_path)))
-    assert not list((tmp_path / "logs" / "train" / "runs").iterdir())  # refused as the fit began: no run left behind
 
 
 @pytest.mark.integration
