@@ -125,10 +125,10 @@ def test_plot_command_draws_a_png_from_a_run_directory(tmp_path):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert result.stdout.strip() == str(tmp_path / "curves.png")
     (tmp_path / "csv" / "version_1").mkdir()  # a newer one under it: a folder of runs, or a CSVLogger's versions
-    (tmp_path / "csv" / "version_1" / "metrics.csv").write_text("\n".join(rows) + "\n")
-    several = run_app("lit_rlhf.plot", str(tmp_path), cwd=tmp_path, module=True)
     newest = tmp_path / "csv" / "version_1" / "metrics.csv"
+    newest.write_text("\n".join(rows) + "\n")
     os.utime(newest, (time.time() + 10, time.time() + 10))  # newer whatever the file system's clock resolution
+    several = run_app("lit_rlhf.plot", str(tmp_path), cwd=tmp_path, module=True)
     assert several.stdout.strip() == (f"{tmp_path / 'curves.png'} (from {newest}, the newest of 2 metrics.csv under "
                                       f"{tmp_path}; give one run's directory for another)")
     missing = run_app("lit_rlhf.plot", str(tmp_path / "nope"), cwd=tmp_path, module=True)
