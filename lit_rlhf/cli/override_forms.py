@@ -24,7 +24,9 @@ def override_form_line(err: BaseException, text: str, config_dir: Path, app: str
                        compose: Compose) -> str | None:
     """The line for a composition error that a misused override form caused, else None. text: the error's text and
     its causes'; app: how the app is run (`train.py`); compose: the app's config composed from other overrides."""
-    if type(err).__name__ == "OverrideParseException":
+    from hydra.errors import OverrideParseException
+
+    if isinstance(err, OverrideParseException):
         return unparsable_override_line(overrides)
     if found := re.search(r"Ambiguous value for argument '([^'=]+)=([^']*)'", text):
         key, value = found.groups()
