@@ -52,10 +52,6 @@ def find_metrics_csvs(run_dir: Path) -> list[Path]:
     return found
 
 
-def find_metrics_csv(run_dir: Path) -> Path:
-    return find_metrics_csvs(run_dir)[-1]
-
-
 def plot_curves(metrics_csv: Path, out: Path) -> Path:
     return plot_series(read_metrics(metrics_csv), out)
 
