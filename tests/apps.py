@@ -153,13 +153,24 @@ def redirect_output(stdout: io.StringIO, stderr: io.StringIO):
     handlers = [h for h in all_handlers() if type(h) is logging.StreamHandler]
     streams = [h.stream for h in handlers]
     for handler in handlers:
-        handler.setStream(stdout if handler.stream is sys.stdout else stderr)
+        set_stream(handler, stdout if handler.stream is sys.stdout else stderr)
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             yield
     finally:
         for handler, stream in zip(handlers, streams, strict=True):
-            handler.setStream(stream)
+            set_stream(handler, stream)
+
+
+def set_stream(handler: logging.StreamHandler, stream) -> None:
+    """handler.setStream, which flushes the stream it replaces: not one closed since the handler was made (a library
+    logger made on sys.stderr while an earlier test's output was captured, e.g. transformers' ContinuousBatchingLogger
+    under pytest -n 0)."""
+    if getattr(handler.stream, "closed", False):
+        with handler.lock:
+            handler.stream = stream
+    else:
+        handler.setStream(stream)
 
 
 def all_handlers() -> list[logging.Handler]:
