@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lit_rlhf.config.command_line import override
 from lit_rlhf.errors import ConfigError
 
 META_FILE = "meta.pt"  # Lightning's name for a sharded checkpoint's metadata
@@ -29,6 +30,6 @@ def check_checkpoint_path(name: str) -> None:
     inside = next((f"{name.rstrip('/')}/{file}" for file in CHECKPOINTS_INSIDE if (path / file).exists()), None)
     if inside is not None:
         raise ConfigError(f"ckpt_path={name!r} is a directory that holds checkpoints, not one; give one of them, "
-                          f"e.g. ckpt_path={inside}")
+                          f"e.g. {override('ckpt_path', inside)}")
     raise ConfigError(f"ckpt_path={name!r} is a directory without {META_FILE}, not a checkpoint; give a .ckpt "
                       f"written by lit_rlhf (a file, or the directory of a sharded one of trainer=fsdp2).")

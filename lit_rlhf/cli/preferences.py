@@ -30,6 +30,7 @@ from lit_rlhf.cli.train import (
     resume_path,
     spawned_fit,
 )
+from lit_rlhf.config.command_line import override
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
@@ -73,7 +74,7 @@ def train_reward_model(cfg: DictConfig) -> dict[str, float]:
     """A RewardModelModule fitted and saved (weights, tokenizer, reward_stats.json); returns the final metrics."""
     return fit_and_save(cfg, lambda module, folder: (
         f"Reward model: {module.save_reward_model(folder)}\n  use it: python train.py reward=reward_model "
-        f"reward.name_or_path={folder} reward.dtype=float32 reward.normalize=true"),
+        f"{override('reward.name_or_path', folder)} reward.dtype=float32 reward.normalize=true"),
         lambda m: f"accuracy {m['val/accuracy']:.3f} (chosen scored above rejected)")
 
 
@@ -84,7 +85,7 @@ def train_dpo(cfg: DictConfig) -> dict[str, float]:
         "the reference"
     return fit_and_save(cfg, lambda module, folder: (
         f"Policy: {module.save_policy(folder)}\n  evaluate it against the model it started from: python "
-        f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"),
+        f"evaluate.py {override('policy_path', folder)} {override('model.name_or_path', cfg.model.name_or_path)}"),
         lambda m: f"accuracy {m['eval/rewards/accuracies']:.3f}, reward margin {m['eval/rewards/margins']:+.4f} "
                   f"(beta x the log-ratio to {reference}, chosen minus rejected), loss {m['eval/loss']:.4f}")
 
@@ -93,7 +94,7 @@ def train_kto(cfg: DictConfig) -> dict[str, float]:
     """A KTOModule fitted and its policy saved (LoRA merged); returns the final metrics."""
     return fit_and_save(cfg, lambda module, folder: (
         f"Policy: {module.save_policy(folder)}\n  evaluate it against the model it started from: python "
-        f"evaluate.py policy_path={folder} model.name_or_path={cfg.model.name_or_path}"),
+        f"evaluate.py {override('policy_path', folder)} {override('model.name_or_path', cfg.model.name_or_path)}"),
         lambda m: f"{kto_margin(m)}, KL {m['eval/kl']:.4f}, loss {m['eval/loss']:.4f}")
 
 
@@ -107,7 +108,8 @@ def kto_margin(metrics: dict[str, float]) -> str:
 def train_sft(cfg: DictConfig) -> dict[str, float]:
     """An SFTModule fitted and its policy saved (LoRA merged); returns the final metrics."""
     return fit_and_save(cfg, lambda module, folder: (
-        f"Policy: {module.save_policy(folder)}\n  train on from it: python train.py model.name_or_path={folder}"),
+        f"Policy: {module.save_policy(folder)}\n  train on from it: python train.py "
+        f"{override('model.name_or_path', folder)}"),
         lambda m: f"loss {m['eval/loss']:.4f} (the completions' mean token cross-entropy)")
 
 

@@ -36,6 +36,7 @@ from lit_rlhf.cli.sweeps import (
     sweep_group,
     write_result,
 )
+from lit_rlhf.config.command_line import override
 from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
@@ -148,9 +149,10 @@ def resume_command(checkpoint: Path) -> str:
     overrides, run_dir = [], []
     if HydraConfig.initialized():
         overrides = list(HydraConfig.get().overrides.task)
-        run_dir = [f"hydra.run.dir={HydraConfig.get().runtime.output_dir}"]
+        run_dir = [override("hydra.run.dir", HydraConfig.get().runtime.output_dir)]
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "overwrite_run_dir")]
-    return without_passwords(shlex.join(["python", sys.argv[0], *kept, *run_dir, f"ckpt_path={checkpoint}"]))
+    typed = shlex.join(["python", sys.argv[0], *kept])  # as the user typed them: Hydra read them so
+    return without_passwords(" ".join([typed, *run_dir, override("ckpt_path", checkpoint)]))
 
 
 def last_checkpoint(trainer) -> Path | None:

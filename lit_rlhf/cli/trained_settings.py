@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.checkpoints.targets import only_registered_targets, public_names
 from lit_rlhf.cli.overrides import command_line_keys
+from lit_rlhf.config.command_line import override
 from lit_rlhf.data.sources import BUNDLED, FILE_BUILDERS
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.terminal import printable
@@ -121,5 +122,5 @@ def refuse_local_files(dataset: Any) -> None:
     if local:
         shown = printable(name, one_line=True)[:200]
         raise ConfigError(f"the checkpoint's data.dataset={shown!r} is a local file, and a checkpoint does not choose "
-                          f"which of your files are read; confirm it with data.dataset={shown} on the command line "
-                          f"(or give another), or {CONFIRM}.")
+                          f"which of your files are read; confirm it with {override('data.dataset', shown)} on the "
+                          f"command line (or give another), or {CONFIRM}.")

@@ -5,9 +5,9 @@ the apps check their command line with it before they import torch."""
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
+from lit_rlhf.config.command_line import override
 from lit_rlhf.errors import ConfigError
 
 # the settings that hold a model's (or its tokenizer's, adapter's) folder or Hub name
@@ -63,8 +63,7 @@ def check_not_an_adapter(key: str, name_or_path: str) -> None:
     base = base if isinstance(base, str) and base else "<its base model>"
     prefix = key.rpartition(".")[0]
     if key.endswith(".name_or_path") and key.startswith(TAKES_AN_ADAPTER):
-        overrides = (shlex.quote(f"{prefix}.adapter_path={name_or_path}"), shlex.quote(f"{key}={base}"))
-        fix = f"load it onto its base with {' '.join(overrides)}"  # quoted: a folder's own text is no command
+        fix = f"load it onto its base with {override(f'{prefix}.adapter_path', name_or_path)} {override(key, base)}"
     else:
         fix = (f"merge it into its base ({base}) and save that (peft's merge_and_unload, then save_pretrained), or "
                f"export a run's checkpoint whole (python -m lit_rlhf.export CKPT OUT_DIR), and give that folder")

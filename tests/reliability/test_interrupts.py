@@ -110,13 +110,16 @@ def test_a_signal_before_training_stops_the_run_before_its_first_step_without_a_
 def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_command_resumes_it(tmp_path):
     """A non-default run stopped by Ctrl-C: exit 130, result.json says interrupted, no end-of-run evaluation, and
     the printed command (the run's own command line plus its run directory and ckpt_path) resumes it to the end in
-    the same run directory: one metrics.csv with every RL step once. Nothing speaks of unrestricted loading."""
+    the same run directory: one metrics.csv with every RL step once, also from a folder whose name Hydra's grammar
+    reads otherwise unquoted (parentheses, a comma, a non-ASCII letter). Nothing speaks of unrestricted loading."""
     import shlex
 
     fast = [a for a in FAST if not a.startswith(("steps=", "callbacks.evaluation"))]
     args = [*fast, "steps=6", "algo.kl_coef=0.07", "callbacks.progress_lines.every_n_steps=1"]
+    here = tmp_path / "My Drive (2024), jürgen"
+    here.mkdir()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=here, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:  # the progress lines: stdout is not a terminal
         if line.startswith("RL step 1/6"):
@@ -128,17 +131,17 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
     assert last_line.startswith("stopped by Ctrl-C after RL step ") and "Traceback" not in stderr
     assert "weights_only" not in stdout + stderr
     command = last_line.split("resume with: ", 1)[1]
-    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    (run_dir,) = (here / "logs" / "train" / "runs").iterdir()
     assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
     assert not (run_dir / "evaluation").exists()  # no minutes of evaluation after the user asked to stop
     assert "algo.kl_coef=0.07" in command and "ckpt_path=" in command
 
     argv = shlex.split(command)
     assert argv[:2] == ["python", str(ROOT / "train.py")]
-    resumed = run_app("train.py", *argv[2:], cwd=tmp_path)
+    resumed = run_app("train.py", *argv[2:], cwd=here)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "RL step 6/6" in resumed.stdout
-    assert list((tmp_path / "logs" / "train" / "runs").iterdir()) == [run_dir]
+    assert list((here / "logs" / "train" / "runs").iterdir()) == [run_dir]
     with open(run_dir / "csv" / "metrics.csv") as f:
         steps = [int(row["step"]) for row in csv.DictReader(f) if row.get("objective/scores")]
     assert steps == list(range(6))  # the logged step counts from 0
