@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.cli.app_arguments import hydra_initialized
 from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
 from lit_rlhf.cli.override_forms import override_form_line
 from lit_rlhf.cli.trainer_arguments import trainer_argument_hint
@@ -19,15 +20,20 @@ from lit_rlhf.errors import SYNONYMS, nearest
 CONVERSION = r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)"
 
 
+def app_command(config_name: str, flags: str = "") -> str:
+    """What follows `python` to run the app whose own config is config_name, with the flags that choose another."""
+    return ("-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py") + (f" {flags}" if flags else "")
+
+
 def composed(config_dir: Path, config_name: str, overrides: list[str],
              with_hydra: bool = False) -> DictConfig | BaseException:
     """The config composed with these overrides (and Hydra's node, with_hydra), or the error composing it raised."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(config_dir)):
+        with hydra_initialized(config_dir):
             return compose(config_name, overrides=overrides, return_hydra_config=with_hydra)
     except Exception as err:  # the suggestion is a courtesy: never fail while explaining a failure
         return err
@@ -170,10 +176,11 @@ def first_of_each_sweep(overrides: list[str]) -> list[str]:
     return plain
 
 
-def composition_error(err: BaseException, config_dir: Path, config_name: str, overrides: list[str]) -> str:
-    """One line for a Hydra composition error."""
+def composition_error(err: BaseException, config_dir: Path, config_name: str, overrides: list[str],
+                      command: str | None = None) -> str:
+    """One line for a Hydra composition error; `command` the app's (default: the one whose config is config_name)."""
     text, key = error_text(err), error_key(err)
-    command = "-m lit_rlhf.serve" if config_name == "serve" else f"{config_name}.py"  # the app's own keys
+    command = command or app_command(config_name)  # where --cfg job prints the app's own keys
     compose = lambda typed, **kw: composed(config_dir, config_name, first_of_each_sweep(typed), **kw)  # noqa: E731
     if line := override_form_line(err, text, config_dir, command, overrides, compose):
         return line

@@ -16,7 +16,8 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from lit_rlhf.cli.composition import composition_error
+from lit_rlhf.cli.app_arguments import app_arguments, config_flags, hydra_initialized, search_command_line_config_dir
+from lit_rlhf.cli.composition import app_command, composition_error
 from lit_rlhf.cli.null_settings import mappings_fill_null_settings
 from lit_rlhf.cli.override_forms import removed_or_unresolved_line
 from lit_rlhf.cli.trainer_arguments import trainer_refusal_line
@@ -169,8 +170,10 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     remember_traceback_choice()  # the user's HYDRA_FULL_ERROR=1: each one-line error after its traceback
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
     set_up_app_output()
-    config_dir = config_dir or Path(sys.argv[0]).resolve().parent / "conf"
-    overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
+    own_config_name = config_name
+    arguments = app_arguments(sys.argv, config_dir or Path(sys.argv[0]).resolve().parent / "conf", config_name)
+    search_command_line_config_dir(arguments.extra_config_dir)
+    config_dir, config_name, overrides = arguments.config_dir, arguments.config_name, arguments.overrides
     try:
         from lit_rlhf.cli.configs import register_configs
         from lit_rlhf.cli.plugins import import_searchpath_packages
@@ -178,8 +181,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
         import_searchpath_packages(overrides)  # a package's own algorithms register before the config composes
         register_configs()
         with mappings_fill_null_settings():  # model.lora={r: 8} where a config file set model.lora: null
-            if any(flag in ("--help", "-h") for flag in sys.argv[1:]) and print_app_help(config_dir, config_name,
-                                                                                       overrides):
+            if arguments.wants_help and print_app_help(config_dir, config_name, overrides):
                 return
             main()
     except SystemExit as err:
@@ -193,7 +195,8 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     except Exception as err:
         if _task_started:
             raise
-        exit_with_user_error(composition_error(err, config_dir, config_name, overrides), cause=err)
+        command = app_command(own_config_name, config_flags(sys.argv[1:]))
+        exit_with_user_error(composition_error(err, config_dir, config_name, overrides, command), cause=err)
 
 
 def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> bool:
@@ -202,10 +205,10 @@ def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> 
     printing nothing, for a template that shows Hydra's own listings (Hydra's --help prints it then)."""
     import string
 
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from omegaconf import OmegaConf, open_dict
 
-    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir), job_name=config_name):
+    with hydra_initialized(config_dir, job_name=config_name):
         cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
     template = cfg.hydra.help.template
     if any(f"${name}" in template for name in ("APP_CONFIG_GROUPS", "HYDRA_CONFIG_GROUPS", "FLAGS_HELP")):

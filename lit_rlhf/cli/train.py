@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from lit_rlhf.algos.run_length import time_limit_stop_line
 from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluation
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
+from lit_rlhf.cli.app_arguments import config_flags
 from lit_rlhf.cli.checks import check_run_settings, typed_key
 from lit_rlhf.cli.errors import (
     interruptions_end_the_process,
@@ -151,8 +152,11 @@ def resume_command(checkpoint: Path) -> str:
         overrides = list(HydraConfig.get().overrides.task)
         run_dir = [override("hydra.run.dir", HydraConfig.get().runtime.output_dir)]
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "overwrite_run_dir")]
-    typed = shlex.join(["python", sys.argv[0], *kept])  # as the user typed them: Hydra read them so
-    return without_passwords(" ".join([typed, *run_dir, override("ckpt_path", checkpoint)]))
+    flags = [flags] if (flags := config_flags(sys.argv[1:])) else []  # --config-name ...: the same config
+    typed = [shlex.join(kept)] if kept else []  # as the user typed them: Hydra read them so
+    # Hydra's flags come before the overrides, which its parser takes only in one run
+    words = [shlex.join(["python", sys.argv[0]]), *flags, *typed, *run_dir, override("ckpt_path", checkpoint)]
+    return without_passwords(" ".join(words))
 
 
 def last_checkpoint(trainer) -> Path | None:

@@ -111,13 +111,16 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
     """A non-default run stopped by Ctrl-C: exit 130, result.json says interrupted, no end-of-run evaluation, and
     the printed command (the run's own command line plus its run directory and ckpt_path) resumes it to the end in
     the same run directory: one metrics.csv with every RL step once, also from a folder whose name Hydra's grammar
-    reads otherwise unquoted (parentheses, a comma, a non-ASCII letter). Nothing speaks of unrestricted loading."""
+    reads otherwise unquoted (parentheses, a comma, a non-ASCII letter) and with a config of the user's own
+    (--config-dir, --config-name), which the command repeats. Nothing speaks of unrestricted loading."""
     import shlex
 
-    fast = [a for a in FAST if not a.startswith(("steps=", "callbacks.evaluation"))]
-    args = [*fast, "steps=6", "algo.kl_coef=0.07", "callbacks.progress_lines.every_n_steps=1"]
     here = tmp_path / "My Drive (2024), jürgen"
-    here.mkdir()
+    (here / "conf").mkdir(parents=True)
+    (here / "conf" / "mine.yaml").write_text("defaults:\n  - train\n  - _self_\nalgo:\n  kl_coef: 0.07\n")
+    fast = [a for a in FAST if not a.startswith(("steps=", "callbacks.evaluation"))]
+    args = ["--config-dir", "conf", "--config-name", "mine", *fast, "steps=6",
+            "callbacks.progress_lines.every_n_steps=1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=here, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -134,7 +137,7 @@ def test_ctrl_c_during_training_records_the_run_as_interrupted_and_the_printed_c
     (run_dir,) = (here / "logs" / "train" / "runs").iterdir()
     assert json.loads((run_dir / "result.json").read_text())["status"] == "interrupted"
     assert not (run_dir / "evaluation").exists()  # no minutes of evaluation after the user asked to stop
-    assert "algo.kl_coef=0.07" in command and "ckpt_path=" in command
+    assert f"--config-name mine --config-dir '{here / 'conf'}'" in command and "ckpt_path=" in command
 
     argv = shlex.split(command)
     assert argv[:2] == ["python", str(ROOT / "train.py")]
