@@ -18,6 +18,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.cli.app_arguments import app_arguments, config_flags, hydra_initialized, search_command_line_config_dir
 from lit_rlhf.cli.composition import app_command, composition_error
+from lit_rlhf.cli.import_failures import import_failure_line
 from lit_rlhf.cli.null_settings import mappings_fill_null_settings
 from lit_rlhf.cli.override_forms import removed_or_unresolved_line
 from lit_rlhf.cli.trainer_arguments import trainer_refusal_line
@@ -79,9 +80,7 @@ def user_error(err: BaseException) -> str | None:
         if isinstance(err, InstantiationException) and "Error locating target" in str(err):
             target, key = re.search(r"target '([^']*)'", str(err)), config_key(err)
             example = " (e.g. torch.optim.AdamW)" if key.endswith("optimizer.") else ""
-            return (f"{key}_target_={target.group(1) if target else '?'!r} cannot be imported; check its "
-                    f"spelling{example} and that its module is importable (on PYTHONPATH, e.g. PYTHONPATH=. python "
-                    f"train.py ...).")
+            return import_failure_line(f"{key}_target_", target.group(1) if target else "?", err, example)
         if isinstance(err, InstantiationException) and (line := unexpected_argument_line(err)):
             return line
         if isinstance(err, InstantiationException) and "Expected a callable target" in str(err):

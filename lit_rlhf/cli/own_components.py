@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from lit_rlhf.cli.import_failures import import_failure_line
 from lit_rlhf.cli.overrides import command_line_keys
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.lazy_exports import current_path
@@ -33,8 +34,7 @@ def imported_target(key: str, target: str) -> Any:
     try:
         return get_object(target)
     except Exception as err:
-        raise ConfigError(f"{key}={target!r} cannot be imported; check its spelling and that its module is "
-                          f"importable (on PYTHONPATH, e.g. PYTHONPATH=. python train.py ...).") from err
+        raise ConfigError(import_failure_line(key, target, err)) from err
     finally:
         hydra_log.setLevel(level)
 

@@ -54,7 +54,8 @@ def test_a_class_reward_with_arguments_from_the_command_line(tmp_path):
 
 def test_a_misspelled_reward_target_is_one_line(tmp_path):
     result = run_in_fresh_dir(tmp_path, "reward._target_=myrewards.sum_corect")
-    assert one_line_error(result).startswith("error: reward._target_='myrewards.sum_corect' cannot be imported")
+    assert one_line_error(result) == ("error: reward._target_='myrewards.sum_corect' cannot be imported: module "
+                                      "'myrewards' has no 'sum_corect' (did you mean 'sum_correct'?).")
 
 
 def test_a_reward_that_raises_is_one_line_and_hydra_full_error_shows_its_traceback_first(tmp_path):

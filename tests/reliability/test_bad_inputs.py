@@ -355,7 +355,8 @@ CASES = [
     ("a reward-hacking monitor window of 0", ["callbacks.reward_hacking_monitor.window=0"],
      "callbacks.reward_hacking_monitor.window=0 must be a whole number >= 1"),
     ("a misspelled optimizer", ["algo.optimizer._target_=torch.optim.AdamWW"],
-     "algo.optimizer._target_='torch.optim.AdamWW' cannot be imported"),
+     "algo.optimizer._target_='torch.optim.AdamWW' cannot be imported: module 'torch.optim' has no 'AdamWW' (did you "
+     "mean 'AdamW'?)."),
     ("LoRA target_modules that match nothing", ["model.lora.target_modules=[nope]"],
      "model.lora.target_modules=['nope'] matches no module of"),
     ("a pickled model file", ["model=causal_lm", "model.name_or_path=pickled_model"],

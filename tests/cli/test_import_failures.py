@@ -1,0 +1,51 @@
+"""A `_target_` that cannot be imported: the line says whether the module is not on the path, lacks the name, or
+fails as it imports (a syntax error, a dependency not installed, an exception of its own)."""
+
+import sys
+
+import pytest
+from hydra.utils import get_object
+
+from lit_rlhf.cli.import_failures import import_failure_line
+
+MODULES = {
+    "fine_module": "def score(prompts, completions):\n    return [0.0] * len(completions)\n",
+    "unclosed": "def score(\n",
+    "needs_a_dependency": "import no_such_dependency_xyz\n",
+    "raises_on_import": "raise RuntimeError('set MY_TOKEN first')\n",
+}
+PATH_HINT = ("check its spelling and that its module is importable (on PYTHONPATH, e.g. PYTHONPATH=. python train.py "
+             "...).")
+
+
+@pytest.fixture
+def on_path(tmp_path, monkeypatch):
+    for name, text in MODULES.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    for name in MODULES:
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("target, line", [
+    ("no_such_module_xyz.score", f"k='no_such_module_xyz.score' cannot be imported; {PATH_HINT}"),
+    ("fine_module.scor", "k='fine_module.scor' cannot be imported: module 'fine_module' has no 'scor' (did you mean "
+                         "'score'?)."),
+    ("torch.optim.AdamWW", "k='torch.optim.AdamWW' cannot be imported: module 'torch.optim' has no 'AdamWW' (did "
+                           "you mean 'AdamW'?)."),
+    ("fine_module.score.x", "k='fine_module.score.x' cannot be imported: 'function' object has no attribute 'x'; "
+                            "check its spelling."),
+    ("unclosed.score", "k='unclosed.score' cannot be imported: unclosed.py, line 1: '(' was never closed "
+                       "(SyntaxError); fix that file."),
+    ("needs_a_dependency.score", "k='needs_a_dependency.score' cannot be imported: importing it needs the module "
+                                 "'no_such_dependency_xyz', which is not installed here; install it, or fix the "
+                                 "import in 'needs_a_dependency'."),
+    ("raises_on_import.score", "k='raises_on_import.score' cannot be imported: importing 'raises_on_import' raised "
+                               "RuntimeError: set MY_TOKEN first; fix that module (HYDRA_FULL_ERROR=1 prints its "
+                               "traceback)."),
+])
+def test_the_line_says_why_the_target_cannot_be_imported(target, line, on_path):
+    with pytest.raises(Exception) as err:
+        get_object(target)
+    assert import_failure_line("k", target, err.value) == line
