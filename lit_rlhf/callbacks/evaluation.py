@@ -28,6 +28,9 @@ class PolicyEvaluation(L.Callback):
         # ZeRO-3 generation needs every rank stepping together; otherwise rank zero evaluates alone
         if datamodule is None or not (trainer.is_global_zero or module.rollout_engine.lockstep):
             return
+        if next(iter(datamodule.val_dataloader()), None) is None:  # every rank sees the same held-out set
+            rank_zero_info("No held-out prompts (data.num_eval_prompts=0): no end-of-run evaluation.")
+            return
         self.evaluation = compare_with_reference(
             module, datamodule.val_dataloader(), self.samples_per_prompt, self.seed, self.judge,
             self.confidence, self.num_bootstraps)

@@ -38,8 +38,10 @@ def config_objective(metrics: dict[str, float], cfg: DictConfig) -> float | None
     """The number train() returns to a sweeper: cfg.optimized_metric, minus the KL-budget penalty
     (cfg.kl_budget_penalty per nat of held-out KL, eval/kl, above cfg.kl_budget)."""
     name = cfg.get("optimized_metric")
-    if not name:
+    if not name or (name not in metrics and held_out_none(cfg) and not in_multirun()):  # no eval/* to optimize
         return None
+    if name not in metrics and (count := held_out_none(cfg)):
+        raise ConfigError(none_held_out_line(name, count))
     if name not in metrics:
         raise ConfigError(f"optimized_metric={name!r} was not logged; pick one of {sorted(metrics)}.")
     return kl_budget_objective(metrics[name], metrics.get("eval/kl"), cfg.get("kl_budget"),
@@ -61,6 +63,10 @@ def check_optimized_metric(cfg: DictConfig, task_metric_names: list[str]) -> Non
     name = cfg.get("optimized_metric")
     if not name or name in TRAINING_NAMES or name.startswith(TRAINING_PREFIXES):
         return
+    if name.startswith("eval/") and (count := held_out_none(cfg)):
+        if in_multirun():  # the sweeper needs each job's objective
+            raise ConfigError(none_held_out_line(name, count))
+        return
     evals = [f"eval/{n}" for n in (*HELDOUT_NAMES, *EVALUATION_NAMES, *task_metric_names)]
     evals += [f"eval/reference_{n}" for n in task_metric_names]
     if name in evals or any(name.startswith(f"eval/{n}_") for n in task_metric_names):
@@ -68,6 +74,22 @@ def check_optimized_metric(cfg: DictConfig, task_metric_names: list[str]) -> Non
     hint = nearest(name, evals, noun="metrics")
     raise ConfigError(f"optimized_metric={name!r} is not a metric this run logs{hint}; pick an eval/* metric (e.g. "
                       f"eval/rlhf_reward) or a training metric (objective/scores).")
+
+
+HELD_OUT_COUNTS = ("num_eval_prompts", "num_eval_pairs", "num_eval_rows")  # train.py's, the pair apps', SFT's and KTO's
+
+
+def held_out_none(cfg: DictConfig) -> str | None:
+    """The data.num_eval_* setting at 0 (prompts; the pair apps' pairs or rows), where there is one: no validation
+    nor end-of-run evaluation, so no eval/* metric."""
+    data = cfg.get("data") or {}
+    return next((f"data.{count}" for count in HELD_OUT_COUNTS if data.get(count) == 0), None)
+
+
+def none_held_out_line(name: str, count: str) -> str:
+    example = " (optimized_metric=objective/rlhf_reward)" if count == "data.num_eval_prompts" else ""
+    return (f"optimized_metric={name!r} is measured on held-out data, and {count}=0 holds none out; optimize a "
+            f"training metric{example}, or hold some out.")
 
 
 def in_multirun() -> bool:

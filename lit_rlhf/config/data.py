@@ -59,7 +59,8 @@ class DataConfig:
     max_prompt_length: int = setting(64, "longer prompts lose their beginning (counted, warned once)")
     apply_chat_template: bool = setting(False, "wrap each plain-text prompt as a user turn with the tokenizer's chat "
                                                "template (prompts given as chat messages always are rendered with it)")
-    num_eval_prompts: int = setting(16, "fixed held-out prompts for validation and samples")
+    num_eval_prompts: int = setting(16, "fixed held-out prompts for validation, samples and the end-of-run "
+                                        "evaluation (0: train on every prompt, without them)")
     eval_batch_size: int = setting(16, "held-out prompts per validation batch")
     seed: int = setting(0, "the order of the prompts and the held-out split")
     trust_remote_code: bool = setting(False, "allow the tokenizer's own code from the Hub")
@@ -69,6 +70,9 @@ class DataConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"data.{name}={value!r} must be a whole number >= 1.")
+        held_out = self.num_eval_prompts
+        if not isinstance(held_out, int) or isinstance(held_out, bool) or held_out < 0:
+            raise ConfigError(f"data.num_eval_prompts={held_out!r} must be a whole number >= 0 (0: none held out).")
         if self.tokenizer in (None, "???", ""):
             raise ConfigError("data.tokenizer is required: the policy's tokenizer (hub name or directory).")
         self.dataset, self.tokenizer = named(self.dataset, self.tokenizer)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from lit_rlhf.data.datamodule import batch_to
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
 from lit_rlhf.rewards.weighted_sum import named_parts
 from lit_rlhf.statistics.estimates import bootstrap_mean_ci, distinct_n, per_prompt_mean
@@ -73,6 +74,9 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
             out["prompt_index"] = out["prompt_index"] + offset  # N, numbered over all batches
             sides[side].append(out)
         offset += len(batch["input_ids"])
+    if not sides["policy"]:
+        raise ConfigError("there are no held-out prompts to evaluate on (data.num_eval_prompts=0 holds none out); "
+                          "pass data.num_eval_prompts=16, or another number >= 1.")
     policy, reference = (merge(sides[side]) for side in ("policy", "reference"))
     policy_scores, reference_scores = torch.tensor(policy["scores"]), torch.tensor(reference["scores"])  # N
     judgments = torch.as_tensor(judge(policy["prompts"], policy["completions"], reference["completions"],
