@@ -59,10 +59,11 @@ class TrainingSummary(L.Callback):
         self.print()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"first_step": self.first_step, "before": self.before}
+        # last_step too: a resume that trains nothing more (steps= reached) shows the run's last step, not nan
+        return {"first_step": self.first_step, "last_step": self.last_step, "before": self.before}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.first_step = state.get("first_step", {})
+        self.first_step, self.last_step = (numbers_of(state.get(key)) for key in ("first_step", "last_step"))
         before = state.get("before")
         self.before = before if shown_sample(before) else None  # else sampled again
 
@@ -93,6 +94,14 @@ class TrainingSummary(L.Callback):
 
     def _cut(self, text: str) -> str:
         return text if len(text) <= self.max_chars else text[: self.max_chars] + "..."
+
+
+def numbers_of(stats: Any) -> dict[str, float]:
+    """A checkpoint's step statistics, those the table prints as numbers (a checkpoint is untrusted input)."""
+    if not isinstance(stats, dict):
+        return {}
+    return {k: float(v) for k, v in stats.items() if k in TRACKED and isinstance(v, (int, float))
+            and not isinstance(v, bool)}
 
 
 def shown_sample(sample: Any) -> bool:

@@ -6,7 +6,7 @@ import lightning as L
 import pytest
 
 from lit_rlhf.callbacks import GenerationSamples, LastCheckpoint, TrainingSummary
-from lit_rlhf.callbacks.summary import shown_sample
+from lit_rlhf.callbacks.summary import TRACKED, shown_sample
 from tests.conftest import FAST_LEARNING, make_datamodule, make_rloo
 
 pytestmark = pytest.mark.integration  # runs a Trainer
@@ -30,6 +30,10 @@ def test_a_resumed_run_shows_the_run_before_training_not_the_checkpoint_it_resum
     resumed = TrainingSummary()
     fit(tmp_path, resumed, rl_steps=3, ckpt_path=tmp_path / "last.ckpt")
     assert resumed.before == first.before and resumed.first_step == first.first_step  # what it prints
+    assert resumed.last_step != first.last_step  # the third step's
+    nothing_left = TrainingSummary()  # steps= reached: it trains nothing and prints the run's last step, not nan
+    fit(tmp_path, nothing_left, rl_steps=3, ckpt_path=tmp_path / "last.ckpt")
+    assert nothing_left.last_step == resumed.last_step and set(nothing_left.last_step) == set(TRACKED)
 
 
 GOOD = {"prompts": ["a"], "transcripts": ["b"], "scores": [1.0], "mean_score": 1.0, "mean_kl": 0.0}
@@ -43,6 +47,13 @@ def test_a_checkpoints_sample_that_print_cannot_show_is_sampled_again(before):
     assert summary.before is None
     summary.load_state_dict({"first_step": {}, "before": GOOD})
     assert summary.before == GOOD and shown_sample(GOOD)
+
+
+def test_a_checkpoints_step_statistics_are_kept_where_the_table_can_print_them():
+    summary = TrainingSummary()
+    summary.load_state_dict({"first_step": {"objective/kl": 0.5, "objective/scores": "x", "other": 1.0},
+                             "last_step": [1.0], "before": None})  # the table formats each with :.3f
+    assert (summary.first_step, summary.last_step) == ({"objective/kl": 0.5}, {})
 
 
 def test_a_resumed_run_does_not_draw_its_start_samples_again(tmp_path):
