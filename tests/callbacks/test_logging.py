@@ -82,14 +82,17 @@ def test_tensorboard_and_offline_wandb_receive_scalars_histograms_and_samples(tm
     assert (tmp_path / "csv" / "curves.png").read_bytes()[:4] == b"\x89PNG"  # the first logger's folder
 
 
-def test_samples_jsonl_has_start_during_and_end_tables(tmp_path):
+@pytest.mark.parametrize("generations, stages", [(2, [("start", 0), ("train", 2), ("end", 4)]),
+                                                 (0, [("start", 0), ("end", 4)])])  # 0: none during, as in TRL
+def test_samples_jsonl_has_start_during_and_end_tables(tmp_path, generations, stages):
     L.seed_everything(0)
-    samples = GenerationSamples(num_samples=3, num_sample_generations=2, greedy=True, print_to_console=False)
+    samples = GenerationSamples(num_samples=3, num_sample_generations=generations, greedy=True,
+                                print_to_console=False)
     trainer = L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         limit_val_batches=0, accelerator="cpu", default_root_dir=tmp_path, callbacks=[samples])
     trainer.fit(make_rloo(), make_datamodule())
     rows = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
-    assert [(r["stage"], r["step"]) for r in rows[::6]] == [("start", 0), ("train", 2), ("end", 4)]
+    assert [(r["stage"], r["step"]) for r in rows[::6]] == stages
     assert {r["mode"] for r in rows} == {"sample", "greedy"}
     assert set(rows[0]) == {"step", "stage", "mode", "query", "response", "score", "kl"}
     assert all(r["kl"] == 0 for r in rows if r["stage"] == "start")  # the policy is the reference then
