@@ -11,12 +11,16 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.callbacks.run_folder import run_folder
+from lit_rlhf.callbacks.settings import check_count, check_fraction
 from lit_rlhf.evaluation import Evaluation, PairwiseJudge, compare_with_reference, print_report, write_report
 
 
 class PolicyEvaluation(L.Callback):
     def __init__(self, samples_per_prompt: int = 4, seed: int = 0, judge: PairwiseJudge | None = None,
                  confidence: float = 0.95, num_bootstraps: int = 1000, dirpath: str | None = None):
+        check_count("evaluation.samples_per_prompt", samples_per_prompt, 1)
+        check_count("evaluation.num_bootstraps", num_bootstraps, 1)
+        check_fraction("evaluation.confidence", confidence, "0.95")
         self.samples_per_prompt, self.seed, self.judge = samples_per_prompt, seed, judge
         self.confidence, self.num_bootstraps, self.dirpath = confidence, num_bootstraps, dirpath
         self.evaluation: Evaluation | None = None

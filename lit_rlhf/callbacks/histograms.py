@@ -10,9 +10,12 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
+from lit_rlhf.callbacks.settings import check_count
+
 
 class Histograms(L.Callback):
     def __init__(self, every_n_steps: int = 10):
+        check_count("histograms.every_n_steps", every_n_steps, 1)
         self.every_n_steps = every_n_steps
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:

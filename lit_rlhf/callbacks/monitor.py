@@ -25,7 +25,7 @@ from statistics import fmean
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.callbacks.settings import check_count
 
 CHANGES = {"length_jump": ("completions/mean_length", "mean completion length"),
            "missing_stop_jump": ("completions/clipped_ratio", "share of completions without the stop token"),
@@ -42,9 +42,7 @@ class HackingSigns:
     def __init__(self, window: int = 10, kl_budget: float | None = 10.0, length_ratio: float = 2.0,
                  missing_stop_rise: float = 0.2, distinct_ratio: float | None = 0.6, metric_drop: float = 0.05,
                  score_rise: float = 0.05, tool_error_rise: float = 0.2):
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise ConfigError(f"callbacks.reward_hacking_monitor.window={window!r} must be a whole number >= 1 (RL "
-                              f"steps averaged at the start and now).")
+        check_count("reward_hacking_monitor.window", window, 1, "(RL steps averaged at the start and now)")
         self.window, self.kl_budget, self.length_ratio = window, kl_budget, length_ratio
         self.missing_stop_rise, self.distinct_ratio = missing_stop_rise, distinct_ratio
         self.metric_drop, self.score_rise, self.tool_error_rise = metric_drop, score_rise, tool_error_rise

@@ -7,7 +7,7 @@ import time
 
 import lightning as L
 
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.callbacks.settings import check_count
 
 
 class ProgressLines(L.Callback):
@@ -17,9 +17,8 @@ class ProgressLines(L.Callback):
     stdout is a terminal, which has the bar. every_n_steps None: about 20 lines over the run."""
 
     def __init__(self, every_n_steps: int | None = None, only_without_terminal: bool = True):
-        if every_n_steps is not None and (not isinstance(every_n_steps, int) or every_n_steps < 1):
-            raise ConfigError(f"callbacks.progress_lines.every_n_steps={every_n_steps!r} must be a whole number >= 1 "
-                              f"or null.")
+        if every_n_steps is not None:
+            check_count("progress_lines.every_n_steps", every_n_steps, 1, "or null")
         self.every_n_steps, self.only_without_terminal = every_n_steps, only_without_terminal
         self._start = self._start_step = None
 

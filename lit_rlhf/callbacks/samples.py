@@ -22,27 +22,23 @@ from rich.table import Table
 from lit_rlhf.callbacks.heldout import heldout_batch
 from lit_rlhf.callbacks.interrupt import stop_requested
 from lit_rlhf.callbacks.run_folder import run_folder
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.callbacks.settings import check_count
 from lit_rlhf.interrupts import CallAbandoned
 from lit_rlhf.terminal import as_text, plain_console
 
 COLUMNS = ["step", "stage", "mode", "query", "response", "score", "kl"]
 
 
-def whole_number(name: str, value: Any, least: int, note: str = "") -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise ConfigError(f"callbacks.generation_samples.{name}={value!r} must be a whole number >= {least}"
-                          f"{' ' + note if note else ''}.")
-
-
 class GenerationSamples(L.Callback):
     def __init__(self, num_samples: int = 8, num_sample_generations: int = 10, every_n_steps: int | None = None,
                  greedy: bool = False, seed: int = 0, dirpath: str | None = None, filename: str = "samples.jsonl",
                  print_to_console: bool = False, max_chars: int = 200):
-        whole_number("num_samples", num_samples, 1)
-        whole_number("num_sample_generations", num_sample_generations, 0, "(0: none during training)")
+        check_count("generation_samples.num_samples", num_samples, 1)
+        check_count("generation_samples.max_chars", max_chars, 1)
+        check_count("generation_samples.num_sample_generations", num_sample_generations, 0, "(0: none during training)")
         if every_n_steps is not None:
-            whole_number("every_n_steps", every_n_steps, 1, "or null (num_sample_generations decides)")
+            check_count("generation_samples.every_n_steps", every_n_steps, 1,
+                        "or null (num_sample_generations decides)")
         self.num_samples, self.num_sample_generations = num_samples, num_sample_generations
         self.every_n_steps = every_n_steps
         self.greedy, self.seed, self.dirpath, self.filename = greedy, seed, dirpath, filename

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from lit_rlhf.callbacks.heldout import heldout_batch
 from lit_rlhf.callbacks.interrupt import stop_requested
+from lit_rlhf.callbacks.settings import check_count
 from lit_rlhf.terminal import as_text, plain_console
 
 TRACKED = ("objective/scores", "objective/kl", "objective/rlhf_reward", "objective/entropy")
@@ -25,6 +26,8 @@ SHOWN = ("prompts", "transcripts", "scores", "mean_score", "mean_kl")  # of a he
 
 class TrainingSummary(L.Callback):
     def __init__(self, num_samples: int = 6, seed: int = 0, max_chars: int = 160):
+        check_count("training_summary.num_samples", num_samples, 0, "(0: no table of completions)")
+        check_count("training_summary.max_chars", max_chars, 1)
         self.num_samples, self.seed, self.max_chars = num_samples, seed, max_chars
         self.before: dict[str, Any] | None = None
         self.after: dict[str, Any] | None = None

@@ -1,0 +1,20 @@
+"""The callbacks' count and fraction settings, checked when a callback is built (before the fit), each in one line
+that names its key under `callbacks.` (the Hydra config's name; in Python, the callback's argument of that name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lit_rlhf.errors import ConfigError
+
+
+def check_count(key: str, value: Any, least: int, note: str = "") -> None:
+    """callbacks.<key> is a whole number >= least."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ConfigError(f"callbacks.{key}={value!r} must be a whole number >= {least}{' ' + note if note else ''}.")
+
+
+def check_fraction(key: str, value: Any, example: str) -> None:
+    """callbacks.<key> lies strictly between 0 and 1."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1:
+        raise ConfigError(f"callbacks.{key}={value!r} must be a number between 0 and 1 (e.g. {example}).")

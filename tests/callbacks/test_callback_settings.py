@@ -1,0 +1,46 @@
+"""The callbacks' settings, checked as a callback is built (before the fit): a count that is no whole number, or a
+confidence outside (0, 1), is one line naming the setting, not a ValueError from deep in a forward pass
+(generation_samples.num_samples=0 divided a batch into steps of 0) or a traceback after training
+(evaluation.confidence=2 in the end-of-run evaluation)."""
+
+import pytest
+
+from lit_rlhf.callbacks import GenerationSamples, Histograms, PolicyEvaluation, TrainingSummary
+from lit_rlhf.errors import ConfigError
+
+
+@pytest.mark.parametrize("callback, settings, line", [
+    (Histograms, {"every_n_steps": 0}, "callbacks.histograms.every_n_steps=0 must be a whole number >= 1."),
+    (PolicyEvaluation, {"samples_per_prompt": 0}, "callbacks.evaluation.samples_per_prompt=0 must be a whole number "
+                                                  ">= 1."),
+    (PolicyEvaluation, {"num_bootstraps": 0}, "callbacks.evaluation.num_bootstraps=0 must be a whole number >= 1."),
+    (PolicyEvaluation, {"confidence": 2}, "callbacks.evaluation.confidence=2 must be a number between 0 and 1 (e.g. "
+                                          "0.95)."),
+    (TrainingSummary, {"num_samples": -1}, "callbacks.training_summary.num_samples=-1 must be a whole number >= 0 "
+                                           "(0: no table of completions)."),
+])
+def test_a_callback_setting_out_of_range_is_one_line(callback, settings, line):
+    with pytest.raises(ConfigError) as err:
+        callback(**settings)
+    assert str(err.value) == line
+
+
+@pytest.mark.parametrize("settings, line", [
+    ({"num_samples": 0}, "callbacks.generation_samples.num_samples=0 must be a whole number >= 1."),
+    ({"num_samples": 2.5}, "callbacks.generation_samples.num_samples=2.5 must be a whole number >= 1."),
+    ({"num_sample_generations": -1}, "callbacks.generation_samples.num_sample_generations=-1 must be a whole number "
+                                     ">= 0 (0: none during training)."),
+    ({"every_n_steps": 0}, "callbacks.generation_samples.every_n_steps=0 must be a whole number >= 1 or null "
+                           "(num_sample_generations decides)."),
+])
+def test_a_count_that_is_no_whole_number_is_one_line(settings, line):
+    with pytest.raises(ConfigError) as err:
+        GenerationSamples(**settings)
+    assert str(err.value) == line
+
+
+def test_the_counts_they_take():
+    GenerationSamples(num_samples=1, num_sample_generations=0, every_n_steps=None)
+    GenerationSamples(every_n_steps=5)
+    TrainingSummary(num_samples=0)
+    PolicyEvaluation(samples_per_prompt=1, num_bootstraps=1, confidence=0.5)
