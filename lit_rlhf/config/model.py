@@ -16,7 +16,7 @@ DORA_UNDER_SHARDED_LOADING = (
 @dataclass
 class LoraSettings:
     r: int = setting(16, "LoRA rank")
-    lora_alpha: int = setting(32, "LoRA scaling numerator (the update is scaled by lora_alpha / r)")
+    lora_alpha: int = setting(32, "LoRA scaling numerator (the update is scaled by lora_alpha / r), > 0")
     lora_dropout: float = setting(
         0.0, "dropout on the LoRA input; > 0 makes the ratio differ from 1 before any update, and with bfloat16 "
              "weights holds a float32 copy of each LoRA layer's input for the backward pass (0: its input as it is)")
@@ -33,6 +33,11 @@ class LoraSettings:
         if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 1:
             raise ConfigError(f"model.lora.r={self.r!r} must be a whole number >= 1 (model.lora=null: full "
                               f"fine-tuning).")
+        alpha = self.lora_alpha
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < float("inf"):
+            raise ConfigError(f"model.lora.lora_alpha={alpha!r} must be a finite number > 0: the update is scaled by "
+                              f"lora_alpha / r, and at 0 the adapters never change the model (default: 32, twice "
+                              f"r=16).")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError(f"model.lora.lora_dropout={self.lora_dropout!r} must be in [0, 1).")
         for name in ("use_rslora", "use_dora"):

@@ -371,3 +371,15 @@ def test_a_fit_of_a_module_without_a_reward_is_one_line_before_any_rollout():
     with pytest.raises(ConfigError, match=r"^this module has no reward \(reward=None: built or loaded to evaluate"):
         trainer.fit(module, make_datamodule())
     assert module.rl_step == 0
+
+
+@pytest.mark.parametrize("alpha", [0, -8, float("nan"), float("inf")])
+def test_a_lora_alpha_that_is_no_positive_number_is_refused(alpha):
+    """At 0 the update, scaled by lora_alpha / r, is 0: a run trained nothing, with its KL at 0 every step."""
+    from lit_rlhf.config.model import LoraSettings
+
+    with pytest.raises(ConfigError, match=rf"^model.lora.lora_alpha={re.escape(repr(alpha))} must be a finite number "
+                                          r"> 0: the update is scaled by lora_alpha / r, and at 0 the adapters never "
+                                          r"change the model \(default: 32, twice r=16\).$"):
+        LoraSettings(lora_alpha=alpha)
+    assert LoraSettings(lora_alpha=8.5).lora_alpha == 8.5  # peft takes a float
