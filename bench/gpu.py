@@ -4,6 +4,7 @@
     python bench/gpu.py --shapes pythia-1b --algos grpo --merge   # those rows again, the others kept
     python bench/gpu.py --shapes --merge  # the correctness pass alone, the rows kept
     python bench/gpu.py --suite extended --algos rloo --impls floor "lit_rlhf eager" --merge   # those rows again
+    python bench/gpu.py --suite extended --algos rloo --tokens 256 --merge   # RLOO's rows at 256 new tokens again
     python bench/gpu.py --device cpu --shapes tiny --steps 1 --warmup 0 --out OUT   # its CPU path
 
 Needs what the set-up installs (torch built with CUDA, transformers, peft, lightning, vaderSentiment) and pytest for
@@ -217,6 +218,9 @@ def main() -> None:
                              "--suite extended: the small and the large shape")
     parser.add_argument("--long-tokens", nargs="+", type=int, default=[1024, 256],
                         help="--suite extended: the long responses' new tokens")
+    parser.add_argument("--tokens", nargs="+", type=int, default=None,
+                        help="--suite extended: only the rows of these new tokens (e.g. one long row again, with "
+                             "--merge); default: all")
     parser.add_argument("--algos", nargs="*", default=None, choices=["rloo", "grpo", "ppo", "distill"],
                         help="default: rloo grpo ppo; --suite extended: those rows alone (default: every row, "
                              "distill included; none: the correctness pass alone)")
@@ -324,6 +328,10 @@ def extended(args: argparse.Namespace, env: dict[str, str], data: dict, so_far, 
     if args.impls and (unknown := sorted(set(args.impls) - {row["impl"] for row in suite})):
         sys.exit(f"error: --impls {unknown[0]!r} is not a row of --suite extended (each name one argument, quoted "
                  f"where it has spaces); choose from: {', '.join(sorted({row['impl'] for row in suite}))}.")
+    if args.tokens and (unknown := sorted(set(args.tokens) - {row["new_tokens"] for row in suite})):
+        sys.exit(f"error: --tokens {unknown[0]} is the new tokens of no row of --suite extended; choose from: "
+                 f"{', '.join(map(str, sorted({row['new_tokens'] for row in suite})))} (--long-tokens sets the long "
+                 f"ones).")
     device = torch.device(args.device)
     data["bandwidth_gbs"] = gpu_extended.memory_bandwidth_gbs(device)
     dtype_bytes = torch.empty((), dtype=getattr(torch, args.dtype)).element_size()
@@ -333,7 +341,8 @@ def extended(args: argparse.Namespace, env: dict[str, str], data: dict, so_far, 
         print(f"correctness: {data['correctness']['summary']}", flush=True)
     for row in suite:
         command = row.pop("command")
-        if (args.impls and row["impl"] not in args.impls) or row["algo"] not in args.algos:
+        if ((args.impls and row["impl"] not in args.impls) or row["algo"] not in args.algos
+                or (args.tokens and row["new_tokens"] not in args.tokens)):
             continue
         row["bound_tokens_per_s"] = gpu_extended.decoding_bound(sizes[row["shape"]], row["new_tokens"],
                                                                 data["bandwidth_gbs"])

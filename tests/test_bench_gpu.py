@@ -139,9 +139,17 @@ def test_the_extended_suite_measures_the_long_responses_first(tmp_path):
     runs = json.loads((tmp_path / "gpu_extended.json").read_text())["runs"]
     assert [(r["algo"], r["impl"], r["new_tokens"]) for r in runs] == [
         ("rloo", "floor", 4), ("rloo", "lit_rlhf eager", 4), ("rloo", "floor", 8)]
+    # --tokens keeps the rows of those new tokens alone
+    done = run_app(*command, "--algos", "rloo", "grpo", "--impls", "floor", "--tokens", "8", cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads((tmp_path / "gpu_extended.json").read_text())["runs"]
+    assert [(r["algo"], r["impl"], r["new_tokens"]) for r in runs] == [("grpo", "floor", 8), ("rloo", "floor", 8)]
     done = run_app(*command, "--impls", "floor,lit_rlhf eager", cwd=ROOT)
     assert done.returncode == 1
     assert done.stderr.strip().startswith("error: --impls 'floor,lit_rlhf eager' is not a row of --suite extended")
+    done = run_app(*command, "--tokens", "12", cwd=ROOT)
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("error: --tokens 12 is the new tokens of no row of --suite extended")
 
 
 def test_the_sampling_bound_is_the_bytes_a_decoding_step_reads_over_the_bandwidth():
