@@ -52,10 +52,6 @@ def check_accelerator(cfg: DictConfig) -> None:
     if accelerator in ("gpu", "cuda") and not cuda_available():
         raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) needs a CUDA GPU, and this machine has "
                           f"none; use trainer=cpu, or trainer=default, which picks what is there.")
-    interval = cfg.get("trainer", {}).get("val_check_interval")
-    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
-        raise ConfigError(f"trainer.val_check_interval={interval} must be > 0 (RL steps between held-out "
-                          f"evaluations); to switch them off use +trainer.limit_val_batches=0.")
 
 
 def cuda_available() -> bool:
@@ -135,10 +131,11 @@ def built_by_the_module(cfg: DictConfig) -> None:
                               f"remove {key}._partial_ (it is true).")
 
 
-def check_trainer_arguments(cfg: DictConfig) -> None:
+def check_trainer_arguments(cfg: DictConfig, validation_counted_in: str = "RL steps") -> None:
     """`+trainer.<TRL name>` (+trainer.save_total_limit=3) is not a Trainer argument: one line with the key that sets
-    it here, before anything is built (another unknown argument is named by Lightning's TypeError, with the nearest)."""
-    from lit_rlhf.cli.trainer_arguments import TRAINER_ARGUMENTS
+    it here, before anything is built (another unknown argument is named by Lightning's TypeError, with the nearest).
+    Then the intervals Lightning divides by; validation_counted_in: what the app's val_check_interval counts."""
+    from lit_rlhf.cli.trainer_arguments import TRAINER_ARGUMENTS, trainer_interval_line
     from lit_rlhf.config.trl_names import command_line_hint
 
     trainer = cfg.get("trainer")
@@ -147,6 +144,8 @@ def check_trainer_arguments(cfg: DictConfig) -> None:
     for name in trainer:
         if name not in TRAINER_ARGUMENTS and name != "_target_" and (hint := command_line_hint(str(name), cfg)):
             raise ConfigError(f"trainer.{name} is not an argument of Trainer{hint}; remove it.")
+    if line := trainer_interval_line(trainer, validation_counted_in):
+        raise ConfigError(line)
 
 
 def check_run_settings(cfg: DictConfig) -> None:
@@ -240,7 +239,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
 
     check_epochs(cfg)
     built_by_the_module(cfg)
-    check_trainer_arguments(cfg)
+    check_trainer_arguments(cfg, "training batches, or a fraction of an epoch,")
     sharded = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET
     check_fsdp2_settings(cfg)
     if cfg.task_name == "train_kto":

@@ -41,6 +41,29 @@ def trainer_argument_hint(name: str, cfg: DictConfig) -> str | None:
     return f" (a Lightning Trainer argument that the trainer group does not list: add it, +trainer.{name}=...)"
 
 
+def trainer_interval_line(trainer: DictConfig, counted_in: str) -> str | None:
+    """The one line for a Trainer interval that Lightning divides by (at 0 the fit failed mid-run with a
+    ZeroDivisionError) or counts with (a negative one evaluated or logged at every step); None where they hold.
+    counted_in: what the app's val_check_interval counts ("RL steps" for train.py)."""
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
+        return (f"trainer.val_check_interval={interval} must be > 0 ({counted_in} between held-out evaluations); to "
+                f"switch them off use +trainer.limit_val_batches=0.")
+    epochs = trainer.get("check_val_every_n_epoch")
+    if epochs is not None and not whole_number_at_least(epochs, 1):
+        return (f"trainer.check_val_every_n_epoch={epochs!r} must be a whole number >= 1 (epochs between held-out "
+                f"evaluations) or null; to switch them off use +trainer.limit_val_batches=0.")
+    every = trainer.get("log_every_n_steps")
+    if every is not None and not whole_number_at_least(every, 0):
+        return (f"trainer.log_every_n_steps={every!r} must be a whole number >= 0 (steps between the statistics "
+                f"the loggers write; 0 writes no step's).")
+    return None
+
+
+def whole_number_at_least(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 def trainer_refusal_line(message: str) -> str | None:
     """The one line for a refusal of Lightning's whose fix is in the apps' settings, not the trainer group; else
     None."""

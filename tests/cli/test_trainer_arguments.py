@@ -4,6 +4,7 @@ group does not set."""
 import inspect
 
 import lightning as L
+import pytest
 import yaml
 from omegaconf import OmegaConf
 
@@ -11,6 +12,7 @@ from lit_rlhf.cli.trainer_arguments import (
     TRAINER_ARGUMENTS,
     manual_optimization_line,
     trainer_argument_hint,
+    trainer_interval_line,
     trainer_refusal_line,
 )
 from tests.helpers import ROOT
@@ -53,3 +55,46 @@ def test_checkpointing_switched_off_in_the_trainer_names_the_callbacks_that_writ
                                 "`Trainer(gradient_clip_val=0.5)` or switch to automatic optimization.").startswith(
         "trainer.gradient_clip_val=0.5:")
     assert trainer_refusal_line("Some other misconfiguration.") is None
+
+
+@pytest.mark.parametrize("setting, value, expected", [
+    ("val_check_interval", 0, "trainer.val_check_interval=0 must be > 0 (RL steps between held-out evaluations)"),
+    ("val_check_interval", -0.5, "trainer.val_check_interval=-0.5 must be > 0"),
+    ("check_val_every_n_epoch", 0, "trainer.check_val_every_n_epoch=0 must be a whole number >= 1"),
+    ("check_val_every_n_epoch", -1, "trainer.check_val_every_n_epoch=-1 must be a whole number >= 1"),
+    ("check_val_every_n_epoch", 1.5, "trainer.check_val_every_n_epoch=1.5 must be a whole number >= 1"),
+    ("log_every_n_steps", -1, "trainer.log_every_n_steps=-1 must be a whole number >= 0"),
+    ("log_every_n_steps", 0.5, "trainer.log_every_n_steps=0.5 must be a whole number >= 0"),
+    ("log_every_n_steps", True, "trainer.log_every_n_steps=True must be a whole number >= 0"),
+])
+def test_an_interval_lightning_divides_or_counts_by_is_one_line(setting, value, expected):
+    """check_val_every_n_epoch=0 failed mid-run with a ZeroDivisionError (in the pair apps val_check_interval=0 too);
+    a negative log_every_n_steps logged at every step."""
+    assert trainer_interval_line(OmegaConf.create({setting: value}), "RL steps").startswith(expected)
+
+
+@pytest.mark.parametrize("trainer", [
+    {"val_check_interval": 50, "check_val_every_n_epoch": None, "log_every_n_steps": 1},
+    {"val_check_interval": 0.25, "check_val_every_n_epoch": 2, "log_every_n_steps": 0},  # 0: no step's statistics
+    {"val_check_interval": "00:00:10:00"},  # Lightning's time-based interval
+    {},
+])
+def test_the_intervals_lightning_accepts_pass(trainer):
+    assert trainer_interval_line(OmegaConf.create(trainer), "RL steps") is None
+
+
+@pytest.mark.parametrize("app, counted_in", [("train", "(RL steps between"),
+                                             ("train_sft", "(training batches, or a fraction of an epoch, between")])
+def test_each_app_says_what_its_validation_interval_counts(app, counted_in, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from lit_rlhf.cli.checks import check_fitting_on_a_file, check_run_settings
+    from lit_rlhf.cli.resolvers import register_resolvers
+    from lit_rlhf.errors import ConfigError
+
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose(app, overrides=[f"paths.output_dir={tmp_path}", "trainer.val_check_interval=0"])
+    with pytest.raises(ConfigError) as refused:
+        (check_run_settings if app == "train" else check_fitting_on_a_file)(cfg)
+    assert f"trainer.val_check_interval=0 must be > 0 {counted_in} held-out evaluations)" in str(refused.value)

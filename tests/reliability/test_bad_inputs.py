@@ -364,6 +364,8 @@ CASES = [
     ("a pickled adapter file", ["model.adapter_path=pickled_adapter"],
      "model.adapter_path='pickled_adapter' holds a pickled weights file (.bin) that is not plain tensors"),
     ("val_check_interval 0", ["trainer.val_check_interval=0"], "trainer.val_check_interval=0 must be > 0"),
+    ("check_val_every_n_epoch 0, which Lightning divided by mid-run", ["trainer.check_val_every_n_epoch=0"],
+     "trainer.check_val_every_n_epoch=0 must be a whole number >= 1 (epochs between held-out evaluations) or null"),
     ("a Trainer min_steps, which held the run past steps= for ever", ["+trainer.min_steps=2"],
      "Trainer min_steps=2 (trainer.min_steps on the command line) would hold this RL fit past every stop"),
     ("a Trainer min_epochs, which held the run past steps= for ever", ["+trainer.min_epochs=1"],
