@@ -162,10 +162,10 @@ def check_run_settings(cfg: DictConfig) -> None:
         raise ConfigError(f"gold= names the trained reward{scaled}: the gold score would measure what the run "
                           f"optimizes, not the quality the proxy stands for, and cannot show over-optimization; name "
                           f"another reward as gold (e.g. gold=vader with reward=reward_model).")
-    for key, minimum in (("seed", 0), ("steps", 1)):
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
+    check_seed(cfg)
+    steps = cfg.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError(f"steps={steps!r} must be a whole number >= 1.")
     check_trains_something(cfg)
     teacher_without_distillation(cfg)
     if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
@@ -206,6 +206,7 @@ def check_evaluation(cfg: DictConfig) -> None:
                           "export with policy_path=<folder> (the sampling settings: algo.response_length, "
                           "algo.temperature).")
     check_evaluation_device(str(cfg.get("device", "auto")))
+    check_seed(cfg)
     check_reward_group(cfg)
     your_own_reward(cfg, "gold")
     your_own_class(cfg, "rollout")
@@ -225,6 +226,15 @@ def check_evaluation(cfg: DictConfig) -> None:
     check_model_locations(cfg)
 
 
+MAX_SEED = 2**32 - 1  # numpy's, which Lightning's seed_everything seeds too
+
+
+def check_seed(cfg: DictConfig) -> None:
+    seed = cfg.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed={seed!r} must be a whole number from 0 to {MAX_SEED}.")
+
+
 def check_epochs(cfg: DictConfig) -> None:
     epochs = cfg.get("epochs")
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
@@ -238,6 +248,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     from lit_rlhf.config.data import check_dataset_file
 
     check_epochs(cfg)
+    check_seed(cfg)
     built_by_the_module(cfg)
     check_trainer_arguments(cfg, "training batches, or a fraction of an epoch,")
     sharded = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET

@@ -30,7 +30,9 @@ PADDING = {"queries": ("left", "pad"), "query_mask": ("left", 0), "responses": (
 
 def refill_prompt_indices(num_prompts: int, count: int, seed: int, rl_step: int, round_: int,
                           rank: int) -> list[int]:
-    generator = torch.Generator().manual_seed(((seed * 1_000_003 + rl_step) * 1_009 + round_) * 131 + rank)
+    # modulo 2**64, the generator's range, which the product passes from seeds above about 1.4e8 (a run's seed goes
+    # up to 2**32 - 1); below them the modulo leaves it as it is
+    generator = torch.Generator().manual_seed((((seed * 1_000_003 + rl_step) * 1_009 + round_) * 131 + rank) % 2**64)
     return torch.randperm(num_prompts, generator=generator)[:count].tolist()
 
 

@@ -5,7 +5,7 @@ import csv
 import pytest
 import torch
 
-from lit_rlhf.step.refill import concat_rollouts, first_groups, select_sequences
+from lit_rlhf.step.refill import concat_rollouts, first_groups, refill_prompt_indices, select_sequences
 from lit_rlhf.step.rollout import Rollout
 from tests.apps import run_app
 from tests.helpers import one_line_error
@@ -50,6 +50,16 @@ def metrics(path):
 
 
 @pytest.mark.integration
+def test_the_largest_seed_draws_refill_prompts_and_smaller_seeds_draw_what_they_drew():
+    """A run's seed goes up to 2**32 - 1; the refill's generator seed, a product of it, passed the generator's range
+    (a ValueError at the first refill round of a run seeded above about 1.4e8)."""
+    indices = refill_prompt_indices(100, 5, 2**32 - 1, rl_step=10**6, round_=100, rank=7)
+    assert len(set(indices)) == 5 and all(0 <= i < 100 for i in indices)
+    product = ((12345 * 1_000_003 + 3) * 1_009 + 1) * 131 + 2  # within the range: the draw is the product's
+    expected = torch.randperm(100, generator=torch.Generator().manual_seed(product))[:5].tolist()
+    assert refill_prompt_indices(100, 5, 12345, rl_step=3, round_=1, rank=2) == expected
+
+
 def test_refill_rounds_add_informative_groups_and_count_what_they_generate(tmp_path):
     refilled = run_app("train.py", *FORMAT_ONLY, "steps=3", "algo.max_refill_rounds=2", "hydra.run.dir=refill",
                        cwd=tmp_path)
