@@ -90,6 +90,8 @@ def user_error(err: BaseException) -> str | None:
         if is_lightning_misconfiguration(err):  # Lightning's own messages name the setting
             first = (str(err).strip().splitlines() or [""])[0]
             return trainer_refusal_line(first) or f"{first} (check the trainer group's settings)"
+        if isinstance(err, InstantiationException) and (line := trainer_value_line(err)):
+            return line
         if (line := removed_or_unresolved_line(err)) is not None:
             return line
         if isinstance(err, MissingMandatoryValue):
@@ -98,6 +100,18 @@ def user_error(err: BaseException) -> str | None:
                     f"{REQUIRED_KEY_HINTS.get(key, '')}")
         err = err.__cause__
     return None
+
+
+def trainer_value_line(err: InstantiationException) -> str | None:
+    """Lightning's Trainer refusing a value with a ValueError, TypeError or ImportError instead of its
+    MisconfigurationException (trainer.num_nodes=0, trainer.precision=bf17, trainer.accelerator=tpu without
+    torch_xla): its first line, which names the argument; None for any other error."""
+    cause = err.__cause__
+    if (not isinstance(cause, (ValueError, TypeError, ImportError))
+            or "target 'lightning.pytorch.trainer.trainer.Trainer'" not in str(err)):
+        return None
+    first = (str(cause).strip().splitlines() or [""])[0]
+    return f"{first} (check the trainer group's settings)"
 
 
 def spawned_rank_line(err: BaseException) -> str | None:

@@ -98,3 +98,33 @@ def test_each_app_says_what_its_validation_interval_counts(app, counted_in, tmp_
     with pytest.raises(ConfigError) as refused:
         (check_run_settings if app == "train" else check_fitting_on_a_file)(cfg)
     assert f"trainer.val_check_interval=0 must be > 0 {counted_in} held-out evaluations)" in str(refused.value)
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("num_nodes", 0, "`num_nodes` must be a positive integer, but got 0."),
+    ("precision", "bf17", "Precision 'bf17' is invalid. Allowed precision values:"),
+    ("devices", -2, "`devices` selected with `CPUAccelerator` should be an int > 0."),
+])
+def test_a_value_lightning_s_trainer_refuses_with_a_value_error_is_one_line(name, value, expected):
+    """Lightning refuses these with a ValueError or TypeError, not its MisconfigurationException: the apps printed
+    Hydra's traceback."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from lit_rlhf.cli.errors import user_error
+
+    with pytest.raises(InstantiationException) as refused:
+        instantiate({"_target_": "lightning.Trainer", "accelerator": "cpu", "logger": False, name: value})
+    line = user_error(refused.value)
+    assert line is not None and line.startswith(expected) and line.endswith("(check the trainer group's settings)")
+
+
+def test_another_error_in_a_call_is_not_taken_for_the_trainer_s():
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from lit_rlhf.cli.errors import trainer_value_line
+
+    with pytest.raises(InstantiationException) as failed:
+        instantiate({"_target_": "builtins.int", "_args_": ["abc"]})
+    assert trainer_value_line(failed.value) is None
