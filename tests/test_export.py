@@ -114,3 +114,14 @@ def test_exported_files_get_the_mode_the_users_umask_gives_new_files(trained, tm
         os.umask(previous)
     modes = {path.name: path.stat().st_mode & 0o777 for path in out.iterdir()}
     assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
+
+
+def test_exporting_a_module_before_its_model_is_built_says_when_to_export(tmp_path):
+    """From Python, export_policy(module, ...) before trainer.fit failed with an AttributeError on None: the model is
+    built in configure_model."""
+    from lit_rlhf.errors import ConfigError
+    from tests.conftest import make_rloo
+
+    with pytest.raises(ConfigError, match=r"^the module has no model to export yet: .* export after trainer\.fit"):
+        export_policy(make_rloo(), tmp_path / "policy")
+    assert not (tmp_path / "policy").exists()

@@ -52,6 +52,10 @@ def export_model(model: torch.nn.Module, tokenizer, out_dir: str | Path, adapter
     `extra_files` ({name: text}) beside them. on_a_copy merges a copy and leaves `model` as it was (a module that goes
     on being used); otherwise the merge is done in place, with no second copy of the weights in memory. into_existing
     writes into a folder that holds files already (a run's own save_dir, written again when the run is resumed)."""
+    if model is None:  # a module's model is built by configure_model, which trainer.fit calls
+        raise ConfigError("the module has no model to export yet: it builds it in configure_model, which trainer.fit "
+                          "calls; export after trainer.fit (or call module.configure_model() first to export the "
+                          "untrained one).")
     out = Path(out_dir) if into_existing else check_export_dir(out_dir, key)
     if adapter_only and not isinstance(model, PeftModel):
         raise ConfigError("--adapter-only needs a LoRA run; this one fine-tuned the full model (model.lora=null).")
