@@ -17,17 +17,15 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from lit_rlhf.errors import UnavailableError
+from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.terminal import clipped, printable
 
 
 class ResumingExperimentWriter(ExperimentWriter):
     def _check_log_dir_exists(self) -> None:
         self.previous_rows: list[dict[str, str]] | None = None
         if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
-                reader = csv.DictReader(file)
-                self.previous_rows = list(reader)
-                self.metrics_keys = sorted(reader.fieldnames or [])
+            self.previous_rows, self.metrics_keys = previous_rows(self._fs, self.metrics_file_path)
 
     def save(self) -> None:
         if self.previous_rows is not None and self.metrics:
@@ -38,6 +36,28 @@ class ResumingExperimentWriter(ExperimentWriter):
                 writer.writerows(kept)
             self.previous_rows = None
         super().save()
+
+
+def previous_rows(fs, path: str) -> tuple[list[dict[str, str]], list[str]]:
+    """The rows and columns of the metrics.csv a resumed run appends to. One that this logger cannot read (not UTF-8
+    text, not CSV, a row without a whole-number step) is one line when the logger starts, before the fit, with the
+    file left as it is."""
+    fix = "move it aside (the resumed run then starts a new one) or mend it, and resume again"
+    rows = []
+    try:
+        with fs.open(path, "r", newline="", encoding="utf-8") as file:
+            reader = csv.DictReader(file)
+            for row in reader:
+                step = row.get("step")
+                if not (isinstance(step, str) and step.isdecimal()):
+                    found = "no step" if step is None else f"step={printable(step)!r}, not a whole number"
+                    raise ConfigError(f"{printable(path)}, line {reader.line_num}: {found} (the resumed run's rows "
+                                      f"are placed by their step); {fix}.")
+                rows.append(row)
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise ConfigError(f"{printable(path)} cannot be read as the run's CSV metrics ({printable(clipped(err))}); "
+                          f"{fix}.") from err
+    return rows, sorted(reader.fieldnames or [])
 
 
 def rows_not_logged_again(previous_rows: list[dict[str, str]], first_new_row: dict) -> list[dict[str, str]]:

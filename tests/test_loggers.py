@@ -49,6 +49,27 @@ def test_the_rows_a_resumed_run_logs_again_are_replaced(tmp_path):
                                                         (2, "train", 1)]
 
 
+@pytest.mark.parametrize("tail, expected", [
+    (b"\xff\xfe not text\n", r"metrics\.csv cannot be read as the run's CSV metrics \('utf-8' codec can't decode"),
+    (b"garbage,\x1b[31m\n", r"metrics\.csv, line 4: no step \(the resumed run's rows are placed by their step\)"),
+    (b"0,1,,two\n", r"metrics\.csv, line 4: step='two', not a whole number"),
+])
+def test_a_metrics_file_the_logger_cannot_read_is_one_line_before_the_fit_and_left_as_it_is(tail, expected, tmp_path):
+    """A resumed run's metrics.csv is the run's own file, edited or damaged: a UnicodeDecodeError traceback before the
+    fit, or a ValueError at the first row the resumed run saved."""
+    from lit_rlhf.errors import ConfigError
+
+    resumed_rows(tmp_path, [(0, TRAIN), (1, TRAIN)], [])
+    with open(tmp_path / "metrics.csv", "ab") as f:
+        f.write(tail)
+    before = (tmp_path / "metrics.csv").read_bytes()
+    logger = ResumingCSVLogger(str(tmp_path), name="", version="")
+    with pytest.raises(ConfigError, match=expected) as refused:
+        logger.log_hyperparams({"seed": 0})  # what the apps do first with their loggers
+    assert "\x1b" not in str(refused.value) and str(refused.value).endswith("or mend it, and resume again.")
+    assert (tmp_path / "metrics.csv").read_bytes() == before
+
+
 @pytest.mark.parametrize(("earlier_run", "mode", "expected_id"), [
     ("run-20261203_044341-abc123", "online", "abc123"),  # the same W&B run goes on
     ("offline-run-20261203_044341-abc123", "online", None),  # wandb resumes no offline run
