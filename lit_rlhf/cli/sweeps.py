@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +130,9 @@ def write_result(output_dir: str | Path, status: str, objective: float | None, m
               "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "run_dir": str(output_dir),
               "error": error}
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / RESULT_FILE).write_text(json.dumps(config_without_passwords(result), indent=2) + "\n")
+    partial = output_dir / f".{RESULT_FILE}.partial"  # renamed over it whole: a kill never leaves half a result
+    partial.write_text(json.dumps(config_without_passwords(result), indent=2) + "\n")
+    os.replace(partial, output_dir / RESULT_FILE)
     if resumed_job:
         summarize_sweep(output_dir.parent)
 
@@ -142,10 +146,31 @@ def resumed_sweep_job(output_dir: Path) -> dict[str, Any] | None:
     return earlier if isinstance(earlier, dict) and isinstance(earlier.get("job"), int) else None
 
 
+def run_result(path: Path) -> dict[str, Any] | None:
+    """A run's result.json as write_result writes it; None for one that is not (edited, or of another program)."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    number = lambda value: value is None or isinstance(value, (int, float)) and not isinstance(value, bool)  # noqa: E731
+    text = lambda value: value is None or isinstance(value, str)  # noqa: E731
+    if not isinstance(result, dict) or not isinstance(result.get("metrics"), dict):
+        return None
+    fits = [result.get("job") is None or isinstance(result.get("job"), int) and not isinstance(result["job"], bool),
+            isinstance(result.get("status"), str), text(result.get("error")), isinstance(result.get("run_dir"), str),
+            isinstance(result.get("overrides"), list) and all(isinstance(o, str) for o in result["overrides"]),
+            number(result.get("objective")), all(number(value) for value in result["metrics"].values())]
+    return result if all(fits) else None
+
+
 def summary_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: (len(p.parent.name), p.parent.name)):
-        result = json.loads(path.read_text())
+        result = run_result(path)
+        if result is None:
+            print(f"warning: {printable(path)} is not a run's result as this library writes it; the summary leaves "
+                  f"that run out.", file=sys.stderr)
+            continue
         row = {"job": result["job"], "status": result["status"], "overrides": result["overrides"],
                "objective": result["objective"]}
         row.update({name: result["metrics"].get(name) for name in SUMMARY_METRICS})

@@ -204,3 +204,24 @@ def test_every_experiment_composes_and_instantiates_without_weights(experiment, 
         per_rank = cfg.data.batch_size // cfg.trainer.devices * module.samples_per_prompt
         micro = per_rank // cfg.algo.num_mini_batches // cfg.algo.gradient_accumulation_steps
         assert micro == 16  # TRL's per_device_train_batch_size
+
+
+def test_the_summary_leaves_out_a_result_json_it_did_not_write_with_a_warning(tmp_path, capsys):
+    """A result.json edited, or of another program, in a sweep directory ended the sweep's summary (after every job
+    had run) with a JSONDecodeError, KeyError or TypeError traceback."""
+    from lit_rlhf.cli.sweeps import summary_rows, write_result
+
+    write_result(tmp_path / "0", "ok", 0.5, {"objective/scores": 0.5})
+    assert not list((tmp_path / "0").glob(".*"))  # the partial file it is written to is renamed over result.json
+    for name, text in [("1", '{"job": 1, "status": "ok", "overr'), ("2", "[1, 2]"),
+                       ("3", json.dumps({**json.loads((tmp_path / "0" / "result.json").read_text()),
+                                         "metrics": {"objective/scores": "high"}})),
+                       ("4\x1b[2J", json.dumps({"job": 4}))]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(text)
+    rows = summary_rows(tmp_path)
+    assert [(row["job"], row["status"], row["objective"]) for row in rows] == [(None, "ok", 0.5)]
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 4 and all(line.startswith("warning: ") and line.endswith(
+        "is not a run's result as this library writes it; the summary leaves that run out.") for line in warnings)
+    assert not any("\x1b" in line for line in warnings)
