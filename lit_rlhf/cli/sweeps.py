@@ -139,11 +139,8 @@ def write_result(output_dir: str | Path, status: str, objective: float | None, m
 
 def resumed_sweep_job(output_dir: Path) -> dict[str, Any] | None:
     """The result.json a sweep wrote in output_dir (one with a job number), where a single run goes on in it."""
-    try:
-        earlier = json.loads((output_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return earlier if isinstance(earlier, dict) and isinstance(earlier.get("job"), int) else None
+    earlier = run_result(output_dir / RESULT_FILE)
+    return earlier if earlier is not None and isinstance(earlier["job"], int) else None
 
 
 def run_result(path: Path) -> dict[str, Any] | None:
