@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lit_rlhf.checkpoints.loading import load_checkpoint_file
+from lit_rlhf.checkpoints.loading import load_checkpoint_file, require_rl_checkpoint
 from lit_rlhf.checkpoints.targets import all_subclasses, rlhf_module_class
 from lit_rlhf.errors import ConfigError
 
@@ -38,20 +38,6 @@ def load_rl_module(ckpt_path: str | Path, base: type, reward=None, rollout_engin
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=False)
     return module.eval()
-
-
-def require_rl_checkpoint(checkpoint: dict, ckpt_path) -> None:
-    """One line unless `checkpoint` was written by train.py; a preference run's is named as such."""
-    if isinstance(checkpoint.get("rlhf_state"), dict) and "algo" in checkpoint["rlhf_state"]:
-        return
-    written_by = (checkpoint.get("pairs_identity") or {}).get("module")
-    if written_by in ("DPOModule", "RewardModelModule", "SFTModule"):
-        folder = "reward_model" if written_by == "RewardModelModule" else "policy"
-        kind = "an SFT run" if written_by == "SFTModule" else "a preference run"
-        raise ConfigError(f"{ckpt_path} is a checkpoint of {written_by} ({kind}), not of train.py; use the folder "
-                          f"that run saved (<run dir>/{folder}), e.g. evaluate.py policy_path=<run dir>/policy for a "
-                          f"DPO or SFT policy.")
-    raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")
 
 
 def checkpoint_settings(checkpoint: dict, ckpt_path) -> dict:

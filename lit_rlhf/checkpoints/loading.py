@@ -120,3 +120,18 @@ class SafeCheckpointIO(TorchCheckpointIO):
         fs = get_filesystem(path)
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+
+def require_rl_checkpoint(checkpoint: dict, ckpt_path) -> None:
+    """One line unless `checkpoint` was written by train.py; a preference run's is named as such."""
+    if isinstance(checkpoint.get("rlhf_state"), dict) and "algo" in checkpoint["rlhf_state"]:
+        return
+    written_by = (checkpoint.get("pairs_identity") or {}).get("module")
+    if written_by in ("DPOModule", "RewardModelModule", "SFTModule"):
+        kind = "an SFT run" if written_by == "SFTModule" else "a preference run"
+        use = ("the reward model it trained is <run dir>/reward_model: train against it with reward=reward_model "
+               "reward.name_or_path=<run dir>/reward_model" if written_by == "RewardModelModule" else
+               "the policy it trained is <run dir>/policy: evaluate it with evaluate.py policy_path=<run dir>/policy, "
+               "or train on from it with train.py model.name_or_path=<run dir>/policy")
+        raise ConfigError(f"{ckpt_path} is a checkpoint of {written_by} ({kind}), not of train.py; {use}.")
+    raise ConfigError(f"{ckpt_path} is not a lit_rlhf checkpoint (no rlhf_state); give one written by train.py.")

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.checkpoints.files import tensors_digest
+from lit_rlhf.checkpoints.loading import require_rl_checkpoint
 from lit_rlhf.checkpoints.loop_state import keep_a_cut_epoch_unfinished, loop_state_as_lightning_restores_it
 from lit_rlhf.checkpoints.resume_checks import check_resume, check_resumed_lr, check_resumed_reward
 from lit_rlhf.checkpoints.run_identity import check_same_run, run_identity, typed_paths
@@ -136,6 +137,7 @@ class TrainedStateCheckpoints:
         (the new lr once the optimizer state is restored, see on_train_start) and say which in one line."""
         if self._trainer is None or "optimizer_states" not in checkpoint:
             return  # loading weights (evaluate, export), not resuming
+        require_rl_checkpoint(checkpoint, f"ckpt_path={self.trainer.ckpt_path}")  # not a preference run's
         datamodule = getattr(self.trainer, "datamodule", None)
         check_same_run(checkpoint.get("rlhf_state", {}).get("identity"), self.identity_of_run(), typed=(
             typed_paths(checkpoint.get("hyper_parameters"), checkpoint.get("datamodule_hyper_parameters")),

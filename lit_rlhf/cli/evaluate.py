@@ -9,8 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig
 
-from lit_rlhf.algos.loading import require_rl_checkpoint
-from lit_rlhf.checkpoints.loading import load_checkpoint_file
+from lit_rlhf.checkpoints.loading import load_checkpoint_file, require_rl_checkpoint
 from lit_rlhf.cli.checks import check_evaluation, check_evaluation_device
 from lit_rlhf.cli.run_dirs import discard_unused_run_dir
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings

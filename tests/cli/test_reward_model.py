@@ -141,6 +141,11 @@ def test_a_checkpoint_of_another_kind_is_named_as_such(tmp_path):
     checkpoint = tmp_path / "dpo" / "checkpoints" / "last.ckpt"
     line = one_line_error(run_app("evaluate.py", f"ckpt_path={checkpoint}", cwd=tmp_path))
     assert "is a checkpoint of DPOModule (a preference run), not of train.py" in line, line
+    # train.py resuming from it: named too (it said "resume changes algo.loss_type ('sigmoid' -> 'bnpo')")
+    line = one_line_error(run_app("train.py", *FAST, f"ckpt_path={checkpoint}", cwd=tmp_path))
+    assert line == (f"error: ckpt_path={checkpoint} is a checkpoint of DPOModule (a preference run), not of train.py; "
+                    f"the policy it trained is <run dir>/policy: evaluate it with evaluate.py policy_path=<run "
+                    f"dir>/policy, or train on from it with train.py model.name_or_path=<run dir>/policy."), line
     line = one_line_error(run_app("train_reward_model.py", "data.dataset=pairs.jsonl", f"ckpt_path={checkpoint}",
                                   cwd=tmp_path))
     assert line.startswith("error: ckpt_path holds a checkpoint of train_dpo.py, not of train_reward_model.py"), line
