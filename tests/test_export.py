@@ -117,8 +117,8 @@ def test_exported_files_get_the_mode_the_users_umask_gives_new_files(trained, tm
 
 
 def test_exporting_a_module_before_its_model_is_built_says_when_to_export(tmp_path):
-    """From Python, export_policy(module, ...) before trainer.fit failed with an AttributeError on None: the model is
-    built in configure_model."""
+    """From Python, export_policy(module, ...) before trainer.fit: the model is built in configure_model, and the
+    module holds None until then."""
     from lit_rlhf.errors import ConfigError
     from tests.conftest import make_rloo
 

@@ -55,8 +55,8 @@ def test_the_rows_a_resumed_run_logs_again_are_replaced(tmp_path):
     (b"0,1,,two\n", r"metrics\.csv, line 4: step='two', not a whole number"),
 ])
 def test_a_metrics_file_the_logger_cannot_read_is_one_line_before_the_fit_and_left_as_it_is(tail, expected, tmp_path):
-    """A resumed run's metrics.csv is the run's own file, edited or damaged: a UnicodeDecodeError traceback before the
-    fit, or a ValueError at the first row the resumed run saved."""
+    """A resumed run's metrics.csv is the run's own file, which may be edited or damaged; unchecked, it stops the run
+    with a UnicodeDecodeError before the fit, or with a ValueError at the first row the resumed run saves."""
     from lit_rlhf.errors import ConfigError
 
     resumed_rows(tmp_path, [(0, TRAIN), (1, TRAIN)], [])

@@ -42,8 +42,8 @@ def trainer_argument_hint(name: str, cfg: DictConfig) -> str | None:
 
 
 def trainer_interval_line(trainer: DictConfig, counted_in: str) -> str | None:
-    """The one line for a Trainer interval that Lightning divides by (at 0 the fit failed mid-run with a
-    ZeroDivisionError) or counts with (a negative one evaluated or logged at every step); None where they hold.
+    """The one line for a Trainer interval that Lightning divides by (at 0 its fit stops mid-run on a
+    ZeroDivisionError) or counts with (a negative one evaluates or logs at every step); None where they hold.
     counted_in: what the app's val_check_interval counts ("RL steps" for train.py)."""
     interval = trainer.get("val_check_interval")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:

@@ -33,7 +33,7 @@ from tests.config.test_setting_hints import CONF, composition_line
     (["~data.batch_size"], "~data.batch_size cannot remove data.batch_size: every setting of data is read by the "
                            "run; set it instead (data.batch_size=<value>), or see its default with `python train.py "
                            "--cfg job`."),
-    # Hydra's own line was "Config group override must be a string or a list. Got NoneType"
+    # Hydra's own line: "Config group override must be a string or a list. Got NoneType"
     (["logger=null"], "logger=null: logger is a config group, whose options are files; leave it out with ~logger."),
     (["env=null"], "env=null: env is a config group, whose options are files; leave it out with env=none."),
 ])

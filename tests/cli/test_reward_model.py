@@ -141,7 +141,7 @@ def test_a_checkpoint_of_another_kind_is_named_as_such(tmp_path):
     checkpoint = tmp_path / "dpo" / "checkpoints" / "last.ckpt"
     line = one_line_error(run_app("evaluate.py", f"ckpt_path={checkpoint}", cwd=tmp_path))
     assert "is a checkpoint of DPOModule (a preference run), not of train.py" in line, line
-    # train.py resuming from it: named too (it said "resume changes algo.loss_type ('sigmoid' -> 'bnpo')")
+    # train.py resuming from it: named too (its settings differ from an RL run's, but that is not the point)
     line = one_line_error(run_app("train.py", *FAST, f"ckpt_path={checkpoint}", cwd=tmp_path))
     assert line == (f"error: ckpt_path={checkpoint} is a checkpoint of DPOModule (a preference run), not of train.py; "
                     f"the policy it trained is <run dir>/policy: evaluate it with evaluate.py policy_path=<run "

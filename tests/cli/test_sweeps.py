@@ -207,8 +207,8 @@ def test_every_experiment_composes_and_instantiates_without_weights(experiment, 
 
 
 def test_the_summary_leaves_out_a_result_json_it_did_not_write_with_a_warning(tmp_path, capsys):
-    """A result.json edited, or of another program, in a sweep directory ended the sweep's summary (after every job
-    had run) with a JSONDecodeError, KeyError or TypeError traceback."""
+    """A result.json edited, or of another program, in a sweep directory: unchecked, it ends the sweep's summary
+    (after every job has run) with a JSONDecodeError, KeyError or TypeError traceback."""
     from lit_rlhf.cli.sweeps import summary_rows, write_result
 
     write_result(tmp_path / "0", "ok", 0.5, {"objective/scores": 0.5})

@@ -68,8 +68,8 @@ def test_checkpointing_switched_off_in_the_trainer_names_the_callbacks_that_writ
     ("log_every_n_steps", True, "trainer.log_every_n_steps=True must be a whole number >= 0"),
 ])
 def test_an_interval_lightning_divides_or_counts_by_is_one_line(setting, value, expected):
-    """check_val_every_n_epoch=0 failed mid-run with a ZeroDivisionError (in the pair apps val_check_interval=0 too);
-    a negative log_every_n_steps logged at every step."""
+    """Unchecked, check_val_every_n_epoch=0 (in the pair apps val_check_interval=0 too) stops the fit mid-run on
+    Lightning's ZeroDivisionError, and a negative log_every_n_steps logs at every step."""
     assert trainer_interval_line(OmegaConf.create({setting: value}), "RL steps").startswith(expected)
 
 
@@ -106,8 +106,8 @@ def test_each_app_says_what_its_validation_interval_counts(app, counted_in, tmp_
     ("devices", -2, "`devices` selected with `CPUAccelerator` should be an int > 0."),
 ])
 def test_a_value_lightning_s_trainer_refuses_with_a_value_error_is_one_line(name, value, expected):
-    """Lightning refuses these with a ValueError or TypeError, not its MisconfigurationException: the apps printed
-    Hydra's traceback."""
+    """Lightning refuses these with a ValueError or TypeError, not its MisconfigurationException, which Hydra wraps
+    in a traceback of its own."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 

@@ -51,8 +51,8 @@ def metrics(path):
 
 @pytest.mark.integration
 def test_the_largest_seed_draws_refill_prompts_and_smaller_seeds_draw_what_they_drew():
-    """A run's seed goes up to 2**32 - 1; the refill's generator seed, a product of it, passed the generator's range
-    (a ValueError at the first refill round of a run seeded above about 1.4e8)."""
+    """A run's seed goes up to 2**32 - 1; the refill's generator seed, a product of it, passes the generator's range
+    from seeds above about 1.4e8 (torch's ValueError at the first refill round, unless taken modulo 2**64)."""
     indices = refill_prompt_indices(100, 5, 2**32 - 1, rl_step=10**6, round_=100, rank=7)
     assert len(set(indices)) == 5 and all(0 <= i < 100 for i in indices)
     product = ((12345 * 1_000_003 + 3) * 1_009 + 1) * 131 + 2  # within the range: the draw is the product's
