@@ -49,7 +49,6 @@ def metrics(path):
         return [r for r in csv.DictReader(f) if r.get("rollout/zero_std_frac")]
 
 
-@pytest.mark.integration
 def test_the_largest_seed_draws_refill_prompts_and_smaller_seeds_draw_what_they_drew():
     """A run's seed goes up to 2**32 - 1; the refill's generator seed, a product of it, passes the generator's range
     from seeds above about 1.4e8 (torch's ValueError at the first refill round, unless taken modulo 2**64)."""
@@ -60,6 +59,7 @@ def test_the_largest_seed_draws_refill_prompts_and_smaller_seeds_draw_what_they_
     assert refill_prompt_indices(100, 5, 12345, rl_step=3, round_=1, rank=2) == expected
 
 
+@pytest.mark.integration
 def test_refill_rounds_add_informative_groups_and_count_what_they_generate(tmp_path):
     refilled = run_app("train.py", *FORMAT_ONLY, "steps=3", "algo.max_refill_rounds=2", "hydra.run.dir=refill",
                        cwd=tmp_path)
