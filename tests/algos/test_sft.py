@@ -265,8 +265,8 @@ def test_train_sft_py_as_typed_saves_a_policy_that_train_py_starts_from(tmp_path
     assert not any(name.endswith(("_step", "_epoch")) for name in columns), columns
     line = one_line_error(run_app("evaluate.py", f"ckpt_path={tmp_path / 'sft' / 'checkpoints' / 'last.ckpt'}",
                                   cwd=tmp_path))
-    assert "is a checkpoint of SFTModule (an SFT run), not of train.py; use the folder that run saved (<run " \
-           "dir>/policy)" in line, line
+    assert "is a checkpoint of SFTModule (an SFT run), not of train.py; the policy it trained is <run dir>/policy: " \
+           "evaluate it with evaluate.py policy_path=<run dir>/policy" in line, line
     folder = re.search(r"python train.py model.name_or_path=(\S+)", trained.stdout).group(1)
     rl = run_app("train.py", f"model.name_or_path={folder}", *FAST, "hydra.run.dir=rl", cwd=tmp_path)
     assert rl.returncode == 0, rl.stderr[-3000:]
