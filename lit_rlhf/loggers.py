@@ -64,12 +64,18 @@ def rows_not_logged_again(previous_rows: list[dict[str, str]], first_new_row: di
     """The rows of the run a resume continues that come before the resumed run's first row: up to that row's own, when
     the earlier run wrote it (a row at its step with one of its metrics), else those at its step or before (the
     earlier run stopped while it was due). A checkpoint written in the held-out evaluation after a step resumes with
-    that evaluation, at the step of the training row already written, which stays."""
+    that evaluation, at the step of the training row already written, which stays.
+
+    Two rows at one step can share metrics: the starting policy's evaluation and the one after RL step 1 are both at
+    step 0. The row logged again is the one with the most of its columns in common (only Lightning's rows have
+    `epoch`; the starting policy's is logged beside Lightning), the first of equals."""
     step = int(first_new_row["step"])
-    metrics = set(first_new_row) - {"step", "epoch"}
-    for i, row in enumerate(previous_rows):
-        if int(row["step"]) == step and any(row.get(key) for key in metrics):
-            return previous_rows[:i]
+    columns = set(first_new_row) - {"step"}
+    metrics = columns - {"epoch"}
+    shared = {i: sum(bool(row.get(key)) for key in columns) for i, row in enumerate(previous_rows)
+              if int(row["step"]) == step and any(row.get(key) for key in metrics)}
+    if shared:
+        return previous_rows[:max(shared, key=lambda i: (shared[i], -i))]
     return [row for row in previous_rows if int(row["step"]) <= step]
 
 

@@ -7,36 +7,52 @@ import pytest
 from lit_rlhf.loggers import ResumingCSVLogger
 
 TRAIN, EVAL = "loss", "eval/scores"  # a metric of an RL step's row; of a held-out evaluation's
+START = "start"  # the starting policy's evaluation: EVAL at step 0, logged beside Lightning (no epoch)
 
 
 def resumed_rows(tmp_path, previous: list[tuple[int, str]], logged: list[tuple[int, str]]) -> list[tuple]:
-    """(step, "train" or "eval", run) of each row of metrics.csv after a run that wrote `previous` (step, metric) is
-    resumed in the same directory and logs `logged`; the metric's value says which run wrote the row (0: the first,
-    1: the resumed one)."""
+    """(step, "train", "eval" or "start", run) of each row of metrics.csv after a run that wrote `previous` (step,
+    metric) is resumed in the same directory and logs `logged`; the metric's value says which run wrote the row (0:
+    the first, 1: the resumed one)."""
+    def row(metric, value):
+        return {EVAL: value} if metric == START else {metric: value, "epoch": 0}
+
+    def kind(row):
+        return "train" if row[TRAIN] else "eval" if row["epoch"] else "start"
+
     with open(tmp_path / "metrics.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["epoch", EVAL, TRAIN, "step"])
         writer.writeheader()
-        writer.writerows({metric: 0, "epoch": 0, "step": step} for step, metric in previous)
+        writer.writerows({**row(metric, 0), "step": step} for step, metric in previous)
     logger = ResumingCSVLogger(str(tmp_path), name="", version="")
     for step, metric in logged:
-        logger.log_metrics({metric: 1, "epoch": 0}, step=step)  # Lightning saves after each row it logs
+        logger.log_metrics(row(metric, 1), step=step)  # Lightning saves after each row it logs
         logger.save()
     with open(tmp_path / "metrics.csv") as f:
-        return [(int(row["step"]), "eval" if row[EVAL] else "train", int(float(row[EVAL] or row[TRAIN])))
-                for row in csv.DictReader(f)]
+        return [(int(row["step"]), kind(row), int(float(row[EVAL] or row[TRAIN]))) for row in csv.DictReader(f)]
 
 
-@pytest.mark.parametrize("case", ["within a step", "in the evaluation after a step"])
+@pytest.mark.parametrize("case", ["within a step", "in the evaluation after a step", "in the evaluation after step 1",
+                                  "before step 1"])
 def test_a_resumed_run_keeps_the_rows_it_does_not_log_again(case, tmp_path):
     if case == "within a step":  # the checkpoint holds step 1 (index 0); step 2 (index 1) runs again
-        previous = [(0, EVAL), (0, TRAIN)]
+        previous = [(0, START), (0, TRAIN)]
         logged = [(1, TRAIN), (1, EVAL), (2, TRAIN)]
-        expected = [(0, "eval", 0), (0, "train", 0), (1, "train", 1), (1, "eval", 1), (2, "train", 1)]
+        expected = [(0, "start", 0), (0, "train", 0), (1, "train", 1), (1, "eval", 1), (2, "train", 1)]
+    elif case == "in the evaluation after step 1":  # the evaluation after step 1 shares index 0 with the starting
+        # policy's: it alone is logged again (a run stopped there by max_time and resumed lost all three rows)
+        previous = [(0, START), (0, TRAIN), (0, EVAL)]
+        logged = [(0, EVAL), (1, TRAIN)]
+        expected = [(0, "start", 0), (0, "train", 0), (0, "eval", 1), (1, "train", 1)]
+    elif case == "before step 1":  # a checkpoint of no step (a run interrupted in its first): everything runs again
+        previous = [(0, START), (0, TRAIN), (0, EVAL)]
+        logged = [(0, START), (0, TRAIN)]
+        expected = [(0, "start", 1), (0, "train", 1)]
     else:  # the checkpoint holds step 2, written in the evaluation after it, which the resumed run runs again first:
         # step 2's training row (index 1) stays (it was dropped: the resumed run's first row has its index)
-        previous = [(0, EVAL), (0, TRAIN), (1, TRAIN)]
+        previous = [(0, START), (0, TRAIN), (1, TRAIN)]
         logged = [(1, EVAL), (2, TRAIN)]
-        expected = [(0, "eval", 0), (0, "train", 0), (1, "train", 0), (1, "eval", 1), (2, "train", 1)]
+        expected = [(0, "start", 0), (0, "train", 0), (1, "train", 0), (1, "eval", 1), (2, "train", 1)]
     assert resumed_rows(tmp_path, previous, logged) == expected
 
 
