@@ -1,6 +1,7 @@
 """GenerationSamples: what the policy writes on the held-out prompts, during the run.
 
-At the start of fit (not again when it resumes), every `every_n_steps` RL steps (default: num_sample_generations
+At the start of fit (not again when it resumes: samples.jsonl then keeps the rows of the steps the checkpoint holds
+and drops those the resumed run draws again), every `every_n_steps` RL steps (default: num_sample_generations
 times over the run, like TRL) and at the end, on rank zero: one completion per held-out prompt with the training
 sampling settings (and greedy, if asked), scored, with its KL to the reference. Written to
 <run dir>/samples.jsonl always; printed as a rich table; logged as a wandb Table or TensorBoard text. A
@@ -11,6 +12,7 @@ also as `turns`: [{role: model | env, text}]).
 from __future__ import annotations
 
 import json
+import os
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,8 @@ class GenerationSamples(L.Callback):
         # a SIGTERM during the set-up: the run stops before training; a resumed run wrote its start samples already
         if module.rl_step == 0 and not stop_requested(trainer):
             self.generate(trainer, module, "start")
+        elif trainer.is_global_zero:
+            drop_rows_after(self.path(trainer), module.rl_step)
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         every = self.interval(trainer, module)
@@ -121,3 +125,26 @@ class GenerationSamples(L.Callback):
                 response = r["response"][: self.max_chars] + ("..." if len(r["response"]) > self.max_chars else "")
                 table.add_row(r["mode"], as_text(r["query"]), as_text(response), f"{r['score']:.3f}", f"{r['kl']:.3f}")
             plain_console().print(table)
+
+
+def drop_rows_after(path: Path, rl_step: int) -> None:
+    """Drops from samples.jsonl the rows after RL step `rl_step`, which a run resumed from a checkpoint of that step
+    draws again (an earlier checkpoint than the run's last samples: a crash, or ckpt_path naming an older one). A
+    line that is not one of this callback's rows stays, as does the order."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
+    kept = [line for line in lines if not row_step(line) > rl_step]
+    if len(kept) < len(lines):
+        partial = path.with_name(f".{path.name}.partial")  # renamed over it whole: a kill never leaves half the file
+        partial.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
+        os.replace(partial, path)
+
+
+def row_step(line: str) -> int | float:
+    """The RL step of a samples.jsonl line, or -inf for one without a whole-number step."""
+    try:
+        step = json.loads(line).get("step")
+    except (ValueError, AttributeError):
+        return float("-inf")
+    return step if isinstance(step, int) and not isinstance(step, bool) else float("-inf")
