@@ -73,8 +73,10 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> dict[st
             with get_filesystem(name).open(name, "rb") as file:  # a local path, or fsspec's (s3://, gs://, ...)
                 checkpoint = torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        found = re.search(r"GLOBAL (\S+)", str(err))  # the callable or class the pickle asks for
-        if found is None:  # not a pickle a checkpoint writer makes: random bytes, another format
+        # the callable or class the pickle asks for, module.name: a text file starting with "c" (pickle's GLOBAL)
+        # asks for its first line
+        found = re.search(r"GLOBAL ([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\s|$)", str(err))
+        if found is None:  # not a pickle a checkpoint writer makes: random bytes, text, another format
             raise ConfigError(f"ckpt_path={name!r} cannot be read (not a PyTorch checkpoint); give a .ckpt written "
                               f"by lit_rlhf.") from err
         what = f"it references {found.group(1)}"

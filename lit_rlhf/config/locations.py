@@ -42,6 +42,12 @@ def local_folder_note(name: str) -> str:
 def check_model_location(key: str, name_or_path: str, whole_model: bool = False) -> None:
     """One line, naming `key`, for a name that is no folder here and that the Hub could not serve either, and, where
     a whole model is needed (whole_model), for a folder that holds a peft adapter only."""
+    if Path(name_or_path).is_file():  # a run's checkpoint, a weights file: from_pretrained reads folders
+        checkpoint = (" A run's Lightning checkpoint (.ckpt) is not one: export it (python -m lit_rlhf.export CKPT "
+                      "OUT_DIR) and give OUT_DIR, or give the checkpoint as ckpt_path=.")
+        raise ConfigError(f"{key}={name_or_path!r} is a file, not a model folder; give the folder that "
+                          f"save_pretrained wrote (config.json and the weights), or a Hub name."
+                          f"{checkpoint if name_or_path.endswith('.ckpt') else ''}")
     if not Path(name_or_path).exists() and not hub_name(name_or_path):
         raise ConfigError(f"{key}={name_or_path!r} is no folder here, and not a Hugging Face Hub name (owner/name) "
                           f"either; give the path of a folder that save_pretrained wrote, or a Hub name.")

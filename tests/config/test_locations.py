@@ -24,6 +24,19 @@ def test_a_folder_here_passes_whatever_its_name(tmp_path, monkeypatch):
         check_model_location("model.name_or_path", "my policy/v2")
 
 
+@pytest.mark.parametrize("name, checkpoint_note", [("last.ckpt", True), ("metrics.csv", False)])
+def test_a_file_given_as_a_model_is_refused_and_a_checkpoint_is_pointed_to_its_export(name, checkpoint_note, tmp_path,
+                                                                                        monkeypatch):
+    """policy_path=<run>/checkpoints/last.ckpt said "is a local folder that cannot be loaded" after the imports."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ConfigError) as err:
+        check_model_location("policy_path", name)
+    assert str(err.value).startswith(f"policy_path={name!r} is a file, not a model folder; give the folder that "
+                                     f"save_pretrained wrote")
+    assert ("export it (python -m lit_rlhf.export CKPT OUT_DIR)" in str(err.value)) is checkpoint_note
+
+
 def test_a_hub_shaped_name_whose_owner_is_a_folder_here_is_noted_as_a_path_that_folder_lacks(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "rloo-policy").mkdir(parents=True)

@@ -138,6 +138,19 @@ def test_a_checkpoint_on_an_fsspec_filesystem_round_trips_and_one_that_pickles_a
         fsspec.filesystem("memory").rm(base, recursive=True)
 
 
+@pytest.mark.parametrize("text", ["clip_ratio/high_mean,clip_ratio/low_mean,step\n0.0,0.0,0\n",  # a metrics.csv
+                                  "cat dog\nfish\n"])  # pickle's GLOBAL: "cat dog", "fish"
+def test_a_text_file_as_checkpoint_is_not_a_checkpoint_not_one_that_references_code(text, tmp_path):
+    """A text file starting with "c" reads as a pickle asking for its first line as a callable: the line said "was
+    refused: it references lip_ratio/high_mean,clip_ratio/low_mean,...", as though it held code."""
+    from lit_rlhf.checkpoints.loading import load_checkpoint_file
+    from lit_rlhf.errors import ConfigError
+
+    (tmp_path / "metrics.csv").write_text(text)
+    with pytest.raises(ConfigError, match=r"metrics.csv' cannot be read \(not a PyTorch checkpoint\); give a .ckpt"):
+        load_checkpoint_file(tmp_path / "metrics.csv")
+
+
 @pytest.mark.integration
 def test_two_urls_with_the_same_file_name_load_their_own_checkpoints(trained_run, tmp_path):
     from lit_rlhf.checkpoints.loading import load_checkpoint_file
