@@ -44,7 +44,7 @@ def check_model_location(key: str, name_or_path: str, whole_model: bool = False)
     a whole model is needed (whole_model), for a folder that holds a peft adapter only."""
     if Path(name_or_path).is_file():  # a run's checkpoint, a weights file: from_pretrained reads folders
         checkpoint = (" A run's Lightning checkpoint (.ckpt) is not one: export it (python -m lit_rlhf.export CKPT "
-                      "OUT_DIR) and give OUT_DIR, or give the checkpoint as ckpt_path=.")
+                      "OUT_DIR) and give OUT_DIR (ckpt_path= is what resumes or evaluates a checkpoint).")
         raise ConfigError(f"{key}={name_or_path!r} is a file, not a model folder; give the folder that "
                           f"save_pretrained wrote (config.json and the weights), or a Hub name."
                           f"{checkpoint if name_or_path.endswith('.ckpt') else ''}")
