@@ -98,6 +98,7 @@ def compare_as_configured(cfg: DictConfig) -> Evaluation:
     check_evaluation(cfg)  # evaluate.py checked them before its imports; a caller from Python has not
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
+    judge = instantiate(cfg.judge)  # its settings checked before the model loads
     module, trained = load_module(cfg)
     if trained.gold:  # scored on both sides beside the reward (summary["gold"])
         module.sampler.use_gold(instantiate(trained.gold))
@@ -110,4 +111,4 @@ def compare_as_configured(cfg: DictConfig) -> Evaluation:
         datamodule = instantiate(cfg.data, tokenizer=policy_tokenizer)
     datamodule.setup("validate")
     return compare_with_reference(module, datamodule.val_dataloader(), cfg.samples_per_prompt, cfg.seed,
-                                  instantiate(cfg.judge), cfg.confidence, cfg.num_bootstraps)
+                                  judge, cfg.confidence, cfg.num_bootstraps)

@@ -13,10 +13,13 @@ and is selected with `judge._target_=my_module.MyJudge` (evaluate.py) or PolicyE
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
 import torch
+
+from lit_rlhf.errors import ConfigError
 
 
 class PairwiseJudge(Protocol):
@@ -29,6 +32,10 @@ class RewardJudge:
     """The completion with the higher reward wins; scores within `tie_margin` of each other tie."""
 
     def __init__(self, tie_margin: float = 0.0):
+        # a negative margin would count every loss by less than it as a win
+        if not isinstance(tie_margin, (int, float)) or isinstance(tie_margin, bool) or not 0 <= tie_margin < math.inf:
+            raise ConfigError(f"judge.tie_margin={tie_margin!r} must be a finite number >= 0 (0: only equal scores "
+                              f"tie).")
         self.tie_margin = tie_margin
 
     def __call__(self, prompts, policy_completions, reference_completions, policy_scores, reference_scores):
