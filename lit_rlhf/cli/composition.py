@@ -18,6 +18,7 @@ from lit_rlhf.errors import SYNONYMS, nearest
 
 # Hydra's words for a value of the wrong type
 CONVERSION = r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)"
+NOT_A_BOOL = r"Value '([^']*)' is not a valid bool"
 
 
 def app_command(config_name: str, flags: str = "") -> str:
@@ -193,6 +194,8 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     converted = re.search(CONVERSION, text)
     if converted and key:
         return f"{key}={converted.group(1)!r} must be of type {converted.group(2).lower()}."
+    if (not_a_bool := re.search(NOT_A_BOOL, text)) and key:
+        return f"{key}={not_a_bool.group(1)!r} must be true or false."
     if key and names_an_unknown_key(err):
         if fsdp2_line := fsdp2_setting_without_fsdp2(key, overrides):
             return fsdp2_line

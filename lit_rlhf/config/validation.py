@@ -3,9 +3,11 @@ Run when the module is built, so a bad value fails before any weights load."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import numbers
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -88,7 +90,20 @@ def check_optimizer(optimizer: Callable | None) -> None:
         raise ConfigError(f"algo.optimizer.weight_decay={decay!r} must be a finite number >= 0.")
 
 
+def check_flags(hp: Any) -> None:
+    """Every true-or-false setting of a config dataclass: a bool (or null where the field allows it). From Python a
+    string such as "false" was taken as true; the command line's type check names no fix."""
+    hints = typing.get_type_hints(type(hp))
+    for field in dataclasses.fields(hp):
+        annotation = hints[field.name]
+        value = getattr(hp, field.name)
+        if annotation in (bool, bool | None) and not isinstance(value, bool) and not (
+                value is None and annotation != bool):
+            raise ConfigError(f"algo.{field.name}={value!r} must be true or false.")
+
+
 def check_shared_settings(hp: Any) -> None:
+    check_flags(hp)
     for name in ("num_ppo_epochs", "num_mini_batches", "gradient_accumulation_steps", "response_length"):
         check_number(name, getattr(hp, name), minimum=1, integer=True)
     check_number("forward_batch_size", hp.forward_batch_size, minimum=1, integer=True, optional=True)

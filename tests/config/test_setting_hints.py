@@ -147,6 +147,7 @@ def test_a_value_of_the_wrong_type_beside_an_unknown_key_leaves_its_hint():
     assert composition_line("algo.kl_coeff=0.1", "data.batch_size=x") == (
         "algo.kl_coeff is not a setting (did you mean 'kl_coef'?); see `python train.py --cfg job` for every key.")
     assert composition_line("data.batch_size=x", "algo.kl_coeff=0.1") == "data.batch_size='x' must be of type integer."
+    assert composition_line("algo.padding_free=x") == "algo.padding_free='x' must be true or false."
 
 
 def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anything_is_built():

@@ -383,3 +383,16 @@ def test_a_lora_alpha_that_is_no_positive_number_is_refused(alpha):
                                           r"change the model \(default: 32, twice r=16\).$"):
         LoraSettings(lora_alpha=alpha)
     assert LoraSettings(lora_alpha=8.5).lora_alpha == 8.5  # peft takes a float
+
+
+@pytest.mark.parametrize("config, field", [("RLOOConfig", "padding_free"), ("PPOConfig", "whiten_rewards"),
+                                           ("GRPOConfig", "mask_truncated_completions"),
+                                           ("DistillationConfig", "padding_free")])
+def test_every_true_or_false_setting_of_an_algorithm_takes_a_bool_only(config, field):
+    """From Python, whiten_rewards="false" was taken as true."""
+    import lit_rlhf.config
+
+    make = getattr(lit_rlhf.config, config)
+    assert getattr(make(**{field: True}), field) is True
+    with pytest.raises(ConfigError, match=rf"^algo.{field}='false' must be true or false.$"):
+        make(**{field: "false"})
