@@ -98,7 +98,7 @@ def check_flags(hp: Any) -> None:
         annotation = hints[field.name]
         value = getattr(hp, field.name)
         if annotation in (bool, bool | None) and not isinstance(value, bool) and not (
-                value is None and annotation != bool):
+                value is None and annotation is not bool):
             raise ConfigError(f"algo.{field.name}={value!r} must be true or false.")
 
 
