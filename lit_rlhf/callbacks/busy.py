@@ -18,6 +18,8 @@ import torch
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.utilities import rank_zero_info
 
+from lit_rlhf.callbacks.settings import check_flag
+
 
 def usable_cpus() -> int:
     """The cores this process may run on: its affinity, capped by a cgroup v2 CPU quota where one is set."""
@@ -62,6 +64,7 @@ class BusyMachineCheck(L.Callback):
     training."""
 
     def __init__(self, enabled: bool = True):
+        check_flag("busy_machine.enabled", enabled)
         self.enabled = enabled
         self._start: tuple[float, float] | None = None
 

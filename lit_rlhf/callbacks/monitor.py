@@ -25,7 +25,7 @@ from statistics import fmean
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.callbacks.settings import check_count
+from lit_rlhf.callbacks.settings import check_count, check_flag
 
 CHANGES = {"length_jump": ("completions/mean_length", "mean completion length"),
            "missing_stop_jump": ("completions/clipped_ratio", "share of completions without the stop token"),
@@ -95,6 +95,7 @@ class RewardHackingMonitor(L.Callback):
     """Logs monitor/<sign> every RL step and warns once per sign (on rank zero) with what it saw."""
 
     def __init__(self, enabled: bool = True, **thresholds):
+        check_flag("reward_hacking_monitor.enabled", enabled)
         self.enabled = enabled
         self.signs = HackingSigns(**thresholds)
         self.warned: dict[str, int] = {}  # sign: the RL step of its first warning

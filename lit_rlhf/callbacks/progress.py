@@ -7,7 +7,7 @@ import time
 
 import lightning as L
 
-from lit_rlhf.callbacks.settings import check_count
+from lit_rlhf.callbacks.settings import check_count, check_flag
 
 
 class ProgressLines(L.Callback):
@@ -19,6 +19,7 @@ class ProgressLines(L.Callback):
     def __init__(self, every_n_steps: int | None = None, only_without_terminal: bool = True):
         if every_n_steps is not None:
             check_count("progress_lines.every_n_steps", every_n_steps, 1, "or null")
+        check_flag("progress_lines.only_without_terminal", only_without_terminal)
         self.every_n_steps, self.only_without_terminal = every_n_steps, only_without_terminal
         self._start = self._start_step = None
 

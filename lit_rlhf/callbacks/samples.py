@@ -24,7 +24,7 @@ from rich.table import Table
 from lit_rlhf.callbacks.heldout import heldout_batch
 from lit_rlhf.callbacks.interrupt import stop_requested
 from lit_rlhf.callbacks.run_folder import run_folder
-from lit_rlhf.callbacks.settings import check_count
+from lit_rlhf.callbacks.settings import check_count, check_flag
 from lit_rlhf.interrupts import CallAbandoned
 from lit_rlhf.terminal import as_text, plain_console
 
@@ -37,6 +37,8 @@ class GenerationSamples(L.Callback):
                  print_to_console: bool = False, max_chars: int = 200):
         check_count("generation_samples.num_samples", num_samples, 1)
         check_count("generation_samples.max_chars", max_chars, 1)
+        check_flag("generation_samples.greedy", greedy)
+        check_flag("generation_samples.print_to_console", print_to_console)
         check_count("generation_samples.num_sample_generations", num_sample_generations, 0, "(0: none during training)")
         if every_n_steps is not None:
             check_count("generation_samples.every_n_steps", every_n_steps, 1,

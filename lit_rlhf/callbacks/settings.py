@@ -1,5 +1,6 @@
-"""The callbacks' count and fraction settings, checked when a callback is built (before the fit), each in one line
-that names its key under `callbacks.` (the Hydra config's name; in Python, the callback's argument of that name)."""
+"""The callbacks' count, fraction and true-or-false settings, checked when a callback is built (before the fit),
+each in one line that names its key under `callbacks.` (the Hydra config's name; in Python, the callback's argument
+of that name)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ def check_count(key: str, value: Any, least: int, note: str = "") -> None:
     """callbacks.<key> is a whole number >= least."""
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise ConfigError(f"callbacks.{key}={value!r} must be a whole number >= {least}{' ' + note if note else ''}.")
+
+
+def check_flag(key: str, value: Any) -> None:
+    """callbacks.<key> is true or false (a string such as "false" would read as true)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"callbacks.{key}={value!r} must be true or false.")
 
 
 def check_fraction(key: str, value: Any, example: str) -> None:

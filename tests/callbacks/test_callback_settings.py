@@ -39,6 +39,21 @@ def test_a_count_that_is_no_whole_number_is_one_line(settings, line):
     assert str(err.value) == line
 
 
+@pytest.mark.parametrize("callback, key", [
+    ("GenerationSamples", "generation_samples.greedy"), ("GenerationSamples", "generation_samples.print_to_console"),
+    ("BusyMachineCheck", "busy_machine.enabled"), ("RewardHackingMonitor", "reward_hacking_monitor.enabled"),
+    ("ProgressLines", "progress_lines.only_without_terminal")])
+def test_a_true_or_false_setting_that_is_no_bool_is_one_line(callback, key):
+    """greedy="false" (a string from Python, or a typo on the command line) read as true."""
+    import lit_rlhf.callbacks
+
+    make, argument = getattr(lit_rlhf.callbacks, callback), key.split(".")[1]
+    make(**{argument: False})
+    with pytest.raises(ConfigError) as err:
+        make(**{argument: "false"})
+    assert str(err.value) == f"callbacks.{key}='false' must be true or false."
+
+
 def test_the_counts_they_take():
     GenerationSamples(num_samples=1, num_sample_generations=0, every_n_steps=None)
     GenerationSamples(every_n_steps=5)
