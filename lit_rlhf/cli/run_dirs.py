@@ -116,7 +116,10 @@ def refusal(cfg: DictConfig, key: str, run_dir: Path) -> str | None:
     if ckpt is not None and "://" not in str(ckpt) and not Path(str(ckpt)).exists():
         return (f"ckpt_path={str(ckpt)!r} is not a file; give a .ckpt written by lit_rlhf (e.g. <run dir>/checkpoints/"
                 f"last.ckpt).")
-    if not cfg.get("overwrite_run_dir"):
+    overwrite = cfg.get("overwrite_run_dir")
+    if not isinstance(overwrite, bool) and overwrite is not None:  # "ture" would delete the run's files
+        return f"overwrite_run_dir={overwrite!r} must be true or false."
+    if not overwrite:
         return (f"{key}={run_dir} already holds another run's files; pick a new directory, resume from it "
                 f"(ckpt_path=last or a checkpoint inside it), or pass overwrite_run_dir=true to delete them.")
     if not any((run_dir / marker).exists() for marker in RUN_MARKERS):

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.config.validation import check_flag
 from lit_rlhf.remote.http import HTTPService
 from lit_rlhf.remote.schema import RewardServiceError, parse_scores, shown
 
@@ -28,6 +29,7 @@ class HTTPReward(HTTPService):
 
     def __init__(self, url: str, batch_size: int = 64, max_concurrency: int = 4, timeout_s: float = 30.0,
                  retries: int = 3, backoff_s: float = 0.5, auth_env: str | None = None, overlap: bool = True):
+        check_flag("reward.overlap", overlap)
         super().__init__(url, batch_size, max_concurrency, timeout_s, retries, backoff_s, auth_env)
         self.__name__ = "http"  # logged as rewards/http/*
         self.waits = bool(overlap)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from lit_rlhf.config.validation import check_flag
 from lit_rlhf.distributed.meta_loading import empty_model, unsaved_keys
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import TORCH_LAYERS, from_pretrained, load_report_held, own_code_refused, resolve_dtype
@@ -28,6 +29,7 @@ class SequenceClassifierReward:
     def __init__(self, name_or_path: str, dtype: str = "float32", label_index: int = 0,
                  batch_size: int = 16, max_length: int = 1024, device: str | None = None,
                  tokenizer_name_or_path: str | None = None, normalize: bool = False):
+        check_flag("reward.normalize", normalize)
         self.name_or_path, self.dtype, self.label_index = name_or_path, dtype, label_index
         self.normalize, self.stats = normalize, None
         self.tokenizer_name_or_path, self.tokenizer_key = tokenizer_source(

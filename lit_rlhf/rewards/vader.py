@@ -7,11 +7,14 @@ from collections.abc import Sequence
 
 import torch
 
+from lit_rlhf.config.validation import check_flag
+
 
 class VaderSentiment:
     """Positivity of the completion: VADER's compound score in [-1, 1]."""
 
     def __init__(self, include_prompt: bool = False):
+        check_flag("vader.include_prompt", include_prompt)
         from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 
         self.analyzer = SentimentIntensityAnalyzer()

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.config.validation import check_flag
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.rewards.protocol import Reward, call_reward, load_reward
@@ -49,6 +50,7 @@ class WeightedSum:
 
     def __init__(self, rewards: Mapping[str, Reward] | Sequence[Reward],
                  weights: Mapping[str, float] | Sequence[float] | None = None, concurrent: bool = False):
+        check_flag("reward.concurrent", concurrent)
         if not isinstance(rewards, Mapping):
             rewards = {reward_name(r): r for r in rewards}
         if weights is not None and not isinstance(weights, Mapping):

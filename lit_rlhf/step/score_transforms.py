@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from lit_rlhf.config.validation import warn_once
+from lit_rlhf.config.validation import check_flag, check_setting_number, warn_once
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,13 @@ def apply_score_transform(transform: Any, scores: torch.Tensor, prompts: Sequenc
 class RewardNormalizer:
     def __init__(self, normalize: bool = True, shift_mean: bool = True, whiten_batch: bool = False,
                  reward_clip_range: float | None = None, subtract_query_reward: bool = False, epsilon: float = 1e-8):
+        key = "score_transforms.reward_normalizer."
+        for name, value in (("normalize", normalize), ("shift_mean", shift_mean), ("whiten_batch", whiten_batch),
+                            ("subtract_query_reward", subtract_query_reward)):
+            check_flag(key + name, value)
+        # a negative range clamped every score to it: one constant
+        check_setting_number(key + "reward_clip_range", reward_clip_range, minimum=0, strictly=True, optional=True)
+        check_setting_number(key + "epsilon", epsilon, minimum=0, strictly=True)
         self.normalize, self.shift_mean, self.whiten_batch = normalize, shift_mean, whiten_batch
         self.reward_clip_range, self.epsilon = reward_clip_range, epsilon
         self.subtract_query_reward = subtract_query_reward

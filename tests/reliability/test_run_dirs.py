@@ -145,6 +145,15 @@ def test_overwrite_run_dir_deletes_a_previous_runs_files_only_where_it_holds_not
     assert [p.name for p in tmp_path.iterdir()] == [".run.lock"]
 
 
+def test_an_overwrite_run_dir_that_is_no_bool_deletes_nothing(tmp_path, capsys):
+    """overwrite_run_dir=ture (a typo) was taken as true: a previous run's files were deleted."""
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / "result.json").write_text("{}")
+    line = claimed(tmp_path, capsys, overwrite_run_dir="ture")
+    assert line == "error: overwrite_run_dir='ture' must be true or false."
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hydra", "result.json"]
+
+
 def test_ckpt_path_last_without_a_checkpoint_writes_nothing_into_a_directory_of_files(tmp_path, capsys):
     """Taken for a resume, it let Hydra write .hydra/ into your folder, which overwrite_run_dir=true then took for a
     run's directory."""

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lit_rlhf.rewards import VaderSentiment, WeightedSum
+from lit_rlhf.rewards import HTTPReward, SequenceClassifierReward, VaderSentiment, WeightedSum
 
 
 def test_vader_scores_positive_above_negative():
@@ -199,3 +199,18 @@ def test_on_chat_message_prompts_a_reward_with_trls_signature_gets_trls_format_a
     seen.clear()  # the library's rewards (a WeightedSum, which takes **columns) read texts
     call_reward(WeightedSum({"texts": texts_only}), ["user: 2+2?\n"], [" 4"], columns, prompt_messages=messages)
     assert seen == {"texts": (["user: 2+2?\n"], [" 4"])}
+
+
+@pytest.mark.parametrize("make, key", [
+    (lambda value: VaderSentiment(include_prompt=value), "vader.include_prompt"),
+    (lambda value: WeightedSum([VaderSentiment()], concurrent=value), "reward.concurrent"),
+    (lambda value: HTTPReward("http://127.0.0.1:1", overlap=value), "reward.overlap"),
+    (lambda value: SequenceClassifierReward("a-model", normalize=value), "reward.normalize"),
+])
+def test_a_reward_s_true_or_false_setting_that_is_no_bool_is_one_line(make, key):
+    """reward.concurrent=x (the reward configs are untyped) and include_prompt="false" from Python read as true."""
+    from lit_rlhf.errors import ConfigError
+
+    make(False)
+    with pytest.raises(ConfigError, match=rf"^{key}='x' must be true or false.$"):
+        make("x")

@@ -173,3 +173,17 @@ def test_checkpoint_carries_kl_coefficient_and_normalizer_state_into_the_resumed
     fit(resumed, 3, [seen], ckpt_path=str(tmp_path / "step=2.ckpt"))
     assert seen.kl_coef == pytest.approx(states["KLController"]["kl_coef"])
     assert seen.count == 2 * 16 and resumed_normalizer.count == 3 * 16
+
+
+@pytest.mark.parametrize("settings, line", [
+    ({"normalize": "false"}, "score_transforms.reward_normalizer.normalize='false' must be true or false."),
+    ({"whiten_batch": 1}, "score_transforms.reward_normalizer.whiten_batch=1 must be true or false."),
+    ({"reward_clip_range": -1.0}, "score_transforms.reward_normalizer.reward_clip_range=-1.0 must be a finite number "
+                                  "> 0 (or null)."),
+    ({"epsilon": 0}, "score_transforms.reward_normalizer.epsilon=0 must be a finite number > 0."),
+])
+def test_a_normalizer_setting_out_of_range_is_one_line(settings, line):
+    """reward_clip_range=-1 clamped every score to -1: a constant that teaches nothing, without a word."""
+    with pytest.raises(ConfigError) as err:
+        RewardNormalizer(**settings)
+    assert str(err.value) == line
