@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from lit_rlhf.config.validation import check_flag
+from lit_rlhf.config.validation import check_flag, check_setting_number
 from lit_rlhf.distributed.meta_loading import empty_model, unsaved_keys
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.loading import TORCH_LAYERS, from_pretrained, load_report_held, own_code_refused, resolve_dtype
@@ -30,6 +30,9 @@ class SequenceClassifierReward:
                  batch_size: int = 16, max_length: int = 1024, device: str | None = None,
                  tokenizer_name_or_path: str | None = None, normalize: bool = False):
         check_flag("reward.normalize", normalize)
+        for key, value in (("batch_size", batch_size), ("max_length", max_length)):  # 0: a step of 0, no tokens
+            check_setting_number(f"reward.{key}", value, minimum=1, integer=True)
+        check_setting_number("reward.label_index", label_index, integer=True)  # checked against the head in load()
         self.name_or_path, self.dtype, self.label_index = name_or_path, dtype, label_index
         self.normalize, self.stats = normalize, None
         self.tokenizer_name_or_path, self.tokenizer_key = tokenizer_source(
@@ -63,6 +66,10 @@ class SequenceClassifierReward:
             missing = loading.get("missing_keys") or []
         self.model.eval().requires_grad_(False)
         check_head_loaded(self.name_or_path, sorted(missing))
+        labels = self.model.config.num_labels
+        if not -labels <= self.label_index < labels:
+            raise ConfigError(f"reward.label_index={self.label_index} is not a logit of {self.name_or_path!r}, whose "
+                              f"head has {labels} (num_labels): set reward.label_index from 0 to {labels - 1}.")
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
         if self.device and not empty:
             self.model.to(self.device)

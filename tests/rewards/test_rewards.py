@@ -214,3 +214,35 @@ def test_a_reward_s_true_or_false_setting_that_is_no_bool_is_one_line(make, key)
     make(False)
     with pytest.raises(ConfigError, match=rf"^{key}='x' must be true or false.$"):
         make("x")
+
+
+@pytest.mark.parametrize("settings, line", [
+    ({"batch_size": 0}, "reward.batch_size=0 must be a whole number >= 1."),
+    ({"max_length": 0}, "reward.max_length=0 must be a whole number >= 1."),
+    ({"label_index": 0.5}, "reward.label_index=0.5 must be a whole number."),
+])
+def test_a_reward_model_setting_that_cannot_score_is_one_line_when_built(settings, line):
+    """batch_size=0 stopped the first RL step with range()'s ValueError, after the models had loaded."""
+    from lit_rlhf.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        SequenceClassifierReward("a-model", **settings)
+    assert str(err.value) == line
+
+
+def test_a_label_index_the_head_does_not_have_is_one_line_when_it_loads(tmp_path, tiny_path):
+    from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForSequenceClassification
+
+    from lit_rlhf.errors import ConfigError
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, num_labels=2, pad_token_id=1)
+    GPTNeoXForSequenceClassification(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    for index in (-2, 1):
+        SequenceClassifierReward(str(tmp_path), label_index=index).load()
+    for index in (-3, 2):
+        with pytest.raises(ConfigError, match=rf"^reward.label_index={index} is not a logit of '.*', whose head has 2 "
+                                              r"\(num_labels\): set reward.label_index from 0 to 1.$"):
+            SequenceClassifierReward(str(tmp_path), label_index=index).load()
