@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from lit_rlhf.config.settings import build, setting
+from lit_rlhf.config.validation import check_flags
 from lit_rlhf.errors import ConfigError
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -80,6 +81,7 @@ class ModelConfig:
                               f"attention implementation (e.g. sdpa), or null for the model's default.")
         if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype={self.dtype!r} is not one of {DTYPES}.")
+        check_flags(self, "model.")  # trust_remote_code="false" from Python was true
         if isinstance(self.lora, dict):
             self.lora = build(LoraSettings, self.lora, "model.lora")
 

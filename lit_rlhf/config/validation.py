@@ -90,16 +90,16 @@ def check_optimizer(optimizer: Callable | None) -> None:
         raise ConfigError(f"algo.optimizer.weight_decay={decay!r} must be a finite number >= 0.")
 
 
-def check_flags(hp: Any) -> None:
-    """Every true-or-false setting of a config dataclass: a bool (or null where the field allows it). From Python a
-    string such as "false" was taken as true; the command line's type check names no fix."""
+def check_flags(hp: Any, prefix: str = "algo.") -> None:
+    """Every true-or-false setting of a config dataclass (its keys under `prefix`): a bool (or null where the field
+    allows it). From Python a string such as "false" was taken as true; the command line's type check names no fix."""
     hints = typing.get_type_hints(type(hp))
     for field in dataclasses.fields(hp):
         annotation = hints[field.name]
         value = getattr(hp, field.name)
         if annotation in (bool, bool | None) and not isinstance(value, bool) and not (
                 value is None and annotation is not bool):
-            raise ConfigError(f"algo.{field.name}={value!r} must be true or false.")
+            raise ConfigError(f"{prefix}{field.name}={value!r} must be true or false.")
 
 
 def check_shared_settings(hp: Any) -> None:

@@ -37,11 +37,11 @@ ATTENTION_ERROR = re.compile(r"attn_implementation|attention implementation|Flas
                              r"|kernels-community|`kernels`")
 
 
-def resolve_dtype(dtype: str | torch.dtype | None):
+def resolve_dtype(dtype: str | torch.dtype | None, key: str = "model.dtype"):
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    if dtype not in DTYPES:
-        raise ConfigError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}; set model.dtype to one of those.")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ConfigError(f"{key}={dtype!r} is not one of {sorted(DTYPES)}; set {key} to one of those.")
     return DTYPES[dtype]
 
 

@@ -30,6 +30,7 @@ class SequenceClassifierReward:
                  batch_size: int = 16, max_length: int = 1024, device: str | None = None,
                  tokenizer_name_or_path: str | None = None, normalize: bool = False):
         check_flag("reward.normalize", normalize)
+        resolve_dtype(dtype, "reward.dtype")
         for key, value in (("batch_size", batch_size), ("max_length", max_length)):  # 0: a step of 0, no tokens
             check_setting_number(f"reward.{key}", value, minimum=1, integer=True)
         check_setting_number("reward.label_index", label_index, integer=True)  # checked against the head in load()

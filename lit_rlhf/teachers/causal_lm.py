@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.config.validation import check_flag, check_setting_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.forwards import batched_logprobs
-from lit_rlhf.models.loading import from_pretrained, own_code_refused
+from lit_rlhf.models.loading import from_pretrained, own_code_refused, resolve_dtype
 from lit_rlhf.models.policy import fit_embeddings, load_causal_lm
 from lit_rlhf.models.tokenizer import load_tokenizer, token_id_differences
 from lit_rlhf.teachers.routed import RoutedTeachers
@@ -29,6 +30,11 @@ class CausalLMTeacher:
     def __init__(self, name_or_path: str, dtype: str | None = "float32", adapter_path: str | None = None,
                  trust_remote_code: bool = False, forward_batch_size: int | None = None,
                  logits_chunk_size: int | None = 1024, padding_free: bool = True):
+        resolve_dtype(dtype, "teacher.dtype")
+        for key, value in (("trust_remote_code", trust_remote_code), ("padding_free", padding_free)):
+            check_flag(f"teacher.{key}", value)  # trust_remote_code=flase would run the folder's code
+        for key, value in (("forward_batch_size", forward_batch_size), ("logits_chunk_size", logits_chunk_size)):
+            check_setting_number(f"teacher.{key}", value, minimum=1, integer=True, optional=True)
         self.name_or_path, self.dtype, self.adapter_path = name_or_path, dtype, adapter_path
         self.trust_remote_code = trust_remote_code
         self.forward_batch_size, self.logits_chunk_size, self.padding_free = (forward_batch_size, logits_chunk_size,

@@ -387,12 +387,18 @@ def test_a_lora_alpha_that_is_no_positive_number_is_refused(alpha):
 
 @pytest.mark.parametrize("config, field", [("RLOOConfig", "padding_free"), ("PPOConfig", "whiten_rewards"),
                                            ("GRPOConfig", "mask_truncated_completions"),
-                                           ("DistillationConfig", "padding_free")])
+                                           ("DistillationConfig", "padding_free"),
+                                           ("ModelConfig", "trust_remote_code")])
 def test_every_true_or_false_setting_of_an_algorithm_takes_a_bool_only(config, field):
-    """From Python, whiten_rewards="false" was taken as true."""
+    """From Python, whiten_rewards="false" (and model trust_remote_code="false") was taken as true."""
+    import functools
+
     import lit_rlhf.config
 
     make = getattr(lit_rlhf.config, config)
+    prefix = "algo."
+    if config == "ModelConfig":
+        make, prefix = functools.partial(make, name_or_path="m"), "model."
     assert getattr(make(**{field: True}), field) is True
-    with pytest.raises(ConfigError, match=rf"^algo.{field}='false' must be true or false.$"):
+    with pytest.raises(ConfigError, match=rf"^{prefix}{field}='false' must be true or false.$"):
         make(**{field: "false"})
