@@ -50,6 +50,8 @@ def check_serve_settings(cfg: DictConfig) -> None:
     body = cfg.get("max_body_mb")
     if not isinstance(body, (int, float)) or isinstance(body, bool) or not math.isfinite(body) or body <= 0:
         raise ConfigError(f"max_body_mb={body!r} must be a finite number of megabytes > 0.")
+    if not isinstance(cfg.get("allow_unauthenticated"), bool):  # =flase would serve every machine without a token
+        raise ConfigError(f"allow_unauthenticated={cfg.get('allow_unauthenticated')!r} must be true or false.")
     if not is_loopback(host) and not cfg.get("auth_env") and not cfg.get("allow_unauthenticated"):
         raise ConfigError(f"host={host!r} accepts other machines, and without a token any of them may call the "
                           f"reward; set auth_env=<a variable holding a token> (clients: reward.auth_env), or "

@@ -276,6 +276,21 @@ def test_bad_server_settings_are_one_line_before_serving(args, expected, tmp_pat
     assert one_line_error(result).startswith(f"error: {expected}")
 
 
+def test_an_allow_unauthenticated_that_is_no_bool_is_one_line():
+    """allow_unauthenticated=flase (a typo) read as true: the reward was served to every machine without a token."""
+    from omegaconf import OmegaConf
+
+    from lit_rlhf.cli.serve import check_serve_settings
+    from lit_rlhf.errors import ConfigError
+
+    cfg = OmegaConf.create({"host": "0.0.0.0", "port": 0, "max_batch_size": 8, "max_wait_ms": 5.0, "max_body_mb": 8,
+                            "auth_env": None, "allow_unauthenticated": "flase"})
+    with pytest.raises(ConfigError, match=r"^allow_unauthenticated='flase' must be true or false.$"):
+        check_serve_settings(cfg)
+    cfg.allow_unauthenticated = True
+    check_serve_settings(cfg)
+
+
 def test_another_machines_address_is_served_with_a_token_or_an_explicit_flag():
     with ServedInThread("host=0.0.0.0", "auth_env=SERVE_TOKEN", env={"SERVE_TOKEN": "t0k"}) as served:
         HTTPReward(served.url.replace("0.0.0.0", "127.0.0.1"), auth_env="SERVE_TOKEN").load()
