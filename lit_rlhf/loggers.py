@@ -30,12 +30,27 @@ class ResumingExperimentWriter(ExperimentWriter):
     def save(self) -> None:
         if self.previous_rows is not None and self.metrics:
             kept = rows_not_logged_again(self.previous_rows, self.metrics[0])
-            with self._fs.open(self.metrics_file_path, "w", newline="") as file:
-                writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
-                writer.writeheader()
-                writer.writerows(kept)
+            rewrite(self._fs, self.metrics_file_path, self.metrics_keys, kept)
             self.previous_rows = None
         super().save()
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        """Lightning's, whole or not at all: a metric logged for the first time (the first validation, the end of run
+        evaluation) rewrites every row under the new header, and a kill midway left a truncated file."""
+        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+            rows = list(csv.DictReader(file))
+        rewrite(self._fs, self.metrics_file_path, fieldnames, rows)
+
+
+def rewrite(fs, path: str, fieldnames: list[str], rows: list[dict[str, str]]) -> None:
+    """metrics.csv with these columns and rows, written beside it and moved over it (a rename where the filesystem
+    is local): a kill leaves the old file or the new one."""
+    partial = f"{path}.partial"
+    with fs.open(partial, "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)
+    fs.mv(partial, path)
 
 
 def previous_rows(fs, path: str) -> tuple[list[dict[str, str]], list[str]]:

@@ -134,3 +134,23 @@ def test_a_wandb_server_out_of_reach_is_one_line_not_wandbs_trace(raised, expect
     with pytest.raises(UnavailableError) as err:
         WandbLogger(save_dir=str(tmp_path), project="p").log_hyperparams({"lr": 1e-3})
     assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+
+
+def test_a_rewrite_that_fails_midway_leaves_the_rows_already_written(tmp_path, monkeypatch):
+    """A metric logged for the first time rewrites every row under the new header; a kill or a full disk midway left
+    a truncated metrics.csv (Lightning writes over it in place)."""
+    logger = ResumingCSVLogger(str(tmp_path), name="", version="")
+    for step in range(3):
+        logger.log_metrics({TRAIN: float(step)}, step=step)
+        logger.save()
+    before = (tmp_path / "metrics.csv").read_text()
+
+    def disk_full(self, rows):
+        self.writerow(next(iter(rows)))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", disk_full)
+    logger.log_metrics({TRAIN: 3.0, EVAL: 0.5}, step=3)  # a new column
+    with pytest.raises(OSError, match="No space left"):
+        logger.save()
+    assert (tmp_path / "metrics.csv").read_text() == before
