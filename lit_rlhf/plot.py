@@ -46,6 +46,10 @@ def find_metrics_csvs(run_dir: Path) -> list[Path]:
     """Every metrics.csv under run_dir, the newest last (several: a folder of runs, or a plain CSVLogger's versions)."""
     if not run_dir.exists():
         raise FileNotFoundError(f"{run_dir} does not exist; give a run directory (the `Run directory:` a run prints).")
+    if run_dir.is_file():  # e.g. <run>/csv/metrics.csv itself
+        folder = run_dir.parent.parent if run_dir.parent.name == "csv" else run_dir.parent
+        raise FileNotFoundError(f"{run_dir} is a file; give the run directory that holds it: python -m lit_rlhf.plot "
+                                f"{folder}")
     found = sorted(run_dir.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise FileNotFoundError(f"no metrics.csv under {run_dir}; give a run directory written with logger=csv.")

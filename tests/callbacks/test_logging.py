@@ -140,3 +140,7 @@ def test_plot_command_draws_a_png_from_a_run_directory(tmp_path):
     (tmp_path / "tensorboard_only").mkdir()
     no_csv = run_app("lit_rlhf.plot", str(tmp_path / "tensorboard_only"), cwd=tmp_path, module=True)
     assert no_csv.returncode == 2 and no_csv.stderr.strip().startswith("error: no metrics.csv under")
+    the_file = run_app("lit_rlhf.plot", str(tmp_path / "csv" / "metrics.csv"), cwd=tmp_path, module=True)
+    assert the_file.returncode == 2 and the_file.stderr.strip() == (
+        f"error: {tmp_path / 'csv' / 'metrics.csv'} is a file; give the run directory that holds it: python -m "
+        f"lit_rlhf.plot {tmp_path}")
