@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lit_rlhf.config.validation import check_flag as check_setting_flag
 from lit_rlhf.errors import ConfigError
 
 
@@ -17,8 +18,7 @@ def check_count(key: str, value: Any, least: int, note: str = "") -> None:
 
 def check_flag(key: str, value: Any) -> None:
     """callbacks.<key> is true or false (a string such as "false" would read as true)."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"callbacks.{key}={value!r} must be true or false.")
+    check_setting_flag(f"callbacks.{key}", value)
 
 
 def check_fraction(key: str, value: Any, example: str) -> None:
