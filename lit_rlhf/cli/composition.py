@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -196,6 +197,10 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         return f"{key}={converted.group(1)!r} must be of type {converted.group(2).lower()}."
     if (not_a_bool := re.search(NOT_A_BOOL, text)) and key:
         return f"{key}={not_a_bool.group(1)!r} must be true or false."
+    if key and (line := value_of_another_shape(text, key, config_dir, config_name, overrides)):
+        return line
+    if key and (line := group_the_app_lacks(text, key, config_dir, config_name, command, overrides)):
+        return line
     if key and names_an_unknown_key(err):
         if fsdp2_line := fsdp2_setting_without_fsdp2(key, overrides):
             return fsdp2_line
@@ -216,6 +221,52 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"{first} (check the command line's overrides)"
+
+
+def value_of_another_shape(text: str, key: str, config_dir: Path, config_name: str, overrides: list[str]) -> str | None:
+    """The line for a plain value where a mapping is read (`model.lora=false`), or a list or a mapping where a string
+    is (`data.dataset=[a,b]`): Hydra's own line says only "Error merging override"."""
+    typed = next((o.lstrip("+~") for o in overrides if o.lstrip("+~").partition("=")[0] == key), key)
+    if found := re.search(r"Cannot convert '(list|dict)' to (\w+)", text):
+        shape = {"list": "a list", "dict": "a mapping"}[found.group(1)]
+        return f"{typed} must be one {found.group(2).lower()}, not {shape}."
+    if not re.search(r"is not a subclass of \w+|Cannot assign \w+ to Dict|Cannot merge DictConfig with ListConfig",
+                     text):
+        return None
+    parent, _, name = key.rpartition(".")
+    cfg = composed(config_dir, config_name, without_key(overrides, key))
+    holder = OmegaConf.select(cfg, parent) if parent and isinstance(cfg, DictConfig) else cfg
+    node = holder._get_node(name) if isinstance(holder, DictConfig) else None
+    typed_optional = node is not None and node._is_optional() and node._metadata.ref_type is not Any  # not Any's
+    null = f"; or null to switch it off (null, not false or none): {key}=null" if typed_optional else ""
+    return (f"{typed}: {key} is a mapping of settings; set them one by one ({key}.<key>=<value>) or give it whole, "
+            f"quoted: '{key}={{<key>: <value>}}'{null}.")
+
+
+def app_groups_of(cfg: DictConfig) -> list[str]:
+    """The config groups an app's --help lists (the ${app_groups:...} of its help template)."""
+    template = OmegaConf.to_container(cfg.hydra.help, resolve=False).get("template", "")
+    listed = re.search(r"\$\{app_groups:([^}]*)\}", str(template))
+    return listed.group(1).split(",") if listed else []
+
+
+def group_the_app_lacks(text: str, key: str, config_dir: Path, config_name: str, command: str,
+                        overrides: list[str]) -> str | None:
+    """The line for `data=files` typed to train_dpo.py, whose data is set key by key (data.dataset=FILE), or
+    `reward=vader` to an app that reads no reward: Hydra says "No match in the defaults list", and advises a +."""
+    if not re.search(r"Could not override '[^']+'\. No match in the defaults list", text):
+        return None
+    cfg = composed(config_dir, config_name, without_key(overrides, key), with_hydra=True)
+    if isinstance(cfg, BaseException):
+        return None
+    typed = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), key)
+    groups = app_groups_of(cfg)
+    own = f"its groups: {', '.join(groups)}" if groups else "it has no config groups"
+    if not isinstance(OmegaConf.select(cfg, key, default=None), DictConfig):
+        return f"{typed}: `python {command}` has no {key} group and no {key} setting ({own}); see its --help."
+    example = f"{key}.dataset=FILE" if OmegaConf.select(cfg, f"{key}.dataset", default=None) else f"{key}.<key>=<value>"
+    return (f"{typed}: `python {command}` has no {key} group to choose from ({own}); {key} is set key by key, e.g. "
+            f"{example} (`python {command} --cfg job` prints its keys).")
 
 
 def argument_of_own_class(key: str, overrides: list[str]) -> str | None:
