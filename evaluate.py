@@ -11,7 +11,8 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> float:
-    from lit_rlhf.cli.checks import check_before_imports, check_evaluation
+    from lit_rlhf.cli.checks import check_before_imports
+    from lit_rlhf.cli.evaluation_checks import check_evaluation
 
     check_before_imports(cfg, check_evaluation, records_results=False)  # a bad setting answers before the imports
     # once composed: a mistyped setting answers without Lightning's seconds

@@ -14,8 +14,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from lit_rlhf.checkpoints.paths import check_checkpoint_path
 from lit_rlhf.cli.own_components import (
     REWARD_MODEL_TARGET,
-    evaluation_judge,
-    your_own_class,
     your_own_classes,
     your_own_reward,
 )
@@ -58,12 +56,6 @@ def cuda_available() -> bool:
     import torch  # only asked for trainer=gpu or device=cuda: the other checks run before torch is imported
 
     return torch.cuda.is_available()
-
-
-def check_evaluation_device(device: str) -> None:
-    """evaluate.py's device=cuda (or cuda:N) on a machine without CUDA: refused before the model loads."""
-    if device.partition(":")[0] == "cuda" and not cuda_available():
-        raise ConfigError(f"device={device!r}, but this machine has no CUDA device; use device=auto or device=cpu.")
 
 
 FSDP2_TARGET = "lit_rlhf.distributed.strategy.FSDP2Strategy"
@@ -197,35 +189,6 @@ def check_trains_something(cfg: DictConfig) -> None:
                               f"ckpt_path=<a checkpoint>.")
 
 
-def check_evaluation(cfg: DictConfig) -> None:
-    """evaluate.py's checks of the command line, before it loads anything: the reward group and its own keys (what it
-    compares, a checkpoint or an exported policy; its samples; the bootstrap)."""
-    if "teacher" in (cfg.get("algo") or {}):  # algo=distill: its teacher is needed to train only, never loaded here
-        raise ConfigError("algo=distill is for training (evaluate.py never loads its teacher); remove it: evaluate a "
-                          "distillation run with ckpt_path=<its checkpoint> (its settings are the run's), or its "
-                          "export with policy_path=<folder> (the sampling settings: algo.response_length, "
-                          "algo.temperature).")
-    check_evaluation_device(str(cfg.get("device", "auto")))
-    check_seed(cfg)
-    check_reward_group(cfg)
-    your_own_reward(cfg, "gold")
-    your_own_class(cfg, "rollout")
-    your_own_class(cfg, "judge", evaluation_judge())
-    if cfg.get("ckpt_path") and cfg.get("policy_path"):
-        raise ConfigError("give ckpt_path or policy_path, not both.")
-    for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(f"{key}={value!r} must be a whole number >= {minimum}.")
-    for key in ("trust_remote_code", "trust_checkpoint_io"):
-        if not isinstance(cfg.get(key), bool):
-            raise ConfigError(f"{key}={cfg.get(key)!r} must be true or false.")
-    confidence = cfg.get("confidence")
-    if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
-        raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
-    check_model_locations(cfg)
-
-
 MAX_SEED = 2**32 - 1  # numpy's, which Lightning's seed_everything seeds too
 
 
@@ -244,6 +207,7 @@ def check_epochs(cfg: DictConfig) -> None:
 def check_fitting_on_a_file(cfg: DictConfig) -> None:
     """train_sft.py's, train_dpo.py's, train_kto.py's and train_reward_model.py's checks: the epochs, a local data
     file's existence, the model's settings, and the sharding and batch settings these fits refuse."""
+    from lit_rlhf.cli.run_dirs import check_save_dir
     from lit_rlhf.config import ModelConfig
     from lit_rlhf.config.data import check_dataset_file
 
@@ -266,6 +230,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
         check_dataset_file(dataset)
     check_settings(ModelConfig, cfg.get("model"), "model", cfg)
     check_model_locations(cfg)
+    check_save_dir(cfg)
 
 
 def settings_in(node: DictConfig, cls: type) -> dict[str, Any]:

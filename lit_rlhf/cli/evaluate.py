@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig
 
 from lit_rlhf.checkpoints.loading import load_checkpoint_file, require_rl_checkpoint
-from lit_rlhf.cli.checks import check_evaluation, check_evaluation_device
+from lit_rlhf.cli.evaluation_checks import check_evaluation, check_evaluation_device
 from lit_rlhf.cli.run_dirs import discard_unused_run_dir
 from lit_rlhf.cli.trained_settings import TrainedSettings, trained_settings
 from lit_rlhf.data import PromptDataModule

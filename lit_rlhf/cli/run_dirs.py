@@ -9,6 +9,7 @@
   writes, are never deleted. It runs before Hydra writes .hydra/.
 - Then it locks the directory (`.run.lock`, an flock held until the process ends): a second process on
   the same run directory, e.g. `ckpt_path=last` while the run is still going, is refused in one line.
+- check_save_dir: the folder a fit on a file saves its model to, outside the run directory, must be new or empty.
 """
 
 from __future__ import annotations
@@ -210,3 +211,25 @@ def hide_passwords_in_saved_configs() -> None:
         masked = without_passwords(text)
         if masked != text:
             path.write_text(masked)
+
+
+def check_save_dir(cfg: DictConfig) -> None:
+    """save_dir of train_sft.py, train_dpo.py, train_kto.py and train_reward_model.py: inside the run directory (the
+    default, written again when the run is resumed), or a new or empty folder; the fit would write over another
+    model's files at its end, and an empty value (an unset shell variable) would save into the working directory."""
+    from lit_rlhf.errors import ConfigError
+
+    save_dir = cfg.get("save_dir")
+    if save_dir is None:
+        return
+    path = Path(str(save_dir))
+    if not str(save_dir).strip():
+        raise ConfigError(f"save_dir={save_dir!r} is empty (a shell variable that is not set?); give a new directory "
+                          f"to save the trained model into, or leave save_dir out (the run directory's).")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"save_dir={str(save_dir)!r} is a file; give a new directory to save the trained model into.")
+    run_dir = Path(cfg.paths.output_dir).resolve()
+    if run_dir == path.resolve() or run_dir in path.resolve().parents or not path.is_dir() or not any(path.iterdir()):
+        return
+    raise ConfigError(f"save_dir={str(save_dir)!r} holds files already, which the trained model would overwrite; give "
+                      f"a new or empty directory, or leave save_dir out (the run directory's).")

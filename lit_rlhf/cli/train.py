@@ -70,7 +70,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     allow_frozen_modules_in_eval_mode()  # model.lora=null: the reference's frozen copy
     check_run_settings(cfg)
     rank_zero_only(hide_passwords_in_saved_configs)()
-    if cfg.get("export_dir"):  # checked now, not after training
+    if cfg.get("export_dir") is not None:  # checked now, not after training
         from lit_rlhf.models.export import check_export_dir
 
         check_export_dir(cfg.export_dir, "export_dir")

@@ -42,6 +42,9 @@ def local_folder_note(name: str) -> str:
 def check_model_location(key: str, name_or_path: str, whole_model: bool = False) -> None:
     """One line, naming `key`, for a name that is no folder here and that the Hub could not serve either, and, where
     a whole model is needed (whole_model), for a folder that holds a peft adapter only."""
+    if not name_or_path.strip():  # `key=$DIR` with the variable unset: Path("") is the working directory
+        raise ConfigError(f"{key}={name_or_path!r} is empty (a shell variable that is not set?); give the folder that "
+                          f"save_pretrained wrote, or a Hub name.")
     if Path(name_or_path).is_file():  # a run's checkpoint, a weights file: from_pretrained reads folders
         checkpoint = (" A run's Lightning checkpoint (.ckpt) is not one: export it (python -m lit_rlhf.export CKPT "
                       "OUT_DIR) and give OUT_DIR (ckpt_path= is what resumes or evaluates a checkpoint).")

@@ -25,6 +25,9 @@ from lit_rlhf.ops.finite import all_finite
 
 def check_export_dir(out_dir: str | Path, key: str = "out_dir") -> Path:
     """The export target: a new or empty directory (an export never overwrites another model's files)."""
+    if not str(out_dir).strip():  # `export_dir=$OUT` with the variable unset: Path("") is the working directory
+        raise ConfigError(f"{key}={str(out_dir)!r} is empty (a shell variable that is not set?); give a new directory "
+                          f"to export into.")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{key}={str(out_dir)!r} is a file; give a new directory to export into.")

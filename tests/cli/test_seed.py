@@ -4,7 +4,8 @@ seeds (unchecked, seed_everything's ValueError reaches the user as a traceback).
 import pytest
 from omegaconf import OmegaConf
 
-from lit_rlhf.cli.checks import check_evaluation, check_fitting_on_a_file, check_run_settings, check_seed
+from lit_rlhf.cli.checks import check_fitting_on_a_file, check_run_settings, check_seed
+from lit_rlhf.cli.evaluation_checks import check_evaluation
 from lit_rlhf.errors import ConfigError
 
 

@@ -99,7 +99,7 @@ def test_device_cuda_without_cuda_is_one_line(tmp_path):
 def test_device_cuda_without_cuda_is_refused_by_the_checks_before_the_imports(device):
     from hydra import compose, initialize_config_dir
 
-    from lit_rlhf.cli.checks import check_evaluation
+    from lit_rlhf.cli.evaluation_checks import check_evaluation
     from lit_rlhf.errors import ConfigError
     from tests.helpers import ROOT
 

@@ -1,0 +1,72 @@
+"""A path typed empty (`ckpt_path=$CKPT` with the variable unset) is refused in one line naming its key: read as a
+path it was the working directory (a model saved over the files there, "a directory without meta.pt"), read as
+"not set" a fresh run or the untrained model's evaluation. And save_dir, outside the run directory, must be new or
+empty: the fit wrote the trained model over another model's files."""
+
+import re
+
+import pytest
+from omegaconf import OmegaConf
+
+from lit_rlhf.checkpoints.paths import check_checkpoint_path
+from lit_rlhf.cli.evaluation_checks import check_evaluation
+from lit_rlhf.cli.run_dirs import check_save_dir
+from lit_rlhf.config.data import check_dataset_file
+from lit_rlhf.config.locations import check_model_location
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.export import check_export_dir
+
+EMPTY = "is empty (a shell variable that is not set?)"
+
+
+@pytest.mark.parametrize("check, key", [
+    (check_checkpoint_path, "ckpt_path"),
+    (lambda value: check_model_location("model.name_or_path", value), "model.name_or_path"),
+    (lambda value: check_model_location("reward.name_or_path", value), "reward.name_or_path"),
+    (check_dataset_file, "data.dataset"),
+    (lambda value: check_export_dir(value, "export_dir"), "export_dir"),
+])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_path_is_refused_with_its_key(check, key, value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a working directory that holds files, as a user's does
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=f"^{re.escape(f'{key}={value!r} {EMPTY}')}"):
+        check(value)
+
+
+def evaluation_settings(**typed):
+    return OmegaConf.create({"seed": 0, "reward": {"_target_": "lit_rlhf.rewards.VaderSentiment"}, "gold": None,
+                             "rollout": None, "judge": None, "samples_per_prompt": 4, "num_bootstraps": 10,
+                             "trust_remote_code": False, "trust_checkpoint_io": False, "confidence": 0.95,
+                             "ckpt_path": None, "policy_path": None, **typed})
+
+
+@pytest.mark.parametrize("key", ["ckpt_path", "policy_path"])
+def test_evaluate_refuses_an_empty_checkpoint_or_policy_instead_of_evaluating_the_untrained_model(key):
+    check_evaluation(evaluation_settings())  # neither given: the untrained model, as documented
+    with pytest.raises(ConfigError, match=f"^{key}='' is empty"):
+        check_evaluation(evaluation_settings(**{key: ""}))
+
+
+def fit_settings(run_dir, save_dir):
+    return OmegaConf.create({"paths": {"output_dir": str(run_dir)}, "save_dir": save_dir})
+
+
+def test_save_dir_outside_the_run_directory_must_be_new_or_empty(tmp_path):
+    run_dir, theirs = tmp_path / "run", tmp_path / "their_model"
+    run_dir.mkdir()
+    theirs.mkdir()
+    check_save_dir(fit_settings(run_dir, str(theirs)))  # empty
+    check_save_dir(fit_settings(run_dir, str(tmp_path / "new")))  # new
+    (theirs / "model.safetensors").write_text("weights")
+    with pytest.raises(ConfigError, match=r"^save_dir='.*their_model' holds files already, which the trained model "
+                                          r"would overwrite"):
+        check_save_dir(fit_settings(run_dir, str(theirs)))
+    (run_dir / "policy").mkdir()  # the run's own, saved before a resume: written again
+    (run_dir / "policy" / "model.safetensors").write_text("weights")
+    check_save_dir(fit_settings(run_dir, str(run_dir / "policy")))
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ConfigError, match="^save_dir='.*a_file' is a file"):
+        check_save_dir(fit_settings(run_dir, str(tmp_path / "a_file")))
+    with pytest.raises(ConfigError, match=f"^save_dir='' {re.escape(EMPTY)}"):
+        check_save_dir(fit_settings(run_dir, ""))
