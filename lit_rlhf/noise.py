@@ -39,6 +39,9 @@ PEFT_CONV1D = r"fan_in_fan_out is set to False but the target module is `Conv1D`
 # The HTTP clients of reward=http and reward=llm_judge log every request (and retry) at INFO; a failure that
 # matters ends as the reward's one-line error.
 HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "openai")
+# `import optuna` (hparams_search=rloo_optuna's sweeper) imports alembic, which logs each of its plugins at INFO, and
+# Hydra's logging prints INFO: seven "setup plugin alembic..." lines before every search.
+IMPORT_LOGGERS = ("alembic",)
 
 
 class DropMessages(logging.Filter):
@@ -52,6 +55,12 @@ class DropMessages(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
         return not (message.startswith(self.prefixes) or message in self.messages)
+
+
+def silence_import_logs() -> None:
+    """The libraries that log at INFO while they are imported: the apps call it before Hydra imports its sweeper."""
+    for name in IMPORT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def silence_known_noise() -> None:

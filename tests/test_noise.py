@@ -63,3 +63,19 @@ def test_lightnings_all_gather_says_nothing_of_torchs_deprecation(tmp_path):
         torch.distributed.destroy_process_group()
     assert gathered.tolist() == [[1.0, 1.0]]
     assert [str(w.message) for w in caught if "all_gather is deprecated" in str(w.message)] == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("app_output", [True, False])
+def test_the_optuna_sweeper_s_import_prints_no_plugin_lines_in_an_app(app_output):
+    """`import optuna` imports alembic, which logs each plugin it sets up at INFO; Hydra's logging (root at INFO, a
+    console handler) printed the seven lines before every hparams_search=rloo_optuna search."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("optuna")
+    script = ("import logging; logging.basicConfig(level=logging.INFO, format='%(message)s'); "
+              "from lit_rlhf.cli.errors import set_up_app_output; "
+              f"{'set_up_app_output()' if app_output else 'pass'}; import optuna")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert ("setup plugin alembic" in out.stdout + out.stderr) is not app_output  # printed without the app's set-up

@@ -163,9 +163,11 @@ def set_up_app_output() -> None:
     logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
     would pass them on to Hydra's console too. Called by the app's process and again in its task, which a Hydra
     launcher may run in a process of its own (hydra/launcher=joblib, submitit)."""
+    from lit_rlhf.noise import silence_import_logs
     from lit_rlhf.terminal import escape_what_libraries_print
 
     escape_what_libraries_print()
+    silence_import_logs()
     logging.getLogger("lightning").propagate = False
 
 
@@ -206,6 +208,10 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
             exit_past_hung_threads(err.code if isinstance(err.code, int) else 1)  # calls an interrupt abandoned
         raise
     except Exception as err:
+        from lit_rlhf.cli.sweeps import no_completed_trial_line
+
+        if line := no_completed_trial_line(err):  # Optuna's sweeper, after its trials (or none) ran
+            exit_with_user_error(line, cause=err)
         if _task_started:
             raise
         command = app_command(own_config_name, config_flags(sys.argv[1:]))

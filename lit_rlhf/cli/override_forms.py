@@ -32,6 +32,19 @@ def override_form_line(err: BaseException, text: str, config_dir: Path, app: str
         key, value = found.groups()
         return (f"{key}={value} gives several values: add -m to sweep over them (python {app} -m {key}={value}), "
                 f"or write one list, {key}=[{value}], or one string, quoted: {key}='{value}'.")
+    if found := re.search(r"Sweep parameters '([^']+)' requires --multirun", text):
+        typed = found.group(1)
+        if "interval(" in typed:
+            return (f"{typed} is a search space, which a search sweeper samples with -m: python {app} -m "
+                    f"hydra/sweeper=optuna '{typed}' ...")
+        return f"{typed} is a sweep, which runs with -m: python {app} -m '{typed}' ..."
+    if found := re.search(r"BasicSweeper does not support sweep type : (\w+)_SWEEP", text):
+        kind = found.group(1).lower()
+        typed = next((o for o in overrides if o.partition("=")[2].lstrip("tag(, ").startswith(kind) or
+                      f"{kind}(" in o.partition("=")[2]), f"{kind}(...)")
+        return (f"{typed}: {kind}(...) is a search space, which a search sweeper samples (Optuna's: python {app} -m "
+                f"hydra/sweeper=optuna '{typed}'); the default sweeper runs listed values: key=a,b,c, choice(a,b) or "
+                f"range(start,stop,step).")
     if line := plus_on_present_line(text, config_dir, overrides, compose):
         return line
     if found := re.search(r"Error merging override ~(\S+).*does not support deletion", text, re.S):

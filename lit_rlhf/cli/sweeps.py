@@ -218,8 +218,31 @@ def summarize_sweep(sweep_dir: Path) -> None:
         print_summary(rows, path)
 
 
+def no_completed_trial_line(err: BaseException) -> str | None:
+    """For Optuna's "No trials are completed yet." (its sweeper asks for the best trial at the end of a search whose
+    every trial failed, or that ran none): the trials' summary printed, and one line instead of Optuna's traceback;
+    else None."""
+    if not isinstance(err, ValueError) or str(err) != "No trials are completed yet.":
+        return None
+    sweep_dir = STARTED_SWEEP.get("dir")
+    if sweep_dir is not None and any(sweep_dir.glob(f"*/{RESULT_FILE}")):
+        summarize_sweep(sweep_dir)
+        return (f"no trial of the search completed: each failed, as said above (and in {sweep_dir / 'summary.csv'}); "
+                f"fix that and search again.")
+    return (f"the search ran no trial (hydra.sweeper.n_trials={STARTED_SWEEP.get('n_trials')!r}); give "
+            f"hydra.sweeper.n_trials >= 1.")
+
+
+# the multirun this process started: its directory and its sweeper's n_trials (Hydra's config is gone when the sweeper
+# raises after its trials)
+STARTED_SWEEP: dict[str, Any] = {}
+
+
 class SweepSummary(Callback):
     """Hydra callback: <sweep dir>/summary.csv and a printed table at the end of a multirun."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        STARTED_SWEEP.update(dir=Path(config.hydra.sweep.dir), n_trials=config.hydra.sweeper.get("n_trials"))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         summarize_sweep(Path(config.hydra.sweep.dir))

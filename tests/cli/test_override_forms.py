@@ -33,12 +33,29 @@ from tests.config.test_setting_hints import CONF, composition_line
     (["~data.batch_size"], "~data.batch_size cannot remove data.batch_size: every setting of data is read by the "
                            "run; set it instead (data.batch_size=<value>), or see its default with `python train.py "
                            "--cfg job`."),
+    (["algo.kl_coef=range(0,1,0.5)"], "algo.kl_coef=range(0,1,0.5) is a sweep, which runs with -m: python train.py "
+                                      "-m 'algo.kl_coef=range(0,1,0.5)' ..."),
+    (["algo.kl_coef=tag(log,interval(0.01,1))"],
+     "algo.kl_coef=tag(log,interval(0.01,1)) is a search space, which a search sweeper samples with -m: python "
+     "train.py -m hydra/sweeper=optuna 'algo.kl_coef=tag(log,interval(0.01,1))' ..."),
     # Hydra's own line: "Config group override must be a string or a list. Got NoneType"
     (["logger=null"], "logger=null: logger is a config group, whose options are files; leave it out with ~logger."),
     (["env=null"], "env=null: env is a config group, whose options are files; leave it out with env=none."),
 ])
 def test_a_misused_override_form_is_named_with_the_form_meant(overrides, line):
     assert composition_line(*overrides) == line
+
+
+@pytest.mark.integration
+def test_an_interval_given_to_the_default_sweeper_names_the_sweeper_that_samples_it(tmp_path):
+    from tests.apps import ROOT, run_app
+
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path}", "algo.kl_coef=tag(log,interval(0.01,1))",
+                     cwd=ROOT)
+    assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (2, (
+        "error: algo.kl_coef=tag(log,interval(0.01,1)): interval(...) is a search space, which a search sweeper "
+        "samples (Optuna's: python train.py -m hydra/sweeper=optuna 'algo.kl_coef=tag(log,interval(0.01,1))'); the "
+        "default sweeper runs listed values: key=a,b,c, choice(a,b) or range(start,stop,step)."))
 
 
 def test_a_tilde_on_what_the_apps_own_config_reads_names_it():

@@ -175,6 +175,28 @@ def test_a_two_trial_optuna_search_completes(tmp_path):
     assert best.best_value == pytest.approx(max(float(r["objective"]) for r in rows))
 
 
+@pytest.mark.integration
+@pytest.mark.floors  # as above
+def test_an_optuna_search_whose_every_trial_failed_ends_in_one_line_after_its_summary(tmp_path):
+    """Optuna's sweeper asks for the best trial once its trials ran: "No trials are completed yet." was a traceback
+    of Optuna's storage, with no summary of why the trials failed."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    search = ["hparams_search=rloo_optuna", "hydra.sweeper.sampler.n_startup_trials=2"]
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path}", *SHORT, *search, "hydra.sweeper.n_trials=2",
+                     "data=files", "data.dataset=no_such.jsonl", cwd=ROOT)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: no trial of the search completed: each failed, as said above (and in {tmp_path / 'summary.csv'}); "
+        f"fix that and search again.")
+    with open(tmp_path / "summary.csv") as f:
+        assert [row["status"] for row in csv.DictReader(f)] == ["failed", "failed"]
+    assert result.stdout.count("failed: data.dataset='no_such.jsonl': no such file") == 2
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path / 'none'}", *search, "hydra.sweeper.n_trials=0",
+                     cwd=ROOT)
+    assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (2, (
+        "error: the search ran no trial (hydra.sweeper.n_trials=0); give hydra.sweeper.n_trials >= 1."))
+
+
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
 def test_every_experiment_composes_and_instantiates_without_weights(experiment, tmp_path):
     register_resolvers()
