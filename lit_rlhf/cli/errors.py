@@ -199,6 +199,10 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
             if arguments.wants_help and print_app_help(config_dir, config_name, overrides):
                 return
             main()
+        from lit_rlhf.cli.sweeps import every_job_failed_line
+
+        if line := every_job_failed_line():
+            exit_with_user_error(line)
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)

@@ -210,12 +210,14 @@ def print_summary(rows: list[dict[str, Any]], path: Path) -> None:
             print(f"job {row['job']} failed: {printable(row['error'], one_line=True)}")
 
 
-def summarize_sweep(sweep_dir: Path) -> None:
+def summarize_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
     """<sweep dir>/summary.csv and the printed table, of the runs that have a result.json: at the end of a multirun, or
-    when Ctrl-C or SIGTERM stops it (the run in progress recorded as interrupted)."""
-    if sweep_dir.is_dir():
-        path, rows = write_summary(sweep_dir)
-        print_summary(rows, path)
+    when Ctrl-C or SIGTERM stops it (the run in progress recorded as interrupted). Returns the rows."""
+    if not sweep_dir.is_dir():
+        return []
+    path, rows = write_summary(sweep_dir)
+    print_summary(rows, path)
+    return rows
 
 
 def no_completed_trial_line(err: BaseException) -> str | None:
@@ -242,7 +244,18 @@ class SweepSummary(Callback):
     """Hydra callback: <sweep dir>/summary.csv and a printed table at the end of a multirun."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        STARTED_SWEEP.clear()  # an earlier app's, run in this process
         STARTED_SWEEP.update(dir=Path(config.hydra.sweep.dir), n_trials=config.hydra.sweeper.get("n_trials"))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        summarize_sweep(Path(config.hydra.sweep.dir))
+        rows = summarize_sweep(Path(config.hydra.sweep.dir))
+        STARTED_SWEEP["every_job_failed"] = bool(rows) and all(row["status"] == "failed" for row in rows)
+
+
+def every_job_failed_line() -> str | None:
+    """Once the multirun this process started has ended: the line for a sweep none of whose jobs completed (its exit
+    code is then 2, not 0: a script that runs it sees the failure), else None."""
+    if not STARTED_SWEEP.pop("every_job_failed", False):  # said once: not again by a later app in this process
+        return None
+    return (f"every job of the sweep failed, as said above (and in {STARTED_SWEEP['dir'] / 'summary.csv'}); fix that "
+            f"and sweep again.")

@@ -176,6 +176,19 @@ def test_a_two_trial_optuna_search_completes(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_sweep_whose_every_job_failed_exits_2_after_its_summary(tmp_path):
+    """A failing job is recorded and the sweep goes on (exit code 0 with jobs that completed); with none completed
+    the exit code was 0 too, and a script running the sweep saw success."""
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path}", "data=files", "data.dataset=a.jsonl,b.jsonl",
+                     cwd=ROOT)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: every job of the sweep failed, as said above (and in {tmp_path / 'summary.csv'}); fix that and sweep "
+        f"again.")
+    assert result.stdout.count("failed: data.dataset=") == 2
+
+
+@pytest.mark.integration
 @pytest.mark.floors  # as above
 def test_an_optuna_search_whose_every_trial_failed_ends_in_one_line_after_its_summary(tmp_path):
     """Optuna's sweeper asks for the best trial once its trials ran: "No trials are completed yet." was a traceback
