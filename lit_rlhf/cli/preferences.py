@@ -19,7 +19,7 @@ from lit_rlhf.algos.run_length import time_limit_stop_line
 from lit_rlhf.callbacks import CheckpointOnInterrupt
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
-from lit_rlhf.cli.checks import check_epochs, typed_key
+from lit_rlhf.cli.checks import check_fitting_on_a_file, typed_key
 from lit_rlhf.cli.sweeps import FinalMetrics
 from lit_rlhf.cli.train import (
     instantiate_group,
@@ -41,7 +41,7 @@ def set_up_fit_on_pairs(cfg: DictConfig) -> tuple[Any, Any, L.Trainer, str | Non
     cfg.epochs epochs."""
     silence_known_noise()
     allow_frozen_modules_in_eval_mode()
-    check_epochs(cfg)
+    check_fitting_on_a_file(cfg)  # again: a sweep's trials are checked here only (a later one: its save_dir)
     with set_up_stops_on_signals():
         L.seed_everything(cfg.seed, workers=True)
         datamodule = instantiate(cfg.data)

@@ -70,3 +70,24 @@ def test_save_dir_outside_the_run_directory_must_be_new_or_empty(tmp_path):
         check_save_dir(fit_settings(run_dir, str(tmp_path / "a_file")))
     with pytest.raises(ConfigError, match=f"^save_dir='' {re.escape(EMPTY)}"):
         check_save_dir(fit_settings(run_dir, ""))
+
+
+def test_a_sweep_s_later_trial_is_checked_too_and_leaves_the_earlier_trial_s_model(tmp_path):
+    """A sweep's trials skip the checks before the imports (each trial is recorded, the sweep goes on): with
+    save_dir=mine, trial 1 wrote its model over trial 0's."""
+    from hydra import compose, initialize_config_dir
+
+    from lit_rlhf.cli.configs import register_configs
+    from lit_rlhf.cli.preferences import set_up_fit_on_pairs
+    from lit_rlhf.cli.resolvers import register_resolvers
+    from tests.config.test_setting_hints import CONF
+
+    register_resolvers()
+    register_configs()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "model.safetensors").write_text("trial 0's weights")
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("train_dpo", overrides=[f"paths.output_dir={tmp_path / 'run'}", f"save_dir={tmp_path / 'mine'}"])
+    with pytest.raises(ConfigError, match="holds files already, which the trained model would overwrite"):
+        set_up_fit_on_pairs(cfg)
+    assert (tmp_path / "mine" / "model.safetensors").read_text() == "trial 0's weights"
