@@ -20,16 +20,28 @@ CURVES = ["objective/scores", "objective/rlhf_reward", "objective/kl", "objectiv
 
 # held-out metrics that are not task metrics (task metrics, e.g. eval/exact_match, get a panel each)
 NOT_TASK_METRICS = ("eval/scores", "eval/kl", "eval/rlhf_reward")
+# a run of train_sft.py, train_dpo.py, train_kto.py or train_reward_model.py, which logs none of CURVES: its losses,
+# margins and accuracies, by optimizer step
+FIT_CURVES = ["loss", "eval/loss", "rewards/margins", "eval/rewards/margins", "eval/rewards/accuracies",
+              "mean_token_accuracy", "eval/mean_token_accuracy", "train/loss", "val/loss", "train/accuracy",
+              "val/accuracy", "val/margin"]
+
+
+def x_axis(path: Path) -> str:
+    """What a metrics.csv's curves are drawn against: the episodes of an RL run, else the steps."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return "episode" if "episode" in (csv.DictReader(f).fieldnames or []) else "step"
 
 
 def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
-    """{metric: (episodes or steps, values)} from a Lightning CSVLogger metrics.csv."""
+    """{metric: (episodes, or steps where no episode is logged, values)} from a Lightning CSVLogger metrics.csv."""
     series: dict[str, tuple[list[float], list[float]]] = {}
     x = 0.0
+    axis = x_axis(path)
     with open(path, encoding="utf-8", errors="replace") as f:
         for line, row in enumerate(csv.DictReader(f), start=2):
             try:
-                x = float(row["episode"]) if row.get("episode") else x  # eval rows: the episode they follow
+                x = float(row[axis]) if row.get(axis) else x  # eval rows: the episode they follow
                 values = {k: float(v) for k, v in row.items() if v not in ("", None) and k not in ("step", "epoch")}
             except (TypeError, ValueError) as err:
                 raise ValueError(f"{path}, line {line}: not a number ({err}); give the metrics.csv a CSV logger "
@@ -57,20 +69,29 @@ def find_metrics_csvs(run_dir: Path) -> list[Path]:
 
 
 def plot_curves(metrics_csv: Path, out: Path) -> Path:
-    return plot_series(read_metrics(metrics_csv), out)
+    return plot_series(read_metrics(metrics_csv), out, x_axis(metrics_csv))
 
 
-def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path) -> Path:
-    """One panel per curve of CURVES that was logged and moves (a constant kl_coef, or val/ratio that the
-    single update keeps at exactly 1, says nothing as a curve), then one per named reward and per task metric."""
+def curve_names(series: dict[str, tuple[list[float], list[float]]]) -> list[str]:
+    """The panels: each curve of CURVES that was logged and moves (a constant kl_coef, or val/ratio that the single
+    update keeps at exactly 1, says nothing as a curve), then one per named reward and per task metric; for a run
+    with none of CURVES (a fit on a file), those of FIT_CURVES it logged."""
+    names = [n for n in CURVES if n in series and (n not in CONSTANT_UNLESS_MOVING or len(set(series[n][1])) > 1)]
+    if not names:
+        return [n for n in FIT_CURVES if n in series]
+    names += sorted(n for n in series if n.startswith("rewards/") and n.endswith("/mean"))
+    names += sorted(n for n in series if n.startswith("eval/") and n not in NOT_TASK_METRICS and len(series[n][1]) > 1)
+    return names
+
+
+def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path, x_label: str = "episode") -> Path:
+    """One PNG of the curve_names panels, against x_label."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in CURVES if n in series and (n not in CONSTANT_UNLESS_MOVING or len(set(series[n][1])) > 1)]
-    names += sorted(n for n in series if n.startswith("rewards/") and n.endswith("/mean"))
-    names += sorted(n for n in series if n.startswith("eval/") and n not in NOT_TASK_METRICS and len(series[n][1]) > 1)
+    names = curve_names(series)
     cols = 3
     rows = max(1, math.ceil(len(names) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
@@ -78,7 +99,7 @@ def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path) -
         x, y = series[name]
         ax.plot(x, y, marker="o" if len(x) < 10 else None, linewidth=1.2)
         ax.set_title(name)
-        ax.set_xlabel("episode")
+        ax.set_xlabel(x_label)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
@@ -98,7 +119,14 @@ def main() -> None:
     escape_what_libraries_print()
     try:
         found = find_metrics_csvs(args.run_dir)
-        out = plot_curves(found[-1], args.out or args.run_dir / "curves.png")
+        series = read_metrics(found[-1])
+        if not curve_names(series):
+            raise ValueError(f"{found[-1]} holds none of the curves this draws ({', '.join(CURVES[:3])}, ..., or a "
+                             f"fit's loss); give the directory of a run of lit_rlhf's apps.")
+        out = args.out or args.run_dir / "curves.png"
+        if out.is_dir():  # savefig would write <out>.png beside it
+            out = out / "curves.png"
+        out = plot_series(series, out, x_axis(found[-1]))
     except (FileNotFoundError, ValueError) as err:
         exit_with_user_error(err)
     # a folder of runs: say which one was drawn (the newest), and how to draw another
