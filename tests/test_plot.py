@@ -5,7 +5,7 @@ blank PNG."""
 import pytest
 
 from lit_rlhf.plot import curve_names, read_metrics, x_axis
-from tests.apps import ROOT, run_app
+from tests.apps import run_app
 
 DPO_ROWS = """entropy,epoch,eval/loss,eval/rewards/margins,loss,rewards/margins,step
 1.1,0,,,0.69,0.0,0
