@@ -1,7 +1,8 @@
 """CurvesPlot: at the end of fit, draws the main curves into <run dir>/curves.png, whatever the loggers.
 
-With a CSV logger the curves come from its metrics.csv (a resumed run's included); otherwise from the
-metrics this callback collects while the run goes (each RL step's, and each validation's)."""
+With a CSV logger the curves come from its metrics.csv (a resumed run's included); otherwise, for an RL module, from
+the metrics this callback collects while the run goes (each RL step's, and each validation's). A fit on a file
+(train_sft.py, train_dpo.py, ...) is drawn from its CSV log, by optimizer step."""
 
 from __future__ import annotations
 
@@ -29,12 +30,14 @@ class CurvesPlot(L.Callback):
                 ys.append(float(value))
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
+        if not hasattr(module, "last_stats"):  # a fit on a file (DPO, SFT, ...): drawn from its CSV log alone
+            return
         if not self.series and getattr(module, "heldout_before_training", None):
             self.record(0, module.heldout_before_training)
         self.record(module.episode, module.last_stats)
 
     def on_validation_end(self, trainer: L.Trainer, module) -> None:
-        if not trainer.sanity_checking:
+        if not trainer.sanity_checking and hasattr(module, "episode"):
             metrics = trainer.callback_metrics
             self.record(module.episode, {k: float(v) for k, v in metrics.items() if k.startswith("eval/")})
 

@@ -5,6 +5,7 @@ preference data is one line (exit code 2)."""
 import csv
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,6 +66,8 @@ def test_dpo_from_the_command_line_saves_a_policy_that_evaluate_py_compares_with
     separable_pairs(tmp_path / "pairs.jsonl", n=64)
     trained = run_app("train_dpo.py", "data.dataset=pairs.jsonl", "algo.optimizer.lr=3e-3", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
+    run_dir = Path(re.search(r"Run directory: (.+)", trained.stdout).group(1).strip())
+    assert (run_dir / "curves.png").stat().st_size > 10_000  # its loss, margins and accuracies, drawn by step
     command = re.search(r"python evaluate.py (.+)", trained.stdout).group(1).split()
     evaluated = run_app("evaluate.py", *command, "data.num_eval_prompts=4", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
