@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.callbacks.settings import check_count, check_fraction
+from lit_rlhf.config.validation import check_bootstraps
 from lit_rlhf.evaluation import Evaluation, PairwiseJudge, compare_with_reference, print_report, write_report
 
 
@@ -21,6 +22,7 @@ class PolicyEvaluation(L.Callback):
         check_count("evaluation.samples_per_prompt", samples_per_prompt, 1)
         check_count("evaluation.num_bootstraps", num_bootstraps, 1)
         check_fraction("evaluation.confidence", confidence, "0.95")
+        check_bootstraps("callbacks.evaluation.num_bootstraps", num_bootstraps, confidence)
         self.samples_per_prompt, self.seed, self.judge = samples_per_prompt, seed, judge
         self.confidence, self.num_bootstraps, self.dirpath = confidence, num_bootstraps, dirpath
         self.evaluation: Evaluation | None = None

@@ -6,6 +6,7 @@ from omegaconf import DictConfig
 
 from lit_rlhf.cli.checks import check_model_locations, check_reward_group, check_seed, cuda_available
 from lit_rlhf.cli.own_components import evaluation_judge, your_own_class, your_own_reward
+from lit_rlhf.config.validation import check_bootstraps
 from lit_rlhf.errors import ConfigError
 
 
@@ -45,4 +46,5 @@ def check_evaluation(cfg: DictConfig) -> None:
     confidence = cfg.get("confidence")
     if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not 0 < confidence < 1:
         raise ConfigError(f"confidence={confidence!r} must be a number between 0 and 1 (e.g. 0.95).")
+    check_bootstraps("num_bootstraps", cfg.get("num_bootstraps"), confidence)
     check_model_locations(cfg)

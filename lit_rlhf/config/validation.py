@@ -238,3 +238,13 @@ def check_kto_batch_size(loss_type: str, batch_size: Any) -> None:
         raise ConfigError("data.batch_size=1 with algo.loss_type=kto: the KL row of a batch of one row is the row "
                           "itself, so the reference point is its own log-ratio; give data.batch_size >= 2, or "
                           "algo.loss_type=apo_zero_unpaired (no reference point).")
+
+
+def check_bootstraps(key: str, num_bootstraps: Any, confidence: float) -> None:
+    """Enough resamples for a percentile bootstrap interval at this confidence: its bounds are the (1 - c)/2 and
+    (1 + c)/2 quantiles of the resampled means, which fewer than 2 / (1 - c) resamples (40 at 95%) leave without a
+    resample beyond either bound; with 1, the "interval" was one resample's mean twice."""
+    least = math.ceil(round(2 / (1 - confidence), 6))
+    if isinstance(num_bootstraps, int) and not isinstance(num_bootstraps, bool) and num_bootstraps < least:
+        raise ConfigError(f"{key}={num_bootstraps} is too few resamples for a {confidence:.0%} interval (its bounds "
+                          f"are quantiles of the resampled means); give {key} >= {least} (default 1000).")

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from lit_rlhf.config.validation import check_bootstraps
 from lit_rlhf.data.datamodule import batch_to
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation.judges import PairwiseJudge, RewardJudge
@@ -63,6 +64,7 @@ def compare_with_reference(module, batches: Iterable[dict[str, torch.Tensor]], s
                            seed: int = 0, judge: PairwiseJudge | None = None, confidence: float = 0.95,
                            num_bootstraps: int = 1000) -> Evaluation:
     """Samples from module's policy and reference on every batch of prompts and compares them."""
+    check_bootstraps("num_bootstraps", num_bootstraps, confidence)  # before minutes of sampling
     judge = judge or RewardJudge()
     sides = {"policy": [], "reference": []}
     offset = 0

@@ -14,6 +14,9 @@ from lit_rlhf.errors import ConfigError
     (PolicyEvaluation, {"samples_per_prompt": 0}, "callbacks.evaluation.samples_per_prompt=0 must be a whole number "
                                                   ">= 1."),
     (PolicyEvaluation, {"num_bootstraps": 0}, "callbacks.evaluation.num_bootstraps=0 must be a whole number >= 1."),
+    (PolicyEvaluation, {"num_bootstraps": 3, "confidence": 0.5},
+     "callbacks.evaluation.num_bootstraps=3 is too few resamples for a 50% interval (its bounds are quantiles of the "
+     "resampled means); give callbacks.evaluation.num_bootstraps >= 4 (default 1000)."),
     (PolicyEvaluation, {"confidence": 2}, "callbacks.evaluation.confidence=2 must be a number between 0 and 1 (e.g. "
                                           "0.95)."),
     (TrainingSummary, {"num_samples": -1}, "callbacks.training_summary.num_samples=-1 must be a whole number >= 0 "
@@ -58,4 +61,4 @@ def test_the_counts_they_take():
     GenerationSamples(num_samples=1, num_sample_generations=0, every_n_steps=None)
     GenerationSamples(every_n_steps=5)
     TrainingSummary(num_samples=0)
-    PolicyEvaluation(samples_per_prompt=1, num_bootstraps=1, confidence=0.5)
+    PolicyEvaluation(samples_per_prompt=1, num_bootstraps=4, confidence=0.5)  # 4: 2 / (1 - 0.5)

@@ -36,7 +36,7 @@ def test_an_empty_path_is_refused_with_its_key(check, key, value, tmp_path, monk
 
 def evaluation_settings(**typed):
     return OmegaConf.create({"seed": 0, "reward": {"_target_": "lit_rlhf.rewards.VaderSentiment"}, "gold": None,
-                             "rollout": None, "judge": None, "samples_per_prompt": 4, "num_bootstraps": 10,
+                             "rollout": None, "judge": None, "samples_per_prompt": 4, "num_bootstraps": 40,
                              "trust_remote_code": False, "trust_checkpoint_io": False, "confidence": 0.95,
                              "ckpt_path": None, "policy_path": None, **typed})
 

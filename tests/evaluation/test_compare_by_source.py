@@ -27,7 +27,7 @@ def test_each_task_gets_its_own_accuracy_on_its_prompts():
         hparams=SimpleNamespace(kl_estimator="k1"), sampler=SimpleNamespace(gold=None), task_metrics=[ExactMatch()],
         device=torch.device("cpu"))
     evaluation = compare_with_reference(module, [{"input_ids": torch.zeros(3, 1)}], samples_per_prompt=2,
-                                        num_bootstraps=10)
+                                        num_bootstraps=40)
     by_source = evaluation.summary["task_metrics_by_source"]
     assert by_source["calc"]["exact_match"]["policy"]["accuracy"]["mean"] == 0.75  # prompt 0: 1/2, prompt 2: 2/2
     assert by_source["calc"]["exact_match"]["policy"]["pass@2"]["mean"] == 1.0

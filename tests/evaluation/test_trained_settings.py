@@ -78,6 +78,8 @@ def test_a_checkpoint_names_only_an_rlhf_module_as_its_algorithm(algo, arithmeti
 @pytest.mark.parametrize("setting, expected", [
     ("samples_per_prompt=0", "samples_per_prompt=0 must be a whole number >= 1"),
     ("num_bootstraps=0", "num_bootstraps=0 must be a whole number >= 1"),
+    ("num_bootstraps=39", "num_bootstraps=39 is too few resamples for a 95% interval (its bounds are quantiles of the "
+                          "resampled means); give num_bootstraps >= 40 (default 1000)."),
     ("confidence=1.5", "confidence=1.5 must be a number between 0 and 1"),
     ("confidence=0", "confidence=0 must be a number between 0 and 1"),
     ("device=gpu", "device='gpu' is not a device"),
