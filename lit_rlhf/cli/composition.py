@@ -262,6 +262,8 @@ def group_the_app_lacks(text: str, key: str, config_dir: Path, config_name: str,
     typed = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == key), key)
     groups = app_groups_of(cfg)
     own = f"its groups: {', '.join(groups)}" if groups else "it has no config groups"
+    if key == "trainer" and "device" in cfg:  # evaluate.py runs no Trainer
+        own += "; it samples on device=auto|cpu|cuda"
     if not isinstance(OmegaConf.select(cfg, key, default=None), DictConfig):
         return f"{typed}: `python {command}` has no {key} group and no {key} setting ({own}); see its --help."
     example = f"{key}.dataset=FILE" if OmegaConf.select(cfg, f"{key}.dataset", default=None) else f"{key}.<key>=<value>"

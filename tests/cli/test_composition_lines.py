@@ -46,6 +46,9 @@ def test_a_value_of_another_shape_names_the_shape_the_setting_takes(app, overrid
      "algo is set key by key, e.g. algo.<key>=<value> (`python train_sft.py --cfg job` prints its keys)."),
     ("train_kto", ["reward=vader"], "reward=vader: `python train_kto.py` has no reward group and no reward setting "
                                     "(its groups: model, trainer, logger, paths); see its --help."),
+    ("evaluate", ["trainer=cpu"], "trainer=cpu: `python evaluate.py` has no trainer group and no trainer setting (its "
+                                  "groups: algo, model, data, reward, gold, rollout, env, score_transforms, "
+                                  "task_metrics, paths; it samples on device=auto|cpu|cuda); see its --help."),
     ("serve", ["model=tiny"], "model=tiny: `python -m lit_rlhf.serve` has no model group and no model setting (its "
                               "groups: reward); see its --help."),
 ])
