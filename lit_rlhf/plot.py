@@ -41,7 +41,7 @@ def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
     with open(path, encoding="utf-8", errors="replace") as f:
         for line, row in enumerate(csv.DictReader(f), start=2):
             try:
-                x = float(row[axis]) if row.get(axis) else x  # eval rows: the episode they follow
+                x = float(row[axis]) if row.get(axis) else x  # RL eval rows: the episode they follow
                 values = {k: float(v) for k, v in row.items() if v not in ("", None) and k not in ("step", "epoch")}
             except (TypeError, ValueError) as err:
                 raise ValueError(f"{path}, line {line}: not a number ({err}); give the metrics.csv a CSV logger "

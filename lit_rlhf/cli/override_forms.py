@@ -40,8 +40,7 @@ def override_form_line(err: BaseException, text: str, config_dir: Path, app: str
         return f"{typed} is a sweep, which runs with -m: python {app} -m '{typed}' ..."
     if found := re.search(r"BasicSweeper does not support sweep type : (\w+)_SWEEP", text):
         kind = found.group(1).lower()
-        typed = next((o for o in overrides if o.partition("=")[2].lstrip("tag(, ").startswith(kind) or
-                      f"{kind}(" in o.partition("=")[2]), f"{kind}(...)")
+        typed = next((o for o in overrides if f"{kind}(" in o.partition("=")[2]), f"{kind}(...)")
         return (f"{typed}: {kind}(...) is a search space, which a search sweeper samples (Optuna's: python {app} -m "
                 f"hydra/sweeper=optuna '{typed}'); the default sweeper runs listed values: key=a,b,c, choice(a,b) or "
                 f"range(start,stop,step).")
