@@ -159,6 +159,7 @@ def check_run_settings(cfg: DictConfig) -> None:
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ConfigError(f"steps={steps!r} must be a whole number >= 1.")
     check_trains_something(cfg)
+    check_switched_off(cfg)
     teacher_without_distillation(cfg)
     if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
         check_checkpoint_path(str(cfg.ckpt_path))
@@ -176,6 +177,18 @@ def teacher_without_distillation(cfg: DictConfig) -> None:
     algorithm = str(OmegaConf.select(cfg, "algo._target_", default="this algorithm")).rpartition(".")[2]
     warn_once(f"teacher.{next(iter(teacher))} is set, but {algorithm} trains without a teacher (algo=distill "
               f"distills from one): it is not loaded; use algo=distill, or drop the teacher settings.")
+
+
+def check_switched_off(cfg: DictConfig) -> None:
+    """A callback or logger given a value that is not its config (`callbacks.curves=false`, `=none`, `=off`): null
+    switches one off; false stopped the run with a TypeError, and any other word switched it off unsaid."""
+    for group, kind in (("callbacks", "callback"), ("logger", "logger")):
+        node = cfg.get(group)
+        for name, value in (node.items() if isinstance(node, DictConfig) else ()):
+            if value is not None and not isinstance(value, DictConfig):
+                typed = str(value).lower() if isinstance(value, bool) else repr(value)
+                raise ConfigError(f"{group}.{name}={typed} is not a {kind}'s config; null switches it off: "
+                                  f"{group}.{name}=null")
 
 
 def check_trains_something(cfg: DictConfig) -> None:
@@ -213,6 +226,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
 
     check_epochs(cfg)
     check_seed(cfg)
+    check_switched_off(cfg)
     built_by_the_module(cfg)
     check_trainer_arguments(cfg, "training batches, or a fraction of an epoch,")
     sharded = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET

@@ -216,7 +216,7 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         return f"~{key} removes nothing: it is not a setting{setting_hint(key, cfg, config_dir)}."
     if "Unexpected type for root: NoneType" in text and (line := key_under_null(config_dir, config_name, overrides)):
         return line
-    if "Config group override must be a string or a list. Got NoneType" in text and (
+    if re.search(r"Config group override must be a string or a list\. Got (NoneType|bool)", text) and (
             line := group_set_to_null(config_dir, overrides)):
         return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -305,11 +305,11 @@ def key_under_null(config_dir: Path, config_name: str, overrides: list[str]) -> 
 
 
 def group_set_to_null(config_dir: Path, overrides: list[str]) -> str | None:
-    """The line for `logger=null`: null sets a setting, and Hydra refuses it for a config group, which is left out
-    with its `none` option where it has one (env=none), else with ~group (~logger)."""
+    """The line for `logger=null` (or false): null sets a setting, and Hydra refuses it for a config group, which is
+    left out with its `none` option where it has one (env=none), else with ~group (~logger)."""
     for override in overrides:
         group, _, value = override.partition("=")
-        if value.strip().lower() in ("null", "none") and (config_dir / group).is_dir():
+        if value.strip().lower() in ("null", "none", "false") and (config_dir / group).is_dir():
             way = f"{group}=none" if (config_dir / group / "none.yaml").exists() else f"~{group}"
             return f"{group}={value}: {group} is a config group, whose options are files; leave it out with {way}."
     return None

@@ -49,3 +49,20 @@ def test_train_reward_model_takes_lora_typed_whole_over_the_embedded_models_full
     assert OmegaConf.to_container(lora) == {**vars(LoraSettings(r=8, lora_alpha=16))}
     line = one_line_error(run_app("train_reward_model.py", "model.lora={rr: 8}", cwd=tmp_path))
     assert line.startswith("error: model.lora.rr is not a setting"), line
+
+
+@pytest.mark.parametrize("group, value, typed", [("callbacks", False, "false"), ("callbacks", "off", "'off'"),
+                                                 ("logger", "none", "'none'")])
+def test_a_callback_or_logger_given_a_word_instead_of_null_is_one_line(group, value, typed):
+    """`callbacks.curves=false` stopped the run with a TypeError, `=off` or `=none` switched the callback off unsaid
+    (a typo too); train.py's and the file-fitting apps' checks say that null switches one off."""
+    from lit_rlhf.cli.checks import check_switched_off
+    from lit_rlhf.errors import ConfigError
+
+    cfg = OmegaConf.create({group: {"curves": {"_target_": "x.Y"}, "other": None}})
+    check_switched_off(cfg)  # a config, and null: as they are
+    cfg[group]["curves"] = value
+    kind = group.rstrip("s") if group == "callbacks" else group
+    with pytest.raises(ConfigError, match=f"^{group}.curves={typed} is not a {kind}'s config; null switches it off: "
+                                          f"{group}.curves=null$"):
+        check_switched_off(cfg)

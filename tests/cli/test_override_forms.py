@@ -40,6 +40,7 @@ from tests.config.test_setting_hints import CONF, composition_line
      "train.py -m hydra/sweeper=optuna 'algo.kl_coef=tag(log,interval(0.01,1))' ..."),
     # Hydra's own line: "Config group override must be a string or a list. Got NoneType"
     (["logger=null"], "logger=null: logger is a config group, whose options are files; leave it out with ~logger."),
+    (["logger=false"], "logger=false: logger is a config group, whose options are files; leave it out with ~logger."),
     (["env=null"], "env=null: env is a config group, whose options are files; leave it out with env=none."),
 ])
 def test_a_misused_override_form_is_named_with_the_form_meant(overrides, line):

@@ -226,6 +226,8 @@ CASES = [
     ("data=files without data.dataset", ["data=files"], "data.dataset is not set"),
     ("negative learning rate", ["algo.optimizer.lr=-1"], "algo.optimizer.lr=-1 must be a number > 0"),
     ("LoRA rank 0", ["model.lora.r=0"], "model.lora.r=0 must be a whole number >= 1"),
+    ("a callback switched off with false", ["callbacks.curves=false"],
+     "callbacks.curves=false is not a callback's config; null switches it off: callbacks.curves=null"),
     ("LoRA switched off with false", ["model.lora=false"],
      "model.lora=false: model.lora is a mapping of settings; set them one by one"),
     ("seed not a number", ["seed=abc"], "seed='abc' must be a whole number"),
