@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lit_rlhf.config.command_line import override
+from lit_rlhf.config.validation import check_not_empty
 from lit_rlhf.errors import ConfigError
 
 META_FILE = "meta.pt"  # Lightning's name for a sharded checkpoint's metadata
@@ -21,9 +22,8 @@ def is_remote(path: str | Path) -> bool:
 def check_checkpoint_path(name: str) -> None:
     """A local ckpt_path that names no checkpoint (nothing there, or a directory that is not a sharded checkpoint,
     such as the run directory): one line, with the checkpoint inside it when there is one."""
-    if not name.strip():  # `ckpt_path=$CKPT` with the variable unset: Path("") is the working directory
-        raise ConfigError(f"ckpt_path={name!r} is empty (a shell variable that is not set?); give a .ckpt written by "
-                          f"lit_rlhf (e.g. <run dir>/checkpoints/last.ckpt), or leave ckpt_path out to start anew.")
+    check_not_empty("ckpt_path", name, "give a .ckpt written by lit_rlhf (e.g. <run dir>/checkpoints/last.ckpt), or "
+                                       "leave ckpt_path out to start anew")
     path = Path(name)
     if is_remote(name) or path.is_file() or (path / META_FILE).is_file():
         return

@@ -6,7 +6,7 @@ from omegaconf import DictConfig
 
 from lit_rlhf.cli.checks import check_model_locations, check_reward_group, check_seed, cuda_available
 from lit_rlhf.cli.own_components import evaluation_judge, your_own_class, your_own_reward
-from lit_rlhf.config.validation import check_bootstraps
+from lit_rlhf.config.validation import check_bootstraps, check_not_empty
 from lit_rlhf.errors import ConfigError
 
 
@@ -31,9 +31,8 @@ def check_evaluation(cfg: DictConfig) -> None:
     your_own_class(cfg, "rollout")
     your_own_class(cfg, "judge", evaluation_judge())
     for key in ("ckpt_path", "policy_path"):  # empty: a shell variable that is not set, not the untrained model
-        if isinstance(cfg.get(key), str) and not cfg[key].strip():
-            raise ConfigError(f"{key}={cfg[key]!r} is empty (a shell variable that is not set?); give a path, or leave "
-                              f"{key} out to compare the untrained model with itself.")
+        check_not_empty(key, cfg.get(key), f"give a path, or leave {key} out to compare the untrained model with "
+                                           f"itself")
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")
     for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):

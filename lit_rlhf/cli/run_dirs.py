@@ -217,15 +217,15 @@ def check_save_dir(cfg: DictConfig) -> None:
     """save_dir of train_sft.py, train_dpo.py, train_kto.py and train_reward_model.py: inside the run directory (the
     default, written again when the run is resumed), or a new or empty folder; the fit would write over another
     model's files at its end, and an empty value (an unset shell variable) would save into the working directory."""
+    from lit_rlhf.config.validation import check_not_empty
     from lit_rlhf.errors import ConfigError
 
     save_dir = cfg.get("save_dir")
     if save_dir is None:
         return
     path = Path(str(save_dir))
-    if not str(save_dir).strip():
-        raise ConfigError(f"save_dir={save_dir!r} is empty (a shell variable that is not set?); give a new directory "
-                          f"to save the trained model into, or leave save_dir out (the run directory's).")
+    check_not_empty("save_dir", save_dir, "give a new directory to save the trained model into, or leave save_dir "
+                                          "out (the run directory's)")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"save_dir={str(save_dir)!r} is a file; give a new directory to save the trained model into.")
     run_dir = Path(cfg.paths.output_dir).resolve()

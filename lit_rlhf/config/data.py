@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from lit_rlhf.config.settings import setting
+from lit_rlhf.config.validation import check_not_empty
 from lit_rlhf.errors import ConfigError
 
 # the local files data.dataset reads, by suffix, with the `datasets` builder that reads each
@@ -32,9 +33,8 @@ def check_dataset_file(dataset: str) -> None:
     """A data.dataset with a data file's suffix names a local file, and one that no hub dataset can be named (absolute,
     starting with `.` or `~`, or with more than one `/`) a local file or folder; either must exist: checked with the
     settings, before the imports (the apps), and again where the file is read (prompts, completions or pairs)."""
-    if not dataset.strip():  # `data.dataset=$FILE` with the variable unset
-        raise ConfigError(f"data.dataset={dataset!r} is empty (a shell variable that is not set?); give a .jsonl, "
-                          f".json, .csv or .parquet file, a dataset folder or a Hub dataset name.")
+    check_not_empty("data.dataset", dataset, "give a .jsonl, .json, .csv or .parquet file, a dataset folder or a Hub "
+                                             "dataset name")
     path = Path(dataset)
     if path.suffix.lower() in FILE_BUILDERS and not path.is_file() and not path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory the "

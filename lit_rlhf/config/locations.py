@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from lit_rlhf.config.command_line import override
+from lit_rlhf.config.validation import check_not_empty
 from lit_rlhf.errors import ConfigError
 
 # the settings that hold a model's (or its tokenizer's, adapter's) folder or Hub name
@@ -42,9 +43,7 @@ def local_folder_note(name: str) -> str:
 def check_model_location(key: str, name_or_path: str, whole_model: bool = False) -> None:
     """One line, naming `key`, for a name that is no folder here and that the Hub could not serve either, and, where
     a whole model is needed (whole_model), for a folder that holds a peft adapter only."""
-    if not name_or_path.strip():  # `key=$DIR` with the variable unset: Path("") is the working directory
-        raise ConfigError(f"{key}={name_or_path!r} is empty (a shell variable that is not set?); give the folder that "
-                          f"save_pretrained wrote, or a Hub name.")
+    check_not_empty(key, name_or_path, "give the folder that save_pretrained wrote, or a Hub name")
     if Path(name_or_path).is_file():  # a run's checkpoint, a weights file: from_pretrained reads folders
         checkpoint = (" A run's Lightning checkpoint (.ckpt) is not one: export it (python -m lit_rlhf.export CKPT "
                       "OUT_DIR) and give OUT_DIR (ckpt_path= is what resumes or evaluates a checkpoint).")

@@ -248,3 +248,10 @@ def check_bootstraps(key: str, num_bootstraps: Any, confidence: float) -> None:
     if isinstance(num_bootstraps, int) and not isinstance(num_bootstraps, bool) and num_bootstraps < least:
         raise ConfigError(f"{key}={num_bootstraps} is too few resamples for a {confidence:.0%} interval (its bounds "
                           f"are quantiles of the resampled means); give {key} >= {least} (default 1000).")
+
+
+def check_not_empty(key: str, value: Any, fix: str) -> None:
+    """A path typed empty (`ckpt_path=$CKPT` with the variable unset): read as a path it is the working directory,
+    read as "not set" another run than the one asked for. One line naming key, then `fix`."""
+    if isinstance(value, str) and not value.strip():
+        raise ConfigError(f"{key}={value!r} is empty (a shell variable that is not set?); {fix}.")

@@ -18,6 +18,7 @@ import torch
 from peft import PeftModel
 
 from lit_rlhf.checkpoints.files import writing
+from lit_rlhf.config.validation import check_not_empty
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 from lit_rlhf.ops.finite import all_finite
@@ -25,9 +26,7 @@ from lit_rlhf.ops.finite import all_finite
 
 def check_export_dir(out_dir: str | Path, key: str = "out_dir") -> Path:
     """The export target: a new or empty directory (an export never overwrites another model's files)."""
-    if not str(out_dir).strip():  # `export_dir=$OUT` with the variable unset: Path("") is the working directory
-        raise ConfigError(f"{key}={str(out_dir)!r} is empty (a shell variable that is not set?); give a new directory "
-                          f"to export into.")
+    check_not_empty(key, str(out_dir), "give a new directory to export into")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{key}={str(out_dir)!r} is a file; give a new directory to export into.")
