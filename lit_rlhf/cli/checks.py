@@ -126,8 +126,9 @@ def built_by_the_module(cfg: DictConfig) -> None:
 def check_trainer_arguments(cfg: DictConfig, validation_counted_in: str = "RL steps") -> None:
     """`+trainer.<TRL name>` (+trainer.save_total_limit=3) is not a Trainer argument: one line with the key that sets
     it here, before anything is built (another unknown argument is named by Lightning's TypeError, with the nearest).
-    Then the intervals Lightning divides by; validation_counted_in: what the app's val_check_interval counts."""
-    from lit_rlhf.cli.trainer_arguments import TRAINER_ARGUMENTS, trainer_interval_line
+    Then the intervals Lightning divides by and the counts it compares; validation_counted_in: what the app's
+    val_check_interval counts."""
+    from lit_rlhf.cli.trainer_arguments import TRAINER_ARGUMENTS, trainer_interval_line, trainer_limit_line
     from lit_rlhf.config.trl_names import command_line_hint
 
     trainer = cfg.get("trainer")
@@ -136,7 +137,7 @@ def check_trainer_arguments(cfg: DictConfig, validation_counted_in: str = "RL st
     for name in trainer:
         if name not in TRAINER_ARGUMENTS and name != "_target_" and (hint := command_line_hint(str(name), cfg)):
             raise ConfigError(f"trainer.{name} is not an argument of Trainer{hint}; remove it.")
-    if line := trainer_interval_line(trainer, validation_counted_in):
+    if line := trainer_interval_line(trainer, validation_counted_in) or trainer_limit_line(trainer):
         raise ConfigError(line)
 
 

@@ -60,6 +60,36 @@ def trainer_interval_line(trainer: DictConfig, counted_in: str) -> str | None:
     return None
 
 
+# Lightning's counts: (the least whole number it takes, whether null is taken, what the value counts)
+TRAINER_COUNTS = {"max_steps": (-1, False, "-1: no limit"), "max_epochs": (-1, True, "-1 or null: no limit"),
+                  "min_steps": (0, True, "null: none"), "min_epochs": (0, True, "null: none")}
+BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                "overfit_batches")
+DEVICES_TEXT = re.compile(r"auto|-1|\d+(\s*,\s*\d+)*\s*,?")  # Lightning's string forms: "auto", "-1", "2", "0,1"
+
+
+def trainer_limit_line(trainer: DictConfig) -> str | None:
+    """The one line for a Trainer count, batch limit or device count of the wrong kind (trainer.max_epochs=abc failed
+    an assert in Lightning; max_steps=abc and limit_val_batches=abc ended on a comparison of str and int; devices=abc
+    was refused without its value); None where each is of a kind Lightning takes."""
+    for name, (least, nullable, meaning) in TRAINER_COUNTS.items():
+        value = trainer.get(name)
+        if name in trainer and not (value is None and nullable) and not whole_number_at_least(value, least):
+            return f"trainer.{name}={value!r} must be a whole number >= {least} ({meaning})."
+    for name in BATCH_LIMITS:
+        value = trainer.get(name)
+        if value is None or whole_number_at_least(value, 0):
+            continue
+        if not isinstance(value, float) or not 0.0 <= value <= 1.0:
+            return (f"trainer.{name}={value!r} must be a whole number of batches (>= 0) or a fraction of them from "
+                    f"0.0 to 1.0.")
+    devices = trainer.get("devices")
+    if isinstance(devices, str) and not DEVICES_TEXT.fullmatch(devices.strip()):
+        return (f"trainer.devices={devices!r} must be a number of devices (e.g. 1; -1: all of them), a list of "
+                f"device indices ([0,1]) or auto.")
+    return None
+
+
 def whole_number_at_least(value, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 

@@ -13,6 +13,7 @@ from lit_rlhf.cli.trainer_arguments import (
     manual_optimization_line,
     trainer_argument_hint,
     trainer_interval_line,
+    trainer_limit_line,
     trainer_refusal_line,
 )
 from tests.helpers import ROOT
@@ -81,6 +82,40 @@ def test_an_interval_lightning_divides_or_counts_by_is_one_line(setting, value, 
 ])
 def test_the_intervals_lightning_accepts_pass(trainer):
     assert trainer_interval_line(OmegaConf.create(trainer), "RL steps") is None
+
+
+@pytest.mark.parametrize("setting, value, expected", [
+    ("max_epochs", "abc", "trainer.max_epochs='abc' must be a whole number >= -1 (-1 or null: no limit)."),
+    ("max_epochs", -2, "trainer.max_epochs=-2 must be a whole number >= -1"),
+    ("max_steps", "abc", "trainer.max_steps='abc' must be a whole number >= -1 (-1: no limit)."),
+    ("max_steps", None, "trainer.max_steps=None must be a whole number >= -1"),
+    ("max_steps", 1.5, "trainer.max_steps=1.5 must be a whole number >= -1"),
+    ("min_steps", -1, "trainer.min_steps=-1 must be a whole number >= 0 (null: none)."),
+    ("min_epochs", "x", "trainer.min_epochs='x' must be a whole number >= 0"),
+    ("limit_val_batches", "abc", "trainer.limit_val_batches='abc' must be a whole number of batches (>= 0) or a "
+                                 "fraction of them from 0.0 to 1.0."),
+    ("limit_train_batches", 1.5, "trainer.limit_train_batches=1.5 must be a whole number of batches"),
+    ("overfit_batches", -1, "trainer.overfit_batches=-1 must be a whole number of batches"),
+    ("devices", "abc", "trainer.devices='abc' must be a number of devices (e.g. 1; -1: all of them), a list of "
+                       "device indices ([0,1]) or auto."),
+    ("devices", "0;1", "trainer.devices='0;1' must be a number of devices"),
+])
+def test_a_trainer_count_of_the_wrong_kind_is_one_line(setting, value, expected):
+    """Unchecked, max_epochs=abc failed an assert inside Lightning's Trainer, max_steps=abc and limit_val_batches=abc
+    ended on "'<' not supported between instances of 'str' and 'int'", and devices=abc was refused without its
+    value."""
+    assert trainer_limit_line(OmegaConf.create({setting: value})).startswith(expected)
+
+
+@pytest.mark.parametrize("trainer", [
+    {"max_steps": -1, "max_epochs": -1, "devices": 1, "num_nodes": 1},
+    {"max_steps": 10, "max_epochs": None, "min_steps": None, "min_epochs": 0},
+    {"limit_val_batches": 0, "limit_train_batches": 0.5, "overfit_batches": 0.0, "limit_test_batches": 1.0},
+    {"devices": "auto"}, {"devices": -1}, {"devices": "-1"}, {"devices": "2"}, {"devices": "0,1"}, {"devices": [0, 1]},
+    {},
+])
+def test_the_counts_lightning_accepts_pass(trainer):
+    assert trainer_limit_line(OmegaConf.create(trainer)) is None
 
 
 @pytest.mark.parametrize("app, counted_in", [("train", "(RL steps between"),
