@@ -156,6 +156,7 @@ def check_run_settings(cfg: DictConfig) -> None:
                           f"optimizes, not the quality the proxy stands for, and cannot show over-optimization; name "
                           f"another reward as gold (e.g. gold=vader with reward=reward_model).")
     check_seed(cfg)
+    check_objective_named(cfg)
     steps = cfg.get("steps")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ConfigError(f"steps={steps!r} must be a whole number >= 1.")
@@ -212,6 +213,14 @@ def check_seed(cfg: DictConfig) -> None:
         raise ConfigError(f"seed={seed!r} must be a whole number from 0 to {MAX_SEED}.")
 
 
+def check_objective_named(cfg: DictConfig) -> None:
+    """optimized_metric= typed empty would read as null: the run (each trial of a sweep) returns no objective."""
+    from lit_rlhf.config.validation import check_not_empty
+
+    check_not_empty("optimized_metric", cfg.get("optimized_metric"), "name a metric the run logs (e.g. "
+                    "eval/rlhf_reward), or optimized_metric=null for no objective")
+
+
 def check_epochs(cfg: DictConfig) -> None:
     epochs = cfg.get("epochs")
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
@@ -227,6 +236,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
 
     check_epochs(cfg)
     check_seed(cfg)
+    check_objective_named(cfg)
     check_switched_off(cfg)
     built_by_the_module(cfg)
     check_trainer_arguments(cfg, "training batches, or a fraction of an epoch,")
@@ -354,12 +364,13 @@ def check_before_imports(cfg: DictConfig, checks: Callable[[DictConfig], None] =
     directory that holds a run (a resume's) records the failure in its result.json; a sweep's trials are checked by
     the trials themselves (a bad trial is recorded, the sweep goes on)."""
     from lit_rlhf.cli.run_dirs import discard_unused_run_dir
-    from lit_rlhf.cli.sweeps import in_multirun, write_result
+    from lit_rlhf.cli.sweeps import check_search_objective, in_multirun, write_result
     from lit_rlhf.errors import exit_with_user_error
 
     try:
         check_working_directory()
-    except ConfigError as err:  # a sweep's first trial says it once
+        check_search_objective(cfg)
+    except ConfigError as err:  # a sweep's first trial says it once, and the sweep ends
         discard_unused_run_dir(cfg)
         exit_with_user_error(err)
     if in_multirun():

@@ -235,6 +235,23 @@ def no_completed_trial_line(err: BaseException) -> str | None:
             f"hydra.sweeper.n_trials >= 1.")
 
 
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def check_search_objective(cfg: DictConfig) -> None:
+    """A trial of a sweeper that searches (Optuna's) hands it its objective; with optimized_metric=null there is none,
+    and every trial would train in full and then fail on Hydra's "Return value must be float-castable"."""
+    if not in_multirun() or "optimized_metric" not in cfg or cfg.optimized_metric:
+        return
+    sweeper = str(HydraConfig.get().sweeper.get("_target_") or "")
+    if sweeper in ("", BASIC_SWEEPER):
+        return
+    typed = "null" if cfg.optimized_metric is None else repr(cfg.optimized_metric)
+    raise ConfigError(f"optimized_metric={typed}: the {sweeper.rsplit('.', 1)[-1]} searches for the "
+                      f"trial with the best objective, and this gives it none; name the metric to optimize (e.g. "
+                      f"optimized_metric=eval/rlhf_reward).")
+
+
 # the multirun this process started: its directory and its sweeper's n_trials (Hydra's config is gone when the sweeper
 # raises after its trials)
 STARTED_SWEEP: dict[str, Any] = {}

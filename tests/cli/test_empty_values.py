@@ -34,6 +34,15 @@ def test_an_empty_path_is_refused_with_its_key(check, key, value, tmp_path, monk
         check(value)
 
 
+def test_an_empty_optimized_metric_is_refused_instead_of_read_as_no_objective():
+    """Read as null, the run returned no objective to its sweeper (an Optuna trial then failed after training)."""
+    from lit_rlhf.cli.checks import check_objective_named
+
+    check_objective_named(OmegaConf.create({"optimized_metric": None}))  # null: no objective, as documented
+    with pytest.raises(ConfigError, match=f"^{re.escape(f'optimized_metric={chr(39) * 2} {EMPTY}; name a metric')}"):
+        check_objective_named(OmegaConf.create({"optimized_metric": ""}))
+
+
 def evaluation_settings(**typed):
     return OmegaConf.create({"seed": 0, "reward": {"_target_": "lit_rlhf.rewards.VaderSentiment"}, "gold": None,
                              "rollout": None, "judge": None, "samples_per_prompt": 4, "num_bootstraps": 40,

@@ -13,7 +13,13 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lit_rlhf.cli.resolvers import register_resolvers
-from lit_rlhf.cli.sweeps import config_objective, kl_budget_objective, sweep_group
+from lit_rlhf.cli.sweeps import (
+    BASIC_SWEEPER,
+    check_search_objective,
+    config_objective,
+    kl_budget_objective,
+    sweep_group,
+)
 from lit_rlhf.cli.train import finish_wandb_run, instantiate_group
 from lit_rlhf.errors import ConfigError
 from tests.apps import ROOT, run_app, run_process
@@ -137,6 +143,39 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_records_its_job_as_interrupted_and_sa
     assert "Sweep summary (2 runs)" in resumed.stdout
 
 
+def trial_of(sweeper: str, optimized_metric, tmp_path, monkeypatch):
+    """A composed train.py config, with Hydra's config set as in a multirun's trial run by `sweeper`."""
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=[f"paths.output_dir={tmp_path}"], return_hydra_config=True)
+    cfg.hydra.mode = RunMode.MULTIRUN
+    cfg.hydra.sweeper = {"_target_": sweeper}
+    cfg.optimized_metric = optimized_metric
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None, raising=False)  # the original comes back after the test
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+
+
+@pytest.mark.parametrize("optimized_metric, typed", [(None, "null"), ("", "''")])
+def test_a_search_without_an_objective_is_refused_in_its_first_trial(optimized_metric, typed, tmp_path, monkeypatch):
+    """Hydra's Optuna sweeper needs each trial's objective: with optimized_metric=null every trial trained in full,
+    then failed on "Return value must be float-castable"."""
+    with pytest.raises(ConfigError) as refused:
+        check_search_objective(trial_of(OPTUNA, optimized_metric, tmp_path, monkeypatch))
+    assert str(refused.value) == (
+        f"optimized_metric={typed}: the OptunaSweeper searches for the trial with the best objective, and this gives "
+        f"it none; name the metric to optimize (e.g. optimized_metric=eval/rlhf_reward).")
+
+
+@pytest.mark.parametrize("sweeper, optimized_metric", [(BASIC_SWEEPER, None), (OPTUNA, "eval/scores")])
+def test_a_grid_sweep_without_an_objective_or_a_search_with_one_passes(sweeper, optimized_metric, tmp_path,
+                                                                       monkeypatch):
+    check_search_objective(trial_of(sweeper, optimized_metric, tmp_path, monkeypatch))
+
+
 def test_wandb_runs_of_a_sweep_share_a_group_named_after_the_sweep_and_no_unasked_setting(tmp_path, monkeypatch):
     register_resolvers()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
@@ -208,6 +247,12 @@ def test_an_optuna_search_whose_every_trial_failed_ends_in_one_line_after_its_su
                      cwd=ROOT)
     assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (2, (
         "error: the search ran no trial (hydra.sweeper.n_trials=0); give hydra.sweeper.n_trials >= 1."))
+    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path / 'no_objective'}", *search,
+                     "optimized_metric=null", cwd=ROOT)  # its first trial ends the search, before it trains
+    assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (2, (
+        "error: optimized_metric=null: the OptunaSweeper searches for the trial with the best objective, and this "
+        "gives it none; name the metric to optimize (e.g. optimized_metric=eval/rlhf_reward)."))
+    assert not list((tmp_path / "no_objective").glob("*/result.json"))
 
 
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
