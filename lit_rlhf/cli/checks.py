@@ -104,16 +104,24 @@ def reward_parts(config: Any) -> list[str]:
 
 OPTIMIZER_FACTORIES = {"algo.optimizer": ("the optimizer", "the model's parameters"),
                        "algo.lr_scheduler": ("the lr scheduler", "the optimizer")}
+FACTORY_EXAMPLES = {"algo.optimizer": "algo.optimizer._target_=torch.optim.SGD (null: the module's AdamW)",
+                    "algo.lr_scheduler": "+algo.lr_scheduler._target_=torch.optim.lr_scheduler.CosineAnnealingLR "
+                                         "+algo.lr_scheduler.T_max=150 (null: none)"}
 
 
 def built_by_the_module(cfg: DictConfig) -> None:
     """algo.optimizer and algo.lr_scheduler are functions the module calls with its parameters and its optimizer:
     one typed without `_partial_` (`'algo.lr_scheduler={_target_: ..., T_max: 10}'`, or `+` keys on the null
-    scheduler) is made partial, where Hydra would call the class at once without them; `_partial_=false` is one line."""
+    scheduler) is made partial, where Hydra would call the class at once without them; `_partial_=false` is one line,
+    and so is a name (`algo.lr_scheduler=cosine`, TRL's lr_scheduler_type) or a mapping without the class."""
     for key, (what, argument) in OPTIMIZER_FACTORIES.items():
         node = OmegaConf.select(cfg, key, default=None)
-        if not isinstance(node, DictConfig) or "_target_" not in node:
+        if node is None:
             continue
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            typed = f"{key}={node!r}" if not isinstance(node, DictConfig) else f"{key} without a _target_"
+            raise ConfigError(f"{typed}: {key} names the class of {what}, with its arguments, which the module builds "
+                              f"with {argument}; e.g. {FACTORY_EXAMPLES[key]}.")
         partial = node.get("_partial_")
         if partial is None:
             with open_dict(node):

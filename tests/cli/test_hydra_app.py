@@ -127,3 +127,23 @@ def test_a_factory_typed_as_not_partial_is_one_line(tmp_path):
                                           r"with the model's parameters; remove algo.optimizer._partial_ \(it is "
                                           r"true\).$"):
         built_by_the_module(cfg)
+
+
+@pytest.mark.parametrize("overrides, typed", [
+    (["algo.lr_scheduler=cosine"], "algo.lr_scheduler='cosine'"),  # TRL's lr_scheduler_type
+    (["+algo.lr_scheduler.T_max=10"], "algo.lr_scheduler without a _target_"),
+])
+def test_a_scheduler_named_or_typed_without_its_class_is_one_line(overrides, typed, tmp_path):
+    """algo.lr_scheduler=cosine ended the run in a traceback after the model loaded: "'str' object is not callable"."""
+    from lit_rlhf.cli.checks import built_by_the_module
+    from lit_rlhf.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        built_by_the_module(compose_train(*overrides, tmp_path=tmp_path))
+    assert str(refused.value) == (
+        f"{typed}: algo.lr_scheduler names the class of the lr scheduler, with its arguments, which the module builds "
+        f"with the optimizer; e.g. +algo.lr_scheduler._target_=torch.optim.lr_scheduler.CosineAnnealingLR "
+        f"+algo.lr_scheduler.T_max=150 (null: none).")
+    with pytest.raises(ConfigError, match=r"^algo.optimizer='adam': algo.optimizer names the class of the optimizer"):
+        built_by_the_module(compose_train("algo.optimizer=adam", tmp_path=tmp_path))
+    built_by_the_module(compose_train("algo.optimizer=null", tmp_path=tmp_path))  # the module's default
