@@ -219,6 +219,9 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if re.search(r"Config group override must be a string or a list\. Got (NoneType|bool)", text) and (
             line := group_set_to_null(config_dir, overrides)):
         return line
+    if re.search(r"Config group override must be a string or a list\. Got (int|float)", text) and (
+            line := group_given_a_number(config_dir, overrides)):
+        return line
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"{first} (check the command line's overrides)"
 
@@ -301,6 +304,18 @@ def key_under_null(config_dir: Path, config_name: str, overrides: list[str]) -> 
             return (f"{key} sets a key of {parent}, which is null in this config (`--cfg job` prints it); give "
                     f"{parent} whole, e.g. '{parent}={{{last}: {value}}}' (its other keys at their defaults), or "
                     f"leave {key} out.")
+    return None
+
+
+def group_given_a_number(config_dir: Path, overrides: list[str]) -> str | None:
+    """The line for `algo=5`, which Hydra reads as a number and refuses as a group's option ("Config group override
+    must be a string or a list. Got int"): the group's options."""
+    for override in overrides:
+        group, _, value = override.lstrip("+").partition("=")
+        if re.fullmatch(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)(e[-+]?\d+)?", value.strip(), re.IGNORECASE) and (
+                config_dir / group).is_dir():
+            options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+            return f"{group}={value} is not an option of {group}{nearest(value, options, noun='options')}."
     return None
 
 

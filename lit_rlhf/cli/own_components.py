@@ -116,6 +116,10 @@ def your_own_class(cfg: DictConfig, key: str, written_for: list[dict[str, Any]] 
     one typed (+teacher.scale=2, rollout.compile_mode=default) reaches a constructor with **kwargs and is a one-line
     error for any other: a setting the user typed is never dropped without a word."""
     node = cfg.get(key)
+    if node is not None and not isinstance(node, DictConfig):  # evaluate.py's judge=nope: Hydra's traceback
+        raise ConfigError(f"{key}={node!r}: {key} is a mapping of settings, the class to build (_target_) and its "
+                          f"arguments; set them one by one ({key}.<key>=<value>) or give it whole, quoted: "
+                          f"'{key}={{_target_: <a class>, <key>: <value>}}'; null: the default.")
     target = node.get("_target_") if isinstance(node, DictConfig) else None
     written_for = group_files(key) if written_for is None else written_for
     if target is None or current_path(str(target)) in {current_path(str(c.get("_target_"))) for c in written_for}:

@@ -54,3 +54,12 @@ def test_a_value_of_another_shape_names_the_shape_the_setting_takes(app, overrid
 ])
 def test_a_group_the_app_does_not_have_names_the_groups_it_has(app, overrides, line):
     assert line_of(app, *overrides) == line
+
+
+@pytest.mark.parametrize("app, overrides, line", [
+    ("train", ["algo=5"], "algo=5 is not an option of algo (valid options: distill, grpo, ppo, reinforce_pp, rloo)."),
+    ("train", ["gold=1.5"], "gold=1.5 is not an option of gold (valid options: arithmetic_correct, none, vader)."),
+])
+def test_a_number_given_as_a_group_s_option_lists_the_options(app, overrides, line):
+    """Hydra reads algo=5 as a number and said only "Config group override must be a string or a list. Got int"."""
+    assert line_of(app, *overrides) == line

@@ -136,6 +136,21 @@ def test_a_bad_own_class_is_one_line(target, typed, line):
     assert str(err.value).startswith(line.format(here=here))
 
 
+@pytest.mark.parametrize("typed", ["nope", "", 5])
+def test_a_plain_value_where_evaluate_builds_its_judge_is_one_line(typed):
+    """`python evaluate.py judge=nope` ended in Hydra's traceback: "Cannot instantiate config of type str"."""
+    from lit_rlhf.cli.own_components import evaluation_judge
+
+    cfg = OmegaConf.create({"judge": typed})
+    with pytest.raises(ConfigError) as err:
+        your_own_class(cfg, "judge", evaluation_judge())
+    assert str(err.value) == (
+        f"judge={typed!r}: judge is a mapping of settings, the class to build (_target_) and its arguments; set them "
+        f"one by one (judge.<key>=<value>) or give it whole, quoted: 'judge={{_target_: <a class>, <key>: <value>}}'; "
+        f"null: the default.")
+    your_own_class(OmegaConf.create({"judge": None}), "judge", evaluation_judge())  # null: RewardJudge
+
+
 def test_a_target_that_cannot_be_imported_is_our_one_line_without_hydras_log_lines(caplog):
     from lit_rlhf.cli.own_components import imported_target
 
