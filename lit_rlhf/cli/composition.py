@@ -188,6 +188,10 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         return line
     overrides = first_of_each_sweep(overrides)
     option = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if empty := re.search(r"Could not find '([^']+)/'", text):  # `experiment=$EXP` with the variable unset
+        options = sorted(p.stem for p in (config_dir / empty.group(1)).glob("*.yaml"))
+        listed = f" ({', '.join(options)})" if options else ""
+        return f"{empty.group(1)}= is empty (a shell variable that is not set?); name one of its options{listed}."
     if option:
         group, name = option.groups()
         options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))

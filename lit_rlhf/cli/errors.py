@@ -189,6 +189,10 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     arguments = app_arguments(sys.argv, config_dir or Path(sys.argv[0]).resolve().parent / "conf", config_name)
     search_command_line_config_dir(arguments.extra_config_dir)
     config_dir, config_name, overrides = arguments.config_dir, arguments.config_name, arguments.overrides
+    from lit_rlhf.cli.run_dirs import run_location_line
+
+    if line := run_location_line(overrides):  # before Hydra creates the run directory
+        exit_with_user_error(line)
     try:
         from lit_rlhf.cli.configs import register_configs
         from lit_rlhf.cli.plugins import import_searchpath_packages

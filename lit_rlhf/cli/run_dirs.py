@@ -9,6 +9,7 @@
   writes, are never deleted. It runs before Hydra writes .hydra/.
 - Then it locks the directory (`.run.lock`, an flock held until the process ends): a second process on
   the same run directory, e.g. `ckpt_path=last` while the run is still going, is refused in one line.
+- run_location_line: a run location typed empty, or paths.output_dir typed, is one line before Hydra creates it.
 - check_save_dir: the folder a fit on a file saves its model to, outside the run directory, must be new or empty.
 """
 
@@ -40,6 +41,26 @@ def new_run_dir(base: str) -> str:
         except FileExistsError:
             continue
     raise RuntimeError(f"could not create a new run directory next to {base}")
+
+
+# the keys that place the run directory, read as Hydra creates it (before the app's checks)
+RUN_LOCATION_KEYS = ("paths.root_dir", "paths.log_dir", "hydra.run.dir", "hydra.sweep.dir")
+
+
+def run_location_line(overrides: list[str]) -> str | None:
+    """The line for a run location typed empty (`paths.log_dir=$LOGS` with the variable unset), which put the run at
+    the filesystem's root (/train/runs/...) or in the working directory, or for paths.output_dir, which follows
+    hydra.run.dir: typed, it wrote the run's files where the run directory's guard does not look; else None."""
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == "paths.output_dir":
+            return (f"{override.lstrip('+~')}: paths.output_dir follows hydra.run.dir; set hydra.run.dir=<a new or "
+                    f"empty directory> instead (or the run's own directory, with ckpt_path=last, to resume it).")
+        typed = value.strip().strip("'\"")
+        if key in RUN_LOCATION_KEYS and not typed:
+            return (f"{key}={typed!r} is empty (a shell variable that is not set?); give a directory, or leave {key} "
+                    f"out.")
+    return None
 
 
 def is_launched_rank() -> bool:

@@ -63,3 +63,14 @@ def test_a_group_the_app_does_not_have_names_the_groups_it_has(app, overrides, l
 def test_a_number_given_as_a_group_s_option_lists_the_options(app, overrides, line):
     """Hydra reads algo=5 as a number and said only "Config group override must be a string or a list. Got int"."""
     assert line_of(app, *overrides) == line
+
+
+@pytest.mark.parametrize("override, line", [
+    ("algo=", "algo= is empty (a shell variable that is not set?); name one of its options (distill, grpo, ppo, "
+              "reinforce_pp, rloo)."),
+    ("hydra/sweeper=", "hydra/sweeper= is empty (a shell variable that is not set?); name one of its options."),
+])
+def test_a_group_typed_empty_lists_its_options(override, line):
+    """`algo=$ALGO` with the variable unset said "In 'train': Could not find 'algo/'"; hydra/sweeper= read as the
+    option 'sweeper/' of a group 'hydra'."""
+    assert line_of("train", override) == line

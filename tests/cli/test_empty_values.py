@@ -100,3 +100,33 @@ def test_a_sweep_s_later_trial_is_checked_too_and_leaves_the_earlier_trial_s_mod
     with pytest.raises(ConfigError, match="holds files already, which the trained model would overwrite"):
         set_up_fit_on_pairs(cfg)
     assert (tmp_path / "mine" / "model.safetensors").read_text() == "trial 0's weights"
+
+
+@pytest.mark.parametrize("override, line", [
+    ("paths.log_dir=", "paths.log_dir='' is empty (a shell variable that is not set?); give a directory, or leave "
+                       "paths.log_dir out."),
+    ("paths.root_dir=''", "paths.root_dir='' is empty"),
+    ("hydra.sweep.dir= ", "hydra.sweep.dir='' is empty"),
+    ("paths.output_dir=mine", "paths.output_dir=mine: paths.output_dir follows hydra.run.dir; set hydra.run.dir=<a new "
+                              "or empty directory> instead (or the run's own directory, with ckpt_path=last, to "
+                              "resume it)."),
+])
+def test_a_run_location_typed_empty_or_paths_output_dir_is_refused(override, line):
+    """paths.log_dir= put the run at the filesystem's root (/train/runs/...); paths.output_dir=<a run's directory>
+    wrote into it, where hydra.run.dir=<it> is refused."""
+    from lit_rlhf.cli.run_dirs import run_location_line
+
+    assert run_location_line(["steps=2", override]).startswith(line)
+    assert run_location_line(["steps=2", "paths.log_dir=logs", "hydra.run.dir=runs/a"]) is None
+
+
+@pytest.mark.integration
+def test_hydra_run_dir_typed_empty_writes_nothing_into_the_working_directory(tmp_path):
+    """Hydra creates the run directory before the app's checks: hydra.run.dir= ran the run in the working directory."""
+    from tests.apps import run_app
+
+    result = run_app("train.py", "hydra.run.dir=", cwd=tmp_path)
+    assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (2, (
+        "error: hydra.run.dir='' is empty (a shell variable that is not set?); give a directory, or leave "
+        "hydra.run.dir out."))
+    assert not list(tmp_path.iterdir())
