@@ -110,25 +110,45 @@ def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path, x
     return out
 
 
+def check_image_format(out: Path) -> None:
+    """An --out whose suffix is no image format matplotlib writes (curves.txt): one line, before anything is drawn."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix and out.suffix[1:].lower() not in formats:
+        raise ValueError(f"--out={str(out)!r}: {out.suffix} is not an image format the plot is written in "
+                         f"({', '.join(sorted(formats))}); give e.g. curves.png.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m lit_rlhf.plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/curves.png")
+    parser.add_argument("--out", default=None, help="default: RUN_DIR/curves.png")
     args = parser.parse_args()
     escape_what_libraries_print()
+    if args.out is not None and not args.out.strip():  # read as a path, "" is the working directory
+        exit_with_user_error(f"--out={args.out!r} is empty (a shell variable that is not set?); give a file (e.g. "
+                             f"curves.png) or a folder, or leave --out out (RUN_DIR/curves.png).")
     try:
         found = find_metrics_csvs(args.run_dir)
         series = read_metrics(found[-1])
         if not curve_names(series):
             raise ValueError(f"{found[-1]} holds none of the curves this draws ({', '.join(CURVES[:3])}, ..., or a "
                              f"fit's loss); give the directory of a run of lit_rlhf's apps.")
-        out = args.out or args.run_dir / "curves.png"
+        out = Path(args.out) if args.out is not None else args.run_dir / "curves.png"
         if out.is_dir():  # savefig would write <out>.png beside it
             out = out / "curves.png"
-        out = plot_series(series, out, x_axis(found[-1]))
+        elif not out.suffix:  # savefig writes <out>.png: the line printed names the file written
+            out = out.with_name(out.name + ".png")
+        check_image_format(out)
     except (FileNotFoundError, ValueError) as err:
         exit_with_user_error(err)
+    try:
+        out = plot_series(series, out, x_axis(found[-1]))
+    except OSError as err:
+        exit_with_user_error(f"cannot write --out={str(out)!r} ({err.strerror or err}); give a file in a folder you "
+                             f"can write to.")
     # a folder of runs: say which one was drawn (the newest), and how to draw another
     which = (f" (from {found[-1]}, the newest of {len(found)} metrics.csv under {args.run_dir}; give one run's "
              f"directory for another)") if len(found) > 1 else ""

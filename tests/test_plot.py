@@ -42,3 +42,24 @@ def test_the_command_refuses_a_log_with_nothing_to_draw_and_writes_into_a_folder
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "figures" / "curves.png").stat().st_size > 10_000  # panels drawn, not a blank page
     assert not (tmp_path / "figures.png").exists()
+
+
+@pytest.mark.integration
+def test_an_out_typed_empty_not_an_image_or_not_writable_is_one_line_and_the_file_written_is_the_one_named(tmp_path):
+    """--out= drew into the working directory's curves.png; --out x.txt and --out /proc/x.png ended in matplotlib's and
+    the OS's lines, which named no option; --out plot printed "plot" and wrote plot.png."""
+    run = tmp_path / "run"
+    (run / "csv").mkdir(parents=True)
+    (run / "csv" / "metrics.csv").write_text(DPO_ROWS)
+    lines = {}
+    for out in ("", "x.txt", "/proc/no_such/x.png"):
+        result = run_app("lit_rlhf.plot", str(run), f"--out={out}", cwd=tmp_path, module=True)
+        assert result.returncode == 2, result.stderr
+        lines[out] = result.stderr.strip().splitlines()[-1]
+    assert lines[""] == ("error: --out='' is empty (a shell variable that is not set?); give a file (e.g. curves.png) "
+                         "or a folder, or leave --out out (RUN_DIR/curves.png).")
+    assert lines["x.txt"].startswith("error: --out='x.txt': .txt is not an image format the plot is written in (")
+    assert lines["/proc/no_such/x.png"].startswith("error: cannot write --out='/proc/no_such/x.png' (")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    result = run_app("lit_rlhf.plot", str(run), "--out", "plot", cwd=tmp_path, module=True)
+    assert (result.returncode, result.stdout.strip()) == (0, "plot.png") and (tmp_path / "plot.png").is_file()
