@@ -17,6 +17,7 @@ from lit_rlhf.cli.own_components import (
     your_own_classes,
     your_own_reward,
 )
+from lit_rlhf.cli.trainer_arguments import check_trainer_arguments, check_trains_something
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.lazy_exports import current_path
 
@@ -131,24 +132,6 @@ def built_by_the_module(cfg: DictConfig) -> None:
                               f"remove {key}._partial_ (it is true).")
 
 
-def check_trainer_arguments(cfg: DictConfig, validation_counted_in: str = "RL steps") -> None:
-    """`+trainer.<TRL name>` (+trainer.save_total_limit=3) is not a Trainer argument: one line with the key that sets
-    it here, before anything is built (another unknown argument is named by Lightning's TypeError, with the nearest).
-    Then the intervals Lightning divides by and the counts it compares; validation_counted_in: what the app's
-    val_check_interval counts."""
-    from lit_rlhf.cli.trainer_arguments import TRAINER_ARGUMENTS, trainer_interval_line, trainer_limit_line
-    from lit_rlhf.config.trl_names import command_line_hint
-
-    trainer = cfg.get("trainer")
-    if not isinstance(trainer, DictConfig) or trainer.get("_target_") != "lightning.Trainer":
-        return
-    for name in trainer:
-        if name not in TRAINER_ARGUMENTS and name != "_target_" and (hint := command_line_hint(str(name), cfg)):
-            raise ConfigError(f"trainer.{name} is not an argument of Trainer{hint}; remove it.")
-    if line := trainer_interval_line(trainer, validation_counted_in) or trainer_limit_line(trainer):
-        raise ConfigError(line)
-
-
 def check_run_settings(cfg: DictConfig) -> None:
     """Top-level keys read before anything is built."""
     check_reward_group(cfg)
@@ -199,17 +182,6 @@ def check_switched_off(cfg: DictConfig) -> None:
                 typed = str(value).lower() if isinstance(value, bool) else repr(value)
                 raise ConfigError(f"{group}.{name}={typed} is not a {kind}'s config; null switches it off: "
                                   f"{group}.{name}=null")
-
-
-def check_trains_something(cfg: DictConfig) -> None:
-    """A Trainer limit of 0 (Lightning's way to skip training) would train no RL step and report the untrained policy's
-    evaluation as the run's result."""
-    for key in ("limit_train_batches", "max_epochs", "max_steps"):
-        value = OmegaConf.select(cfg, f"trainer.{key}", default=None, throw_on_resolution_failure=False)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
-            raise ConfigError(f"trainer.{key}={value!r} trains no RL step; remove it (steps=N sets the run's length), "
-                              f"or compare a trained policy with its reference without training: python evaluate.py "
-                              f"ckpt_path=<a checkpoint>.")
 
 
 MAX_SEED = 2**32 - 1  # numpy's, which Lightning's seed_everything seeds too

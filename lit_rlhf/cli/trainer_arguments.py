@@ -1,13 +1,16 @@
 """Lightning Trainer arguments on the command line: those conf/trainer does not list are added with `+trainer.<name>`,
 except the few that the apps set from groups of their own or that the RL modules do in their own update (they
-optimize by hand: Lightning refuses its automatic clipping and accumulation for them). Torch-free: the composition
-errors are written before anything heavy is imported."""
+optimize by hand: Lightning refuses its automatic clipping and accumulation for them); and the apps' checks of the
+trainer group's values (check_trainer_arguments, check_trains_something). Torch-free: the composition errors and the
+checks are written before anything heavy is imported."""
 
 from __future__ import annotations
 
 import re
 
 from omegaconf import DictConfig, OmegaConf
+
+from lit_rlhf.errors import ConfigError
 
 # lightning.Trainer's arguments (tests/cli/test_trainer_arguments.py holds this list to Lightning's own)
 TRAINER_ARGUMENTS = (
@@ -120,3 +123,31 @@ def manual_optimization_line(message: str) -> str | None:
     return (f"trainer.{name}={value}: the RL modules optimize by hand, clipping and accumulating gradients in their "
             f"own update, which Lightning's {name} cannot reach; set {MODULE_SETTINGS[name]} instead and drop "
             f"trainer.{name}.")
+
+
+def check_trainer_arguments(cfg: DictConfig, validation_counted_in: str = "RL steps") -> None:
+    """`+trainer.<TRL name>` (+trainer.save_total_limit=3) is not a Trainer argument: one line with the key that sets
+    it here, before anything is built (another unknown argument is named by Lightning's TypeError, with the nearest).
+    Then the intervals Lightning divides by and the counts it compares; validation_counted_in: what the app's
+    val_check_interval counts."""
+    from lit_rlhf.config.trl_names import command_line_hint
+
+    trainer = cfg.get("trainer")
+    if not isinstance(trainer, DictConfig) or trainer.get("_target_") != "lightning.Trainer":
+        return
+    for name in trainer:
+        if name not in TRAINER_ARGUMENTS and name != "_target_" and (hint := command_line_hint(str(name), cfg)):
+            raise ConfigError(f"trainer.{name} is not an argument of Trainer{hint}; remove it.")
+    if line := trainer_interval_line(trainer, validation_counted_in) or trainer_limit_line(trainer):
+        raise ConfigError(line)
+
+
+def check_trains_something(cfg: DictConfig) -> None:
+    """A Trainer limit of 0 (Lightning's way to skip training) would train no RL step and report the untrained policy's
+    evaluation as the run's result."""
+    for key in ("limit_train_batches", "max_epochs", "max_steps"):
+        value = OmegaConf.select(cfg, f"trainer.{key}", default=None, throw_on_resolution_failure=False)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+            raise ConfigError(f"trainer.{key}={value!r} trains no RL step; remove it (steps=N sets the run's length), "
+                              f"or compare a trained policy with its reference without training: python evaluate.py "
+                              f"ckpt_path=<a checkpoint>.")

@@ -3,7 +3,7 @@
 import pytest
 from omegaconf import OmegaConf
 
-from lit_rlhf.cli.checks import check_trains_something
+from lit_rlhf.cli.trainer_arguments import check_trains_something
 from lit_rlhf.errors import ConfigError
 
 

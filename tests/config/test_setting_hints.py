@@ -151,7 +151,7 @@ def test_a_value_of_the_wrong_type_beside_an_unknown_key_leaves_its_hint():
 
 
 def test_a_trl_name_added_to_the_trainer_with_a_plus_names_its_key_before_anything_is_built():
-    from lit_rlhf.cli.checks import check_trainer_arguments
+    from lit_rlhf.cli.trainer_arguments import check_trainer_arguments
     from lit_rlhf.errors import ConfigError
 
     cfg = OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "val_check_interval": 10, "eval_steps": 5},
