@@ -13,6 +13,7 @@ from lit_rlhf.callbacks.interrupt import stopped_by_interrupt
 from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.callbacks.settings import check_count, check_fraction
 from lit_rlhf.config.validation import check_bootstraps
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.evaluation import Evaluation, PairwiseJudge, compare_with_reference, print_report, write_report
 
 
@@ -23,6 +24,10 @@ class PolicyEvaluation(L.Callback):
         check_count("evaluation.num_bootstraps", num_bootstraps, 1)
         check_fraction("evaluation.confidence", confidence, "0.95")
         check_bootstraps("callbacks.evaluation.num_bootstraps", num_bootstraps, confidence)
+        if judge is not None and not callable(judge):  # judge=nope failed only at the end of fit
+            raise ConfigError(f"callbacks.evaluation.judge={judge!r} is not a judge; give its class and settings "
+                              f"(callbacks.evaluation.judge._target_=<a PairwiseJudge class>), or null for the "
+                              f"RewardJudge.")
         self.samples_per_prompt, self.seed, self.judge = samples_per_prompt, seed, judge
         self.confidence, self.num_bootstraps, self.dirpath = confidence, num_bootstraps, dirpath
         self.evaluation: Evaluation | None = None

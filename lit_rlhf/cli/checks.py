@@ -153,6 +153,7 @@ def check_run_settings(cfg: DictConfig) -> None:
         raise ConfigError(f"steps={steps!r} must be a whole number >= 1.")
     check_trains_something(cfg)
     check_switched_off(cfg)
+    check_output_folders(cfg)
     teacher_without_distillation(cfg)
     if cfg.get("ckpt_path") is not None and str(cfg.ckpt_path) != "last":  # `last`: the run directory's, checked there
         check_checkpoint_path(str(cfg.ckpt_path))
@@ -182,6 +183,20 @@ def check_switched_off(cfg: DictConfig) -> None:
                 typed = str(value).lower() if isinstance(value, bool) else repr(value)
                 raise ConfigError(f"{group}.{name}={typed} is not a {kind}'s config; null switches it off: "
                                   f"{group}.{name}=null")
+
+
+def check_output_folders(cfg: DictConfig) -> None:
+    """A callback's dirpath or a logger's save_dir typed empty (an unset shell variable) is the working directory: the
+    checkpoints, samples.jsonl and curves.png went there, over another run's files there."""
+    from lit_rlhf.config.validation import check_not_empty
+
+    for group in ("callbacks", "logger"):
+        node = cfg.get(group)
+        for name, value in (node.items() if isinstance(node, DictConfig) else ()):
+            typed = OmegaConf.to_container(value, resolve=False) if isinstance(value, DictConfig) else {}
+            for key in ("dirpath", "save_dir"):
+                check_not_empty(f"{group}.{name}.{key}", typed.get(key), f"give a directory, or leave {group}.{name}."
+                                f"{key} out (in the run directory)")
 
 
 MAX_SEED = 2**32 - 1  # numpy's, which Lightning's seed_everything seeds too
@@ -218,6 +233,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     check_seed(cfg)
     check_objective_named(cfg)
     check_switched_off(cfg)
+    check_output_folders(cfg)
     built_by_the_module(cfg)
     check_trainer_arguments(cfg, "training batches, or a fraction of an epoch,")
     sharded = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET

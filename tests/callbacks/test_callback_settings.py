@@ -19,6 +19,9 @@ from lit_rlhf.errors import ConfigError
      "resampled means); give callbacks.evaluation.num_bootstraps >= 4 (default 1000)."),
     (PolicyEvaluation, {"confidence": 2}, "callbacks.evaluation.confidence=2 must be a number between 0 and 1 (e.g. "
                                           "0.95)."),
+    (PolicyEvaluation, {"judge": "nope"}, "callbacks.evaluation.judge='nope' is not a judge; give its class and "
+                                          "settings (callbacks.evaluation.judge._target_=<a PairwiseJudge class>), or "
+                                          "null for the RewardJudge."),  # was a traceback after training
     (TrainingSummary, {"num_samples": -1}, "callbacks.training_summary.num_samples=-1 must be a whole number >= 0 "
                                            "(0: no table of completions)."),
 ])
@@ -62,3 +65,4 @@ def test_the_counts_they_take():
     GenerationSamples(every_n_steps=5)
     TrainingSummary(num_samples=0)
     PolicyEvaluation(samples_per_prompt=1, num_bootstraps=4, confidence=0.5)  # 4: 2 / (1 - 0.5)
+    PolicyEvaluation(judge=lambda prompts, policy, reference: [0.5] * len(prompts))

@@ -130,3 +130,20 @@ def test_hydra_run_dir_typed_empty_writes_nothing_into_the_working_directory(tmp
         "error: hydra.run.dir='' is empty (a shell variable that is not set?); give a directory, or leave "
         "hydra.run.dir out."))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("group, name, key", [("callbacks", "model_checkpoint", "dirpath"),
+                                              ("callbacks", "generation_samples", "dirpath"),
+                                              ("logger", "csv", "save_dir")])
+def test_an_output_folder_typed_empty_is_refused(group, name, key):
+    """callbacks.model_checkpoint.dirpath= wrote last.ckpt (samples.jsonl, curves.png, the CSV log) into the working
+    directory."""
+    from lit_rlhf.cli.checks import check_output_folders
+
+    settings = {group: {name: {"_target_": "x.Y", key: "${paths.output_dir}"}}}
+    check_output_folders(OmegaConf.create(settings))  # the default, left unresolved
+    settings[group][name][key] = ""
+    with pytest.raises(ConfigError) as refused:
+        check_output_folders(OmegaConf.create(settings))
+    assert str(refused.value) == (f"{group}.{name}.{key}='' {EMPTY}; give a directory, or leave {group}.{name}.{key} "
+                                  f"out (in the run directory).")
