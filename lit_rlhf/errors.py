@@ -7,6 +7,11 @@ class ConfigError(ValueError):
     """A bad setting: the message names the value and the fix."""
 
 
+def empty_value_line(typed: str, fix: str) -> str:
+    """The line for a value typed empty (`ckpt_path=$CKPT` with the variable unset); typed: as the user wrote it."""
+    return f"{typed} is empty (a shell variable that is not set?); {fix}."
+
+
 class UnavailableError(OSError):
     """A model or dataset that cannot be loaded (offline, missing path): the message says what to do."""
 

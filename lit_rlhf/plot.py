@@ -10,7 +10,7 @@ import csv
 import math
 from pathlib import Path
 
-from lit_rlhf.errors import exit_with_user_error
+from lit_rlhf.errors import empty_value_line, exit_with_user_error
 from lit_rlhf.terminal import escape_what_libraries_print, printable
 
 CONSTANT_UNLESS_MOVING = ("objective/kl_coef", "val/ratio")
@@ -128,8 +128,8 @@ def main() -> None:
     args = parser.parse_args()
     escape_what_libraries_print()
     if args.out is not None and not args.out.strip():  # read as a path, "" is the working directory
-        exit_with_user_error(f"--out={args.out!r} is empty (a shell variable that is not set?); give a file (e.g. "
-                             f"curves.png) or a folder, or leave --out out (RUN_DIR/curves.png).")
+        exit_with_user_error(empty_value_line(f"--out={args.out!r}", "give a file (e.g. curves.png) or a folder, or "
+                                              "leave --out out (RUN_DIR/curves.png)"))
     try:
         found = find_metrics_csvs(args.run_dir)
         series = read_metrics(found[-1])

@@ -15,7 +15,7 @@ from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
 from lit_rlhf.cli.override_forms import override_form_line
 from lit_rlhf.cli.trainer_arguments import trainer_argument_hint
 from lit_rlhf.config.trl_names import command_line_hint
-from lit_rlhf.errors import SYNONYMS, nearest
+from lit_rlhf.errors import SYNONYMS, empty_value_line, nearest
 
 # Hydra's words for a value of the wrong type
 CONVERSION = r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)"
@@ -191,7 +191,7 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if empty := re.search(r"Could not find '([^']+)/'", text):  # `experiment=$EXP` with the variable unset
         options = sorted(p.stem for p in (config_dir / empty.group(1)).glob("*.yaml"))
         listed = f" ({', '.join(options)})" if options else ""
-        return f"{empty.group(1)}= is empty (a shell variable that is not set?); name one of its options{listed}."
+        return empty_value_line(f"{empty.group(1)}=", f"name one of its options{listed}")
     if option:
         group, name = option.groups()
         options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))

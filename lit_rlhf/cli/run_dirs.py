@@ -27,6 +27,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.errors import empty_value_line
 from lit_rlhf.terminal import printable
 
 
@@ -58,8 +59,7 @@ def run_location_line(overrides: list[str]) -> str | None:
                     f"empty directory> instead (or the run's own directory, with ckpt_path=last, to resume it).")
         typed = value.strip().strip("'\"")
         if key in RUN_LOCATION_KEYS and not typed:
-            return (f"{key}={typed!r} is empty (a shell variable that is not set?); give a directory, or leave {key} "
-                    f"out.")
+            return empty_value_line(f"{key}={typed!r}", f"give a directory, or leave {key} out")
     return None
 
 

@@ -11,7 +11,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from lit_rlhf.errors import ConfigError, nearest
+from lit_rlhf.errors import ConfigError, empty_value_line, nearest
 
 SYNC_REF_MODEL_UNDER_FSDP2 = ("algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp or set "
                               "algo.sync_ref_model=false.")
@@ -254,4 +254,4 @@ def check_not_empty(key: str, value: Any, fix: str) -> None:
     """A path typed empty (`ckpt_path=$CKPT` with the variable unset): read as a path it is the working directory,
     read as "not set" another run than the one asked for. One line naming key, then `fix`."""
     if isinstance(value, str) and not value.strip():
-        raise ConfigError(f"{key}={value!r} is empty (a shell variable that is not set?); {fix}.")
+        raise ConfigError(empty_value_line(f"{key}={value!r}", fix))
