@@ -176,13 +176,20 @@ def teacher_without_distillation(cfg: DictConfig) -> None:
 def check_switched_off(cfg: DictConfig) -> None:
     """A callback or logger given a value that is not its config (`callbacks.curves=false`, `=none`, `=off`): null
     switches one off; false stopped the run with a TypeError, and any other word switched it off unsaid."""
-    for group, kind in (("callbacks", "callback"), ("logger", "logger")):
+    for group, name, value in callbacks_and_loggers(cfg):
+        if value is not None and not isinstance(value, DictConfig):
+            typed = str(value).lower() if isinstance(value, bool) else repr(value)
+            kind = {"callbacks": "callback", "logger": "logger"}[group]
+            raise ConfigError(f"{group}.{name}={typed} is not a {kind}'s config; null switches it off: "
+                              f"{group}.{name}=null")
+
+
+def callbacks_and_loggers(cfg: DictConfig):
+    """(group, name, config) of each entry of the callbacks and logger groups."""
+    for group in ("callbacks", "logger"):
         node = cfg.get(group)
         for name, value in (node.items() if isinstance(node, DictConfig) else ()):
-            if value is not None and not isinstance(value, DictConfig):
-                typed = str(value).lower() if isinstance(value, bool) else repr(value)
-                raise ConfigError(f"{group}.{name}={typed} is not a {kind}'s config; null switches it off: "
-                                  f"{group}.{name}=null")
+            yield group, name, value
 
 
 def check_output_folders(cfg: DictConfig) -> None:
@@ -190,13 +197,11 @@ def check_output_folders(cfg: DictConfig) -> None:
     checkpoints, samples.jsonl and curves.png went there, over another run's files there."""
     from lit_rlhf.config.validation import check_not_empty
 
-    for group in ("callbacks", "logger"):
-        node = cfg.get(group)
-        for name, value in (node.items() if isinstance(node, DictConfig) else ()):
-            typed = OmegaConf.to_container(value, resolve=False) if isinstance(value, DictConfig) else {}
-            for key in ("dirpath", "save_dir"):
-                check_not_empty(f"{group}.{name}.{key}", typed.get(key), f"give a directory, or leave {group}.{name}."
-                                f"{key} out (in the run directory)")
+    for group, name, value in callbacks_and_loggers(cfg):
+        typed = OmegaConf.to_container(value, resolve=False) if isinstance(value, DictConfig) else {}
+        for key in ("dirpath", "save_dir"):
+            check_not_empty(f"{group}.{name}.{key}", typed.get(key), f"give a directory, or leave {group}.{name}.{key} "
+                            f"out (in the run directory)")
 
 
 MAX_SEED = 2**32 - 1  # numpy's, which Lightning's seed_everything seeds too
