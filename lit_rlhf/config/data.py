@@ -47,6 +47,21 @@ def check_dataset_file(dataset: str) -> None:
                           f"folder.")
 
 
+def check_pair_lengths(counts: dict[str, tuple[object, int]], max_length: object, max_prompt_length: object,
+                       second: str) -> None:
+    """The whole-number settings of a data module of (prompt, second) rows: each of counts {name: (value, minimum)},
+    then max_length, which must leave room for the second part after max_prompt_length."""
+    for name, (value, minimum) in {**counts, "max_prompt_length": (max_prompt_length, 1)}.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"data.{name}={value!r} must be a whole number >= {minimum}.")
+    if not isinstance(max_length, int) or isinstance(max_length, bool):
+        raise ConfigError(f"data.max_length={max_length!r} must be a whole number of tokens above "
+                          f"data.max_prompt_length={max_prompt_length} (prompt and {second} together).")
+    if max_length <= max_prompt_length:
+        raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
+                          f"(the {second} needs room); raise data.max_length.")
+
+
 @dataclass
 class DataConfig:
     tokenizer: str = setting("???", "the policy's tokenizer (the CLI sets model.tokenizer_name_or_path)")

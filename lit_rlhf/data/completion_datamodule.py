@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_rlhf.config.data import named
+from lit_rlhf.config.data import check_pair_lengths, named
 from lit_rlhf.data.conversations import MESSAGES_COLUMN, TEXT_COLUMN, conversation_item, text_item
 from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import (
@@ -104,13 +104,8 @@ class CompletionDataModule(L.LightningDataModule):
         super().__init__()
         dataset, tokenizer = named(dataset, tokenizer)  # before save_hyperparameters, which reads them
         self.save_hyperparameters()
-        for name, minimum in (("batch_size", 1), ("num_eval_rows", 0), ("max_prompt_length", 1)):
-            value = getattr(self.hparams, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ConfigError(f"data.{name}={value!r} must be a whole number >= {minimum}.")
-        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= max_prompt_length:
-            raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
-                              f"(the completion needs room); raise data.max_length.")
+        check_pair_lengths({"batch_size": (batch_size, 1), "num_eval_rows": (num_eval_rows, 0)}, max_length,
+                           max_prompt_length, "completion")
         self.tokenizer = None
         self.tokenizer_key = "data.tokenizer"  # the setting its tokenizer's errors name; the apps set the one typed
         # each (ids, prompt length), or (ids, mask) for token-id rows

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
-from lit_rlhf.config.data import named
+from lit_rlhf.config.data import check_pair_lengths, named
 from lit_rlhf.data.epoch_shuffle import training_loader
 from lit_rlhf.data.preferences import collate_pairs, load_preference_pairs, tokenize_pair_side
 from lit_rlhf.errors import ConfigError
@@ -33,13 +33,8 @@ class PreferenceDataModule(L.LightningDataModule):
         super().__init__()
         dataset, tokenizer = named(dataset, tokenizer)  # before save_hyperparameters, which reads them
         self.save_hyperparameters()
-        for name, minimum in (("batch_size", 1), ("num_eval_pairs", 0), ("max_prompt_length", 1)):
-            value = getattr(self.hparams, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ConfigError(f"data.{name}={value!r} must be a whole number >= {minimum}.")
-        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= max_prompt_length:
-            raise ConfigError(f"data.max_length={max_length!r} must exceed data.max_prompt_length={max_prompt_length} "
-                              f"(the response needs room); raise data.max_length.")
+        check_pair_lengths({"batch_size": (batch_size, 1), "num_eval_pairs": (num_eval_pairs, 0)}, max_length,
+                           max_prompt_length, "response")
         self.tokenizer = None
         self.tokenizer_key = "data.tokenizer"  # the setting its tokenizer's errors name; the apps set the one typed
         self.train_pairs: list[dict[str, Any]] = []

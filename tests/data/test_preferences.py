@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from lit_rlhf.data.completion_datamodule import CompletionDataModule
 from lit_rlhf.data.preference_datamodule import PreferenceDataModule
 from lit_rlhf.data.preferences import collate_pairs, load_preference_pairs, tokenize_pair_side
 from lit_rlhf.errors import ConfigError
@@ -176,3 +177,21 @@ def test_a_missing_pairs_file_is_one_line_that_reads_right(tmp_path, tokenizer):
         load_preference_pairs(str(tmp_path / "pairs.jsonl"), tokenizer)
     assert str(raised.value).endswith("no such file (a relative path is read from the directory the script is "
                                       "started in); give an existing .jsonl, .json, .csv or .parquet file.")
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"max_length": "abc"}, "data.max_length='abc' must be a whole number of tokens above data.max_prompt_length=128"),
+    ({"max_length": 1000.0}, "data.max_length=1000.0 must be a whole number of tokens above"),  # 1e3 on the CLI
+    ({"max_length": 100}, "data.max_length=100 must exceed data.max_prompt_length=128 (the {second} needs room)"),
+    ({"max_prompt_length": "abc"}, "data.max_prompt_length='abc' must be a whole number >= 1."),
+    ({"batch_size": 0}, "data.batch_size=0 must be a whole number >= 1."),
+])
+@pytest.mark.parametrize("data_module, held_out, second", [
+    (PreferenceDataModule, "num_eval_pairs", "response"), (CompletionDataModule, "num_eval_rows", "completion")])
+def test_the_lengths_of_pair_and_completion_data_are_whole_numbers_checked_as_built(settings, expected, data_module,
+                                                                                     held_out, second):
+    """data.max_length=abc (or 1e3) was said to need to exceed data.max_prompt_length, which it may already."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected.format(second=second))}"):
+        data_module(tokenizer=TINY_PYTHIA, **settings)
+    with pytest.raises(ConfigError, match=rf"^data\.{held_out}=-1 must be a whole number >= 0\.$"):
+        data_module(tokenizer=TINY_PYTHIA, **{held_out: -1})
