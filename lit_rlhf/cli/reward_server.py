@@ -10,13 +10,13 @@ import asyncio
 import contextlib
 import hmac
 import inspect
-import os
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, model_validator
 
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.remote.http import SERVED_TOKEN, auth_token
 
 
 class ScoreRequest(BaseModel):
@@ -191,10 +191,7 @@ def create_app(reward, name: str, max_batch_size: int = 256, max_wait_ms: float 
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
-    token = os.environ.get(auth_env) if auth_env else None
-    if auth_env and not token:
-        raise ConfigError(f"auth_env={auth_env!r} names an environment variable that is not set; export "
-                          f"{auth_env}=<a token> (clients send it with reward.auth_env).")
+    token = auth_token("auth_env", auth_env, SERVED_TOKEN)
     columns = reward_columns(reward)
 
     @contextlib.asynccontextmanager

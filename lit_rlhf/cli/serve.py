@@ -11,6 +11,7 @@ from lit_rlhf.cli.checks import check_reward_group, check_working_directory
 from lit_rlhf.cli.errors import mark_task_started
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.noise import silence_known_noise
+from lit_rlhf.remote.http import SERVED_TOKEN, auth_token
 from lit_rlhf.rewards import load_reward
 
 
@@ -52,6 +53,7 @@ def check_serve_settings(cfg: DictConfig) -> None:
         raise ConfigError(f"max_body_mb={body!r} must be a finite number of megabytes > 0.")
     if not isinstance(cfg.get("allow_unauthenticated"), bool):  # =flase would serve every machine without a token
         raise ConfigError(f"allow_unauthenticated={cfg.get('allow_unauthenticated')!r} must be true or false.")
+    auth_token("auth_env", cfg.get("auth_env"), SERVED_TOKEN)  # before the reward loads
     if not is_loopback(host) and not cfg.get("auth_env") and not cfg.get("allow_unauthenticated"):
         raise ConfigError(f"host={host!r} accepts other machines, and without a token any of them may call the "
                           f"reward; set auth_env=<a variable holding a token> (clients: reward.auth_env), or "

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.errors import ConfigError, UnavailableError, empty_value_line
 from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.remote.schema import shown
 from lit_rlhf.terminal import without_passwords
 
 RETRIED_STATUS = range(500, 600)
+SERVED_TOKEN = "<a token> (clients send it with reward.auth_env)"  # the reward server's own auth_env
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell exports
 
 
 class HTTPService:
@@ -174,12 +177,30 @@ class HTTPService:
         self.client = self.new_client()
 
 
-def auth_headers(auth_env: str | None, key: str = "reward") -> dict[str, str]:
-    """{"Authorization": "Bearer <token>"} from the environment variable auth_env names; {} without one."""
-    if not auth_env:
-        return {}
+def auth_token(setting: str, auth_env: object, export_as: str = "<the server's token> before the run") -> str | None:
+    """The token in the environment variable that auth_env names (None without auth_env). A value that is no
+    variable name is not echoed: it may be the token itself, typed in its variable's place. export_as: what the
+    line for a variable that is not set shows after `export NAME=`."""
+    if auth_env is None:
+        return None
+    if auth_env == "":
+        raise ConfigError(empty_value_line(f"{setting}=''", f"give the name of the environment variable holding the "
+                                                            f"token, or leave {setting} out (no token)"))
+    if not isinstance(auth_env, str):
+        raise ConfigError(f"{setting}={auth_env!r} must name the environment variable that holds the token (e.g. "
+                          f"{setting}=MY_TOKEN; null: no token).")
+    if not VARIABLE_NAME.fullmatch(auth_env):
+        raise ConfigError(f"{setting} must name the environment variable that holds the token (e.g. "
+                          f"{setting}=MY_TOKEN), not the token itself; the value given is no variable name (not "
+                          f"shown here).")
     token = os.environ.get(auth_env)
     if not token:
-        raise ConfigError(f"{key}.auth_env={auth_env!r} names an environment variable that is not set; export "
-                          f"{auth_env}=<the server's token> before the run.")
-    return {"Authorization": f"Bearer {token}"}
+        raise ConfigError(f"{setting}={auth_env!r} names an environment variable that is not set; export "
+                          f"{auth_env}={export_as}.")
+    return token
+
+
+def auth_headers(auth_env: str | None, key: str = "reward") -> dict[str, str]:
+    """{"Authorization": "Bearer <token>"} from the environment variable auth_env names; {} without one."""
+    token = auth_token(f"{key}.auth_env", auth_env)
+    return {} if token is None else {"Authorization": f"Bearer {token}"}

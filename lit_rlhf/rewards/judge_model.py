@@ -4,11 +4,11 @@ e.g. `vllm serve`, through the official `openai` client) or a local Hugging Face
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.remote.http import auth_token
 from lit_rlhf.remote.schema import RewardServiceError, shown
 
 
@@ -21,9 +21,7 @@ class JudgeModel:
         if base_url is not None and not str(base_url).startswith(("http://", "https://")):
             raise ConfigError(f"{key}.base_url={base_url!r} is not an http(s) URL; give the endpoint's address with "
                               f"its /v1, e.g. http://127.0.0.1:8000/v1, or null for a local model.")
-        if api_key_env and not os.environ.get(api_key_env):
-            raise ConfigError(f"{key}.api_key_env={api_key_env!r} names an environment variable that is not set; "
-                              f"export {api_key_env}=<the endpoint's key> before the run.")
+        auth_token(f"{key}.api_key_env", api_key_env, "<the endpoint's key> before the run")
         for name, value, minimum in (("max_tokens", max_tokens, 1), ("retries", retries, 0),
                                      ("max_concurrency", max_concurrency, 1), ("batch_size", batch_size, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -78,7 +76,7 @@ class JudgeModel:
                                    f"pip install -e \".[judge]\" (or pip install openai).") from None
 
         if self._client is None:
-            key = os.environ.get(self.api_key_env) if self.api_key_env else None
+            key = auth_token(f"{self.key}.api_key_env", self.api_key_env)
             self._client = openai.OpenAI(base_url=self.base_url, api_key=key or "not-needed", timeout=self.timeout_s,
                                          max_retries=self.retries)
         return self._client

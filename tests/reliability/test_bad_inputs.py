@@ -435,6 +435,10 @@ CASES = [
     ("a reward token variable that is not set", ["reward=http", "reward.url=http://127.0.0.1:9",
                                                  "reward.auth_env=NO_SUCH_TOKEN"],
      "reward.auth_env='NO_SUCH_TOKEN' names an environment variable that is not set"),
+    ("a token typed in its variable's place", ["reward=http", "reward.url=http://127.0.0.1:9",
+                                               "reward.auth_env=sk-live-4f9a"],
+     "reward.auth_env must name the environment variable that holds the token (e.g. reward.auth_env=MY_TOKEN), not "
+     "the token itself"),
     ("reward=http beside other rewards", ["reward=[http,vader]", "reward.url=http://127.0.0.1:9"],
      "reward=http cannot be combined with other rewards on the command line"),
     ("reward=llm_judge without a model", ["reward=llm_judge"], "reward.model is required (marked ??? in conf/)"),

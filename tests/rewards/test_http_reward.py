@@ -113,3 +113,41 @@ def test_the_token_comes_from_the_environment_and_never_from_the_config(monkeypa
 def test_bad_settings_are_one_line(settings, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         HTTPReward(**settings)
+
+
+@pytest.mark.parametrize("auth_env, expected", [
+    ("", r"reward.auth_env='' is empty \(a shell variable that is not set\?\); give the name of the environment "
+         r"variable holding the token, or leave reward.auth_env out \(no token\)\.$"),
+    (7, r"reward.auth_env=7 must name the environment variable that holds the token"),
+    ("sk-live-4f9a", r"reward.auth_env must name the environment variable that holds the token \(e.g. "
+                     r"reward.auth_env=MY_TOKEN\), not the token itself; .* \(not shown here\)\.$"),
+])
+def test_an_auth_env_that_names_no_variable_is_one_line_that_never_shows_a_token(auth_env, expected):
+    """auth_env= (an unset shell variable) sent no token without a word; auth_env=$TOKEN (the token in the variable
+    name's place) printed the token in the error line."""
+    with pytest.raises(ConfigError, match=f"^{expected}") as caught:
+        HTTPReward("http://127.0.0.1:9", auth_env=auth_env)
+    assert "4f9a" not in str(caught.value)
+
+
+def test_every_client_and_the_reward_server_check_their_token_variable_alike(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from lit_rlhf.cli.serve import check_serve_settings
+    from lit_rlhf.rewards.judge_model import JudgeModel
+
+    monkeypatch.delenv("NO_SUCH_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match=r"^reward.api_key_env='' is empty"):
+        JudgeModel("m", base_url="http://127.0.0.1:9/v1", api_key_env="")
+    with pytest.raises(ConfigError, match=r"^reward.api_key_env='NO_SUCH_TOKEN' names an environment variable that "
+                                          r"is not set; export NO_SUCH_TOKEN=<the endpoint's key> before the run\.$"):
+        JudgeModel("m", base_url="http://127.0.0.1:9/v1", api_key_env="NO_SUCH_TOKEN")
+    cfg = OmegaConf.create({"host": "127.0.0.1", "port": 0, "max_batch_size": 8, "max_wait_ms": 5.0,
+                            "max_body_mb": 8, "auth_env": "", "allow_unauthenticated": False})
+    with pytest.raises(ConfigError, match=r"^auth_env='' is empty"):  # it served without a token
+        check_serve_settings(cfg)
+    cfg.auth_env = "NO_SUCH_TOKEN"
+    with pytest.raises(ConfigError, match=r"^auth_env='NO_SUCH_TOKEN' names an environment variable that is not "
+                                          r"set; export NO_SUCH_TOKEN=<a token> \(clients send it with "
+                                          r"reward.auth_env\)\.$"):
+        check_serve_settings(cfg)
