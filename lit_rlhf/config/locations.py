@@ -5,6 +5,7 @@ the apps check their command line with it before they import torch."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from lit_rlhf.config.command_line import override
@@ -50,11 +51,35 @@ def check_model_location(key: str, name_or_path: str, whole_model: bool = False)
         raise ConfigError(f"{key}={name_or_path!r} is a file, not a model folder; give the folder that "
                           f"save_pretrained wrote (config.json and the weights), or a Hub name."
                           f"{checkpoint if name_or_path.endswith('.ckpt') else ''}")
+    if line := run_directory_line(key, Path(name_or_path)):
+        raise ConfigError(line)
     if not Path(name_or_path).exists() and not hub_name(name_or_path):
         raise ConfigError(f"{key}={name_or_path!r} is no folder here, and not a Hugging Face Hub name (owner/name) "
                           f"either; give the path of a folder that save_pretrained wrote, or a Hub name.")
     if whole_model:
         check_not_an_adapter(key, name_or_path)
+
+
+def run_directory_line(key: str, folder: Path) -> str | None:
+    """For a run directory (or its checkpoints/) given where a model folder goes: the folder the run saved its model
+    in (train_sft.py's policy/, train_reward_model.py's reward_model/), or the export of its checkpoint."""
+    if not folder.is_dir() or (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file():
+        return None
+    checkpoints = folder if folder.name == "checkpoints" else folder / "checkpoints"
+    run = folder.parent if checkpoints == folder else folder
+    if not (run / ".hydra").is_dir() and not any(checkpoints.glob("*.ckpt")):
+        return None
+    saved = [run / name for name in ("policy", "reward_model") if (run / name / "config.json").is_file() or
+             (run / name / "adapter_config.json").is_file()]
+    if saved:
+        return f"{key}={str(folder)!r} is a run's folder, not a model folder; give the model it saved: {saved[0]}."
+    ckpt = checkpoints / "last.ckpt" if (checkpoints / "last.ckpt").exists() else next(checkpoints.glob("*.ckpt"), None)
+    if ckpt is None:
+        return f"{key}={str(folder)!r} is a run's folder without a saved model or checkpoint; give a model folder."
+    adapter = " --adapter-only" if key.endswith("adapter_path") else ""
+    return (f"{key}={str(folder)!r} is a run's folder, not a model folder; export its checkpoint (python -m "
+            f"lit_rlhf.export {shlex.quote(str(ckpt))} OUT_DIR{adapter}) and give OUT_DIR "
+            f"(ckpt_path={shlex.quote(str(ckpt))} resumes or evaluates it).")
 
 
 def check_not_an_adapter(key: str, name_or_path: str) -> None:

@@ -84,3 +84,28 @@ def test_loading_an_adapter_folder_as_a_model_from_python_is_refused_before_tran
     path = adapter_folder(tmp_path / "adapter")
     with pytest.raises(ConfigError, match="holds a peft adapter"):
         from_pretrained(AutoModelForCausalLM.from_pretrained, path, key="teacher.name_or_path")
+
+
+def test_a_run_folder_given_as_a_model_points_to_the_model_it_saved_or_to_its_export(tmp_path, monkeypatch):
+    """A run directory as model.name_or_path (or teacher's, policy_path) said "Unrecognized model ... should have a
+    `model_type` key in its config.json" or "has no tokenizer files"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rl_run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "rl_run" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    export = ("is a run's folder, not a model folder; export its checkpoint (python -m lit_rlhf.export "
+              "rl_run/checkpoints/last.ckpt OUT_DIR{}) and give OUT_DIR (ckpt_path=rl_run/checkpoints/last.ckpt "
+              "resumes or evaluates it).")
+    for key, folder, flag in (("model.name_or_path", "rl_run", ""), ("policy_path", "rl_run/checkpoints", ""),
+                              ("model.adapter_path", "rl_run", " --adapter-only")):
+        with pytest.raises(ConfigError) as caught:
+            check_model_location(key, folder)
+        assert str(caught.value) == f"{key}={folder!r} {export.format(flag)}"
+    (tmp_path / "sft_run" / ".hydra").mkdir(parents=True)
+    (tmp_path / "sft_run" / "policy").mkdir()
+    (tmp_path / "sft_run" / "policy" / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"^teacher.name_or_path='sft_run' is a run's folder, not a model folder; "
+                                          r"give the model it saved: sft_run/policy\.$"):
+        check_model_location("teacher.name_or_path", "sft_run")
+    check_model_location("teacher.name_or_path", "sft_run/policy")  # the saved model itself passes
+    (tmp_path / "rl_run" / "config.json").write_text("{}")  # a model saved into a folder that also holds checkpoints
+    check_model_location("model.name_or_path", "rl_run")

@@ -249,6 +249,9 @@ CASES = [
      "teacher.teachers.calculator.name_or_path='pickled_adapter' holds a peft adapter (adapter_config.json, no "
      "config.json), not a whole model; load it onto its base with teacher.teachers.calculator.adapter_path="
      "pickled_adapter teacher.teachers.calculator.name_or_path="),
+    ("a run directory as the model", ["model=causal_lm", "model.name_or_path=a_run"],
+     "model.name_or_path='a_run' is a run's folder, not a model folder; export its checkpoint (python -m "
+     "lit_rlhf.export a_run/checkpoints/last.ckpt OUT_DIR) and give OUT_DIR"),
     ("a model path in a folder here that lacks it", ["model.name_or_path=a_run/policy"],  # a Hub-shaped name
      "tokenizer 'a_run/policy' is not available here ... or point model.name_or_path at a local directory. (If you "
      "meant a path: the folder 'a_run' is here, but holds no 'policy'.)"),
