@@ -20,6 +20,9 @@ from lit_rlhf.errors import SYNONYMS, empty_value_line, nearest
 # Hydra's words for a value of the wrong type
 CONVERSION = r"Value '([^']*)' (?:of type '\w+' )?could not be converted to (\w+)"
 NOT_A_BOOL = r"Value '([^']*)' is not a valid bool"
+# the fits on a fixed dataset, each an app of its own rather than an RL algo= of train.py (and evaluate.py)
+FIT_APPS = {"sft": "train_sft.py", "dpo": "train_dpo.py", "kto": "train_kto.py",
+            "reward_model": "train_reward_model.py"}
 
 
 def app_command(config_name: str, flags: str = "") -> str:
@@ -195,6 +198,9 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if option:
         group, name = option.groups()
         options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+        if group == "algo" and (app := FIT_APPS.get(name.lower())):
+            return (f"algo={name} is not an option of algo ({', '.join(options)}): {name} trains with an app of its "
+                    f"own, python {app} (its --help lists its settings).")
         return f"{group}={name} is not an option of {group}{nearest(name, options, noun='options')}."
     converted = re.search(CONVERSION, text)
     if converted and key:

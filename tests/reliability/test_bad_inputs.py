@@ -281,6 +281,8 @@ CASES = [
      "trainer.deterministic is not a setting (a Lightning Trainer argument that the trainer group does not list: add "
      "it, +trainer.deterministic=...)"),
     ("misspelled group option", ["algo=rlooo"], "algo=rlooo is not an option of algo (did you mean 'rloo'?)"),
+    ("an offline fit as an RL algorithm", ["algo=dpo"], "algo=dpo is not an option of algo (distill, grpo, ppo, "
+     "reinforce_pp, rloo): dpo trains with an app of its own, python train_dpo.py (its --help lists its settings)."),
     ("a + on a key the config has", ["+seed=1"], "seed is already in the config: set it without the + (seed=1)"),
     ("a + on a group the defaults choose", ["+algo=rloo"],
      "algo is already chosen by the defaults: choose algo=rloo without the +."),
