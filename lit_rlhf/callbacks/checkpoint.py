@@ -9,6 +9,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lit_rlhf.callbacks.settings import check_count
+from lit_rlhf.errors import ConfigError, empty_value_line
+
 
 class LastCheckpoint(ModelCheckpoint):
     """ModelCheckpoint (Lightning 2.6) writes last.ckpt at train end only if no last.ckpt was written
@@ -20,6 +23,14 @@ class LastCheckpoint(ModelCheckpoint):
     (ModelCheckpoint would write last-v1.ckpt beside a stale last.ckpt)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ModelCheckpoint compares them with numbers: text was a TypeError traceback (`'<' not supported ...`)
+        for name, least, note in (("every_n_train_steps", 0, "(steps between checkpoints; 0: only at the end)"),
+                                  ("every_n_epochs", 0, "(or null)"), ("save_top_k", -1, "(-1: keep every one)")):
+            if kwargs.get(name) is not None:
+                check_count(f"model_checkpoint.{name}", kwargs[name], least, note)
+        if kwargs.get("filename") == "":
+            raise ConfigError(empty_value_line("callbacks.model_checkpoint.filename=''", "name the checkpoint files "
+                                               "(e.g. step{step}), or leave the setting out"))
         kwargs.setdefault("enable_version_counter", False)
         super().__init__(*args, **kwargs)
 

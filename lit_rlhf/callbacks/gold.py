@@ -24,6 +24,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.callbacks.run_folder import run_folder
+from lit_rlhf.callbacks.settings import check_count
 from lit_rlhf.statistics.gold import fit_rl_form
 
 
@@ -44,6 +45,7 @@ class GoldReward(L.Callback):
 
 class GoldCurve(L.Callback):
     def __init__(self, window: int = 10, filename: str = "gold.json", dirpath: str | None = None):
+        check_count("gold_curve.window", window, 1, "(RL steps in the moving average)")
         self.window, self.filename, self.dirpath = window, filename, dirpath
         self.points: list[dict[str, float]] = []
         self.steps_without_kl = 0  # RL steps with a gold score but no objective/kl (a run with algo.kl_coef=0)

@@ -25,7 +25,7 @@ from statistics import fmean
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rlhf.callbacks.settings import check_count, check_flag
+from lit_rlhf.callbacks.settings import check_count, check_flag, check_threshold
 
 CHANGES = {"length_jump": ("completions/mean_length", "mean completion length"),
            "missing_stop_jump": ("completions/clipped_ratio", "share of completions without the stop token"),
@@ -43,6 +43,15 @@ class HackingSigns:
                  missing_stop_rise: float = 0.2, distinct_ratio: float | None = 0.6, metric_drop: float = 0.05,
                  score_rise: float = 0.05, tool_error_rise: float = 0.2):
         check_count("reward_hacking_monitor.window", window, 1, "(RL steps averaged at the start and now)")
+        key = "reward_hacking_monitor."
+        check_threshold(f"{key}length_ratio", length_ratio, 1, strictly=True, note="(a change of mean length by this "
+                        "factor, up or down, is a sign)")
+        check_threshold(f"{key}kl_budget", kl_budget, 0, optional=True, note="(top-level kl_budget sets it)")
+        check_threshold(f"{key}distinct_ratio", distinct_ratio, 0, strictly=True, optional=True,
+                        note="(a fall of distinct-2 below this share of its start is a sign)")
+        for name, value in (("missing_stop_rise", missing_stop_rise), ("tool_error_rise", tool_error_rise),
+                            ("metric_drop", metric_drop), ("score_rise", score_rise)):
+            check_threshold(f"{key}{name}", value, 0)
         self.window, self.kl_budget, self.length_ratio = window, kl_budget, length_ratio
         self.missing_stop_rise, self.distinct_ratio = missing_stop_rise, distinct_ratio
         self.metric_drop, self.score_rise, self.tool_error_rise = metric_drop, score_rise, tool_error_rise

@@ -4,6 +4,7 @@ of that name)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from lit_rlhf.config.validation import check_flag as check_setting_flag
@@ -25,3 +26,16 @@ def check_fraction(key: str, value: Any, example: str) -> None:
     """callbacks.<key> lies strictly between 0 and 1."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1:
         raise ConfigError(f"callbacks.{key}={value!r} must be a number between 0 and 1 (e.g. {example}).")
+
+
+def check_threshold(key: str, value: Any, least: float, strictly: bool = False, optional: bool = False,
+                    note: str = "") -> None:
+    """callbacks.<key> is a number (not NaN) at or above least (strictly above with strictly=True); null too where
+    optional."""
+    if value is None and optional:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or (
+            value <= least if strictly else value < least):
+        bound = f"> {least:g}" if strictly else f">= {least:g}"
+        raise ConfigError(f"callbacks.{key}={value!r} must be a number {bound}{' or null' if optional else ''}"
+                          f"{' ' + note if note else ''}.")

@@ -214,11 +214,16 @@ def check_seed(cfg: DictConfig) -> None:
 
 
 def check_objective_named(cfg: DictConfig) -> None:
-    """optimized_metric= typed empty would read as null: the run (each trial of a sweep) returns no objective."""
-    from lit_rlhf.config.validation import check_not_empty
+    """optimized_metric= typed empty would read as null: the run (each trial of a sweep) returns no objective. The KL
+    budget's settings (train.py): text failed the objective after the last step, a negative penalty rewarded KL."""
+    from lit_rlhf.config.validation import check_not_empty, is_number
 
     check_not_empty("optimized_metric", cfg.get("optimized_metric"), "name a metric the run logs (e.g. "
                     "eval/rlhf_reward), or optimized_metric=null for no objective")
+    for key, off in (("kl_budget", " (null: no budget)"), ("kl_budget_penalty", "")):
+        value = cfg.get(key)
+        if key in cfg and not (off and value is None) and not (is_number(value) and 0 <= value < float("inf")):
+            raise ConfigError(f"{key}={value!r} must be a finite number >= 0{off}.")
 
 
 def check_epochs(cfg: DictConfig) -> None:

@@ -5,7 +5,15 @@ confidence outside (0, 1), is one line naming the setting, not a ValueError from
 
 import pytest
 
-from lit_rlhf.callbacks import GenerationSamples, Histograms, PolicyEvaluation, TrainingSummary
+from lit_rlhf.callbacks import (
+    GenerationSamples,
+    GoldCurve,
+    Histograms,
+    LastCheckpoint,
+    PolicyEvaluation,
+    RewardHackingMonitor,
+    TrainingSummary,
+)
 from lit_rlhf.errors import ConfigError
 
 
@@ -24,6 +32,26 @@ from lit_rlhf.errors import ConfigError
                                           "null for the RewardJudge."),  # was a traceback after training
     (TrainingSummary, {"num_samples": -1}, "callbacks.training_summary.num_samples=-1 must be a whole number >= 0 "
                                            "(0: no table of completions)."),
+    # a ZeroDivisionError traceback at the first RL step past the window, before any checkpoint
+    (RewardHackingMonitor, {"length_ratio": 0}, "callbacks.reward_hacking_monitor.length_ratio=0 must be a number > 1 "
+                                                "(a change of mean length by this factor, up or down, is a sign)."),
+    (RewardHackingMonitor, {"score_rise": float("nan")}, "callbacks.reward_hacking_monitor.score_rise=nan must be a "
+                                                         "number >= 0."),
+    (RewardHackingMonitor, {"kl_budget": -1}, "callbacks.reward_hacking_monitor.kl_budget=-1 must be a number >= 0 "
+                                              "or null (top-level kl_budget sets it)."),
+    (RewardHackingMonitor, {"distinct_ratio": 0}, "callbacks.reward_hacking_monitor.distinct_ratio=0 must be a number "
+                                                  "> 0 or null (a fall of distinct-2 below this share of its start is "
+                                                  "a sign)."),
+    (GoldCurve, {"window": 0}, "callbacks.gold_curve.window=0 must be a whole number >= 1 (RL steps in the moving "
+                               "average)."),
+    # ModelCheckpoint's TypeError traceback ("'<' not supported between instances of 'str' and 'int'")
+    (LastCheckpoint, {"every_n_train_steps": "abc"}, "callbacks.model_checkpoint.every_n_train_steps='abc' must be a "
+                                                     "whole number >= 0 (steps between checkpoints; 0: only at the "
+                                                     "end)."),
+    (LastCheckpoint, {"save_top_k": -2}, "callbacks.model_checkpoint.save_top_k=-2 must be a whole number >= -1 (-1: "
+                                         "keep every one)."),  # Lightning's line named no key of this config
+    (LastCheckpoint, {"filename": ""}, "callbacks.model_checkpoint.filename='' is empty (a shell variable that is not "
+                                       "set?); name the checkpoint files (e.g. step{step}), or leave the setting out."),
 ])
 def test_a_callback_setting_out_of_range_is_one_line(callback, settings, line):
     with pytest.raises(ConfigError) as err:

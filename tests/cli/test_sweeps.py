@@ -47,6 +47,21 @@ def test_kl_budget_penalty_hand_values():
         config_objective({"objective/kl": 1.0}, cfg)
 
 
+@pytest.mark.parametrize("typed, line", [
+    ({"kl_budget": "abc"}, "kl_budget='abc' must be a finite number >= 0 (null: no budget)."),  # failed after training
+    ({"kl_budget": -1}, "kl_budget=-1 must be a finite number >= 0 (null: no budget)."),
+    ({"kl_budget_penalty": -1}, "kl_budget_penalty=-1 must be a finite number >= 0."),  # it rewarded KL past budget
+    ({"kl_budget_penalty": float("nan")}, "kl_budget_penalty=nan must be a finite number >= 0."),
+])
+def test_the_kl_budget_settings_are_checked_before_training(typed, line):
+    from lit_rlhf.cli.checks import check_objective_named
+
+    check_objective_named(OmegaConf.create({"kl_budget": None, "kl_budget_penalty": 0}))  # no budget; no penalty
+    with pytest.raises(ConfigError) as err:
+        check_objective_named(OmegaConf.create({"kl_budget": 10.0, "kl_budget_penalty": 1.0, **typed}))
+    assert str(err.value) == line
+
+
 @pytest.mark.integration
 def test_a_2x2_grid_runs_every_combination_in_its_own_directory_and_writes_a_summary(tmp_path):
     result, rows = multirun(tmp_path, "algo.kl_coef=0.01,0.1", "seed=1,2")
