@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from lit_rlhf.config.settings import build, setting
-from lit_rlhf.config.validation import check_flags
+from lit_rlhf.config.validation import check_choice, check_flags
 from lit_rlhf.errors import ConfigError
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -79,8 +79,7 @@ class ModelConfig:
                                                          and self.attn_implementation.strip()):
             raise ConfigError(f"model.attn_implementation={self.attn_implementation!r} must be the name of an "
                               f"attention implementation (e.g. sdpa), or null for the model's default.")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype={self.dtype!r} is not one of {DTYPES}.")
+        check_choice("dtype", self.dtype, DTYPES, prefix="model.")
         check_flags(self, "model.")  # trust_remote_code="false" from Python was true
         if isinstance(self.lora, dict):
             self.lora = build(LoraSettings, self.lora, "model.lora")

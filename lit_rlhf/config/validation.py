@@ -65,11 +65,11 @@ def check_setting_number(key: str, value: Any, minimum: float | None = None, str
         raise ConfigError(f"{key}={value!r} must be {wanted}.")
 
 
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    """algo.<name> must be one of choices."""
+def check_choice(name: str, value: Any, choices: tuple[str, ...], prefix: str = "algo.") -> None:
+    """<prefix><name> must be one of choices."""
     if value not in choices:
         hint = nearest(str(value), choices) if difflib.get_close_matches(str(value), choices, n=1) else ""
-        raise ConfigError(f"algo.{name}={value!r} is not one of {', '.join(choices)}{hint}.")
+        raise ConfigError(f"{prefix}{name}={value!r} is not one of {', '.join(choices)}{hint}.")
 
 
 def check_optimizer(optimizer: Callable | None) -> None:

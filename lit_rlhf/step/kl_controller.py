@@ -13,12 +13,14 @@ Shapes: N sequences, R response length.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lit_rlhf.config.validation import check_choice, check_number, is_number
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.ops import kl_per_token
 
@@ -49,10 +51,13 @@ def adaptive_kl_update(kl_coef: float, kl: float, n_steps: int, target: float, h
 class KLController:
     def __init__(self, kind: str = "fixed", init_kl_coef: float | None = None, target: float = 6.0,
                  horizon: int = 10000):
-        if kind not in KINDS:
-            raise ConfigError(f"algo.kl_controller.kind={kind!r} is not one of {KINDS}.")
-        if target <= 0 or horizon <= 0:
-            raise ConfigError(f"algo.kl_controller needs target > 0 and horizon > 0 (got {target}, {horizon}).")
+        check_choice("kl_controller.kind", kind, KINDS)
+        # a negative coefficient would reward KL; text failed at the first RL step
+        if init_kl_coef is not None and not (is_number(init_kl_coef) and 0 <= init_kl_coef < math.inf):
+            raise ConfigError(f"algo.kl_controller.init_kl_coef={init_kl_coef!r} must be a finite number >= 0, or null "
+                              f"(the coefficient starts at algo.kl_coef).")
+        check_number("kl_controller.target", target, 0, strictly=True)
+        check_number("kl_controller.horizon", horizon, 0, strictly=True)
         self.kind, self.init_kl_coef, self.target, self.horizon = kind, init_kl_coef, target, horizon
         self.kl_coef: float | None = None
         self.estimator = "k1"

@@ -267,6 +267,15 @@ def test_engine_and_strategy_settings_are_type_checked(make, settings, expected)
         make(**settings)
 
 
+def test_a_model_dtype_that_is_no_choice_lists_the_choices_and_the_nearest():
+    from lit_rlhf.config import ModelConfig
+
+    with pytest.raises(ConfigError) as err:  # the tuple's repr was printed: ('float32', 'bfloat16', ...)
+        ModelConfig(name_or_path="x", dtype="bf16")
+    assert str(err.value) == ("model.dtype='bf16' is not one of float32, bfloat16, float16, auto (did you mean "
+                              "'bfloat16'?).")
+
+
 def test_help_of_each_module_lists_the_settings_its_keyword_arguments_take():
     """help(RLOOModule) names every field of RLOOConfig with its default: **settings is not a dead end."""
     from dataclasses import fields

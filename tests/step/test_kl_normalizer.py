@@ -187,3 +187,21 @@ def test_a_normalizer_setting_out_of_range_is_one_line(settings, line):
     with pytest.raises(ConfigError) as err:
         RewardNormalizer(**settings)
     assert str(err.value) == line
+
+
+@pytest.mark.parametrize("settings, line", [
+    # a negative starting coefficient rewarded KL, without a word
+    ({"init_kl_coef": -1}, "algo.kl_controller.init_kl_coef=-1 must be a finite number >= 0, or null (the coefficient "
+                           "starts at algo.kl_coef)."),
+    ({"init_kl_coef": "abc"}, "algo.kl_controller.init_kl_coef='abc' must be a finite number >= 0, or null (the "
+                              "coefficient starts at algo.kl_coef)."),  # a traceback at the first RL step
+    ({"target": "abc"}, "algo.kl_controller.target='abc' must be a finite number."),  # a TypeError traceback
+    ({"horizon": 0}, "algo.kl_controller.horizon=0 must be > 0."),
+    ({"kind": "adaptve"}, "algo.kl_controller.kind='adaptve' is not one of fixed, adaptive (did you mean "
+                          "'adaptive'?)."),
+])
+def test_a_kl_controller_setting_out_of_range_is_one_line(settings, line):
+    KLController(kind="adaptive", init_kl_coef=0.0)  # a zero start is a coefficient
+    with pytest.raises(ConfigError) as err:
+        KLController(**settings)
+    assert str(err.value) == line
