@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from lit_rlhf.errors import ConfigError
+from lit_rlhf.tasks.metrics import check_answer_column
 
 
 def math_verify():
@@ -40,7 +41,10 @@ def final_answer(completion: str) -> str:
 class MathVerifyReward:
     """1.0 when the completion's final answer equals the row's reference answer (math-verify), else 0.0."""
 
+    setting = "reward.rewards.math_verify"  # its key in the config (errors name it)
+
     def __init__(self, answer_column: str = "answer"):
+        check_answer_column(f"{self.setting}.answer_column", answer_column)
         self.answer_column = answer_column
         self.verify = math_verify()
 
@@ -61,6 +65,7 @@ class MathVerifyMatch(MathVerifyReward):
     """The task metric of the same check (eval/math_verify), with math-verify's parsed answers for majority@k."""
 
     name = "math_verify"
+    setting = "task_metrics.math_verify"
 
     def answers(self, completions: Sequence[str]) -> list[str | None]:
         parsed = [self.verify.parse(final_answer(c)) for c in completions]

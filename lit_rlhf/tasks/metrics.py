@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import torch
 
+from lit_rlhf.errors import ConfigError
 from lit_rlhf.tasks.arithmetic import answers_match, extract_answer, normalize
 from lit_rlhf.terminal import printable
 
@@ -46,12 +47,21 @@ class TaskMetric(Protocol):
     def correct(self, completions: Sequence[str], **columns: Any) -> torch.Tensor: ...
 
 
+def check_answer_column(key: str, column: Any) -> None:
+    """The column a metric or reward compares with: a name. Empty (an unset shell variable), no column's check ran and
+    the first evaluation, before training, failed in a traceback."""
+    if not isinstance(column, str) or not column:
+        raise ConfigError(f"{key}={column!r} must name the dataset column holding the reference answer (e.g. "
+                          f"{key}=answer).")
+
+
 class ExactMatch:
     """1 when the completion's final answer (by default the integer after the last `Answer:`) equals the
     `answer_column` of its row, after normalization (whitespace, commas, leading + and zeros)."""
 
     def __init__(self, answer_column: str = "answer", name: str = "exact_match",
                  extract: Callable[[str], str | None] = extract_answer):
+        check_answer_column(f"task_metrics.{name}.answer_column", answer_column)
         self.answer_column, self.name, self.extract = answer_column, name, extract
 
     def answers(self, completions: Sequence[str]) -> list[str | None]:

@@ -127,6 +127,20 @@ def test_math_verify_reward_on_hand_written_cases(completion, answer, expected):
     assert MathVerifyMatch().correct([completion], answer=[answer]).tolist() == [expected]
 
 
+def test_an_empty_answer_column_is_one_line_naming_its_key():
+    """task_metrics.exact_match.answer_column= (an unset variable) was a ValueError traceback in the evaluation before
+    training, after the models had loaded."""
+    from lit_rlhf.errors import ConfigError
+    from lit_rlhf.tasks.math import MathVerifyMatch, MathVerifyReward
+
+    for make, key in ((ExactMatch, "task_metrics.exact_match"), (MathVerifyMatch, "task_metrics.math_verify"),
+                      (MathVerifyReward, "reward.rewards.math_verify")):
+        with pytest.raises(ConfigError) as err:
+            make(answer_column="")
+        assert str(err.value) == (f"{key}.answer_column='' must name the dataset column holding the reference answer "
+                                  f"(e.g. {key}.answer_column=answer).")
+
+
 def test_distinct_ratio_null_leaves_the_diversity_sign_unwatched_as_the_calculator_presets_set_it():
     def stream(step):
         return {**steady(step), **({"completions/distinct_2": 0.2} if step >= 30 else {})}
