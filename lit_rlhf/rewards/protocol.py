@@ -102,6 +102,8 @@ def check_reward(reward: Any, training: bool = False) -> None:
         raise ConfigError("this module has no reward (reward=None: built or loaded to evaluate or export), and "
                           "training needs one; pass it, e.g. RLOOModule(..., reward=VaderSentiment()) or "
                           "RLOOModule.load_from_checkpoint(path, reward=...).")
+    if isinstance(reward, type):  # callable, and a call would build one (the scores: a TypeError, or the object)
+        raise ConfigError(f"reward={reward.__name__} is a class; pass an instance: reward={reward.__name__}(...).")
     if reward is None or callable(reward):
         return
     shown = repr(reward[:60]) if isinstance(reward, str) else f"<a {type(reward).__name__}>"

@@ -357,7 +357,10 @@ def test_a_reward_or_optimizer_that_cannot_be_called_is_one_line_at_construction
 
     for reward, expected in [("vader", "reward='vader' is not callable; pass a function (prompts, completions, "),
                              ([VaderSentiment()], "reward=<a list> is not callable; pass several rewards: "
-                                                  "lit_rlhf.rewards.WeightedSum(")]:
+                                                  "lit_rlhf.rewards.WeightedSum("),
+                             # a class is callable: the first reward call built one from the prompts (a TypeError)
+                             (VaderSentiment, "reward=VaderSentiment is a class; pass an instance: "
+                                              "reward=VaderSentiment(...).")]:
         with pytest.raises(ConfigError) as err:
             RLOOModule(model={"name_or_path": "m"}, reward=reward)
         assert str(err.value).startswith(expected), err.value
