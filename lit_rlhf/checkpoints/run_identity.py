@@ -163,8 +163,12 @@ def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any],
         key = sorted(changed)[0]
         old, new = saved.get(key), current.get(key)
         what = files_changed(typed[0].get(key), typed[1].get(key)) if isinstance(old, dict) else f"{old!r} -> {new!r}"
-        raise ConfigError(f"resume changes {key} ({what}){' and more' if len(changed) > 1 else ''}; an exact resume "
-                          f"needs the checkpoint's: restore it, or start a new run (e.g. from an exported policy).")
+        group = key.partition(".")[0]
+        others = sorted({k.partition(".")[0] for k in changed} - {group})  # named by group, not every key
+        also = (f" and more of {group}" if sum(k.partition(".")[0] == group for k in changed) > 1 else "") + (
+            f", and {' and '.join(others)} too" if others else "")
+        raise ConfigError(f"resume changes {key} ({what}){also}; an exact resume needs the checkpoint's: restore "
+                          f"{'them' if also else 'it'}, or start a new run (e.g. from an exported policy).")
 
 
 def files_changed(old_path: Any, new_path: Any) -> str:

@@ -68,6 +68,11 @@ def test_a_run_identity_change_names_the_changed_key():
         check_same_run(saved, {**saved, "reward.weights.vader": 0.5})
     with pytest.raises(ConfigError, match=r"resume changes model.name_or_path \(its files differ"):
         check_same_run(saved, {**saved, "model.name_or_path": {"digest": "bb"}})
+    # the other changed groups are named ("and more" named none)
+    with pytest.raises(ConfigError, match=r"resume changes model.name_or_path \(its files differ from the checkpoint's "
+                                          r"run\), and reward too; an exact resume needs the checkpoint's: restore "
+                                          r"them,"):
+        check_same_run(saved, {**saved, "model.name_or_path": {"digest": "bb"}, "reward.weights.vader": 0.5})
 
 
 def test_a_changed_path_names_both_paths_and_a_changed_file_its_path():
@@ -119,7 +124,7 @@ def test_an_environments_identity_is_its_class_tools_and_episode_limits_not_its_
     check_same_run(calculator, {**run, **environment_identity(EnvSpec(CalculatorEnvironment, max_turns=3,
                                                                       tool_timeout_s=1.0, max_concurrency=1))})
     with pytest.raises(ConfigError, match=r"resume changes env \('lit_rlhf.tasks.calculator.CalculatorEnvironment' -> "
-                                          r"'lit_rlhf.tasks.calculator.NoToolEnvironment'\) and more;"):
+                                          r"'lit_rlhf.tasks.calculator.NoToolEnvironment'\) and more of env;"):
         check_same_run(calculator, {**run, **environment_identity(EnvSpec(NoToolEnvironment, max_turns=3))})
     with pytest.raises(ConfigError, match=r"resume changes env \(None -> 'lit_rlhf.tasks.calculator"):
         check_same_run({**run, **environment_identity(None)}, calculator)
