@@ -19,6 +19,7 @@ from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 
 from lit_rlhf.config.locations import check_model_location, local_folder_note
+from lit_rlhf.config.validation import check_choice
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.terminal import clipped, printable
 
@@ -40,8 +41,7 @@ ATTENTION_ERROR = re.compile(r"attn_implementation|attention implementation|Flas
 def resolve_dtype(dtype: str | torch.dtype | None, key: str = "model.dtype"):
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise ConfigError(f"{key}={dtype!r} is not one of {sorted(DTYPES)}; set {key} to one of those.")
+    check_choice(key, dtype, tuple(DTYPES), prefix="")
     return DTYPES[dtype]
 
 
