@@ -39,8 +39,15 @@ class LoraSettings:
             raise ConfigError(f"model.lora.lora_alpha={alpha!r} must be a finite number > 0: the update is scaled by "
                               f"lora_alpha / r, and at 0 the adapters never change the model (default: 32, twice "
                               f"r=16).")
-        if not 0 <= self.lora_dropout < 1:
-            raise ConfigError(f"model.lora.lora_dropout={self.lora_dropout!r} must be in [0, 1).")
+        dropout = self.lora_dropout
+        if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+            raise ConfigError(f"model.lora.lora_dropout={dropout!r} must be a number in [0, 1).")
+        modules = self.target_modules  # peft's own errors for these were tracebacks
+        if isinstance(modules, (list, tuple)) and modules and all(isinstance(m, str) and m for m in modules):
+            self.target_modules = list(modules)
+        elif not isinstance(modules, str) or not modules:
+            raise ConfigError(f"model.lora.target_modules={modules!r} must be all-linear or a non-empty list of module "
+                              f"names (e.g. [query_key_value]); model.lora=null trains every weight instead.")
         for name in ("use_rslora", "use_dora"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.lora.{name}={getattr(self, name)!r} must be true or false.")

@@ -161,3 +161,17 @@ def test_target_modules_that_name_only_layers_left_out_are_one_line():
                                           r"on tiny-llama4 \(e.g. model.layers.0.feed_forward.router, said above\); "
                                           r"name others, e.g. \["):
         with_lora(tiny_llama4(), dict(LORA, target_modules=["router"]), "CAUSAL_LM", "tiny-llama4")
+
+
+@pytest.mark.parametrize("modules", [[], "", ["query_key_value", 5]])
+def test_target_modules_that_name_no_module_are_one_line_before_peft_reads_them(modules):
+    """[] or an empty value was peft's NoMatchingPeftModuleError traceback, a number in the list an AttributeError."""
+    from lit_rlhf.config.model import LoraSettings
+
+    with pytest.raises(ConfigError) as err:
+        LoraSettings(target_modules=modules)
+    assert str(err.value) == (f"model.lora.target_modules={modules!r} must be all-linear or a non-empty list of module "
+                              f"names (e.g. [query_key_value]); model.lora=null trains every weight instead.")
+    assert LoraSettings(target_modules=("query_key_value",)).target_modules == ["query_key_value"]
+    with pytest.raises(ConfigError, match=r"^model.lora.lora_dropout='abc' must be a number in \[0, 1\)\.$"):
+        LoraSettings(lora_dropout="abc")  # a TypeError from Python
