@@ -232,6 +232,10 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if re.search(r"Config group override must be a string or a list\. Got (int|float)", text) and (
             line := group_given_a_number(config_dir, overrides)):
         return line
+    for override in overrides:  # the Optuna sweeper divides the trials by it: "division by zero"
+        key, _, value = override.lstrip("+").partition("=")
+        if key == "hydra.sweeper.n_jobs" and not (value.strip().isdigit() and int(value) >= 1):
+            return f"hydra.sweeper.n_jobs={value} must be a whole number >= 1 (the trials run at a time)."
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"{first} (check the command line's overrides)"
 

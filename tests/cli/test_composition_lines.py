@@ -74,3 +74,13 @@ def test_a_group_typed_empty_lists_its_options(override, line):
     """`algo=$ALGO` with the variable unset said "In 'train': Could not find 'algo/'"; hydra/sweeper= read as the
     option 'sweeper/' of a group 'hydra'."""
     assert line_of("train", override) == line
+
+
+@pytest.mark.parametrize("n_jobs", ["0", "-2", "abc"])
+def test_an_optuna_search_run_by_no_jobs_at_a_time_is_one_line(n_jobs):
+    """hydra.sweeper.n_jobs=0 ended in "division by zero (check the command line's overrides)", from the sweeper."""
+    overrides = ["hparams_search=rloo_optuna", f"hydra.sweeper.n_jobs={n_jobs}"]
+    assert composition_error(ZeroDivisionError("division by zero"), CONF, "train", overrides) == (
+        f"hydra.sweeper.n_jobs={n_jobs} must be a whole number >= 1 (the trials run at a time).")
+    assert composition_error(ZeroDivisionError("division by zero"), CONF, "train", overrides[:1]) == (
+        "division by zero (check the command line's overrides)")
