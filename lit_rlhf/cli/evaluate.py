@@ -110,5 +110,7 @@ def compare_as_configured(cfg: DictConfig) -> Evaluation:
     else:
         datamodule = instantiate(cfg.data, tokenizer=policy_tokenizer)
     datamodule.setup("validate")
+    if getattr(datamodule, "rows", None):  # the columns the reward, gold and task metrics read, as a fit checks them
+        module.sampler.check_rows(datamodule.rows, datamodule.hparams.dataset, module.task_metrics)
     return compare_with_reference(module, datamodule.val_dataloader(), cfg.samples_per_prompt, cfg.seed,
                                   judge, cfg.confidence, cfg.num_bootstraps)

@@ -69,7 +69,7 @@ class ExactMatch:
 
     def correct(self, completions: Sequence[str], **columns: Any) -> torch.Tensor:
         if self.answer_column not in columns:
-            raise ValueError(f"task metric {self.name} needs the dataset column {self.answer_column!r}; the rows have "
+            raise ConfigError(f"task metric {self.name} needs the dataset column {self.answer_column!r}; the rows have "
                              f"{sorted(columns) or 'no other columns'}.")
         return answers_match(completions, columns[self.answer_column], self.extract)
 

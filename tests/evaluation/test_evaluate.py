@@ -171,6 +171,17 @@ def test_an_llm_judge_at_an_endpoint_decides_the_pairs(trained_run, tmp_path):
 
 
 @pytest.mark.integration
+def test_a_task_metric_whose_column_the_runs_prompts_lack_is_one_line_before_sampling(trained_run, tmp_path):
+    """evaluate.py ckpt_path=<a sentiment run> task_metrics=exact_match ended in a ValueError traceback after the
+    policy and reference had sampled every held-out prompt."""
+    result = run_in("evaluate.py", f"ckpt_path={trained_run}/checkpoints/last.ckpt", "task_metrics=exact_match",
+                    out=tmp_path / "eval")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: task metric exact_match needs the dataset column 'answer', which the prompts' rows do not have")
+
+
+@pytest.mark.integration
 def test_evaluate_py_reports_a_bad_checkpoint_path_in_one_line(tmp_path):
     result = run_in("evaluate.py", "ckpt_path=missing.ckpt", out=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
