@@ -51,6 +51,13 @@ def check_accelerator(cfg: DictConfig) -> None:
     if accelerator in ("gpu", "cuda") and not cuda_available():
         raise ConfigError(f"trainer.accelerator={accelerator} (trainer=gpu) needs a CUDA GPU, and this machine has "
                           f"none; use trainer=cpu, or trainer=default, which picks what is there.")
+    devices = cfg.get("trainer", {}).get("devices")  # [0,1] or '0,1': GPU indices, which Lightning refused on a CPU
+    indices = not isinstance(devices, (int, str)) or (isinstance(devices, str) and "," in devices)
+    if devices is not None and indices and (accelerator == "cpu" or (accelerator == "auto" and not cuda_available())):
+        shown = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
+        why = "trainer.accelerator=cpu" if accelerator == "cpu" else "this machine has no CUDA GPU"
+        raise ConfigError(f"trainer.devices={shown} picks GPUs by index, and this run is on the CPU ({why}); give "
+                          f"a number of processes instead, e.g. trainer.devices=2.")
 
 
 def cuda_available() -> bool:
@@ -241,6 +248,7 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
 
     check_epochs(cfg)
     check_seed(cfg)
+    check_accelerator(cfg)
     check_objective_named(cfg)
     check_switched_off(cfg)
     check_output_folders(cfg)

@@ -163,3 +163,42 @@ def test_another_error_in_a_call_is_not_taken_for_the_trainer_s():
     with pytest.raises(InstantiationException) as failed:
         instantiate({"_target_": "builtins.int", "_args_": ["abc"]})
     assert trainer_value_line(failed.value) is None
+
+
+@pytest.mark.parametrize("devices, accelerator, shown", [([0, 1], "cpu", "[0, 1]"), ("0,1", "cpu", "0,1"),
+                                                        ([0], "auto", "[0]")])
+def test_gpu_indices_on_a_cpu_run_are_one_line_naming_the_value(devices, accelerator, shown, monkeypatch):
+    """trainer.devices='0,1' on a CPU quoted Lightning's "`devices` selected with `CPUAccelerator` should be an int >
+    0", which names neither the setting's key nor the value typed."""
+    from omegaconf import OmegaConf
+
+    import lit_rlhf.cli.checks as checks
+    from lit_rlhf.errors import ConfigError
+
+    monkeypatch.setattr(checks, "cuda_available", lambda: False)
+    cfg = OmegaConf.create({"trainer": {"accelerator": accelerator, "devices": devices}})
+    with pytest.raises(ConfigError) as refused:
+        checks.check_accelerator(cfg)
+    why = "trainer.accelerator=cpu" if accelerator == "cpu" else "this machine has no CUDA GPU"
+    assert str(refused.value) == (f"trainer.devices={shown} picks GPUs by index, and this run is on the CPU ({why}); "
+                                  f"give a number of processes instead, e.g. trainer.devices=2.")
+    for count in (2, "2", "auto", -1):  # counts pass
+        checks.check_accelerator(OmegaConf.create({"trainer": {"accelerator": accelerator, "devices": count}}))
+    monkeypatch.setattr(checks, "cuda_available", lambda: True)  # indices pick GPUs where there are some
+    checks.check_accelerator(OmegaConf.create({"trainer": {"accelerator": "auto", "devices": devices}}))
+
+
+@pytest.mark.parametrize("app", ["train", "train_sft"])
+def test_every_app_checks_gpu_indices_before_the_trainer_is_built(app, tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    import lit_rlhf.cli.checks as checks
+    from lit_rlhf.cli.resolvers import register_resolvers
+    from lit_rlhf.errors import ConfigError
+
+    monkeypatch.setattr(checks, "cuda_available", lambda: False)
+    register_resolvers()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose(app, overrides=[f"paths.output_dir={tmp_path}", "trainer.devices=[0,1]"])
+    with pytest.raises(ConfigError, match=r"^trainer.devices=\[0, 1\] picks GPUs by index"):
+        (checks.check_run_settings if app == "train" else checks.check_fitting_on_a_file)(cfg)
