@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.cli.app_arguments import hydra_initialized
-from lit_rlhf.cli.checks import fsdp2_setting_without_fsdp2
+from lit_rlhf.cli.hardware_checks import fsdp2_setting_without_fsdp2
 from lit_rlhf.cli.override_forms import override_form_line
 from lit_rlhf.cli.trainer_arguments import trainer_argument_hint
 from lit_rlhf.config.trl_names import command_line_hint

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from lit_rlhf.cli.checks import check_model_locations, check_reward_group, check_seed, cuda_available
+from lit_rlhf.cli.checks import check_model_locations, check_reward_group, check_seed
+from lit_rlhf.cli.hardware_checks import cuda_available
 from lit_rlhf.cli.own_components import evaluation_judge, your_own_class, your_own_reward
 from lit_rlhf.config.validation import check_bootstraps, check_not_empty
 from lit_rlhf.errors import ConfigError

@@ -172,7 +172,7 @@ def test_gpu_indices_on_a_cpu_run_are_one_line_naming_the_value(devices, acceler
     0", which names neither the setting's key nor the value typed."""
     from omegaconf import OmegaConf
 
-    import lit_rlhf.cli.checks as checks
+    import lit_rlhf.cli.hardware_checks as checks
     from lit_rlhf.errors import ConfigError
 
     monkeypatch.setattr(checks, "cuda_available", lambda: False)
@@ -193,10 +193,11 @@ def test_every_app_checks_gpu_indices_before_the_trainer_is_built(app, tmp_path,
     from hydra import compose, initialize_config_dir
 
     import lit_rlhf.cli.checks as checks
+    import lit_rlhf.cli.hardware_checks as hardware_checks
     from lit_rlhf.cli.resolvers import register_resolvers
     from lit_rlhf.errors import ConfigError
 
-    monkeypatch.setattr(checks, "cuda_available", lambda: False)
+    monkeypatch.setattr(hardware_checks, "cuda_available", lambda: False)
     register_resolvers()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose(app, overrides=[f"paths.output_dir={tmp_path}", "trainer.devices=[0,1]"])

@@ -313,7 +313,7 @@ def test_peft_s_rslora_and_dora_are_lora_settings_on_the_command_line_and_in_pyt
 
 
 def test_dora_with_fsdp2_s_sharded_loading_is_refused_with_the_settings():
-    from lit_rlhf.cli.checks import check_fsdp2_settings
+    from lit_rlhf.cli.hardware_checks import check_fsdp2_settings
 
     with pytest.raises(ConfigError, match=r"^model.lora.use_dora=true: .* set trainer.strategy.sharded_loading=false"):
         check_fsdp2_settings(compose_train("trainer=fsdp2", "model.lora.use_dora=true"))
