@@ -24,8 +24,13 @@ from rich.text import Text
 # C0 controls but tab and newline, DEL, C1 controls, and Unicode's bidirectional and zero-width formatting
 CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 NEWLINES = re.compile("[\n\t]")
-# the password of a URL's userinfo (scheme://user:password@host): kept out of every line, log and saved config
-URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:'\"]*:)[^/@\s'\"]+(?P<at>@)")
+# the password of a URL's userinfo (scheme://user:password@host): kept out of every line, log and saved config;
+# Hydra writes a sweep job's overrides with its colons escaped (http\://user\:password@host)
+URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*\\?://[^/@\s:'\"\\]*\\?:)[^/@\s'\"]+(?P<at>@)")
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell exports
+# the value of a token's setting (reward.auth_env=..., `api_key_env: ...`) as overrides and saved configs write it:
+# one that is no variable name is likely the token itself, typed in its variable's place, and is masked as a password
+TOKEN_SETTING = re.compile(r"(?P<head>\b(?:auth_env|api_key_env)(?:=|:[ \t]*)['\"]?)(?P<value>(?:\\.|[^\s'\",\\])+)")
 
 
 def escape(match: re.Match) -> str:
@@ -34,8 +39,14 @@ def escape(match: re.Match) -> str:
 
 
 def without_passwords(text: str) -> str:
-    """`text` with the password of every URL in it shown as *** (http://user:***@host)."""
-    return URL_PASSWORD.sub(r"\g<head>***\g<at>", text)
+    """`text` with the password of every URL in it shown as *** (http://user:***@host), and so is a token typed
+    as the value of an auth_env or api_key_env setting (reward.auth_env=***)."""
+    return TOKEN_SETTING.sub(masked_token, URL_PASSWORD.sub(r"\g<head>***\g<at>", text))
+
+
+def masked_token(match: re.Match) -> str:
+    name = match["value"].rstrip(".;:)]}")  # a variable's name at the end of a sentence or in brackets is shown
+    return match.group() if VARIABLE_NAME.fullmatch(name) else f"{match['head']}***"
 
 
 def config_without_passwords(config: Any) -> Any:

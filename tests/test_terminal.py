@@ -45,3 +45,30 @@ def test_a_reward_that_raises_a_long_message_is_one_line_that_shows_the_cut():
     assert "\n" not in line
     assert "raised ValueError: Failed to import from vllm._C" in line
     assert "whether it can ... on prompt 'a prompt'; fix the reward" in line
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("reward.url=http://alice:s3cr3t@host:8000/score", "reward.url=http://alice:***@host:8000/score"),
+    # a sweep job's overrides, as Hydra writes them (its colons escaped)
+    ("reward.url=http\\://alice\\:s3cr3t@host\\:8000/score", "reward.url=http\\://alice\\:***@host\\:8000/score"),
+    ("https://host:8000/score", "https://host:8000/score"),  # no userinfo: nothing to mask
+])
+def test_a_urls_password_is_masked_as_typed_and_as_a_sweep_saves_it(text, shown):
+    from lit_rlhf.terminal import without_passwords
+
+    assert without_passwords(text) == shown
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("reward.auth_env=sk-live-4f9a", "reward.auth_env=***"),  # an override
+    ("  auth_env: sk-live-4f9a", "  auth_env: ***"),  # a saved config.yaml
+    ("  api_key_env: 'sk:live'", "  api_key_env: '***'"),
+    ("teacher.auth_env=ab\\:cd\\,ef,reward=http", "teacher.auth_env=***,reward=http"),  # Hydra's override_dirname
+    ("reward.auth_env=MY_TOKEN", "reward.auth_env=MY_TOKEN"),  # a variable's name is what the setting holds
+    ("(e.g. reward.auth_env=MY_TOKEN), not", "(e.g. reward.auth_env=MY_TOKEN), not"),
+    ("  auth_env: null", "  auth_env: null"),
+])
+def test_a_token_typed_as_a_token_settings_value_is_masked_and_a_variable_name_is_not(text, shown):
+    from lit_rlhf.terminal import without_passwords
+
+    assert without_passwords(text) == shown

@@ -211,7 +211,8 @@ def discard_unused_run_dir(cfg: DictConfig) -> None:
 
 def hide_passwords_in_saved_configs() -> None:
     """Hydra saves the composed config and the command line's overrides (.hydra/*.yaml, a sweep's multirun.yaml)
-    before the task starts: a URL's password in them (reward.url=http://user:password@host) is masked there."""
+    before the task starts: a URL's password in them (reward.url=http://user:password@host), and a token typed
+    as a token setting's value (reward.auth_env=<the token>), are masked there."""
     from hydra.core.hydra_config import HydraConfig
 
     from lit_rlhf.terminal import without_passwords

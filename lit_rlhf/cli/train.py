@@ -68,8 +68,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
                           "script, Lightning PR #18175); use trainer=ddp_spawn for sweeps.")
     silence_known_noise()
     allow_frozen_modules_in_eval_mode()  # model.lora=null: the reference's frozen copy
+    rank_zero_only(hide_passwords_in_saved_configs)()  # first: a sweep keeps the folder of a job its checks refuse
     check_run_settings(cfg)
-    rank_zero_only(hide_passwords_in_saved_configs)()
     if cfg.get("export_dir") is not None:  # checked now, not after training
         from lit_rlhf.models.export import check_export_dir
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -17,11 +16,10 @@ from typing import Any
 from lit_rlhf.errors import ConfigError, UnavailableError, empty_value_line
 from lit_rlhf.interrupts import thread_pool
 from lit_rlhf.remote.schema import shown
-from lit_rlhf.terminal import without_passwords
+from lit_rlhf.terminal import VARIABLE_NAME, without_passwords
 
 RETRIED_STATUS = range(500, 600)
 SERVED_TOKEN = "<a token> (clients send it with reward.auth_env)"  # the reward server's own auth_env
-VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell exports
 
 
 class HTTPService:

@@ -249,6 +249,21 @@ def test_a_password_in_the_reward_url_is_masked_in_the_error_the_saved_configs_a
         assert b"s3cr3t" not in path.read_bytes(), path
 
 
+@pytest.mark.integration
+def test_a_sweep_job_its_checks_refuse_keeps_no_password_and_no_token_typed_as_auth_env(tmp_path):
+    """A sweep keeps a refused job's folder (.hydra/, result.json) and its summary.csv: the URL's password (which
+    Hydra writes escaped there, http\\://alice\\:...) and a token typed in auth_env's place are masked in every one,
+    and in what the sweep prints, even where the run's checks refuse it before anything is built."""
+    result = run_app("train.py", "-m", "reward=http", "reward.url=http://alice:s3cr3t-Pa55@127.0.0.1:9",
+                     "reward.auth_env=sk-live-4f9a", "steps=0", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert "job 0 failed: steps=0 must be a whole number >= 1." in result.stdout + result.stderr
+    kept = [path for path in (tmp_path / "sweep").rglob("*") if path.is_file()]
+    assert {"overrides.yaml", "config.yaml", "hydra.yaml", "result.json", "summary.csv"} <= {p.name for p in kept}
+    for path in kept:
+        assert b"s3cr3t" not in path.read_bytes() and b"sk-live" not in path.read_bytes(), path
+    assert "s3cr3t" not in result.stdout + result.stderr and "sk-live" not in result.stdout + result.stderr
+
+
 def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
     import importlib.util
 
