@@ -95,10 +95,11 @@ def test_evaluate_and_the_scripts_that_fit_on_a_file_check_their_settings_before
             ("train_sft.py", ["epochs=0"], "error: epochs=0 must be a whole number >= 1."),
             ("train_dpo.py", ["model.dtype=half"], "error: model.dtype='half' is not one of"),
             ("train_reward_model.py", ["epochs=1.5"], "error: epochs=1.5 must be a whole number >= 1."),
-            ("train_reward_model.py", ["trainer=fsdp2", "trainer.strategy.sharded_sampling=true"],
+            ("train_reward_model.py", ["trainer=fsdp2", "trainer.strategy.sharded_sampling=true", "task_name=rm"],
              "error: trainer.strategy.sharded_sampling=true says how train.py samples its rollouts, and "
              "train_reward_model.py samples none; remove it."),
-            ("train_kto.py", ["data.batch_size=1"], "error: data.batch_size=1 with algo.loss_type=kto: the KL row"),
+            ("train_kto.py", ["data.batch_size=1", "task_name=kto_run"],
+             "error: data.batch_size=1 with algo.loss_type=kto: the KL row"),
             ("train_dpo.py", ["trainer=fsdp2", "trainer.strategy.sharded_sampling=true"],
              "error: trainer.strategy.sharded_sampling=true says how train.py samples its rollouts, and train_dpo.py "
              "samples none; remove it."),

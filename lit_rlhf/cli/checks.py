@@ -201,20 +201,27 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
     check_trainer_arguments(cfg, "training batches, or a fraction of an epoch,")
     sharded = OmegaConf.select(cfg, "trainer.strategy._target_", default=None) == FSDP2_TARGET
     check_fsdp2_settings(cfg)
-    if cfg.task_name == "train_kto":
+    if str(OmegaConf.select(cfg, "algo._target_", default="")).endswith(".KTOModule"):
         from lit_rlhf.config.validation import check_kto_batch_size
 
         check_kto_batch_size(OmegaConf.select(cfg, "algo.loss_type", default=None),
                              OmegaConf.select(cfg, "data.batch_size", default=None))
     if sharded and OmegaConf.select(cfg, "trainer.strategy.sharded_sampling", default=False):
         raise ConfigError(f"trainer.strategy.sharded_sampling=true says how train.py samples its rollouts, and "
-                          f"{cfg.task_name}.py samples none; remove it.")
+                          f"{app_name(cfg)}.py samples none; remove it.")
     dataset = OmegaConf.select(cfg, "data.dataset", default=None, throw_on_resolution_failure=False)
     if isinstance(dataset, str):
         check_dataset_file(dataset)
     check_settings(ModelConfig, cfg.get("model"), "model", cfg)
     check_model_locations(cfg)
     check_save_dir(cfg)
+
+
+def app_name(cfg: DictConfig) -> str:
+    """The running app's name (train_sft, ...): task_name is the user's to change (it names the run's folder)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().job.name if HydraConfig.initialized() else str(cfg.task_name)
 
 
 def settings_in(node: DictConfig, cls: type) -> dict[str, Any]:

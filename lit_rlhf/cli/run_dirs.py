@@ -50,8 +50,9 @@ RUN_LOCATION_KEYS = ("paths.root_dir", "paths.log_dir", "hydra.run.dir", "hydra.
 
 def run_location_line(overrides: list[str]) -> str | None:
     """The line for a run location typed empty (`paths.log_dir=$LOGS` with the variable unset), which put the run at
-    the filesystem's root (/train/runs/...) or in the working directory, or for paths.output_dir, which follows
-    hydra.run.dir: typed, it wrote the run's files where the run directory's guard does not look; else None."""
+    the filesystem's root (/train/runs/...) or in the working directory, for an empty task_name (logs/runs/), or for
+    paths.output_dir, which follows hydra.run.dir: typed, it wrote the run's files where the run directory's guard
+    does not look; else None."""
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == "paths.output_dir":
@@ -60,6 +61,9 @@ def run_location_line(overrides: list[str]) -> str | None:
         typed = value.strip().strip("'\"")
         if key in RUN_LOCATION_KEYS and not typed:
             return empty_value_line(f"{key}={typed!r}", f"give a directory, or leave {key} out")
+        if key == "task_name" and not typed:  # the runs went to logs/runs/, beside the apps' folders
+            return empty_value_line("task_name=''", "give the runs' folder a name (logs/<task_name>/runs/), or leave "
+                                                    "task_name out")
     return None
 
 

@@ -107,13 +107,15 @@ def test_a_sweep_s_later_trial_is_checked_too_and_leaves_the_earlier_trial_s_mod
                        "paths.log_dir out."),
     ("paths.root_dir=''", "paths.root_dir='' is empty"),
     ("hydra.sweep.dir= ", "hydra.sweep.dir='' is empty"),
+    ("task_name=", "task_name='' is empty (a shell variable that is not set?); give the runs' folder a name "
+                   "(logs/<task_name>/runs/), or leave task_name out."),
     ("paths.output_dir=mine", "paths.output_dir=mine: paths.output_dir follows hydra.run.dir; set hydra.run.dir=<a new "
                               "or empty directory> instead (or the run's own directory, with ckpt_path=last, to "
                               "resume it)."),
 ])
 def test_a_run_location_typed_empty_or_paths_output_dir_is_refused(override, line):
-    """paths.log_dir= put the run at the filesystem's root (/train/runs/...); paths.output_dir=<a run's directory>
-    wrote into it, where hydra.run.dir=<it> is refused."""
+    """paths.log_dir= put the run at the filesystem's root (/train/runs/...), task_name= in logs/runs/;
+    paths.output_dir=<a run's directory> wrote into it, where hydra.run.dir=<it> is refused."""
     from lit_rlhf.cli.run_dirs import run_location_line
 
     assert run_location_line(["steps=2", override]).startswith(line)
