@@ -181,6 +181,10 @@ class VLLMServerEngine(RolloutEngine):
         check_setting_number("rollout.max_concurrency", max_concurrency, minimum=1, integer=True)
         self.servers = [RolloutServer(url, batch_size=1, max_concurrency=max_concurrency, timeout_s=timeout_s,
                                       retries=retries, backoff_s=backoff_s, auth_env=auth_env) for url in urls]
+        repeated = next((server for i, server in enumerate(self.servers)
+                         if server.url in [other.url for other in self.servers[:i]]), None)
+        if repeated is not None:  # it would take each weight sync twice and two shares of every draw
+            raise ConfigError(f"rollout.urls names {repeated.shown_url} twice; list each server once.")
         self.model, self.weights_dir, self.seeded, self.weight_sync = model, weights_dir, seeded, weight_sync
         self.adapter_prefix = f"lit_rlhf-{uuid.uuid4().hex[:8]}"  # this run's adapters, apart from another run's
         self.max_concurrency = max_concurrency * len(urls)

@@ -432,6 +432,8 @@ CASES = [
     ("reward=http without a URL", ["reward=http"], "reward.url is required (marked ??? in conf/)"),
     ("a reward URL without http://", ["reward=http", "reward.url=localhost:8000"],
      "reward.url='localhost:8000' is not an http(s) URL"),
+    ("a rollout server listed twice", ["rollout=vllm_server", "rollout.urls=[http://127.0.0.1:9,http://127.0.0.1:9/]"],
+     "rollout.urls names http://127.0.0.1:9 twice; list each server once."),
     ("a rollout server address without http://", ["rollout=vllm_server", "rollout.urls=[gen-0:8000]"],
      "rollout.urls='gen-0:8000' is not an http(s) URL; give the server's address, e.g. "
      "rollout.urls=[http://127.0.0.1:8000]"),
