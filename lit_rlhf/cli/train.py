@@ -39,7 +39,7 @@ from lit_rlhf.cli.sweeps import (
 )
 from lit_rlhf.config.command_line import override
 from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
-from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.errors import ConfigError, UnavailableError, os_error_message
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords, without_passwords
@@ -125,6 +125,10 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
             if module.rl_step == 0:
                 raise
             raise UnavailableError(f"{err} {resume_after_failure(trainer, module)}") from err
+        except OSError as err:  # a disk that filled up mid-run: its line, and where to resume once there is room
+            if (line := os_error_message(err)) is None or module.rl_step == 0:
+                raise
+            raise UnavailableError(f"{line} {resume_after_failure(trainer, module)}") from err
         except RuntimeError as err:  # another rank died: one line naming it, and where to resume
             lost = lost_rank_line(err, trainer.global_rank, trainer.world_size)
             if lost is None:

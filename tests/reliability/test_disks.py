@@ -5,6 +5,7 @@ import subprocess
 import uuid
 
 import pytest
+import torch
 
 from tests.apps import run_app
 from tests.helpers import FAST, one_line_error
@@ -47,6 +48,23 @@ def test_checkpoints_on_a_full_disk_are_one_line_naming_the_file(full_disk, tmp_
     line = one_line_error(result)
     assert line.startswith(f"error: no space left writing {full_disk / 'checkpoints' / 'last.ckpt'}"), line
     assert not [p for p in (full_disk / "checkpoints").iterdir() if p.name.startswith(".last.ckpt.partial")]
+
+
+def test_a_disk_that_fills_up_mid_run_is_one_line_with_the_command_that_resumes_from_the_last_checkpoint(tmp_path):
+    """Room for one checkpoint (1.6 MB) and not for the next one's partial file: the line names the file and gives
+    the command that resumes from the complete checkpoint, as a reward server lost mid-run does."""
+    disk = tmp_path / "small"
+    mount_tmpfs(disk, "size=3m")
+    try:
+        result = run_app("train.py", *FAST, "steps=3", "callbacks.model_checkpoint.every_n_train_steps=1",
+                         f"callbacks.model_checkpoint.dirpath={disk}", "hydra.run.dir=run", cwd=tmp_path)
+        line = one_line_error(result)
+        assert line.startswith(f"error: no space left writing {disk / 'last.ckpt'}"), line
+        assert "; resume from the last checkpoint: python " in line, line
+        assert line.endswith(f"hydra.run.dir={tmp_path / 'run'} ckpt_path={disk / 'last.ckpt'}"), line
+        assert torch.load(disk / "last.ckpt", weights_only=True)["global_step"] > 0  # complete, of an earlier step
+    finally:
+        subprocess.run(["umount", str(disk)])
 
 
 def test_an_export_onto_a_full_disk_is_one_line_and_leaves_no_half_model(full_disk, tmp_path):
