@@ -28,6 +28,7 @@ from lit_rlhf.algos.pair_sharding import (
     resharded_root,
     shard_policy_models,
 )
+from lit_rlhf.checkpoints.loading import use_safe_checkpoint_io
 from lit_rlhf.checkpoints.loop_state import (
     keep_a_cut_epoch_unfinished,
     loop_state_as_lightning_restores_it,
@@ -145,6 +146,7 @@ class PairModule(BuildsModelsToLoadState, ChecksGradientReach, L.LightningModule
 
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()
+        use_safe_checkpoint_io(self.trainer)  # atomic writes, weights-only loads, no non-finite weights
         if isinstance(self.trainer.strategy, ModelParallelStrategy) and not self.shards:  # trainer=fsdp2
             # its configure_model loads whole models and shards none: every rank would train a copy of its own, its
             # gradients never shared, and rank zero's would be saved

@@ -124,6 +124,15 @@ class SafeCheckpointIO(TorchCheckpointIO):
             fs.rm(path, recursive=True)
 
 
+def use_safe_checkpoint_io(trainer) -> None:
+    """Lightning's default checkpoint writer replaced by SafeCheckpointIO in a module's setup (a custom
+    checkpoint_io, or a sharded strategy's own, is kept): without it last.ckpt was written through a temporary file
+    moved over it, which a full disk or a kill during the move left truncated."""
+    strategy = getattr(trainer, "strategy", None)
+    if strategy is not None and type(strategy.checkpoint_io) is TorchCheckpointIO:
+        strategy.checkpoint_io = SafeCheckpointIO()
+
+
 def require_rl_checkpoint(checkpoint: dict, ckpt_path) -> None:
     """One line unless `checkpoint` was written by train.py; a preference run's is named as such."""
     if isinstance(checkpoint.get("rlhf_state"), dict) and "algo" in checkpoint["rlhf_state"]:

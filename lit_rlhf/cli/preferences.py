@@ -31,6 +31,7 @@ from lit_rlhf.cli.train import (
     spawned_fit,
 )
 from lit_rlhf.config.command_line import override
+from lit_rlhf.errors import UnavailableError, os_error_message
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
@@ -61,8 +62,14 @@ def set_up_fit_on_pairs(cfg: DictConfig) -> tuple[Any, Any, L.Trainer, str | Non
 
 
 def fit_on_pairs(cfg: DictConfig, module, datamodule, trainer: L.Trainer, ckpt_path: str | None) -> None:
-    with stops_before_training_said(trainer):
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    try:
+        with stops_before_training_said(trainer):
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except OSError as err:  # a disk that filled up mid-run: its line, and where to resume once there is room
+        if (line := os_error_message(err)) is None or (last := last_checkpoint(trainer)) is None:
+            raise
+        raise UnavailableError(f"{line} Stopped after training step {trainer.global_step}; resume from the last "
+                               f"checkpoint: {resume_command(last)}") from err
     stopped = stopped_by_interrupt(trainer)
     if stopped is not None and stopped.stopped_by == "SIGINT":  # nothing is saved but the checkpoint
         report(f"\nRun directory: {cfg.paths.output_dir}")

@@ -129,10 +129,15 @@ def write_result(output_dir: str | Path, status: str, objective: float | None, m
     result = {"job": job, "status": status, "overrides": overrides, "objective": objective,
               "metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}, "run_dir": str(output_dir),
               "error": error}
-    output_dir.mkdir(parents=True, exist_ok=True)
     partial = output_dir / f".{RESULT_FILE}.partial"  # renamed over it whole: a kill never leaves half a result
-    partial.write_text(json.dumps(config_without_passwords(result), indent=2) + "\n")
-    os.replace(partial, output_dir / RESULT_FILE)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(config_without_passwords(result), indent=2) + "\n")
+        os.replace(partial, output_dir / RESULT_FILE)
+    except OSError as err:  # a full disk: the run's own line (its error, its resume command) is said all the same
+        partial.unlink(missing_ok=True)
+        print(f"warning: {printable(output_dir / RESULT_FILE)} was not written ({printable(err.strerror)}).")
+        return
     if resumed_job:
         summarize_sweep(output_dir.parent)
 

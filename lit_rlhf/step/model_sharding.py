@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_rlhf.checkpoints.loading import SafeCheckpointIO
+from lit_rlhf.checkpoints.loading import use_safe_checkpoint_io
 from lit_rlhf.distributed.sharding import is_sharded, shard_and_load, sharded_models_line
 from lit_rlhf.errors import ConfigError
 from lit_rlhf.rewards.reward_model import SequenceClassifierReward
@@ -149,6 +148,4 @@ class ModelSharding:
         engine.synced_generation = zero3 or self.samples_sharded
         if self.samples_sharded:
             self.check_sharded_sampling()
-        if self.trainer is not None and type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            # atomic writes, weights-only loads, no non-finite weights (a custom checkpoint_io is kept)
-            self.trainer.strategy.checkpoint_io = SafeCheckpointIO()
+        use_safe_checkpoint_io(self.trainer)  # atomic writes, weights-only loads, no non-finite weights

@@ -320,3 +320,21 @@ def test_the_summary_leaves_out_a_result_json_it_did_not_write_with_a_warning(tm
     assert len(warnings) == 4 and all(line.startswith("warning: ") and line.endswith(
         "is not a run's result as this library writes it; the summary leaves that run out.") for line in warnings)
     assert not any("\x1b" in line for line in warnings)
+
+
+def test_a_result_that_cannot_be_written_is_a_warning_that_leaves_the_runs_own_line_to_be_said(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """On a full disk, writing result.json after a failure raised from the failure's handler: a traceback in place
+    of the run's line (its error and resume command)."""
+    import errno
+
+    from lit_rlhf.cli.sweeps import write_result
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    write_result(tmp_path, "failed", None, {}, "the run's error")
+    said = capsys.readouterr().out
+    assert said == f"warning: {tmp_path / 'result.json'} was not written (No space left on device).\n"
+    assert not list(tmp_path.iterdir())

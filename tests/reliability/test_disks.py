@@ -50,6 +50,15 @@ def test_checkpoints_on_a_full_disk_are_one_line_naming_the_file(full_disk, tmp_
     assert not [p for p in (full_disk / "checkpoints").iterdir() if p.name.startswith(".last.ckpt.partial")]
 
 
+def test_a_fit_apps_checkpoint_on_a_full_disk_is_one_line_and_leaves_no_truncated_file(full_disk, tmp_path):
+    """train_sft.py (train_dpo.py, train_kto.py, train_reward_model.py: the same module base) wrote last.ckpt through
+    Lightning's temporary file in $TMPDIR moved over it: a truncated last.ckpt, and a line naming the temporary file."""
+    result = run_app("train_sft.py", f"callbacks.model_checkpoint.dirpath={full_disk / 'checkpoints'}", cwd=tmp_path)
+    line = one_line_error(result)
+    assert line.startswith(f"error: no space left writing {full_disk / 'checkpoints' / 'last.ckpt'}"), line
+    assert not list((full_disk / "checkpoints").iterdir())
+
+
 def test_a_disk_that_fills_up_mid_run_is_one_line_with_the_command_that_resumes_from_the_last_checkpoint(tmp_path):
     """Room for one checkpoint (1.6 MB) and not for the next one's partial file: the line names the file and gives
     the command that resumes from the complete checkpoint, as a reward server lost mid-run does."""
