@@ -24,6 +24,7 @@ from lit_rlhf.cli.sweeps import FinalMetrics
 from lit_rlhf.cli.train import (
     instantiate_group,
     last_checkpoint,
+    redone_once_there_is_room,
     report,
     rerun_command,
     resume_command,
@@ -137,7 +138,11 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         module.prepare_save()  # every rank: under trainer=fsdp2 the policy is gathered on rank zero
         if trainer.is_global_zero:
-            report("\n" + save(module, Path(cfg.save_dir)))
+            with redone_once_there_is_room(last_checkpoint(trainer), lambda last: (
+                    f"The fit is complete; once there is room, save it again (from its final checkpoint, training "
+                    f"nothing): {resume_command(last)}")):
+                saved = save(module, Path(cfg.save_dir))
+            report("\n" + saved)
             with contextlib.suppress(KeyError):  # no validation ran (e.g. trainer.limit_val_batches=0)
                 held = getattr(datamodule, "eval_pairs", None) or getattr(datamodule, "eval_rows", [])
                 what = "pairs" if hasattr(datamodule, "eval_pairs") else "rows"

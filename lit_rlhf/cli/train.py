@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,10 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
     if cfg.get("export_dir") and trainer.is_global_zero:
         from lit_rlhf.export import export_policy
 
-        out = export_policy(exportable(trainer, module), cfg.export_dir, metrics=metrics)
+        with redone_once_there_is_room(last_checkpoint(trainer), lambda last: (
+                f"Training is complete; once there is room, export its final checkpoint: python -m lit_rlhf.export "
+                f"{shlex.join([str(last), str(cfg.export_dir)])}")):
+            out = export_policy(exportable(trainer, module), cfg.export_dir, metrics=metrics)
         report(f"Exported the trained policy (with a model card, README.md) to {out}")
     report(f"\nRun directory: {output_dir}")
     for logger in loggers:
@@ -209,6 +213,18 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
     if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
         report(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
     return metrics
+
+
+@contextmanager
+def redone_once_there_is_room(last: Path | None, redo: Callable[[Path], str]):
+    """A full disk (or a target that cannot be written) after training: its line, and `redo(last)`, the command that
+    writes the output again from the complete final checkpoint `last` (the bare line where there is none)."""
+    try:
+        yield
+    except OSError as err:
+        if (line := os_error_message(err)) is None or last is None:
+            raise
+        raise UnavailableError(f"{line} {redo(last)}") from err
 
 
 def exportable(trainer, module):

@@ -79,10 +79,23 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_with_the_command_that_resumes_
 def test_an_export_onto_a_full_disk_is_one_line_and_leaves_no_half_model(full_disk, tmp_path):
     out = full_disk / f"model-{uuid.uuid4().hex[:6]}"
     result = run_app("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
-    assert one_line_error(result).startswith(f"error: no space left writing {out}")
+    line = one_line_error(result)
+    assert line.startswith(f"error: no space left writing {out}")
+    assert line.endswith(f"Training is complete; once there is room, export its final checkpoint: python -m "
+                         f"lit_rlhf.export {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'} {out}"), line
     assert not out.exists() and (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
     again = export(tmp_path / "run" / "checkpoints" / "last.ckpt", out, tmp_path)
     assert one_line_error(again).startswith(f"error: no space left writing {out}") and not out.exists()
+
+
+def test_a_fit_apps_save_onto_a_full_disk_gives_the_command_that_saves_it_again(full_disk, tmp_path):
+    result = run_app("train_sft.py", "hydra.run.dir=run", f"save_dir={full_disk / 'policy'}", cwd=tmp_path)
+    line = one_line_error(result)
+    assert line.startswith(f"error: no space left writing {full_disk / 'policy'}"), line
+    assert "The fit is complete; once there is room, save it again (from its final checkpoint, training nothing): " \
+           "python " in line, line
+    assert line.endswith(f"hydra.run.dir={tmp_path / 'run'} ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}")
+    assert not (full_disk / "policy").exists()
 
 
 def test_a_read_only_export_target_is_refused_before_training(read_only_disk, tmp_path):
