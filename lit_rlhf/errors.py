@@ -1,6 +1,10 @@
 """Errors a user can fix: train.py prints them as one line, without a stack trace."""
 
 import difflib
+import errno
+import os
+from contextlib import contextmanager
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -74,8 +78,6 @@ def nearest(key: str, valid: tuple[str, ...] | list[str], otherwise: str | None 
 
 def os_error_message(err: BaseException) -> str | None:
     """The one-line message for an OS error a user can fix (a full disk, a read-only or forbidden target), else None."""
-    import errno
-
     if not isinstance(err, OSError):
         return None
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -85,3 +87,35 @@ def os_error_message(err: BaseException) -> str | None:
         return (f"cannot write {err.filename} ({err.strerror}); point it at a directory you can write to "
                 f"(the run's checkpoints so far are complete).")
     return None
+
+
+# How libraries that write files (torch, safetensors) report an OS error in an exception type of their own.
+OS_ERROR_TEXTS = {"No space left on device": errno.ENOSPC, "Read-only file system": errno.EROFS,
+                  "Permission denied": errno.EACCES, "Disk quota exceeded": errno.EDQUOT}
+
+
+@contextmanager
+def writing(path: str | Path):
+    """Errors of writing into `path` as OSErrors that name it: a full disk, a read-only or forbidden target."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
+    except Exception as err:
+        code = next((code for text, code in OS_ERROR_TEXTS.items() if text in str(err)), None)
+        if code is None and disk_full(path):  # torch reports a short write on a full disk as a position mismatch
+            code = errno.ENOSPC
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code), str(path)) from err
+
+
+def disk_full(path: str | Path, below_bytes: int = 2**20) -> bool:
+    """Whether the filesystem holding path (or its nearest existing parent) has less than below_bytes free."""
+    existing = next((p for p in (Path(path), *Path(path).absolute().parents) if p.exists()), None)
+    if existing is None:
+        return False
+    stats = os.statvfs(existing)
+    return stats.f_bavail * stats.f_frsize < below_bytes

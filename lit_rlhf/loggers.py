@@ -17,7 +17,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.errors import ConfigError, UnavailableError, writing
 from lit_rlhf.terminal import clipped, printable
 
 
@@ -28,11 +28,12 @@ class ResumingExperimentWriter(ExperimentWriter):
             self.previous_rows, self.metrics_keys = previous_rows(self._fs, self.metrics_file_path)
 
     def save(self) -> None:
-        if self.previous_rows is not None and self.metrics:
-            kept = rows_not_logged_again(self.previous_rows, self.metrics[0])
-            rewrite(self._fs, self.metrics_file_path, self.metrics_keys, kept)
-            self.previous_rows = None
-        super().save()
+        with writing(self.metrics_file_path):  # a full disk's error names metrics.csv
+            if self.previous_rows is not None and self.metrics:
+                kept = rows_not_logged_again(self.previous_rows, self.metrics[0])
+                rewrite(self._fs, self.metrics_file_path, self.metrics_keys, kept)
+                self.previous_rows = None
+            super().save()
 
     def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
         """Lightning's, whole or not at all: a metric logged for the first time (the first validation, the end of run

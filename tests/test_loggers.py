@@ -151,6 +151,7 @@ def test_a_rewrite_that_fails_midway_leaves_the_rows_already_written(tmp_path, m
 
     monkeypatch.setattr(csv.DictWriter, "writerows", disk_full)
     logger.log_metrics({TRAIN: 3.0, EVAL: 0.5}, step=3)  # a new column
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as raised:
         logger.save()
+    assert raised.value.filename == str(tmp_path / "metrics.csv")  # the run's line names it: "no space left writing"
     assert (tmp_path / "metrics.csv").read_text() == before

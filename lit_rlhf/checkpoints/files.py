@@ -9,14 +9,14 @@ Reading is lit_rlhf.checkpoints.loading's.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from lit_rlhf.errors import writing
 
 PARTIAL_MARK = ".partial-"
 # Seconds a checkpoint download may wait to connect, and for each next block of bytes.
@@ -47,38 +47,6 @@ def remove_partial_files(target: Path) -> None:
     """Partial files a killed writer left beside target (this process's own are removed on failure)."""
     for partial in target.parent.glob(f".{target.name}{PARTIAL_MARK}*"):
         partial.unlink(missing_ok=True)
-
-
-# How libraries that write files (torch, safetensors) report an OS error in an exception type of their own.
-OS_ERROR_TEXTS = {"No space left on device": errno.ENOSPC, "Read-only file system": errno.EROFS,
-                  "Permission denied": errno.EACCES, "Disk quota exceeded": errno.EDQUOT}
-
-
-@contextmanager
-def writing(path: str | Path):
-    """Errors of writing into `path` as OSErrors that name it: a full disk, a read-only or forbidden target."""
-    try:
-        yield
-    except OSError as err:
-        if err.filename is None and err.errno is not None:
-            raise OSError(err.errno, err.strerror, str(path)) from err
-        raise
-    except Exception as err:
-        code = next((code for text, code in OS_ERROR_TEXTS.items() if text in str(err)), None)
-        if code is None and disk_full(path):  # torch reports a short write on a full disk as a position mismatch
-            code = errno.ENOSPC
-        if code is None:
-            raise
-        raise OSError(code, os.strerror(code), str(path)) from err
-
-
-def disk_full(path: str | Path, below_bytes: int = 2**20) -> bool:
-    """Whether the filesystem holding path (or its nearest existing parent) has less than below_bytes free."""
-    existing = next((p for p in (Path(path), *Path(path).absolute().parents) if p.exists()), None)
-    if existing is None:
-        return False
-    stats = os.statvfs(existing)
-    return stats.f_bavail * stats.f_frsize < below_bytes
 
 
 def atomic_torch_save(obj: Any, target: str | Path) -> None:

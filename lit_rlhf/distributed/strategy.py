@@ -22,12 +22,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from lit_rlhf.checkpoints.files import writing
 from lit_rlhf.checkpoints.loading import load_checkpoint_file
 from lit_rlhf.checkpoints.sharded import load_tensors, read_meta, save_sharded
 from lit_rlhf.config.validation import check_flag
 from lit_rlhf.distributed.host_memory import check_mmap_threshold, set_host_mmap_threshold
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, writing
 
 
 class FSDP2Strategy(ModelParallelStrategy):

@@ -17,9 +17,8 @@ from pathlib import Path
 import torch
 from peft import PeftModel
 
-from lit_rlhf.checkpoints.files import writing
 from lit_rlhf.config.validation import check_not_empty
-from lit_rlhf.errors import ConfigError
+from lit_rlhf.errors import ConfigError, writing
 from lit_rlhf.models.policy import TRAINABLE_ADAPTER
 from lit_rlhf.ops.finite import all_finite
 
