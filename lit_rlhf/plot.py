@@ -10,7 +10,7 @@ import csv
 import math
 from pathlib import Path
 
-from lit_rlhf.errors import empty_value_line, exit_with_user_error
+from lit_rlhf.errors import empty_value_line, exit_with_user_error, writing
 from lit_rlhf.terminal import escape_what_libraries_print, printable
 
 CONSTANT_UNLESS_MOVING = ("objective/kl_coef", "val/ratio")
@@ -105,7 +105,8 @@ def plot_series(series: dict[str, tuple[list[float], list[float]]], out: Path, x
         ax.axis("off")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
+    with writing(out):  # a full disk's line names the file
+        fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
 

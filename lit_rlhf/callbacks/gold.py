@@ -25,6 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.callbacks.settings import check_count
+from lit_rlhf.errors import writing
 from lit_rlhf.statistics.gold import fit_rl_form
 
 
@@ -86,7 +87,8 @@ class GoldCurve(L.Callback):
             return
         path = run_folder(trainer, self.dirpath) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        with writing(path):  # a full disk's line names the file
+            path.write_text(json.dumps(report, indent=2) + "\n")
         peak, fit = report["gold_peak"], report["fit"]
         fitted = (f"; fitted d(alpha - beta log d) peaks at KL {fit['peak_kl']:.2f}" if fit and "peak_kl" in fit
                   else "; the fitted d(alpha - beta log d) still rises far past this KL"

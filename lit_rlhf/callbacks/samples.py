@@ -25,6 +25,7 @@ from lit_rlhf.callbacks.heldout import heldout_batch
 from lit_rlhf.callbacks.interrupt import stop_requested
 from lit_rlhf.callbacks.run_folder import run_folder
 from lit_rlhf.callbacks.settings import check_count, check_flag
+from lit_rlhf.errors import writing
 from lit_rlhf.interrupts import CallAbandoned
 from lit_rlhf.terminal import as_text, plain_console
 
@@ -107,7 +108,7 @@ class GenerationSamples(L.Callback):
     def write(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
         path = self.path(trainer)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
+        with writing(path), open(path, "a") as f:  # a full disk's line names the file
             for row in rows:
                 f.write(json.dumps(row) + "\n")
         step = rows[0]["step"]
@@ -139,7 +140,8 @@ def drop_rows_after(path: Path, rl_step: int) -> None:
     kept = [line for line in lines if not row_step(line) > rl_step]
     if len(kept) < len(lines):
         partial = path.with_name(f".{path.name}.partial")  # renamed over it whole: a kill never leaves half the file
-        partial.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
+        with writing(path):
+            partial.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
         os.replace(partial, path)
 
 

@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.table import Table
 
-from lit_rlhf.errors import ConfigError, nearest
+from lit_rlhf.errors import ConfigError, nearest, writing
 from lit_rlhf.terminal import as_text, config_without_passwords, plain_console, printable
 
 RESULT_FILE = "result.json"
@@ -184,7 +184,7 @@ def summary_rows(sweep_dir: Path) -> list[dict[str, Any]]:
 def write_summary(sweep_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
     rows = summary_rows(sweep_dir)
     path = sweep_dir / "summary.csv"
-    with open(path, "w", newline="") as f:
+    with writing(path), open(path, "w", newline="") as f:  # a full disk's line names the file
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["job"])
         writer.writeheader()
         writer.writerows({**row, "overrides": " ".join(row["overrides"])} for row in rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lit_rlhf.errors import writing
 from lit_rlhf.evaluation.compare import Evaluation
 from lit_rlhf.terminal import plain_console
 
@@ -64,11 +65,13 @@ def write_report(evaluation: Evaluation, out_dir: str | Path) -> Path:
     """Writes evaluation.json, generations.jsonl and scores.png to out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "evaluation.json").write_text(json.dumps(evaluation.summary, indent=2) + "\n")
-    with open(out / "generations.jsonl", "w") as f:
+    with writing(out / "evaluation.json"):  # a full disk's line names the file
+        (out / "evaluation.json").write_text(json.dumps(evaluation.summary, indent=2) + "\n")
+    with writing(out / "generations.jsonl"), open(out / "generations.jsonl", "w") as f:
         for record in evaluation.records:
             f.write(json.dumps(record) + "\n")
-    plot_scores(evaluation, out / "scores.png")
+    with writing(out / "scores.png"):
+        plot_scores(evaluation, out / "scores.png")
     return out
 
 
