@@ -16,6 +16,7 @@ from typing import Any
 
 from lit_rlhf.config.data import FILE_BUILDERS, check_dataset_file
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.hub import hub_endpoint, hub_offline, hub_reachable
 from lit_rlhf.terminal import clipped_first_line
 
 BUNDLED = {"sentiment": Path(__file__).parent / "sentiment" / "prompts.jsonl",
@@ -100,17 +101,34 @@ def load_file(path: Path, dataset: str, prompt_column: str | None) -> list[dict[
 def load_hub(dataset: str, prompt_column: str | None, split: str, subset: str | None) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
+    if not hub_offline() and not hub_reachable():  # the Hub client's retries took half a minute to say so
+        if (folder := downloaded_snapshot(dataset)) is not None:
+            return load_directory(folder, dataset, prompt_column, split, subset)
+        if not in_datasets_cache(dataset):
+            raise unavailable_dataset(dataset, split, f"not in the cache, and {hub_endpoint()} cannot be reached")
     try:
         data = load_dataset(dataset, subset, split=split)
     except (ConnectionError, OSError, FileNotFoundError, ValueError) as err:
         if (folder := downloaded_snapshot(dataset)) is not None:  # offline, `datasets` reads only its own cache
             return load_directory(folder, dataset, prompt_column, split, subset)
-        raise UnavailableError(
-            f"dataset {dataset!r} (split {split!r}) is not available here ({type(err).__name__}). Download it "
-            f"with internet (`hf download --repo-type dataset {dataset}` into the Hub cache this machine reads, "
-            f"HF_HOME; or with --local-dir DIR and data.dataset=DIR), or set data.dataset to {FORMATS}."
-        ) from err
+        raise unavailable_dataset(dataset, split, type(err).__name__) from err
     return dataset_column(data, prompt_column, dataset)
+
+
+def unavailable_dataset(dataset: str, split: str, reason: str) -> UnavailableError:
+    return UnavailableError(
+        f"dataset {dataset!r} (split {split!r}) is not available here ({reason}). Download it with internet (`hf "
+        f"download --repo-type dataset {dataset}` into the Hub cache this machine reads, HF_HOME; or with "
+        f"--local-dir DIR and data.dataset=DIR), or set data.dataset to {FORMATS}.")
+
+
+def in_datasets_cache(dataset: str) -> bool:
+    """Whether `datasets` holds a prepared copy of the hub dataset (one loaded online before), which it reads
+    when the Hub cannot be reached."""
+    import datasets
+
+    cache, name = Path(datasets.config.HF_DATASETS_CACHE), dataset.replace("/", "___").lower()
+    return cache.is_dir() and any(entry.name.lower() == name for entry in cache.iterdir())
 
 
 def downloaded_snapshot(dataset: str) -> Path | None:

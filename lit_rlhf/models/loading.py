@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 import re
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
@@ -21,13 +18,13 @@ from safetensors import SafetensorError
 from lit_rlhf.config.locations import check_model_location, local_folder_note
 from lit_rlhf.config.validation import check_choice
 from lit_rlhf.errors import ConfigError, UnavailableError
+from lit_rlhf.hub import hub_endpoint, hub_offline, hub_reachable
 from lit_rlhf.terminal import clipped, printable
 
 T = TypeVar("T")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 # from_pretrained's keywords for every model lit_rlhf trains, samples from or scores with. From transformers 5.25 a
 # model swaps some layers for kernels it downloads from the Hub, at load and again at every train()/eval() on the
 # device it then sits on, some of them for inference only: the rollouts would run other code than the update that
@@ -43,29 +40,6 @@ def resolve_dtype(dtype: str | torch.dtype | None, key: str = "model.dtype"):
         return dtype
     check_choice(key, dtype, tuple(DTYPES), prefix="")
     return DTYPES[dtype]
-
-
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-
-
-def hub_endpoint() -> str:
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """A TCP connection to the Hub's host opens within timeout. With a proxy configured the direct probe
-    means nothing, so the Hub counts as reachable and the download itself decides."""
-    if any(os.environ.get(name) for name in PROXY_VARIABLES):
-        return True
-    url = urlparse(hub_endpoint())
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
-        return True
-    except OSError:
-        return False
 
 
 def unavailable(what: str, name_or_path: str, reason: str, key: str) -> UnavailableError:

@@ -619,6 +619,17 @@ def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_hub_dataset_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
+    """The Hub client's retries took half a minute before the line; the connection probe answers at once."""
+    env = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    result = run_process("train.py", *FAST, "data.dataset=someone/prompts", cwd=tmp_path, env=env)
+    line = one_line_error(result)
+    assert "dataset 'someone/prompts' (split 'train') is not available here (not in the cache, and " \
+           "http://127.0.0.1:9 cannot be reached)" in line, line
+    assert "retry" not in result.stderr.lower() and "retrying" not in result.stdout.lower()
+
+
+@pytest.mark.integration
 def test_a_model_directory_without_tokenizer_trains_with_model_tokenizer_name_or_path(inputs):
     tokenizer = ROOT / "lit_rlhf" / "assets" / "tiny-pythia"
     result = run_app("train.py", *FAST, "model=causal_lm", "model.name_or_path=model_without_tokenizer",

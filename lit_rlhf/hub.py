@@ -1,0 +1,34 @@
+"""Whether the Hugging Face Hub can be asked: offline mode, its endpoint, a quick connection probe. Light (no torch):
+the model loaders and the data sources ask before a download, whose client would retry for half a minute to say
+that the Hub cannot be reached."""
+
+from __future__ import annotations
+
+import os
+import socket
+from urllib.parse import urlparse
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A TCP connection to the Hub's host opens within timeout. With a proxy configured the direct probe
+    means nothing, so the Hub counts as reachable and the download itself decides."""
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return True
+    url = urlparse(hub_endpoint())
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+        return True
+    except OSError:
+        return False
