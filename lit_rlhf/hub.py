@@ -1,6 +1,6 @@
-"""Whether the Hugging Face Hub can be asked: offline mode, its endpoint, a quick connection probe. Light (no torch):
-the model loaders and the data sources ask before a download, whose client would retry for half a minute to say
-that the Hub cannot be reached."""
+"""Whether the Hugging Face Hub (or another server: W&B's) can be asked: offline mode, its endpoint, a quick
+connection probe. Light (no torch): the model loaders, the data sources and the W&B logger ask before a request
+whose client would retry for half a minute or more to say that the server cannot be reached."""
 
 from __future__ import annotations
 
@@ -22,11 +22,15 @@ def hub_endpoint() -> str:
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """A TCP connection to the Hub's host opens within timeout. With a proxy configured the direct probe
-    means nothing, so the Hub counts as reachable and the download itself decides."""
+    return reachable(hub_endpoint(), timeout)
+
+
+def reachable(endpoint: str, timeout: float = 3.0) -> bool:
+    """A TCP connection to the endpoint's host opens within timeout. With a proxy configured the direct probe
+    means nothing, so the endpoint counts as reachable and the request itself decides."""
     if any(os.environ.get(name) for name in PROXY_VARIABLES):
         return True
-    url = urlparse(hub_endpoint())
+    url = urlparse(endpoint)
     try:
         socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
         return True

@@ -12,12 +12,15 @@ a W&B server that cannot be reached, or refuses the API key, is one line (Unavai
 from __future__ import annotations
 
 import csv
+import os
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lit_rlhf.errors import ConfigError, UnavailableError, writing
+from lit_rlhf.hub import reachable
 from lit_rlhf.terminal import clipped, printable
 
 
@@ -116,6 +119,8 @@ class WandbLogger(LightningWandbLogger):
     def experiment(self):
         from wandb.errors import AuthenticationError, CommError
 
+        if self._experiment is None and not self._offline and rank_zero_only.rank == 0:
+            self.check_server_reachable()
         try:
             return super().experiment
         except AuthenticationError as err:
@@ -125,6 +130,20 @@ class WandbLogger(LightningWandbLogger):
             raise UnavailableError(f"logger=wandb: W&B could not reach its server ({first_line(err)}); check the "
                                    f"network (and WANDB_BASE_URL), or log offline with WANDB_MODE=offline and upload "
                                    f"later with `wandb sync`.") from err
+
+
+    def check_server_reachable(self) -> None:
+        """wandb.init waits init_timeout (90 s) for a server it cannot reach before its own error."""
+        import wandb
+
+        settings = self._wandb_init.get("settings")
+        base_url = (getattr(settings, "base_url", None) if settings is not None and not isinstance(settings, dict)
+                    else (settings or {}).get("base_url"))
+        base_url = base_url or os.environ.get("WANDB_BASE_URL") or wandb.setup().settings.base_url
+        if wandb.run is None and not reachable(base_url):
+            raise UnavailableError(f"logger=wandb: W&B could not reach its server ({printable(base_url)} cannot be "
+                                   f"reached); check the network (and WANDB_BASE_URL), or log offline with "
+                                   f"WANDB_MODE=offline and upload later with `wandb sync`.")
 
 
 def first_line(err: BaseException) -> str:

@@ -131,9 +131,27 @@ def test_a_wandb_server_out_of_reach_is_one_line_not_wandbs_trace(raised, expect
                                       "retrying: Post \"https://api.wandb.ai/graphql\": dial tcp: no such host")
 
     monkeypatch.setattr(wandb, "init", unreachable)
+    monkeypatch.setattr("lit_rlhf.loggers.reachable", lambda url: True)  # a server that answers the probe
     with pytest.raises(UnavailableError) as err:
         WandbLogger(save_dir=str(tmp_path), project="p").log_hyperparams({"lr": 1e-3})
     assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+
+
+def test_a_wandb_server_that_cannot_be_reached_is_one_line_before_wandb_init_waits_for_it(tmp_path, monkeypatch):
+    """wandb.init waited its init_timeout (90 s; 110 s in all, measured) before the line above; a connection probe
+    answers at once."""
+    import wandb
+
+    from lit_rlhf.errors import UnavailableError
+    from lit_rlhf.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr(wandb, "init", lambda **settings: pytest.fail("wandb.init was called"))
+    with pytest.raises(UnavailableError) as err:
+        WandbLogger(save_dir=str(tmp_path), project="p").log_hyperparams({"lr": 1e-3})
+    assert str(err.value) == ("logger=wandb: W&B could not reach its server (http://127.0.0.1:9 cannot be reached); "
+                              "check the network (and WANDB_BASE_URL), or log offline with WANDB_MODE=offline and "
+                              "upload later with `wandb sync`.")
 
 
 def test_a_rewrite_that_fails_midway_leaves_the_rows_already_written(tmp_path, monkeypatch):
