@@ -66,8 +66,11 @@ def from_pretrained(loader: Callable[..., T], name_or_path: str, what: str = "mo
     check_model_location(key, str(name_or_path), whole_model)
     remote = not Path(str(name_or_path)).exists() and not hub_offline()
     if remote and cache_first:
+        # transformers' model loaders look for a peft adapter on the Hub without local_files_only (half a minute of
+        # retries where the Hub cannot be reached): it is passed to that lookup too
+        adapter = {"adapter_kwargs": {"local_files_only": True}} if weights and "adapter_kwargs" not in kwargs else {}
         try:
-            return loader(name_or_path, local_files_only=True, **kwargs)
+            return loader(name_or_path, local_files_only=True, **adapter, **kwargs)
         except OSError:
             pass
         if not hub_reachable():

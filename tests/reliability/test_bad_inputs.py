@@ -619,6 +619,25 @@ def test_a_hub_model_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_hub_teacher_that_cannot_be_reached_fails_at_once_and_one_in_the_hub_cache_loads(tmp_path):
+    """A model's cache-first load ran transformers' look-up of a peft adapter on the Hub, which ignores
+    local_files_only: half a minute of retries before the line, and again for a model that the cache holds."""
+    snapshot = tmp_path / "hf" / "hub" / "models--someone--tiny" / "snapshots" / ("0" * 40)
+    shutil.copytree(TINY, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    env = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    missing = run_process("train.py", *FAST, "algo=distill", "teacher.name_or_path=someone/teacher", cwd=tmp_path,
+                          env=env)
+    assert "model 'someone/teacher' is not available here (not in the cache, and http://127.0.0.1:9" in \
+           one_line_error(missing)
+    cached = run_process("train.py", *FAST, "algo=distill", "teacher.name_or_path=someone/tiny", cwd=tmp_path, env=env)
+    assert cached.returncode == 0, cached.stderr[-2000:]
+    for result in (missing, cached):
+        assert "retry" not in (result.stderr + result.stdout).lower()
+
+
+@pytest.mark.integration
 def test_a_hub_dataset_that_cannot_be_reached_fails_at_once_in_one_line(tmp_path):
     """The Hub client's retries took half a minute before the line; the connection probe answers at once."""
     env = {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
