@@ -131,7 +131,6 @@ class WandbLogger(LightningWandbLogger):
                                    f"network (and WANDB_BASE_URL), or log offline with WANDB_MODE=offline and upload "
                                    f"later with `wandb sync`.") from err
 
-
     def check_server_reachable(self) -> None:
         """wandb.init waits init_timeout (90 s) for a server it cannot reach before its own error."""
         import wandb
