@@ -32,7 +32,6 @@ from lit_rlhf.cli.train import (
     spawned_fit,
 )
 from lit_rlhf.config.command_line import override
-from lit_rlhf.errors import UnavailableError, os_error_message
 from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
@@ -63,14 +62,10 @@ def set_up_fit_on_pairs(cfg: DictConfig) -> tuple[Any, Any, L.Trainer, str | Non
 
 
 def fit_on_pairs(cfg: DictConfig, module, datamodule, trainer: L.Trainer, ckpt_path: str | None) -> None:
-    try:
-        with stops_before_training_said(trainer):
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except OSError as err:  # a disk that filled up mid-run: its line, and where to resume once there is room
-        if (line := os_error_message(err)) is None or (last := last_checkpoint(trainer)) is None:
-            raise
-        raise UnavailableError(f"{line} Stopped after training step {trainer.global_step}; resume from the last "
-                               f"checkpoint: {resume_command(last)}") from err
+    with redone_once_there_is_room(trainer, lambda last: (  # a disk that filled up mid-run
+            f"Stopped after training step {trainer.global_step}; resume from the last checkpoint: "
+            f"{resume_command(last)}")), stops_before_training_said(trainer):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     stopped = stopped_by_interrupt(trainer)
     if stopped is not None and stopped.stopped_by == "SIGINT":  # nothing is saved but the checkpoint
         report(f"\nRun directory: {cfg.paths.output_dir}")
@@ -138,7 +133,7 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
             metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         module.prepare_save()  # every rank: under trainer=fsdp2 the policy is gathered on rank zero
         if trainer.is_global_zero:
-            with redone_once_there_is_room(last_checkpoint(trainer), lambda last: (
+            with redone_once_there_is_room(trainer, lambda last: (
                     f"The fit is complete; once there is room, save it again (from its final checkpoint, training "
                     f"nothing): {resume_command(last)}")):
                 saved = save(module, Path(cfg.save_dir))

@@ -202,7 +202,7 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
     if cfg.get("export_dir") and trainer.is_global_zero:
         from lit_rlhf.export import export_policy
 
-        with redone_once_there_is_room(last_checkpoint(trainer), lambda last: (
+        with redone_once_there_is_room(trainer, lambda last: (
                 f"Training is complete; once there is room, export its final checkpoint: python -m lit_rlhf.export "
                 f"{shlex.join([str(last), str(cfg.export_dir)])}")):
             out = export_policy(exportable(trainer, module), cfg.export_dir, metrics=metrics)
@@ -216,13 +216,13 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
 
 
 @contextmanager
-def redone_once_there_is_room(last: Path | None, redo: Callable[[Path], str]):
-    """A full disk (or a target that cannot be written) after training: its line, and `redo(last)`, the command that
-    writes the output again from the complete final checkpoint `last` (the bare line where there is none)."""
+def redone_once_there_is_room(trainer, redo: Callable[[Path], str]):
+    """A full disk (or a target that cannot be written): its line, and `redo(last)`, what to run from the run's last
+    complete checkpoint once there is room (the bare line where there is none)."""
     try:
         yield
     except OSError as err:
-        if (line := os_error_message(err)) is None or last is None:
+        if (line := os_error_message(err)) is None or (last := last_checkpoint(trainer)) is None:
             raise
         raise UnavailableError(f"{line} {redo(last)}") from err
 

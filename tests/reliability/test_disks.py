@@ -76,6 +76,21 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_with_the_command_that_resumes_
         subprocess.run(["umount", str(disk)])
 
 
+def test_a_fit_app_whose_disk_fills_up_mid_run_gives_the_command_that_resumes_from_the_last_checkpoint(tmp_path):
+    """train_sft.py's checkpoint (5.6 MB, a full fine-tune) every 10 training steps on a disk with room for one."""
+    disk = tmp_path / "small"
+    mount_tmpfs(disk, "size=9m")
+    try:
+        result = run_app("train_sft.py", f"callbacks.model_checkpoint.dirpath={disk}",
+                         "+callbacks.model_checkpoint.every_n_train_steps=10", "hydra.run.dir=run", cwd=tmp_path)
+        line = one_line_error(result)
+        assert line.startswith(f"error: no space left writing {disk / 'last.ckpt'}"), line
+        assert "Stopped after training step 20; resume from the last checkpoint: python " in line, line
+        assert line.endswith(f"hydra.run.dir={tmp_path / 'run'} ckpt_path={disk / 'last.ckpt'}"), line
+    finally:
+        subprocess.run(["umount", str(disk)])
+
+
 def test_an_export_onto_a_full_disk_is_one_line_and_leaves_no_half_model(full_disk, tmp_path):
     out = full_disk / f"model-{uuid.uuid4().hex[:6]}"
     result = run_app("train.py", *FAST, "hydra.run.dir=run", f"export_dir={out}", cwd=tmp_path)
