@@ -181,10 +181,21 @@ def rerun_command(trainer) -> str | None:
 def resume_after_failure(trainer, module) -> str:
     """Where a run that failed mid-training resumes: its last checkpoint."""
     last = last_checkpoint(trainer)
+    where = stopped_where(trainer, module)
     if last is not None:
-        return f"Stopped in RL step {module.rl_step + 1}; resume from the last checkpoint: {resume_command(last)}"
-    return (f"Stopped in RL step {module.rl_step + 1}, before the first checkpoint (written every "
+        return f"Stopped {where}; resume from the last checkpoint: {resume_command(last)}"
+    return (f"Stopped {where}, before the first checkpoint (written every "
             f"callbacks.model_checkpoint.every_n_train_steps RL steps).")
+
+
+def stopped_where(trainer, module) -> str:
+    """'in RL step N+1' where the failure came while a step ran; 'after RL step N' where step N had finished (its
+    checkpoint, the held-out evaluation after it, the next batch): Lightning counts a batch processed once its
+    training_step returned."""
+    batches = trainer.fit_loop.epoch_loop.batch_progress.current
+    if batches.processed < batches.started:
+        return f"in RL step {module.rl_step + 1}"
+    return f"after RL step {module.rl_step}" if module.rl_step else "before RL step 1"
 
 
 def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any]) -> dict[str, float]:

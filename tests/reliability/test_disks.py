@@ -69,7 +69,8 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_with_the_command_that_resumes_
                          f"callbacks.model_checkpoint.dirpath={disk}", "hydra.run.dir=run", cwd=tmp_path)
         line = one_line_error(result)
         assert line.startswith(f"error: no space left writing {disk / 'last.ckpt'}"), line
-        assert "; resume from the last checkpoint: python " in line, line
+        # step 1's checkpoint fits, step 2's does not: step 2 had finished, and the resume runs step 3
+        assert "Stopped after RL step 2; resume from the last checkpoint: python " in line, line
         assert line.endswith(f"hydra.run.dir={tmp_path / 'run'} ckpt_path={disk / 'last.ckpt'}"), line
         assert torch.load(disk / "last.ckpt", weights_only=True)["global_step"] > 0  # complete, of an earlier step
     finally:
