@@ -158,6 +158,16 @@ def refusal(cfg: DictConfig, key: str, run_dir: Path) -> str | None:
     return None
 
 
+def latest_resumable_run(run_dir: Path) -> Path | None:
+    """The run directory beside run_dir (logs/train/runs/<date>) whose checkpoints/last.ckpt was written last."""
+    try:
+        candidates = [(last.stat().st_mtime, entry) for entry in run_dir.parent.iterdir() if entry != run_dir
+                      and (last := entry / "checkpoints" / "last.ckpt").exists()]
+    except OSError:
+        return None
+    return max(candidates, default=(None, None))[1]
+
+
 def entries_no_run_writes(run_dir: Path) -> list[str]:
     """The names at the top of run_dir that no run writes (yours: notes, data, code), sorted."""
     return sorted(entry.name for entry in run_dir.iterdir()

@@ -28,7 +28,7 @@ from lit_rlhf.cli.errors import (
     report_user_errors,
     set_up_app_output,
 )
-from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs
+from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs, latest_resumable_run
 from lit_rlhf.cli.sweeps import (
     FinalMetrics,
     check_optimized_metric,
@@ -267,10 +267,15 @@ def resume_path(cfg: DictConfig) -> str | None:
     if ckpt is None or str(ckpt) != "last":
         return None if ckpt is None else str(ckpt)
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-    if not last.exists():  # a file, or a sharded directory (trainer=fsdp2)
-        raise ConfigError(f"ckpt_path=last: {last} does not exist; pass hydra.run.dir=<the run's directory> with "
-                          f"ckpt_path=last, or ckpt_path=<path to a .ckpt>.")
-    return str(last)
+    if last.exists():  # a file, or a sharded directory (trainer=fsdp2)
+        return str(last)
+    latest = None if in_multirun() else latest_resumable_run(Path(cfg.paths.output_dir))
+    if latest is not None:  # the user meant the run before this one, as Lightning's ckpt_path="last" would
+        raise ConfigError(f"ckpt_path=last resumes this run directory's checkpoints/last.ckpt, and {last} does not "
+                          f"exist; to resume the latest run beside it, add {override('hydra.run.dir', latest)} "
+                          f"(or give ckpt_path=<path to a .ckpt>).")
+    raise ConfigError(f"ckpt_path=last: {last} does not exist; pass hydra.run.dir=<the run's directory> with "
+                      f"ckpt_path=last, or ckpt_path=<path to a .ckpt>.")
 
 
 def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,

@@ -88,6 +88,17 @@ def test_a_used_run_directory_is_refused_unless_resumed_or_overwritten(tmp_path)
 def test_ckpt_path_last_without_a_checkpoint_is_an_error_not_a_fresh_run(tmp_path):
     result = run_app("train.py", "ckpt_path=last", *FAST, cwd=tmp_path)
     assert "ckpt_path=last" in one_line_error(result) and "does not exist" in result.stderr
+    assert "hydra.run.dir=<the run's directory>" in result.stderr  # no run here to name
+
+    trained = run_app("train.py", *FAST, cwd=tmp_path)  # a run in the default directory, then ckpt_path=last again
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run_dir = next(p.parents[1] for p in (tmp_path / "logs").rglob("last.ckpt"))
+    line = one_line_error(run_app("train.py", "ckpt_path=last", *FAST[1:], "steps=2", cwd=tmp_path))
+    assert f"to resume the latest run beside it, add hydra.run.dir={run_dir} (or give ckpt_path=" in line, line
+    resumed = run_app("train.py", "ckpt_path=last", *FAST[1:], "steps=2", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        assert [r["step"] for r in csv.DictReader(f) if r["episode"]] == ["0", "1"]
 
 
 @pytest.mark.integration
