@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from command_line import takes_no_options
 from fingerprint import record
 from monitor_replay import replay, table
 from results_blocks import fill_results, machine
@@ -142,4 +143,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from command_line import takes_no_options
 from lightning.pytorch.callbacks import ModelCheckpoint
 from workload import LORA, build_model
 
@@ -49,4 +50,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

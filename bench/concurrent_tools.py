@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from command_line import takes_no_options
 from results_blocks import publish
 
 BENCH = Path(__file__).resolve().parent
@@ -62,4 +63,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from command_line import takes_no_options
 from results_blocks import publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,4 +91,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import torch
+from command_line import takes_no_options
 from results_blocks import ROOT, publish
 
 from lit_rlhf.models import load_policy, load_tokenizer
@@ -80,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -23,6 +23,7 @@ import time
 
 import torch
 import workload as W
+from command_line import takes_no_options
 from peft import LoraConfig, get_peft_model
 from results_blocks import publish
 from transformers import AutoModelForCausalLM, GenerationConfig
@@ -161,4 +162,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

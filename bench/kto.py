@@ -17,6 +17,7 @@ import csv
 import tempfile
 from pathlib import Path
 
+from command_line import takes_no_options
 from pair_defaults import unseen_gold_pairs
 from results_blocks import publish
 from tr_dpo import BASE, EVAL_PROMPTS, fit_and_measure
@@ -77,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from accelerate import init_empty_weights
+from command_line import takes_no_options
 from results_blocks import publish
 from transformers import AutoModelForCausalLM, GPTNeoXConfig, LlamaConfig
 
@@ -168,4 +169,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

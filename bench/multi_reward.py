@@ -17,6 +17,7 @@ import csv
 from pathlib import Path
 
 from arithmetic import BENCH, ROOT, cell, run
+from command_line import takes_no_options
 from results_blocks import publish
 
 WAYS = ("sum_then_normalize", "normalize_then_sum")
@@ -56,4 +57,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from command_line import takes_no_options
 from preference_pairs import TINY, make_pairs
 from preferences import gold_accuracy
 from results_blocks import publish
@@ -110,4 +111,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

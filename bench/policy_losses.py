@@ -14,6 +14,7 @@ docs/algorithms.md.
 from __future__ import annotations
 
 from arithmetic import BENCH, cell, run
+from command_line import takes_no_options
 from results_blocks import publish
 
 TWO_UPDATES = ("algo.num_iterations=2",)
@@ -48,4 +49,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

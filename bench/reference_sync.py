@@ -18,6 +18,7 @@ import csv
 from pathlib import Path
 
 from arithmetic import BENCH, ROOT, cell, run
+from command_line import takes_no_options
 from results_blocks import publish
 
 KL = ("algo.kl_coef=0.2",)
@@ -59,4 +60,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

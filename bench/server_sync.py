@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import workload as W
+from command_line import takes_no_options
 from floor import load_tokenizer_and_model
 from results_blocks import publish
 from safetensors.torch import save_file
@@ -82,4 +83,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from command_line import takes_no_options
 from results_blocks import ROOT, publish
 
 COMMAND = ["train.py", "-m", "algo.kl_coef=0.01,0.05,0.2"]
@@ -37,6 +38,7 @@ def table(rows: list[dict], minutes: float) -> list[str]:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *COMMAND], cwd=ROOT, capture_output=True, text=True)
     minutes = (time.perf_counter() - start) / 60

@@ -23,6 +23,7 @@ import json
 import math
 
 import torch
+from command_line import takes_no_options
 from peft import LoraConfig, get_peft_model
 from results_blocks import ROOT, publish
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -68,6 +69,7 @@ def trained(folder, ids, tool_ids, lora: bool, lr: float) -> float:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     tokenizer = AutoTokenizer.from_pretrained(ASSETS / "tiny-calculator")
     tool_ids = tokenizer.convert_tokens_to_ids(list(TOOLS))
     ids = prompts(tokenizer)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from command_line import takes_no_options
 from pair_defaults import dpo_gold_accuracy, unseen_gold_pairs
 from preference_pairs import TINY
 from results_blocks import publish
@@ -98,4 +99,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    takes_no_options(__doc__)
     main()

@@ -94,6 +94,29 @@ def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_
     assert reworded != BENCHMARK and code_sha256(reworded) == written
     assert code_sha256(BENCHMARK.replace("STEPS = 150", "STEPS = 300")) != written
     assert code_sha256(BENCHMARK.replace('"a table"', '"the table"')) != written  # a string it writes
+    # the check that it takes no options computes nothing; another call in its place does
+    checked = BENCHMARK + 'if __name__ == "__main__":\n    takes_no_options(__doc__)\n    rows()\n'
+    assert code_sha256(checked) == code_sha256(BENCHMARK + 'if __name__ == "__main__":\n    rows()\n')
+    assert code_sha256(BENCHMARK.replace("STEPS =", "from command_line import takes_no_options\nSTEPS =")) == written
+    assert code_sha256(checked.replace("takes_no_options(", "print(")) != code_sha256(checked)
+
+
+def test_a_benchmark_given_help_or_an_option_it_lacks_says_so_and_runs_nothing():
+    """Every script of bench/ that runs from the command line parses its arguments (argparse) or refuses any
+    (bench/command_line.py): `--help` printed the usage of none of them and started a run of many minutes that rewrote
+    its results files."""
+    import ast
+
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        text = script.read_text()
+        if 'if __name__ == "__main__":' not in text:
+            continue
+        nodes = list(ast.walk(ast.parse(text)))
+        calls = {node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                 for node in nodes if isinstance(node, ast.Call)}
+        reads_argv = any(isinstance(node, ast.Attribute) and node.attr == "argv" for node in nodes)
+        assert calls & {"parse_args", "takes_no_options"} or reads_argv, (
+            f"{script.name} reads no arguments: call command_line.takes_no_options(__doc__) in its __main__ block")
 
 
 # results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
