@@ -18,7 +18,10 @@ OUT = ROOT / "lit_rlhf" / "data" / "sentiment" / "pairs.jsonl"
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT / "bench"))
+    from command_line import takes_no_options
     from preference_pairs import make_pairs
+
+    takes_no_options(__doc__)
 
     with tempfile.TemporaryDirectory() as scratch:
         made = make_pairs(Path(scratch), passes=1, noise=0.0)

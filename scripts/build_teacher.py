@@ -10,6 +10,7 @@ Reproducible on a machine: seeded, deterministic CPU training.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -40,4 +41,5 @@ def repository_paths(text: str, exported: Path) -> str:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # --help; no options
     main()

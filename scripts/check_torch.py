@@ -8,6 +8,7 @@ which may be past the range.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tomllib
 from importlib.metadata import version
@@ -43,4 +44,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # --help; no options
     sys.exit(main())

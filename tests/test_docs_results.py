@@ -102,12 +102,12 @@ def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_
 
 
 def test_a_benchmark_given_help_or_an_option_it_lacks_says_so_and_runs_nothing():
-    """Every script of bench/ that runs from the command line parses its arguments (argparse) or refuses any
-    (bench/command_line.py): `--help` printed the usage of none of them and started a run of many minutes that rewrote
-    its results files."""
+    """Every script of bench/ and scripts/ that runs from the command line parses its arguments (argparse) or refuses
+    any (bench/command_line.py): `--help` printed the usage of none of them and started a run of many minutes that
+    rewrote its results files (or the embedded assets, the settings tables)."""
     import ast
 
-    for script in sorted((ROOT / "bench").glob("*.py")):
+    for script in sorted([*(ROOT / "bench").glob("*.py"), *(ROOT / "scripts").glob("*.py")]):
         text = script.read_text()
         if 'if __name__ == "__main__":' not in text:
             continue
@@ -116,7 +116,8 @@ def test_a_benchmark_given_help_or_an_option_it_lacks_says_so_and_runs_nothing()
                  for node in nodes if isinstance(node, ast.Call)}
         reads_argv = any(isinstance(node, ast.Attribute) and node.attr == "argv" for node in nodes)
         assert calls & {"parse_args", "takes_no_options"} or reads_argv, (
-            f"{script.name} reads no arguments: call command_line.takes_no_options(__doc__) in its __main__ block")
+            f"{script.name} reads no arguments: parse them with argparse (in bench/, where it takes none: "
+            f"command_line.takes_no_options(__doc__))")
 
 
 # results written before their benchmarks recorded what the code trained: rerunning one stamps it (and then it
