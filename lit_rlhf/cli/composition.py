@@ -190,7 +190,7 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
     if line := override_form_line(err, text, config_dir, command, overrides, compose):
         return line
     overrides = first_of_each_sweep(overrides)
-    option = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    option = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", text)  # load: an option in a list, reward=[a,b]
     if empty := re.search(r"Could not find '([^']+)/'", text):  # `experiment=$EXP` with the variable unset
         options = sorted(p.stem for p in (config_dir / empty.group(1)).glob("*.yaml"))
         listed = f" ({', '.join(options)})" if options else ""

@@ -30,8 +30,13 @@ def override_form_line(err: BaseException, text: str, config_dir: Path, app: str
         return unparsable_override_line(overrides)
     if found := re.search(r"Ambiguous value for argument '([^'=]+)=([^']*)'", text):
         key, value = found.groups()
+        if (config_dir / key.lstrip("+~").replace(".", "/")).is_dir():  # a group takes one option per run
+            return (f"{key}={value} names several options of the group {key}: add -m to run each (python {app} -m "
+                    f"{key}={value}).")
         return (f"{key}={value} gives several values: add -m to sweep over them (python {app} -m {key}={value}), "
                 f"or write one list, {key}=[{value}], or one string, quoted: {key}='{value}'.")
+    if line := group_list_line(overrides, config_dir, app, text):
+        return line
     if found := re.search(r"Sweep parameters '([^']+)' requires --multirun", text):
         typed = found.group(1)
         if "interval(" in typed:
@@ -51,6 +56,19 @@ def override_form_line(err: BaseException, text: str, config_dir: Path, app: str
         return (f"~{key} cannot remove {key}: every setting of {key.partition('.')[0]} is read by the run; set it "
                 f"instead ({key}=<value>), or see its default with `python {app} --cfg job`.")
     return tilde_on_read_line(overrides, config_dir, compose)
+
+
+def group_list_line(overrides: list[str], config_dir: Path, app: str, text: str) -> str | None:
+    """group=[a,b] where the group's configs failed to merge (algo's schemas refuse each other's keys): Hydra merges
+    the options of a list into one config, which a group that takes several (reward, logger) means."""
+    for typed in overrides:
+        key, _, value = typed.partition("=")
+        group = key.lstrip("+~").replace(".", "/")
+        if value.startswith("[") and (config_dir / group).is_dir() and f"In '{group}/" in text:
+            options = value.strip("[]")
+            return (f"{typed}: a list merges the options of the group {key} into one config; choose one "
+                    f"({key}={options.split(',')[0].strip()}), or run each: python {app} -m {key}={options}.")
+    return None
 
 
 def unparsable_override_line(overrides: list[str]) -> str | None:

@@ -19,8 +19,13 @@ from tests.config.test_setting_hints import CONF, composition_line
     (["+algo=ppo"], "algo is already chosen by the defaults: choose algo=ppo without the +."),
     (["algo.kl_coeff=1", "+algo=ppo"], "algo is already chosen by the defaults: choose algo=ppo without the +."),
     (["+trainer=cpu"], "trainer is already chosen by the defaults: choose trainer=cpu without the +."),
-    (["algo=rloo,ppo"], "algo=rloo,ppo gives several values: add -m to sweep over them (python train.py -m "
-                        "algo=rloo,ppo), or write one list, algo=[rloo,ppo], or one string, quoted: algo='rloo,ppo'."),
+    (["algo=rloo,ppo"], "algo=rloo,ppo names several options of the group algo: add -m to run each (python train.py "
+                        "-m algo=rloo,ppo)."),
+    (["algo=[rloo,grpo]"], "algo=[rloo,grpo]: a list merges the options of the group algo into one config; choose one "
+                           "(algo=rloo), or run each: python train.py -m algo=rloo,grpo."),
+    (["reward=[vader,vadr]"], "reward=vadr is not an option of reward (did you mean 'vader'?)."),  # a group of lists
+    (["seed=0,1"], "seed=0,1 gives several values: add -m to sweep over them (python train.py -m seed=0,1), or write "
+                   "one list, seed=[0,1], or one string, quoted: seed='0,1'."),
     (["seed=1", "algo.kl_coef"], "algo.kl_coef has no value: an override is key=value (algo.kl_coef=<value>), ~key "
                                  "removes one."),
     (["algo.kl_coef=[0.1"], "'algo.kl_coef=[0.1' cannot be parsed (no viable alternative at input '[0.1'); a value "

@@ -290,7 +290,7 @@ CASES = [
      "'hydra.run.dir=~/runs/a': Hydra does not expand ~ (your shell does, unquoted); write the path out: "
      "hydra.run.dir=$HOME/runs/a"),
     ("several values without -m", ["algo=rloo,ppo"],
-     "algo=rloo,ppo gives several values: add -m to sweep over them (python train.py -m algo=rloo,ppo)"),
+     "algo=rloo,ppo names several options of the group algo: add -m to run each (python train.py -m algo=rloo,ppo)"),
     ("a group removed with ~", ["~model"], "~model removed model, which this run reads; choose one instead: model="),
     ("a ${...} that names no setting", ["model.name_or_path=${oops}"],
      "model.name_or_path=${oops} cannot be resolved: oops is not a setting of the config"),
