@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig
 
 from lit_rlhf.cli.checks import check_model_locations, check_reward_group, check_seed
 from lit_rlhf.cli.hardware_checks import cuda_available
 from lit_rlhf.cli.own_components import evaluation_judge, your_own_class, your_own_reward
+from lit_rlhf.cli.run_dirs import latest_training_checkpoint
+from lit_rlhf.config.command_line import override
 from lit_rlhf.config.validation import check_bootstraps, check_not_empty
 from lit_rlhf.errors import ConfigError
 
@@ -36,6 +40,11 @@ def check_evaluation(cfg: DictConfig) -> None:
                                            f"itself")
     if cfg.get("ckpt_path") and cfg.get("policy_path"):
         raise ConfigError("give ckpt_path or policy_path, not both.")
+    if str(cfg.get("ckpt_path")) == "last":  # train.py's word for its run directory's checkpoint
+        latest = latest_training_checkpoint(Path(cfg.paths.log_dir))
+        which = (f"the latest training run's is {override('ckpt_path', latest)}" if latest is not None
+                 else "e.g. ckpt_path=<run dir>/checkpoints/last.ckpt")
+        raise ConfigError(f"ckpt_path=last: evaluate.py takes the path of a checkpoint; {which}")
     for key, minimum in (("samples_per_prompt", 1), ("num_bootstraps", 1)):
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:

@@ -15,11 +15,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -161,11 +163,26 @@ def refusal(cfg: DictConfig, key: str, run_dir: Path) -> str | None:
 def latest_resumable_run(run_dir: Path) -> Path | None:
     """The run directory beside run_dir (logs/train/runs/<date>) whose checkpoints/last.ckpt was written last."""
     try:
-        candidates = [(last.stat().st_mtime, entry) for entry in run_dir.parent.iterdir() if entry != run_dir
-                      and (last := entry / "checkpoints" / "last.ckpt").exists()]
+        others = [entry for entry in run_dir.parent.iterdir() if entry != run_dir]
     except OSError:
         return None
-    return max(candidates, default=(None, None))[1]
+    last = written_last(entry / "checkpoints" / "last.ckpt" for entry in others)
+    return None if last is None else last.parents[1]
+
+
+def latest_training_checkpoint(log_dir: Path) -> Path | None:
+    """The last.ckpt written last by a training run under log_dir: logs/<task>/runs/<date>, or a sweep's job."""
+    return written_last([*log_dir.glob("*/runs/*/checkpoints/last.ckpt"),
+                         *log_dir.glob("*/multiruns/*/*/checkpoints/last.ckpt")])
+
+
+def written_last(paths: Iterable[Path]) -> Path | None:
+    """Of the paths that exist, the one modified last."""
+    stamped = []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            stamped.append((path.stat().st_mtime, path))
+    return max(stamped, default=(None, None))[1]
 
 
 def entries_no_run_writes(run_dir: Path) -> list[str]:

@@ -99,6 +99,10 @@ def test_ckpt_path_last_without_a_checkpoint_is_an_error_not_a_fresh_run(tmp_pat
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     with open(run_dir / "csv" / "metrics.csv") as f:
         assert [r["step"] for r in csv.DictReader(f) if r["episode"]] == ["0", "1"]
+    # evaluate.py takes a checkpoint's path: `last` is answered with the latest training run's
+    line = one_line_error(run_app("evaluate.py", "ckpt_path=last", cwd=tmp_path))
+    assert line == (f"error: ckpt_path=last: evaluate.py takes the path of a checkpoint; the latest training run's is "
+                    f"ckpt_path=logs/train/runs/{run_dir.name}/checkpoints/last.ckpt"), line
 
 
 @pytest.mark.integration
