@@ -46,7 +46,9 @@ def without_passwords(text: str) -> str:
 
 def masked_token(match: re.Match) -> str:
     name = match["value"].rstrip(".;:)]}")  # a variable's name at the end of a sentence or in brackets is shown
-    return match.group() if VARIABLE_NAME.fullmatch(name) else f"{match['head']}***"
+    if VARIABLE_NAME.fullmatch(name) or name.startswith("<"):  # <...>: a line's placeholder (auth_env=<a variable>)
+        return match.group()
+    return f"{match['head']}***"
 
 
 def config_without_passwords(config: Any) -> Any:

@@ -67,6 +67,7 @@ def test_a_urls_password_is_masked_as_typed_and_as_a_sweep_saves_it(text, shown)
     ("reward.auth_env=MY_TOKEN", "reward.auth_env=MY_TOKEN"),  # a variable's name is what the setting holds
     ("(e.g. reward.auth_env=MY_TOKEN), not", "(e.g. reward.auth_env=MY_TOKEN), not"),
     ("  auth_env: null", "  auth_env: null"),
+    ("set auth_env=<a variable holding a token> (clients", "set auth_env=<a variable holding a token> (clients"),
 ])
 def test_a_token_typed_as_a_token_settings_value_is_masked_and_a_variable_name_is_not(text, shown):
     from lit_rlhf.terminal import without_passwords

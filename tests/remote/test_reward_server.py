@@ -279,7 +279,9 @@ def test_without_fastapi_the_server_says_how_to_install_it(monkeypatch):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("args, expected", [
-    (["host=0.0.0.0"], "host='0.0.0.0' accepts other machines, and without a token any of them may call the reward"),
+    (["host=0.0.0.0"], "host='0.0.0.0' accepts other machines, and without a token any of them may call the reward; "
+                       "set auth_env=<a variable holding a token> (clients: reward.auth_env), or "
+                       "allow_unauthenticated=true on a network you trust."),
     (["port=70000"], "port=70000 is not a TCP port"),
     (["port=abc"], "port='abc' is not a TCP port"),
     (["max_batch_size=0"], "max_batch_size=0 must be a whole number >= 1"),
