@@ -123,5 +123,6 @@ assets: setup         ## rebuild the embedded assets (sentiment, arithmetic, pre
 	$(BIN)/python scripts/build_pairs.py
 	$(BIN)/python scripts/build_teacher.py
 
-clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_VENV).log $(VLLM_VENV).unavailable $(LOWEST_VENV) logs outputs multirun
+# the environments alone: logs/ holds the runs (checkpoints, metrics), which no make target deletes
+clean:                ## remove the environments (.venv, .venv-vllm, .venv-lowest, .venv-trl); runs in logs/ stay
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_VENV).log $(VLLM_VENV).unavailable $(LOWEST_VENV) $(TRL_VENV)

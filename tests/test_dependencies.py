@@ -4,6 +4,7 @@ import importlib.metadata
 import re
 import tomllib
 
+import pytest
 from packaging.requirements import Requirement
 
 from tests.apps import ROOT
@@ -191,3 +192,18 @@ def test_transformers_reads_each_embedded_model_s_config_as_it_was_saved():
         for key in ("rope_parameters", "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
                     "use_parallel_residual", "tie_word_embeddings"):
             assert loaded.get(key) == saved.get(key), (folder.name, key, loaded.get(key), saved.get(key))
+
+
+def test_make_clean_removes_the_environments_and_never_the_runs(tmp_path):
+    """`make clean` deleted logs/ (every run's checkpoints and metrics) with the environments. make -n prints what it
+    would run, and runs nothing."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    printed = subprocess.run(["make", "-n", "clean"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    removed = {word for line in printed.splitlines() if line.startswith("rm ") for word in line.split()[2:]}
+    assert {".venv", ".venv-vllm", ".venv-lowest", ".venv-trl"} <= removed
+    assert not removed & {"logs", "outputs", "multirun", "."}, removed
