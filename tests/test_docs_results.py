@@ -101,7 +101,7 @@ def test_the_code_hash_moves_with_what_a_benchmark_runs_not_with_its_docstrings_
     assert code_sha256(checked.replace("takes_no_options(", "print(")) != code_sha256(checked)
 
 
-def test_a_benchmark_given_help_or_an_option_it_lacks_says_so_and_runs_nothing():
+def test_every_script_of_bench_and_scripts_reads_its_command_line():
     """Every script of bench/ and scripts/ that runs from the command line parses its arguments (argparse) or refuses
     any (bench/command_line.py): `--help` printed the usage of none of them and started a run of many minutes that
     rewrote its results files (or the embedded assets, the settings tables)."""
