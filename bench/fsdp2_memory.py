@@ -22,6 +22,7 @@ what it gains on devices of their own.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -160,9 +161,23 @@ def main(shapes: tuple[str, ...] = SHAPES, results: dict | None = None) -> None:
     publish("fsdp2_memory", results, lines, ["docs/scale.md"])
 
 
+def command_line() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shapes", nargs="*", metavar="SHAPE", help=f"one of {', '.join(SHAPES)} (default: all)")
+    parser.add_argument("--table", action="store_true", help="the table again from bench/results/fsdp2_memory.json")
+    args = parser.parse_args()
+    unknown = [shape for shape in args.shapes if shape not in SHAPES]
+    if unknown:
+        parser.error(f"{unknown[0]!r} is not a measured shape; choose from {', '.join(SHAPES)}")
+    if args.table and args.shapes:
+        parser.error("--table rewrites the table of every shape from the results file; give it no shape")
+    return args
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--table"]:
+    args = command_line()
+    if args.table:
         saved = json.loads((BENCH / "results" / "fsdp2_memory.json").read_text())
         main(results={key: value for key, value in saved.items() if key != "machine"})
     else:
-        main(tuple(sys.argv[1:]) or SHAPES)
+        main(tuple(args.shapes) or SHAPES)

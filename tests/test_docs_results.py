@@ -114,8 +114,7 @@ def test_every_script_of_bench_and_scripts_reads_its_command_line():
         nodes = list(ast.walk(ast.parse(text)))
         calls = {node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
                  for node in nodes if isinstance(node, ast.Call)}
-        reads_argv = any(isinstance(node, ast.Attribute) and node.attr == "argv" for node in nodes)
-        assert calls & {"parse_args", "takes_no_options"} or reads_argv, (
+        assert calls & {"parse_args", "takes_no_options"}, (
             f"{script.name} reads no arguments: parse them with argparse (in bench/, where it takes none: "
             f"command_line.takes_no_options(__doc__))")
 
