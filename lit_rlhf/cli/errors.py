@@ -189,7 +189,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     arguments = app_arguments(sys.argv, config_dir or Path(sys.argv[0]).resolve().parent / "conf", config_name)
     search_command_line_config_dir(arguments.extra_config_dir)
     config_dir, config_name, overrides = arguments.config_dir, arguments.config_name, arguments.overrides
-    from lit_rlhf.cli.run_dirs import run_location_line
+    from lit_rlhf.cli.run_dirs import run_dirs_named_not_created, run_location_line
 
     if line := run_location_line(overrides):  # before Hydra creates the run directory
         exit_with_user_error(line)
@@ -199,7 +199,8 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
 
         import_searchpath_packages(overrides)  # a package's own algorithms register before the config composes
         register_configs()
-        with mappings_fill_null_settings():  # model.lora={r: 8} where a config file set model.lora: null
+        # mappings_fill_null_settings: model.lora={r: 8} where a config file set model.lora: null
+        with mappings_fill_null_settings(), run_dirs_named_not_created(arguments.prints_config):
             if arguments.wants_help and print_app_help(config_dir, config_name, overrides):
                 return
             main()

@@ -1,7 +1,8 @@
 """Run directories: each default one is new, and a run never writes into another run's records.
 
 - `${new_run_dir:BASE}` (the default hydra.run.dir and hydra.sweep.dir) creates BASE, or BASE_1,
-  BASE_2, ... when it exists, with an atomic mkdir: two runs started in the same second get two.
+  BASE_2, ... when it exists, with an atomic mkdir: two runs started in the same second get two. An app that
+  only prints its config (`--cfg all`) is told the name and creates nothing.
 - RunDirectoryGuard (a Hydra callback) refuses an explicit hydra.run.dir / hydra.sweep.dir that
   already holds files, unless the run resumes from it (ckpt_path inside it, or ckpt_path=last) or
   overwrite_run_dir=true on a directory a previous run wrote (its .hydra/ or multirun.yaml) and that holds nothing
@@ -21,7 +22,7 @@ import fcntl
 import os
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,31 @@ from omegaconf import DictConfig, OmegaConf
 from lit_rlhf.errors import empty_value_line
 from lit_rlhf.terminal import printable
 
+# True while an app only prints its config (--cfg, --info): nothing runs, so nothing is created
+_printing_config: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def run_dirs_named_not_created(printing_config: bool) -> Iterator[None]:
+    """Within it, if printing_config, ${new_run_dir:...} names the directory a run would get and creates none, so
+    that printing the config (`--cfg all --resolve`) leaves no empty run directory to be taken for a run."""
+    _printing_config[0] = printing_config
+    try:
+        yield
+    finally:
+        _printing_config[0] = False
+
 
 def new_run_dir(base: str) -> str:
     """Creates and returns a directory that did not exist: base, else base_1, base_2, ..."""
-    Path(base).parent.mkdir(parents=True, exist_ok=True)
+    if not _printing_config[0]:
+        Path(base).parent.mkdir(parents=True, exist_ok=True)
     for n in range(10_000):
         candidate = base if n == 0 else f"{base}_{n}"
+        if _printing_config[0]:
+            if not os.path.lexists(candidate):
+                return candidate
+            continue
         try:
             os.mkdir(candidate)
             return candidate

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlhf.cli.run_dirs import new_run_dir
+from lit_rlhf.cli.run_dirs import new_run_dir, run_dirs_named_not_created
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error
 
@@ -38,6 +38,24 @@ def test_new_run_dir_never_returns_an_existing_directory(tmp_path):
     base = str(tmp_path / "runs" / "2026-01-01_00-00-00")
     made = [new_run_dir(base) for _ in range(3)]
     assert made == [base, base + "_1", base + "_2"] and all(Path(p).is_dir() for p in made)
+
+
+def test_a_config_printed_names_the_run_directory_it_would_create_and_creates_none(tmp_path):
+    base = str(tmp_path / "runs" / "2026-01-01_00-00-00")
+    with run_dirs_named_not_created(True):
+        assert new_run_dir(base) == base and not (tmp_path / "runs").exists()
+        Path(base).mkdir(parents=True)
+        assert new_run_dir(base) == base + "_1" and not Path(base + "_1").exists()
+    assert new_run_dir(base) == base + "_1" and Path(base + "_1").is_dir()  # a run after it creates its own
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("flags", [["--cfg", "all", "--resolve"], ["--cfg", "all", "-p", "hydra.run.dir"]])
+def test_printing_the_config_leaves_no_run_directory_behind(tmp_path, flags):
+    result = run_app("train.py", *flags, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "./logs/train/runs/" in result.stdout
+    assert not (tmp_path / "logs").exists()
 
 
 @pytest.mark.integration
