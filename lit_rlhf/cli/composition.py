@@ -236,6 +236,9 @@ def composition_error(err: BaseException, config_dir: Path, config_name: str, ov
         key, _, value = override.lstrip("+").partition("=")
         if key == "hydra.sweeper.n_jobs" and not (value.strip().isdigit() and int(value) >= 1):
             return f"hydra.sweeper.n_jobs={value} must be a whole number >= 1 (the trials run at a time)."
+    if text.startswith("Only one of --run, --multirun, --cfg, --info"):  # Hydra's flags, not an override
+        return (f"{text.splitlines()[0].strip()} in one command (to see a job of a sweep, leave -m out: "
+                f"`python {command} --cfg job <one value of each swept setting>`).")
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"{first} (check the command line's overrides)"
 

@@ -9,7 +9,9 @@ import pytest
 from lit_rlhf.cli.app_arguments import app_arguments, config_flags, search_command_line_config_dir
 from lit_rlhf.cli.composition import app_command, composed, composition_error
 from lit_rlhf.cli.configs import register_configs
+from tests.apps import run_app
 from tests.config.test_setting_hints import CONF
+from tests.helpers import one_line_error
 
 TRAIN = str(CONF.parent.parent / "train.py")
 
@@ -53,3 +55,15 @@ def test_an_unknown_key_in_a_run_of_ones_own_config_gets_its_hint_and_the_comman
     assert composition_error(err, CONF, "mine", ["algo.kl_coeff=1"], command) == (
         f"algo.kl_coeff is not a setting (did you mean 'kl_coef'?); see `python train.py --config-name mine "
         f"--config-dir {own_config_dir} --cfg job` for every key.")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("flags", [["-m", "--cfg", "job", "algo.kl_coef=0.1,0.2"], ["--cfg", "job", "--info"]])
+def test_two_of_hydras_modes_in_one_command_are_one_line_about_the_flags(flags, tmp_path):
+    """Hydra runs one of --multirun, --cfg and --info per command: the line is about those flags, not overrides."""
+    result = run_app("train.py", *flags, cwd=tmp_path)
+    assert result.returncode == 2
+    assert one_line_error(result) == (
+        "error: Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified in one command "
+        "(to see a job of a sweep, leave -m out: `python train.py --cfg job <one value of each swept setting>`).")
+    assert not (tmp_path / "logs").exists()
