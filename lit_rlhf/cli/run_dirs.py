@@ -49,7 +49,8 @@ def run_dirs_named_not_created(printing_config: bool) -> Iterator[None]:
 
 
 def new_run_dir(base: str) -> str:
-    """Creates and returns a directory that did not exist: base, else base_1, base_2, ..."""
+    """Creates and returns a directory that did not exist: base, else base_1, base_2, ... (while the config is only
+    printed, run_dirs_named_not_created, returns the first that does not exist and creates nothing)."""
     if not _printing_config[0]:
         Path(base).parent.mkdir(parents=True, exist_ok=True)
     for n in range(10_000):
