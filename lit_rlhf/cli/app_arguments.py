@@ -20,7 +20,7 @@ class AppArguments:
     config_name: str  # the app's, or --config-name's
     extra_config_dir: Path | None  # --config-dir's, searched after config_dir
     wants_help: bool
-    prints_config: bool  # --cfg or --info: Hydra prints the config and runs nothing
+    printed_config: str | None  # --cfg's part (job, hydra, all), or "info": Hydra prints it and runs nothing
 
 
 def hydra_arguments(argv: list[str]) -> argparse.Namespace | None:
@@ -44,12 +44,12 @@ def app_arguments(argv: list[str], config_dir: Path, config_name: str) -> AppArg
     args = hydra_arguments(argv[1:])
     if args is None:
         return AppArguments([a for a in argv[1:] if not a.startswith("-")], config_dir, config_name, None,
-                            any(a in ("--help", "-h") for a in argv[1:]), False)
+                            any(a in ("--help", "-h") for a in argv[1:]), None)
     if args.config_path is not None:  # relative to the app's file, as in @hydra.main
         config_dir = Path(argv[0]).resolve().parent / args.config_path
     extra = Path(args.config_dir).resolve() if args.config_dir is not None else None
     return AppArguments(list(args.overrides), config_dir, args.config_name or config_name, extra, args.help,
-                        args.cfg is not None or args.info is not None)
+                        args.cfg or ("info" if args.info is not None else None))
 
 
 def config_flags(argv: list[str]) -> str:

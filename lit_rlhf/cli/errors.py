@@ -200,7 +200,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
         import_searchpath_packages(overrides)  # a package's own algorithms register before the config composes
         register_configs()
         # mappings_fill_null_settings: model.lora={r: 8} where a config file set model.lora: null
-        with mappings_fill_null_settings(), run_dirs_named_not_created(arguments.prints_config):
+        with mappings_fill_null_settings(), run_dirs_named_not_created(arguments.printed_config is not None):
             if arguments.wants_help and print_app_help(config_dir, config_name, overrides):
                 return
             main()
@@ -224,7 +224,16 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
         if _task_started:
             raise
         command = app_command(own_config_name, config_flags(sys.argv[1:]))
+        if arguments.printed_config == "hydra" and "Interpolation key" in str(err):
+            exit_with_user_error(hydra_node_alone_line(command), cause=err)
         exit_with_user_error(composition_error(err, config_dir, config_name, overrides, command), cause=err)
+
+
+def hydra_node_alone_line(command: str) -> str:
+    """`--cfg hydra` with --resolve or -p: Hydra's settings without the app's, which its run directories read."""
+    return (f"--cfg hydra prints Hydra's settings without the app's, and its run directories read the app's "
+            f"(paths.log_dir, task_name): print them resolved with `python {command} --cfg all --resolve -p hydra` "
+            f"(or -p hydra.run.dir).")
 
 
 def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> bool:

@@ -67,3 +67,15 @@ def test_two_of_hydras_modes_in_one_command_are_one_line_about_the_flags(flags, 
         "error: Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified in one command "
         "(to see a job of a sweep, leave -m out: `python train.py --cfg job <one value of each swept setting>`).")
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("flags", [["--cfg", "hydra", "--resolve"], ["--cfg", "hydra", "-p", "hydra.run.dir"]])
+def test_hydras_settings_resolved_alone_point_to_the_whole_config(flags, tmp_path):
+    """--cfg hydra holds Hydra's settings alone, whose run directories read paths.log_dir and task_name."""
+    assert one_line_error(run_app("train.py", *flags, cwd=tmp_path)) == (
+        "error: --cfg hydra prints Hydra's settings without the app's, and its run directories read the app's "
+        "(paths.log_dir, task_name): print them resolved with `python train.py --cfg all --resolve -p hydra` "
+        "(or -p hydra.run.dir).")
+    printed = run_app("train.py", "--cfg", "all", "--resolve", "-p", "hydra", cwd=tmp_path)
+    assert printed.returncode == 0 and "dir: ./logs/train/runs/" in printed.stdout
