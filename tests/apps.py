@@ -43,7 +43,7 @@ BASE_ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "COLUMNS": "120"}
 # read once, when a library is imported: a test that sets one needs a fresh process (run_process)
 IMPORT_TIME_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "HF_ENDPOINT", "HF_HUB_CACHE",
                    "TRANSFORMERS_CACHE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_PRELOAD", "PYTHONHASHSEED")
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE)
 RUNS = {"apps": 0}  # apps run in this process (tests/tiers.py marks such tests integration)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -188,6 +189,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     own_config_name = config_name
     arguments = app_arguments(sys.argv, config_dir or Path(sys.argv[0]).resolve().parent / "conf", config_name)
     search_command_line_config_dir(arguments.extra_config_dir)
+    if (arguments.printed_config is not None or arguments.wants_help) and hasattr(signal, "SIGPIPE"):
+        # a command that only prints ends quietly when its reader does (`--info | head`), as cat does; Hydra logs
+        # --info, and each line after a closed pipe was a logging error's traceback (not for a run: SIGPIPE would
+        # end it at once, without its checkpoint)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     config_dir, config_name, overrides = arguments.config_dir, arguments.config_name, arguments.overrides
     from lit_rlhf.cli.run_dirs import run_dirs_named_not_created, run_location_line
 

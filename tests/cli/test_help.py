@@ -1,11 +1,15 @@
 """Each app's --help: its usage and the config groups it reads, each with all its options, and no other group."""
 
+import os
 import re
+import signal
+import subprocess
+import sys
 
 import pytest
 import yaml
 
-from tests.apps import ROOT, run_app
+from tests.apps import BASE_ENV, ROOT, run_app
 
 APPS = {"train": "python train.py", "evaluate": "python evaluate.py", "train_sft": "python train_sft.py",
         "train_dpo": "python train_dpo.py", "train_kto": "python train_kto.py",
@@ -65,3 +69,15 @@ def test_help_lists_the_groups_the_app_reads_with_every_option_and_no_other(app,
         missing = [option for option in options_of(group) if not re.search(rf"\b{re.escape(option)}\b", text)]
         assert not missing, (app, group, missing)
     assert f"`{command} --cfg job`" in help_text and "\ntask_name: " in help_text  # and the composed config
+
+
+@pytest.mark.integration
+def test_info_whose_reader_has_gone_ends_quietly(tmp_path):
+    """`python train.py --info | head -1`: Hydra logs --info, and each line written after the reader closed the pipe
+    was a logging error's traceback on stderr. A command that only prints ends as cat does (SIGPIPE)."""
+    env = {**os.environ, **BASE_ENV, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--info"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # the reader goes before the first line (head -1 after it: the same for the later lines)
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == -signal.SIGPIPE and stderr == "", stderr[-2000:]
