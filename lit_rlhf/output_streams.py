@@ -1,0 +1,89 @@
+"""Standard output and error whose reader may go away. A run piped into another program (`python train.py | head`, a
+`tee` that was killed) met BrokenPipeError at its next line, which Rich (Lightning's model summary, the apps' tables)
+turns into exit code 1 without a word: the run ended where it stood, with no result.json and no checkpoint of the
+steps since the last one. The apps' streams send what follows to os.devnull once their reader has gone, and the run
+goes on: its records are its files (logs, checkpoints, result.json), and stderr says once that stdout has gone.
+
+A command that only prints (--help, --cfg, --info) ends on a closed pipe instead, as cat does (run_hydra_app)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO
+
+STDOUT_GONE = ("standard output's reader has gone (a closed pipe): the command goes on and prints nothing more there; "
+               "what it writes to files is unchanged, and Ctrl-C stops it as before.")
+
+
+class OutputWhoseReaderMayGo:
+    """`stream` (a text stream on a file descriptor) whose writes, once its reader has gone (BrokenPipeError), go to
+    os.devnull instead of raising; `on_gone()` is called once then. Everything else is the stream's own."""
+
+    def __init__(self, stream: TextIO, on_gone: Callable[[], None] = lambda: None):
+        self._stream = stream
+        self._on_gone = on_gone
+        self._gone = False
+        self._lock = threading.Lock()  # two threads may meet the closed pipe at once (a progress bar's refresh)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    @property
+    def reader_gone(self) -> bool:
+        return self._gone
+
+    def _reader_gone(self) -> None:
+        with self._lock:
+            if self._gone:
+                return
+            self._gone = True
+            # on the descriptor, so that the buffered text, the interpreter's last flush and what a library writes to
+            # the descriptor itself all go nowhere without an error
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+            self._stream.flush()
+        self._on_gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def say_stdout_gone() -> None:
+    print(STDOUT_GONE, file=sys.stderr, flush=True)
+
+
+def outputs_survive_their_readers() -> None:
+    """The process's stdout and stderr go on (to os.devnull) once their reader has gone, stderr saying once that stdout
+    has. Streams another program put in place (a test's capture, a notebook's) are left alone."""
+    if sys.stdout is sys.__stdout__ and sys.stdout is not None and has_descriptor(sys.stdout):
+        sys.stdout = OutputWhoseReaderMayGo(sys.stdout, say_stdout_gone)
+    if sys.stderr is sys.__stderr__ and sys.stderr is not None and has_descriptor(sys.stderr):
+        sys.stderr = OutputWhoseReaderMayGo(sys.stderr)
+
+
+def has_descriptor(stream: TextIO) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return True
