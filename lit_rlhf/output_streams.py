@@ -3,23 +3,28 @@
 turns into exit code 1 without a word: the run ended where it stood, with no result.json and no checkpoint of the
 steps since the last one. The apps' streams send what follows to os.devnull once their reader has gone, and the run
 goes on: its records are its files (logs, checkpoints, result.json), and stderr says once that stdout has gone.
+A terminal that closed (an ssh session that dropped) answers writes with EIO: the same then, while the app stops
+as on SIGTERM (take_hangup_for_sigterm).
 
 A command that only prints (--help, --cfg, --info) ends on a closed pipe instead, as cat does (run_hydra_app)."""
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
-STDOUT_GONE = ("standard output's reader has gone (a closed pipe): the command goes on and prints nothing more there; "
-               "what it writes to files is unchanged, and Ctrl-C stops it as before.")
+READER_GONE = (errno.EPIPE, errno.EIO)  # a pipe whose reader closed it; a terminal that hung up
+STDOUT_GONE = ("standard output's reader has gone (a closed pipe or terminal): the command goes on and prints nothing "
+               "more there; what it writes to files is unchanged, and Ctrl-C stops it as before.")
 
 
 class OutputWhoseReaderMayGo:
-    """`stream` (a text stream on a file descriptor) whose writes, once its reader has gone (BrokenPipeError), go to
+    """`stream` (a text stream on a file descriptor) whose writes, once its reader has gone (READER_GONE), go to
     os.devnull instead of raising; `on_gone()` is called once then. Everything else is the stream's own."""
 
     def __init__(self, stream: TextIO, on_gone: Callable[[], None] = lambda: None):
@@ -31,7 +36,9 @@ class OutputWhoseReaderMayGo:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
+        except OSError as err:
+            if err.errno not in READER_GONE:
+                raise
             self._reader_gone()
             return len(text)
 
@@ -42,7 +49,9 @@ class OutputWhoseReaderMayGo:
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
+        except OSError as err:
+            if err.errno not in READER_GONE:
+                raise
             self._reader_gone()
 
     @property
@@ -87,3 +96,17 @@ def has_descriptor(stream: TextIO) -> bool:
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
         return False
     return True
+
+
+def take_hangup_for_sigterm() -> None:
+    """SIGHUP (the app's terminal closed: an ssh session that dropped, a terminal window shut) stops the app as SIGTERM
+    does (during training after the step in progress, with its checkpoint) instead of by the default action, which
+    ended it where it stood, the steps since the last periodic checkpoint lost. Left alone under nohup (ignored) or a
+    handler another program set; the main thread only, where signal handlers are set."""
+    if (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL):
+        signal.signal(signal.SIGHUP, sigterm_instead)
+
+
+def sigterm_instead(signum, frame) -> None:
+    signal.raise_signal(signal.SIGTERM)  # whichever handler SIGTERM has now runs, here (raise_signal checks signals)

@@ -163,14 +163,15 @@ def set_up_app_output() -> None:
     once: the apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
     logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
     would pass them on to Hydra's console too. stdout and stderr go on once their reader has gone (a run piped into
-    `head`). Called by the app's process and again in its task, which a Hydra launcher may run in a process of its
-    own (hydra/launcher=joblib, submitit)."""
+    `head`), and SIGHUP (the terminal closed) stops the app as SIGTERM does. Called by the app's process and again in
+    its task, which a Hydra launcher may run in a process of its own (hydra/launcher=joblib, submitit)."""
     from lit_rlhf.noise import silence_import_logs
-    from lit_rlhf.output_streams import outputs_survive_their_readers
+    from lit_rlhf.output_streams import outputs_survive_their_readers, take_hangup_for_sigterm
     from lit_rlhf.terminal import escape_what_libraries_print
 
     escape_what_libraries_print()
     outputs_survive_their_readers()
+    take_hangup_for_sigterm()
     silence_import_logs()
     logging.getLogger("lightning").propagate = False
 
