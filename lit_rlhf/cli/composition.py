@@ -130,6 +130,8 @@ def setting_hint(key: str, cfg: DictConfig | None, config_dir: Path | None = Non
     if difflib.get_close_matches(name, siblings, n=1) or any(s in siblings for s in SYNONYMS.get(name, ())):
         return nearest(name, siblings)
     paths = setting_paths(OmegaConf.to_container(cfg, resolve=False))
+    if key == "steps" and "epochs" in paths and "trainer.max_steps" in paths:  # train.py's RL steps, typed to a fit
+        return " (this script counts epochs: epochs=N, or optimizer steps: trainer.max_steps=N)"
     # the same name elsewhere, nearest to where it was typed first (under its parent, then the shortest path)
     named = sorted((p for p in paths if p.rpartition(".")[2] == name),
                    key=lambda p: (not p.startswith(parent + "."), p.count("."), p))

@@ -71,6 +71,16 @@ def test_trls_sft_names_say_how_train_sft_trains():
     assert setting_hint("data.dataset_text_field", sft) == " (TRL's dataset_text_field is fixed to text here)"
 
 
+def test_train_pys_steps_typed_to_a_fitting_script_names_what_counts_its_length():
+    fit = OmegaConf.create({"epochs": 1, "trainer": {"max_steps": -1}})
+    assert setting_hint("steps", fit) == (
+        " (this script counts epochs: epochs=N, or optimizer steps: trainer.max_steps=N)")
+    # under algo: not the top-level count a train.py user types
+    assert setting_hint("algo.steps", OmegaConf.create({"epochs": 1, "trainer": {"max_steps": -1}, "algo": {}})) == (
+        " (no setting of that name under algo)")
+    assert setting_hint("steps", OmegaConf.create({"epochs": 1})) == " (valid keys: epochs)"
+
+
 def test_a_trl_name_comes_before_a_near_spelling_it_does_not_mean():
     near = OmegaConf.create({"steps": 10, "algo": {"max_staleness": None}, "data": {"batch_size": 8,
                                                                                      "eval_batch_size": 16}})
