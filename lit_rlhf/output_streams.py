@@ -98,15 +98,28 @@ def has_descriptor(stream: TextIO) -> bool:
     return True
 
 
+_hung_up = [False]  # SIGHUP came (sigterm_instead): the stop's line says so
+
+
+def hung_up() -> bool:
+    """Whether SIGHUP reached the app since it started: its stop is said as the hang-up's (HUNG_UP)."""
+    return _hung_up[0]
+
+
+HUNG_UP = "the terminal closed (SIGHUP, which stops a run as SIGTERM does): "
+
+
 def take_hangup_for_sigterm() -> None:
     """SIGHUP (the app's terminal closed: an ssh session that dropped, a terminal window shut) stops the app as SIGTERM
     does (during training after the step in progress, with its checkpoint) instead of by the default action, which
     ended it where it stood, the steps since the last periodic checkpoint lost. Left alone under nohup (ignored) or a
     handler another program set; the main thread only, where signal handlers are set."""
+    _hung_up[0] = False  # the next app run in this process (a test's, a notebook's) starts clean
     if (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL):
         signal.signal(signal.SIGHUP, sigterm_instead)
 
 
 def sigterm_instead(signum, frame) -> None:
+    _hung_up[0] = True
     signal.raise_signal(signal.SIGTERM)  # whichever handler SIGTERM has now runs, here (raise_signal checks signals)

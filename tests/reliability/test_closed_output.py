@@ -16,8 +16,10 @@ import termios
 import pytest
 
 from lit_rlhf.output_streams import (
+    HUNG_UP,
     STDOUT_GONE,
     OutputWhoseReaderMayGo,
+    hung_up,
     outputs_survive_their_readers,
     take_hangup_for_sigterm,
 )
@@ -103,9 +105,11 @@ def test_sighup_runs_what_sigterm_runs_unless_it_is_ignored():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         take_hangup_for_sigterm()
+        assert not hung_up()
         signal.raise_signal(signal.SIGHUP)
-        assert heard == [signal.SIGTERM]
+        assert heard == [signal.SIGTERM] and hung_up()  # the stop's line names the hang-up
     finally:
+        take_hangup_for_sigterm()  # as the next app run in this process does: hung_up() starts false again
         for sig, handler in before.items():
             signal.signal(sig, handler)
 
@@ -167,5 +171,6 @@ def test_a_run_whose_terminal_closes_stops_as_on_sigterm_with_its_checkpoint(tmp
     assert process.wait(timeout=300) == 143
     (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
     result = json.loads((run_dir / "result.json").read_text())
-    assert result["status"] == "interrupted" and result["error"].startswith("stopped by SIGTERM after"), result
+    assert result["status"] == "interrupted", result
+    assert result["error"].startswith(f"{HUNG_UP}stopped by SIGTERM after a complete RL step"), result
     assert (run_dir / "checkpoints" / "interrupted.ckpt").exists()
