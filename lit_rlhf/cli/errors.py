@@ -270,8 +270,8 @@ def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> 
 def interruptions_end_the_process(on_interrupt: Callable[[str], None] | None = None, step_name: str = "RL step",
                                   said_before: str | None = None) -> Iterator[None]:
     """A run stopped by Ctrl-C or SIGTERM inside the block (before, during or after training) ends the process: its
-    line (interruption_line, after HUNG_UP where SIGHUP stopped it) goes to on_interrupt, then to stderr on rank zero (after `said_before`, a line of
-    context), and the exit code is 130 or 143."""
+    line (interruption_line, after HUNG_UP where SIGHUP stopped it) goes to on_interrupt, then to stderr on rank zero
+    (after `said_before`, a line of context), and the exit code is 130 or 143."""
     from lightning.pytorch.utilities import rank_zero_only
 
     try:
