@@ -4,14 +4,21 @@ over a pipe: one request per rollout or weight sync, nothing per decoding step. 
 its own state (vLLM's Transformers backend changes transformers' model classes in the process it runs in),
 and a stuck engine can be stopped without leaving anything behind in the trainer.
 
+The stops are the trainer's: the engine's process ignores Ctrl-C, SIGTERM and SIGHUP, which a terminal sends to its
+whole process group (and a scheduler's preemption to every process of the job), and the trainer, which finishes its
+RL step, sampling included, closes the engine after it (or kills it at its exit). The engine ending on them failed
+that step ("the weight sync to the vLLM engine failed"), and a Ctrl-C printed the engine's traceback.
+
 Requests are (name, args) tuples: generate, rpc (a worker-extension method by name), sleep, wake_up, close.
 Answers are ("ok", value) or ("error", "ExceptionType: message"): an exception in the engine reaches the trainer
 as an EngineError with vLLM's own text, which VLLMEngine turns into one line where it knows the fix."""
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
+import signal
 import time
 from typing import Any
 
@@ -31,6 +38,7 @@ class EngineProcess:
         self.process = context.Process(target=serve, args=(child_end, settings, cores),
                                        name=PROCESS_NAME, daemon=True)
         self.process.start()
+        atexit.register(self.kill)  # before multiprocessing's own exit handler, whose SIGTERM the engine ignores
         child_end.close()
         self.wait(None)
 
@@ -59,14 +67,25 @@ class EngineProcess:
                 self.process.join(30)
             except (BrokenPipeError, OSError):
                 pass
+        self.kill()
+        self.connection.close()
+
+    def kill(self) -> None:
+        atexit.unregister(self.kill)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
-        self.connection.close()
+
+
+def stops_are_the_trainers() -> None:
+    """In the engine's process: the signals that stop a run reach the trainer, which stops the engine."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def serve(connection, settings: dict[str, Any], cores: list[int] | None) -> None:
     """The engine process's loop: load the engine, then answer requests until "close"."""
+    stops_are_the_trainers()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the scheduler and the worker in this process
     try:
         import torch

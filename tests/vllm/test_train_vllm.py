@@ -4,13 +4,17 @@ resume the checkpoint's weights, not the base model's)."""
 
 import csv
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.apps import run_app, run_process
-from tests.helpers import FAST
+from tests.apps import BASE_ENV, run_app, run_process
+from tests.helpers import FAST, ROOT
 
 # every test here starts a vLLM engine or server, or runs train.py: the integration tier
 pytestmark = pytest.mark.integration
@@ -102,3 +106,28 @@ def test_async_mode_refuses_concurrent_draws_with_one_engine(tmp_path):
                      )
     assert result.returncode != 0
     assert "algo.async_draws=2 draws rollouts with different weights at once" in result.stderr
+
+
+def test_ctrl_c_in_the_terminal_stops_the_run_after_its_step_and_then_the_engine(tmp_path):
+    """The terminal's Ctrl-C reaches its whole process group, the engine's process too, which ended on it (its
+    KeyboardInterrupt's traceback) and failed the step the trainer was finishing ("the weight sync to the vLLM engine
+    failed", exit 2). The engine leaves the stop to the trainer: the run stops as with rollout=hf, after its RL step
+    with a checkpoint, exit 130."""
+    env = {**os.environ, **BASE_ENV, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *ARGS, "steps=40",
+                                "callbacks.progress_lines.every_n_steps=1"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in process.stdout:
+            if line.startswith("RL step 2/40"):
+                break
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal sends it: to the app and every process it started
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert re.search(r"^stopped by Ctrl-C after RL step \d+ of 40; resume with: ", stderr, re.MULTILINE), stderr[-3000:]
+    (directory,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    assert (directory / "checkpoints" / "interrupted.ckpt").exists()
