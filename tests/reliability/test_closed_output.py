@@ -80,6 +80,12 @@ class FailingWrites(io.RawIOBase):
     def fileno(self) -> int:
         return self.write_fd
 
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.read_fd)
+            os.close(self.write_fd)
+        super().close()
+
 
 def test_a_terminal_that_hung_up_is_a_reader_gone_and_other_errors_still_raise():
     said = []
@@ -93,6 +99,7 @@ def test_a_terminal_that_hung_up_is_a_reader_gone_and_other_errors_still_raise()
     with pytest.raises(OSError, match=os.strerror(errno.ENOSPC)):  # not a reader that has gone: the error stands
         full.flush()
     assert said == [True]
+    output.close()
 
 
 def test_sighup_runs_what_sigterm_runs_unless_it_is_ignored():
