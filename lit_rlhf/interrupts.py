@@ -207,6 +207,12 @@ class TrainingAborted(BaseException):
     exit_code = EXIT_CODES["SIGINT"]
 
 
+class StopCutShort(BaseException):
+    """A further Ctrl-C once the first one's stop has written its checkpoint: what is left of the fit (its end hooks,
+    last.ckpt, the loggers' last writes) ends at once, and the stop is said as the first Ctrl-C made it. It was taken
+    for a Ctrl-C during the end-of-run reports ("training had finished"), or for an abort of a step already saved."""
+
+
 class TrainingInterrupted(BaseException):
     """Ctrl-C stopped training after a complete RL step and its checkpoint (CheckpointOnInterrupt): the run is
     recorded as interrupted, not as finished; the message says how to resume."""

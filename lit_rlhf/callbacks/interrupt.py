@@ -3,7 +3,8 @@
 Ctrl-C (SIGINT) no longer stops a step halfway through its updates: the first one finishes the
 current RL step, writes <checkpoints>/interrupted.ckpt and ends fit (summaries included, the end-of-run
 evaluation skipped; train.py then exits 130 with the run recorded as interrupted); a second one aborts at
-once. SIGTERM (a scheduler's preemption) goes through Lightning, which stops after the current step; the
+once (before the checkpoint, the step in progress; after it, the rest of the fit's end: StopCutShort). SIGTERM
+(a scheduler's preemption) goes through Lightning, which stops after the current step; the
 checkpoint is written then, or at once when the main thread waits on a call that may never return (a reward, a
 tool, the async producer: `abandonable`), which is abandoned. A SIGTERM during the fit's set-up (the samples drawn
 before training included) stops the run before its first step, without a checkpoint: nothing was trained (a first
@@ -37,6 +38,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_rlhf.interrupts import (
     CallAbandoned,
     EndOfRunInterrupted,
+    StopCutShort,
     StoppedBeforeTraining,
     TrainingAborted,
     abandon_waiting_call,
@@ -84,6 +86,8 @@ class CheckpointOnInterrupt(Checkpoint):
     def _on_sigint(self, signum, frame) -> None:
         if self._passed_back(signum, frame):
             return
+        if self.stopped_by == "SIGINT":  # the stop's checkpoint is written: the fit's end is cut short
+            raise StopCutShort
         if self.training_finished:
             raise EndOfRunInterrupted("SIGINT")
         if self.requested:  # second Ctrl-C: abort now

@@ -32,7 +32,7 @@ from lit_rlhf.cli.train import (
     spawned_fit,
 )
 from lit_rlhf.config.command_line import override
-from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
+from lit_rlhf.interrupts import StopCutShort, TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords
 
@@ -64,8 +64,8 @@ def set_up_fit_on_pairs(cfg: DictConfig) -> tuple[Any, Any, L.Trainer, str | Non
 def fit_on_pairs(cfg: DictConfig, module, datamodule, trainer: L.Trainer, ckpt_path: str | None) -> None:
     with redone_once_there_is_room(trainer, lambda last: (  # a disk that filled up mid-run
             f"Stopped after training step {trainer.global_step}; resume from the last checkpoint: "
-            f"{resume_command(last)}")), stops_before_training_said(trainer):
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+            f"{resume_command(last)}")), stops_before_training_said(trainer), contextlib.suppress(StopCutShort):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)  # StopCutShort: said below
     stopped = stopped_by_interrupt(trainer)
     if stopped is not None and stopped.stopped_by == "SIGINT":  # nothing is saved but the checkpoint
         report(f"\nRun directory: {cfg.paths.output_dir}")

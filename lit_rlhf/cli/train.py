@@ -41,7 +41,7 @@ from lit_rlhf.cli.sweeps import (
 from lit_rlhf.config.command_line import override
 from lit_rlhf.distributed.lost_rank import lost_rank_line, report_lost_ranks
 from lit_rlhf.errors import ConfigError, UnavailableError, os_error_message
-from lit_rlhf.interrupts import TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
+from lit_rlhf.interrupts import StopCutShort, TrainingInterrupted, end_of_run_interrupts, set_up_stops_on_signals
 from lit_rlhf.noise import allow_frozen_modules_in_eval_mode, silence_known_noise
 from lit_rlhf.terminal import config_without_passwords, without_passwords
 
@@ -122,6 +122,8 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
         try:
             with stops_before_training_said(trainer):
                 trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)
+        except StopCutShort:  # a further Ctrl-C after the stop's checkpoint: the stop is said below
+            pass
         except UnavailableError as err:  # e.g. a reward server gone after its retries: say where to resume
             if module.rl_step == 0:
                 raise

@@ -361,3 +361,25 @@ def test_with_gradient_accumulation_a_stop_waits_for_the_optimizer_step_that_end
     for name, tensor in load_file(tmp_path / "whole" / "policy" / "model.safetensors").items():
         assert torch.equal(resumed_weights[name], tensor), name
     assert logged_rows(tmp_path / "run") == logged_rows(tmp_path / "whole")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("script, at", [("train.py", "train end"), ("train.py", "teardown"),
+                                        ("train_sft.py", "teardown")])
+def test_a_second_ctrl_c_after_the_stops_checkpoint_ends_the_run_as_the_first_one_said(script, at, tmp_path):
+    """Ctrl-C after step 2, then again while the fit ends (its last hooks, last.ckpt, its teardown): the second one
+    was taken for an abort of a step already saved ("nothing of it was saved"), or for a Ctrl-C during the end-of-run
+    reports ("training had finished ...; run them again with: ..."). It cuts short what is left of the fit: the
+    stop's own line, exit 130, the run recorded as interrupted with the checkpoint of step 2."""
+    length, said = ((*[a for a in FAST if not a.startswith("steps=")], "steps=6"), "RL step 2 of 6") \
+        if script == "train.py" else (("trainer.max_steps=6",), "training step 2")
+    signals = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=2",
+               "+callbacks.stop.signal=SIGINT", "+callbacks.again._target_=tests.helpers.SignalAfterTraining",
+               "+callbacks.again.signal=SIGINT", f"+callbacks.again.at={at}"]
+    result = run_app(script, "hydra.run.dir=run", *length, *signals, cwd=tmp_path)
+    assert result.returncode == 130, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"stopped by Ctrl-C after {said}; resume with: "), line
+    assert "Traceback" not in result.stderr
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
+    assert torch.load(tmp_path / "run" / "checkpoints" / "interrupted.ckpt", weights_only=True)["global_step"] == 2
