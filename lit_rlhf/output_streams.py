@@ -98,15 +98,13 @@ def has_descriptor(stream: TextIO) -> bool:
     return True
 
 
-_hung_up = [False]  # SIGHUP came (sigterm_instead): the stop's line says so
+HUNG_UP = "the terminal closed (SIGHUP, which stops a run as SIGTERM does): "  # before the stop's line
+_hung_up = [False]  # SIGHUP came (sigterm_instead)
 
 
 def hung_up() -> bool:
-    """Whether SIGHUP reached the app since it started: its stop is said as the hang-up's (HUNG_UP)."""
+    """Whether SIGHUP reached the app since it started: its stop's line then begins with HUNG_UP."""
     return _hung_up[0]
-
-
-HUNG_UP = "the terminal closed (SIGHUP, which stops a run as SIGTERM does): "
 
 
 def take_hangup_for_sigterm() -> None:
