@@ -23,6 +23,7 @@ class UnavailableError(OSError):
 # Exit codes of train.py, evaluate.py, python -m lit_rlhf.export and python -m lit_rlhf.plot.
 EXIT_USER_ERROR = 2    # a mistake the user can fix: one line `error: ...` on stderr, no traceback
 EXIT_SIGTERM = 143     # stopped by SIGTERM after a complete RL step (a checkpoint was written)
+EXIT_SIGINT = 130      # stopped by Ctrl-C
 
 
 # HYDRA_FULL_ERROR=1 as the user gave it: the one-line errors follow the traceback that led to them. The Hydra apps set

@@ -24,6 +24,7 @@ from lit_rlhf.cli.null_settings import mappings_fill_null_settings
 from lit_rlhf.cli.override_forms import removed_or_unresolved_line
 from lit_rlhf.cli.trainer_arguments import trainer_refusal_line
 from lit_rlhf.errors import (
+    EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
     ConfigError,
@@ -218,6 +219,13 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
 
         if line := every_job_failed_line():
             exit_with_user_error(line)
+    except KeyboardInterrupt:  # a Ctrl-C no stage of the app heard (its first seconds: the imports)
+        from lit_rlhf.cli.run_dirs import ctrl_c_outside_the_stages_line
+
+        if tracebacks_asked():
+            raise
+        print(ctrl_c_outside_the_stages_line(), file=sys.stderr, flush=True)
+        sys.exit(EXIT_SIGINT)
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)

@@ -261,6 +261,20 @@ def discard_unused_run_dir(cfg: DictConfig) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def ctrl_c_outside_the_stages_line() -> str:
+    """The line for a Ctrl-C that none of the app's stages heard: in its first seconds (Lightning's imports once the
+    config is composed, before the set-up listens) it was a KeyboardInterrupt's traceback. The run directory this
+    process claimed (RunDirectoryGuard's lock), holding nothing of a run yet, goes, as a refused run's does."""
+    if not _held_locks:
+        return "stopped by Ctrl-C before the run began: nothing was written; run the same command again to start it."
+    run_dir = Path(_held_locks[-1].name).parent
+    if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return ("stopped by Ctrl-C as the run started: nothing was trained or written; run the same command again to "
+                "start it.")
+    return f"stopped by Ctrl-C; what was written until then is in {printable(run_dir)}."
+
+
 def hide_passwords_in_saved_configs() -> None:
     """Hydra saves the composed config and the command line's overrides (.hydra/*.yaml, a sweep's multirun.yaml)
     before the task starts: a URL's password in them (reward.url=http://user:password@host), and a token typed

@@ -383,3 +383,24 @@ def test_a_second_ctrl_c_after_the_stops_checkpoint_ends_the_run_as_the_first_on
     assert "Traceback" not in result.stderr
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
     assert torch.load(tmp_path / "run" / "checkpoints" / "interrupted.ckpt", weights_only=True)["global_step"] == 2
+
+
+@pytest.mark.integration
+def test_ctrl_c_in_the_apps_first_seconds_is_one_line_and_leaves_no_empty_run_directory(tmp_path):
+    """Ctrl-C once the job started (Hydra wrote .hydra/ in the new run directory) and before the set-up listens (the
+    seconds of Lightning's imports): a KeyboardInterrupt's traceback, exit -2, and a run directory holding nothing of
+    a run, to be taken for one. Now one line, exit 130, and the directory goes."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *FAST], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    runs = tmp_path / "logs" / "train" / "runs"
+    deadline = time.monotonic() + 120
+    while not list(runs.glob("*/.hydra/config.yaml")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == ("stopped by Ctrl-C as the run started: nothing was trained or written; "
+                                               "run the same command again to start it.")
+    assert list(runs.iterdir()) == []
