@@ -19,7 +19,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import (
     _SubprocessScriptLauncher as SubprocessScriptLauncher,
 )
 
-from lit_rlhf.errors import EXIT_USER_ERROR
+from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USER_ERROR
 from lit_rlhf.terminal import printable
 
 
@@ -29,7 +29,8 @@ class LostRankObserver(_ChildProcessObserver):
     between collectives (sampling, writing a checkpoint) would die without a word. This one gives it `grace_s` to
     reach its next collective, fail there and say the lost rank itself (the process then ends, and this thread with
     it); one still going after that (NCCL may wait on a dead peer for its whole timeout) is stopped here with the
-    same line."""
+    same line. Ranks that a Ctrl-C or SIGTERM to every process ended (exit 130 or 143, or the signal's) while this one
+    waited on them where it cannot hear it (the process group's set-up) are said as that stop, with its exit code."""
 
     def __init__(self, child_processes: list[subprocess.Popen], rank: int, world_size: int,
                  where_to_resume: Callable[[], str], grace_s: float = 20.0, sleep_period: float = 5.0,
@@ -61,13 +62,26 @@ class LostRankObserver(_ChildProcessObserver):
             resume = self.where_to_resume()
         except Exception as err:  # noqa: BLE001 (the line must reach the user even if the checkpoint lookup fails)
             resume = f"(where to resume is unknown: {type(err).__name__})"
-        line = (f"rank {self.rank} lost {named} of this {self.world_size}-rank run (it was killed or crashed; its own "
-                f"output says why), and stopped. {resume}")
-        print(f"error: {printable(line, one_line=True)}", file=sys.stderr, flush=True)
+        stops = {STOPPED_BY.get(code) for _, code in lost}
+        if len(stops) == 1 and None not in stops:  # a Ctrl-C or SIGTERM to every process, which the lost ranks heard
+            signal_name = stops.pop()  # while this one waited on them inside a call that does not hear it
+            line = (f"stopped by {'Ctrl-C' if signal_name == 'SIGINT' else signal_name}: {named} ended on it while "
+                    f"rank {self.rank} waited on {'it' if len(lost) == 1 else 'them'}, and rank {self.rank} stops too. "
+                    f"{resume}")
+            code = EXIT_SIGINT if signal_name == "SIGINT" else EXIT_SIGTERM
+        else:
+            line = (f"error: rank {self.rank} lost {named} of this {self.world_size}-rank run (it was killed or "
+                    f"crashed; its own output says why), and stopped. {resume}")
+            code = EXIT_USER_ERROR
+        print(printable(line, one_line=True), file=sys.stderr, flush=True)
         for proc in self._child_processes:  # a rank blocked in a collective ignores SIGTERM
             if proc.poll() is None:
                 proc.kill()
-        self.exit(EXIT_USER_ERROR)
+        self.exit(code)
+
+
+# the exit codes of a rank that a Ctrl-C or SIGTERM stopped: the apps' own, or the signal's default action
+STOPPED_BY = {EXIT_SIGINT: "SIGINT", -signal.SIGINT: "SIGINT", EXIT_SIGTERM: "SIGTERM", -signal.SIGTERM: "SIGTERM"}
 
 
 def exit_code_name(code: int) -> str:

@@ -81,3 +81,31 @@ def test_a_lightning_without_the_launcher_internals_keeps_its_own_launcher_and_s
                                          r"unaffected"):
         lost_rank.report_lost_ranks(trainer, lambda: "")
     assert trainer.strategy.launcher is launcher
+
+
+def test_ranks_that_a_ctrl_c_or_sigterm_to_every_process_ended_are_said_as_that_stop(capsys):
+    """Ctrl-C in the terminal while the ranks start: the other rank ends on it (exit 130, or -2 by SIGINT's default
+    action) while the launching rank waits on it in the process group's set-up, where it cannot hear it. That was
+    "lost rank 1 ... killed or crashed", exit 2; it is the Ctrl-C's stop, exit 130 (SIGTERM's: 143)."""
+    import subprocess
+
+    from lit_rlhf.distributed.grace_launcher import LostRankObserver
+    from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USER_ERROR
+
+    def observed(*commands: str) -> tuple[list[int], str]:
+        ranks = [subprocess.Popen(["sh", "-c", command]) for command in commands]
+        for rank in ranks:
+            rank.wait()
+        exits = []
+        LostRankObserver(ranks, rank=0, world_size=len(ranks) + 1, where_to_resume=lambda: "Stopped before RL step 1.",
+                         grace_s=0.0, sleep_period=0.01, exit=exits.append).run()
+        return exits, capsys.readouterr().err
+
+    assert observed("exit 130") == ([EXIT_SIGINT], "stopped by Ctrl-C: rank 1 (exit code 130) ended on it while rank "
+                                                   "0 waited on it, and rank 0 stops too. Stopped before RL step 1.\n")
+    exits, line = observed("kill -INT $$", "exit 130")
+    assert exits == [EXIT_SIGINT] and line.startswith("stopped by Ctrl-C: rank 1 (exit code -2, SIGINT), rank 2 (exit "
+                                                       "code 130) ended on it while rank 0 waited on them")
+    assert observed("exit 143")[0] == [EXIT_SIGTERM]
+    exits, line = observed("exit 130", "exit 143")  # not one stop: the lost-rank line
+    assert exits == [EXIT_USER_ERROR] and line.startswith("error: rank 0 lost rank 1 (exit code 130), rank 2")
