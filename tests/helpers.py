@@ -149,6 +149,23 @@ class SignalAt(L.Callback):
             signal_this_process(self.signal)
 
 
+class CtrlCToTheGroupOnce(L.Callback):
+    """At the end of optimizer step `step`, SIGINT to this process's group, as Ctrl-C in a terminal sends it: by the
+    first process of the group to get there (it creates `flag`), so that the others' steps do not send a second one."""
+
+    def __init__(self, step: int, flag: str):
+        self.step, self.flag = step, flag
+
+    def on_train_batch_end(self, trainer, module, *args):
+        if trainer.global_step != self.step:
+            return
+        try:
+            Path(self.flag).touch(exist_ok=False)
+        except FileExistsError:
+            return
+        os.killpg(os.getpgrp(), signal.SIGINT)
+
+
 class SignalAtBatch(L.Callback):
     """`signal` (SIGINT or SIGTERM) to this process at the end of the fit's `batch`-th training batch (counted from 1;
     with gradient accumulation, also a batch that did not step the optimizer)."""

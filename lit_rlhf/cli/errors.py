@@ -215,8 +215,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
             if arguments.wants_help and print_app_help(config_dir, config_name, overrides):
                 return
             main()
-        from lit_rlhf.cli.sweeps import every_job_failed_line
+        from lit_rlhf.cli.sweeps import every_job_failed_line, stopped_sweep_line
 
+        if stopped := stopped_sweep_line():  # its jobs ran in a launcher's workers
+            print(stopped[0], file=sys.stderr, flush=True)
+            sys.exit(stopped[1])
         if line := every_job_failed_line():
             exit_with_user_error(line)
     except KeyboardInterrupt:  # a Ctrl-C no stage of the app heard (its first seconds: the imports)
@@ -285,15 +288,20 @@ def interruptions_end_the_process(on_interrupt: Callable[[str], None] | None = N
     try:
         yield
     except interruption_types() as err:
-        from lit_rlhf.output_streams import HUNG_UP, hung_up
-
-        message, code = interruption_line(err, step_name)
-        message = f"{HUNG_UP}{message}" if hung_up() else message
+        message, code = stop_message(err, step_name)
         if on_interrupt is not None:
             on_interrupt(message)
         if rank_zero_only.rank == 0:  # every rank stops alike: the line is said once
             print(message if said_before is None else f"{said_before}\n{message}", file=sys.stderr, flush=True)
         sys.exit(code)
+
+
+def stop_message(err: BaseException, step_name: str) -> tuple[str, int]:
+    """interruption_line, after HUNG_UP where SIGHUP (the terminal closed) stopped the run."""
+    from lit_rlhf.output_streams import HUNG_UP, hung_up
+
+    message, code = interruption_line(err, step_name)
+    return (f"{HUNG_UP}{message}" if hung_up() else message), code
 
 
 def interruption_types() -> tuple[type[BaseException], ...]:

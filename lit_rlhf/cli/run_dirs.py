@@ -30,6 +30,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from lit_rlhf.cli.sweep_stops import STOP_MARKER
 from lit_rlhf.errors import empty_value_line
 from lit_rlhf.terminal import printable
 
@@ -117,9 +118,10 @@ LOCK_FILE = ".run.lock"
 RUN_MARKERS = (".hydra", "multirun.yaml")  # what Hydra writes into every run and sweep directory
 # what the apps, their callbacks, loggers and sweeps write at the top of a run or sweep directory (and <task>.log,
 # and a sweep's numbered job directories): overwrite_run_dir=true deletes a directory that holds nothing else
-RUN_ENTRIES = {*RUN_MARKERS, LOCK_FILE, "csv", "tensorboard", "wandb", "lightning_logs", "checkpoints", "evaluation",
-               "policy", "reward_model", "result.json", "samples.jsonl", "curves.png", "gold.json", "evaluation.json",
-               "generations.jsonl", "scores.png", "summary.csv", "optimization_results.yaml", ".submitit"}
+RUN_ENTRIES = {*RUN_MARKERS, LOCK_FILE, STOP_MARKER, "csv", "tensorboard", "wandb", "lightning_logs", "checkpoints",
+               "evaluation", "policy", "reward_model", "result.json", "samples.jsonl", "curves.png", "gold.json",
+               "evaluation.json", "generations.jsonl", "scores.png", "summary.csv", "optimization_results.yaml",
+               ".submitit"}
 _held_locks: list[Any] = []  # open lock files: their flocks last as long as the process
 
 
@@ -239,10 +241,13 @@ class RunDirectoryGuard(Callback):
 
 
 def holds_nothing_of_a_run(run_dir: Path) -> bool:
-    """True when run_dir holds only what Hydra and the lock write at start (.hydra/, .run.lock, empty logs)."""
+    """True when run_dir holds only what Hydra and the lock write at start (.hydra/, .run.lock, empty logs; a sweep's
+    multirun.yaml, its stop marker, and its jobs' directories holding as little)."""
     for path in run_dir.rglob("*"):
         relative = path.relative_to(run_dir)
-        if relative.parts[0] in (".hydra", LOCK_FILE) or path.is_dir():
+        if ".hydra" in relative.parts[:-1] or relative.parts[0] in (LOCK_FILE, "multirun.yaml", STOP_MARKER):
+            continue
+        if path.is_dir():
             continue
         if path.suffix == ".log" and path.stat().st_size == 0:
             continue
@@ -269,9 +274,10 @@ def ctrl_c_outside_the_stages_line() -> str:
         return "stopped by Ctrl-C before the run began: nothing was written; run the same command again to start it."
     run_dir = Path(_held_locks[-1].name).parent
     if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
+        what = "sweep" if (run_dir / "multirun.yaml").exists() else "run"
         shutil.rmtree(run_dir, ignore_errors=True)
-        return ("stopped by Ctrl-C as the run started: nothing was trained or written; run the same command again to "
-                "start it.")
+        return (f"stopped by Ctrl-C as the {what} started: nothing was trained or written; run the same command again "
+                f"to start it.")
     return f"stopped by Ctrl-C; what was written until then is in {printable(run_dir)}."
 
 

@@ -21,6 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.table import Table
 
+from lit_rlhf.cli.sweep_stops import listen_for_stops, runs_jobs_elsewhere, stop_listening, sweep_stop_line
 from lit_rlhf.errors import ConfigError, nearest, writing
 from lit_rlhf.terminal import as_text, config_without_passwords, plain_console, printable
 
@@ -268,10 +269,26 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         STARTED_SWEEP.clear()  # an earlier app's, run in this process
         STARTED_SWEEP.update(dir=Path(config.hydra.sweep.dir), n_trials=config.hydra.sweeper.get("n_trials"))
+        if runs_jobs_elsewhere(config):
+            listen_for_stops(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        stop_listening(Path(config.hydra.sweep.dir))
         rows = summarize_sweep(Path(config.hydra.sweep.dir))
         STARTED_SWEEP["every_job_failed"] = bool(rows) and all(row["status"] == "failed" for row in rows)
+        STARTED_SWEEP["stopped_jobs"] = [row["job"] for row in rows if row["status"] == "interrupted"]
+
+
+def in_the_sweeps_process() -> bool:
+    """Whether this sweep's job runs in the process that started the sweep (Hydra's default launcher), not in a
+    launcher's worker (joblib, submitit), where the multirun's start did not run."""
+    return "dir" in STARTED_SWEEP
+
+
+def stopped_sweep_line() -> tuple[str, int] | None:
+    """Once the multirun this process started has ended: the line and exit code of a sweep that a stop ended while
+    its jobs ran in workers, else None."""
+    return sweep_stop_line(STARTED_SWEEP.pop("stopped_jobs", []))
 
 
 def every_job_failed_line() -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,18 +22,22 @@ from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_trai
 from lit_rlhf.cli.app_arguments import config_flags
 from lit_rlhf.cli.checks import check_run_settings, typed_key
 from lit_rlhf.cli.errors import (
+    interruption_types,
     interruptions_end_the_process,
     mark_task_started,
     report_failed_job,
     report_user_errors,
     set_up_app_output,
+    stop_message,
 )
-from lit_rlhf.cli.run_dirs import hide_passwords_in_saved_configs, latest_resumable_run
+from lit_rlhf.cli.run_dirs import discard_unused_run_dir, hide_passwords_in_saved_configs, latest_resumable_run
+from lit_rlhf.cli.sweep_stops import JobStopped, stops_pass_between_jobs, sweep_stopping
 from lit_rlhf.cli.sweeps import (
     FinalMetrics,
     check_optimized_metric,
     config_objective,
     in_multirun,
+    in_the_sweeps_process,
     summarize_sweep,
     sweep_group,
     write_result,
@@ -280,6 +284,21 @@ def resume_path(cfg: DictConfig) -> str | None:
                       f"ckpt_path=last, or ckpt_path=<path to a .ckpt>.")
 
 
+@contextmanager
+def stops_end_the_job(job: int, on_interrupt: Callable[[str], None], step_name: str) -> Iterator[None]:
+    """Around a sweep's job in a launcher's worker: a stop by Ctrl-C or SIGTERM is recorded (on_interrupt) and said
+    with the job's number, and the job returns to the launcher (JobStopped) instead of ending the worker's process
+    (joblib would end the whole pool on it); the sweep's process, which heard the stop too, ends the sweep."""
+    stops_pass_between_jobs()
+    try:
+        yield
+    except interruption_types() as err:
+        message, _ = stop_message(err, step_name)
+        on_interrupt(message)
+        print(f"The sweep's job {job} stopped, whose line follows.\n{message}", file=sys.stderr, flush=True)
+        raise JobStopped from err
+
+
 def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
         step_name: str = "RL step") -> float | None:
     """train.py's task: train (or another `task` returning its final metrics), then return the objective
@@ -310,17 +329,26 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
             objective = None
         rank_zero_only(write_result)(cfg.paths.output_dir, getattr(metrics, "status", "ok"), objective, metrics)
         return objective
-    job = HydraConfig.get().job.num
+    job, sweep_dir = HydraConfig.get().job.num, Path(HydraConfig.get().sweep.dir)
 
     def record_interruption_and_summarize(message: str) -> None:  # the runs done so far, in summary.csv
         record_interruption(message)
-        rank_zero_only(summarize_sweep)(Path(HydraConfig.get().sweep.dir))
+        rank_zero_only(summarize_sweep)(sweep_dir)
 
+    if in_the_sweeps_process():  # a stop ends the process, and with it the sweep
+        stops = interruptions_end_the_process(record_interruption_and_summarize, step_name, said_before=(
+            f"The sweep stopped in its job {job}, whose line follows; the jobs after it did not run."))
+    elif sweep_stopping(sweep_dir):  # a launcher's worker, after the sweep's process heard a stop
+        discard_unused_run_dir(cfg)
+        return None
+    else:  # a launcher's worker: the stopped job returns, and the sweep's process ends the sweep
+        stops = stops_end_the_job(job, record_interruption, step_name)
     try:
-        with interruptions_end_the_process(record_interruption_and_summarize, step_name, said_before=(
-                f"The sweep stopped in its job {job}, whose line follows; the jobs after it did not run.")):
+        with stops:
             metrics = task(cfg)
         objective = config_objective(metrics, cfg)
+    except JobStopped:
+        return None
     except Exception as err:
         rank_zero_only(write_result)(cfg.paths.output_dir, "failed", None, {}, report_failed_job(err))
         return None

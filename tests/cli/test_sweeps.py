@@ -107,16 +107,31 @@ def test_a_failing_trial_is_recorded_and_the_sweep_goes_on_and_each_trial_gets_i
 
 
 @pytest.mark.integration
-def test_a_sweep_whose_jobs_run_in_processes_of_their_own_reports_as_one_that_runs_them_here(tmp_path):
+def test_a_sweep_whose_jobs_run_in_processes_of_their_own_reports_and_stops_as_one_that_runs_them_here(tmp_path):
     """hydra/launcher=joblib: each job runs in a worker process, where the app's own start-up did not run. There a
-    user mistake printed its traceback, and each of Lightning's lines came twice (its console and Hydra's)."""
-    result = run_process("train.py", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SHORT,
-                         "algo.kl_coef=0.01,-1", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(next((tmp_path / "logs" / "train" / "multiruns").glob("*/summary.csv"))) as f:
-        assert [(row["job"], row["status"]) for row in csv.DictReader(f)] == [("0", "ok"), ("1", "failed")]
+    user mistake printed its traceback, and each of Lightning's lines came twice (its console and Hydra's). And
+    Ctrl-C in the terminal (to the process group) ended the sweep's process at once, and joblib killed the workers in
+    the middle of their step: no checkpoint, no result.json. Now each job in progress stops as a single run does, the
+    jobs not started then do not run, and the sweep's process ends with one line after the summary, exit 130."""
+    stop = ["+callbacks.stop._target_=tests.helpers.CtrlCToTheGroupOnce", "+callbacks.stop.step=1",
+            f"+callbacks.stop.flag={tmp_path / 'signalled'}"]
+    result = run_process("train.py", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SHORT, *stop,
+                         "algo.kl_coef=-1,0.01,0.02,0.03", cwd=tmp_path, new_session=True)
+    assert result.returncode == 130, result.stderr[-3000:]
+    sweep_dir = next((tmp_path / "logs" / "train" / "multiruns").iterdir())
+    with open(sweep_dir / "summary.csv") as f:
+        rows = [(row["job"], row["status"]) for row in csv.DictReader(f)]
+    # job 0 fails at once and job 2 takes its worker; the first of jobs 1 and 2 to end an RL step sends the Ctrl-C
+    assert rows[:2] == [("0", "failed"), ("1", "interrupted")] and rows[2:] in ([], [("2", "interrupted")]), rows
+    assert not (sweep_dir / "3").exists() and not (sweep_dir / ".stopping").exists()
+    for job, _ in rows[1:]:
+        recorded = json.loads((sweep_dir / job / "result.json").read_text())
+        assert recorded["error"].startswith("stopped by Ctrl-C "), recorded
+        assert f"The sweep's job {job} stopped, whose line follows.\n{recorded['error']}" in result.stderr
+    assert (sweep_dir / "1" / "checkpoints" / "interrupted.ckpt").exists() or rows[2:]  # the one that signalled
+    assert result.stderr.strip().splitlines()[-1].startswith("The sweep stopped by Ctrl-C: its job")
     assert "error: algo.kl_coef=-1.0 must be >= 0." in result.stderr and "Traceback" not in result.stderr
-    assert (result.stdout + result.stderr).count("Seed set to 0") == 2, result.stdout + result.stderr
+    assert (result.stdout + result.stderr).count("Seed set to 0") == len(rows), result.stdout + result.stderr
 
 
 @pytest.mark.integration

@@ -1,0 +1,113 @@
+"""Stopping a sweep whose jobs run in processes of their own (hydra/launcher=joblib, a submitit launcher).
+
+Ctrl-C in the terminal, and a SIGTERM sent to the process group (`timeout`, a cluster's scheduler), reach the sweep's
+process and each worker. Each job in progress stops as a single run does (after its step in progress, with its
+checkpoint, result.json and the line that resumes it) and returns to the launcher; the sweep's process waits for them,
+marks the sweep as stopping (STOP_MARKER in the sweep directory, so that the jobs not yet started do not run), writes
+the summary of the jobs that ran and ends with one line, exit 130 or 143. Left to joblib, the first Ctrl-C killed the
+workers, possibly before their checkpoint; that stays the answer to a second Ctrl-C (end everything now).
+
+Between a worker's jobs (and before a job's stages set their own handlers) a stop is not an exception: loky reads a
+worker that a KeyboardInterrupt ended while it waited for its next job as a crash, and ends the whole pool."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM
+from lit_rlhf.terminal import printable
+
+STOP_MARKER = ".stopping"
+_stop: dict[str, Any] = {}  # in the sweep's process, once a stop was heard: its signal and the sweep directory
+_previous_handlers: dict[int, Any] = {}
+
+
+def said(signal_name: str) -> str:
+    return "Ctrl-C" if signal_name == "SIGINT" else signal_name
+
+
+def runs_jobs_elsewhere(config: Any) -> bool:
+    """Whether the sweep's launcher runs its jobs in processes other than the sweep's (Hydra's BasicLauncher does
+    not)."""
+    return not str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher")
+
+
+def listen_for_stops(sweep_dir: Path) -> None:
+    """In the sweep's process, while the launcher runs the jobs: the first Ctrl-C or SIGTERM marks the sweep as
+    stopping and is said once; a second Ctrl-C is a KeyboardInterrupt, on which joblib ends its workers at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _stop.clear()
+
+    def on_stop(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if _stop:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        _stop.update(signal=name, sweep_dir=sweep_dir)
+        try:
+            (sweep_dir / STOP_MARKER).write_text(name + "\n", encoding="utf-8")
+        except OSError as err:  # a full disk: the jobs not started yet run, each stopped by nothing
+            print(f"warning: the sweep could not mark itself as stopping ({err.strerror}): the jobs not started yet "
+                  f"will run.", file=sys.stderr, flush=True)
+        again = " (Ctrl-C again to end them at once, without their checkpoints)" if signum == signal.SIGINT else ""
+        sys.stderr.write(f"{said(name)}: the sweep's jobs in progress stop after their step in progress{again}; the "
+                         f"jobs not started yet will not run.\n")  # one write: the workers write to this stream too
+        sys.stderr.flush()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        _previous_handlers[sig] = signal.signal(sig, on_stop)
+
+
+def stop_listening(sweep_dir: Path) -> None:
+    """Once the launcher has returned: the process's own handlers again, and the marker gone."""
+    for sig, handler in _previous_handlers.items():
+        signal.signal(sig, handler)
+    _previous_handlers.clear()
+    (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
+
+
+def sweep_stopping(sweep_dir: Path) -> bool:
+    """In a worker, as a job starts: whether the sweep's process heard a stop (the job then does not run)."""
+    return (sweep_dir / STOP_MARKER).exists()
+
+
+def _stop_heard_between_stages(signum: int, frame: Any) -> None:
+    """A worker's handler outside its job's stages: the sweep's process has heard the stop too, and the jobs not
+    started then do not run."""
+
+
+def stops_pass_between_jobs() -> None:
+    """In a worker, as a job starts, and left so after it: the worker waits for its next job. The job's stages set
+    their own handlers."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _stop_heard_between_stages)
+
+
+class JobStopped(BaseException):
+    """A sweep's job in a worker, stopped by Ctrl-C or SIGTERM and recorded: it returns no objective."""
+
+
+def sweep_stop_line(stopped_jobs: list[int]) -> tuple[str, int] | None:
+    """Once the launcher has returned in the sweep's process: the line that ends a stopped sweep and its exit code,
+    or None when no stop was heard. stopped_jobs: the jobs that a stop ended (their result.json)."""
+    if not _stop:
+        return None
+    name, sweep_dir = _stop["signal"], _stop["sweep_dir"]
+    _stop.clear()
+    if stopped_jobs:
+        numbers = [str(job) for job in stopped_jobs]
+        jobs = " and ".join([", ".join(numbers[:-1]), numbers[-1]] if len(numbers) > 1 else numbers)
+        each = "each resumes" if len(numbers) > 1 else "it resumes"
+        stopped = (f"its job{'s' if len(numbers) > 1 else ''} {jobs} stopped as said above ({each} in its own "
+                   f"directory with the command in its line), and the jobs not started then did not run")
+    else:
+        stopped = "the jobs not started then did not run"
+    return f"The sweep stopped by {said(name)}: {stopped}; summary.csv in {printable(sweep_dir)} lists the jobs that " \
+           f"ran.", EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM

@@ -1,0 +1,72 @@
+"""Stopping a sweep whose jobs run in a launcher's workers: the sweep's process side, and what counts as nothing."""
+
+import signal
+
+import pytest
+from omegaconf import OmegaConf
+
+from lit_rlhf.cli import sweep_stops
+from lit_rlhf.cli.run_dirs import holds_nothing_of_a_run
+from lit_rlhf.cli.sweep_stops import (
+    STOP_MARKER,
+    listen_for_stops,
+    runs_jobs_elsewhere,
+    stop_listening,
+    sweep_stop_line,
+    sweep_stopping,
+)
+
+
+def test_the_first_stop_marks_the_sweep_as_stopping_and_a_second_ctrl_c_ends_it_at_once(tmp_path, capsys):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    listen_for_stops(tmp_path)
+    try:
+        signal.raise_signal(signal.SIGINT)  # returns: the workers stop their jobs, the sweep's process waits
+        assert sweep_stopping(tmp_path) and (tmp_path / STOP_MARKER).read_text() == "SIGINT\n"
+        signal.raise_signal(signal.SIGTERM)  # a later SIGTERM changes nothing
+        assert (tmp_path / STOP_MARKER).read_text() == "SIGINT\n"
+        with pytest.raises(KeyboardInterrupt):  # joblib ends its workers on it
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        stop_listening(tmp_path)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert not sweep_stopping(tmp_path)
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["Ctrl-C: the sweep's jobs in progress stop after their step in progress (Ctrl-C again to end them "
+                    "at once, without their checkpoints); the jobs not started yet will not run."]
+    line, code = sweep_stop_line([1, 2])
+    assert code == 130 and line.startswith("The sweep stopped by Ctrl-C: its jobs 1 and 2 stopped as said above")
+    assert sweep_stop_line([1]) is None  # said once
+
+
+def test_a_sigterm_stop_ends_the_sweep_with_143_and_no_stop_no_line(tmp_path):
+    assert sweep_stop_line([]) is None
+    listen_for_stops(tmp_path)
+    try:
+        signal.raise_signal(signal.SIGTERM)
+    finally:
+        stop_listening(tmp_path)
+    assert sweep_stop_line([]) == (f"The sweep stopped by SIGTERM: the jobs not started then did not run; summary.csv "
+                                   f"in {tmp_path} lists the jobs that ran.", 143)
+
+
+def test_only_a_launcher_other_than_hydras_basic_one_runs_the_jobs_elsewhere():
+    launcher = lambda target: OmegaConf.create({"hydra": {"launcher": {"_target_": target}}})  # noqa: E731
+    assert not runs_jobs_elsewhere(launcher("hydra._internal.core_plugins.basic_launcher.BasicLauncher"))
+    assert runs_jobs_elsewhere(launcher("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"))
+
+
+def test_a_sweep_directory_whose_jobs_hold_only_hydras_start_files_holds_nothing_of_a_run(tmp_path):
+    for name in ("multirun.yaml", ".run.lock", STOP_MARKER, "0/.hydra/config.yaml", "1/.hydra/overrides.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "1" / "train.log").write_text("")
+    assert holds_nothing_of_a_run(tmp_path)
+    (tmp_path / "1" / "result.json").write_text("{}")
+    assert not holds_nothing_of_a_run(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def no_stop_left():
+    yield
+    sweep_stops._stop.clear()
