@@ -1,11 +1,12 @@
-"""Stopping a sweep whose jobs run in processes of their own (hydra/launcher=joblib, a submitit launcher).
+"""Stopping a sweep whose jobs run in local worker processes (hydra/launcher=joblib).
 
 Ctrl-C in the terminal, and a SIGTERM sent to the process group (`timeout`, a cluster's scheduler), reach the sweep's
 process and each worker. Each job in progress stops as a single run does (after its step in progress, with its
 checkpoint, result.json and the line that resumes it) and returns to the launcher; the sweep's process waits for them,
-marks the sweep as stopping (STOP_MARKER in the sweep directory, so that the jobs not yet started do not run), writes
+marks the sweep as stopping (STOP_MARKER in the sweep directory, so that the jobs not started yet do not run), writes
 the summary of the jobs that ran and ends with one line, exit 130 or 143. Left to joblib, the first Ctrl-C killed the
-workers, possibly before their checkpoint; that stays the answer to a second Ctrl-C (end everything now).
+workers, possibly before their checkpoint; that stays the answer to a second Ctrl-C (end everything now). Launchers
+whose jobs run elsewhere (a cluster's) keep Hydra's and their own handling of the sweep's process.
 
 Between a worker's jobs (and before a job's stages set their own handlers) a stop is not an exception: loky reads a
 worker that a KeyboardInterrupt ended while it waited for its next job as a crash, and ends the whole pool."""
@@ -30,10 +31,10 @@ def said(signal_name: str) -> str:
     return "Ctrl-C" if signal_name == "SIGINT" else signal_name
 
 
-def runs_jobs_elsewhere(config: Any) -> bool:
-    """Whether the sweep's launcher runs its jobs in processes other than the sweep's (Hydra's BasicLauncher does
-    not)."""
-    return not str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher")
+def runs_jobs_in_local_workers(config: Any) -> bool:
+    """Whether the sweep's launcher runs its jobs in worker processes of this machine, in the sweep's process group
+    (joblib's), where the terminal's Ctrl-C reaches them."""
+    return str(config.hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher")
 
 
 def listen_for_stops(sweep_dir: Path) -> None:

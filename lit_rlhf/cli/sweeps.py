@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.table import Table
 
-from lit_rlhf.cli.sweep_stops import listen_for_stops, runs_jobs_elsewhere, stop_listening, sweep_stop_line
+from lit_rlhf.cli.sweep_stops import listen_for_stops, runs_jobs_in_local_workers, stop_listening, sweep_stop_line
 from lit_rlhf.errors import ConfigError, nearest, writing
 from lit_rlhf.terminal import as_text, config_without_passwords, plain_console, printable
 
@@ -269,7 +269,7 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         STARTED_SWEEP.clear()  # an earlier app's, run in this process
         STARTED_SWEEP.update(dir=Path(config.hydra.sweep.dir), n_trials=config.hydra.sweeper.get("n_trials"))
-        if runs_jobs_elsewhere(config):
+        if runs_jobs_in_local_workers(config):
             listen_for_stops(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -10,7 +10,7 @@ from lit_rlhf.cli.run_dirs import holds_nothing_of_a_run
 from lit_rlhf.cli.sweep_stops import (
     STOP_MARKER,
     listen_for_stops,
-    runs_jobs_elsewhere,
+    runs_jobs_in_local_workers,
     stop_listening,
     sweep_stop_line,
     sweep_stopping,
@@ -50,10 +50,10 @@ def test_a_sigterm_stop_ends_the_sweep_with_143_and_no_stop_no_line(tmp_path):
                                    f"in {tmp_path} lists the jobs that ran.", 143)
 
 
-def test_only_a_launcher_other_than_hydras_basic_one_runs_the_jobs_elsewhere():
+def test_joblibs_launcher_runs_the_jobs_in_local_workers_and_hydras_basic_one_in_its_process():
     launcher = lambda target: OmegaConf.create({"hydra": {"launcher": {"_target_": target}}})  # noqa: E731
-    assert not runs_jobs_elsewhere(launcher("hydra._internal.core_plugins.basic_launcher.BasicLauncher"))
-    assert runs_jobs_elsewhere(launcher("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"))
+    assert not runs_jobs_in_local_workers(launcher("hydra._internal.core_plugins.basic_launcher.BasicLauncher"))
+    assert runs_jobs_in_local_workers(launcher("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"))
 
 
 def test_a_sweep_directory_whose_jobs_hold_only_hydras_start_files_holds_nothing_of_a_run(tmp_path):
