@@ -238,8 +238,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
             exit_past_hung_threads(err.code if isinstance(err.code, int) else 1)  # calls an interrupt abandoned
         raise
     except Exception as err:
-        from lit_rlhf.cli.sweeps import no_completed_trial_line
+        from lit_rlhf.cli.sweeps import no_completed_trial_line, stopped_sweep_line
 
+        if (stopped := stopped_sweep_line()) and not tracebacks_asked():  # what the sweeper raised came of the stop
+            print(stopped[0], file=sys.stderr, flush=True)
+            sys.exit(stopped[1])
         if line := no_completed_trial_line(err):  # Optuna's sweeper, after its trials (or none) ran
             exit_with_user_error(line, cause=err)
         if _task_started:

@@ -95,6 +95,11 @@ class JobStopped(BaseException):
     """A sweep's job in a worker, stopped by Ctrl-C or SIGTERM and recorded: it returns no objective."""
 
 
+def stop_heard_in() -> Path | None:
+    """In the sweep's process: the directory of the sweep that heard a stop (not yet said), else None."""
+    return _stop.get("sweep_dir")
+
+
 def sweep_stop_line(stopped_jobs: list[int]) -> tuple[str, int] | None:
     """Once the launcher has returned in the sweep's process: the line that ends a stopped sweep and its exit code,
     or None when no stop was heard. stopped_jobs: the jobs that a stop ended (their result.json)."""

@@ -21,7 +21,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.table import Table
 
-from lit_rlhf.cli.sweep_stops import listen_for_stops, runs_jobs_in_local_workers, stop_listening, sweep_stop_line
+from lit_rlhf.cli.sweep_stops import (
+    listen_for_stops,
+    runs_jobs_in_local_workers,
+    stop_heard_in,
+    stop_listening,
+    sweep_stop_line,
+)
 from lit_rlhf.errors import ConfigError, nearest, writing
 from lit_rlhf.terminal import as_text, config_without_passwords, plain_console, printable
 
@@ -276,7 +282,7 @@ class SweepSummary(Callback):
         stop_listening(Path(config.hydra.sweep.dir))
         rows = summarize_sweep(Path(config.hydra.sweep.dir))
         STARTED_SWEEP["every_job_failed"] = bool(rows) and all(row["status"] == "failed" for row in rows)
-        STARTED_SWEEP["stopped_jobs"] = [row["job"] for row in rows if row["status"] == "interrupted"]
+        STARTED_SWEEP["summarized"] = True
 
 
 def in_the_sweeps_process() -> bool:
@@ -286,9 +292,15 @@ def in_the_sweeps_process() -> bool:
 
 
 def stopped_sweep_line() -> tuple[str, int] | None:
-    """Once the multirun this process started has ended: the line and exit code of a sweep that a stop ended while
-    its jobs ran in workers, else None."""
-    return sweep_stop_line(STARTED_SWEEP.pop("stopped_jobs", []))
+    """Once the multirun this process started has ended, or its sweeper raised after it (Optuna's when no trial
+    completed, the stopped ones included): the line and exit code of a sweep that a stop ended while its jobs ran in
+    workers, after the summary of the jobs that ran; else None."""
+    sweep_dir = stop_heard_in()
+    if sweep_dir is None:
+        return None
+    stop_listening(sweep_dir)
+    rows = summary_rows(sweep_dir) if STARTED_SWEEP.pop("summarized", False) else summarize_sweep(sweep_dir)
+    return sweep_stop_line([row["job"] for row in rows if row["status"] == "interrupted"])
 
 
 def every_job_failed_line() -> str | None:

@@ -1,5 +1,6 @@
 """Stopping a sweep whose jobs run in a launcher's workers: the sweep's process side, and what counts as nothing."""
 
+import json
 import signal
 
 import pytest
@@ -15,6 +16,7 @@ from lit_rlhf.cli.sweep_stops import (
     sweep_stop_line,
     sweep_stopping,
 )
+from lit_rlhf.cli.sweeps import stopped_sweep_line
 
 
 def test_the_first_stop_marks_the_sweep_as_stopping_and_a_second_ctrl_c_ends_it_at_once(tmp_path, capsys):
@@ -50,6 +52,22 @@ def test_a_sigterm_stop_ends_the_sweep_with_143_and_no_stop_no_line(tmp_path):
                                    f"in {tmp_path} lists the jobs that ran.", 143)
 
 
+def test_a_sweep_whose_sweeper_raised_after_the_stop_ends_in_the_stops_line_after_its_summary(tmp_path, capsys):
+    """Optuna's sweeper goes on asking for trials after the stop (each passed over) and raises at the end, as no trial
+    completed: the sweep ends in the stop's line, after the summary Hydra's end of the multirun did not write."""
+    result = {"job": 1, "status": "interrupted", "overrides": ["algo.kl_coef=0.1"], "objective": None, "metrics": {},
+              "run_dir": str(tmp_path / "1"), "error": "stopped by Ctrl-C after RL step 3 of 9; resume with: ..."}
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "result.json").write_text(json.dumps(result))
+    listen_for_stops(tmp_path)
+    signal.raise_signal(signal.SIGINT)
+    line, code = stopped_sweep_line()
+    assert code == 130 and line.startswith("The sweep stopped by Ctrl-C: its job 1 stopped as said above (it resumes")
+    assert (tmp_path / "summary.csv").read_text().splitlines()[1].startswith("1,interrupted,algo.kl_coef=0.1,")
+    assert "Sweep summary (1 runs)" in capsys.readouterr().out
+    assert not (tmp_path / STOP_MARKER).exists() and stopped_sweep_line() is None
+
+
 def test_joblibs_launcher_runs_the_jobs_in_local_workers_and_hydras_basic_one_in_its_process():
     launcher = lambda target: OmegaConf.create({"hydra": {"launcher": {"_target_": target}}})  # noqa: E731
     assert not runs_jobs_in_local_workers(launcher("hydra._internal.core_plugins.basic_launcher.BasicLauncher"))
@@ -68,5 +86,8 @@ def test_a_sweep_directory_whose_jobs_hold_only_hydras_start_files_holds_nothing
 
 @pytest.fixture(autouse=True)
 def no_stop_left():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     yield
     sweep_stops._stop.clear()
+    signal.signal(signal.SIGINT, before[0])
+    signal.signal(signal.SIGTERM, before[1])
