@@ -26,6 +26,11 @@ EXIT_SIGTERM = 143     # stopped by SIGTERM after a complete RL step (a checkpoi
 EXIT_SIGINT = 130      # stopped by Ctrl-C
 
 
+def said(signal_name: str) -> str:
+    """How the apps' lines name a signal: Ctrl-C for SIGINT."""
+    return "Ctrl-C" if signal_name == "SIGINT" else signal_name
+
+
 # HYDRA_FULL_ERROR=1 as the user gave it: the one-line errors follow the traceback that led to them. The Hydra apps set
 # HYDRA_FULL_ERROR for Hydra's own use, so they keep the user's choice here (inherited by the ranks they start).
 TRACEBACKS_ASKED = "LIT_RLHF_TRACEBACKS"

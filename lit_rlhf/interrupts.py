@@ -25,12 +25,9 @@ from contextlib import contextmanager
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_rlhf.errors import said
+
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
-
-
-def said(signal_name: str) -> str:
-    """How the apps' lines name a signal: Ctrl-C for SIGINT."""
-    return "Ctrl-C" if signal_name == "SIGINT" else signal_name
 
 
 class EndOfRunInterrupted(BaseException):

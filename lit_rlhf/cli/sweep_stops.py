@@ -19,16 +19,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM
+from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, said
 from lit_rlhf.terminal import printable
 
 STOP_MARKER = ".stopping"
 _stop: dict[str, Any] = {}  # in the sweep's process, once a stop was heard: its signal and the sweep directory
 _previous_handlers: dict[int, Any] = {}
-
-
-def said(signal_name: str) -> str:
-    return "Ctrl-C" if signal_name == "SIGINT" else signal_name
 
 
 def runs_jobs_in_local_workers(config: Any) -> bool:
