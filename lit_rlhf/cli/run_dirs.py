@@ -273,6 +273,7 @@ def ctrl_c_outside_the_stages_line() -> str:
     if not _held_locks:
         return "stopped by Ctrl-C before the run began: nothing was written; run the same command again to start it."
     run_dir = Path(_held_locks[-1].name).parent
+    (run_dir / STOP_MARKER).unlink(missing_ok=True)  # a sweep's, once a third Ctrl-C ended it
     if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
         what = "sweep" if (run_dir / "multirun.yaml").exists() else "run"
         shutil.rmtree(run_dir, ignore_errors=True)

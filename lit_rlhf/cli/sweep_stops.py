@@ -5,8 +5,9 @@ process and each worker. Each job in progress stops as a single run does (after 
 checkpoint, result.json and the line that resumes it) and returns to the launcher; the sweep's process waits for them,
 marks the sweep as stopping (STOP_MARKER in the sweep directory, so that the jobs not started yet do not run), writes
 the summary of the jobs that ran and ends with one line, exit 130 or 143. Left to joblib, the first Ctrl-C killed the
-workers, possibly before their checkpoint; that stays the answer to a second Ctrl-C (end everything now). Launchers
-whose jobs run elsewhere (a cluster's) keep Hydra's and their own handling of the sweep's process.
+workers, possibly before their checkpoint; that stays the answer to a third Ctrl-C (a second aborts the jobs' steps
+in progress, as in a single run). Launchers whose jobs run elsewhere (a cluster's) keep Hydra's and their own
+handling of the sweep's process.
 
 Between a worker's jobs (and before a job's stages set their own handlers) a stop is not an exception: loky reads a
 worker that a KeyboardInterrupt ended while it waited for its next job as a crash, and ends the whole pool."""
@@ -35,7 +36,9 @@ def runs_jobs_in_local_workers(config: Any) -> bool:
 
 def listen_for_stops(sweep_dir: Path) -> None:
     """In the sweep's process, while the launcher runs the jobs: the first Ctrl-C or SIGTERM marks the sweep as
-    stopping and is said once; a second Ctrl-C is a KeyboardInterrupt, on which joblib ends its workers at once."""
+    stopping and is said once. A second Ctrl-C, which the workers hear too, aborts their jobs as it aborts a single
+    run (their lines and result.json said and written); a third is a KeyboardInterrupt, on which joblib kills its
+    workers where they are."""
     if threading.current_thread() is not threading.main_thread():
         return
     _stop.clear()
@@ -43,8 +46,14 @@ def listen_for_stops(sweep_dir: Path) -> None:
     def on_stop(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if _stop:
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
+            if signum != signal.SIGINT:  # a later SIGTERM changes nothing
+                return
+            _stop["ctrl_c_again"] = _stop.get("ctrl_c_again", 0) + 1
+            if _stop["ctrl_c_again"] > 1:
+                raise KeyboardInterrupt  # joblib kills its workers on it
+            sys.stderr.write("Ctrl-C again: the sweep's jobs in progress end at once, without their step in progress "
+                             "(a third Ctrl-C kills the workers where they are).\n")  # the workers heard it too
+            sys.stderr.flush()
             return
         _stop.update(signal=name, sweep_dir=sweep_dir)
         try:
@@ -52,7 +61,7 @@ def listen_for_stops(sweep_dir: Path) -> None:
         except OSError as err:  # a full disk: the jobs not started yet run, each stopped by nothing
             print(f"warning: the sweep could not mark itself as stopping ({err.strerror}): the jobs not started yet "
                   f"will run.", file=sys.stderr, flush=True)
-        again = " (Ctrl-C again to end them at once, without their checkpoints)" if signum == signal.SIGINT else ""
+        again = " (Ctrl-C again to end them at once, without their step in progress)" if signum == signal.SIGINT else ""
         sys.stderr.write(f"{said(name)}: the sweep's jobs in progress stop after their step in progress{again}; the "
                          f"jobs not started yet will not run.\n")  # one write: the workers write to this stream too
         sys.stderr.flush()
@@ -106,9 +115,8 @@ def sweep_stop_line(stopped_jobs: list[int]) -> tuple[str, int] | None:
     if stopped_jobs:
         numbers = [str(job) for job in stopped_jobs]
         jobs = " and ".join([", ".join(numbers[:-1]), numbers[-1]] if len(numbers) > 1 else numbers)
-        each = "each resumes" if len(numbers) > 1 else "it resumes"
-        stopped = (f"its job{'s' if len(numbers) > 1 else ''} {jobs} stopped as said above ({each} in its own "
-                   f"directory with the command in its line), and the jobs not started then did not run")
+        stopped = (f"its job{'s' if len(numbers) > 1 else ''} {jobs} stopped, each as its line above says (and how to "
+                   f"resume it), and the jobs not started then did not run")
     else:
         stopped = "the jobs not started then did not run"
     return f"The sweep stopped by {said(name)}: {stopped}; summary.csv in {printable(sweep_dir)} lists the jobs that " \

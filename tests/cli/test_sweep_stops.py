@@ -19,7 +19,8 @@ from lit_rlhf.cli.sweep_stops import (
 from lit_rlhf.cli.sweeps import stopped_sweep_line
 
 
-def test_the_first_stop_marks_the_sweep_as_stopping_and_a_second_ctrl_c_ends_it_at_once(tmp_path, capsys):
+def test_the_first_stop_marks_the_sweep_as_stopping_a_second_ctrl_c_is_the_workers_and_a_third_ends_it(tmp_path,
+                                                                                                         capsys):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     listen_for_stops(tmp_path)
     try:
@@ -27,17 +28,21 @@ def test_the_first_stop_marks_the_sweep_as_stopping_and_a_second_ctrl_c_ends_it_
         assert sweep_stopping(tmp_path) and (tmp_path / STOP_MARKER).read_text() == "SIGINT\n"
         signal.raise_signal(signal.SIGTERM)  # a later SIGTERM changes nothing
         assert (tmp_path / STOP_MARKER).read_text() == "SIGINT\n"
-        with pytest.raises(KeyboardInterrupt):  # joblib ends its workers on it
+        signal.raise_signal(signal.SIGINT)  # returns: the workers heard it too, and abort their steps
+        with pytest.raises(KeyboardInterrupt):  # joblib kills its workers on it
             signal.raise_signal(signal.SIGINT)
     finally:
         stop_listening(tmp_path)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     assert not sweep_stopping(tmp_path)
-    said = capsys.readouterr().err.splitlines()
-    assert said == ["Ctrl-C: the sweep's jobs in progress stop after their step in progress (Ctrl-C again to end them "
-                    "at once, without their checkpoints); the jobs not started yet will not run."]
+    assert capsys.readouterr().err.splitlines() == [
+        "Ctrl-C: the sweep's jobs in progress stop after their step in progress (Ctrl-C again to end them at once, "
+        "without their step in progress); the jobs not started yet will not run.",
+        "Ctrl-C again: the sweep's jobs in progress end at once, without their step in progress (a third Ctrl-C kills "
+        "the workers where they are)."]
     line, code = sweep_stop_line([1, 2])
-    assert code == 130 and line.startswith("The sweep stopped by Ctrl-C: its jobs 1 and 2 stopped as said above")
+    assert code == 130 and line.startswith("The sweep stopped by Ctrl-C: its jobs 1 and 2 stopped, each as its line "
+                                           "above says (and how to resume it), and the jobs not started then did not")
     assert sweep_stop_line([1]) is None  # said once
 
 
@@ -62,7 +67,7 @@ def test_a_sweep_whose_sweeper_raised_after_the_stop_ends_in_the_stops_line_afte
     listen_for_stops(tmp_path)
     signal.raise_signal(signal.SIGINT)
     line, code = stopped_sweep_line()
-    assert code == 130 and line.startswith("The sweep stopped by Ctrl-C: its job 1 stopped as said above (it resumes")
+    assert code == 130 and line.startswith("The sweep stopped by Ctrl-C: its job 1 stopped, each as its line above")
     assert (tmp_path / "summary.csv").read_text().splitlines()[1].startswith("1,interrupted,algo.kl_coef=0.1,")
     assert "Sweep summary (1 runs)" in capsys.readouterr().out
     assert not (tmp_path / STOP_MARKER).exists() and stopped_sweep_line() is None
