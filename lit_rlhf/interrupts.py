@@ -203,6 +203,10 @@ class TrainingAborted(BaseException):
 
     exit_code = EXIT_CODES["SIGINT"]
 
+    def __init__(self, message: str, in_the_stops_checkpoint: bool = False):
+        super().__init__(message)
+        self.in_the_stops_checkpoint = in_the_stops_checkpoint  # the step had ended: its checkpoint was being written
+
 
 class StopCutShort(BaseException):
     """A further Ctrl-C once the first one's stop has written its checkpoint: what is left of the fit (its end hooks,
@@ -251,11 +255,14 @@ def sigterm_heard_early() -> bool:
 
 @contextmanager
 def end_of_run_interrupts(training_finished: Callable[[], bool],
-                          rerun_command: Callable[[], str | None] = lambda: None) -> Iterator[None]:
+                          rerun_command: Callable[[], str | None] = lambda: None,
+                          stopped: Callable[[], bool] = lambda: False) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise EndOfRunInterrupted once training_finished() is true, with
     rerun_command(): how to run the reports again (None when there is no way). Before that SIGINT does what it did
     (CheckpointOnInterrupt replaces this handler during fit), and SIGTERM is noted (sigterm_heard_early; Lightning
-    chains its SIGTERM handler to this one during training)."""
+    chains its SIGTERM handler to this one during training). Once stopped() (a stop ended the fit, its checkpoint
+    written: the fit's end runs no reports, and the stop's line follows at once) they pass: a second Ctrl-C there was
+    said as a stop of the end-of-run reports."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -263,6 +270,8 @@ def end_of_run_interrupts(training_finished: Callable[[], bool],
     _sigterm_heard_early[0] = False
 
     def handler(signum, frame):
+        if stopped():
+            return
         if training_finished():
             raise EndOfRunInterrupted(signal.Signals(signum).name)
         if signum == signal.SIGINT:

@@ -208,8 +208,9 @@ class SignalInSetup(L.Callback):
 
 class SignalAfterTraining(L.Callback):
     """This process signals itself with `signal` (SIGTERM or SIGINT) once the fit's training has ended: `at` "teardown"
-    (the fit's end: its last checkpoint written) or "train end" (as the final checkpoints are written: callbacks'
-    on_train_end, which Lightning runs after the last step's stop check)."""
+    (the fit's end: its last checkpoint written), "train end" (as the final checkpoints are written: callbacks'
+    on_train_end, which Lightning runs after the last step's stop check) or "stop checkpoint" (as the checkpoint of
+    a stop by Ctrl-C is being written)."""
 
     def __init__(self, signal: str = "SIGTERM", at: str = "teardown"):
         self.signal, self.at = signal, at
@@ -223,6 +224,11 @@ class SignalAfterTraining(L.Callback):
 
     def teardown(self, trainer, module, stage):
         if self.at == "teardown" and stage == "fit":
+            self.send()
+
+    def on_save_checkpoint(self, trainer, module, checkpoint):
+        if self.at == "stop checkpoint" and any(getattr(c, "writing_the_stops_checkpoint", False)
+                                                for c in trainer.callbacks):
             self.send()
 
 

@@ -57,6 +57,7 @@ class CheckpointOnInterrupt(Checkpoint):
         self.resume_hint: Callable[[Path], str] = library_resume_hint
         self.stopped_by: str | None = None  # SIGINT or SIGTERM, once it stopped training
         self.requested = False  # Ctrl-C on this rank: stop after this step
+        self.writing_the_stops_checkpoint = False  # after the step a Ctrl-C stopped
         self.sigterm_noted = False  # SIGTERM on this rank of several: stop after this step
         self._trainer: L.Trainer | None = None
         self.training_started = False  # on_train_start passed: Ctrl-C and SIGTERM now write a checkpoint
@@ -92,7 +93,8 @@ class CheckpointOnInterrupt(Checkpoint):
             raise EndOfRunInterrupted("SIGINT")
         if self.requested:  # second Ctrl-C: abort now
             signal.signal(signal.SIGINT, self._previous_handler or signal.default_int_handler)
-            raise TrainingAborted("a second Ctrl-C aborted training in the middle of a step")
+            raise TrainingAborted("a second Ctrl-C aborted training in the middle of a step",
+                                  in_the_stops_checkpoint=self.writing_the_stops_checkpoint)
         self.requested = True
         if not self.training_started:
             rank_zero_info(f"Ctrl-C: stopping before the first {self.step_name} (Ctrl-C again to abort now).")
@@ -146,8 +148,12 @@ class CheckpointOnInterrupt(Checkpoint):
         if sigterm:  # Lightning raises SIGTERMException at the end of this step on every rank; on_exception saves
             trainer._signal_connector.received_sigterm = True  # what Lightning's own handler sets
         elif sigint:
-            self.stopped_by = "SIGINT"
-            self.save(trainer)
+            self.writing_the_stops_checkpoint = True  # a second Ctrl-C now aborts the write, the previous file kept
+            try:
+                self.save(trainer)
+            finally:
+                self.writing_the_stops_checkpoint = False
+            self.stopped_by = "SIGINT"  # written: a further Ctrl-C cuts short what is left of the fit
             self.end_the_epoch_after_this_step(trainer)
 
     def end_the_epoch_after_this_step(self, trainer: L.Trainer) -> None:

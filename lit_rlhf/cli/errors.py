@@ -334,7 +334,9 @@ def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
     if isinstance(err, TrainingInterrupted):
         return str(err), err.exit_code
     if isinstance(err, TrainingAborted):
-        return (f"stopped by a second Ctrl-C before the {step_name} in progress ended: nothing of it was saved; the "
+        ended = ("while the checkpoint of the stop was written: it was not written" if err.in_the_stops_checkpoint else
+                 f"before the {step_name} in progress ended: nothing of it was saved")
+        return (f"stopped by a second Ctrl-C {ended}; the "
                 f"checkpoints written before it stand (resume from checkpoints/last.ckpt, if one was written)."
                 ), err.exit_code
     if isinstance(err, StoppedBeforeTraining):

@@ -123,7 +123,8 @@ def fit_and_save(cfg: DictConfig, save: Callable[[Any, Path], str],
     at an evaluation). Ctrl-C or SIGTERM after training (its last.ckpt written) stops the save and evaluation in one
     line: a model folder it created is removed, never left half-written."""
     module, datamodule, trainer, ckpt_path = set_up_fit_on_pairs(cfg)
-    with end_of_run_interrupts(lambda: module.training_finished, lambda: rerun_command(trainer)):
+    with end_of_run_interrupts(lambda: module.training_finished, lambda: rerun_command(trainer),
+                               stopped=lambda: stopped_by_interrupt(trainer) is not None):
         fit_on_pairs(cfg, module, datamodule, trainer, ckpt_path)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         # the figures below are the final weights'; a fit in spawned ranks (trainer=ddp_spawn) reports the last

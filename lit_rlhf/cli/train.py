@@ -122,7 +122,8 @@ def fit(cfg: DictConfig, module, datamodule, loggers: list[Any]) -> dict[str, fl
                 callback.resume_hint = resume_command
         report_lost_ranks(trainer, lambda: resume_after_failure(trainer, module))
     # weights_only: a checkpoint (a file or a URL) may hold tensors and plain values, never code
-    with end_of_run_interrupts(lambda: module.training_finished, lambda: rerun_command(trainer)):
+    with end_of_run_interrupts(lambda: module.training_finished, lambda: rerun_command(trainer),
+                               stopped=lambda: stopped_by_interrupt(trainer) is not None):
         try:
             with stops_before_training_said(trainer):
                 trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg), weights_only=True)

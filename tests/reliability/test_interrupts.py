@@ -386,6 +386,26 @@ def test_a_second_ctrl_c_after_the_stops_checkpoint_ends_the_run_as_the_first_on
 
 
 @pytest.mark.integration
+def test_a_second_ctrl_c_while_the_stops_checkpoint_is_written_aborts_it_and_says_so(tmp_path):
+    """It was taken for a Ctrl-C after the write ("cut short"): the write was abandoned, and the line still said
+    `resume with: ... ckpt_path=.../interrupted.ckpt`, a file that was not there. Now it is the abort the first
+    Ctrl-C's line offers, said as one: no checkpoint of the stop (nor a partial file), the earlier ones named."""
+    signals = ["+callbacks.stop._target_=tests.helpers.SignalAt", "+callbacks.stop.step=2",
+               "+callbacks.stop.signal=SIGINT", "+callbacks.again._target_=tests.helpers.SignalAfterTraining",
+               "+callbacks.again.signal=SIGINT", "+callbacks.again.at=stop checkpoint"]
+    length = (*[a for a in FAST if not a.startswith("steps=")], "steps=6")
+    result = run_app("train.py", "hydra.run.dir=run", *length, *signals, cwd=tmp_path)
+    assert result.returncode == 130, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line == ("stopped by a second Ctrl-C while the checkpoint of the stop was written: it was not written; "
+                    "the checkpoints written before it stand (resume from checkpoints/last.ckpt, if one was "
+                    "written)."), line
+    assert "Traceback" not in result.stderr
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["error"] == line
+    assert not list((tmp_path / "run").rglob("*.ckpt*"))  # nor a partial file
+
+
+@pytest.mark.integration
 def test_ctrl_c_in_the_apps_first_seconds_is_one_line_and_leaves_no_empty_run_directory(tmp_path):
     """Ctrl-C once the job started (Hydra wrote .hydra/ in the new run directory) and before the set-up listens (the
     seconds of Lightning's imports): a KeyboardInterrupt's traceback, exit -2, and a run directory holding nothing of
