@@ -210,6 +210,16 @@ def test_a_sigterm_heard_in_a_runs_first_moments_is_not_carried_into_the_next_ru
     assert not sigterm_heard_early()
 
 
+def test_a_signal_between_a_stopped_fits_end_and_its_line_passes():
+    """The fit a Ctrl-C stopped had ended (its checkpoint written, training_finished set by the fit's end): a second
+    Ctrl-C before the stop's line was said as a stop of the end-of-run reports, which a stopped run does not run."""
+    with end_of_run_interrupts(training_finished=lambda: True, stopped=lambda: True):
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)
+    with pytest.raises(EndOfRunInterrupted), end_of_run_interrupts(training_finished=lambda: True):
+        signal.raise_signal(signal.SIGINT)
+
+
 def test_a_call_that_runs_the_ranks_collectives_is_abandonable_only_without_other_ranks_in_step():
     agree = Agreement(others_abandoned=[])
     with ranks_in_step(agree), abandonable("the teacher", runs_collectives=True):
