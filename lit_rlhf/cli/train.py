@@ -309,7 +309,8 @@ def run(cfg: DictConfig, task: Callable[[DictConfig], dict[str, float]] = train,
     recorded in its result.json with a one-line error and returns None, so the sweep goes on (Optuna
     marks the trial failed). Ctrl-C or SIGTERM stops a single run and a sweep alike: the run (the sweep's job in
     progress) is recorded as interrupted, with the line that says how to resume it, and the process exits 130 or
-    143 (a sweep's later jobs do not run)."""
+    143 (a sweep's later jobs do not run). A job in a launcher's worker (joblib's) returns instead, and the sweep's
+    process, which heard the stop too, ends the sweep (sweep_stops)."""
     mark_task_started()
     set_up_app_output()
 
