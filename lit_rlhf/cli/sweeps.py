@@ -275,6 +275,7 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         STARTED_SWEEP.clear()  # an earlier app's, run in this process
         STARTED_SWEEP.update(dir=Path(config.hydra.sweep.dir), n_trials=config.hydra.sweeper.get("n_trials"))
+        os.environ[APP_ARGV] = json.dumps(sys.argv)  # inherited by the processes the launcher starts
         if runs_jobs_in_local_workers(config):
             listen_for_stops(Path(config.hydra.sweep.dir))
 
@@ -283,6 +284,23 @@ class SweepSummary(Callback):
         rows = summarize_sweep(Path(config.hydra.sweep.dir))
         STARTED_SWEEP["every_job_failed"] = bool(rows) and all(row["status"] == "failed" for row in rows)
         STARTED_SWEEP["summarized"] = True
+
+
+# the sweep's command line, for its jobs in a launcher's processes: submitit runs its own script there (sys.argv)
+APP_ARGV = "LIT_RLHF_APP_ARGV"
+
+
+def app_argv() -> list[str]:
+    """The command line of the app this run belongs to: this process's, or, for a sweep's job in a launcher's worker,
+    the sweep's (which SweepSummary passes on)."""
+    if in_multirun() and not in_the_sweeps_process():
+        try:
+            argv = json.loads(os.environ.get(APP_ARGV, ""))
+        except ValueError:
+            argv = None
+        if isinstance(argv, list) and argv and all(isinstance(word, str) for word in argv):
+            return argv
+    return sys.argv
 
 
 def in_the_sweeps_process() -> bool:

@@ -34,6 +34,7 @@ from lit_rlhf.cli.run_dirs import discard_unused_run_dir, hide_passwords_in_save
 from lit_rlhf.cli.sweep_stops import JobStopped, stops_pass_between_jobs, sweep_stopping
 from lit_rlhf.cli.sweeps import (
     FinalMetrics,
+    app_argv,
     check_optimized_metric,
     config_objective,
     in_multirun,
@@ -164,10 +165,11 @@ def resume_command(checkpoint: Path) -> str:
         overrides = list(HydraConfig.get().overrides.task)
         run_dir = [override("hydra.run.dir", HydraConfig.get().runtime.output_dir)]
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "overwrite_run_dir")]
-    flags = [flags] if (flags := config_flags(sys.argv[1:])) else []  # --config-name ...: the same config
+    argv = app_argv()
+    flags = [flags] if (flags := config_flags(argv[1:])) else []  # --config-name ...: the same config
     typed = [shlex.join(kept)] if kept else []  # as the user typed them: Hydra read them so
     # Hydra's flags come before the overrides, which its parser takes only in one run
-    words = [shlex.join(["python", sys.argv[0]]), *flags, *typed, *run_dir, override("ckpt_path", checkpoint)]
+    words = [shlex.join(["python", argv[0]]), *flags, *typed, *run_dir, override("ckpt_path", checkpoint)]
     return without_passwords(" ".join(words))
 
 

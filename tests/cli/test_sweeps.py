@@ -3,6 +3,7 @@
 import csv
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,15 +13,17 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from lit_rlhf.cli import sweeps
 from lit_rlhf.cli.resolvers import register_resolvers
 from lit_rlhf.cli.sweeps import (
+    APP_ARGV,
     BASIC_SWEEPER,
     check_search_objective,
     config_objective,
     kl_budget_objective,
     sweep_group,
 )
-from lit_rlhf.cli.train import finish_wandb_run, instantiate_group
+from lit_rlhf.cli.train import finish_wandb_run, instantiate_group, resume_command
 from lit_rlhf.errors import ConfigError
 from tests.apps import ROOT, run_app, run_process
 
@@ -181,6 +184,7 @@ def trial_of(sweeper: str, optimized_metric, tmp_path, monkeypatch):
     register_resolvers()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose("train", overrides=[f"paths.output_dir={tmp_path}"], return_hydra_config=True)
+    cfg.hydra.runtime.output_dir = str(tmp_path)
     cfg.hydra.mode = RunMode.MULTIRUN
     cfg.hydra.sweeper = {"_target_": sweeper}
     cfg.optimized_metric = optimized_metric
@@ -190,6 +194,18 @@ def trial_of(sweeper: str, optimized_metric, tmp_path, monkeypatch):
 
 
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+
+
+def test_a_job_in_a_launchers_process_names_the_sweeps_app_in_its_resume_command(tmp_path, monkeypatch):
+    """submitit runs a sweep's job under its own script (sys.argv[0] = .../submitit/core/_submit.py): the job's resume
+    line named that script. It names the sweep's command line, which the sweep's process passes on."""
+    trial_of(BASIC_SWEEPER, None, tmp_path, monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["/site/submitit/core/_submit.py", "/sweep/.submitit/12749"])
+    monkeypatch.setenv(APP_ARGV, json.dumps(["/repo/train.py", "--config-name", "train", "-m", "algo.kl_coef=1,2"]))
+    monkeypatch.setattr(sweeps, "STARTED_SWEEP", {})  # a worker: the multirun started in another process
+    assert resume_command(Path("/r/last.ckpt")).startswith("python /repo/train.py --config-name train paths.")
+    monkeypatch.setattr(sweeps, "STARTED_SWEEP", {"dir": tmp_path})  # the sweep's own process: its own command line
+    assert resume_command(Path("/r/last.ckpt")).startswith("python /site/submitit/core/_submit.py paths.")
 
 
 @pytest.mark.parametrize("optimized_metric, typed", [(None, "null"), ("", "''")])
