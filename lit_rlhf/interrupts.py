@@ -25,9 +25,9 @@ from contextlib import contextmanager
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlhf.errors import said
+from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, said
 
-EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+EXIT_CODES = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
 
 
 class EndOfRunInterrupted(BaseException):

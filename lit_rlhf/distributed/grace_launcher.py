@@ -19,7 +19,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import (
     _SubprocessScriptLauncher as SubprocessScriptLauncher,
 )
 
-from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USER_ERROR
+from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USER_ERROR, said
 from lit_rlhf.terminal import printable
 
 
@@ -65,7 +65,7 @@ class LostRankObserver(_ChildProcessObserver):
         stops = {STOPPED_BY.get(code) for _, code in lost}
         if len(stops) == 1 and None not in stops:  # a Ctrl-C or SIGTERM to every process, which the lost ranks heard
             signal_name = stops.pop()  # while this one waited on them inside a call that does not hear it
-            line = (f"stopped by {'Ctrl-C' if signal_name == 'SIGINT' else signal_name}: {named} ended on it while "
+            line = (f"stopped by {said(signal_name)}: {named} ended on it while "
                     f"rank {self.rank} waited on {'it' if len(lost) == 1 else 'them'}, and rank {self.rank} stops too. "
                     f"{resume}")
             code = EXIT_SIGINT if signal_name == "SIGINT" else EXIT_SIGTERM
