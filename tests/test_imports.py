@@ -69,7 +69,7 @@ def test_a_bad_setting_value_answers_before_lightning_is_imported(tmp_path):
             (["trainer=fsdp2", "algo=grpo", "model.lora=null", "algo.sync_ref_model=true"],
              "error: algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp")):
         assert_refused_before_imports("train.py", args, line, ("torch", "lightning", "transformers"), tmp_path)
-    assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
+    assert not (tmp_path / "logs").exists()  # nor logs/train/runs/, created for them
 
 
 def assert_refused_before_imports(script: str, args: list[str], line: str, heavy: tuple[str, ...], cwd) -> None:
@@ -106,4 +106,4 @@ def test_evaluate_and_the_scripts_that_fit_on_a_file_check_their_settings_before
             ("train_dpo.py", ["trainer=fsdp2", "algo.sync_ref_model=true"],
              "error: algo.sync_ref_model=true is not supported with trainer=fsdp2; use trainer=ddp")):
         assert_refused_before_imports(script, args, line, ("torch", "lightning", "transformers"), tmp_path)
-    assert not [run for task in (tmp_path / "logs").iterdir() for run in (task / "runs").iterdir()]
+    assert not (tmp_path / "logs").exists()

@@ -146,7 +146,9 @@ def callbacks_and_loggers(cfg: DictConfig):
 
 def check_output_folders(cfg: DictConfig) -> None:
     """A callback's dirpath or a logger's save_dir typed empty (an unset shell variable) is the working directory: the
-    checkpoints, samples.jsonl and curves.png went there, over another run's files there."""
+    checkpoints, samples.jsonl and curves.png went there, over another run's files there. One outside the run
+    directory that holds files already is another run's (run_dirs.check_folder_of_no_other_run)."""
+    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
     from lit_rlhf.config.validation import check_not_empty
 
     for group, name, value in callbacks_and_loggers(cfg):
@@ -154,6 +156,8 @@ def check_output_folders(cfg: DictConfig) -> None:
         for key in ("dirpath", "save_dir"):
             check_not_empty(f"{group}.{name}.{key}", typed.get(key), f"give a directory, or leave {group}.{name}.{key} "
                             f"out (in the run directory)")
+            if key in typed:
+                check_folder_of_no_other_run(cfg, f"{group}.{name}", key)
 
 
 MAX_SEED = 2**32 - 1  # numpy's, which Lightning's seed_everything seeds too

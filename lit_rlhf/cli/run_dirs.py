@@ -36,6 +36,8 @@ from lit_rlhf.terminal import printable
 
 # True while an app only prints its config (--cfg, --info): nothing runs, so nothing is created
 _printing_config: list[bool] = [False]
+# the folders above the new run directory that new_run_dir created (logs/train/runs/, ...), deepest first
+_created_parents: list[Path] = []
 
 
 @contextlib.contextmanager
@@ -53,6 +55,7 @@ def new_run_dir(base: str) -> str:
     """Creates and returns a directory that did not exist: base, else base_1, base_2, ... (while the config is only
     printed, run_dirs_named_not_created, returns the first that does not exist and creates nothing)."""
     if not _printing_config[0]:
+        _created_parents[:] = [parent for parent in Path(os.path.abspath(base)).parents if not parent.exists()]
         Path(base).parent.mkdir(parents=True, exist_ok=True)
     for n in range(10_000):
         candidate = base if n == 0 else f"{base}_{n}"
@@ -263,7 +266,21 @@ def discard_unused_run_dir(cfg: DictConfig) -> None:
     except Exception:  # no Hydra run (library use) or an unresolved path: nothing to clean
         return
     if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove_unused_run_dir(run_dir)
+
+
+def remove_unused_run_dir(run_dir: Path) -> None:
+    """Removes a run directory that holds nothing of a run, and the folders above it that new_run_dir created and that
+    are empty then: a refused first run left an empty logs/train/runs/ behind, a folder kept for runs."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    above = Path(os.path.abspath(run_dir)).parents
+    for parent in _created_parents:
+        try:
+            if parent not in above:  # created for another run directory (an app run before in this process)
+                break
+            parent.rmdir()  # only an empty one: another run started since keeps it
+        except OSError:
+            break
 
 
 def ctrl_c_outside_the_stages_line() -> str:
@@ -276,7 +293,7 @@ def ctrl_c_outside_the_stages_line() -> str:
     (run_dir / STOP_MARKER).unlink(missing_ok=True)  # a sweep's, once a third Ctrl-C ended it
     if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
         what = "sweep" if (run_dir / "multirun.yaml").exists() else "run"
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove_unused_run_dir(run_dir)
         return (f"stopped by Ctrl-C as the {what} started: nothing was trained or written; run the same command again "
                 f"to start it.")
     return f"stopped by Ctrl-C; what was written until then is in {printable(run_dir)}."
@@ -306,6 +323,40 @@ def hide_passwords_in_saved_configs() -> None:
         masked = without_passwords(text)
         if masked != text:
             path.write_text(masked)
+
+
+def check_folder_of_no_other_run(cfg: DictConfig, node_key: str, key: str) -> None:
+    """A callback's dirpath, or a logger's folder (save_dir/name/version), outside the run directory must be new or
+    empty: another run's files there were written over (last.ckpt, curves.png) or added to (metrics.csv,
+    samples.jsonl), silently, and its resume command then resumed this run. A resume (ckpt_path) writes on into the
+    folders of the run it resumes, and a logger whose version is null into a new version_N folder."""
+    from lit_rlhf.errors import ConfigError
+
+    value = OmegaConf.select(cfg, f"{node_key}.{key}", throw_on_resolution_failure=False)
+    run_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
+    if cfg.get("ckpt_path") is not None or is_launched_rank() or not isinstance(value, str) or run_dir is None:
+        return
+    folder, version_hint = Path(value), ""
+    if key == "save_dir":  # Lightning's loggers write into save_dir/name/version ("": none; an int: version_<int>)
+        node = OmegaConf.select(cfg, node_key)
+        if "version" not in node or node.version is None:
+            return
+        name, version = node.get("name"), node.version
+        folder = folder / (name or "") / (f"version_{version}" if isinstance(version, int) else str(version))
+        version_hint = f", {node_key}.version=null (a new version_N folder for each run)"
+    where, here = folder.resolve(), Path(str(run_dir)).resolve()
+    if where == here or here in where.parents or not folder.is_dir() or not (held := sorted(os.listdir(folder))):
+        return
+    from hydra.core.hydra_config import HydraConfig
+
+    more = f" and {len(held) - 1} more" if len(held) > 1 else ""
+    named = f"{node_key}.{key}={value!r}" + ("" if folder == Path(value) else f": {folder}")
+    swept = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    each_job = f" (in a sweep, a folder for each job: '{node_key}.{key}={value}/${{hydra:job.num}}')" if swept else ""
+    raise ConfigError(f"{named} is outside the run directory and holds files already "
+                      f"({held[0]!r}{more}), which this run would write over or add to; give a new or empty "
+                      f"directory{each_job}, leave {node_key}.{key} out (the run directory){version_hint}, or resume "
+                      f"the run that wrote them (ckpt_path=<its checkpoint>).")
 
 
 def check_save_dir(cfg: DictConfig) -> None:

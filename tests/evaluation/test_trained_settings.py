@@ -161,7 +161,7 @@ def test_a_checkpoint_does_not_choose_where_texts_and_secrets_are_sent(group, re
         line = one_line_error(run_app("evaluate.py", "ckpt_path=crafted.ckpt", cwd=tmp_path, env=env))
         assert line.startswith(f"error: the checkpoint's {group} sends completions to '{server.url}"), line
         assert "with the value of $USERS_SECRET as its token" in line and "trust_checkpoint_io=true" in line
-        assert server.requests == [] and not list((tmp_path / "logs" / "evaluate" / "runs").iterdir())
+        assert server.requests == [] and not (tmp_path / "logs" / "evaluate").exists()
 
         trusted = run_app("evaluate.py", "ckpt_path=crafted.ckpt", "trust_checkpoint_io=true", "samples_per_prompt=1",
                           "num_bootstraps=50", "algo.response_length=3", cwd=tmp_path, env=env)

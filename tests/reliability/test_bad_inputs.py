@@ -566,7 +566,7 @@ def test_a_mistyped_path_is_refused_before_the_model_loads_and_leaves_no_run_dir
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse_loading)
     result = run_app(script, *args, cwd=tmp_path)
     assert one_line_error(result) == expected
-    assert not list((tmp_path / "logs" / script.removesuffix(".py") / "runs").iterdir())
+    assert not (tmp_path / "logs").exists()
 
 
 @pytest.mark.integration

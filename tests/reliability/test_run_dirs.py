@@ -252,7 +252,7 @@ def test_a_run_that_fails_its_checks_leaves_no_run_directory_but_never_removes_a
 
     result = run_app("train.py", *FAST, "algo.kl_coef=-1", cwd=tmp_path)
     assert one_line_error(result) == "error: algo.kl_coef=-1.0 must be >= 0."
-    assert not list((tmp_path / "logs" / "train" / "runs").iterdir())
+    assert not (tmp_path / "logs").exists()  # nor the folders created for it (logs/train/runs/)
     run_dir = tmp_path / "run"
     assert run_app("train.py", *FAST, f"hydra.run.dir={run_dir}", cwd=tmp_path).returncode == 0
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
@@ -293,3 +293,89 @@ def test_rank_zero_of_a_multi_process_launch_accepts_the_start_files_its_other_r
         claim(cfg)
     captured = capsys.readouterr().err.splitlines()
     assert len(captured) == 2 and all("already holds another run's files" in line for line in captured)
+
+
+@pytest.mark.integration
+def test_a_checkpoint_or_log_folder_holding_another_runs_files_is_refused_and_theirs_stay(tmp_path):
+    """callbacks.model_checkpoint.dirpath=<another run's checkpoints> replaced its last.ckpt, whose resume command
+    then resumed this run; logger.csv.save_dir=<another run> added this run's rows to its metrics.csv."""
+    first = run_app("train.py", "hydra.run.dir=first", *FAST, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    kept = {path: path.read_bytes() for path in (tmp_path / "first").rglob("*") if path.is_file()}
+    for setting, folder, held in (("callbacks.model_checkpoint.dirpath=first/checkpoints", "", "'last.ckpt'"),
+                                  ("logger.csv.save_dir=first", ": first/csv", "'hparams.yaml' and 1 more")):
+        refused = run_app("train.py", *FAST, setting, cwd=tmp_path)
+        key, value = setting.split("=")
+        assert one_line_error(refused).startswith(
+            f"error: {key}={value!r}{folder} is outside the run directory and holds files already ({held}), which "
+            f"this run would write over or add to; give a new or empty directory, leave {key} out"), refused.stderr
+        assert not (tmp_path / "logs").exists()  # the refused run's directory is removed
+    assert {path: path.read_bytes() for path in (tmp_path / "first").rglob("*") if path.is_file()} == kept
+
+
+def folder_settings(tmp_path, node: str, **settings):
+    """A composed config's run directory, ckpt_path and one callback's or logger's settings."""
+    from omegaconf import OmegaConf
+
+    group, name = node.split(".")
+    return OmegaConf.create({"paths": {"output_dir": str(tmp_path / "run")}, "ckpt_path": None,
+                             group: {name: {"_target_": "x.Y", **settings}}})
+
+
+def test_an_output_folder_outside_the_run_is_refused_only_where_it_holds_files_and_the_run_is_no_resume(tmp_path):
+    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
+    from lit_rlhf.errors import ConfigError
+
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(b"this run's own")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "last.ckpt").write_bytes(b"another run's")
+    for allowed in ("run/checkpoints", "run", "new", "empty"):  # its own folders, a new one, an empty one
+        check_folder_of_no_other_run(folder_settings(tmp_path, "callbacks.c", dirpath=str(tmp_path / allowed)),
+                                     "callbacks.c", "dirpath")
+    settings = folder_settings(tmp_path, "callbacks.c", dirpath=str(tmp_path / "other"))
+    with pytest.raises(ConfigError, match=re.escape(f"callbacks.c.dirpath='{tmp_path / 'other'}' is outside the run "
+                                                    f"directory and holds files already ('last.ckpt'), ")):
+        check_folder_of_no_other_run(settings, "callbacks.c", "dirpath")
+    settings.ckpt_path = str(tmp_path / "other" / "last.ckpt")  # a resume writes on into the folders it wrote
+    check_folder_of_no_other_run(settings, "callbacks.c", "dirpath")
+
+
+@pytest.mark.parametrize("version, written", [("", "logs"), (3, "logs/version_3"), ("mine", "logs/mine"), (None, None)])
+def test_a_loggers_folder_is_its_save_dir_name_and_version_and_a_null_version_is_always_new(version, written, tmp_path):
+    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
+    from lit_rlhf.errors import ConfigError
+
+    for folder in ("logs", "logs/version_3", "logs/mine"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "metrics.csv").write_text("step\n0\n")
+    settings = folder_settings(tmp_path, "logger.csv", save_dir=str(tmp_path), name="logs", version=version)
+    if written is None:  # Lightning's next version_N: a new folder
+        check_folder_of_no_other_run(settings, "logger.csv", "save_dir")
+        return
+    with pytest.raises(ConfigError) as refused:
+        check_folder_of_no_other_run(settings, "logger.csv", "save_dir")
+    assert str(refused.value).startswith(f"logger.csv.save_dir='{tmp_path}': {tmp_path / written} is outside the run "
+                                         f"directory and holds files already ('metrics.csv'"), str(refused.value)
+    assert "logger.csv.version=null (a new version_N folder for each run)" in str(refused.value)
+
+
+def test_in_a_sweep_the_line_shows_a_folder_for_each_job(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
+    from lit_rlhf.errors import ConfigError
+
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "last.ckpt").write_bytes(b"job 0's")
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: SimpleNamespace(mode=RunMode.MULTIRUN)))
+    settings = folder_settings(tmp_path, "callbacks.c", dirpath=str(tmp_path / "ck"))
+    with pytest.raises(ConfigError) as refused:
+        check_folder_of_no_other_run(settings, "callbacks.c", "dirpath")
+    assert f"(in a sweep, a folder for each job: 'callbacks.c.dirpath={tmp_path / 'ck'}/${{hydra:job.num}}')" in \
+        str(refused.value)
