@@ -215,7 +215,8 @@ def check_fitting_on_a_file(cfg: DictConfig) -> None:
                           f"{app_name(cfg)}.py samples none; remove it.")
     dataset = OmegaConf.select(cfg, "data.dataset", default=None, throw_on_resolution_failure=False)
     if isinstance(dataset, str):
-        check_dataset_file(dataset)
+        check_dataset_file(dataset, OmegaConf.select(cfg, "data.split", default="train"),
+                           OmegaConf.select(cfg, "data.subset", default=None))
     check_settings(ModelConfig, cfg.get("model"), "model", cfg)
     check_model_locations(cfg)
     check_save_dir(cfg)

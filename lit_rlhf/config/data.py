@@ -29,22 +29,37 @@ def named(dataset: object, tokenizer: object) -> tuple[str | None, str]:
     return (None if dataset is None else os.fspath(dataset)), os.fspath(tokenizer)
 
 
-def check_dataset_file(dataset: str) -> None:
+def check_dataset_file(dataset: str, split: object = "train", subset: object = None) -> None:
     """A data.dataset with a data file's suffix names a local file, and one that no hub dataset can be named (absolute,
     starting with `.` or `~`, or with more than one `/`) a local file or folder; either must exist: checked with the
-    settings, before the imports (the apps), and again where the file is read (prompts, completions or pairs)."""
+    settings, before the imports (the apps), and again where the file is read (prompts, completions or pairs). A file
+    is read whole, so data.split and data.subset may not pick a part of it (check_read_whole)."""
     check_not_empty("data.dataset", dataset, "give a .jsonl, .json, .csv or .parquet file, a dataset folder or a Hub "
                                              "dataset name")
     path = Path(dataset)
     if path.suffix.lower() in FILE_BUILDERS and not path.is_file() and not path.is_dir():
         raise ConfigError(f"data.dataset={dataset!r}: no such file (a relative path is read from the directory the "
                           f"script is started in); give an existing .jsonl, .json, .csv or .parquet file.")
+    if path.suffix.lower() in FILE_BUILDERS and path.is_file():
+        check_read_whole(dataset, "one file", split, subset)
     remote = "://" in dataset or dataset.startswith("buckets/")  # what `datasets` reads from elsewhere
     if (dataset.startswith(("/", ".", "~")) or dataset.count("/") > 1) and not remote and not path.exists():
         why = {"/": "", "~": " (~ is not expanded: give the full path)"}.get(
             dataset[0], " (a relative path is read from the directory the script is started in)")
         raise ConfigError(f"data.dataset={dataset!r}: no such file or folder{why}; give an existing file or dataset "
                           f"folder.")
+
+
+def check_read_whole(dataset: str, what: str, split: object, subset: object) -> None:
+    """A file or a bundled set has one split, read whole: data.split=test (or a subset) on it was ignored, silently,
+    and the run trained or evaluated on every row."""
+    if split != "train":
+        raise ConfigError(f"data.split={split!r} picks a split of a hub dataset or a dataset folder, and "
+                          f"data.dataset={dataset!r} is {what}, read whole; leave data.split out (train), or give a "
+                          f"folder of a file per split (train.jsonl, test.jsonl, ...).")
+    if subset is not None:
+        raise ConfigError(f"data.subset={subset!r} names a configuration of a hub dataset or a dataset folder, and "
+                          f"data.dataset={dataset!r} is {what}, read whole; set data.subset=null.")
 
 
 def check_pair_lengths(counts: dict[str, tuple[object, int]], max_length: object, max_prompt_length: object,
@@ -71,7 +86,7 @@ class DataConfig:
     prompt_column: str = setting("prompt", "the column holding the prompts: text, or chat messages (TRL's "
                                            "conversational format, [{role, content}, ...]) that the tokenizer's chat "
                                            "template renders with its generation prompt")
-    split: str = setting("train", "for hub datasets and dataset folders")
+    split: str = setting("train", "for hub datasets and dataset folders (a file, or a bundled set, is read whole)")
     subset: Optional[str] = setting(None, "hub dataset configuration name")
     batch_size: int = setting(8, "prompts per RL step over all ranks (B x world size); N = batch_size x K")
     max_prompt_length: int = setting(64, "longer prompts lose their beginning (counted, warned once)")
@@ -95,4 +110,4 @@ class DataConfig:
             raise ConfigError("data.tokenizer is required: the policy's tokenizer (hub name or directory).")
         self.dataset, self.tokenizer = named(self.dataset, self.tokenizer)
         if self.dataset is not None:
-            check_dataset_file(self.dataset)
+            check_dataset_file(self.dataset, self.split, self.subset)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from lit_rlhf.config.data import check_dataset_file
+from lit_rlhf.config.data import check_dataset_file, check_read_whole
 from lit_rlhf.data.sources import (
     BUNDLED,
     FILE_BUILDERS,
@@ -73,6 +73,7 @@ def read_rows(dataset: str, prompt_column: str | None, split: str, subset: str |
     hub dataset must have `prompt_column` (None: the caller checks the columns of each row)."""
     path = Path(dataset)
     if dataset in BUNDLED_PAIRS:
+        check_read_whole(dataset, "a bundled set", split, subset)
         return read_jsonl(BUNDLED_PAIRS[dataset], dataset)
     if dataset in BUNDLED:
         raise ConfigError(f"data.dataset={dataset!r} is a bundled prompt set, not {what}; give a file of {what}, "
@@ -83,7 +84,7 @@ def read_rows(dataset: str, prompt_column: str | None, split: str, subset: str |
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'suffix-less'} files are not read; give a "
                           f".jsonl, .json, .csv or .parquet file of {what}.")
     if path.suffix.lower() in FILE_BUILDERS:
-        check_dataset_file(dataset)
+        check_dataset_file(dataset, split, subset)
         if path.suffix.lower() == ".jsonl":
             return read_jsonl(path, dataset)
         return load_file(path, dataset, prompt_column)

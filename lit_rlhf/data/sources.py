@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lit_rlhf.config.data import FILE_BUILDERS, check_dataset_file
+from lit_rlhf.config.data import FILE_BUILDERS, check_dataset_file, check_read_whole
 from lit_rlhf.errors import ConfigError, UnavailableError
 from lit_rlhf.hub import hub_endpoint, hub_offline, hub_reachable
 from lit_rlhf.terminal import clipped_first_line
@@ -217,11 +217,12 @@ def load_prompt_rows(dataset: str | None, prompt_column: str = "prompt", split: 
         raise ConfigError(f"data.dataset is not set; give {FORMATS} (e.g. data=files data.dataset=prompts.jsonl).")
     path = Path(dataset)
     if dataset in BUNDLED:
+        check_read_whole(dataset, "a bundled prompt set", split, subset)
         rows = column_of(read_jsonl(BUNDLED[dataset], dataset), prompt_column, dataset)
     elif path.is_dir():
         rows = load_directory(path, dataset, prompt_column, split, subset)
     elif path.suffix.lower() in FILE_BUILDERS:
-        check_dataset_file(dataset)
+        check_dataset_file(dataset, split, subset)
         rows = load_file(path, dataset, prompt_column)
     elif path.exists() or path.suffix.lower() in UNSUPPORTED_SUFFIXES:
         raise ConfigError(f"data.dataset={dataset!r}: {path.suffix or 'this'} files are not read; give {FORMATS}.")

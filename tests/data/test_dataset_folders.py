@@ -1,6 +1,8 @@
 """data.dataset as a local folder: one `datasets` saved (save_to_disk), or a hub dataset's files downloaded into a
 folder; and a path no hub dataset can have, refused before anything loads when it does not exist."""
 
+import json
+
 import pytest
 
 from lit_rlhf.checkpoints.run_identity import dataset_identity
@@ -132,3 +134,29 @@ def test_offline_a_hub_dataset_in_the_hub_cache_is_read_from_there(tmp_path, mon
     with pytest.raises(UnavailableError, match=r"^dataset 'someone/other' \(split 'train'\) is not available here "
                                                r"\(ConnectionError\). Download it with internet"):
         load_prompt_texts("someone/other")
+
+
+def test_a_split_or_subset_of_a_file_or_a_bundled_set_is_refused_and_a_folder_gives_its_splits(tmp_path):
+    """A file (a bundled set) has one split, read whole: data.split=test on it trained or evaluated on every row."""
+    from lit_rlhf.config.data import DataConfig
+
+    (tmp_path / "splits").mkdir()
+    for split, count in (("train", 3), ("test", 2)):
+        (tmp_path / "splits" / f"{split}.jsonl").write_text("".join(
+            json.dumps({"prompt": f"{split} prompt {i}"}) + "\n" for i in range(count)))
+    assert load_prompt_texts(str(tmp_path / "splits"), split="test") == ["test prompt 0", "test prompt 1"]
+    one_file = str(tmp_path / "splits" / "train.jsonl")
+    assert len(load_prompt_texts(one_file)) == 3
+    for read in (lambda: DataConfig(tokenizer=TINY_PYTHIA, dataset=one_file, split="test"),
+                 lambda: load_prompt_texts(one_file, split="test")):
+        with pytest.raises(ConfigError) as refused:
+            read()
+        assert str(refused.value) == (f"data.split='test' picks a split of a hub dataset or a dataset folder, and "
+                                      f"data.dataset={one_file!r} is one file, read whole; leave data.split out "
+                                      f"(train), or give a folder of a file per split (train.jsonl, test.jsonl, ...).")
+    with pytest.raises(ConfigError, match=r"^data.subset='main' names a configuration of a hub dataset or a dataset "
+                                          r"folder, and data.dataset='sentiment' is a bundled prompt set, read whole; "
+                                          r"set data.subset=null.$"):
+        load_prompt_texts("sentiment", subset="main")
+    with pytest.raises(ConfigError, match="data.dataset='sentiment_pairs' is a bundled set, read whole"):
+        load_preference_pairs("sentiment_pairs", load_tokenizer(TINY_PYTHIA), split="test")

@@ -215,6 +215,9 @@ CASES = [
      "env.max_concurrency=0 must be a whole number >= 1"),
     ("malformed JSONL line", ["data=files", "data.dataset=bad_line.jsonl"], "data.dataset='bad_line.jsonl', line 2"),
     ("empty prompt file", ["data=files", "data.dataset=empty.jsonl"], "data.dataset='empty.jsonl' holds no rows"),
+    ("a split of one prompt file", ["data=files", "data.dataset=prompts_column.jsonl", "data.split=test"],
+     "data.split='test' picks a split of a hub dataset or a dataset folder, and data.dataset='prompts_column.jsonl' is "
+     "one file, read whole; leave data.split out (train), or give a folder of a file per split"),
     ("non-UTF-8 prompt file", ["data=files", "data.dataset=not_utf8.jsonl"], "data.dataset='not_utf8.jsonl' is not"),
     ("a folder without data files as dataset", ["data=files", "data.dataset=a_dir"],
      "data.dataset='a_dir' cannot be read as a dataset folder (EmptyDatasetError"),
