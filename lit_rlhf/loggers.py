@@ -12,7 +12,9 @@ a W&B server that cannot be reached, or refuses the API key, is one line (Unavai
 from __future__ import annotations
 
 import csv
+import io
 import os
+import warnings
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
@@ -60,19 +62,24 @@ def rewrite(fs, path: str, fieldnames: list[str], rows: list[dict[str, str]]) ->
 def previous_rows(fs, path: str) -> tuple[list[dict[str, str]], list[str]]:
     """The rows and columns of the metrics.csv a resumed run appends to. One that this logger cannot read (not UTF-8
     text, not CSV, a row without a whole-number step) is one line when the logger starts, before the fit, with the
-    file left as it is."""
+    file left as it is; a last row without its line end, which a kill or a full disk cut short, is dropped."""
     fix = "move it aside (the resumed run then starts a new one) or mend it, and resume again"
     rows = []
     try:
         with fs.open(path, "r", newline="", encoding="utf-8") as file:
-            reader = csv.DictReader(file)
-            for row in reader:
-                step = row.get("step")
-                if not (isinstance(step, str) and step.isdecimal()):
-                    found = "no step" if step is None else f"step={printable(step)!r}, not a whole number"
-                    raise ConfigError(f"{printable(path)}, line {reader.line_num}: {found} (the resumed run's rows "
-                                      f"are placed by their step); {fix}.")
-                rows.append(row)
+            text = file.read()
+        if text and not text.endswith("\n"):  # a row cut short: the earlier run was killed, or its disk full, mid-row
+            warnings.warn(f"{printable(path)}: its last row was cut short (the earlier run ended while writing it) "
+                          f"and is dropped; the resumed run logs the steps after its checkpoint's.", stacklevel=2)
+            text = text[:text.rfind("\n") + 1]
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        for row in reader:
+            step = row.get("step")
+            if not (isinstance(step, str) and step.isdecimal()):
+                found = "no step" if step is None else f"step={printable(step)!r}, not a whole number"
+                raise ConfigError(f"{printable(path)}, line {reader.line_num}: {found} (the resumed run's rows are "
+                                  f"placed by their step); {fix}.")
+            rows.append(row)
     except (UnicodeDecodeError, csv.Error) as err:
         raise ConfigError(f"{printable(path)} cannot be read as the run's CSV metrics ({printable(clipped(err))}); "
                           f"{fix}.") from err

@@ -10,20 +10,21 @@ TRAIN, EVAL = "loss", "eval/scores"  # a metric of an RL step's row; of a held-o
 START = "start"  # the starting policy's evaluation: EVAL at step 0, logged beside Lightning (no epoch)
 
 
-def resumed_rows(tmp_path, previous: list[tuple[int, str]], logged: list[tuple[int, str]]) -> list[tuple]:
+def resumed_rows(tmp_path, previous: list[tuple[int, str]] | None, logged: list[tuple[int, str]]) -> list[tuple]:
     """(step, "train", "eval" or "start", run) of each row of metrics.csv after a run that wrote `previous` (step,
-    metric) is resumed in the same directory and logs `logged`; the metric's value says which run wrote the row (0:
-    the first, 1: the resumed one)."""
+    metric; None: the metrics.csv already there) is resumed in the same directory and logs `logged`; the metric's
+    value says which run wrote the row (0: the first, 1: the resumed one)."""
     def row(metric, value):
         return {EVAL: value} if metric == START else {metric: value, "epoch": 0}
 
     def kind(row):
         return "train" if row[TRAIN] else "eval" if row["epoch"] else "start"
 
-    with open(tmp_path / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["epoch", EVAL, TRAIN, "step"])
-        writer.writeheader()
-        writer.writerows({**row(metric, 0), "step": step} for step, metric in previous)
+    if previous is not None:
+        with open(tmp_path / "metrics.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["epoch", EVAL, TRAIN, "step"])
+            writer.writeheader()
+            writer.writerows({**row(metric, 0), "step": step} for step, metric in previous)
     logger = ResumingCSVLogger(str(tmp_path), name="", version="")
     for step, metric in logged:
         logger.log_metrics(row(metric, 1), step=step)  # Lightning saves after each row it logs
@@ -173,3 +174,16 @@ def test_a_rewrite_that_fails_midway_leaves_the_rows_already_written(tmp_path, m
         logger.save()
     assert raised.value.filename == str(tmp_path / "metrics.csv")  # the run's line names it: "no space left writing"
     assert (tmp_path / "metrics.csv").read_text() == before
+
+
+def test_a_last_row_cut_short_is_dropped_with_a_warning_and_the_resumed_rows_follow_the_whole_ones(tmp_path):
+    """A kill or a full disk in the middle of a row left a metrics.csv whose last line has no end; the resume was
+    refused ("line 4: no step ... mend it") until the file was mended by hand."""
+    resumed_rows(tmp_path, [(0, START), (0, TRAIN), (1, TRAIN)], [])
+    with open(tmp_path / "metrics.csv", "ab") as f:
+        f.write(b"0,,1.5")  # step 2's row, cut before its step column and line end
+    with pytest.warns(UserWarning, match=r"metrics\.csv: its last row was cut short \(the earlier run ended while "
+                                         r"writing it\) and is dropped"):
+        rows = resumed_rows(tmp_path, None, [(2, TRAIN)])
+    assert rows == [(0, "start", 0), (0, "train", 0), (1, "train", 0), (2, "train", 1)]
+
