@@ -62,10 +62,10 @@ class GenerationSamples(L.Callback):
 
     def on_fit_start(self, trainer: L.Trainer, module) -> None:
         # a SIGTERM during the set-up: the run stops before training; a resumed run wrote its start samples already
+        if trainer.is_global_zero:  # a resumed run's file: the rows it draws again go, and a row cut short
+            drop_rows_after(self.path(trainer), module.rl_step)
         if module.rl_step == 0 and not stop_requested(trainer):
             self.generate(trainer, module, "start")
-        elif trainer.is_global_zero:
-            drop_rows_after(self.path(trainer), module.rl_step)
 
     def on_train_batch_end(self, trainer: L.Trainer, module, *args) -> None:
         every = self.interval(trainer, module)
@@ -132,12 +132,13 @@ class GenerationSamples(L.Callback):
 
 def drop_rows_after(path: Path, rl_step: int) -> None:
     """Drops from samples.jsonl the rows after RL step `rl_step`, which a run resumed from a checkpoint of that step
-    draws again (an earlier checkpoint than the run's last samples: a crash, or ckpt_path naming an older one). A
-    line that is not one of this callback's rows stays, as does the order."""
+    draws again (an earlier checkpoint than the run's last samples: a crash, or ckpt_path naming an older one), and a
+    last line without its line end, which a kill or a full disk cut short (the next row was appended to it, and lost
+    with it). A line that is not one of this callback's rows stays, as does the order."""
     if not path.is_file():
         return
     lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
-    kept = [line for line in lines if not row_step(line) > rl_step]
+    kept = [line for line in lines if not row_step(line) > rl_step and line.endswith(("\n", "\r"))]
     if len(kept) < len(lines):
         partial = path.with_name(f".{path.name}.partial")  # renamed over it whole: a kill never leaves half the file
         with writing(path):

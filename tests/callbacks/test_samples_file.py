@@ -36,3 +36,15 @@ def test_only_rank_zero_rewrites_the_file(tmp_path):
     earlier = [row("start", 0), row("train", 1), row("train", 2)]
     assert resume(tmp_path, earlier, rl_step=1, rank_zero=False) == earlier
     assert resume(tmp_path, earlier, rl_step=1) == earlier[:2]
+
+
+def test_a_row_cut_short_is_dropped_so_that_the_resumed_runs_rows_stay_whole(tmp_path):
+    """A kill or a full disk in the middle of a row: the resumed run appended its next row to the unended line, and
+    both were one unreadable line."""
+    earlier = [row("start", 0), row("train", 1), row("train", 2)[:30]]
+    assert resume(tmp_path, earlier, rl_step=2) == earlier[:2]
+    from lit_rlhf.callbacks.samples import drop_rows_after
+
+    (tmp_path / "samples.jsonl").write_text(row("start", 0)[:20])  # cut in the first: the start samples are drawn
+    drop_rows_after(tmp_path / "samples.jsonl", 0)  # again, after nothing
+    assert (tmp_path / "samples.jsonl").read_text() == ""
