@@ -230,8 +230,9 @@ def end_of_run(cfg: DictConfig, trainer, module, datamodule, loggers: list[Any])
     report(f"\nRun directory: {output_dir}")
     for logger in loggers:
         report(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")
-    if trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
-        report(f"  checkpoints: {trainer.checkpoint_callback.dirpath}")
+    checkpoints = trainer.checkpoint_callback and trainer.checkpoint_callback.dirpath
+    if checkpoints and ("://" in checkpoints or Path(checkpoints).is_dir()):  # save_last=false, save_top_k=0: none
+        report(f"  checkpoints: {checkpoints}")
     return metrics
 
 

@@ -61,6 +61,18 @@ def test_train_py_runs_logs_trl_metrics_and_prints_a_summary(tmp_path):
     assert "Held-out prompts (same sampling seed)" in result.stdout
     assert f"Run directory: {tmp_path}" in result.stdout
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert f"  checkpoints: {tmp_path / 'checkpoints'}" in result.stdout
+
+
+@pytest.mark.integration
+def test_a_run_that_saves_no_checkpoint_names_no_checkpoints_folder(tmp_path):
+    """callbacks.model_checkpoint.save_last=false (save_top_k=0: no step checkpoints either): the run's list of where
+    everything went named a checkpoints folder that was never created."""
+    result = run_app("train.py", *FAST, "hydra.run.dir=run", "callbacks.model_checkpoint.save_last=false",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Run directory: " in result.stdout and "checkpoints:" not in result.stdout
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 @pytest.mark.integration
