@@ -6,8 +6,9 @@ and a stuck engine can be stopped without leaving anything behind in the trainer
 
 The stops are the trainer's: the engine's process ignores Ctrl-C, SIGTERM and SIGHUP, which a terminal sends to its
 whole process group (and a scheduler's preemption to every process of the job), and the trainer, which finishes its
-RL step, sampling included, closes the engine after it (or kills it at its exit). The engine ending on them failed
-that step ("the weight sync to the vLLM engine failed"), and a Ctrl-C printed the engine's traceback.
+RL step, sampling included, closes the engine at its exit (kills it if it does not end within seconds). The engine
+ending on them failed that step ("the weight sync to the vLLM engine failed"), and a Ctrl-C printed the engine's
+traceback.
 
 Requests are (name, args) tuples: generate, rpc (a worker-extension method by name), sleep, wake_up, close.
 Answers are ("ok", value) or ("error", "ExceptionType: message"): an exception in the engine reaches the trainer
@@ -38,7 +39,7 @@ class EngineProcess:
         self.process = context.Process(target=serve, args=(child_end, settings, cores),
                                        name=PROCESS_NAME, daemon=True)
         self.process.start()
-        atexit.register(self.kill)  # before multiprocessing's own exit handler, whose SIGTERM the engine ignores
+        atexit.register(self.end_at_exit)  # before multiprocessing's own exit handler, whose SIGTERM it ignores
         child_end.close()
         self.wait(None)
 
@@ -60,18 +61,25 @@ class EngineProcess:
             raise EngineError(value)
         return value
 
-    def stop(self, graceful: bool = True) -> None:
+    def stop(self, graceful: bool = True, wait_s: float = 30.0) -> None:
         if graceful and self.process.is_alive():
             try:
                 self.connection.send(("close", ()))
-                self.process.join(30)
+                self.process.join(wait_s)
             except (BrokenPipeError, OSError):
                 pass
         self.kill()
         self.connection.close()
 
+    def end_at_exit(self) -> None:
+        """At the trainer's exit, an engine still running (the apps leave it to their exit) is asked to close: its
+        process then ends as a process does, releasing its semaphores (killed, it left them to multiprocessing's
+        resource tracker, which warned of "leaked semaphore objects" after every run). One still busy after a few
+        seconds (a request in flight, a stuck engine) is killed."""
+        self.stop(graceful=True, wait_s=5.0)
+
     def kill(self) -> None:
-        atexit.unregister(self.kill)
+        atexit.unregister(self.end_at_exit)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
