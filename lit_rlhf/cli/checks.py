@@ -334,7 +334,7 @@ def check_before_imports(cfg: DictConfig, checks: Callable[[DictConfig], None] =
     its new run directory is removed, and, for an app that records its runs' results (records_results), a run
     directory that holds a run (a resume's) records the failure in its result.json; a sweep's trials are checked by
     the trials themselves (a bad trial is recorded, the sweep goes on)."""
-    from lit_rlhf.cli.run_dirs import discard_unused_run_dir
+    from lit_rlhf.cli.run_dirs import discard_unused_run_dir, discard_unused_sweep_dir
     from lit_rlhf.cli.sweeps import check_search_objective, in_multirun, write_result
     from lit_rlhf.errors import exit_with_user_error
 
@@ -343,6 +343,7 @@ def check_before_imports(cfg: DictConfig, checks: Callable[[DictConfig], None] =
         check_search_objective(cfg)
     except ConfigError as err:  # a sweep's first trial says it once, and the sweep ends
         discard_unused_run_dir(cfg)
+        discard_unused_sweep_dir()
         exit_with_user_error(err)
     if in_multirun():
         return

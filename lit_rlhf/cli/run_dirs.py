@@ -269,6 +269,19 @@ def discard_unused_run_dir(cfg: DictConfig) -> None:
         remove_unused_run_dir(run_dir)
 
 
+def discard_unused_sweep_dir() -> None:
+    """After a sweep's first trial refused what ends the whole sweep (the search's objective): the sweep's new
+    directory goes too, as a refused run's does (it was left holding its lock file alone)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return
+    hydra = HydraConfig.get()
+    sweep_dir = Path(hydra.runtime.cwd, hydra.sweep.dir)  # the command's directory (hydra.job.chdir=true left it)
+    if sweep_dir.is_dir() and holds_nothing_of_a_run(sweep_dir):
+        remove_unused_run_dir(sweep_dir)
+
+
 def remove_unused_run_dir(run_dir: Path) -> None:
     """Removes a run directory that holds nothing of a run, and the folders above it that new_run_dir created and that
     are empty then: a refused first run left an empty logs/train/runs/ behind, a folder kept for runs."""

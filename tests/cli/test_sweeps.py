@@ -296,12 +296,13 @@ def test_an_optuna_search_whose_every_trial_failed_ends_in_one_line_after_its_su
                      cwd=ROOT)
     assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (2, (
         "error: the search ran no trial (hydra.sweeper.n_trials=0); give hydra.sweeper.n_trials >= 1."))
-    result = run_app("train.py", "-m", f"hydra.sweep.dir={tmp_path / 'no_objective'}", *search,
-                     "optimized_metric=null", cwd=ROOT)  # its first trial ends the search, before it trains
+    (tmp_path / "here").mkdir()
+    result = run_app("train.py", "-m", *search, "optimized_metric=null",
+                     cwd=tmp_path / "here")  # its first trial ends the search, before it trains
     assert (result.returncode, result.stderr.strip().splitlines()[-1]) == (2, (
         "error: optimized_metric=null: the OptunaSweeper searches for the trial with the best objective, and this "
         "gives it none; name the metric to optimize (e.g. optimized_metric=eval/rlhf_reward)."))
-    assert not list((tmp_path / "no_objective").glob("*/result.json"))
+    assert not list((tmp_path / "here").iterdir())  # nor the sweep's directory (it held its lock file alone)
 
 
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")))
