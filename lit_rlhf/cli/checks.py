@@ -147,8 +147,8 @@ def callbacks_and_loggers(cfg: DictConfig):
 def check_output_folders(cfg: DictConfig) -> None:
     """A callback's dirpath or a logger's save_dir typed empty (an unset shell variable) is the working directory: the
     checkpoints, samples.jsonl and curves.png went there, over another run's files there. One outside the run
-    directory that holds files already is another run's (run_dirs.check_folder_of_no_other_run)."""
-    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
+    directory that holds files already is another run's (output_folders.check_folder_of_no_other_run)."""
+    from lit_rlhf.cli.output_folders import check_folder_of_no_other_run
     from lit_rlhf.config.validation import check_not_empty
 
     for group, name, value in callbacks_and_loggers(cfg):
@@ -191,7 +191,7 @@ def check_epochs(cfg: DictConfig) -> None:
 def check_fitting_on_a_file(cfg: DictConfig) -> None:
     """train_sft.py's, train_dpo.py's, train_kto.py's and train_reward_model.py's checks: the epochs, a local data
     file's existence, the model's settings, and the sharding and batch settings these fits refuse."""
-    from lit_rlhf.cli.run_dirs import check_save_dir
+    from lit_rlhf.cli.output_folders import check_save_dir
     from lit_rlhf.config import ModelConfig
     from lit_rlhf.config.data import check_dataset_file
 

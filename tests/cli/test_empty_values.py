@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from lit_rlhf.checkpoints.paths import check_checkpoint_path
 from lit_rlhf.cli.evaluation_checks import check_evaluation
-from lit_rlhf.cli.run_dirs import check_save_dir
+from lit_rlhf.cli.output_folders import check_save_dir
 from lit_rlhf.config.data import check_dataset_file
 from lit_rlhf.config.locations import check_model_location
 from lit_rlhf.errors import ConfigError

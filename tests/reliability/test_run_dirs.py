@@ -323,7 +323,7 @@ def folder_settings(tmp_path, node: str, **settings):
 
 
 def test_an_output_folder_outside_the_run_is_refused_only_where_it_holds_files_and_the_run_is_no_resume(tmp_path):
-    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
+    from lit_rlhf.cli.output_folders import check_folder_of_no_other_run
     from lit_rlhf.errors import ConfigError
 
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
@@ -344,7 +344,7 @@ def test_an_output_folder_outside_the_run_is_refused_only_where_it_holds_files_a
 
 @pytest.mark.parametrize("version, written", [("", "logs"), (3, "logs/version_3"), ("mine", "logs/mine"), (None, None)])
 def test_a_loggers_folder_is_its_save_dir_name_and_version_and_a_null_version_is_always_new(version, written, tmp_path):
-    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
+    from lit_rlhf.cli.output_folders import check_folder_of_no_other_run
     from lit_rlhf.errors import ConfigError
 
     for folder in ("logs", "logs/version_3", "logs/mine"):
@@ -367,7 +367,7 @@ def test_in_a_sweep_the_line_shows_a_folder_for_each_job(tmp_path, monkeypatch):
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from lit_rlhf.cli.run_dirs import check_folder_of_no_other_run
+    from lit_rlhf.cli.output_folders import check_folder_of_no_other_run
     from lit_rlhf.errors import ConfigError
 
     (tmp_path / "ck").mkdir()
