@@ -218,3 +218,16 @@ def lacking_backbone_weights(model: torch.nn.Module, missing: list[str], key: st
         return None
     return (f"{key}={str(name_or_path)!r} lacks {len(lacking)} of the backbone's weights (e.g. {lacking[0]!r}), which "
             f"start from random values; give a folder saved whole by save_pretrained.")
+
+
+def weights_started_at_random(model: torch.nn.Module, missing: list[str], key: str, name_or_path: str) -> str | None:
+    """The line for a causal LM folder that lacks some of the model's weights, which from_pretrained started at random
+    (a reward model's folder read as a policy: its output layer; a base model's saved without its head); None when
+    it lacks none. Its architecture, where it is not a causal LM's, says what the folder holds."""
+    if not missing:
+        return None
+    held = (getattr(model.config, "architectures", None) or [""])[0]
+    holds = f" (its config.json names {held}, not a causal LM)" if held and not held.endswith("ForCausalLM") else ""
+    return (f"{key}={str(name_or_path)!r} has no weights for {sorted(missing)[0]!r} (of {len(missing)} missing), which "
+            f"would start at random{holds}; give a causal LM folder saved whole by save_pretrained (a policy that "
+            f"train_sft.py, train_dpo.py or python -m lit_rlhf.export wrote).")

@@ -23,7 +23,14 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 from lit_rlhf.config.model import DORA_UNDER_SHARDED_LOADING
 from lit_rlhf.distributed.meta_loading import empty_model, is_empty
 from lit_rlhf.errors import ConfigError
-from lit_rlhf.models.loading import TORCH_LAYERS, attention_checked, from_pretrained, resolve_dtype
+from lit_rlhf.models.loading import (
+    TORCH_LAYERS,
+    attention_checked,
+    from_pretrained,
+    load_report_held,
+    resolve_dtype,
+    weights_started_at_random,
+)
 from lit_rlhf.models.lora_inputs import hold_lora_inputs_in_their_dtype
 from lit_rlhf.models.lora_targets import lora_config
 from lit_rlhf.models.output_layer import (
@@ -175,9 +182,12 @@ def load_causal_lm(name_or_path: str, key: str, dtype: str | None, trust_remote_
             model = empty_model(AutoModelForCausalLM, name_or_path, key, resolve_dtype(dtype), trust_remote_code,
                                 **attention)
         else:
-            model = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "model", key=key,
-                                    dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code, **TORCH_LAYERS,
-                                    **attention)
+            with load_report_held():  # said below when it matters
+                model, loading = from_pretrained(
+                    AutoModelForCausalLM.from_pretrained, name_or_path, "model", key=key, dtype=resolve_dtype(dtype),
+                    trust_remote_code=trust_remote_code, output_loading_info=True, **TORCH_LAYERS, **attention)
+            if line := weights_started_at_random(model, loading["missing_keys"], key, name_or_path):
+                raise ConfigError(line)
     mark_prompts_as_text(model)
     return model
 

@@ -140,3 +140,23 @@ def test_peft_s_lora_variants_reach_its_layers_and_dora_is_refused_before_sharde
     with pytest.raises(ConfigError, match=r"^model.lora.use_dora=true: DoRA's magnitudes are computed from the "
                                           r"weights .* set trainer.strategy.sharded_loading=false"):
         load_policy(tiny_path, tokenizer, lora={**LORA, "use_dora": True}, empty=True)
+
+
+def test_a_folder_lacking_weights_of_the_causal_lm_is_refused_not_trained_from_a_random_layer(tiny_path, tmp_path,
+                                                                                              caplog):
+    """A reward model's folder (train_reward_model.py's) as the policy: from_pretrained started its output layer at
+    random, printed its load report, and the run trained a policy that samples noise."""
+    from transformers import AutoModelForSequenceClassification
+
+    AutoModelForSequenceClassification.from_pretrained(tiny_path, num_labels=1).save_pretrained(tmp_path / "rm")
+    caplog.clear()  # the load report of that conversion
+    with pytest.raises(ConfigError) as refused:
+        load_policy(str(tmp_path / "rm"), load_tokenizer(tiny_path), lora=LORA)
+    assert str(refused.value) == (
+        f"model.name_or_path='{tmp_path / 'rm'}' has no weights for 'lm_head.weight' (of 1 missing), which would start "
+        f"at random (its config.json names GPTNeoXForSequenceClassification, not a causal LM); give a causal LM folder "
+        f"saved whole by save_pretrained (a policy that train_sft.py, train_dpo.py or python -m lit_rlhf.export "
+        f"wrote).")
+    assert "LOAD REPORT" not in caplog.text  # transformers' table, with its colour codes: the line says it
+    with pytest.raises(ConfigError, match=r"^model.reference_name_or_path='.*' has no weights for 'lm_head.weight'"):
+        load_policy(tiny_path, load_tokenizer(tiny_path), lora=None, reference_name_or_path=str(tmp_path / "rm"))
