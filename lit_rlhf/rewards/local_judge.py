@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lit_rlhf.models.loading import TORCH_LAYERS, from_pretrained
+from lit_rlhf.errors import ConfigError
+from lit_rlhf.models.loading import TORCH_LAYERS, from_pretrained, load_report_held, weights_started_at_random
 from lit_rlhf.models.tokenizer import load_tokenizer
 
 
@@ -14,8 +15,12 @@ class LocalJudgeModel:
         from transformers import AutoModelForCausalLM
 
         self.tokenizer = load_tokenizer(name_or_path, key=f"{key}.model")  # left padding, a pad token
-        self.model = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "judge model",
-                                     key=f"{key}.model", **TORCH_LAYERS).eval().requires_grad_(False)
+        with load_report_held():  # said below when it matters
+            self.model, loading = from_pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, "judge model",
+                                                  key=f"{key}.model", output_loading_info=True, **TORCH_LAYERS)
+        if line := weights_started_at_random(self.model, loading["missing_keys"], f"{key}.model", name_or_path):
+            raise ConfigError(line)
+        self.model.eval().requires_grad_(False)
         if device:
             self.model.to(device)
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size

@@ -64,6 +64,20 @@ def test_a_local_judge_scores_what_its_judgements_state():
     assert reward.pop_stats() == {"unparsable": float(sum(s is None for s in parsed))}
 
 
+def test_a_local_judge_folder_without_a_causal_lms_output_layer_is_one_line(tmp_path):
+    """A reward model's folder as the judge: its output layer started at random, and it judged with noise."""
+    from transformers import AutoModelForSequenceClassification
+
+    from lit_rlhf.models import load_tokenizer
+
+    AutoModelForSequenceClassification.from_pretrained(TINY_PYTHIA, num_labels=1).save_pretrained(tmp_path / "rm")
+    load_tokenizer(TINY_PYTHIA).save_pretrained(tmp_path / "rm")  # as train_reward_model.py saves it
+    with pytest.raises(ConfigError, match=r"^reward.model='.*rm' has no weights for 'lm_head.weight' \(of 1 missing\), "
+                                          r"which would start at random \(its config.json names "
+                                          r"GPTNeoXForSequenceClassification, not a causal LM\)"):
+        LLMJudge(model=str(tmp_path / "rm"), max_tokens=4)(["The film was"], ["great"])
+
+
 @pytest.mark.parametrize("settings, expected", [
     ({"template": "Rate {completion}"}, "reward.template has no {prompt}"),
     ({"min_score": 5, "max_score": 5}, "reward.min_score=5 must be below reward.max_score=5"),
