@@ -83,6 +83,12 @@ class CheckpointOnInterrupt(Checkpoint):
 
     def on_train_end(self, trainer: L.Trainer, module) -> None:
         self.training_finished = True  # the final checkpoint is written: Ctrl-C now skips the reports
+        if self.stopped_by is None and self.training_started:
+            # heard after the last step's end (its held-out evaluation, the final checkpoints' write), where no step's
+            # end checks it: the run went on to its end-of-run reports and exit 0, as if no Ctrl-C had come
+            sigint, sigterm = self.signalled_on_any_rank(trainer)
+            if sigint or sigterm:
+                raise EndOfRunInterrupted("SIGTERM" if sigterm else "SIGINT")
 
     def _on_sigint(self, signum, frame) -> None:
         if self._passed_back(signum, frame):

@@ -350,6 +350,21 @@ def test_a_sigterm_after_an_offline_fit_stops_its_save_in_one_line_and_a_resume_
 
 
 @pytest.mark.integration
+def test_ctrl_c_after_the_last_steps_end_is_not_lost(tmp_path):
+    """Ctrl-C after the last step's end, as its final checkpoints were written (callbacks' on_train_end): the app said
+    "finishing this RL step, then writing a checkpoint" and no step's end came to act on it; the run went on through
+    its end-of-run reports and exited 0, recorded as ok. Now it stops there as a Ctrl-C during the reports does."""
+    stop = ["+callbacks.stop._target_=tests.helpers.SignalAfterTraining", "+callbacks.stop.signal=SIGINT",
+            "+callbacks.stop.at=train end"]
+    result = run_app("train.py", "hydra.run.dir=run", *FAST, *stop, cwd=tmp_path)
+    assert result.returncode == 130, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("stopped by Ctrl-C during the end-of-run reports; training had finished"), line
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "interrupted"
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 1
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_with_gradient_accumulation_a_stop_waits_for_the_optimizer_step_that_ends_the_sum(signame, code, tmp_path):
     """Stopped after a batch whose gradients waited for the next one (trainer.accumulate_grad_batches=2, the third
