@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import shutil
 import sys
@@ -285,6 +286,7 @@ def discard_unused_sweep_dir() -> None:
 def remove_unused_run_dir(run_dir: Path) -> None:
     """Removes a run directory that holds nothing of a run, and the folders above it that new_run_dir created and that
     are empty then: a refused first run left an empty logs/train/runs/ behind, a folder kept for runs."""
+    stop_logging_into(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     above = Path(os.path.abspath(run_dir)).parents
     for parent in _created_parents:
@@ -294,6 +296,18 @@ def remove_unused_run_dir(run_dir: Path) -> None:
             parent.rmdir()  # only an empty one: another run started since keeps it
         except OSError:
             break
+
+
+def stop_logging_into(run_dir: Path) -> None:
+    """Closes the log handlers that write into run_dir: Hydra's file handler opens <run dir>/<app>.log at the first
+    line it logs (delay: true), and a line logged once the directory was removed (a library's at the process's exit)
+    was a FileNotFoundError's traceback."""
+    inside = os.path.join(os.path.abspath(run_dir), "")
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for handler in list(getattr(logger, "handlers", [])):  # a PlaceHolder has none
+            if isinstance(handler, logging.FileHandler) and handler.baseFilename.startswith(inside):
+                logger.removeHandler(handler)
+                handler.close()
 
 
 def ctrl_c_outside_the_stages_line() -> str:

@@ -2,6 +2,7 @@
 directories are unique, and no run writes into another run's directory."""
 
 import csv
+import logging
 import re
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlhf.cli.run_dirs import new_run_dir, run_dirs_named_not_created
+from lit_rlhf.cli.run_dirs import new_run_dir, remove_unused_run_dir, run_dirs_named_not_created
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT, one_line_error
 
@@ -260,6 +261,23 @@ def test_a_run_that_fails_its_checks_leaves_no_run_directory_but_never_removes_a
                      cwd=tmp_path)
     assert one_line_error(failed).startswith("error: algo.kl_coef=-1.0")
     assert checkpoint.is_file() and (run_dir / "csv").is_dir()  # the run's files stay
+
+
+def test_a_removed_run_directory_takes_the_log_file_opened_in_it_along(tmp_path, capsys):
+    """Hydra's file handler opens <run dir>/<app>.log at its first line (delay: true). A line logged after a refused or
+    stopped run's directory was removed (torch's cache statistics at the process's exit, once a Ctrl-C cut its import
+    short) was a FileNotFoundError's traceback under "--- Logging error ---"."""
+    run_dir = tmp_path / "runs" / "2026-01-01_00-00-00"
+    run_dir.mkdir(parents=True)
+    handler = logging.FileHandler(run_dir / "train.log", delay=True)
+    logging.getLogger().addHandler(handler)
+    try:
+        remove_unused_run_dir(run_dir)
+        logging.getLogger("a_library").warning("a line logged at exit")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert not run_dir.exists()
+    assert "Logging error" not in capsys.readouterr().err
 
 
 def test_rank_zero_of_a_multi_process_launch_accepts_the_start_files_its_other_ranks_wrote(tmp_path, monkeypatch,
