@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_rlhf.dropped_stops import raise_dropped_stop
 from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, said
 
 EXIT_CODES = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
@@ -235,9 +236,11 @@ def set_up_stops_on_signals(stopped: Callable[[str], BaseException] = StoppedBef
     def on_signal(signum, frame):
         raise stopped(signal.Signals(signum).name)
 
+    raise_dropped_stop()  # a Ctrl-C in the imports that a finalizer dropped
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+        raise_dropped_stop()  # this block's own stop, dropped in a finalizer while the model loaded
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -166,10 +166,12 @@ def set_up_app_output() -> None:
     would pass them on to Hydra's console too. stdout and stderr go on once their reader has gone (a run piped into
     `head`), and SIGHUP (the terminal closed) stops the app as SIGTERM does. Called by the app's process and again in
     its task, which a Hydra launcher may run in a process of its own (hydra/launcher=joblib, submitit)."""
+    from lit_rlhf.dropped_stops import keep_dropped_stops
     from lit_rlhf.noise import silence_import_logs
     from lit_rlhf.output_streams import outputs_survive_their_readers, take_hangup_for_sigterm
     from lit_rlhf.terminal import escape_what_libraries_print
 
+    keep_dropped_stops()  # a Ctrl-C a finalizer dropped in the imports stops the run where its set-up begins
     escape_what_libraries_print()
     outputs_survive_their_readers()
     take_hangup_for_sigterm()
