@@ -326,6 +326,25 @@ def key_under_null(config_dir: Path, config_name: str, overrides: list[str]) -> 
     return None
 
 
+def hydra_node_alone_line(command: str) -> str:
+    """`--cfg hydra` with --resolve or -p: Hydra's settings without the app's, which its run directories read."""
+    return (f"--cfg hydra prints Hydra's settings without the app's, and its run directories read the app's "
+            f"(paths.log_dir, task_name): print them resolved with `python {command} --cfg all --resolve -p hydra` "
+            f"(or -p hydra.run.dir).")
+
+
+def raised_in_the_job(err: BaseException) -> bool:
+    """Whether err came from inside the app's task (Hydra's run_job called it once the config was composed) and not
+    from the composition: the app's own imports (a broken install) were taken for a mistake in its settings."""
+    frame = err.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name == "run_job" and Path(code.co_filename).match("hydra/core/utils.py"):
+            return True
+        frame = frame.tb_next
+    return False
+
+
 def group_given_a_number(config_dir: Path, overrides: list[str]) -> str | None:
     """The line for `algo=5`, which Hydra reads as a number and refuses as a group's option ("Config group override
     must be a string or a list. Got int"): the group's options."""

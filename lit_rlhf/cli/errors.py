@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from lit_rlhf.cli.app_arguments import app_arguments, config_flags, hydra_initialized, search_command_line_config_dir
-from lit_rlhf.cli.composition import app_command, composition_error
+from lit_rlhf.cli.composition import app_command, composition_error, hydra_node_alone_line, raised_in_the_job
 from lit_rlhf.cli.import_failures import import_failure_line
 from lit_rlhf.cli.null_settings import mappings_fill_null_settings
 from lit_rlhf.cli.override_forms import removed_or_unresolved_line
@@ -249,17 +249,15 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
             exit_with_user_error(line, cause=err)
         if _task_started:
             raise
+        if raised_in_the_job(err):  # its modules' import, after composition (a broken install): no setting's mistake
+            from lit_rlhf.cli.run_dirs import remove_claimed_run_dir_holding_nothing
+
+            remove_claimed_run_dir_holding_nothing()
+            raise
         command = app_command(own_config_name, config_flags(sys.argv[1:]))
         if arguments.printed_config == "hydra" and "Interpolation key" in str(err):
             exit_with_user_error(hydra_node_alone_line(command), cause=err)
         exit_with_user_error(composition_error(err, config_dir, config_name, overrides, command), cause=err)
-
-
-def hydra_node_alone_line(command: str) -> str:
-    """`--cfg hydra` with --resolve or -p: Hydra's settings without the app's, which its run directories read."""
-    return (f"--cfg hydra prints Hydra's settings without the app's, and its run directories read the app's "
-            f"(paths.log_dir, task_name): print them resolved with `python {command} --cfg all --resolve -p hydra` "
-            f"(or -p hydra.run.dir).")
 
 
 def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> bool:

@@ -318,12 +318,21 @@ def ctrl_c_outside_the_stages_line() -> str:
         return "stopped by Ctrl-C before the run began: nothing was written; run the same command again to start it."
     run_dir = Path(_held_locks[-1].name).parent
     (run_dir / STOP_MARKER).unlink(missing_ok=True)  # a sweep's, once a third Ctrl-C ended it
-    if run_dir.is_dir() and holds_nothing_of_a_run(run_dir):
-        what = "sweep" if (run_dir / "multirun.yaml").exists() else "run"
-        remove_unused_run_dir(run_dir)
+    if what := remove_claimed_run_dir_holding_nothing():
         return (f"stopped by Ctrl-C as the {what} started: nothing was trained or written; run the same command again "
                 f"to start it.")
     return f"stopped by Ctrl-C; what was written until then is in {printable(run_dir)}."
+
+
+def remove_claimed_run_dir_holding_nothing() -> str | None:
+    """Removes the run directory this process claimed last (RunDirectoryGuard's lock) where it holds nothing of a run
+    (the job ended before its task began: a Ctrl-C, its modules' import failing); "run" or "sweep" where it did."""
+    run_dir = Path(_held_locks[-1].name).parent if _held_locks else None
+    if run_dir is None or not run_dir.is_dir() or not holds_nothing_of_a_run(run_dir):
+        return None
+    what = "sweep" if (run_dir / "multirun.yaml").exists() else "run"
+    remove_unused_run_dir(run_dir)
+    return what
 
 
 def hide_passwords_in_saved_configs() -> None:

@@ -1,12 +1,15 @@
 """A `_target_` that cannot be imported: the line says whether the module is not on the path, lacks the name, or
 fails as it imports (a syntax error, a dependency not installed, an exception of its own)."""
 
+import os
 import sys
 
 import pytest
 from hydra.utils import get_object
 
 from lit_rlhf.cli.import_failures import import_failure_line
+from tests.apps import run_process
+from tests.helpers import FAST, ROOT
 
 MODULES = {
     "fine_module": "def score(prompts, completions):\n    return [0.0] * len(completions)\n",
@@ -49,3 +52,18 @@ def test_the_line_says_why_the_target_cannot_be_imported(target, line, on_path):
     with pytest.raises(Exception) as err:
         get_object(target)
     assert import_failure_line("k", target, err.value) == line
+
+
+@pytest.mark.integration
+def test_the_apps_own_modules_failing_to_import_is_their_traceback_not_a_mistake_in_the_settings(tmp_path):
+    """Once the config is composed the app imports torch and Lightning: a broken install there (a library's shared
+    object missing) was `error: <its message> (check the command line's overrides)`, exit 2, a mistake in the settings,
+    with an empty run directory left behind. Now it is the import's traceback, exit 1, and no run directory."""
+    broken = tmp_path / "broken" / "lightning"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("libcudnn.so.9: cannot open shared object file")\n')
+    result = run_process("train.py", *FAST, cwd=tmp_path, env={"PYTHONPATH": f"{broken.parent}{os.pathsep}{ROOT}"})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == "ImportError: libcudnn.so.9: cannot open shared object file"
+    assert "Traceback" in result.stderr and "overrides)" not in result.stderr
+    assert not (tmp_path / "logs").exists()
