@@ -233,14 +233,23 @@ def set_up_stops_on_signals(stopped: Callable[[str], BaseException] = StoppedBef
         yield
         return
 
+    raised: list[BaseException] = []
+
     def on_signal(signum, frame):
-        raise stopped(signal.Signals(signum).name)
+        raised.append(stopped(signal.Signals(signum).name))
+        raise raised[-1]
 
     raise_dropped_stop()  # a Ctrl-C in the imports that a finalizer dropped
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
         raise_dropped_stop()  # this block's own stop, dropped in a finalizer while the model loaded
+        if raised:  # caught by a library's `except BaseException` and lost
+            raise raised[-1]
+    except Exception:
+        if raised:  # turned into a library's own error by its compiled code, which the signal interrupted
+            raise raised[-1] from None
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -272,11 +281,14 @@ def end_of_run_interrupts(training_finished: Callable[[], bool],
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _sigterm_heard_early[0] = False
 
+    raised: list[EndOfRunInterrupted] = []
+
     def handler(signum, frame):
         if stopped():
             return
         if training_finished():
-            raise EndOfRunInterrupted(signal.Signals(signum).name)
+            raised.append(EndOfRunInterrupted(signal.Signals(signum).name))
+            raise raised[-1]
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         _sigterm_heard_early[0] = True
@@ -288,6 +300,13 @@ def end_of_run_interrupts(training_finished: Callable[[], bool],
     except EndOfRunInterrupted as err:
         err.rerun_command = rerun_command()
         raise
+    except Exception:
+        if not raised:
+            raise
+        # the stop, turned into a library's own error by its compiled code (matplotlib's drawing of the curves:
+        # `ValueError: Invalid affine transformation matrix`), exit 1 with its traceback
+        raised[-1].rerun_command = rerun_command()
+        raise raised[-1] from None
     finally:
         _sigterm_heard_early[0] = False  # the next fit in this process (a test's, a notebook's) starts clean
         for sig, old in previous.items():

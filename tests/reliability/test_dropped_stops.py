@@ -1,12 +1,20 @@
-"""A stop that a finalizer dropped: the signal handler's exception raised inside a `__del__`, which Python prints as
-"Exception ignored in ..." and goes on from. The app was signalled in its first seconds and ran to its end, exit 0."""
+"""A stop that was lost: the signal handler's exception raised inside a `__del__`, which Python prints as "Exception
+ignored in ..." and goes on from (the app was signalled in its first seconds and ran to its end, exit 0), caught by a
+library's `except BaseException`, or turned into a library's own error by its compiled code."""
 
 import sys
+import time
 
 import pytest
 
 from lit_rlhf.dropped_stops import keep_dropped_stops, raise_dropped_stop
-from lit_rlhf.interrupts import StoppedBeforeTraining, set_up_stops_on_signals
+from lit_rlhf.interrupts import (
+    EndOfRunInterrupted,
+    StoppedBeforeTraining,
+    end_of_run_interrupts,
+    set_up_stops_on_signals,
+)
+from tests.helpers import signal_this_process
 
 
 class RaisesInItsFinalizer:
@@ -57,3 +65,36 @@ def test_an_error_in_a_finalizer_is_no_stop_and_reaches_the_hook_before(monkeypa
     with pytest.raises(KeyboardInterrupt):
         raise_dropped_stop()
     raise_dropped_stop()  # raised once
+
+
+def test_the_set_ups_stop_that_a_library_caught_is_raised_where_the_set_up_ends():
+    loaded = []
+    with pytest.raises(StoppedBeforeTraining, match="SIGINT"):
+        with set_up_stops_on_signals():
+            try:
+                signal_this_process("SIGINT")
+                time.sleep(5)  # the handler raises here
+            except BaseException:  # noqa: BLE001 (a library's bare except)
+                pass
+            loaded.append("the model")
+    assert loaded == ["the model"]
+
+
+def test_a_stop_of_the_reports_that_compiled_code_turned_into_its_own_error_is_said_as_the_stop():
+    """matplotlib's drawing of the curves, its C++ code interrupted: `ValueError: Invalid affine transformation
+    matrix` and its traceback, exit 1, where the Ctrl-C stops the reports in one line."""
+    with pytest.raises(EndOfRunInterrupted) as stopped:
+        with end_of_run_interrupts(lambda: True, lambda: "python train.py ckpt_path=last.ckpt"):
+            try:
+                signal_this_process("SIGINT")
+                time.sleep(5)
+            except BaseException:  # noqa: BLE001
+                raise ValueError("Invalid affine transformation matrix")  # noqa: B904
+    assert stopped.value.signal_name == "SIGINT"
+    assert stopped.value.rerun_command == "python train.py ckpt_path=last.ckpt"
+
+
+def test_an_error_of_the_reports_without_a_stop_stays_that_error():
+    with pytest.raises(ValueError, match="a library's bug"):
+        with end_of_run_interrupts(lambda: True):
+            raise ValueError("a library's bug")
