@@ -303,8 +303,8 @@ def end_of_run_interrupts(training_finished: Callable[[], bool],
     except Exception:
         if not raised:
             raise
-        # the stop, turned into a library's own error by its compiled code (matplotlib's drawing of the curves:
-        # `ValueError: Invalid affine transformation matrix`), exit 1 with its traceback
+        # the stop, turned into a library's own error by its compiled code, which the signal interrupted (matplotlib's
+        # drawing of the curves: `ValueError: Invalid affine transformation matrix`, a traceback and exit 1)
         raised[-1].rerun_command = rerun_command()
         raise raised[-1] from None
     finally:
