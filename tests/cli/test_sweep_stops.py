@@ -57,9 +57,12 @@ def test_a_sigterm_stop_ends_the_sweep_with_143_and_no_stop_no_line(tmp_path):
                                    f"in {tmp_path} lists the jobs that ran.", 143)
 
 
-def test_a_sweep_whose_sweeper_raised_after_the_stop_ends_in_the_stops_line_after_its_summary(tmp_path, capsys):
+def test_a_sweep_whose_sweeper_raised_after_the_stop_ends_in_the_stops_line_after_its_summary(tmp_path, capsys,
+                                                                                              monkeypatch):
     """Optuna's sweeper goes on asking for trials after the stop (each passed over) and raises at the end, as no trial
     completed: the sweep ends in the stop's line, after the summary Hydra's end of the multirun did not write."""
+    monkeypatch.setattr("lit_rlhf.cli.sweeps.STARTED_SWEEP", {})  # as a new process's: a sweep run before in this
+    # test process (xdist's worker) left it summarized
     result = {"job": 1, "status": "interrupted", "overrides": ["algo.kl_coef=0.1"], "objective": None, "metrics": {},
               "run_dir": str(tmp_path / "1"), "error": "stopped by Ctrl-C after RL step 3 of 9; resume with: ..."}
     (tmp_path / "1").mkdir()
