@@ -35,6 +35,7 @@ from lit_rlhf.errors import (
     remember_traceback_choice,
     tracebacks_asked,
 )
+from lit_rlhf.sigterm_outside_stages import TerminatedOutsideTheStages, take_sigterm_as_a_stop
 
 T = TypeVar("T")
 
@@ -163,9 +164,9 @@ def set_up_app_output() -> None:
     """What libraries print reaches the terminal escaped (escape_what_libraries_print), and each of Lightning's lines
     once: the apps import Lightning once Hydra has set up logging (a fast --help), so Lightning's loggers find the root
     logger's handlers and pass their lines up; its package logger prints them with a console handler of its own, and
-    would pass them on to Hydra's console too. stdout and stderr go on once their reader has gone (a run piped into
-    `head`), and SIGHUP (the terminal closed) stops the app as SIGTERM does. Called by the app's process and again in
-    its task, which a Hydra launcher may run in a process of its own (hydra/launcher=joblib, submitit)."""
+    would pass them on to Hydra's console too. stdout and stderr go on once their reader has gone (`| head`), SIGTERM
+    in the first seconds stops the app as Ctrl-C does, and SIGHUP (the terminal closed) as SIGTERM does. Called by the
+    app's process and in its task, which a Hydra launcher may run in a process of its own (hydra/launcher=joblib)."""
     from lit_rlhf.dropped_stops import keep_dropped_stops
     from lit_rlhf.noise import silence_import_logs
     from lit_rlhf.output_streams import outputs_survive_their_readers, take_hangup_for_sigterm
@@ -174,6 +175,7 @@ def set_up_app_output() -> None:
     keep_dropped_stops()  # a Ctrl-C a finalizer dropped in the imports stops the run where its set-up begins
     escape_what_libraries_print()
     outputs_survive_their_readers()
+    take_sigterm_as_a_stop()  # in the imports, as Ctrl-C there: one line, no run directory left holding nothing
     take_hangup_for_sigterm()
     silence_import_logs()
     logging.getLogger("lightning").propagate = False
@@ -224,13 +226,14 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
             sys.exit(stopped[1])
         if line := every_job_failed_line():
             exit_with_user_error(line)
-    except KeyboardInterrupt:  # a Ctrl-C no stage of the app heard (its first seconds: the imports)
-        from lit_rlhf.cli.run_dirs import ctrl_c_outside_the_stages_line
+    except (KeyboardInterrupt, TerminatedOutsideTheStages) as err:  # no stage heard it (the first seconds: imports)
+        from lit_rlhf.cli.run_dirs import stop_outside_the_stages_line
 
         if tracebacks_asked():
             raise
-        print(ctrl_c_outside_the_stages_line(), file=sys.stderr, flush=True)
-        sys.exit(EXIT_SIGINT)
+        sigterm = isinstance(err, TerminatedOutsideTheStages)
+        print(stop_outside_the_stages_line("SIGTERM" if sigterm else "SIGINT"), file=sys.stderr, flush=True)
+        sys.exit(EXIT_SIGTERM if sigterm else EXIT_SIGINT)
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)

@@ -32,7 +32,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.cli.sweep_stops import STOP_MARKER
-from lit_rlhf.errors import empty_value_line
+from lit_rlhf.errors import empty_value_line, said
+from lit_rlhf.output_streams import HUNG_UP, hung_up
 from lit_rlhf.terminal import printable
 
 # True while an app only prints its config (--cfg, --info): nothing runs, so nothing is created
@@ -310,18 +311,19 @@ def stop_logging_into(run_dir: Path) -> None:
                 handler.close()
 
 
-def ctrl_c_outside_the_stages_line() -> str:
-    """The line for a Ctrl-C that none of the app's stages heard: in its first seconds (Lightning's imports once the
-    config is composed, before the set-up listens) it was a KeyboardInterrupt's traceback. The run directory this
-    process claimed (RunDirectoryGuard's lock), holding nothing of a run yet, goes, as a refused run's does."""
+def stop_outside_the_stages_line(signal_name: str) -> str:
+    """The line for a Ctrl-C or SIGTERM that none of the app's stages heard: in its first seconds (Lightning's imports
+    once the config is composed, before the set-up listens) Ctrl-C was a KeyboardInterrupt's traceback, and SIGTERM
+    ended the process without a word. The run directory this process claimed (RunDirectoryGuard's lock), holding
+    nothing of a run yet, goes, as a refused run's does. After HUNG_UP where SIGHUP (the terminal closed) stopped it."""
+    stop = f"{HUNG_UP if signal_name == 'SIGTERM' and hung_up() else ''}stopped by {said(signal_name)}"
     if not _held_locks:
-        return "stopped by Ctrl-C before the run began: nothing was written; run the same command again to start it."
+        return f"{stop} before the run began: nothing was written; run the same command again to start it."
     run_dir = Path(_held_locks[-1].name).parent
     (run_dir / STOP_MARKER).unlink(missing_ok=True)  # a sweep's, once a third Ctrl-C ended it
     if what := remove_claimed_run_dir_holding_nothing():
-        return (f"stopped by Ctrl-C as the {what} started: nothing was trained or written; run the same command again "
-                f"to start it.")
-    return f"stopped by Ctrl-C; what was written until then is in {printable(run_dir)}."
+        return f"{stop} as the {what} started: nothing was trained or written; run the same command again to start it."
+    return f"{stop}; what was written until then is in {printable(run_dir)}."
 
 
 def remove_claimed_run_dir_holding_nothing() -> str | None:

@@ -27,6 +27,7 @@ from lit_rlhf.interrupts import (
     sigterm_heard_early,
     waiting_on,
 )
+from lit_rlhf.output_streams import HUNG_UP
 from lit_rlhf.rollout.scoring import call_checked
 from tests.apps import run_app
 from tests.helpers import FAST, ROOT
@@ -432,26 +433,32 @@ def test_a_second_ctrl_c_while_the_stops_checkpoint_is_written_aborts_it_and_say
 
 
 @pytest.mark.integration
-def test_ctrl_c_in_the_apps_first_seconds_is_one_line_and_leaves_no_empty_run_directory(tmp_path):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_in_the_apps_first_seconds_is_one_line_and_leaves_no_empty_run_directory(signame, tmp_path):
     """Ctrl-C once the job started (Hydra wrote .hydra/ in the new run directory) and before the set-up listens (the
     seconds of Lightning's imports): a KeyboardInterrupt's traceback, exit -2, and a run directory holding nothing of
-    a run, to be taken for one. Now one line, exit 130, and the directory goes."""
+    a run, to be taken for one. SIGTERM there (a scheduler's preemption), and SIGHUP, taken for it: the default action,
+    exit -15 without a word, the directory left holding Hydra's start files, and the same command with the same
+    hydra.run.dir refused. Now one line, exit 130 or 143, and the directory goes."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    sig = getattr(signal, signame)
     for _ in range(3):  # a run that ended before this busy test process could signal it proves nothing: again
         shutil.rmtree(tmp_path / "logs", ignore_errors=True)
         process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *FAST], cwd=tmp_path, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                   preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))  # as from a terminal
         runs = tmp_path / "logs" / "train" / "runs"
         deadline = time.monotonic() + 120
         while not list(runs.glob("*/.hydra/config.yaml")) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         running = process.poll() is None
-        os.killpg(process.pid, signal.SIGINT)
+        os.killpg(process.pid, sig)
         _, stderr = process.communicate(timeout=120)
         if running:
             break
-    assert process.returncode == 130, f"signalled while running: {running}; {stderr[-3000:]}"
+    assert process.returncode == (130 if signame == "SIGINT" else 143), f"signalled while running: {running}; {stderr}"
     assert "Traceback" not in stderr, stderr[-3000:]
-    assert stderr.strip().splitlines()[-1] == ("stopped by Ctrl-C as the run started: nothing was trained or written; "
+    stop = {"SIGINT": "stopped by Ctrl-C", "SIGTERM": "stopped by SIGTERM", "SIGHUP": HUNG_UP + "stopped by SIGTERM"}
+    assert stderr.strip().splitlines()[-1] == (f"{stop[signame]} as the run started: nothing was trained or written; "
                                                "run the same command again to start it.")
     assert not (tmp_path / "logs").exists()  # nor the folders created for it
