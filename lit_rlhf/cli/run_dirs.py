@@ -175,6 +175,9 @@ def refusal(cfg: DictConfig, key: str, run_dir: Path) -> str | None:
     overwrite = cfg.get("overwrite_run_dir")
     if not isinstance(overwrite, bool) and overwrite is not None:  # "ture" would delete the run's files
         return f"overwrite_run_dir={overwrite!r} must be true or false."
+    if not overwrite and holds_nothing_of_a_run(run_dir):  # a run killed as it started (SIGKILL, out of memory)
+        return (f"{key}={run_dir} holds only the start files of a run that ended before it wrote anything; "
+                f"pass overwrite_run_dir=true to start this run in it, or pick a new directory.")
     if not overwrite:
         return (f"{key}={run_dir} already holds another run's files; pick a new directory, resume from it "
                 f"(ckpt_path=last or a checkpoint inside it), or pass overwrite_run_dir=true to delete them.")

@@ -307,10 +307,14 @@ def test_rank_zero_of_a_multi_process_launch_accepts_the_start_files_its_other_r
         claim(cfg)
     monkeypatch.setenv("WORLD_SIZE", "1")
     (run_dir / "csv" / "metrics.csv").unlink()
-    with pytest.raises(SystemExit):  # one process: .hydra/ there is another run's
+    with pytest.raises(SystemExit):  # one process: .hydra/ there is another run's, killed before it wrote anything
         claim(cfg)
-    captured = capsys.readouterr().err.splitlines()
-    assert len(captured) == 2 and all("already holds another run's files" in line for line in captured)
+    first, second = capsys.readouterr().err.splitlines()
+    assert "already holds another run's files" in first
+    assert second == (f"error: hydra.run.dir={run_dir} holds only the start files of a run that ended before it "
+                      f"wrote anything; pass overwrite_run_dir=true to start this run in it, or pick a new directory.")  # no resume offered: there is nothing to resume from
+    claim(OmegaConf.merge(cfg, {"overwrite_run_dir": True}))  # as it says
+    assert [p.name for p in run_dir.iterdir()] == [".run.lock"]
 
 
 @pytest.mark.integration
