@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlhf"
 # another (no circle between modules, though).
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "terminal", "output_streams", "noise", "display", "choices", "ops", "hub", "dropped_stops",
-     "sigterm_outside_stages"),
+     "stops_outside_stages"),
     ("config", "estimators", "statistics", "interrupts", "loggers", "lazy_exports", "plot"),
     ("distributed", "checkpoints", "models", "tasks", "data", "envs", "remote", "rewards", "teachers"),
     ("rollout",),

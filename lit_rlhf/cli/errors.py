@@ -8,8 +8,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,10 +21,9 @@ from lit_rlhf.cli.composition import app_command, composition_error, hydra_node_
 from lit_rlhf.cli.import_failures import import_failure_line
 from lit_rlhf.cli.null_settings import mappings_fill_null_settings
 from lit_rlhf.cli.override_forms import removed_or_unresolved_line
+from lit_rlhf.cli.stop_lines import interruptions_end_the_process
 from lit_rlhf.cli.trainer_arguments import trainer_refusal_line
 from lit_rlhf.errors import (
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
     EXIT_USER_ERROR,
     ConfigError,
     UnavailableError,
@@ -35,7 +33,11 @@ from lit_rlhf.errors import (
     remember_traceback_choice,
     tracebacks_asked,
 )
-from lit_rlhf.sigterm_outside_stages import TerminatedOutsideTheStages, take_sigterm_as_a_stop
+from lit_rlhf.stops_outside_stages import (
+    TerminatedOutsideTheStages,
+    stop_heard_outside_the_stages,
+    take_stops_outside_the_stages,
+)
 
 T = TypeVar("T")
 
@@ -175,7 +177,7 @@ def set_up_app_output() -> None:
     keep_dropped_stops()  # a Ctrl-C a finalizer dropped in the imports stops the run where its set-up begins
     escape_what_libraries_print()
     outputs_survive_their_readers()
-    take_sigterm_as_a_stop()  # in the imports, as Ctrl-C there: one line, no run directory left holding nothing
+    take_stops_outside_the_stages()  # SIGTERM in the imports as Ctrl-C there: one line, no run directory left
     take_hangup_for_sigterm()
     silence_import_logs()
     logging.getLogger("lightning").propagate = False
@@ -227,13 +229,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
         if line := every_job_failed_line():
             exit_with_user_error(line)
     except (KeyboardInterrupt, TerminatedOutsideTheStages) as err:  # no stage heard it (the first seconds: imports)
-        from lit_rlhf.cli.run_dirs import stop_outside_the_stages_line
+        from lit_rlhf.cli.run_dirs import end_stopped_outside_the_stages
 
         if tracebacks_asked():
             raise
-        sigterm = isinstance(err, TerminatedOutsideTheStages)
-        print(stop_outside_the_stages_line("SIGTERM" if sigterm else "SIGINT"), file=sys.stderr, flush=True)
-        sys.exit(EXIT_SIGTERM if sigterm else EXIT_SIGINT)
+        end_stopped_outside_the_stages("SIGTERM" if isinstance(err, TerminatedOutsideTheStages) else "SIGINT")
     except SystemExit as err:
         if err.code == 1 and not _task_started:
             sys.exit(EXIT_USER_ERROR)
@@ -253,8 +253,10 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
         if _task_started:
             raise
         if raised_in_the_job(err):  # its modules' import, after composition (a broken install): no setting's mistake
-            from lit_rlhf.cli.run_dirs import remove_claimed_run_dir_holding_nothing
+            from lit_rlhf.cli.run_dirs import end_stopped_outside_the_stages, remove_claimed_run_dir_holding_nothing
 
+            if (heard := stop_heard_outside_the_stages()) and not tracebacks_asked():  # an import the stop broke
+                end_stopped_outside_the_stages(heard)
             remove_claimed_run_dir_holding_nothing()
             raise
         command = app_command(own_config_name, config_flags(sys.argv[1:]))
@@ -281,81 +283,6 @@ def print_app_help(config_dir: Path, config_name: str, overrides: list[str]) -> 
         del cfg["hydra"]
     print(string.Template(template).safe_substitute(CONFIG=OmegaConf.to_yaml(cfg)))
     return True
-
-
-@contextmanager
-def interruptions_end_the_process(on_interrupt: Callable[[str], None] | None = None, step_name: str = "RL step",
-                                  said_before: str | None = None) -> Iterator[None]:
-    """A run stopped by Ctrl-C or SIGTERM inside the block (before, during or after training) ends the process: its
-    line (interruption_line, after HUNG_UP where SIGHUP stopped it) goes to on_interrupt, then to stderr on rank zero
-    (after `said_before`, a line of context), and the exit code is 130 or 143."""
-    from lightning.pytorch.utilities import rank_zero_only
-
-    try:
-        yield
-    except interruption_types() as err:
-        message, code = stop_message(err, step_name)
-        if on_interrupt is not None:
-            on_interrupt(message)
-        if rank_zero_only.rank == 0:  # every rank stops alike: the line is said once
-            print(message if said_before is None else f"{said_before}\n{message}", file=sys.stderr, flush=True)
-        sys.exit(code)
-
-
-def stop_message(err: BaseException, step_name: str) -> tuple[str, int]:
-    """interruption_line, after HUNG_UP where SIGHUP (the terminal closed) stopped the run."""
-    from lit_rlhf.output_streams import HUNG_UP, hung_up
-
-    message, code = interruption_line(err, step_name)
-    return (f"{HUNG_UP}{message}" if hung_up() else message), code
-
-
-def interruption_types() -> tuple[type[BaseException], ...]:
-    """What a stop by Ctrl-C or SIGTERM raises (imported when a task runs: --help answers without Lightning)."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from lit_rlhf.interrupts import EndOfRunInterrupted, StoppedBySignal, TrainingAborted, TrainingInterrupted
-
-    return SIGTERMException, EndOfRunInterrupted, TrainingInterrupted, TrainingAborted, StoppedBySignal
-
-
-def interruption_line(err: BaseException, step_name: str) -> tuple[str, int]:
-    """The line that says what a stop by Ctrl-C or SIGTERM did and how to go on, and the process's exit code."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from lit_rlhf.interrupts import (
-        CallAbandoned,
-        StoppedBeforeTraining,
-        StoppedBySignal,
-        TrainingAborted,
-        TrainingInterrupted,
-        said,
-    )
-
-    if isinstance(err, StoppedBySignal):
-        return err.line, err.exit_code
-    if isinstance(err, TrainingInterrupted):
-        return str(err), err.exit_code
-    if isinstance(err, TrainingAborted):
-        ended = ("while the checkpoint of the stop was written: it was not written" if err.in_the_stops_checkpoint else
-                 f"before the {step_name} in progress ended: nothing of it was saved")
-        return (f"stopped by a second Ctrl-C {ended}; the "
-                f"checkpoints written before it stand (resume from checkpoints/last.ckpt, if one was written)."
-                ), err.exit_code
-    if isinstance(err, StoppedBeforeTraining):
-        waiting = f" (while waiting on {err.what}, which was abandoned)" if err.what else ""
-        return (f"stopped by {said(err.signal_name)} before the first {step_name} began{waiting}: nothing was trained "
-                f"and no checkpoint was written; run the same command again to start it (or resume it)."), err.exit_code
-    if isinstance(err, CallAbandoned):
-        runs_again = (f"it holds the last complete {step_name}; the interrupted held-out evaluation runs again first"
-                      if err.in_evaluation else f"the interrupted {step_name} runs again")
-        return (f"stopped by SIGTERM while waiting on {err.what}, which did not return: the call was abandoned; "
-                f"resume from the checkpoint above ({runs_again})."), EXIT_SIGTERM
-    if isinstance(err, SIGTERMException):
-        return f"stopped by SIGTERM after a complete {step_name}; resume from the checkpoint above.", EXIT_SIGTERM
-    rerun = f"; run them again with: {err.rerun_command}" if err.rerun_command else "."  # EndOfRunInterrupted
-    return (f"stopped by {said(err.signal_name)} during the end-of-run reports; training had finished and its final "
-            f"checkpoint is written (checkpoints/last.ckpt){rerun}"), err.exit_code
 
 
 def report_failed_job(err: Exception) -> str:

@@ -32,7 +32,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from lit_rlhf.cli.sweep_stops import STOP_MARKER
-from lit_rlhf.errors import empty_value_line, said
+from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, empty_value_line, said
 from lit_rlhf.output_streams import HUNG_UP, hung_up
 from lit_rlhf.terminal import printable
 
@@ -327,6 +327,12 @@ def stop_outside_the_stages_line(signal_name: str) -> str:
     if what := remove_claimed_run_dir_holding_nothing():
         return f"{stop} as the {what} started: nothing was trained or written; run the same command again to start it."
     return f"{stop}; what was written until then is in {printable(run_dir)}."
+
+
+def end_stopped_outside_the_stages(signal_name: str) -> None:
+    """Ends the app stopped by Ctrl-C or SIGTERM outside its stages: its line, exit 130 or 143."""
+    print(stop_outside_the_stages_line(signal_name), file=sys.stderr, flush=True)
+    sys.exit(EXIT_SIGINT if signal_name == "SIGINT" else EXIT_SIGTERM)
 
 
 def remove_claimed_run_dir_holding_nothing() -> str | None:

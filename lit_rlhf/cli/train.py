@@ -21,16 +21,9 @@ from lit_rlhf.callbacks import CheckpointOnInterrupt, GoldReward, PolicyEvaluati
 from lit_rlhf.callbacks.interrupt import stopped_by_interrupt, stops_before_training_said
 from lit_rlhf.cli.app_arguments import config_flags
 from lit_rlhf.cli.checks import check_run_settings, typed_key
-from lit_rlhf.cli.errors import (
-    interruption_types,
-    interruptions_end_the_process,
-    mark_task_started,
-    report_failed_job,
-    report_user_errors,
-    set_up_app_output,
-    stop_message,
-)
+from lit_rlhf.cli.errors import mark_task_started, report_failed_job, report_user_errors, set_up_app_output
 from lit_rlhf.cli.run_dirs import discard_unused_run_dir, hide_passwords_in_saved_configs, latest_resumable_run
+from lit_rlhf.cli.stop_lines import interruption_types, interruptions_end_the_process, stop_message
 from lit_rlhf.cli.sweep_stops import JobStopped, stops_pass_between_jobs, sweep_stopping
 from lit_rlhf.cli.sweeps import (
     FinalMetrics,

@@ -67,3 +67,30 @@ def test_the_apps_own_modules_failing_to_import_is_their_traceback_not_a_mistake
     assert result.stderr.strip().splitlines()[-1] == "ImportError: libcudnn.so.9: cannot open shared object file"
     assert "Traceback" in result.stderr and "overrides)" not in result.stderr
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("signame, line", [
+    ("SIGINT", "stopped by Ctrl-C as the run started: nothing was trained or written; run the same command again to "
+               "start it."),
+    ("SIGTERM", "stopped by SIGTERM as the run started: nothing was trained or written; run the same command again to "
+                "start it.")])
+def test_an_import_that_failed_after_a_stop_interrupted_it_is_said_as_the_stop(signame, line, tmp_path):
+    """A Ctrl-C or SIGTERM in the middle of an import can leave a module half made, and the next import of it fails
+    with an error of its own (numpy's RecursionError, pybind11's `type ... is already registered!`): that was a
+    traceback, exit 1, which reads as a broken install. The error follows the stop: it is said as the stop."""
+    broken = tmp_path / "broken" / "lightning"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text(
+        "import os, signal, time\n"
+        "try:\n"
+        f"    os.kill(os.getpid(), signal.{signame})\n"
+        "    time.sleep(30)\n"
+        "except BaseException:  # the stop, lost by the import it interrupted, which left its module half made\n"
+        "    pass\n"
+        "raise RecursionError('maximum recursion depth exceeded')\n")
+    result = run_process("train.py", *FAST, cwd=tmp_path, env={"PYTHONPATH": f"{broken.parent}{os.pathsep}{ROOT}"})
+    assert result.returncode == (130 if signame == "SIGINT" else 143), result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == line
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "logs").exists()

@@ -312,7 +312,7 @@ def test_rank_zero_of_a_multi_process_launch_accepts_the_start_files_its_other_r
     first, second = capsys.readouterr().err.splitlines()
     assert "already holds another run's files" in first
     assert second == (f"error: hydra.run.dir={run_dir} holds only the start files of a run that ended before it "
-                      f"wrote anything; pass overwrite_run_dir=true to start this run in it, or pick a new directory.")  # no resume offered: there is nothing to resume from
+                      f"wrote anything; pass overwrite_run_dir=true to start this run in it, or pick a new directory.")
     claim(OmegaConf.merge(cfg, {"overwrite_run_dir": True}))  # as it says
     assert [p.name for p in run_dir.iterdir()] == [".run.lock"]
 

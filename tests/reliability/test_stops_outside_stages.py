@@ -1,0 +1,46 @@
+"""The apps' handlers for Ctrl-C and SIGTERM where no stage listens (their first seconds)."""
+
+import signal
+
+import pytest
+
+from lit_rlhf.stops_outside_stages import (
+    TerminatedOutsideTheStages,
+    stop_heard_outside_the_stages,
+    take_stops_outside_the_stages,
+)
+
+
+@pytest.fixture
+def handlers_restored():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_ctrl_c_and_sigterm_raise_stops_that_are_noted(handlers_restored):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    take_stops_outside_the_stages()
+    assert stop_heard_outside_the_stages() is None
+    with pytest.raises(TerminatedOutsideTheStages):
+        signal.raise_signal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    assert stop_heard_outside_the_stages() == "SIGTERM"  # the first one
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a new app in this process starts with none heard
+    take_stops_outside_the_stages()
+    assert stop_heard_outside_the_stages() is None
+
+
+def test_a_signal_ignored_or_handled_before_the_app_started_is_left_alone(handlers_restored):
+    """A background job of a script starts with Ctrl-C ignored (Python then sets no handler for it), and a launcher may
+    have its own SIGTERM handler."""
+    def launchers(signum, frame):
+        pass
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, launchers)
+    take_stops_outside_the_stages()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is launchers
