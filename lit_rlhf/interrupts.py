@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_rlhf.dropped_stops import raise_dropped_stop
 from lit_rlhf.errors import EXIT_SIGINT, EXIT_SIGTERM, said
+from lit_rlhf.stops_outside_stages import raise_lost_stop
 
 EXIT_CODES = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
 
@@ -239,7 +240,7 @@ def set_up_stops_on_signals(stopped: Callable[[str], BaseException] = StoppedBef
         raised.append(stopped(signal.Signals(signum).name))
         raise raised[-1]
 
-    raise_dropped_stop()  # a Ctrl-C in the imports that a finalizer dropped
+    raise_lost_stop()  # a Ctrl-C or SIGTERM in the imports that a finalizer dropped or a library caught
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield

@@ -7,12 +7,15 @@ files, which a rerun of the same command with the same hydra.run.dir was refused
 TerminatedOutsideTheStages instead, and end it as they end that Ctrl-C (the stages replace these handlers with their
 own while they run). Both handlers note the stop: one that interrupted an import can leave its module half made, and
 the next import of it then fails (numpy's `RecursionError`, pybind11's `generic_type: type ... is already
-registered!`); that error follows the stop, and is said as the stop."""
+registered!`); that error follows the stop, and is said as the stop. A stop a library caught is raised again
+where the app's next stage begins."""
 
 from __future__ import annotations
 
 import signal
 import threading
+
+from lit_rlhf.dropped_stops import raise_dropped_stop
 
 _heard: list[str] = []  # the signals these handlers raised a stop for, since they were set
 
@@ -39,6 +42,15 @@ def take_stops_outside_the_stages() -> None:
 def stop_heard_outside_the_stages() -> str | None:
     """The signal ("SIGINT", "SIGTERM") of the first stop these handlers raised since they were set, or None."""
     return _heard[0] if _heard else None
+
+
+def raise_lost_stop() -> None:
+    """Raises again a stop that was lost: dropped in a finalizer (dropped_stops), or raised by these handlers and
+    caught by a library's `except BaseException`; the app went on as if none had come (a reward server then served
+    until killed). Called where a stage of the app begins: a stop these handlers raised ends the app otherwise."""
+    raise_dropped_stop()
+    if _heard:
+        raise KeyboardInterrupt if _heard[0] == "SIGINT" else TerminatedOutsideTheStages
 
 
 def raise_keyboard_interrupt(signum, frame) -> None:

@@ -48,8 +48,10 @@ def test_help_and_a_mistyped_setting_answer_without_importing_torch_lightning_or
     heavy = ("torch", "lightning", "transformers")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     for script, args in (("train.py", ["--help"]), ("train.py", ["algo.kl_cof=1"]), ("evaluate.py", ["algo.lrr=1"]),
-                         ("train_sft.py", ["algo.lrr=1"]), ("train_dpo.py", ["--help"])):
-        result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), *args], cwd=tmp_path,
+                         ("train_sft.py", ["algo.lrr=1"]), ("train_dpo.py", ["--help"]),
+                         ("-m lit_rlhf.serve", ["--help"]), ("-m lit_rlhf.serve", ["prot=1"])):
+        command = script.split() if script.startswith("-m ") else [str(ROOT / script)]
+        result = subprocess.run([sys.executable, "-X", "importtime", *command, *args], cwd=tmp_path,
                                 env=env, capture_output=True, text=True)
         assert result.returncode in (0, 2), (script, args, result.stderr[-2000:])
         imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import ")}

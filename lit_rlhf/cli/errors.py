@@ -243,7 +243,11 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
             exit_past_hung_threads(err.code if isinstance(err.code, int) else 1)  # calls an interrupt abandoned
         raise
     except Exception as err:
+        from lit_rlhf.cli.run_dirs import end_stopped_outside_the_stages
         from lit_rlhf.cli.sweeps import no_completed_trial_line, stopped_sweep_line
+
+        if (heard := stop_heard_outside_the_stages()) and not _task_started and not tracebacks_asked():
+            end_stopped_outside_the_stages(heard)  # the error of what the stop broke: a half-made import, a composition
 
         if (stopped := stopped_sweep_line()) and not tracebacks_asked():  # what the sweeper raised came of the stop
             print(stopped[0], file=sys.stderr, flush=True)
@@ -253,10 +257,8 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
         if _task_started:
             raise
         if raised_in_the_job(err):  # its modules' import, after composition (a broken install): no setting's mistake
-            from lit_rlhf.cli.run_dirs import end_stopped_outside_the_stages, remove_claimed_run_dir_holding_nothing
+            from lit_rlhf.cli.run_dirs import remove_claimed_run_dir_holding_nothing
 
-            if (heard := stop_heard_outside_the_stages()) and not tracebacks_asked():  # an import the stop broke
-                end_stopped_outside_the_stages(heard)
             remove_claimed_run_dir_holding_nothing()
             raise
         command = app_command(own_config_name, config_flags(sys.argv[1:]))

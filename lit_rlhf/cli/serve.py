@@ -13,6 +13,7 @@ from lit_rlhf.errors import ConfigError
 from lit_rlhf.noise import silence_known_noise
 from lit_rlhf.remote.http import SERVED_TOKEN, auth_token
 from lit_rlhf.rewards import load_reward
+from lit_rlhf.stops_outside_stages import raise_lost_stop
 
 
 def served_name(reward) -> str:
@@ -75,6 +76,7 @@ def serve_reward(cfg: DictConfig) -> None:
     mark_task_started()
     silence_known_noise()
     reward = served_reward(cfg)
+    raise_lost_stop()  # a stop while the reward loaded that a library caught: the server would serve until killed
     serve(reward, served_name(reward), host=cfg.host, port=cfg.port, max_batch_size=cfg.max_batch_size,
           max_wait_ms=cfg.max_wait_ms, auth_env=cfg.auth_env, max_body_mb=cfg.max_body_mb,
           announce=lambda line: print(line, flush=True))

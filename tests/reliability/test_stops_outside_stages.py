@@ -6,6 +6,7 @@ import pytest
 
 from lit_rlhf.stops_outside_stages import (
     TerminatedOutsideTheStages,
+    raise_lost_stop,
     stop_heard_outside_the_stages,
     take_stops_outside_the_stages,
 )
@@ -44,3 +45,16 @@ def test_a_signal_ignored_or_handled_before_the_app_started_is_left_alone(handle
     signal.signal(signal.SIGTERM, launchers)
     take_stops_outside_the_stages()
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is launchers
+
+
+def test_a_stop_a_library_caught_is_raised_again_where_the_next_stage_begins(handlers_restored):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    take_stops_outside_the_stages()
+    raise_lost_stop()  # none heard: nothing raised
+    try:
+        signal.raise_signal(signal.SIGTERM)
+    except BaseException:  # a library's catch-all
+        pass
+    with pytest.raises(TerminatedOutsideTheStages):
+        raise_lost_stop()

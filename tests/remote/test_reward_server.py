@@ -327,3 +327,25 @@ def test_a_served_reward_model_asks_clients_for_the_stopped_column():
     assert reward_columns(model) == ["stopped"]
     assert reward_columns(VaderSentiment()) == []
     assert reward_columns(WeightedSum({"rm": model, "vader": VaderSentiment()})) == ["stopped"]
+
+
+@pytest.mark.integration
+def test_a_stop_a_library_caught_while_the_reward_loaded_stops_the_server_before_it_serves(tmp_path):
+    """A SIGTERM raised in code that catches everything (here the reward module's import) was lost: the server went
+    on, served, and ran until killed. The stop is raised again before serving: its line, exit 143."""
+    (tmp_path / "swallows_stops.py").write_text(
+        "import os, signal, time\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)\n"
+        "except BaseException:  # a library's `except BaseException`, as the reward loads\n"
+        "    pass\n\n\n"
+        "def score(prompts, completions):\n"
+        "    return [0.0] * len(completions)\n")
+    result = subprocess.run([sys.executable, "-m", "lit_rlhf.serve", "port=0", "reward._target_=swallows_stops.score"],
+                            cwd=tmp_path, env={**os.environ, **BASE_ENV, "PYTHONPATH": f"{ROOT}{os.pathsep}."},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 143, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "Serving" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == ("stopped by SIGTERM before the run began: nothing was written; "
+                                                      "run the same command again to start it.")
