@@ -35,8 +35,13 @@ def take_stops_outside_the_stages() -> None:
     for sig, python_default, handler in ((signal.SIGINT, signal.default_int_handler, raise_keyboard_interrupt),
                                          (signal.SIGTERM, signal.SIG_DFL, raise_terminated)):
         if signal.getsignal(sig) is python_default:
-            _heard.clear()  # a new app in this process (a test's, a notebook's)
             signal.signal(sig, handler)
+
+
+def forget_stops_heard() -> None:
+    """As an app starts: a stop heard by an earlier app in this process (a test's, a notebook's) is none of its own,
+    and raise_lost_stop would stop it as it began."""
+    _heard.clear()
 
 
 def stop_heard_outside_the_stages() -> str | None:

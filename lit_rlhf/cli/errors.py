@@ -35,6 +35,7 @@ from lit_rlhf.errors import (
 )
 from lit_rlhf.stops_outside_stages import (
     TerminatedOutsideTheStages,
+    forget_stops_heard,
     stop_heard_outside_the_stages,
     take_stops_outside_the_stages,
 )
@@ -196,6 +197,7 @@ def run_hydra_app(main: Callable[[], Any], config_name: str, config_dir: Path | 
     are not user mistakes (with a traceback)."""
     remember_traceback_choice()  # the user's HYDRA_FULL_ERROR=1: each one-line error after its traceback
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
+    forget_stops_heard()
     set_up_app_output()
     own_config_name = config_name
     arguments = app_arguments(sys.argv, config_dir or Path(sys.argv[0]).resolve().parent / "conf", config_name)

@@ -6,10 +6,13 @@ import pytest
 
 from lit_rlhf.stops_outside_stages import (
     TerminatedOutsideTheStages,
+    forget_stops_heard,
     raise_lost_stop,
     stop_heard_outside_the_stages,
     take_stops_outside_the_stages,
 )
+from tests.apps import run_app
+from tests.helpers import FAST
 
 
 @pytest.fixture
@@ -18,6 +21,7 @@ def handlers_restored():
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+    forget_stops_heard()
 
 
 def test_ctrl_c_and_sigterm_raise_stops_that_are_noted(handlers_restored):
@@ -30,9 +34,6 @@ def test_ctrl_c_and_sigterm_raise_stops_that_are_noted(handlers_restored):
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)
     assert stop_heard_outside_the_stages() == "SIGTERM"  # the first one
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # a new app in this process starts with none heard
-    take_stops_outside_the_stages()
-    assert stop_heard_outside_the_stages() is None
 
 
 def test_a_signal_ignored_or_handled_before_the_app_started_is_left_alone(handlers_restored):
@@ -58,3 +59,13 @@ def test_a_stop_a_library_caught_is_raised_again_where_the_next_stage_begins(han
         pass
     with pytest.raises(TerminatedOutsideTheStages):
         raise_lost_stop()
+
+
+@pytest.mark.integration
+def test_an_app_run_in_a_process_where_an_earlier_app_heard_a_stop_runs(handlers_restored, tmp_path):
+    """A notebook, a test process: the stop an earlier app heard (and ended on) stopped every later app's set-up."""
+    from lit_rlhf import stops_outside_stages
+
+    stops_outside_stages._heard.append("SIGTERM")  # as an earlier app's stop left it
+    result = run_app("train.py", "hydra.run.dir=run", *FAST, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
