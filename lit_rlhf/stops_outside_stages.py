@@ -17,7 +17,7 @@ import threading
 
 from lit_rlhf.dropped_stops import raise_dropped_stop
 
-_heard: list[str] = []  # the signals these handlers raised a stop for, since they were set
+_heard: list[str] = []  # the signals these handlers raised a stop for since the app started (forget_stops_heard)
 
 
 class TerminatedOutsideTheStages(BaseException):
@@ -45,7 +45,7 @@ def forget_stops_heard() -> None:
 
 
 def stop_heard_outside_the_stages() -> str | None:
-    """The signal ("SIGINT", "SIGTERM") of the first stop these handlers raised since they were set, or None."""
+    """The signal ("SIGINT", "SIGTERM") of the first stop these handlers raised since the app started, or None."""
     return _heard[0] if _heard else None
 
 

@@ -18,6 +18,7 @@ from tests.helpers import FAST
 @pytest.fixture
 def handlers_restored():
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    forget_stops_heard()  # an app run before in this process may have ended on a stop
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
