@@ -13,7 +13,8 @@ import torch
 from peft import PeftConfig, PeftModel, get_peft_model
 from peft.tuners.lora import ParamWrapper
 
-# peft's warning about pattern keys no targeted module's name matches (rank_pattern, alpha_pattern)
+# peft's warning about pattern keys no targeted module's name matches (rank_pattern, alpha_pattern), as peft before
+# 0.22 words it
 UNMATCHED_PATTERN_KEYS = re.compile(r"The following (\w+) keys did not match any targeted module and were ignored: "
                                     r"(\[.*\])\.$", re.DOTALL)
 
@@ -31,8 +32,9 @@ def get_peft_model_checked(model: torch.nn.Module, config: PeftConfig) -> PeftMo
     """peft's get_peft_model, without its false alarm on a mixture of experts. For transformers' stacked experts peft
     turns all-linear into adapters on the expert parameters and gives the fused `gate_up_proj` twice the rank and
     alpha through rank_pattern and alpha_pattern; those patterns apply to the parameter's name, while peft's check
-    for unmatched keys reads module names only and warns that they were ignored. A key that names a wrapped
-    parameter is left out of that warning; any other unmatched key (a typo of the user's) still warns."""
+    for unmatched keys reads module names only and warns that they were ignored (before peft 0.22, whose check reads
+    parameter names too). A key that names a wrapped parameter is left out of that warning; any other unmatched key
+    (a typo of the user's) still warns, in the words of the installed peft."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with peft_reads_deprecated_alias():

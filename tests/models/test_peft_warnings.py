@@ -2,6 +2,7 @@
 experts apply, and its warning that they were ignored is not shown, nor its reading of a deprecated transformers
 attribute; a key that matches nothing still warns."""
 
+import re
 import warnings
 
 import pytest
@@ -33,5 +34,6 @@ def test_the_fused_experts_patterns_apply_and_their_false_alarm_is_not_shown(kin
 
 def test_a_pattern_key_that_matches_nothing_still_warns_alone():
     _, unmatched = wrapped_with_warnings("qwen3_moe", rank_pattern={"q_projx": 2})
-    assert unmatched == ["The following rank_pattern keys did not match any targeted module and were ignored: "
-                         "['q_projx']."]
+    assert len(unmatched) == 1, unmatched  # peft 0.22 says "module or parameter", 0.21 "module"
+    assert re.fullmatch(r"The following rank_pattern keys did not match any targeted module( or parameter)? and were "
+                        r"ignored: \['q_projx'\]\.", unmatched[0]), unmatched
